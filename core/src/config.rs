@@ -1,0 +1,349 @@
+//! Rebound's settings as plain data, validated. The file format and the environment are
+//! read elsewhere (the binary's loader) and turned into [`Settings`]; nothing else sees them.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Which backend keeps links, rollups, counters, keys and the audit log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreChoice {
+    /// One SQLite file under the data directory.
+    Sqlite,
+    /// DynamoDB (or any DynamoDB-API endpoint), tables named with the prefix.
+    DynamoDb { table_prefix: String },
+}
+
+/// Where clicks go between the data plane and the rollups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueueChoice {
+    /// An in-process bounded channel (all-in-one only).
+    Embedded,
+    /// An SQS queue (with its dead-letter queue `<name>-dlq`).
+    Sqs { queue_name: String },
+}
+
+/// Settings of the control plane's API.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiSettings {
+    /// Largest accepted request body.
+    pub max_body_bytes: usize,
+    /// Longest accepted target URL.
+    pub max_target_bytes: usize,
+    /// Whether callers without an API key may create links.
+    pub anonymous_create: bool,
+    /// Sustained creates per second per creator key.
+    pub creator_rate_per_sec: f64,
+    /// Burst of creates per creator key.
+    pub creator_burst: u32,
+    /// Sustained creates per second per anonymous IP.
+    pub anonymous_rate_per_sec: f64,
+    /// Burst of creates per anonymous IP.
+    pub anonymous_burst: u32,
+    /// Target domains refused, with their subdomains.
+    pub blocked_domains: Vec<String>,
+    /// Counter values leased per KGS block.
+    pub kgs_block_size: u64,
+    /// Key of the code permutation; when absent one is generated once and kept in the store.
+    pub code_key: Option<[u8; 16]>,
+    /// How long an idempotency key's first answer is kept.
+    pub idempotency_ttl_secs: u64,
+}
+
+impl Default for ApiSettings {
+    fn default() -> Self {
+        ApiSettings {
+            max_body_bytes: 64 * 1024,
+            max_target_bytes: crate::target::DEFAULT_MAX_TARGET_BYTES,
+            anonymous_create: false,
+            creator_rate_per_sec: 50.0,
+            creator_burst: 200,
+            anonymous_rate_per_sec: 1.0,
+            anonymous_burst: 10,
+            blocked_domains: Vec::new(),
+            kgs_block_size: 10_000,
+            code_key: None,
+            idempotency_ttl_secs: 24 * 3600,
+        }
+    }
+}
+
+/// Settings of the redirect path.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RedirectSettings {
+    /// `max-age` of redirect responses, capped at expiry.
+    pub cache_max_age_secs: u64,
+    /// How many links L1 holds.
+    pub l1_capacity: usize,
+    /// How long without a heartbeat before the invalidation channel counts as broken.
+    pub invalidation_timeout_ms: u64,
+    /// Longest life of an L1 entry while the invalidation channel is broken.
+    pub l1_ttl_ms: u64,
+    /// Budget of one Redis read.
+    pub l2_budget_ms: u64,
+    /// Budget of one store read.
+    pub store_budget_ms: u64,
+    /// Clicks held between the request path and the shipper; more are dropped and counted.
+    pub click_queue_capacity: usize,
+    /// How often aggregated clicks are shipped.
+    pub click_flush_ms: u64,
+}
+
+impl Default for RedirectSettings {
+    fn default() -> Self {
+        RedirectSettings {
+            cache_max_age_secs: 5,
+            l1_capacity: 1_200_000,
+            invalidation_timeout_ms: 2_000,
+            l1_ttl_ms: 1_000,
+            l2_budget_ms: 150,
+            store_budget_ms: 1_000,
+            click_queue_capacity: 65_536,
+            click_flush_ms: 1_000,
+        }
+    }
+}
+
+/// Everything Rebound is configured with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub redirect_addr: SocketAddr,
+    pub api_addr: SocketAddr,
+    pub metrics_addr: SocketAddr,
+    pub data_dir: PathBuf,
+    /// The base of short URLs, e.g. `https://sho.rt`.
+    pub public_base_url: String,
+    /// An operator key accepted from start-up.
+    pub bootstrap_key: Option<String>,
+    pub store: StoreChoice,
+    /// Redis for L2, invalidation and the creation feed; none means L1 only.
+    pub redis_url: Option<String>,
+    pub queue: QueueChoice,
+    pub api: ApiSettings,
+    pub redirect: RedirectSettings,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            redirect_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            api_addr: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            metrics_addr: SocketAddr::from(([127, 0, 0, 1], 9090)),
+            data_dir: PathBuf::from("./data"),
+            public_base_url: "http://127.0.0.1:8080".into(),
+            bootstrap_key: None,
+            store: StoreChoice::Sqlite,
+            redis_url: None,
+            queue: QueueChoice::Embedded,
+            api: ApiSettings::default(),
+            redirect: RedirectSettings::default(),
+        }
+    }
+}
+
+/// A setting that is out of range, named as the user wrote it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{setting}: {problem}")]
+pub struct SettingError {
+    pub setting: String,
+    pub problem: String,
+}
+
+fn bad(setting: &str, problem: impl Into<String>) -> SettingError {
+    SettingError {
+        setting: setting.into(),
+        problem: problem.into(),
+    }
+}
+
+impl Settings {
+    /// Checks ranges and relations between settings.
+    pub fn validate(&self) -> Result<(), SettingError> {
+        let base = url::Url::parse(&self.public_base_url).map_err(|e| {
+            bad(
+                "public_base_url (REBOUND_PUBLIC_BASE_URL)",
+                format!("not a URL: {e}"),
+            )
+        })?;
+        if !matches!(base.scheme(), "http" | "https") || base.host_str().is_none() {
+            return Err(bad(
+                "public_base_url (REBOUND_PUBLIC_BASE_URL)",
+                "must be an http or https URL with a host",
+            ));
+        }
+        if base.query().is_some() || base.fragment().is_some() {
+            return Err(bad(
+                "public_base_url (REBOUND_PUBLIC_BASE_URL)",
+                "must not have a query or fragment",
+            ));
+        }
+        if let Some(k) = &self.bootstrap_key {
+            if k.len() < 16 || !k.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(bad(
+                    "bootstrap_key (REBOUND_BOOTSTRAP_KEY)",
+                    "must be at least 16 visible ASCII characters",
+                ));
+            }
+        }
+        let a = &self.api;
+        if !(1024..=16 * 1024 * 1024).contains(&a.max_body_bytes) {
+            return Err(bad(
+                "api.max_body_bytes",
+                "must be between 1024 and 16777216",
+            ));
+        }
+        if !(32..=65_536).contains(&a.max_target_bytes) {
+            return Err(bad("api.max_target_bytes", "must be between 32 and 65536"));
+        }
+        for (name, rate) in [
+            ("api.creator_rate_per_sec", a.creator_rate_per_sec),
+            ("api.anonymous_rate_per_sec", a.anonymous_rate_per_sec),
+        ] {
+            if !(rate.is_finite() && rate > 0.0) {
+                return Err(bad(name, "must be a positive number"));
+            }
+        }
+        if a.creator_burst == 0 || a.anonymous_burst == 0 {
+            return Err(bad(
+                "api.creator_burst / api.anonymous_burst",
+                "must be at least 1",
+            ));
+        }
+        if !(1..=10_000_000).contains(&a.kgs_block_size) {
+            return Err(bad("api.kgs_block_size", "must be between 1 and 10000000"));
+        }
+        if a.idempotency_ttl_secs == 0 {
+            return Err(bad("api.idempotency_ttl_secs", "must be positive"));
+        }
+        let r = &self.redirect;
+        if r.l1_capacity == 0 {
+            return Err(bad("redirect.l1_capacity", "must be positive"));
+        }
+        if r.click_queue_capacity == 0 {
+            return Err(bad("redirect.click_queue_capacity", "must be positive"));
+        }
+        for (name, v) in [
+            (
+                "redirect.invalidation_timeout_ms",
+                r.invalidation_timeout_ms,
+            ),
+            ("redirect.l1_ttl_ms", r.l1_ttl_ms),
+            ("redirect.l2_budget_ms", r.l2_budget_ms),
+            ("redirect.store_budget_ms", r.store_budget_ms),
+            ("redirect.click_flush_ms", r.click_flush_ms),
+        ] {
+            if v == 0 {
+                return Err(bad(name, "must be positive"));
+            }
+        }
+        if let StoreChoice::DynamoDb { table_prefix } = &self.store {
+            if !table_prefix
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+            {
+                return Err(bad(
+                    "table_prefix (REBOUND_TABLE_PREFIX)",
+                    "may contain only letters, digits, '_', '-' and '.'",
+                ));
+            }
+        }
+        if let QueueChoice::Sqs { queue_name } = &self.queue {
+            if queue_name.is_empty()
+                || queue_name.len() > 76
+                || !queue_name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_-".contains(&b))
+            {
+                return Err(bad(
+                    "sqs_queue (REBOUND_SQS_QUEUE)",
+                    "must be 1-76 letters, digits, '_' or '-'",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The short URL of `code`.
+    pub fn short_url(&self, code: &str) -> String {
+        format!("{}/{}", self.public_base_url.trim_end_matches('/'), code)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        Settings::default().validate().unwrap();
+    }
+
+    #[test]
+    fn invalid_settings_name_the_setting() {
+        let cases: Vec<(Box<dyn Fn(&mut Settings)>, &str)> = vec![
+            (
+                Box::new(|s| s.public_base_url = "nope".into()),
+                "public_base_url",
+            ),
+            (
+                Box::new(|s| s.public_base_url = "ftp://x.example".into()),
+                "public_base_url",
+            ),
+            (
+                Box::new(|s| s.public_base_url = "https://x.example/?a".into()),
+                "public_base_url",
+            ),
+            (
+                Box::new(|s| s.bootstrap_key = Some("short".into())),
+                "bootstrap_key",
+            ),
+            (
+                Box::new(|s| s.api.max_body_bytes = 10),
+                "api.max_body_bytes",
+            ),
+            (
+                Box::new(|s| s.api.creator_rate_per_sec = -1.0),
+                "api.creator_rate_per_sec",
+            ),
+            (
+                Box::new(|s| s.api.anonymous_rate_per_sec = f64::NAN),
+                "api.anonymous_rate_per_sec",
+            ),
+            (Box::new(|s| s.api.kgs_block_size = 0), "api.kgs_block_size"),
+            (
+                Box::new(|s| s.redirect.l1_capacity = 0),
+                "redirect.l1_capacity",
+            ),
+            (Box::new(|s| s.redirect.l1_ttl_ms = 0), "redirect.l1_ttl_ms"),
+            (
+                Box::new(|s| {
+                    s.store = StoreChoice::DynamoDb {
+                        table_prefix: "bad prefix".into(),
+                    }
+                }),
+                "table_prefix",
+            ),
+            (
+                Box::new(|s| {
+                    s.queue = QueueChoice::Sqs {
+                        queue_name: String::new(),
+                    }
+                }),
+                "sqs_queue",
+            ),
+        ];
+        for (change, name) in cases {
+            let mut s = Settings::default();
+            change(&mut s);
+            let err = s.validate().unwrap_err();
+            assert!(err.setting.starts_with(name), "{err} should name {name}");
+        }
+    }
+
+    #[test]
+    fn short_urls() {
+        let mut s = Settings::default();
+        assert_eq!(s.short_url("abc"), "http://127.0.0.1:8080/abc");
+        s.public_base_url = "https://sho.rt/".into();
+        assert_eq!(s.short_url("abc"), "https://sho.rt/abc");
+    }
+}

@@ -1,0 +1,162 @@
+//! The redirect decision of a store read (SPEC §3 step 5) as one pure function of
+//! (item, now), and the pure parts of the redirect response.
+
+use crate::link::Link;
+use crate::time::UnixMillis;
+
+/// What a store read means for the request and for the caches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreVerdict {
+    /// Active and not expired: redirect, and populate L2 and L1.
+    Redirect,
+    /// No such code: 404 and cache nothing (a cached miss would hide a link created a moment later).
+    NotFound,
+    /// Expired: 410 and cache nothing.
+    Gone,
+    /// Deleted or taken down: write a tombstone, 404.
+    Tombstone,
+}
+
+/// Decides what a store read of `item` at `now` means.
+pub fn decide_redirect(item: Option<&Link>, now: UnixMillis) -> StoreVerdict {
+    match item {
+        None => StoreVerdict::NotFound,
+        Some(link) if !link.is_active => StoreVerdict::Tombstone,
+        Some(link) if link.is_expired(now) => StoreVerdict::Gone,
+        Some(_) => StoreVerdict::Redirect,
+    }
+}
+
+/// The `Location` of a redirect: the target, with the request's query string appended when
+/// the link forwards queries (after `&` when the target already has a query, else after `?`).
+/// A fragment in the target stays at the end.
+pub fn location(long_url: &str, forward_query: bool, request_query: Option<&str>) -> String {
+    let query = match request_query {
+        Some(q) if forward_query && !q.is_empty() => q,
+        _ => return long_url.to_owned(),
+    };
+    let (base, fragment) = match long_url.find('#') {
+        Some(i) => long_url.split_at(i),
+        None => (long_url, ""),
+    };
+    let sep = if base.contains('?') {
+        if base.ends_with('?') || base.ends_with('&') {
+            ""
+        } else {
+            "&"
+        }
+    } else {
+        "?"
+    };
+    let mut out = String::with_capacity(base.len() + sep.len() + query.len() + fragment.len());
+    out.push_str(base);
+    out.push_str(sep);
+    out.push_str(query);
+    out.push_str(fragment);
+    out
+}
+
+/// The `max-age` of a redirect: the configured value, never past `expires_at`.
+pub fn max_age_seconds(configured: u64, expires_at: Option<UnixMillis>, now: UnixMillis) -> u64 {
+    match expires_at {
+        Some(e) => configured.min(((e - now).max(0) / 1000) as u64),
+        None => configured,
+    }
+}
+
+/// True when a request query string is safe to copy into a `Location` header: visible
+/// ASCII only, no fragment marker.
+pub fn query_is_forwardable(query: &str) -> bool {
+    query
+        .bytes()
+        .all(|b| (0x21..0x7f).contains(&b) && b != b'#')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::link::RedirectKind;
+
+    fn link(active: bool, expires_at: Option<i64>) -> Link {
+        let mut l = Link::new_active(
+            "abc".into(),
+            "https://e.com/".into(),
+            RedirectKind::Found,
+            false,
+            0,
+            "k".into(),
+            expires_at,
+        );
+        l.is_active = active;
+        l
+    }
+
+    #[test]
+    fn decision_table() {
+        let cases = [
+            (None, 100, StoreVerdict::NotFound),
+            (Some(link(true, None)), 100, StoreVerdict::Redirect),
+            (Some(link(true, Some(101))), 100, StoreVerdict::Redirect),
+            (Some(link(true, Some(100))), 100, StoreVerdict::Gone),
+            (Some(link(true, Some(50))), 100, StoreVerdict::Gone),
+            (Some(link(false, None)), 100, StoreVerdict::Tombstone),
+            (Some(link(false, Some(50))), 100, StoreVerdict::Tombstone),
+        ];
+        for (item, now, want) in cases {
+            assert_eq!(
+                decide_redirect(item.as_ref(), now),
+                want,
+                "{item:?} at {now}"
+            );
+        }
+    }
+
+    #[test]
+    fn location_table() {
+        let cases = [
+            ("https://e.com/a", false, Some("x=1"), "https://e.com/a"),
+            ("https://e.com/a", true, None, "https://e.com/a"),
+            ("https://e.com/a", true, Some(""), "https://e.com/a"),
+            ("https://e.com/a", true, Some("x=1"), "https://e.com/a?x=1"),
+            (
+                "https://e.com/a?y=2",
+                true,
+                Some("x=1"),
+                "https://e.com/a?y=2&x=1",
+            ),
+            ("https://e.com/a?", true, Some("x=1"), "https://e.com/a?x=1"),
+            (
+                "https://e.com/a#top",
+                true,
+                Some("x=1"),
+                "https://e.com/a?x=1#top",
+            ),
+            (
+                "https://e.com/a?y#top",
+                true,
+                Some("x=1"),
+                "https://e.com/a?y&x=1#top",
+            ),
+        ];
+        for (target, fq, q, want) in cases {
+            assert_eq!(location(target, fq, q), want, "{target} {fq} {q:?}");
+        }
+    }
+
+    #[test]
+    fn max_age_table() {
+        assert_eq!(max_age_seconds(5, None, 0), 5);
+        assert_eq!(max_age_seconds(5, Some(10_000), 0), 5);
+        assert_eq!(max_age_seconds(5, Some(3_500), 0), 3);
+        assert_eq!(max_age_seconds(5, Some(999), 0), 0);
+        assert_eq!(max_age_seconds(5, Some(0), 10), 0);
+    }
+
+    #[test]
+    fn forwardable_queries() {
+        assert!(query_is_forwardable("a=1&b=%20"));
+        assert!(!query_is_forwardable("a=1\r\nSet-Cookie: x"));
+        assert!(!query_is_forwardable("a b"));
+        assert!(!query_is_forwardable("a=é"));
+    }
+}

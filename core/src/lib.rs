@@ -1,0 +1,32 @@
+//! Rebound's shared core: everything the data plane and the control plane must agree on.
+//!
+//! # Layout
+//!
+//! - [`code`]: the short-code rule and the reserved words.
+//! - [`config`]: settings as plain, validated data.
+//! - [`base62`]: fixed-width base62 for generated codes.
+//! - [`permute`]: the keyed Feistel permutation that turns counter values into codes.
+//! - [`link`]: the stored link record and its redirect kind.
+//! - [`cache`]: the cache record (Redis `url:{code}` and L1) and how it is judged.
+//! - [`decision`]: the pure redirect decision of a store read, and response details.
+//! - [`target`]: validation and normalisation of target URLs.
+//! - [`time`]: timestamps, UTC days and clocks.
+//!
+//! Nothing here does I/O: no sockets, no files, no runtime.
+#![forbid(unsafe_code)]
+
+pub mod base62;
+pub mod cache;
+pub mod code;
+pub mod config;
+pub mod decision;
+pub mod link;
+pub mod permute;
+pub mod target;
+pub mod time;
+
+pub use cache::{CacheRecord, CacheState, CachedVerdict};
+pub use code::{CodeError, RESERVED_WORDS};
+pub use decision::{decide_redirect, StoreVerdict};
+pub use link::{Link, RedirectKind};
+pub use time::{Clock, Day, ManualClock, SystemClock, UnixMillis};

@@ -1,0 +1,197 @@
+//! The link record as the store keeps it (SPEC §2).
+
+use crate::time::UnixMillis;
+use serde::{Deserialize, Serialize};
+
+/// How a link redirects: the HTTP status of the answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(try_from = "u16", into = "u16")]
+pub enum RedirectKind {
+    /// 301 Moved Permanently.
+    Permanent,
+    /// 302 Found, the default.
+    #[default]
+    Found,
+    /// 307 Temporary Redirect.
+    Temporary,
+    /// 308 Permanent Redirect.
+    PermanentKeepMethod,
+}
+
+impl RedirectKind {
+    /// The HTTP status code.
+    pub fn status(self) -> u16 {
+        match self {
+            RedirectKind::Permanent => 301,
+            RedirectKind::Found => 302,
+            RedirectKind::Temporary => 307,
+            RedirectKind::PermanentKeepMethod => 308,
+        }
+    }
+
+    /// The kind for a status code, if it is one of 301, 302, 307, 308.
+    pub fn from_status(status: u16) -> Option<Self> {
+        match status {
+            301 => Some(RedirectKind::Permanent),
+            302 => Some(RedirectKind::Found),
+            307 => Some(RedirectKind::Temporary),
+            308 => Some(RedirectKind::PermanentKeepMethod),
+            _ => None,
+        }
+    }
+}
+
+impl TryFrom<u16> for RedirectKind {
+    type Error = String;
+    fn try_from(v: u16) -> Result<Self, Self::Error> {
+        RedirectKind::from_status(v)
+            .ok_or_else(|| format!("redirect must be 301, 302, 307 or 308, not {v}"))
+    }
+}
+
+impl From<RedirectKind> for u16 {
+    fn from(k: RedirectKind) -> u16 {
+        k.status()
+    }
+}
+
+/// How long a deleted link's record is kept before the store's TTL may purge it.
+pub const DELETED_RETENTION_MILLIS: i64 = 30 * 86_400_000;
+
+/// A short link, keyed by `code`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Link {
+    pub code: String,
+    /// The validated, normalised target. Never changes.
+    pub long_url: String,
+    pub redirect: RedirectKind,
+    pub forward_query: bool,
+    pub created_at: UnixMillis,
+    /// The principal (API key id) that created it.
+    pub created_by: String,
+    pub is_active: bool,
+    /// Starts at 1 and grows by one on every state change.
+    pub version: u64,
+    pub expires_at: Option<UnixMillis>,
+    pub deleted_at: Option<UnixMillis>,
+    pub deleted_by: Option<String>,
+    pub delete_reason: Option<String>,
+    /// When the store's TTL may remove the record: cleanup only, never a correctness gate.
+    pub purge_at: Option<UnixMillis>,
+}
+
+/// What a delete or takedown records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deletion {
+    pub at: UnixMillis,
+    pub by: String,
+    pub reason: Option<String>,
+}
+
+impl Link {
+    /// A new active link at version 1.
+    pub fn new_active(
+        code: String,
+        long_url: String,
+        redirect: RedirectKind,
+        forward_query: bool,
+        created_at: UnixMillis,
+        created_by: String,
+        expires_at: Option<UnixMillis>,
+    ) -> Link {
+        Link {
+            code,
+            long_url,
+            redirect,
+            forward_query,
+            created_at,
+            created_by,
+            is_active: true,
+            version: 1,
+            expires_at,
+            deleted_at: None,
+            deleted_by: None,
+            delete_reason: None,
+            purge_at: expires_at,
+        }
+    }
+
+    /// The record after `deletion`: inactive, next version, purge 30 days later
+    /// (or at expiry, if that comes first).
+    pub fn deactivated(&self, deletion: &Deletion) -> Link {
+        let purge = deletion.at + DELETED_RETENTION_MILLIS;
+        Link {
+            is_active: false,
+            version: self.version + 1,
+            deleted_at: Some(deletion.at),
+            deleted_by: Some(deletion.by.clone()),
+            delete_reason: deletion.reason.clone(),
+            purge_at: Some(self.expires_at.map_or(purge, |e| e.min(purge))),
+            ..self.clone()
+        }
+    }
+
+    /// True once `expires_at` has passed.
+    pub fn is_expired(&self, now: UnixMillis) -> bool {
+        self.expires_at.is_some_and(|e| now >= e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redirect_kind_table() {
+        for (status, want) in [
+            (301, Some(RedirectKind::Permanent)),
+            (302, Some(RedirectKind::Found)),
+            (307, Some(RedirectKind::Temporary)),
+            (308, Some(RedirectKind::PermanentKeepMethod)),
+            (300, None),
+            (200, None),
+            (303, None),
+            (0, None),
+        ] {
+            assert_eq!(RedirectKind::from_status(status), want);
+            if let Some(k) = want {
+                assert_eq!(k.status(), status);
+            }
+        }
+        assert_eq!(RedirectKind::default().status(), 302);
+    }
+
+    #[test]
+    fn deactivation_bumps_the_version_and_sets_purge() {
+        let link = Link::new_active(
+            "abc".into(),
+            "https://e.com/".into(),
+            RedirectKind::Found,
+            false,
+            10,
+            "k".into(),
+            None,
+        );
+        let d = link.deactivated(&Deletion {
+            at: 100,
+            by: "op".into(),
+            reason: Some("spam".into()),
+        });
+        assert!(!d.is_active);
+        assert_eq!(d.version, 2);
+        assert_eq!(d.deleted_at, Some(100));
+        assert_eq!(d.purge_at, Some(100 + DELETED_RETENTION_MILLIS));
+        assert_eq!(d.long_url, link.long_url);
+
+        let expiring = Link {
+            expires_at: Some(500),
+            ..link
+        };
+        let d = expiring.deactivated(&Deletion {
+            at: 100,
+            by: "op".into(),
+            reason: None,
+        });
+        assert_eq!(d.purge_at, Some(500));
+    }
+}

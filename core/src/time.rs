@@ -1,0 +1,157 @@
+//! Timestamps (Unix milliseconds), UTC days, and the clocks that give them.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use time::{Date, OffsetDateTime};
+
+/// Milliseconds since the Unix epoch, UTC.
+pub type UnixMillis = i64;
+
+const MILLIS_PER_DAY: i64 = 86_400_000;
+
+/// Something that tells the time. The real one reads the system clock; tests use [`ManualClock`].
+pub trait Clock: Send + Sync + 'static {
+    /// Now, in Unix milliseconds.
+    fn now_millis(&self) -> UnixMillis;
+}
+
+/// The system's wall clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_millis(&self) -> UnixMillis {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        now.as_millis() as i64
+    }
+}
+
+/// A clock that moves only when told to; clones share the same time.
+#[derive(Debug, Clone, Default)]
+pub struct ManualClock(Arc<AtomicI64>);
+
+impl ManualClock {
+    /// A clock stopped at `millis`.
+    pub fn at(millis: UnixMillis) -> Self {
+        ManualClock(Arc::new(AtomicI64::new(millis)))
+    }
+    /// Moves the clock forward by `millis`.
+    pub fn advance(&self, millis: i64) {
+        self.0.fetch_add(millis, Ordering::SeqCst);
+    }
+    /// Sets the clock to `millis`.
+    pub fn set(&self, millis: UnixMillis) {
+        self.0.store(millis, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_millis(&self) -> UnixMillis {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// A UTC calendar day, as days since 1970-01-01.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Day(pub i32);
+
+impl Day {
+    /// The UTC day that contains `millis`.
+    pub fn of_millis(millis: UnixMillis) -> Day {
+        Day(millis.div_euclid(MILLIS_PER_DAY) as i32)
+    }
+
+    /// Parses `YYYY-MM-DD`.
+    pub fn parse(s: &str) -> Option<Day> {
+        let format = time::macros::format_description!("[year]-[month]-[day]");
+        let date = Date::parse(s, &format).ok()?;
+        Some(Day::from_date(date))
+    }
+
+    fn from_date(date: Date) -> Day {
+        let epoch = time::macros::date!(1970 - 01 - 01);
+        Day((date - epoch).whole_days() as i32)
+    }
+
+    /// The day `n` days later (earlier when negative).
+    pub fn plus(self, n: i32) -> Day {
+        Day(self.0 + n)
+    }
+
+    /// The day as `YYYY-MM-DD`.
+    pub fn to_iso(self) -> String {
+        let date = OffsetDateTime::UNIX_EPOCH.date() + time::Duration::days(i64::from(self.0));
+        let format = time::macros::format_description!("[year]-[month]-[day]");
+        date.format(&format).unwrap_or_default()
+    }
+}
+
+/// Formats a timestamp as RFC 3339 UTC with millisecond precision, e.g. `2026-11-30T12:00:00.000Z`.
+pub fn to_rfc3339(millis: UnixMillis) -> String {
+    let format = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+    );
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(millis) * 1_000_000)
+        .map(|t| t.format(&format).unwrap_or_default())
+        .unwrap_or_default()
+}
+
+/// Parses an RFC 3339 timestamp (any offset) to Unix milliseconds.
+pub fn parse_rfc3339(s: &str) -> Option<UnixMillis> {
+    let t = OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()?;
+    i64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn day_table() {
+        let cases: &[(&str, Option<i32>)] = &[
+            ("1970-01-01", Some(0)),
+            ("1970-01-02", Some(1)),
+            ("2026-11-30", Some(20_787)),
+            ("1969-12-31", Some(-1)),
+            ("2026-02-30", None),
+            ("2026-1-5", None),
+            ("yesterday", None),
+            ("", None),
+        ];
+        for (s, want) in cases {
+            assert_eq!(Day::parse(s).map(|d| d.0), *want, "{s}");
+            if let Some(d) = want {
+                assert_eq!(Day(*d).to_iso(), *s);
+            }
+        }
+    }
+
+    #[test]
+    fn day_of_millis_is_utc() {
+        assert_eq!(Day::of_millis(0), Day(0));
+        assert_eq!(Day::of_millis(MILLIS_PER_DAY - 1), Day(0));
+        assert_eq!(Day::of_millis(MILLIS_PER_DAY), Day(1));
+        assert_eq!(Day::of_millis(-1), Day(-1));
+    }
+
+    #[test]
+    fn rfc3339_round_trip() {
+        let t = parse_rfc3339("2026-11-30T12:00:00Z").unwrap();
+        assert_eq!(to_rfc3339(t), "2026-11-30T12:00:00.000Z");
+        assert_eq!(parse_rfc3339("2026-11-30T13:00:00+01:00"), Some(t));
+        assert_eq!(parse_rfc3339("2026-11-30"), None);
+        assert_eq!(parse_rfc3339("tomorrow"), None);
+    }
+
+    #[test]
+    fn manual_clock_moves_when_told() {
+        let c = ManualClock::at(1000);
+        let c2 = c.clone();
+        c.advance(500);
+        assert_eq!(c2.now_millis(), 1500);
+        c.set(7);
+        assert_eq!(c2.now_millis(), 7);
+    }
+}

@@ -1,0 +1,384 @@
+//! The contract every store adapter must pass. Each adapter's tests call [`run_all`]
+//! (the DynamoDB adapter against a real DynamoDB-API server), so the fake and the real
+//! stores cannot drift apart. Each check uses codes and names of its own, so the suite
+//! also runs against a store that already holds data.
+
+use crate::*;
+use rebound_core::RedirectKind;
+
+fn unique(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .subsec_nanos();
+    format!("{prefix}{:x}{}", nanos, N.fetch_add(1, Ordering::Relaxed))
+}
+
+fn link(code: &str, owner: &str, created_at: i64) -> Link {
+    Link::new_active(
+        code.into(),
+        format!("https://example.com/{code}"),
+        RedirectKind::Found,
+        false,
+        created_at,
+        owner.into(),
+        None,
+    )
+}
+
+/// Runs every check of the contract.
+pub async fn run_all<S: Store + ?Sized>(store: &S) {
+    conditional_insert(store).await;
+    idempotency_in_the_same_transaction(store).await;
+    versioned_deactivation(store).await;
+    listing_newest_first_with_cursor(store).await;
+    bad_cursors(store).await;
+    scan_returns_every_code(store).await;
+    keys(store).await;
+    counter_blocks_never_overlap(store).await;
+    settings_are_written_once(store).await;
+    click_batches_apply_once(store).await;
+    audit_log(store).await;
+}
+
+async fn conditional_insert<S: Store + ?Sized>(store: &S) {
+    let code = unique("ci");
+    let first = link(&code, "owner", 1);
+    store.insert_link(&first, None).await.unwrap();
+    let mut second = first.clone();
+    second.long_url = "https://other.example/".into();
+    assert!(matches!(
+        store.insert_link(&second, None).await,
+        Err(StoreError::AlreadyExists)
+    ));
+    assert_eq!(
+        store.get_link(&code).await.unwrap(),
+        Some(first),
+        "the first write stands"
+    );
+    assert_eq!(store.get_link(&unique("none")).await.unwrap(), None);
+}
+
+async fn idempotency_in_the_same_transaction<S: Store + ?Sized>(store: &S) {
+    let scope = unique("scope");
+    let rec = IdempotencyRecord {
+        scope: scope.clone(),
+        key: "k1".into(),
+        request_hash: "h".into(),
+        status: 201,
+        body: "{}".into(),
+        created_at: 1_000,
+        expires_at: 1_000 + 86_400_000,
+    };
+    let a = link(&unique("ia"), "owner", 1);
+    store.insert_link(&a, Some(&rec)).await.unwrap();
+    assert_eq!(
+        store.get_idempotency(&scope, "k1", 2_000).await.unwrap(),
+        Some(rec.clone())
+    );
+    assert_eq!(
+        store
+            .get_idempotency(&scope, "k1", rec.expires_at)
+            .await
+            .unwrap(),
+        None,
+        "expired records are not returned"
+    );
+    assert_eq!(
+        store.get_idempotency(&scope, "k2", 2_000).await.unwrap(),
+        None
+    );
+
+    // The same key again: nothing is written, not even the link.
+    let b = link(&unique("ib"), "owner", 1);
+    let again = IdempotencyRecord {
+        created_at: 2_000,
+        ..rec.clone()
+    };
+    assert!(matches!(
+        store.insert_link(&b, Some(&again)).await,
+        Err(StoreError::IdempotencyKeyExists)
+    ));
+    assert_eq!(store.get_link(&b.code).await.unwrap(), None);
+
+    // A taken code writes no idempotency record.
+    let other = IdempotencyRecord {
+        key: "k3".into(),
+        ..rec.clone()
+    };
+    assert!(matches!(
+        store.insert_link(&a, Some(&other)).await,
+        Err(StoreError::AlreadyExists)
+    ));
+    assert_eq!(
+        store.get_idempotency(&scope, "k3", 2_000).await.unwrap(),
+        None
+    );
+
+    // After expiry the key may be used again.
+    let later = IdempotencyRecord {
+        created_at: rec.expires_at + 1,
+        expires_at: rec.expires_at + 100_000,
+        ..rec
+    };
+    store.insert_link(&b, Some(&later)).await.unwrap();
+    assert_eq!(
+        store
+            .get_idempotency(&scope, "k1", later.created_at)
+            .await
+            .unwrap(),
+        Some(later)
+    );
+}
+
+async fn versioned_deactivation<S: Store + ?Sized>(store: &S) {
+    let code = unique("vd");
+    store
+        .insert_link(&link(&code, "owner", 1), None)
+        .await
+        .unwrap();
+    let deletion = Deletion {
+        at: 500,
+        by: "op".into(),
+        reason: Some("phishing".into()),
+    };
+    assert!(matches!(
+        store.deactivate_link(&code, 2, &deletion).await,
+        Err(StoreError::ConditionFailed)
+    ));
+    let down = store.deactivate_link(&code, 1, &deletion).await.unwrap();
+    assert!(!down.is_active);
+    assert_eq!(down.version, 2);
+    assert_eq!(down.deleted_by.as_deref(), Some("op"));
+    assert_eq!(down.delete_reason.as_deref(), Some("phishing"));
+    assert_eq!(store.get_link(&code).await.unwrap(), Some(down));
+    // A second deactivation at the old version fails and changes nothing.
+    assert!(matches!(
+        store.deactivate_link(&code, 1, &deletion).await,
+        Err(StoreError::ConditionFailed)
+    ));
+    assert!(matches!(
+        store.deactivate_link(&code, 2, &deletion).await,
+        Err(StoreError::ConditionFailed)
+    ));
+    assert_eq!(store.get_link(&code).await.unwrap().unwrap().version, 2);
+    assert!(matches!(
+        store.deactivate_link(&unique("nx"), 1, &deletion).await,
+        Err(StoreError::NotFound)
+    ));
+}
+
+async fn listing_newest_first_with_cursor<S: Store + ?Sized>(store: &S) {
+    let owner = unique("lister");
+    let mut codes = Vec::new();
+    for i in 0..7 {
+        let code = unique("ls");
+        // Two links share a timestamp to exercise the code tie-break.
+        store
+            .insert_link(&link(&code, &owner, 1_000 + (i / 2)), None)
+            .await
+            .unwrap();
+        codes.push((1_000 + (i / 2), code));
+    }
+    store
+        .insert_link(&link(&unique("lo"), &unique("other"), 5_000), None)
+        .await
+        .unwrap();
+    codes.sort_by(|a, b| b.cmp(a));
+    let want: Vec<String> = codes.into_iter().map(|(_, c)| c).collect();
+
+    let mut got = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = store
+            .list_links(Some(&owner), 3, cursor.as_deref())
+            .await
+            .unwrap();
+        assert!(page.links.len() <= 3);
+        got.extend(page.links.iter().map(|l| l.code.clone()));
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    assert_eq!(got, want);
+
+    let all = store.list_links(None, 1000, None).await.unwrap();
+    assert!(all.links.len() >= 8);
+    assert!(all
+        .links
+        .windows(2)
+        .all(|w| (w[0].created_at, &w[0].code) > (w[1].created_at, &w[1].code)));
+}
+
+async fn bad_cursors<S: Store + ?Sized>(store: &S) {
+    for bad in ["", "abc", "12", ".abc", "x.abc", "12.a", "12.a b", "-5.abc"] {
+        assert!(
+            matches!(
+                store.list_links(None, 10, Some(bad)).await,
+                Err(StoreError::BadCursor)
+            ),
+            "{bad:?}"
+        );
+    }
+}
+
+async fn scan_returns_every_code<S: Store + ?Sized>(store: &S) {
+    let mine: Vec<String> = (0..5).map(|_| unique("sc")).collect();
+    for c in &mine {
+        store.insert_link(&link(c, "o", 1), None).await.unwrap();
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = store.scan_codes(after.as_deref(), 2).await.unwrap();
+        if page.is_empty() {
+            break;
+        }
+        assert!(page.len() <= 2);
+        after = page.last().cloned();
+        seen.extend(page);
+    }
+    for c in &mine {
+        assert!(seen.contains(c), "{c} missing from the scan");
+    }
+}
+
+async fn keys<S: Store + ?Sized>(store: &S) {
+    let id = unique("key");
+    let rec = ApiKeyRecord {
+        id: id.clone(),
+        name: "ci".into(),
+        role: Role::Creator,
+        key_hash: unique("hash"),
+        created_at: 1,
+        revoked_at: None,
+    };
+    store.insert_key(&rec).await.unwrap();
+    assert!(matches!(
+        store.insert_key(&rec).await,
+        Err(StoreError::AlreadyExists)
+    ));
+    assert_eq!(
+        store.find_key_by_hash(&rec.key_hash).await.unwrap(),
+        Some(rec.clone())
+    );
+    assert_eq!(store.find_key_by_hash("nope").await.unwrap(), None);
+    let revoked = store.revoke_key(&id, 10).await.unwrap();
+    assert_eq!(revoked.revoked_at, Some(10));
+    // Revoking again keeps the first time.
+    assert_eq!(
+        store.revoke_key(&id, 20).await.unwrap().revoked_at,
+        Some(10)
+    );
+    assert_eq!(
+        store
+            .find_key_by_hash(&rec.key_hash)
+            .await
+            .unwrap()
+            .unwrap()
+            .revoked_at,
+        Some(10)
+    );
+    assert!(matches!(
+        store.revoke_key(&unique("nokey"), 1).await,
+        Err(StoreError::NotFound)
+    ));
+}
+
+async fn counter_blocks_never_overlap<S: Store + ?Sized>(store: &S) {
+    let name = unique("ctr");
+    let a = store.lease_block(&name, 100).await.unwrap();
+    let b = store.lease_block(&name, 100).await.unwrap();
+    assert_eq!(a, 0..100);
+    assert_eq!(b, 100..200);
+    let c = store.lease_block(&name, 1).await.unwrap();
+    assert_eq!(c, 200..201);
+}
+
+async fn settings_are_written_once<S: Store + ?Sized>(store: &S) {
+    let name = unique("set");
+    assert_eq!(
+        store.get_or_init_setting(&name, "first").await.unwrap(),
+        "first"
+    );
+    assert_eq!(
+        store.get_or_init_setting(&name, "second").await.unwrap(),
+        "first"
+    );
+}
+
+async fn click_batches_apply_once<S: Store + ?Sized>(store: &S) {
+    let code = unique("ck");
+    let batch = ClickBatch {
+        id: unique("batch"),
+        adds: vec![
+            ClickAdd {
+                code: code.clone(),
+                day: Day(100),
+                clicks: 3,
+            },
+            ClickAdd {
+                code: code.clone(),
+                day: Day(101),
+                clicks: 2,
+            },
+        ],
+    };
+    assert_eq!(
+        store.apply_clicks(&batch).await.unwrap(),
+        BatchOutcome::Applied
+    );
+    assert_eq!(
+        store.apply_clicks(&batch).await.unwrap(),
+        BatchOutcome::AlreadyApplied
+    );
+    let second = ClickBatch {
+        id: unique("batch"),
+        adds: vec![ClickAdd {
+            code: code.clone(),
+            day: Day(100),
+            clicks: 4,
+        }],
+    };
+    assert_eq!(
+        store.apply_clicks(&second).await.unwrap(),
+        BatchOutcome::Applied
+    );
+    assert_eq!(
+        store.read_clicks(&code, Day(99), Day(102)).await.unwrap(),
+        vec![(Day(100), 7), (Day(101), 2)]
+    );
+    assert_eq!(
+        store.read_clicks(&code, Day(101), Day(101)).await.unwrap(),
+        vec![(Day(101), 2)]
+    );
+    assert_eq!(
+        store.read_clicks(&code, Day(102), Day(200)).await.unwrap(),
+        vec![]
+    );
+}
+
+async fn audit_log<S: Store + ?Sized>(store: &S) {
+    let code = unique("au");
+    for outcome in ["invalidate_failed", "ok"] {
+        store
+            .append_audit(&AuditEvent {
+                at: 5,
+                actor: "op".into(),
+                action: "takedown".into(),
+                code: Some(code.clone()),
+                reason: Some("malware".into()),
+                outcome: outcome.into(),
+            })
+            .await
+            .unwrap();
+    }
+    let events = store.audit_for(&code).await.unwrap();
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0].outcome, "invalidate_failed");
+    assert_eq!(events[1].outcome, "ok");
+    assert_eq!(events[1].reason.as_deref(), Some("malware"));
+}

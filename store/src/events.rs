@@ -1,0 +1,68 @@
+//! The link-event port: what the control plane tells the data plane's caches. Creates are
+//! written through to L2 and announced on the creation feed (so Bloom filters learn the
+//! code); deletes and takedowns write the tombstone at the new version and publish the
+//! invalidation. The all-in-one carries it in process, distributed mode over Redis.
+
+use async_trait::async_trait;
+use rebound_core::Link;
+
+/// Why an event could not be delivered.
+#[derive(Debug, thiserror::Error)]
+#[error("link event not delivered: {0}")]
+pub struct EventError(pub String);
+
+/// Receives link lifecycle events from the control plane.
+#[async_trait]
+pub trait LinkEvents: Send + Sync {
+    /// `link` was just created: make it visible to every proxy's Bloom filter and L2.
+    async fn created(&self, link: &Link) -> Result<(), EventError>;
+    /// `link` (inactive, at its new version) went down: write its tombstone and publish
+    /// the invalidation. Success must not be reported to the caller before this returns Ok.
+    async fn deactivated(&self, link: &Link) -> Result<(), EventError>;
+}
+
+/// Delivers nothing: for a control plane with no data plane to tell.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoLinkEvents;
+
+#[async_trait]
+impl LinkEvents for NoLinkEvents {
+    async fn created(&self, _link: &Link) -> Result<(), EventError> {
+        Ok(())
+    }
+    async fn deactivated(&self, _link: &Link) -> Result<(), EventError> {
+        Ok(())
+    }
+}
+
+/// A recorder for tests: remembers every event and can be told to fail deactivations.
+#[derive(Debug, Default)]
+pub struct RecordedLinkEvents {
+    pub created: std::sync::Mutex<Vec<Link>>,
+    pub deactivated: std::sync::Mutex<Vec<Link>>,
+    pub fail_deactivations: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait]
+impl LinkEvents for RecordedLinkEvents {
+    async fn created(&self, link: &Link) -> Result<(), EventError> {
+        self.created
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(link.clone());
+        Ok(())
+    }
+    async fn deactivated(&self, link: &Link) -> Result<(), EventError> {
+        if self
+            .fail_deactivations
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(EventError("tombstone write refused by the test".into()));
+        }
+        self.deactivated
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(link.clone());
+        Ok(())
+    }
+}

@@ -1,0 +1,276 @@
+//! Rebound's storage ports and their adapters.
+//!
+//! # Layout
+//!
+//! - this file: the port traits, shaped after DynamoDB's semantics (conditional put,
+//!   conditional versioned update, atomic add, one transaction for link + idempotency
+//!   record, point get, paged listing by owner), their records and errors.
+//! - [`sqlite`]: the embedded adapter (one SQLite file in WAL mode).
+//! - [`memory`]: an in-memory fake with fault injection, for unit tests.
+//! - [`events`]: the port through which the control plane tells the data plane's caches
+//!   about creates and deletes.
+//! - [`conformance`]: the contract every adapter must pass, run against each of them.
+#![forbid(unsafe_code)]
+
+pub mod conformance;
+pub mod events;
+pub mod memory;
+pub mod sqlite;
+
+use async_trait::async_trait;
+use rebound_core::link::Deletion;
+use rebound_core::{Day, Link, UnixMillis};
+use std::ops::Range;
+
+pub use events::{EventError, LinkEvents, NoLinkEvents};
+pub use memory::MemoryStore;
+pub use sqlite::SqliteStore;
+
+/// What can go wrong in a store call. Callers match on the conditional outcomes; the rest
+/// is classified once, where the response is chosen.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A conditional insert found the key already there.
+    #[error("the item already exists")]
+    AlreadyExists,
+    /// The idempotency key of a create is already recorded.
+    #[error("the idempotency key is already recorded")]
+    IdempotencyKeyExists,
+    /// A conditional update found another version.
+    #[error("the item changed (version condition failed)")]
+    ConditionFailed,
+    /// The item does not exist.
+    #[error("no such item")]
+    NotFound,
+    /// A listing cursor that this store did not issue.
+    #[error("the cursor is not valid")]
+    BadCursor,
+    /// The counter has no values left.
+    #[error("the code counter is exhausted")]
+    Exhausted,
+    /// The store could not be reached or did not answer in time.
+    #[error("the store is unavailable: {0}")]
+    Unavailable(String),
+    /// The store answered with something this code cannot read.
+    #[error("the store returned a malformed item: {0}")]
+    Corrupt(String),
+}
+
+/// The role an API key grants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Creates links and manages its own.
+    Creator,
+    /// Manages every link, takes links down and manages keys.
+    Operator,
+}
+
+impl Role {
+    /// The role's name as the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Creator => "creator",
+            Role::Operator => "operator",
+        }
+    }
+    /// Parses `creator` or `operator`.
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "creator" => Some(Role::Creator),
+            "operator" => Some(Role::Operator),
+            _ => None,
+        }
+    }
+}
+
+/// An API key as stored: never the key itself, only its hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKeyRecord {
+    pub id: String,
+    pub name: String,
+    pub role: Role,
+    /// Hex SHA-256 of the key.
+    pub key_hash: String,
+    pub created_at: UnixMillis,
+    pub revoked_at: Option<UnixMillis>,
+}
+
+/// The first answer to a create with an `Idempotency-Key`, kept so a retry gets it again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyRecord {
+    /// The API key id (or `anonymous:<ip>`) the idempotency key belongs to.
+    pub scope: String,
+    pub key: String,
+    /// Hash of the request body, to refuse the same key with another body.
+    pub request_hash: String,
+    pub status: u16,
+    pub body: String,
+    pub created_at: UnixMillis,
+    /// After this the key may be used again.
+    pub expires_at: UnixMillis,
+}
+
+/// One audit log entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditEvent {
+    pub at: UnixMillis,
+    pub actor: String,
+    /// `takedown`, `delete`, `key_create`, `key_revoke`.
+    pub action: String,
+    pub code: Option<String>,
+    pub reason: Option<String>,
+    /// `ok`, `invalidate_failed`, `already_down`.
+    pub outcome: String,
+}
+
+/// Clicks to add to one (code, day) rollup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClickAdd {
+    pub code: String,
+    pub day: Day,
+    pub clicks: u64,
+}
+
+/// A batch of rollup adds, applied at most once per `id`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClickBatch {
+    /// Unique per batch; a batch whose id was applied before is skipped.
+    pub id: String,
+    pub adds: Vec<ClickAdd>,
+}
+
+/// Most adds in one batch (DynamoDB's transaction limit, less the batch marker).
+pub const MAX_BATCH_ADDS: usize = 99;
+
+/// Whether a click batch was applied now or had been before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchOutcome {
+    Applied,
+    AlreadyApplied,
+}
+
+/// One page of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkPage {
+    pub links: Vec<Link>,
+    /// Present when more links follow.
+    pub next_cursor: Option<String>,
+}
+
+/// Where a listing continues: after (`created_at`, `code`) in newest-first order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListCursor {
+    pub created_at: UnixMillis,
+    pub code: String,
+}
+
+impl ListCursor {
+    /// The opaque text handed to clients.
+    pub fn encode(&self) -> String {
+        format!("{}.{}", self.created_at, self.code)
+    }
+    /// Reads a cursor that [`ListCursor::encode`] wrote.
+    pub fn decode(s: &str) -> Result<ListCursor, StoreError> {
+        let (at, code) = s.split_once('.').ok_or(StoreError::BadCursor)?;
+        let created_at = at.parse::<i64>().map_err(|_| StoreError::BadCursor)?;
+        if rebound_core::code::check_code(code).is_err() || created_at < 0 {
+            return Err(StoreError::BadCursor);
+        }
+        Ok(ListCursor {
+            created_at,
+            code: code.to_owned(),
+        })
+    }
+}
+
+/// Links by code.
+#[async_trait]
+pub trait LinkStore: Send + Sync {
+    /// Conditional insert of a new link, with the idempotency record in the same
+    /// transaction when given. `AlreadyExists` when the code is taken,
+    /// `IdempotencyKeyExists` when the key is recorded (and unexpired); nothing is written then.
+    async fn insert_link(
+        &self,
+        link: &Link,
+        idempotency: Option<&IdempotencyRecord>,
+    ) -> Result<(), StoreError>;
+    /// Point read.
+    async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError>;
+    /// Conditional versioned update: marks the link inactive if it is still at
+    /// `expected_version`, bumping the version. Returns the new record; `ConditionFailed`
+    /// when the version moved, `NotFound` when there is no such link.
+    async fn deactivate_link(
+        &self,
+        code: &str,
+        expected_version: u64,
+        deletion: &Deletion,
+    ) -> Result<Link, StoreError>;
+    /// Newest first; only `owner`'s links when given. `BadCursor` for a cursor not issued here.
+    async fn list_links(
+        &self,
+        owner: Option<&str>,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<LinkPage, StoreError>;
+    /// Every code ever issued, in pages of at most `limit`, after `after` (for the Bloom filter).
+    async fn scan_codes(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError>;
+    /// The recorded answer for an idempotency key, if unexpired at `now`.
+    async fn get_idempotency(
+        &self,
+        scope: &str,
+        key: &str,
+        now: UnixMillis,
+    ) -> Result<Option<IdempotencyRecord>, StoreError>;
+}
+
+/// API keys, stored hashed.
+#[async_trait]
+pub trait KeyStore: Send + Sync {
+    /// Conditional insert by id; `AlreadyExists` when the id is taken.
+    async fn insert_key(&self, key: &ApiKeyRecord) -> Result<(), StoreError>;
+    /// The key whose hash is `key_hash`, revoked or not.
+    async fn find_key_by_hash(&self, key_hash: &str) -> Result<Option<ApiKeyRecord>, StoreError>;
+    /// Marks a key revoked (idempotent). `NotFound` when there is no such key.
+    async fn revoke_key(&self, id: &str, at: UnixMillis) -> Result<ApiKeyRecord, StoreError>;
+}
+
+/// Named 64-bit counters leased in blocks, and small named settings.
+#[async_trait]
+pub trait CounterStore: Send + Sync {
+    /// Atomically adds `size` to the counter and returns the block it covered.
+    async fn lease_block(&self, counter: &str, size: u64) -> Result<Range<u64>, StoreError>;
+    /// The stored value of `name`, writing `candidate` first if there is none (conditional put).
+    async fn get_or_init_setting(&self, name: &str, candidate: &str) -> Result<String, StoreError>;
+}
+
+/// Per-day click rollups.
+#[async_trait]
+pub trait RollupStore: Send + Sync {
+    /// Adds every count of the batch with atomic adds, at most once per batch id.
+    async fn apply_clicks(&self, batch: &ClickBatch) -> Result<BatchOutcome, StoreError>;
+    /// The non-zero daily counts of `code` from `from` through `to`, in day order.
+    async fn read_clicks(
+        &self,
+        code: &str,
+        from: Day,
+        to: Day,
+    ) -> Result<Vec<(Day, u64)>, StoreError>;
+}
+
+/// The audit log of takedowns and other operator actions.
+#[async_trait]
+pub trait AuditLog: Send + Sync {
+    /// Appends one event.
+    async fn append_audit(&self, event: &AuditEvent) -> Result<(), StoreError>;
+    /// Events about `code`, oldest first.
+    async fn audit_for(&self, code: &str) -> Result<Vec<AuditEvent>, StoreError>;
+}
+
+/// Everything a control plane or data plane needs from one backend.
+pub trait Store: LinkStore + KeyStore + CounterStore + RollupStore + AuditLog {}
+impl<T: LinkStore + KeyStore + CounterStore + RollupStore + AuditLog> Store for T {}

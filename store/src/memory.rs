@@ -1,0 +1,281 @@
+//! An in-memory store for unit tests: the same contract as the real adapters, plus
+//! switches to make it fail and counters of what was asked of it.
+
+use crate::*;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+#[derive(Default)]
+struct State {
+    links: HashMap<String, Link>,
+    idempotency: HashMap<(String, String), IdempotencyRecord>,
+    keys: HashMap<String, ApiKeyRecord>,
+    counters: HashMap<String, u64>,
+    settings: HashMap<String, String>,
+    rollups: BTreeMap<(String, Day), u64>,
+    batches: std::collections::HashSet<String>,
+    audit: Vec<AuditEvent>,
+}
+
+/// The in-memory fake.
+#[derive(Default)]
+pub struct MemoryStore {
+    state: Mutex<State>,
+    unavailable: AtomicBool,
+    link_reads: AtomicU64,
+}
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// While true, every call fails with `Unavailable`.
+    pub fn set_unavailable(&self, down: bool) {
+        self.unavailable.store(down, Ordering::SeqCst);
+    }
+
+    /// How many `get_link` calls were made.
+    pub fn link_reads(&self) -> u64 {
+        self.link_reads.load(Ordering::SeqCst)
+    }
+
+    fn state(&self) -> Result<std::sync::MutexGuard<'_, State>, StoreError> {
+        if self.unavailable.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("memory store switched off".into()));
+        }
+        Ok(self.state.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+#[async_trait]
+impl LinkStore for MemoryStore {
+    async fn insert_link(
+        &self,
+        link: &Link,
+        idempotency: Option<&IdempotencyRecord>,
+    ) -> Result<(), StoreError> {
+        let mut s = self.state()?;
+        if let Some(rec) = idempotency {
+            let k = (rec.scope.clone(), rec.key.clone());
+            if s.idempotency
+                .get(&k)
+                .is_some_and(|r| r.expires_at > rec.created_at)
+            {
+                return Err(StoreError::IdempotencyKeyExists);
+            }
+        }
+        if s.links.contains_key(&link.code) {
+            return Err(StoreError::AlreadyExists);
+        }
+        if let Some(rec) = idempotency {
+            s.idempotency
+                .insert((rec.scope.clone(), rec.key.clone()), rec.clone());
+        }
+        s.links.insert(link.code.clone(), link.clone());
+        Ok(())
+    }
+
+    async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError> {
+        self.link_reads.fetch_add(1, Ordering::SeqCst);
+        Ok(self.state()?.links.get(code).cloned())
+    }
+
+    async fn deactivate_link(
+        &self,
+        code: &str,
+        expected_version: u64,
+        deletion: &Deletion,
+    ) -> Result<Link, StoreError> {
+        let mut s = self.state()?;
+        let link = s.links.get_mut(code).ok_or(StoreError::NotFound)?;
+        if link.version != expected_version || !link.is_active {
+            return Err(StoreError::ConditionFailed);
+        }
+        *link = link.deactivated(deletion);
+        Ok(link.clone())
+    }
+
+    async fn list_links(
+        &self,
+        owner: Option<&str>,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<LinkPage, StoreError> {
+        let after = cursor.map(ListCursor::decode).transpose()?;
+        let s = self.state()?;
+        let mut links: Vec<&Link> = s
+            .links
+            .values()
+            .filter(|l| owner.is_none_or(|o| l.created_by == o))
+            .filter(|l| {
+                after.as_ref().is_none_or(|c| {
+                    (l.created_at, l.code.as_str()) < (c.created_at, c.code.as_str())
+                })
+            })
+            .collect();
+        links.sort_by(|a, b| (b.created_at, &b.code).cmp(&(a.created_at, &a.code)));
+        let more = links.len() > limit;
+        let links: Vec<Link> = links.into_iter().take(limit).cloned().collect();
+        let next_cursor = if more {
+            links.last().map(|l| {
+                ListCursor {
+                    created_at: l.created_at,
+                    code: l.code.clone(),
+                }
+                .encode()
+            })
+        } else {
+            None
+        };
+        Ok(LinkPage { links, next_cursor })
+    }
+
+    async fn scan_codes(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        let s = self.state()?;
+        let mut codes: Vec<String> = s
+            .links
+            .keys()
+            .filter(|c| after.is_none_or(|a| c.as_str() > a))
+            .cloned()
+            .collect();
+        codes.sort();
+        codes.truncate(limit);
+        Ok(codes)
+    }
+
+    async fn get_idempotency(
+        &self,
+        scope: &str,
+        key: &str,
+        now: UnixMillis,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        let s = self.state()?;
+        Ok(s.idempotency
+            .get(&(scope.to_owned(), key.to_owned()))
+            .filter(|r| r.expires_at > now)
+            .cloned())
+    }
+}
+
+#[async_trait]
+impl KeyStore for MemoryStore {
+    async fn insert_key(&self, key: &ApiKeyRecord) -> Result<(), StoreError> {
+        let mut s = self.state()?;
+        if s.keys.contains_key(&key.id) {
+            return Err(StoreError::AlreadyExists);
+        }
+        s.keys.insert(key.id.clone(), key.clone());
+        Ok(())
+    }
+
+    async fn find_key_by_hash(&self, key_hash: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+        Ok(self
+            .state()?
+            .keys
+            .values()
+            .find(|k| k.key_hash == key_hash)
+            .cloned())
+    }
+
+    async fn revoke_key(&self, id: &str, at: UnixMillis) -> Result<ApiKeyRecord, StoreError> {
+        let mut s = self.state()?;
+        let key = s.keys.get_mut(id).ok_or(StoreError::NotFound)?;
+        key.revoked_at.get_or_insert(at);
+        Ok(key.clone())
+    }
+}
+
+#[async_trait]
+impl CounterStore for MemoryStore {
+    async fn lease_block(&self, counter: &str, size: u64) -> Result<Range<u64>, StoreError> {
+        let mut s = self.state()?;
+        let value = s.counters.entry(counter.to_owned()).or_insert(0);
+        let start = *value;
+        let end = start.checked_add(size).ok_or(StoreError::Exhausted)?;
+        *value = end;
+        Ok(start..end)
+    }
+
+    async fn get_or_init_setting(&self, name: &str, candidate: &str) -> Result<String, StoreError> {
+        let mut s = self.state()?;
+        Ok(s.settings
+            .entry(name.to_owned())
+            .or_insert_with(|| candidate.to_owned())
+            .clone())
+    }
+}
+
+#[async_trait]
+impl RollupStore for MemoryStore {
+    async fn apply_clicks(&self, batch: &ClickBatch) -> Result<BatchOutcome, StoreError> {
+        let mut s = self.state()?;
+        if !s.batches.insert(batch.id.clone()) {
+            return Ok(BatchOutcome::AlreadyApplied);
+        }
+        for add in &batch.adds {
+            *s.rollups.entry((add.code.clone(), add.day)).or_insert(0) += add.clicks;
+        }
+        Ok(BatchOutcome::Applied)
+    }
+
+    async fn read_clicks(
+        &self,
+        code: &str,
+        from: Day,
+        to: Day,
+    ) -> Result<Vec<(Day, u64)>, StoreError> {
+        let s = self.state()?;
+        Ok(s.rollups
+            .range((code.to_owned(), from)..=(code.to_owned(), to))
+            .filter(|(_, n)| **n > 0)
+            .map(|((_, d), n)| (*d, *n))
+            .collect())
+    }
+}
+
+#[async_trait]
+impl AuditLog for MemoryStore {
+    async fn append_audit(&self, event: &AuditEvent) -> Result<(), StoreError> {
+        self.state()?.audit.push(event.clone());
+        Ok(())
+    }
+
+    async fn audit_for(&self, code: &str) -> Result<Vec<AuditEvent>, StoreError> {
+        Ok(self
+            .state()?
+            .audit
+            .iter()
+            .filter(|e| e.code.as_deref() == Some(code))
+            .cloned()
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn memory_store_passes_the_contract() {
+        crate::conformance::run_all(&MemoryStore::new()).await;
+    }
+
+    #[tokio::test]
+    async fn switched_off_it_fails() {
+        let s = MemoryStore::new();
+        s.set_unavailable(true);
+        assert!(matches!(
+            s.get_link("abc").await,
+            Err(StoreError::Unavailable(_))
+        ));
+        s.set_unavailable(false);
+        assert!(s.get_link("abc").await.unwrap().is_none());
+        assert_eq!(s.link_reads(), 2);
+    }
+}

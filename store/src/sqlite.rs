@@ -1,0 +1,627 @@
+//! The embedded store: one SQLite file in WAL mode. One writer connection serialises
+//! writes (SQLite allows one writer anyway); a few reader connections serve point reads
+//! concurrently. Every call runs on tokio's blocking pool.
+
+use crate::*;
+use rebound_core::RedirectKind;
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+const READERS: usize = 4;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS links (
+    code TEXT PRIMARY KEY,
+    long_url TEXT NOT NULL,
+    redirect INTEGER NOT NULL,
+    forward_query INTEGER NOT NULL,
+    created_at INTEGER NOT NULL,
+    created_by TEXT NOT NULL,
+    is_active INTEGER NOT NULL,
+    version INTEGER NOT NULL,
+    expires_at INTEGER,
+    deleted_at INTEGER,
+    deleted_by TEXT,
+    delete_reason TEXT,
+    purge_at INTEGER
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS links_by_owner ON links (created_by, created_at DESC, code DESC);
+CREATE INDEX IF NOT EXISTS links_by_time ON links (created_at DESC, code DESC);
+CREATE TABLE IF NOT EXISTS idempotency (
+    scope TEXT NOT NULL,
+    key TEXT NOT NULL,
+    request_hash TEXT NOT NULL,
+    status INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL,
+    PRIMARY KEY (scope, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS api_keys (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    role TEXT NOT NULL,
+    key_hash TEXT NOT NULL UNIQUE,
+    created_at INTEGER NOT NULL,
+    revoked_at INTEGER
+);
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS rollups (
+    code TEXT NOT NULL,
+    day INTEGER NOT NULL,
+    clicks INTEGER NOT NULL,
+    PRIMARY KEY (code, day)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS applied_batches (id TEXT PRIMARY KEY, applied_at INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS audit (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    at INTEGER NOT NULL,
+    actor TEXT NOT NULL,
+    action TEXT NOT NULL,
+    code TEXT,
+    reason TEXT,
+    outcome TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_by_code ON audit (code, seq);
+";
+
+const LINK_COLUMNS: &str =
+    "code, long_url, redirect, forward_query, created_at, created_by, is_active, \
+     version, expires_at, deleted_at, deleted_by, delete_reason, purge_at";
+
+struct Inner {
+    path: PathBuf,
+    writer: Mutex<Connection>,
+    readers: Vec<Mutex<Connection>>,
+    next_reader: AtomicUsize,
+}
+
+/// The SQLite adapter.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.inner.path)
+            .finish()
+    }
+}
+
+fn sql_err(e: rusqlite::Error) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+fn open_conn(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open(path).map_err(sql_err)?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .map_err(sql_err)?;
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .map_err(sql_err)?;
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .map_err(sql_err)?;
+    Ok(conn)
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database file at `path` and its schema.
+    pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| StoreError::Unavailable(format!("{}: {e}", dir.display())))?;
+        }
+        let writer = open_conn(&path)?;
+        writer.execute_batch(SCHEMA).map_err(sql_err)?;
+        let readers = (0..READERS)
+            .map(|_| open_conn(&path).map(Mutex::new))
+            .collect::<Result<_, _>>()?;
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                path,
+                writer: Mutex::new(writer),
+                readers,
+                next_reader: AtomicUsize::new(0),
+            }),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut conn = inner.writer.lock().unwrap_or_else(|e| e.into_inner());
+            f(&mut conn)
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("store task failed: {e}")))?
+    }
+
+    async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            let start = inner.next_reader.fetch_add(1, Ordering::Relaxed);
+            // Take the first idle reader, else wait for the one whose turn it is.
+            for i in 0..inner.readers.len() {
+                if let Ok(conn) = inner.readers[(start + i) % inner.readers.len()].try_lock() {
+                    return f(&conn);
+                }
+            }
+            let conn = inner.readers[start % inner.readers.len()]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            f(&conn)
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("store task failed: {e}")))?
+    }
+}
+
+fn link_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Link, StoreError>> {
+    let redirect: u16 = row.get(2)?;
+    let version: i64 = row.get(7)?;
+    let Some(redirect) = RedirectKind::from_status(redirect) else {
+        return Ok(Err(StoreError::Corrupt(format!("redirect {redirect}"))));
+    };
+    Ok(Ok(Link {
+        code: row.get(0)?,
+        long_url: row.get(1)?,
+        redirect,
+        forward_query: row.get(3)?,
+        created_at: row.get(4)?,
+        created_by: row.get(5)?,
+        is_active: row.get(6)?,
+        version: version as u64,
+        expires_at: row.get(8)?,
+        deleted_at: row.get(9)?,
+        deleted_by: row.get(10)?,
+        delete_reason: row.get(11)?,
+        purge_at: row.get(12)?,
+    }))
+}
+
+fn key_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<ApiKeyRecord, StoreError>> {
+    let role: String = row.get(2)?;
+    let Some(role) = Role::parse(&role) else {
+        return Ok(Err(StoreError::Corrupt(format!("role {role}"))));
+    };
+    Ok(Ok(ApiKeyRecord {
+        id: row.get(0)?,
+        name: row.get(1)?,
+        role,
+        key_hash: row.get(3)?,
+        created_at: row.get(4)?,
+        revoked_at: row.get(5)?,
+    }))
+}
+
+fn get_link_in(conn: &Connection, code: &str) -> Result<Option<Link>, StoreError> {
+    conn.prepare_cached(&format!("SELECT {LINK_COLUMNS} FROM links WHERE code = ?1"))
+        .map_err(sql_err)?
+        .query_row([code], link_from_row)
+        .optional()
+        .map_err(sql_err)?
+        .transpose()
+}
+
+#[async_trait]
+impl LinkStore for SqliteStore {
+    async fn insert_link(
+        &self,
+        link: &Link,
+        idempotency: Option<&IdempotencyRecord>,
+    ) -> Result<(), StoreError> {
+        let link = link.clone();
+        let idem = idempotency.cloned();
+        self.write(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql_err)?;
+            if let Some(rec) = &idem {
+                let taken: Option<i64> = tx
+                    .query_row(
+                        "SELECT 1 FROM idempotency WHERE scope = ?1 AND key = ?2 AND expires_at > ?3",
+                        params![rec.scope, rec.key, rec.created_at],
+                        |r| r.get(0),
+                    )
+                    .optional()
+                    .map_err(sql_err)?;
+                if taken.is_some() {
+                    return Err(StoreError::IdempotencyKeyExists);
+                }
+            }
+            let inserted = tx
+                .prepare_cached(&format!(
+                    "INSERT INTO links ({LINK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) \
+                     ON CONFLICT (code) DO NOTHING"
+                ))
+                .map_err(sql_err)?
+                .execute(params![
+                    link.code,
+                    link.long_url,
+                    link.redirect.status(),
+                    link.forward_query,
+                    link.created_at,
+                    link.created_by,
+                    link.is_active,
+                    link.version as i64,
+                    link.expires_at,
+                    link.deleted_at,
+                    link.deleted_by,
+                    link.delete_reason,
+                    link.purge_at,
+                ])
+                .map_err(sql_err)?;
+            if inserted == 0 {
+                return Err(StoreError::AlreadyExists);
+            }
+            if let Some(rec) = &idem {
+                tx.execute(
+                    "INSERT OR REPLACE INTO idempotency (scope, key, request_hash, status, body, created_at, expires_at) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    params![rec.scope, rec.key, rec.request_hash, rec.status, rec.body, rec.created_at, rec.expires_at],
+                )
+                .map_err(sql_err)?;
+            }
+            tx.commit().map_err(sql_err)
+        })
+        .await
+    }
+
+    async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError> {
+        let code = code.to_owned();
+        self.read(move |conn| get_link_in(conn, &code)).await
+    }
+
+    async fn deactivate_link(
+        &self,
+        code: &str,
+        expected_version: u64,
+        deletion: &Deletion,
+    ) -> Result<Link, StoreError> {
+        let code = code.to_owned();
+        let deletion = deletion.clone();
+        self.write(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql_err)?;
+            let current = get_link_in(&tx, &code)?.ok_or(StoreError::NotFound)?;
+            if current.version != expected_version || !current.is_active {
+                return Err(StoreError::ConditionFailed);
+            }
+            let next = current.deactivated(&deletion);
+            let changed = tx
+                .execute(
+                    "UPDATE links SET is_active = 0, version = ?1, deleted_at = ?2, deleted_by = ?3, \
+                     delete_reason = ?4, purge_at = ?5 WHERE code = ?6 AND version = ?7 AND is_active = 1",
+                    params![
+                        next.version as i64,
+                        next.deleted_at,
+                        next.deleted_by,
+                        next.delete_reason,
+                        next.purge_at,
+                        code,
+                        expected_version as i64
+                    ],
+                )
+                .map_err(sql_err)?;
+            if changed != 1 {
+                return Err(StoreError::ConditionFailed);
+            }
+            tx.commit().map_err(sql_err)?;
+            Ok(next)
+        })
+        .await
+    }
+
+    async fn list_links(
+        &self,
+        owner: Option<&str>,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<LinkPage, StoreError> {
+        let after = cursor.map(ListCursor::decode).transpose()?;
+        let owner = owner.map(str::to_owned);
+        self.read(move |conn| {
+            let (at, code) = after.map_or((i64::MAX, String::new()), |c| (c.created_at, c.code));
+            // Without a cursor every row qualifies: (created_at, code) < (MAX, '') holds for all.
+            let mut sql = format!("SELECT {LINK_COLUMNS} FROM links WHERE (created_at < ?1 OR (created_at = ?1 AND code < ?2))");
+            if owner.is_some() {
+                sql.push_str(" AND created_by = ?4");
+            }
+            sql.push_str(" ORDER BY created_at DESC, code DESC LIMIT ?3");
+            let mut stmt = conn.prepare_cached(&sql).map_err(sql_err)?;
+            let fetch = (limit + 1) as i64;
+            let rows: Vec<rusqlite::Result<Result<Link, StoreError>>> = match &owner {
+                Some(o) => stmt.query_map(params![at, code, fetch, o], link_from_row).map_err(sql_err)?.collect(),
+                None => stmt.query_map(params![at, code, fetch], link_from_row).map_err(sql_err)?.collect(),
+            };
+            let mut links = rows.into_iter().map(|r| r.map_err(sql_err)?).collect::<Result<Vec<_>, _>>()?;
+            let more = links.len() > limit;
+            links.truncate(limit);
+            let next_cursor = if more {
+                links.last().map(|l| ListCursor { created_at: l.created_at, code: l.code.clone() }.encode())
+            } else {
+                None
+            };
+            Ok(LinkPage { links, next_cursor })
+        })
+        .await
+    }
+
+    async fn scan_codes(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        let after = after.unwrap_or("").to_owned();
+        self.read(move |conn| {
+            let mut stmt = conn
+                .prepare_cached("SELECT code FROM links WHERE code > ?1 ORDER BY code LIMIT ?2")
+                .map_err(sql_err)?;
+            let rows = stmt
+                .query_map(params![after, limit as i64], |r| r.get::<_, String>(0))
+                .map_err(sql_err)?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(sql_err)
+        })
+        .await
+    }
+
+    async fn get_idempotency(
+        &self,
+        scope: &str,
+        key: &str,
+        now: UnixMillis,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        let (scope, key) = (scope.to_owned(), key.to_owned());
+        self.read(move |conn| {
+            conn.query_row(
+                "SELECT scope, key, request_hash, status, body, created_at, expires_at FROM idempotency \
+                 WHERE scope = ?1 AND key = ?2 AND expires_at > ?3",
+                params![scope, key, now],
+                |r| {
+                    Ok(IdempotencyRecord {
+                        scope: r.get(0)?,
+                        key: r.get(1)?,
+                        request_hash: r.get(2)?,
+                        status: r.get(3)?,
+                        body: r.get(4)?,
+                        created_at: r.get(5)?,
+                        expires_at: r.get(6)?,
+                    })
+                },
+            )
+            .optional()
+            .map_err(sql_err)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl KeyStore for SqliteStore {
+    async fn insert_key(&self, key: &ApiKeyRecord) -> Result<(), StoreError> {
+        let key = key.clone();
+        self.write(move |conn| {
+            let n = conn
+                .execute(
+                    "INSERT INTO api_keys (id, name, role, key_hash, created_at, revoked_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+                     ON CONFLICT DO NOTHING",
+                    params![key.id, key.name, key.role.as_str(), key.key_hash, key.created_at, key.revoked_at],
+                )
+                .map_err(sql_err)?;
+            if n == 0 {
+                return Err(StoreError::AlreadyExists);
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn find_key_by_hash(&self, key_hash: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+        let key_hash = key_hash.to_owned();
+        self.read(move |conn| {
+            conn.prepare_cached("SELECT id, name, role, key_hash, created_at, revoked_at FROM api_keys WHERE key_hash = ?1")
+                .map_err(sql_err)?
+                .query_row([key_hash], key_from_row)
+                .optional()
+                .map_err(sql_err)?
+                .transpose()
+        })
+        .await
+    }
+
+    async fn revoke_key(&self, id: &str, at: UnixMillis) -> Result<ApiKeyRecord, StoreError> {
+        let id = id.to_owned();
+        self.write(move |conn| {
+            conn.execute("UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?1) WHERE id = ?2", params![at, id])
+                .map_err(sql_err)?;
+            conn.query_row("SELECT id, name, role, key_hash, created_at, revoked_at FROM api_keys WHERE id = ?1", [id], key_from_row)
+                .optional()
+                .map_err(sql_err)?
+                .ok_or(StoreError::NotFound)?
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl CounterStore for SqliteStore {
+    async fn lease_block(&self, counter: &str, size: u64) -> Result<Range<u64>, StoreError> {
+        let counter = counter.to_owned();
+        let size_i = i64::try_from(size).map_err(|_| StoreError::Exhausted)?;
+        self.write(move |conn| {
+            let end: i64 = conn
+                .query_row(
+                    "INSERT INTO counters (name, value) VALUES (?1, ?2) \
+                     ON CONFLICT (name) DO UPDATE SET value = value + excluded.value RETURNING value",
+                    params![counter, size_i],
+                    |r| r.get(0),
+                )
+                .map_err(|e| match e {
+                    rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::ConstraintViolation => {
+                        StoreError::Exhausted
+                    }
+                    other => sql_err(other),
+                })?;
+            let end = end as u64;
+            Ok(end - size..end)
+        })
+        .await
+    }
+
+    async fn get_or_init_setting(&self, name: &str, candidate: &str) -> Result<String, StoreError> {
+        let (name, candidate) = (name.to_owned(), candidate.to_owned());
+        self.write(move |conn| {
+            conn.execute(
+                "INSERT INTO settings (name, value) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+                params![name, candidate],
+            )
+            .map_err(sql_err)?;
+            conn.query_row("SELECT value FROM settings WHERE name = ?1", [name], |r| {
+                r.get(0)
+            })
+            .map_err(sql_err)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl RollupStore for SqliteStore {
+    async fn apply_clicks(&self, batch: &ClickBatch) -> Result<BatchOutcome, StoreError> {
+        let batch = batch.clone();
+        self.write(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql_err)?;
+            let fresh = tx
+                .execute(
+                    "INSERT INTO applied_batches (id, applied_at) VALUES (?1, strftime('%s','now')) ON CONFLICT DO NOTHING",
+                    [&batch.id],
+                )
+                .map_err(sql_err)?;
+            if fresh == 0 {
+                return Ok(BatchOutcome::AlreadyApplied);
+            }
+            {
+                let mut add = tx
+                    .prepare_cached(
+                        "INSERT INTO rollups (code, day, clicks) VALUES (?1, ?2, ?3) \
+                         ON CONFLICT (code, day) DO UPDATE SET clicks = clicks + excluded.clicks",
+                    )
+                    .map_err(sql_err)?;
+                for a in &batch.adds {
+                    add.execute(params![a.code, a.day.0, a.clicks as i64]).map_err(sql_err)?;
+                }
+            }
+            tx.commit().map_err(sql_err)?;
+            Ok(BatchOutcome::Applied)
+        })
+        .await
+    }
+
+    async fn read_clicks(
+        &self,
+        code: &str,
+        from: Day,
+        to: Day,
+    ) -> Result<Vec<(Day, u64)>, StoreError> {
+        let code = code.to_owned();
+        self.read(move |conn| {
+            let mut stmt = conn
+                .prepare_cached("SELECT day, clicks FROM rollups WHERE code = ?1 AND day BETWEEN ?2 AND ?3 AND clicks > 0 ORDER BY day")
+                .map_err(sql_err)?;
+            let rows = stmt
+                .query_map(params![code, from.0, to.0], |r| Ok((Day(r.get(0)?), r.get::<_, i64>(1)? as u64)))
+                .map_err(sql_err)?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(sql_err)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl AuditLog for SqliteStore {
+    async fn append_audit(&self, event: &AuditEvent) -> Result<(), StoreError> {
+        let e = event.clone();
+        self.write(move |conn| {
+            conn.execute(
+                "INSERT INTO audit (at, actor, action, code, reason, outcome) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![e.at, e.actor, e.action, e.code, e.reason, e.outcome],
+            )
+            .map_err(sql_err)?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn audit_for(&self, code: &str) -> Result<Vec<AuditEvent>, StoreError> {
+        let code = code.to_owned();
+        self.read(move |conn| {
+            let mut stmt = conn
+                .prepare_cached("SELECT at, actor, action, code, reason, outcome FROM audit WHERE code = ?1 ORDER BY seq")
+                .map_err(sql_err)?;
+            let rows = stmt
+                .query_map([code], |r| {
+                    Ok(AuditEvent {
+                        at: r.get(0)?,
+                        actor: r.get(1)?,
+                        action: r.get(2)?,
+                        code: r.get(3)?,
+                        reason: r.get(4)?,
+                        outcome: r.get(5)?,
+                    })
+                })
+                .map_err(sql_err)?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(sql_err)
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite_store_passes_the_contract() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("rebound.db")).unwrap();
+        crate::conformance::run_all(&store).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn data_survives_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/rebound.db");
+        {
+            let store = SqliteStore::open(&path).unwrap();
+            let link = Link::new_active(
+                "keep1".into(),
+                "https://e.com/".into(),
+                RedirectKind::Found,
+                false,
+                1,
+                "k".into(),
+                None,
+            );
+            store.insert_link(&link, None).await.unwrap();
+            assert_eq!(store.lease_block("codes", 10).await.unwrap(), 0..10);
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        assert!(store.get_link("keep1").await.unwrap().is_some());
+        assert_eq!(store.lease_block("codes", 10).await.unwrap(), 10..20);
+    }
+}
