@@ -1,0 +1,817 @@
+//! The handlers of SPEC §6, their request and response types, and the OpenAPI document
+//! generated from them.
+
+use crate::auth::{generate_key, generate_key_id, hash_key, Caller, Principal};
+use crate::body::ApiJson;
+use crate::error::{ApiError, ErrorBody};
+use crate::ControlPlane;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use axum::{Json, Router};
+use rebound_core::code::{check_alias, check_code, CodeError};
+use rebound_core::link::Deletion;
+use rebound_core::time::{parse_rfc3339, to_rfc3339};
+use rebound_core::{Day, Link, RedirectKind};
+use rebound_store::{ApiKeyRecord, AuditEvent, IdempotencyRecord, Role, StoreError};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+use utoipa::{OpenApi, ToSchema};
+
+type Cp = State<Arc<ControlPlane>>;
+
+const MAX_TTL_SECONDS: i64 = 10 * 365 * 86_400;
+const MAX_STATS_DAYS: i32 = 366;
+const DEFAULT_STATS_DAYS: i32 = 30;
+const MAX_LIST_LIMIT: usize = 1000;
+const DEFAULT_LIST_LIMIT: usize = 100;
+/// Attempts at a generated code before giving up (a taken one is skipped).
+const GENERATED_CODE_ATTEMPTS: usize = 16;
+
+pub(crate) fn routes() -> Router<Arc<ControlPlane>> {
+    Router::new()
+        .route("/api/v1/links", post(create_link).get(list_links))
+        .route("/api/v1/links/{code}", get(get_link).delete(delete_link))
+        .route("/api/v1/links/{code}/takedown", post(take_down_link))
+        .route("/api/v1/links/{code}/stats", get(link_stats))
+        .route("/api/v1/keys", post(create_key))
+        .route("/api/v1/keys/{id}", delete(revoke_key))
+        .route("/api/v1/openapi.json", get(openapi))
+        .fallback(|| async { ApiError::NotFound("no such endpoint") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::MethodNotAllowed("method not allowed on this endpoint")
+        })
+}
+
+/// A new link.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateLinkRequest {
+    /// Absolute http(s) URL, at most 2,048 bytes.
+    long_url: String,
+    /// A code of your choice: `[A-Za-z0-9_-]{3,32}`, not a reserved word.
+    custom_alias: Option<String>,
+    /// RFC 3339 time in the future; not with `ttl_seconds`.
+    expires_at: Option<String>,
+    /// Seconds until expiry, 1 to 10 years; not with `expires_at`.
+    ttl_seconds: Option<i64>,
+    /// 301, 302 (default), 307 or 308.
+    redirect: Option<u16>,
+    /// Append the request's query string to the target.
+    forward_query: Option<bool>,
+}
+
+/// A link just created.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct LinkCreated {
+    code: String,
+    short_url: String,
+    long_url: String,
+    redirect: u16,
+    forward_query: bool,
+    expires_at: Option<String>,
+    created_at: String,
+    version: u64,
+}
+
+/// A link as stored, deleted ones included.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LinkView {
+    code: String,
+    short_url: String,
+    long_url: String,
+    redirect: u16,
+    forward_query: bool,
+    expires_at: Option<String>,
+    created_at: String,
+    created_by: String,
+    is_active: bool,
+    version: u64,
+    deleted_at: Option<String>,
+    deleted_by: Option<String>,
+    delete_reason: Option<String>,
+}
+
+/// A page of links, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LinkList {
+    links: Vec<LinkView>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    next_cursor: Option<String>,
+}
+
+/// Why a link is taken down.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TakedownRequest {
+    reason: String,
+}
+
+/// Daily clicks of one link.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LinkStats {
+    code: String,
+    total: u64,
+    days: Vec<DayClicks>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DayClicks {
+    /// `YYYY-MM-DD`, UTC.
+    day: String,
+    clicks: u64,
+}
+
+/// A new API key.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateKeyRequest {
+    name: String,
+    /// `creator` or `operator`.
+    role: String,
+}
+
+/// An API key just created; `key` is shown only here.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct KeyCreated {
+    id: String,
+    name: String,
+    role: String,
+    key: String,
+}
+
+impl ControlPlane {
+    fn view(&self, link: &Link) -> LinkView {
+        LinkView {
+            code: link.code.clone(),
+            short_url: self.settings.short_url(&link.code),
+            long_url: link.long_url.clone(),
+            redirect: link.redirect.status(),
+            forward_query: link.forward_query,
+            expires_at: link.expires_at.map(to_rfc3339),
+            created_at: to_rfc3339(link.created_at),
+            created_by: link.created_by.clone(),
+            is_active: link.is_active,
+            version: link.version,
+            deleted_at: link.deleted_at.map(to_rfc3339),
+            deleted_by: link.deleted_by.clone(),
+            delete_reason: link.delete_reason.clone(),
+        }
+    }
+
+    fn created_view(&self, link: &Link) -> LinkCreated {
+        LinkCreated {
+            code: link.code.clone(),
+            short_url: self.settings.short_url(&link.code),
+            long_url: link.long_url.clone(),
+            redirect: link.redirect.status(),
+            forward_query: link.forward_query,
+            expires_at: link.expires_at.map(to_rfc3339),
+            created_at: to_rfc3339(link.created_at),
+            version: link.version,
+        }
+    }
+
+    /// Reads a link the caller may see; a malformed code is simply not found.
+    async fn visible_link(&self, principal: &Principal, code: &str) -> Result<Link, ApiError> {
+        if check_code(code).is_err() {
+            return Err(ApiError::NotFound("no such link"));
+        }
+        let link = self
+            .store
+            .get_link(code)
+            .await?
+            .ok_or(ApiError::NotFound("no such link"))?;
+        principal.require_owner(&link.created_by)?;
+        Ok(link)
+    }
+}
+
+fn code_error(field: &str, e: CodeError) -> ApiError {
+    match e {
+        CodeError::Reserved => {
+            ApiError::bad_request("reserved_alias", format!("{field} is a reserved word"))
+        }
+        other => ApiError::bad_request("invalid_alias", format!("{field} {other}")),
+    }
+}
+
+/// The validated parts of a create request.
+struct NewLink {
+    long_url: String,
+    alias: Option<String>,
+    expires_at: Option<i64>,
+    redirect: RedirectKind,
+    forward_query: bool,
+}
+
+fn validate_create(
+    cp: &ControlPlane,
+    req: CreateLinkRequest,
+    now: i64,
+) -> Result<NewLink, ApiError> {
+    let long_url = cp
+        .targets
+        .validate(&req.long_url)
+        .map_err(|e| ApiError::bad_request("invalid_url", e.to_string()))?;
+    if let Some(alias) = &req.custom_alias {
+        check_alias(alias).map_err(|e| code_error("custom_alias", e))?;
+    }
+    let expires_at = match (req.expires_at, req.ttl_seconds) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request(
+                "invalid_expiry",
+                "give expires_at or ttl_seconds, not both",
+            ));
+        }
+        (Some(at), None) => {
+            let at = parse_rfc3339(&at).ok_or_else(|| {
+                ApiError::bad_request("invalid_expiry", "expires_at must be an RFC 3339 time")
+            })?;
+            if at <= now {
+                return Err(ApiError::bad_request(
+                    "invalid_expiry",
+                    "expires_at must be in the future",
+                ));
+            }
+            if at > now + MAX_TTL_SECONDS * 1000 {
+                return Err(ApiError::bad_request(
+                    "invalid_expiry",
+                    "expires_at must be at most 10 years ahead",
+                ));
+            }
+            Some(at)
+        }
+        (None, Some(ttl)) => {
+            if !(1..=MAX_TTL_SECONDS).contains(&ttl) {
+                return Err(ApiError::bad_request(
+                    "invalid_expiry",
+                    "ttl_seconds must be between 1 and 315360000 (10 years)",
+                ));
+            }
+            Some(now + ttl * 1000)
+        }
+        (None, None) => None,
+    };
+    let redirect = match req.redirect {
+        None => RedirectKind::default(),
+        Some(s) => RedirectKind::from_status(s).ok_or_else(|| {
+            ApiError::bad_request("invalid_redirect", "redirect must be 301, 302, 307 or 308")
+        })?,
+    };
+    Ok(NewLink {
+        long_url,
+        alias: req.custom_alias,
+        expires_at,
+        redirect,
+        forward_query: req.forward_query.unwrap_or(false),
+    })
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    match value.to_str() {
+        Ok(k) if !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic()) => {
+            Ok(Some(k.to_owned()))
+        }
+        _ => Err(ApiError::bad_request(
+            "invalid_idempotency_key",
+            "Idempotency-Key must be 1-255 visible ASCII characters",
+        )),
+    }
+}
+
+/// Hash of the request body as JSON (insensitive to spacing and key order).
+fn request_hash(raw: &[u8]) -> String {
+    let canonical = serde_json::from_slice::<serde_json::Value>(raw)
+        .map(|v| v.to_string())
+        .unwrap_or_default();
+    hex::encode(Sha256::digest(canonical.as_bytes()))
+}
+
+fn replay(record: &IdempotencyRecord, hash: &str) -> Result<Response, ApiError> {
+    if record.request_hash != hash {
+        return Err(ApiError::Conflict {
+            code: "idempotency_key_reused",
+            message: "this Idempotency-Key was used with another request body",
+        });
+    }
+    let status =
+        StatusCode::from_u16(record.status).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let mut response = (status, record.body.clone()).into_response();
+    response.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/json"),
+    );
+    Ok(response)
+}
+
+#[utoipa::path(post, path = "/api/v1/links", tag = "links", request_body = CreateLinkRequest,
+    params(("Idempotency-Key" = Option<String>, Header, description = "Makes a retried create return the first answer")),
+    responses(
+        (status = 201, description = "Created", body = LinkCreated),
+        (status = 400, description = "Invalid input", body = ErrorBody),
+        (status = 401, description = "No valid key", body = ErrorBody),
+        (status = 403, description = "Key may not create", body = ErrorBody),
+        (status = 409, description = "Alias taken, or idempotency key reused with another body", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 415, description = "Body is not JSON", body = ErrorBody),
+        (status = 429, description = "Rate limited; see Retry-After", body = ErrorBody),
+    ),
+    security(("api_key" = [])))]
+async fn create_link(
+    State(cp): Cp,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Result<ApiJson<CreateLinkRequest>, ApiError>,
+) -> Result<Response, ApiError> {
+    let now = cp.clock.now_millis();
+    let (owner, scope) = match &caller {
+        Caller::Key(p) => (p.id.clone(), p.id.clone()),
+        Caller::Anonymous { ip } if cp.settings.api.anonymous_create => {
+            ("anonymous".to_owned(), format!("anonymous:{ip}"))
+        }
+        Caller::Anonymous { .. } => return Err(caller.principal().unwrap_err()),
+    };
+    let api = &cp.settings.api;
+    let limit = match &caller {
+        Caller::Key(p) if p.role == Role::Operator => Ok(()),
+        Caller::Key(p) => cp
+            .limiter
+            .take(&p.id, api.creator_rate_per_sec, api.creator_burst, now),
+        Caller::Anonymous { .. } => {
+            cp.limiter
+                .take(&scope, api.anonymous_rate_per_sec, api.anonymous_burst, now)
+        }
+    };
+    limit.map_err(|retry_after_secs| ApiError::RateLimited { retry_after_secs })?;
+    let body = body?;
+    let idem_key = idempotency_key(&headers)?;
+    let hash = request_hash(&body.raw);
+    if let Some(key) = &idem_key {
+        if let Some(record) = cp.store.get_idempotency(&scope, key, now).await? {
+            return replay(&record, &hash);
+        }
+    }
+    let new = validate_create(&cp, body.value, now)?;
+    let mut attempts = 0;
+    let link = loop {
+        attempts += 1;
+        let code = match &new.alias {
+            Some(alias) => alias.clone(),
+            None => cp.codes.next_code().await.map_err(|e| match e {
+                StoreError::Exhausted => ApiError::Internal("the code space is exhausted".into()),
+                other => other.into(),
+            })?,
+        };
+        let link = Link::new_active(
+            code,
+            new.long_url.clone(),
+            new.redirect,
+            new.forward_query,
+            now,
+            owner.clone(),
+            new.expires_at,
+        );
+        let record = idem_key.as_ref().map(|key| IdempotencyRecord {
+            scope: scope.clone(),
+            key: key.clone(),
+            request_hash: hash.clone(),
+            status: 201,
+            body: serde_json::to_string(&cp.created_view(&link)).unwrap_or_default(),
+            created_at: now,
+            expires_at: now + (api.idempotency_ttl_secs as i64) * 1000,
+        });
+        match cp.store.insert_link(&link, record.as_ref()).await {
+            Ok(()) => break link,
+            Err(StoreError::AlreadyExists) if new.alias.is_some() => {
+                return Err(ApiError::Conflict {
+                    code: "alias_taken",
+                    message: "this alias is already taken",
+                });
+            }
+            // A generated code an alias took earlier: skip it.
+            Err(StoreError::AlreadyExists) if attempts < GENERATED_CODE_ATTEMPTS => continue,
+            Err(StoreError::IdempotencyKeyExists) => {
+                // A concurrent request with the same key won; answer as it did.
+                let key = idem_key.as_deref().unwrap_or_default();
+                let record = cp
+                    .store
+                    .get_idempotency(&scope, key, now)
+                    .await?
+                    .ok_or_else(|| ApiError::Internal("idempotency record vanished".into()))?;
+                return replay(&record, &hash);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    if let Err(e) = cp.events.created(&link).await {
+        // The link is stored; proxies that missed the announcement bypass their filter.
+        tracing::warn!(code = %link.code, error = %e, "creation not announced");
+    }
+    Ok((StatusCode::CREATED, Json(cp.created_view(&link))).into_response())
+}
+
+#[utoipa::path(get, path = "/api/v1/links/{code}", tag = "links",
+    params(("code" = String, Path, description = "The short code")),
+    responses(
+        (status = 200, description = "The link", body = LinkView),
+        (status = 401, description = "No valid key", body = ErrorBody),
+        (status = 403, description = "Another key's link", body = ErrorBody),
+        (status = 404, description = "No such link", body = ErrorBody),
+    ),
+    security(("api_key" = [])))]
+async fn get_link(
+    State(cp): Cp,
+    caller: Caller,
+    Path(code): Path<String>,
+) -> Result<Json<LinkView>, ApiError> {
+    let principal = caller.principal()?;
+    let link = cp.visible_link(&principal, &code).await?;
+    Ok(Json(cp.view(&link)))
+}
+
+/// Query parameters as pairs, last value wins.
+fn query_pairs(raw: Option<&str>) -> std::collections::HashMap<String, String> {
+    let mut pairs = std::collections::HashMap::new();
+    for part in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = part.split_once('=').unwrap_or((part, ""));
+        let decode = |s: &str| percent_decode(&s.replace('+', " "));
+        pairs.insert(decode(k), decode(v));
+    }
+    pairs
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let (Some(hi), Some(lo)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push(hi << 4 | lo);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[utoipa::path(get, path = "/api/v1/links", tag = "links",
+    params(
+        ("limit" = Option<usize>, Query, description = "1 to 1000, default 100"),
+        ("cursor" = Option<String>, Query, description = "From the previous page's next_cursor"),
+    ),
+    responses(
+        (status = 200, description = "Newest first; deleted links included and flagged", body = LinkList),
+        (status = 400, description = "Bad limit or cursor", body = ErrorBody),
+        (status = 401, description = "No valid key", body = ErrorBody),
+    ),
+    security(("api_key" = [])))]
+async fn list_links(
+    State(cp): Cp,
+    caller: Caller,
+    RawQuery(query): RawQuery,
+) -> Result<Json<LinkList>, ApiError> {
+    let principal = caller.principal()?;
+    let params = query_pairs(query.as_deref());
+    let limit = match params.get("limit") {
+        None => DEFAULT_LIST_LIMIT,
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_LIST_LIMIT).contains(n))
+            .ok_or_else(|| {
+                ApiError::bad_request(
+                    "invalid_limit",
+                    "limit must be a whole number from 1 to 1000",
+                )
+            })?,
+    };
+    let cursor = params.get("cursor").filter(|c| !c.is_empty());
+    let owner = (!principal.is_operator()).then_some(principal.id.as_str());
+    let page = cp
+        .store
+        .list_links(owner, limit, cursor.map(String::as_str))
+        .await?;
+    Ok(Json(LinkList {
+        links: page.links.iter().map(|l| cp.view(l)).collect(),
+        next_cursor: page.next_cursor,
+    }))
+}
+
+impl ControlPlane {
+    /// Delete and takedown (SPEC §5): conditional update, then the tombstone and the
+    /// invalidation, and only then success. A link already down keeps its deletion record
+    /// and gets its tombstone written again.
+    async fn take_down(
+        &self,
+        principal: &Principal,
+        code: &str,
+        reason: Option<String>,
+        action: &'static str,
+    ) -> Result<Link, ApiError> {
+        let mut link = self.visible_link(principal, code).await?;
+        let mut outcome = "already_down";
+        for _ in 0..8 {
+            if !link.is_active {
+                break;
+            }
+            let deletion = Deletion {
+                at: self.clock.now_millis(),
+                by: principal.id.clone(),
+                reason: reason.clone(),
+            };
+            match self
+                .store
+                .deactivate_link(code, link.version, &deletion)
+                .await
+            {
+                Ok(down) => {
+                    link = down;
+                    outcome = "ok";
+                }
+                // Someone changed it meanwhile: read again and decide again.
+                Err(StoreError::ConditionFailed) => {
+                    link = self
+                        .store
+                        .get_link(code)
+                        .await?
+                        .ok_or(ApiError::NotFound("no such link"))?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if link.is_active {
+            return Err(ApiError::Unavailable(
+                "the link kept changing; retry".into(),
+            ));
+        }
+        let delivered = self.events.deactivated(&link).await;
+        let event = AuditEvent {
+            at: self.clock.now_millis(),
+            actor: principal.id.clone(),
+            action: action.to_owned(),
+            code: Some(code.to_owned()),
+            reason,
+            outcome: if delivered.is_ok() {
+                outcome
+            } else {
+                "invalidate_failed"
+            }
+            .to_owned(),
+        };
+        if let Err(e) = self.store.append_audit(&event).await {
+            tracing::error!(code, action, error = %e, "audit event not recorded");
+            return Err(e.into());
+        }
+        if let Err(e) = delivered {
+            tracing::warn!(code, action, error = %e, "tombstone not written; the caller must retry");
+            return Err(ApiError::InvalidationFailed);
+        }
+        Ok(link)
+    }
+}
+
+#[utoipa::path(delete, path = "/api/v1/links/{code}", tag = "links",
+    params(("code" = String, Path, description = "The short code")),
+    responses(
+        (status = 204, description = "Deleted; no proxy redirects it any more"),
+        (status = 401, description = "No valid key", body = ErrorBody),
+        (status = 403, description = "Another key's link", body = ErrorBody),
+        (status = 404, description = "No such link", body = ErrorBody),
+        (status = 503, description = "The caches could not be told; retry", body = ErrorBody),
+    ),
+    security(("api_key" = [])))]
+async fn delete_link(
+    State(cp): Cp,
+    caller: Caller,
+    Path(code): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let principal = caller.principal()?;
+    cp.take_down(&principal, &code, None, "delete").await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(post, path = "/api/v1/links/{code}/takedown", tag = "links", request_body = TakedownRequest,
+    params(("code" = String, Path, description = "The short code")),
+    responses(
+        (status = 200, description = "The deletion record", body = LinkView),
+        (status = 400, description = "No reason given", body = ErrorBody),
+        (status = 401, description = "No valid key", body = ErrorBody),
+        (status = 403, description = "Not an operator", body = ErrorBody),
+        (status = 404, description = "No such link", body = ErrorBody),
+        (status = 503, description = "The caches could not be told; retry", body = ErrorBody),
+    ),
+    security(("api_key" = [])))]
+async fn take_down_link(
+    State(cp): Cp,
+    caller: Caller,
+    Path(code): Path<String>,
+    body: Result<ApiJson<TakedownRequest>, ApiError>,
+) -> Result<Json<LinkView>, ApiError> {
+    let principal = caller.principal()?;
+    principal.require_operator()?;
+    let reason = body?.value.reason.trim().to_owned();
+    if reason.is_empty() || reason.len() > 1000 || reason.chars().any(char::is_control) {
+        return Err(ApiError::bad_request(
+            "invalid_reason",
+            "reason must be 1-1000 characters without control characters",
+        ));
+    }
+    let link = cp
+        .take_down(&principal, &code, Some(reason), "takedown")
+        .await?;
+    Ok(Json(cp.view(&link)))
+}
+
+#[utoipa::path(get, path = "/api/v1/links/{code}/stats", tag = "links",
+    params(
+        ("code" = String, Path, description = "The short code"),
+        ("from" = Option<String>, Query, description = "YYYY-MM-DD (UTC); default 29 days before `to`"),
+        ("to" = Option<String>, Query, description = "YYYY-MM-DD (UTC); default today"),
+    ),
+    responses(
+        (status = 200, description = "Daily clicks, every day of the range", body = LinkStats),
+        (status = 400, description = "Bad dates or a range over 366 days", body = ErrorBody),
+        (status = 401, description = "No valid key", body = ErrorBody),
+        (status = 403, description = "Another key's link", body = ErrorBody),
+        (status = 404, description = "No such link", body = ErrorBody),
+    ),
+    security(("api_key" = [])))]
+async fn link_stats(
+    State(cp): Cp,
+    caller: Caller,
+    Path(code): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<LinkStats>, ApiError> {
+    let principal = caller.principal()?;
+    let params = query_pairs(query.as_deref());
+    let parse = |name: &str| -> Result<Option<Day>, ApiError> {
+        params
+            .get(name)
+            .map(|s| {
+                Day::parse(s).ok_or_else(|| {
+                    ApiError::bad_request(
+                        "invalid_date",
+                        format!("{name} must be a date YYYY-MM-DD"),
+                    )
+                })
+            })
+            .transpose()
+    };
+    let (from, to) = (parse("from")?, parse("to")?);
+    let today = Day::of_millis(cp.clock.now_millis());
+    let to = to.unwrap_or(today);
+    let from = from.unwrap_or(to.plus(1 - DEFAULT_STATS_DAYS));
+    if from > to {
+        return Err(ApiError::bad_request(
+            "invalid_date",
+            "from must not be after to",
+        ));
+    }
+    if to.0 - from.0 + 1 > MAX_STATS_DAYS {
+        return Err(ApiError::bad_request(
+            "invalid_date",
+            "the range may cover at most 366 days",
+        ));
+    }
+    let link = cp.visible_link(&principal, &code).await?;
+    let counts: std::collections::HashMap<Day, u64> = cp
+        .store
+        .read_clicks(&link.code, from, to)
+        .await?
+        .into_iter()
+        .collect();
+    let days: Vec<DayClicks> = (from.0..=to.0)
+        .map(|d| DayClicks {
+            day: Day(d).to_iso(),
+            clicks: counts.get(&Day(d)).copied().unwrap_or(0),
+        })
+        .collect();
+    Ok(Json(LinkStats {
+        code: link.code,
+        total: days.iter().map(|d| d.clicks).sum(),
+        days,
+    }))
+}
+
+#[utoipa::path(post, path = "/api/v1/keys", tag = "keys", request_body = CreateKeyRequest,
+    responses(
+        (status = 201, description = "The key, shown this once", body = KeyCreated),
+        (status = 400, description = "Bad name or role", body = ErrorBody),
+        (status = 401, description = "No valid key", body = ErrorBody),
+        (status = 403, description = "Not an operator", body = ErrorBody),
+    ),
+    security(("api_key" = [])))]
+async fn create_key(
+    State(cp): Cp,
+    caller: Caller,
+    body: Result<ApiJson<CreateKeyRequest>, ApiError>,
+) -> Result<(StatusCode, Json<KeyCreated>), ApiError> {
+    let principal = caller.principal()?;
+    principal.require_operator()?;
+    let req = body?.value;
+    let name = req.name.trim().to_owned();
+    if name.is_empty() || name.chars().count() > 100 || name.chars().any(char::is_control) {
+        return Err(ApiError::bad_request(
+            "invalid_name",
+            "name must be 1-100 characters without control characters",
+        ));
+    }
+    let role = Role::parse(&req.role)
+        .ok_or_else(|| ApiError::bad_request("invalid_role", "role must be creator or operator"))?;
+    let key = generate_key();
+    let record = ApiKeyRecord {
+        id: generate_key_id(),
+        name,
+        role,
+        key_hash: hash_key(&key),
+        created_at: cp.clock.now_millis(),
+        revoked_at: None,
+    };
+    cp.store.insert_key(&record).await?;
+    tracing::info!(id = %record.id, role = role.as_str(), by = %principal.id, "API key created");
+    Ok((
+        StatusCode::CREATED,
+        Json(KeyCreated {
+            id: record.id,
+            name: record.name,
+            role: role.as_str().to_owned(),
+            key,
+        }),
+    ))
+}
+
+#[utoipa::path(delete, path = "/api/v1/keys/{id}", tag = "keys",
+    params(("id" = String, Path, description = "The key id")),
+    responses(
+        (status = 204, description = "Revoked; it stops working at once"),
+        (status = 401, description = "No valid key", body = ErrorBody),
+        (status = 403, description = "Not an operator", body = ErrorBody),
+        (status = 404, description = "No such key", body = ErrorBody),
+    ),
+    security(("api_key" = [])))]
+async fn revoke_key(
+    State(cp): Cp,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let principal = caller.principal()?;
+    principal.require_operator()?;
+    match cp.store.revoke_key(&id, cp.clock.now_millis()).await {
+        Ok(_) => {
+            tracing::info!(%id, by = %principal.id, "API key revoked");
+            Ok(StatusCode::NO_CONTENT)
+        }
+        Err(StoreError::NotFound) => Err(ApiError::NotFound("no such key")),
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[utoipa::path(get, path = "/api/v1/openapi.json", tag = "meta",
+    responses((status = 200, description = "This document")))]
+async fn openapi() -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        openapi_json(),
+    )
+        .into_response()
+}
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "api_key",
+            SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
+        );
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Rebound control plane", description = "Create, inspect, delete and take down short links; manage API keys; read click statistics."),
+    paths(create_link, get_link, list_links, delete_link, take_down_link, link_stats, create_key, revoke_key, openapi),
+    components(schemas(CreateLinkRequest, LinkCreated, LinkView, LinkList, TakedownRequest, LinkStats, DayClicks, CreateKeyRequest, KeyCreated, ErrorBody)),
+    modifiers(&BearerAuth)
+)]
+struct ApiDoc;
+
+/// The OpenAPI 3 document of the API, as JSON.
+pub fn openapi_json() -> String {
+    ApiDoc::openapi()
+        .to_json()
+        .unwrap_or_else(|_| "{}".to_owned())
+}

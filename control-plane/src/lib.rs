@@ -1,0 +1,153 @@
+//! Rebound's control plane: the links API of SPEC §5–§6 on axum.
+//!
+//! # Layout
+//!
+//! - this file: [`ControlPlane`] (the runtime: store, events, clock, policies), the
+//!   router and [`serve`].
+//! - `api`: the handlers, their request and response types, and the OpenAPI document.
+//! - `auth`: API keys and who the caller is.
+//! - `body`: the JSON body extractor (415, 413, 400 in the API's error shape).
+//! - `error`: the one error type, and the error body.
+//! - `kgs`: generated codes from leased counter blocks.
+//! - `ratelimit`: creation rate limits.
+#![forbid(unsafe_code)]
+
+mod api;
+pub mod auth;
+mod body;
+pub mod error;
+pub mod kgs;
+pub mod ratelimit;
+
+use axum::Router;
+use rebound_core::config::Settings;
+use rebound_core::permute::CodePermutation;
+use rebound_core::target::TargetPolicy;
+use rebound_core::Clock;
+use rebound_store::{ApiKeyRecord, LinkEvents, Role, Store, StoreError};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+pub use api::openapi_json;
+
+/// The store setting that keeps the generated permutation key.
+const CODE_KEY_SETTING: &str = "code_permutation_key";
+/// The key id of the operator key generated on first start when none is configured.
+pub const INITIAL_OPERATOR_KEY_ID: &str = "initial-operator";
+
+/// Why the control plane could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("public_base_url: {0}")]
+    PublicBase(rebound_core::target::TargetError),
+    #[error("the store could not be read: {0}")]
+    Store(#[from] StoreError),
+    #[error("the stored code permutation key is malformed")]
+    BadCodeKey,
+}
+
+/// The control plane's runtime: everything a handler needs.
+pub struct ControlPlane {
+    pub(crate) settings: Settings,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) events: Arc<dyn LinkEvents>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) targets: TargetPolicy,
+    pub(crate) codes: kgs::KeyRangeLease,
+    pub(crate) limiter: ratelimit::CreateRateLimiter,
+    pub(crate) bootstrap_key_hash: Option<String>,
+}
+
+impl ControlPlane {
+    /// Assembles the runtime from validated settings and its adapters.
+    pub async fn new(
+        settings: Settings,
+        store: Arc<dyn Store>,
+        events: Arc<dyn LinkEvents>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Arc<ControlPlane>, StartError> {
+        let targets = TargetPolicy {
+            max_bytes: settings.api.max_target_bytes,
+            ..TargetPolicy::default()
+        }
+        .with_public_base(&settings.public_base_url)
+        .map_err(StartError::PublicBase)?
+        .with_blocklist(&settings.api.blocked_domains);
+        let key = match settings.api.code_key {
+            Some(k) => k,
+            None => {
+                let candidate: [u8; 16] = rand::random();
+                let stored = store
+                    .get_or_init_setting(CODE_KEY_SETTING, &hex::encode(candidate))
+                    .await?;
+                hex::decode(stored)
+                    .ok()
+                    .and_then(|b| b.try_into().ok())
+                    .ok_or(StartError::BadCodeKey)?
+            }
+        };
+        let codes = kgs::KeyRangeLease::new(
+            store.clone(),
+            CodePermutation::for_codes(key),
+            settings.api.kgs_block_size,
+        );
+        let bootstrap_key_hash = settings.bootstrap_key.as_deref().map(auth::hash_key);
+        Ok(Arc::new(ControlPlane {
+            settings,
+            store,
+            events,
+            clock,
+            targets,
+            codes,
+            limiter: ratelimit::CreateRateLimiter::default(),
+            bootstrap_key_hash,
+        }))
+    }
+
+    /// The settings it runs with.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+}
+
+/// Creates the first operator key if the store has none by that id yet, and returns it
+/// (to be printed once). Returns `None` when it was created before.
+pub async fn ensure_initial_operator_key(
+    store: &dyn Store,
+    clock: &dyn Clock,
+) -> Result<Option<String>, StoreError> {
+    let key = auth::generate_key();
+    let record = ApiKeyRecord {
+        id: INITIAL_OPERATOR_KEY_ID.to_owned(),
+        name: "initial operator key".to_owned(),
+        role: Role::Operator,
+        key_hash: auth::hash_key(&key),
+        created_at: clock.now_millis(),
+        revoked_at: None,
+    };
+    match store.insert_key(&record).await {
+        Ok(()) => Ok(Some(key)),
+        Err(StoreError::AlreadyExists) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The API router.
+pub fn router(cp: Arc<ControlPlane>) -> Router {
+    api::routes().with_state(cp)
+}
+
+/// Serves the API on a bound listener until `shutdown` completes, then drains.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    cp: Arc<ControlPlane>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(
+        listener,
+        router(cp).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
+}

@@ -1,0 +1,1105 @@
+//! The API without a socket: every row of SPEC §6 the control plane answers alone,
+//! driven through the router with `oneshot`.
+
+use axum::body::Body;
+use axum::http::{header, Method, Request, StatusCode};
+use http_body_util::BodyExt;
+use rebound_control_plane::{router, ControlPlane};
+use rebound_core::config::Settings;
+use rebound_core::{Clock, ManualClock};
+use rebound_store::events::RecordedLinkEvents;
+use rebound_store::{AuditLog, LinkStore, MemoryStore, RollupStore, Store};
+use serde_json::{json, Value};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tower::ServiceExt;
+
+const OPERATOR: &str = "operator-key-for-tests-0001";
+const NOW: i64 = 1_790_000_000_000; // 2026-09-21
+
+struct Harness {
+    app: axum::Router,
+    store: Arc<MemoryStore>,
+    events: Arc<RecordedLinkEvents>,
+    clock: ManualClock,
+}
+
+async fn harness_with(change: impl FnOnce(&mut Settings)) -> Harness {
+    let mut settings = Settings {
+        bootstrap_key: Some(OPERATOR.into()),
+        public_base_url: "https://sho.rt".into(),
+        ..Settings::default()
+    };
+    change(&mut settings);
+    let store = Arc::new(MemoryStore::new());
+    let events = Arc::new(RecordedLinkEvents::default());
+    let clock = ManualClock::at(NOW);
+    let cp = ControlPlane::new(
+        settings,
+        store.clone() as Arc<dyn Store>,
+        events.clone(),
+        Arc::new(clock.clone()) as Arc<dyn Clock>,
+    )
+    .await
+    .unwrap();
+    Harness {
+        app: router(cp),
+        store,
+        events,
+        clock,
+    }
+}
+
+async fn harness() -> Harness {
+    harness_with(|_| {}).await
+}
+
+struct Reply {
+    status: StatusCode,
+    headers: axum::http::HeaderMap,
+    body: Value,
+}
+
+impl Harness {
+    async fn call(
+        &self,
+        method: Method,
+        uri: &str,
+        key: Option<&str>,
+        body: Option<Value>,
+    ) -> Reply {
+        let mut req = Request::builder().method(method).uri(uri);
+        if let Some(k) = key {
+            req = req.header(header::AUTHORIZATION, format!("Bearer {k}"));
+        }
+        let req = match body {
+            Some(b) => req
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(b.to_string())),
+            None => req.body(Body::empty()),
+        };
+        self.send(req.unwrap()).await
+    }
+
+    async fn send(&self, req: Request<Body>) -> Reply {
+        let res = self.app.clone().oneshot(req).await.unwrap();
+        let status = res.status();
+        let headers = res.headers().clone();
+        let bytes = res.into_body().collect().await.unwrap().to_bytes();
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).expect("JSON body")
+        };
+        Reply {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    async fn create(&self, key: &str, body: Value) -> Reply {
+        self.call(Method::POST, "/api/v1/links", Some(key), Some(body))
+            .await
+    }
+
+    async fn new_key(&self, role: &str) -> String {
+        let r = self
+            .call(
+                Method::POST,
+                "/api/v1/keys",
+                Some(OPERATOR),
+                Some(json!({"name": "t", "role": role})),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+        r.body["key"].as_str().unwrap().to_owned()
+    }
+
+    async fn link_count(&self) -> usize {
+        self.store
+            .list_links(None, 1000, None)
+            .await
+            .unwrap()
+            .links
+            .len()
+    }
+}
+
+fn assert_error(r: &Reply, status: StatusCode, code: &str) {
+    assert_eq!(r.status, status, "{:?}", r.body);
+    assert_eq!(r.body["error"]["code"], code, "{:?}", r.body);
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .is_some_and(|m| !m.is_empty()));
+}
+
+#[tokio::test]
+async fn create_generated_and_read_back() {
+    let h = harness().await;
+    let r = h
+        .create(OPERATOR, json!({"long_url": "https://example.com/a"}))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED);
+    let code = r.body["code"].as_str().unwrap().to_owned();
+    assert_eq!(code.len(), 7);
+    assert_eq!(r.body["short_url"], format!("https://sho.rt/{code}"));
+    assert_eq!(r.body["long_url"], "https://example.com/a");
+    assert_eq!(r.body["redirect"], 302);
+    assert_eq!(r.body["forward_query"], false);
+    assert_eq!(r.body["expires_at"], Value::Null);
+    assert_eq!(r.body["version"], 1);
+    assert_eq!(r.body["created_at"], "2026-09-21T14:13:20.000Z");
+    assert_eq!(
+        h.events.created.lock().unwrap().len(),
+        1,
+        "the creation is announced"
+    );
+
+    let g = h
+        .call(
+            Method::GET,
+            &format!("/api/v1/links/{code}"),
+            Some(OPERATOR),
+            None,
+        )
+        .await;
+    assert_eq!(g.status, StatusCode::OK);
+    assert_eq!(g.body["is_active"], true);
+    assert_eq!(g.body["version"], 1);
+    assert_eq!(g.body["deleted_at"], Value::Null);
+    assert_eq!(g.body["created_by"], "bootstrap");
+}
+
+#[tokio::test]
+async fn create_with_every_option() {
+    let h = harness().await;
+    let r = h
+        .create(OPERATOR, json!({"long_url": "https://münchen.example/ä?x=1", "custom_alias": "my-link_1", "ttl_seconds": 60, "redirect": 308, "forward_query": true}))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    assert_eq!(r.body["code"], "my-link_1");
+    assert_eq!(
+        r.body["long_url"],
+        "https://xn--mnchen-3ya.example/%C3%A4?x=1"
+    );
+    assert_eq!(r.body["redirect"], 308);
+    assert_eq!(r.body["forward_query"], true);
+    assert_eq!(r.body["expires_at"], "2026-09-21T14:14:20.000Z");
+    let r = h
+        .create(
+            OPERATOR,
+            json!({"long_url": "https://e.com/", "expires_at": "2027-01-01T00:00:00+01:00"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED);
+    assert_eq!(r.body["expires_at"], "2026-12-31T23:00:00.000Z");
+}
+
+#[tokio::test]
+async fn bad_input_gets_400_and_writes_nothing() {
+    let h = harness().await;
+    h.create(
+        OPERATOR,
+        json!({"long_url": "https://e.com/", "custom_alias": "taken"}),
+    )
+    .await;
+    let before = h.link_count().await;
+    let long = format!("https://e.com/{}", "a".repeat(2048));
+    let cases = vec![
+        (json!({}), "invalid_json"),
+        (json!({"long_url": 5}), "invalid_json"),
+        (
+            json!({"long_url": "https://e.com/", "extra": 1}),
+            "invalid_json",
+        ),
+        (
+            json!({"long_url": "https://e.com/", "ttl_seconds": "10"}),
+            "invalid_json",
+        ),
+        (
+            json!({"long_url": "https://e.com/", "ttl_seconds": 1e30}),
+            "invalid_json",
+        ),
+        (
+            json!({"long_url": "https://e.com/", "redirect": 70000}),
+            "invalid_json",
+        ),
+        (
+            json!({"long_url": "https://e.com/", "forward_query": "yes"}),
+            "invalid_json",
+        ),
+        (json!({"long_url": ""}), "invalid_url"),
+        (json!({"long_url": "ftp://e.com/"}), "invalid_url"),
+        (json!({"long_url": "javascript:alert(1)"}), "invalid_url"),
+        (json!({"long_url": "e.com"}), "invalid_url"),
+        (json!({"long_url": "https://user:pw@e.com/"}), "invalid_url"),
+        (json!({"long_url": "https://e.com/a b"}), "invalid_url"),
+        (json!({"long_url": "https://e.com/\r\nX: y"}), "invalid_url"),
+        (json!({"long_url": long}), "invalid_url"),
+        (json!({"long_url": "https://sho.rt/abc"}), "invalid_url"),
+        (
+            json!({"long_url": "https://e.com/", "custom_alias": "ab"}),
+            "invalid_alias",
+        ),
+        (
+            json!({"long_url": "https://e.com/", "custom_alias": "a/b/c"}),
+            "invalid_alias",
+        ),
+        (
+            json!({"long_url": "https://e.com/", "custom_alias": "héllo"}),
+            "invalid_alias",
+        ),
+        (
+            json!({"long_url": "https://e.com/", "custom_alias": "x".repeat(33)}),
+            "invalid_alias",
+        ),
+        (
+            json!({"long_url": "https://e.com/", "custom_alias": "API"}),
+            "reserved_alias",
+        ),
+        (
+            json!({"long_url": "https://e.com/", "custom_alias": "healthz"}),
+            "reserved_alias",
+        ),
+        (
+            json!({"long_url": "https://e.com/", "expires_at": "2020-01-01T00:00:00Z"}),
+            "invalid_expiry",
+        ),
+        (
+            json!({"long_url": "https://e.com/", "expires_at": "tomorrow"}),
+            "invalid_expiry",
+        ),
+        (
+            json!({"long_url": "https://e.com/", "expires_at": "2099-01-01T00:00:00Z"}),
+            "invalid_expiry",
+        ),
+        (
+            json!({"long_url": "https://e.com/", "ttl_seconds": 0}),
+            "invalid_expiry",
+        ),
+        (
+            json!({"long_url": "https://e.com/", "ttl_seconds": -5}),
+            "invalid_expiry",
+        ),
+        (
+            json!({"long_url": "https://e.com/", "ttl_seconds": 315_360_001}),
+            "invalid_expiry",
+        ),
+        (
+            json!({"long_url": "https://e.com/", "ttl_seconds": 5, "expires_at": "2027-01-01T00:00:00Z"}),
+            "invalid_expiry",
+        ),
+        (
+            json!({"long_url": "https://e.com/", "redirect": 303}),
+            "invalid_redirect",
+        ),
+        (
+            json!({"long_url": "https://e.com/", "redirect": 200}),
+            "invalid_redirect",
+        ),
+    ];
+    for (body, code) in cases {
+        let r = h.create(OPERATOR, body.clone()).await;
+        assert_error(&r, StatusCode::BAD_REQUEST, code);
+        let message = r.body["error"]["message"].as_str().unwrap();
+        assert!(
+            !message.contains("\r") && !message.contains("javascript"),
+            "no echo of the input: {message}"
+        );
+    }
+    assert_eq!(h.link_count().await, before, "nothing was written");
+    assert_eq!(h.events.created.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn body_format_errors() {
+    let h = harness_with(|s| s.api.max_body_bytes = 2048).await;
+    let send = |content_type: Option<&'static str>, body: String| {
+        let mut req = Request::builder()
+            .method(Method::POST)
+            .uri("/api/v1/links")
+            .header(header::AUTHORIZATION, format!("Bearer {OPERATOR}"));
+        if let Some(ct) = content_type {
+            req = req.header(header::CONTENT_TYPE, ct);
+        }
+        req.body(Body::from(body)).unwrap()
+    };
+    let ok = r#"{"long_url":"https://e.com/"}"#.to_owned();
+    assert_error(
+        &h.send(send(None, ok.clone())).await,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+    );
+    assert_error(
+        &h.send(send(Some("text/plain"), ok.clone())).await,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+    );
+    assert_error(
+        &h.send(send(Some("application/json"), "{not json".into()))
+            .await,
+        StatusCode::BAD_REQUEST,
+        "invalid_json",
+    );
+    assert_error(
+        &h.send(send(Some("application/json"), String::new())).await,
+        StatusCode::BAD_REQUEST,
+        "invalid_json",
+    );
+    assert_error(
+        &h.send(send(Some("application/json"), "[1,2]".into())).await,
+        StatusCode::BAD_REQUEST,
+        "invalid_json",
+    );
+    let big = format!(
+        r#"{{"long_url":"https://e.com/","custom_alias":"{}"}}"#,
+        "a".repeat(3000)
+    );
+    assert_error(
+        &h.send(send(Some("application/json"), big.clone())).await,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+    );
+    // Without a Content-Length header (streamed), the limit still holds.
+    let stream = Body::new(Streamed(Some(big.into())));
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri("/api/v1/links")
+        .header(header::AUTHORIZATION, format!("Bearer {OPERATOR}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(stream)
+        .unwrap();
+    assert_error(
+        &h.send(req).await,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+    );
+    assert_eq!(
+        h.send(send(Some("application/json; charset=utf-8"), ok))
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+    assert_eq!(h.link_count().await, 1);
+}
+
+/// A one-chunk body without a Content-Length, as a streamed upload arrives.
+struct Streamed(Option<axum::body::Bytes>);
+
+impl http_body::Body for Streamed {
+    type Data = axum::body::Bytes;
+    type Error = std::convert::Infallible;
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::task::Poll::Ready(self.0.take().map(|b| Ok(http_body::Frame::data(b))))
+    }
+}
+
+#[tokio::test]
+async fn authentication_and_roles() {
+    let h = harness().await;
+    let body = json!({"long_url": "https://e.com/"});
+    assert_error(
+        &h.call(Method::POST, "/api/v1/links", None, Some(body.clone()))
+            .await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    );
+    assert_error(
+        &h.create("not-a-key-at-all-xxxx", body.clone()).await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    );
+    let req = Request::builder()
+        .uri("/api/v1/links")
+        .header(header::AUTHORIZATION, "Basic abc")
+        .body(Body::empty())
+        .unwrap();
+    let r = h.send(req).await;
+    assert_error(&r, StatusCode::UNAUTHORIZED, "unauthorized");
+    assert_eq!(r.headers[header::WWW_AUTHENTICATE], "Bearer");
+
+    let creator = h.new_key("creator").await;
+    let other = h.new_key("creator").await;
+    let r = h
+        .create(
+            &creator,
+            json!({"long_url": "https://e.com/", "custom_alias": "mine"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED);
+    // Another creator can neither read, delete, take down nor see the stats of it.
+    assert_error(
+        &h.call(Method::GET, "/api/v1/links/mine", Some(&other), None)
+            .await,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    );
+    assert_error(
+        &h.call(Method::DELETE, "/api/v1/links/mine", Some(&other), None)
+            .await,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    );
+    assert_error(
+        &h.call(Method::GET, "/api/v1/links/mine/stats", Some(&other), None)
+            .await,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    );
+    assert_error(
+        &h.call(
+            Method::POST,
+            "/api/v1/links/mine/takedown",
+            Some(&creator),
+            Some(json!({"reason": "x"})),
+        )
+        .await,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    );
+    assert_error(
+        &h.call(
+            Method::POST,
+            "/api/v1/keys",
+            Some(&creator),
+            Some(json!({"name": "x", "role": "operator"})),
+        )
+        .await,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    );
+    assert_error(
+        &h.call(Method::DELETE, "/api/v1/keys/abc", Some(&creator), None)
+            .await,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    );
+    // Listing shows a creator only its own links; an operator all.
+    let mine = h
+        .call(Method::GET, "/api/v1/links", Some(&other), None)
+        .await;
+    assert_eq!(mine.body["links"].as_array().unwrap().len(), 0);
+    let all = h
+        .call(Method::GET, "/api/v1/links", Some(OPERATOR), None)
+        .await;
+    assert_eq!(all.body["links"].as_array().unwrap().len(), 1);
+    // Anonymous creation is off by default.
+    assert_error(
+        &h.call(Method::POST, "/api/v1/links", None, Some(body))
+            .await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    );
+}
+
+#[tokio::test]
+async fn a_revoked_key_stops_working_at_once() {
+    let h = harness().await;
+    let r = h
+        .call(
+            Method::POST,
+            "/api/v1/keys",
+            Some(OPERATOR),
+            Some(json!({"name": "ci", "role": "creator"})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED);
+    assert_eq!(r.body["role"], "creator");
+    assert_eq!(r.body["name"], "ci");
+    let (id, key) = (
+        r.body["id"].as_str().unwrap().to_owned(),
+        r.body["key"].as_str().unwrap().to_owned(),
+    );
+    assert_eq!(
+        h.create(&key, json!({"long_url": "https://e.com/"}))
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        h.call(
+            Method::DELETE,
+            &format!("/api/v1/keys/{id}"),
+            Some(OPERATOR),
+            None
+        )
+        .await
+        .status,
+        StatusCode::NO_CONTENT
+    );
+    assert_error(
+        &h.create(&key, json!({"long_url": "https://e.com/"})).await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    );
+    assert_error(
+        &h.call(
+            Method::DELETE,
+            "/api/v1/keys/nosuchkey",
+            Some(OPERATOR),
+            None,
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    for bad in [
+        json!({"name": "", "role": "creator"}),
+        json!({"name": "x", "role": "admin"}),
+        json!({"name": "x"}),
+        json!({"name": "x", "role": "creator", "extra": true}),
+    ] {
+        let r = h
+            .call(Method::POST, "/api/v1/keys", Some(OPERATOR), Some(bad))
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.body);
+    }
+}
+
+#[tokio::test]
+async fn alias_taken_is_409() {
+    let h = harness().await;
+    assert_eq!(
+        h.create(
+            OPERATOR,
+            json!({"long_url": "https://a.com/", "custom_alias": "dup"})
+        )
+        .await
+        .status,
+        StatusCode::CREATED
+    );
+    let r = h
+        .create(
+            OPERATOR,
+            json!({"long_url": "https://b.com/", "custom_alias": "dup"}),
+        )
+        .await;
+    assert_error(&r, StatusCode::CONFLICT, "alias_taken");
+    let g = h
+        .call(Method::GET, "/api/v1/links/dup", Some(OPERATOR), None)
+        .await;
+    assert_eq!(
+        g.body["long_url"], "https://a.com/",
+        "the first link stands"
+    );
+}
+
+#[tokio::test]
+async fn concurrent_creates_of_one_alias_give_one_201() {
+    let h = Arc::new(harness().await);
+    let tasks: Vec<_> = (0..24)
+        .map(|i| {
+            let h = h.clone();
+            tokio::spawn(async move {
+                h.create(
+                    OPERATOR,
+                    json!({"long_url": format!("https://e.com/{i}"), "custom_alias": "race"}),
+                )
+                .await
+                .status
+            })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for t in tasks {
+        statuses.push(t.await.unwrap());
+    }
+    assert_eq!(
+        statuses
+            .iter()
+            .filter(|s| **s == StatusCode::CREATED)
+            .count(),
+        1
+    );
+    assert_eq!(
+        statuses
+            .iter()
+            .filter(|s| **s == StatusCode::CONFLICT)
+            .count(),
+        23
+    );
+}
+
+#[tokio::test]
+async fn idempotency_keys_replay_the_first_answer() {
+    let h = harness().await;
+    let send = |key: &'static str, body: Value| {
+        Request::builder()
+            .method(Method::POST)
+            .uri("/api/v1/links")
+            .header(header::AUTHORIZATION, format!("Bearer {OPERATOR}"))
+            .header(header::CONTENT_TYPE, "application/json")
+            .header("Idempotency-Key", key)
+            .body(Body::from(body.to_string()))
+            .unwrap()
+    };
+    let first = h
+        .send(send("k-1", json!({"long_url": "https://e.com/x"})))
+        .await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    let again = h
+        .send(send("k-1", json!({"long_url": "https://e.com/x"})))
+        .await;
+    assert_eq!(again.status, StatusCode::CREATED);
+    assert_eq!(again.body, first.body, "same status and body");
+    assert_eq!(h.link_count().await, 1, "no second link");
+    let other = h
+        .send(send("k-1", json!({"long_url": "https://e.com/y"})))
+        .await;
+    assert_error(&other, StatusCode::CONFLICT, "idempotency_key_reused");
+    assert_eq!(h.link_count().await, 1);
+    // A new key creates a new link; a bad key is refused.
+    assert_eq!(
+        h.send(send("k-2", json!({"long_url": "https://e.com/x"})))
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+    assert_error(
+        &h.send(send("bad key", json!({"long_url": "https://e.com/x"})))
+            .await,
+        StatusCode::BAD_REQUEST,
+        "invalid_idempotency_key",
+    );
+    // After the retention the key may be used again.
+    h.clock.advance(25 * 3_600_000);
+    let later = h
+        .send(send("k-1", json!({"long_url": "https://e.com/z"})))
+        .await;
+    assert_eq!(later.status, StatusCode::CREATED);
+    assert_ne!(later.body["code"], first.body["code"]);
+}
+
+#[tokio::test]
+async fn creator_keys_are_rate_limited_and_operators_are_not() {
+    let h = harness_with(|s| {
+        s.api.creator_burst = 3;
+        s.api.creator_rate_per_sec = 1.0;
+    })
+    .await;
+    let creator = h.new_key("creator").await;
+    for _ in 0..3 {
+        assert_eq!(
+            h.create(&creator, json!({"long_url": "https://e.com/"}))
+                .await
+                .status,
+            StatusCode::CREATED
+        );
+    }
+    let r = h
+        .create(&creator, json!({"long_url": "https://e.com/"}))
+        .await;
+    assert_error(&r, StatusCode::TOO_MANY_REQUESTS, "rate_limited");
+    assert_eq!(r.headers[header::RETRY_AFTER], "1");
+    for _ in 0..10 {
+        assert_eq!(
+            h.create(OPERATOR, json!({"long_url": "https://e.com/"}))
+                .await
+                .status,
+            StatusCode::CREATED
+        );
+    }
+    h.clock.advance(1000);
+    assert_eq!(
+        h.create(&creator, json!({"long_url": "https://e.com/"}))
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+}
+
+#[tokio::test]
+async fn anonymous_creation_when_switched_on_is_limited_per_ip() {
+    let h = harness_with(|s| {
+        s.api.anonymous_create = true;
+        s.api.anonymous_burst = 2;
+    })
+    .await;
+    for _ in 0..2 {
+        let r = h
+            .call(
+                Method::POST,
+                "/api/v1/links",
+                None,
+                Some(json!({"long_url": "https://e.com/"})),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED);
+    }
+    let r = h
+        .call(
+            Method::POST,
+            "/api/v1/links",
+            None,
+            Some(json!({"long_url": "https://e.com/"})),
+        )
+        .await;
+    assert_error(&r, StatusCode::TOO_MANY_REQUESTS, "rate_limited");
+    // Anonymous callers can read nothing.
+    assert_error(
+        &h.call(Method::GET, "/api/v1/links", None, None).await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    );
+}
+
+#[tokio::test]
+async fn delete_then_repeat() {
+    let h = harness().await;
+    let creator = h.new_key("creator").await;
+    h.create(
+        &creator,
+        json!({"long_url": "https://e.com/", "custom_alias": "gone"}),
+    )
+    .await;
+    assert_eq!(
+        h.call(Method::DELETE, "/api/v1/links/gone", Some(&creator), None)
+            .await
+            .status,
+        StatusCode::NO_CONTENT
+    );
+    let down = h.events.deactivated.lock().unwrap().clone();
+    assert_eq!(down.len(), 1);
+    assert_eq!(
+        (down[0].is_active, down[0].version),
+        (false, 2),
+        "the tombstone carries the new version"
+    );
+    let g = h
+        .call(Method::GET, "/api/v1/links/gone", Some(&creator), None)
+        .await;
+    assert_eq!(g.body["is_active"], false);
+    assert_eq!(g.body["version"], 2);
+    assert!(g.body["deleted_at"].is_string());
+    // Again: the same success, the tombstone written again at the same version.
+    assert_eq!(
+        h.call(Method::DELETE, "/api/v1/links/gone", Some(&creator), None)
+            .await
+            .status,
+        StatusCode::NO_CONTENT
+    );
+    let down = h.events.deactivated.lock().unwrap().clone();
+    assert_eq!(down.len(), 2);
+    assert_eq!(down[1].version, 2);
+    assert_error(
+        &h.call(Method::DELETE, "/api/v1/links/nosuch", Some(&creator), None)
+            .await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    assert_error(
+        &h.call(
+            Method::DELETE,
+            "/api/v1/links/bad.code",
+            Some(&creator),
+            None,
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+}
+
+#[tokio::test]
+async fn takedown_is_audited_and_retried_after_a_failed_tombstone() {
+    let h = harness().await;
+    h.create(
+        OPERATOR,
+        json!({"long_url": "https://e.com/", "custom_alias": "phish"}),
+    )
+    .await;
+    for bad in [
+        json!({}),
+        json!({"reason": ""}),
+        json!({"reason": "   "}),
+        json!({"reason": 5}),
+        json!({"reason": "x", "actor": "someone"}),
+    ] {
+        let r = h
+            .call(
+                Method::POST,
+                "/api/v1/links/phish/takedown",
+                Some(OPERATOR),
+                Some(bad),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.body);
+    }
+    assert_eq!(
+        h.store.get_link("phish").await.unwrap().unwrap().version,
+        1,
+        "bad requests changed nothing"
+    );
+
+    h.events.fail_deactivations.store(true, Ordering::SeqCst);
+    let r = h
+        .call(
+            Method::POST,
+            "/api/v1/links/phish/takedown",
+            Some(OPERATOR),
+            Some(json!({"reason": "phishing"})),
+        )
+        .await;
+    assert_error(&r, StatusCode::SERVICE_UNAVAILABLE, "invalidation_failed");
+    assert!(r.headers.contains_key(header::RETRY_AFTER));
+    h.events.fail_deactivations.store(false, Ordering::SeqCst);
+    let r = h
+        .call(
+            Method::POST,
+            "/api/v1/links/phish/takedown",
+            Some(OPERATOR),
+            Some(json!({"reason": "phishing"})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(r.body["is_active"], false);
+    assert_eq!(r.body["version"], 2, "the retry skipped the state change");
+    assert_eq!(
+        r.body["deleted_by"], "bootstrap",
+        "the actor comes from the key"
+    );
+    assert_eq!(r.body["delete_reason"], "phishing");
+    let audit = h.store.audit_for("phish").await.unwrap();
+    let outcomes: Vec<&str> = audit.iter().map(|e| e.outcome.as_str()).collect();
+    assert_eq!(outcomes, ["invalidate_failed", "already_down"]);
+    assert!(audit.iter().all(|e| e.actor == "bootstrap"
+        && e.action == "takedown"
+        && e.reason.as_deref() == Some("phishing")));
+    assert_error(
+        &h.call(
+            Method::POST,
+            "/api/v1/links/nosuch/takedown",
+            Some(OPERATOR),
+            Some(json!({"reason": "x"})),
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+}
+
+#[tokio::test]
+async fn listing_pages_and_bad_parameters() {
+    let h = harness().await;
+    for i in 0..5 {
+        h.create(OPERATOR, json!({"long_url": format!("https://e.com/{i}")}))
+            .await;
+        h.clock.advance(1);
+    }
+    h.call(
+        Method::DELETE,
+        &format!("/api/v1/links/{}", "x"),
+        Some(OPERATOR),
+        None,
+    )
+    .await;
+    let mut seen = Vec::new();
+    let mut uri = "/api/v1/links?limit=2".to_owned();
+    loop {
+        let r = h.call(Method::GET, &uri, Some(OPERATOR), None).await;
+        assert_eq!(r.status, StatusCode::OK);
+        for l in r.body["links"].as_array().unwrap() {
+            seen.push(l["long_url"].as_str().unwrap().to_owned());
+        }
+        match r.body["next_cursor"].as_str() {
+            Some(c) => uri = format!("/api/v1/links?limit=2&cursor={c}"),
+            None => break,
+        }
+    }
+    assert_eq!(
+        seen,
+        (0..5)
+            .rev()
+            .map(|i| format!("https://e.com/{i}"))
+            .collect::<Vec<_>>(),
+        "newest first"
+    );
+    for bad in ["limit=0", "limit=1001", "limit=abc", "limit=-1"] {
+        assert_error(
+            &h.call(
+                Method::GET,
+                &format!("/api/v1/links?{bad}"),
+                Some(OPERATOR),
+                None,
+            )
+            .await,
+            StatusCode::BAD_REQUEST,
+            "invalid_limit",
+        );
+    }
+    for bad in ["cursor=zzz", "cursor=1.a", "cursor=..", "cursor=%00"] {
+        assert_error(
+            &h.call(
+                Method::GET,
+                &format!("/api/v1/links?{bad}"),
+                Some(OPERATOR),
+                None,
+            )
+            .await,
+            StatusCode::BAD_REQUEST,
+            "invalid_cursor",
+        );
+    }
+}
+
+#[tokio::test]
+async fn deleted_links_are_listed_and_flagged() {
+    let h = harness().await;
+    h.create(
+        OPERATOR,
+        json!({"long_url": "https://e.com/", "custom_alias": "del"}),
+    )
+    .await;
+    h.call(Method::DELETE, "/api/v1/links/del", Some(OPERATOR), None)
+        .await;
+    let r = h
+        .call(Method::GET, "/api/v1/links", Some(OPERATOR), None)
+        .await;
+    assert_eq!(r.body["links"][0]["code"], "del");
+    assert_eq!(r.body["links"][0]["is_active"], false);
+}
+
+#[tokio::test]
+async fn stats_ranges_and_bad_dates() {
+    let h = harness().await;
+    h.create(
+        OPERATOR,
+        json!({"long_url": "https://e.com/", "custom_alias": "stat"}),
+    )
+    .await;
+    let today = rebound_core::Day::of_millis(NOW);
+    h.store
+        .apply_clicks(&rebound_store::ClickBatch {
+            id: "b1".into(),
+            adds: vec![
+                rebound_store::ClickAdd {
+                    code: "stat".into(),
+                    day: today,
+                    clicks: 5,
+                },
+                rebound_store::ClickAdd {
+                    code: "stat".into(),
+                    day: today.plus(-40),
+                    clicks: 7,
+                },
+            ],
+        })
+        .await
+        .unwrap();
+    let r = h
+        .call(
+            Method::GET,
+            "/api/v1/links/stat/stats",
+            Some(OPERATOR),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.body["code"], "stat");
+    assert_eq!(r.body["total"], 5, "the default range is the last 30 days");
+    let days = r.body["days"].as_array().unwrap();
+    assert_eq!(days.len(), 30);
+    assert_eq!(days[29]["day"], today.to_iso());
+    assert_eq!(days[29]["clicks"], 5);
+    let from = today.plus(-40).to_iso();
+    let r = h
+        .call(
+            Method::GET,
+            &format!("/api/v1/links/stat/stats?from={from}"),
+            Some(OPERATOR),
+            None,
+        )
+        .await;
+    assert_eq!(r.body["total"], 12);
+    assert_eq!(r.body["days"].as_array().unwrap().len(), 41);
+    let r = h
+        .call(
+            Method::GET,
+            &format!("/api/v1/links/stat/stats?from={from}&to={from}"),
+            Some(OPERATOR),
+            None,
+        )
+        .await;
+    assert_eq!(r.body["total"], 7);
+    for bad in [
+        "from=2026-13-01",
+        "to=yesterday",
+        "from=2026-09-21&to=2026-09-20",
+        "from=2025-01-01&to=2026-09-21",
+        "from=",
+    ] {
+        assert_error(
+            &h.call(
+                Method::GET,
+                &format!("/api/v1/links/stat/stats?{bad}"),
+                Some(OPERATOR),
+                None,
+            )
+            .await,
+            StatusCode::BAD_REQUEST,
+            "invalid_date",
+        );
+    }
+    assert_error(
+        &h.call(
+            Method::GET,
+            "/api/v1/links/nosuch/stats",
+            Some(OPERATOR),
+            None,
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+}
+
+#[tokio::test]
+async fn store_outage_is_503_not_500() {
+    let h = harness().await;
+    h.store.set_unavailable(true);
+    let r = h
+        .create(
+            OPERATOR,
+            json!({"long_url": "https://e.com/", "custom_alias": "down"}),
+        )
+        .await;
+    assert_error(&r, StatusCode::SERVICE_UNAVAILABLE, "unavailable");
+    assert!(r.headers.contains_key(header::RETRY_AFTER));
+}
+
+#[tokio::test]
+async fn openapi_and_unknown_routes() {
+    let h = harness().await;
+    let r = h
+        .call(Method::GET, "/api/v1/openapi.json", None, None)
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(r.body["openapi"].as_str().unwrap().starts_with("3."));
+    for path in [
+        "/api/v1/links",
+        "/api/v1/links/{code}",
+        "/api/v1/links/{code}/takedown",
+        "/api/v1/links/{code}/stats",
+        "/api/v1/keys",
+        "/api/v1/keys/{id}",
+    ] {
+        assert!(r.body["paths"][path].is_object(), "{path} documented");
+    }
+    assert!(r.body["components"]["securitySchemes"]["api_key"].is_object());
+    assert_error(
+        &h.call(Method::GET, "/api/v1/nothing", Some(OPERATOR), None)
+            .await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    assert_error(
+        &h.call(Method::PUT, "/api/v1/links", Some(OPERATOR), None)
+            .await,
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+    );
+}
