@@ -40,9 +40,7 @@ pub(crate) fn routes() -> Router<Arc<ControlPlane>> {
         .route("/api/v1/keys/{id}", delete(revoke_key))
         .route("/api/v1/openapi.json", get(openapi))
         .fallback(|| async { ApiError::NotFound("no such endpoint") })
-        .method_not_allowed_fallback(|| async {
-            ApiError::MethodNotAllowed("method not allowed on this endpoint")
-        })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed("method not allowed on this endpoint") })
 }
 
 /// A new link.
@@ -191,9 +189,7 @@ impl ControlPlane {
 
 fn code_error(field: &str, e: CodeError) -> ApiError {
     match e {
-        CodeError::Reserved => {
-            ApiError::bad_request("reserved_alias", format!("{field} is a reserved word"))
-        }
+        CodeError::Reserved => ApiError::bad_request("reserved_alias", format!("{field} is a reserved word")),
         other => ApiError::bad_request("invalid_alias", format!("{field} {other}")),
     }
 }
@@ -207,11 +203,7 @@ struct NewLink {
     forward_query: bool,
 }
 
-fn validate_create(
-    cp: &ControlPlane,
-    req: CreateLinkRequest,
-    now: i64,
-) -> Result<NewLink, ApiError> {
+fn validate_create(cp: &ControlPlane, req: CreateLinkRequest, now: i64) -> Result<NewLink, ApiError> {
     let long_url = cp
         .targets
         .validate(&req.long_url)
@@ -227,9 +219,8 @@ fn validate_create(
             ));
         }
         (Some(at), None) => {
-            let at = parse_rfc3339(&at).ok_or_else(|| {
-                ApiError::bad_request("invalid_expiry", "expires_at must be an RFC 3339 time")
-            })?;
+            let at = parse_rfc3339(&at)
+                .ok_or_else(|| ApiError::bad_request("invalid_expiry", "expires_at must be an RFC 3339 time"))?;
             if at <= now {
                 return Err(ApiError::bad_request(
                     "invalid_expiry",
@@ -257,9 +248,8 @@ fn validate_create(
     };
     let redirect = match req.redirect {
         None => RedirectKind::default(),
-        Some(s) => RedirectKind::from_status(s).ok_or_else(|| {
-            ApiError::bad_request("invalid_redirect", "redirect must be 301, 302, 307 or 308")
-        })?,
+        Some(s) => RedirectKind::from_status(s)
+            .ok_or_else(|| ApiError::bad_request("invalid_redirect", "redirect must be 301, 302, 307 or 308"))?,
     };
     Ok(NewLink {
         long_url,
@@ -275,9 +265,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         return Ok(None);
     };
     match value.to_str() {
-        Ok(k) if !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic()) => {
-            Ok(Some(k.to_owned()))
-        }
+        Ok(k) if !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic()) => Ok(Some(k.to_owned())),
         _ => Err(ApiError::bad_request(
             "invalid_idempotency_key",
             "Idempotency-Key must be 1-255 visible ASCII characters",
@@ -300,8 +288,7 @@ fn replay(record: &IdempotencyRecord, hash: &str) -> Result<Response, ApiError> 
             message: "this Idempotency-Key was used with another request body",
         });
     }
-    let status =
-        StatusCode::from_u16(record.status).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let status = StatusCode::from_u16(record.status).map_err(|e| ApiError::Internal(e.to_string()))?;
     let mut response = (status, record.body.clone()).into_response();
     response.headers_mut().insert(
         axum::http::header::CONTENT_TYPE,
@@ -340,13 +327,10 @@ async fn create_link(
     let api = &cp.settings.api;
     let limit = match &caller {
         Caller::Key(p) if p.role == Role::Operator => Ok(()),
-        Caller::Key(p) => cp
+        Caller::Key(p) => cp.limiter.take(&p.id, api.creator_rate_per_sec, api.creator_burst, now),
+        Caller::Anonymous { .. } => cp
             .limiter
-            .take(&p.id, api.creator_rate_per_sec, api.creator_burst, now),
-        Caller::Anonymous { .. } => {
-            cp.limiter
-                .take(&scope, api.anonymous_rate_per_sec, api.anonymous_burst, now)
-        }
+            .take(&scope, api.anonymous_rate_per_sec, api.anonymous_burst, now),
     };
     limit.map_err(|retry_after_secs| ApiError::RateLimited { retry_after_secs })?;
     let body = body?;
@@ -425,11 +409,7 @@ async fn create_link(
         (status = 404, description = "No such link", body = ErrorBody),
     ),
     security(("api_key" = [])))]
-async fn get_link(
-    State(cp): Cp,
-    caller: Caller,
-    Path(code): Path<String>,
-) -> Result<Json<LinkView>, ApiError> {
+async fn get_link(State(cp): Cp, caller: Caller, Path(code): Path<String>) -> Result<Json<LinkView>, ApiError> {
     let principal = caller.principal()?;
     let link = cp.visible_link(&principal, &code).await?;
     Ok(Json(cp.view(&link)))
@@ -476,11 +456,7 @@ fn percent_decode(s: &str) -> String {
         (status = 401, description = "No valid key", body = ErrorBody),
     ),
     security(("api_key" = [])))]
-async fn list_links(
-    State(cp): Cp,
-    caller: Caller,
-    RawQuery(query): RawQuery,
-) -> Result<Json<LinkList>, ApiError> {
+async fn list_links(State(cp): Cp, caller: Caller, RawQuery(query): RawQuery) -> Result<Json<LinkList>, ApiError> {
     let principal = caller.principal()?;
     let params = query_pairs(query.as_deref());
     let limit = match params.get("limit") {
@@ -489,19 +465,11 @@ async fn list_links(
             .parse::<usize>()
             .ok()
             .filter(|n| (1..=MAX_LIST_LIMIT).contains(n))
-            .ok_or_else(|| {
-                ApiError::bad_request(
-                    "invalid_limit",
-                    "limit must be a whole number from 1 to 1000",
-                )
-            })?,
+            .ok_or_else(|| ApiError::bad_request("invalid_limit", "limit must be a whole number from 1 to 1000"))?,
     };
     let cursor = params.get("cursor").filter(|c| !c.is_empty());
     let owner = (!principal.is_operator()).then_some(principal.id.as_str());
-    let page = cp
-        .store
-        .list_links(owner, limit, cursor.map(String::as_str))
-        .await?;
+    let page = cp.store.list_links(owner, limit, cursor.map(String::as_str)).await?;
     Ok(Json(LinkList {
         links: page.links.iter().map(|l| cp.view(l)).collect(),
         next_cursor: page.next_cursor,
@@ -530,11 +498,7 @@ impl ControlPlane {
                 by: principal.id.clone(),
                 reason: reason.clone(),
             };
-            match self
-                .store
-                .deactivate_link(code, link.version, &deletion)
-                .await
-            {
+            match self.store.deactivate_link(code, link.version, &deletion).await {
                 Ok(down) => {
                     link = down;
                     outcome = "ok";
@@ -551,9 +515,7 @@ impl ControlPlane {
             }
         }
         if link.is_active {
-            return Err(ApiError::Unavailable(
-                "the link kept changing; retry".into(),
-            ));
+            return Err(ApiError::Unavailable("the link kept changing; retry".into()));
         }
         let delivered = self.events.deactivated(&link).await;
         let event = AuditEvent {
@@ -591,11 +553,7 @@ impl ControlPlane {
         (status = 503, description = "The caches could not be told; retry", body = ErrorBody),
     ),
     security(("api_key" = [])))]
-async fn delete_link(
-    State(cp): Cp,
-    caller: Caller,
-    Path(code): Path<String>,
-) -> Result<StatusCode, ApiError> {
+async fn delete_link(State(cp): Cp, caller: Caller, Path(code): Path<String>) -> Result<StatusCode, ApiError> {
     let principal = caller.principal()?;
     cp.take_down(&principal, &code, None, "delete").await?;
     Ok(StatusCode::NO_CONTENT)
@@ -627,9 +585,7 @@ async fn take_down_link(
             "reason must be 1-1000 characters without control characters",
         ));
     }
-    let link = cp
-        .take_down(&principal, &code, Some(reason), "takedown")
-        .await?;
+    let link = cp.take_down(&principal, &code, Some(reason), "takedown").await?;
     Ok(Json(cp.view(&link)))
 }
 
@@ -659,12 +615,8 @@ async fn link_stats(
         params
             .get(name)
             .map(|s| {
-                Day::parse(s).ok_or_else(|| {
-                    ApiError::bad_request(
-                        "invalid_date",
-                        format!("{name} must be a date YYYY-MM-DD"),
-                    )
-                })
+                Day::parse(s)
+                    .ok_or_else(|| ApiError::bad_request("invalid_date", format!("{name} must be a date YYYY-MM-DD")))
             })
             .transpose()
     };
@@ -673,10 +625,7 @@ async fn link_stats(
     let to = to.unwrap_or(today);
     let from = from.unwrap_or(to.plus(1 - DEFAULT_STATS_DAYS));
     if from > to {
-        return Err(ApiError::bad_request(
-            "invalid_date",
-            "from must not be after to",
-        ));
+        return Err(ApiError::bad_request("invalid_date", "from must not be after to"));
     }
     if to.0 - from.0 + 1 > MAX_STATS_DAYS {
         return Err(ApiError::bad_request(
@@ -685,12 +634,8 @@ async fn link_stats(
         ));
     }
     let link = cp.visible_link(&principal, &code).await?;
-    let counts: std::collections::HashMap<Day, u64> = cp
-        .store
-        .read_clicks(&link.code, from, to)
-        .await?
-        .into_iter()
-        .collect();
+    let counts: std::collections::HashMap<Day, u64> =
+        cp.store.read_clicks(&link.code, from, to).await?.into_iter().collect();
     let days: Vec<DayClicks> = (from.0..=to.0)
         .map(|d| DayClicks {
             day: Day(d).to_iso(),
@@ -760,11 +705,7 @@ async fn create_key(
         (status = 404, description = "No such key", body = ErrorBody),
     ),
     security(("api_key" = [])))]
-async fn revoke_key(
-    State(cp): Cp,
-    caller: Caller,
-    Path(id): Path<String>,
-) -> Result<StatusCode, ApiError> {
+async fn revoke_key(State(cp): Cp, caller: Caller, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
     let principal = caller.principal()?;
     principal.require_operator()?;
     match cp.store.revoke_key(&id, cp.clock.now_millis()).await {
@@ -780,11 +721,7 @@ async fn revoke_key(
 #[utoipa::path(get, path = "/api/v1/openapi.json", tag = "meta",
     responses((status = 200, description = "This document")))]
 async fn openapi() -> Response {
-    (
-        [(axum::http::header::CONTENT_TYPE, "application/json")],
-        openapi_json(),
-    )
-        .into_response()
+    ([(axum::http::header::CONTENT_TYPE, "application/json")], openapi_json()).into_response()
 }
 
 struct BearerAuth;
@@ -793,10 +730,7 @@ impl utoipa::Modify for BearerAuth {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
         use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
         let components = doc.components.get_or_insert_with(Default::default);
-        components.add_security_scheme(
-            "api_key",
-            SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
-        );
+        components.add_security_scheme("api_key", SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)));
     }
 }
 
@@ -811,7 +745,5 @@ struct ApiDoc;
 
 /// The OpenAPI 3 document of the API, as JSON.
 pub fn openapi_json() -> String {
-    ApiDoc::openapi()
-        .to_json()
-        .unwrap_or_else(|_| "{}".to_owned())
+    ApiDoc::openapi().to_json().unwrap_or_else(|_| "{}".to_owned())
 }

@@ -109,10 +109,7 @@ fn bearer_token(parts: &Parts) -> Result<Option<&str>, ApiError> {
 impl FromRequestParts<Arc<ControlPlane>> for Caller {
     type Rejection = ApiError;
 
-    async fn from_request_parts(
-        parts: &mut Parts,
-        cp: &Arc<ControlPlane>,
-    ) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, cp: &Arc<ControlPlane>) -> Result<Self, ApiError> {
         let Some(token) = bearer_token(parts)? else {
             let ip = parts
                 .extensions
@@ -132,9 +129,7 @@ impl FromRequestParts<Arc<ControlPlane>> for Caller {
                 id: key.id,
                 role: key.role,
             })),
-            _ => Err(ApiError::Unauthorized(
-                "the API key is not valid or was revoked",
-            )),
+            _ => Err(ApiError::Unauthorized("the API key is not valid or was revoked")),
         }
     }
 }

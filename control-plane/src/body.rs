@@ -26,8 +26,7 @@ impl<T: DeserializeOwned> FromRequest<Arc<ControlPlane>> for ApiJson<T> {
             .and_then(|v| v.split(';').next())
             .map(|mime| {
                 let mime = mime.trim().to_ascii_lowercase();
-                mime == "application/json"
-                    || (mime.starts_with("application/") && mime.ends_with("+json"))
+                mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
             })
             .unwrap_or(false);
         let declared = req
@@ -41,24 +40,19 @@ impl<T: DeserializeOwned> FromRequest<Arc<ControlPlane>> for ApiJson<T> {
         if !is_json {
             return Err(ApiError::UnsupportedMediaType);
         }
-        let raw = axum::body::to_bytes(req.into_body(), limit)
-            .await
-            .map_err(|e| {
-                if is_length_limit(&e) {
-                    ApiError::PayloadTooLarge(limit)
-                } else {
-                    ApiError::bad_request("invalid_body", "the request body could not be read")
-                }
-            })?;
+        let raw = axum::body::to_bytes(req.into_body(), limit).await.map_err(|e| {
+            if is_length_limit(&e) {
+                ApiError::PayloadTooLarge(limit)
+            } else {
+                ApiError::bad_request("invalid_body", "the request body could not be read")
+            }
+        })?;
         let value = serde_json::from_slice(&raw).map_err(|e| {
             let message = match e.classify() {
                 serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
                     "request body is not valid JSON".to_owned()
                 }
-                _ => format!(
-                    "request body is invalid: {}",
-                    strip_location(&e.to_string())
-                ),
+                _ => format!("request body is invalid: {}", strip_location(&e.to_string())),
             };
             ApiError::bad_request("invalid_json", message)
         })?;

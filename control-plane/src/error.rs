@@ -20,10 +20,7 @@ pub enum ApiError {
     #[error("{0}")]
     MethodNotAllowed(&'static str),
     #[error("{message}")]
-    Conflict {
-        code: &'static str,
-        message: &'static str,
-    },
+    Conflict { code: &'static str, message: &'static str },
     #[error("request body is larger than {0} bytes")]
     PayloadTooLarge(usize),
     #[error("request body must be JSON (Content-Type: application/json)")]
@@ -55,13 +52,9 @@ impl ApiError {
             ApiError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code),
             ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
-            ApiError::UnsupportedMediaType => {
-                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
-            }
+            ApiError::UnsupportedMediaType => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
             ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
-            ApiError::InvalidationFailed => {
-                (StatusCode::SERVICE_UNAVAILABLE, "invalidation_failed")
-            }
+            ApiError::InvalidationFailed => (StatusCode::SERVICE_UNAVAILABLE, "invalidation_failed"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }

@@ -43,10 +43,7 @@ impl KeyRangeLease {
     pub async fn next_code(&self) -> Result<String, StoreError> {
         loop {
             let value = self.next_value().await?;
-            let permuted = self
-                .permutation
-                .permute(value)
-                .ok_or(StoreError::Exhausted)?;
+            let permuted = self.permutation.permute(value).ok_or(StoreError::Exhausted)?;
             let code = base62::encode(permuted).ok_or(StoreError::Exhausted)?;
             if !is_reserved(&code) {
                 return Ok(code);

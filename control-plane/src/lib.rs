@@ -113,10 +113,7 @@ impl ControlPlane {
 
 /// Creates the first operator key if the store has none by that id yet, and returns it
 /// (to be printed once). Returns `None` when it was created before.
-pub async fn ensure_initial_operator_key(
-    store: &dyn Store,
-    clock: &dyn Clock,
-) -> Result<Option<String>, StoreError> {
+pub async fn ensure_initial_operator_key(store: &dyn Store, clock: &dyn Clock) -> Result<Option<String>, StoreError> {
     let key = auth::generate_key();
     let record = ApiKeyRecord {
         id: INITIAL_OPERATOR_KEY_ID.to_owned(),
@@ -144,10 +141,7 @@ pub async fn serve(
     cp: Arc<ControlPlane>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(
-        listener,
-        router(cp).into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
+    axum::serve(listener, router(cp).into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(shutdown)
+        .await
 }

@@ -56,10 +56,7 @@ mod tests {
         }
         assert_eq!(l.take("a", 1.0, 3, 0), Err(1));
         assert!(l.take("b", 1.0, 3, 0).is_ok(), "buckets are per caller");
-        assert!(
-            l.take("a", 1.0, 3, 1000).is_ok(),
-            "a second later one token is back"
-        );
+        assert!(l.take("a", 1.0, 3, 1000).is_ok(), "a second later one token is back");
         assert!(l.take("a", 1.0, 3, 1000).is_err());
         assert_eq!(l.take("slow", 0.1, 1, 0), Ok(()));
         assert_eq!(l.take("slow", 0.1, 1, 0), Err(10));

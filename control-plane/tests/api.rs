@@ -61,13 +61,7 @@ struct Reply {
 }
 
 impl Harness {
-    async fn call(
-        &self,
-        method: Method,
-        uri: &str,
-        key: Option<&str>,
-        body: Option<Value>,
-    ) -> Reply {
+    async fn call(&self, method: Method, uri: &str, key: Option<&str>, body: Option<Value>) -> Reply {
         let mut req = Request::builder().method(method).uri(uri);
         if let Some(k) = key {
             req = req.header(header::AUTHORIZATION, format!("Bearer {k}"));
@@ -91,16 +85,11 @@ impl Harness {
         } else {
             serde_json::from_slice(&bytes).expect("JSON body")
         };
-        Reply {
-            status,
-            headers,
-            body,
-        }
+        Reply { status, headers, body }
     }
 
     async fn create(&self, key: &str, body: Value) -> Reply {
-        self.call(Method::POST, "/api/v1/links", Some(key), Some(body))
-            .await
+        self.call(Method::POST, "/api/v1/links", Some(key), Some(body)).await
     }
 
     async fn new_key(&self, role: &str) -> String {
@@ -117,29 +106,20 @@ impl Harness {
     }
 
     async fn link_count(&self) -> usize {
-        self.store
-            .list_links(None, 1000, None)
-            .await
-            .unwrap()
-            .links
-            .len()
+        self.store.list_links(None, 1000, None).await.unwrap().links.len()
     }
 }
 
 fn assert_error(r: &Reply, status: StatusCode, code: &str) {
     assert_eq!(r.status, status, "{:?}", r.body);
     assert_eq!(r.body["error"]["code"], code, "{:?}", r.body);
-    assert!(r.body["error"]["message"]
-        .as_str()
-        .is_some_and(|m| !m.is_empty()));
+    assert!(r.body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
 }
 
 #[tokio::test]
 async fn create_generated_and_read_back() {
     let h = harness().await;
-    let r = h
-        .create(OPERATOR, json!({"long_url": "https://example.com/a"}))
-        .await;
+    let r = h.create(OPERATOR, json!({"long_url": "https://example.com/a"})).await;
     assert_eq!(r.status, StatusCode::CREATED);
     let code = r.body["code"].as_str().unwrap().to_owned();
     assert_eq!(code.len(), 7);
@@ -150,19 +130,10 @@ async fn create_generated_and_read_back() {
     assert_eq!(r.body["expires_at"], Value::Null);
     assert_eq!(r.body["version"], 1);
     assert_eq!(r.body["created_at"], "2026-09-21T14:13:20.000Z");
-    assert_eq!(
-        h.events.created.lock().unwrap().len(),
-        1,
-        "the creation is announced"
-    );
+    assert_eq!(h.events.created.lock().unwrap().len(), 1, "the creation is announced");
 
     let g = h
-        .call(
-            Method::GET,
-            &format!("/api/v1/links/{code}"),
-            Some(OPERATOR),
-            None,
-        )
+        .call(Method::GET, &format!("/api/v1/links/{code}"), Some(OPERATOR), None)
         .await;
     assert_eq!(g.status, StatusCode::OK);
     assert_eq!(g.body["is_active"], true);
@@ -179,10 +150,7 @@ async fn create_with_every_option() {
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
     assert_eq!(r.body["code"], "my-link_1");
-    assert_eq!(
-        r.body["long_url"],
-        "https://xn--mnchen-3ya.example/%C3%A4?x=1"
-    );
+    assert_eq!(r.body["long_url"], "https://xn--mnchen-3ya.example/%C3%A4?x=1");
     assert_eq!(r.body["redirect"], 308);
     assert_eq!(r.body["forward_query"], true);
     assert_eq!(r.body["expires_at"], "2026-09-21T14:14:20.000Z");
@@ -199,20 +167,14 @@ async fn create_with_every_option() {
 #[tokio::test]
 async fn bad_input_gets_400_and_writes_nothing() {
     let h = harness().await;
-    h.create(
-        OPERATOR,
-        json!({"long_url": "https://e.com/", "custom_alias": "taken"}),
-    )
-    .await;
+    h.create(OPERATOR, json!({"long_url": "https://e.com/", "custom_alias": "taken"}))
+        .await;
     let before = h.link_count().await;
     let long = format!("https://e.com/{}", "a".repeat(2048));
     let cases = vec![
         (json!({}), "invalid_json"),
         (json!({"long_url": 5}), "invalid_json"),
-        (
-            json!({"long_url": "https://e.com/", "extra": 1}),
-            "invalid_json",
-        ),
+        (json!({"long_url": "https://e.com/", "extra": 1}), "invalid_json"),
         (
             json!({"long_url": "https://e.com/", "ttl_seconds": "10"}),
             "invalid_json",
@@ -221,10 +183,7 @@ async fn bad_input_gets_400_and_writes_nothing() {
             json!({"long_url": "https://e.com/", "ttl_seconds": 1e30}),
             "invalid_json",
         ),
-        (
-            json!({"long_url": "https://e.com/", "redirect": 70000}),
-            "invalid_json",
-        ),
+        (json!({"long_url": "https://e.com/", "redirect": 70000}), "invalid_json"),
         (
             json!({"long_url": "https://e.com/", "forward_query": "yes"}),
             "invalid_json",
@@ -337,8 +296,7 @@ async fn body_format_errors() {
         "unsupported_media_type",
     );
     assert_error(
-        &h.send(send(Some("application/json"), "{not json".into()))
-            .await,
+        &h.send(send(Some("application/json"), "{not json".into())).await,
         StatusCode::BAD_REQUEST,
         "invalid_json",
     );
@@ -370,15 +328,9 @@ async fn body_format_errors() {
         .header(header::CONTENT_TYPE, "application/json")
         .body(stream)
         .unwrap();
-    assert_error(
-        &h.send(req).await,
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "payload_too_large",
-    );
+    assert_error(&h.send(req).await, StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large");
     assert_eq!(
-        h.send(send(Some("application/json; charset=utf-8"), ok))
-            .await
-            .status,
+        h.send(send(Some("application/json; charset=utf-8"), ok)).await.status,
         StatusCode::CREATED
     );
     assert_eq!(h.link_count().await, 1);
@@ -403,8 +355,7 @@ async fn authentication_and_roles() {
     let h = harness().await;
     let body = json!({"long_url": "https://e.com/"});
     assert_error(
-        &h.call(Method::POST, "/api/v1/links", None, Some(body.clone()))
-            .await,
+        &h.call(Method::POST, "/api/v1/links", None, Some(body.clone())).await,
         StatusCode::UNAUTHORIZED,
         "unauthorized",
     );
@@ -425,22 +376,17 @@ async fn authentication_and_roles() {
     let creator = h.new_key("creator").await;
     let other = h.new_key("creator").await;
     let r = h
-        .create(
-            &creator,
-            json!({"long_url": "https://e.com/", "custom_alias": "mine"}),
-        )
+        .create(&creator, json!({"long_url": "https://e.com/", "custom_alias": "mine"}))
         .await;
     assert_eq!(r.status, StatusCode::CREATED);
     // Another creator can neither read, delete, take down nor see the stats of it.
     assert_error(
-        &h.call(Method::GET, "/api/v1/links/mine", Some(&other), None)
-            .await,
+        &h.call(Method::GET, "/api/v1/links/mine", Some(&other), None).await,
         StatusCode::FORBIDDEN,
         "forbidden",
     );
     assert_error(
-        &h.call(Method::DELETE, "/api/v1/links/mine", Some(&other), None)
-            .await,
+        &h.call(Method::DELETE, "/api/v1/links/mine", Some(&other), None).await,
         StatusCode::FORBIDDEN,
         "forbidden",
     );
@@ -473,24 +419,18 @@ async fn authentication_and_roles() {
         "forbidden",
     );
     assert_error(
-        &h.call(Method::DELETE, "/api/v1/keys/abc", Some(&creator), None)
-            .await,
+        &h.call(Method::DELETE, "/api/v1/keys/abc", Some(&creator), None).await,
         StatusCode::FORBIDDEN,
         "forbidden",
     );
     // Listing shows a creator only its own links; an operator all.
-    let mine = h
-        .call(Method::GET, "/api/v1/links", Some(&other), None)
-        .await;
+    let mine = h.call(Method::GET, "/api/v1/links", Some(&other), None).await;
     assert_eq!(mine.body["links"].as_array().unwrap().len(), 0);
-    let all = h
-        .call(Method::GET, "/api/v1/links", Some(OPERATOR), None)
-        .await;
+    let all = h.call(Method::GET, "/api/v1/links", Some(OPERATOR), None).await;
     assert_eq!(all.body["links"].as_array().unwrap().len(), 1);
     // Anonymous creation is off by default.
     assert_error(
-        &h.call(Method::POST, "/api/v1/links", None, Some(body))
-            .await,
+        &h.call(Method::POST, "/api/v1/links", None, Some(body)).await,
         StatusCode::UNAUTHORIZED,
         "unauthorized",
     );
@@ -515,20 +455,13 @@ async fn a_revoked_key_stops_working_at_once() {
         r.body["key"].as_str().unwrap().to_owned(),
     );
     assert_eq!(
-        h.create(&key, json!({"long_url": "https://e.com/"}))
-            .await
-            .status,
+        h.create(&key, json!({"long_url": "https://e.com/"})).await.status,
         StatusCode::CREATED
     );
     assert_eq!(
-        h.call(
-            Method::DELETE,
-            &format!("/api/v1/keys/{id}"),
-            Some(OPERATOR),
-            None
-        )
-        .await
-        .status,
+        h.call(Method::DELETE, &format!("/api/v1/keys/{id}"), Some(OPERATOR), None)
+            .await
+            .status,
         StatusCode::NO_CONTENT
     );
     assert_error(
@@ -537,13 +470,8 @@ async fn a_revoked_key_stops_working_at_once() {
         "unauthorized",
     );
     assert_error(
-        &h.call(
-            Method::DELETE,
-            "/api/v1/keys/nosuchkey",
-            Some(OPERATOR),
-            None,
-        )
-        .await,
+        &h.call(Method::DELETE, "/api/v1/keys/nosuchkey", Some(OPERATOR), None)
+            .await,
         StatusCode::NOT_FOUND,
         "not_found",
     );
@@ -553,9 +481,7 @@ async fn a_revoked_key_stops_working_at_once() {
         json!({"name": "x"}),
         json!({"name": "x", "role": "creator", "extra": true}),
     ] {
-        let r = h
-            .call(Method::POST, "/api/v1/keys", Some(OPERATOR), Some(bad))
-            .await;
+        let r = h.call(Method::POST, "/api/v1/keys", Some(OPERATOR), Some(bad)).await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.body);
     }
 }
@@ -564,28 +490,17 @@ async fn a_revoked_key_stops_working_at_once() {
 async fn alias_taken_is_409() {
     let h = harness().await;
     assert_eq!(
-        h.create(
-            OPERATOR,
-            json!({"long_url": "https://a.com/", "custom_alias": "dup"})
-        )
-        .await
-        .status,
+        h.create(OPERATOR, json!({"long_url": "https://a.com/", "custom_alias": "dup"}))
+            .await
+            .status,
         StatusCode::CREATED
     );
     let r = h
-        .create(
-            OPERATOR,
-            json!({"long_url": "https://b.com/", "custom_alias": "dup"}),
-        )
+        .create(OPERATOR, json!({"long_url": "https://b.com/", "custom_alias": "dup"}))
         .await;
     assert_error(&r, StatusCode::CONFLICT, "alias_taken");
-    let g = h
-        .call(Method::GET, "/api/v1/links/dup", Some(OPERATOR), None)
-        .await;
-    assert_eq!(
-        g.body["long_url"], "https://a.com/",
-        "the first link stands"
-    );
+    let g = h.call(Method::GET, "/api/v1/links/dup", Some(OPERATOR), None).await;
+    assert_eq!(g.body["long_url"], "https://a.com/", "the first link stands");
 }
 
 #[tokio::test]
@@ -608,20 +523,8 @@ async fn concurrent_creates_of_one_alias_give_one_201() {
     for t in tasks {
         statuses.push(t.await.unwrap());
     }
-    assert_eq!(
-        statuses
-            .iter()
-            .filter(|s| **s == StatusCode::CREATED)
-            .count(),
-        1
-    );
-    assert_eq!(
-        statuses
-            .iter()
-            .filter(|s| **s == StatusCode::CONFLICT)
-            .count(),
-        23
-    );
+    assert_eq!(statuses.iter().filter(|s| **s == StatusCode::CREATED).count(), 1);
+    assert_eq!(statuses.iter().filter(|s| **s == StatusCode::CONFLICT).count(), 23);
 }
 
 #[tokio::test]
@@ -637,39 +540,28 @@ async fn idempotency_keys_replay_the_first_answer() {
             .body(Body::from(body.to_string()))
             .unwrap()
     };
-    let first = h
-        .send(send("k-1", json!({"long_url": "https://e.com/x"})))
-        .await;
+    let first = h.send(send("k-1", json!({"long_url": "https://e.com/x"}))).await;
     assert_eq!(first.status, StatusCode::CREATED);
-    let again = h
-        .send(send("k-1", json!({"long_url": "https://e.com/x"})))
-        .await;
+    let again = h.send(send("k-1", json!({"long_url": "https://e.com/x"}))).await;
     assert_eq!(again.status, StatusCode::CREATED);
     assert_eq!(again.body, first.body, "same status and body");
     assert_eq!(h.link_count().await, 1, "no second link");
-    let other = h
-        .send(send("k-1", json!({"long_url": "https://e.com/y"})))
-        .await;
+    let other = h.send(send("k-1", json!({"long_url": "https://e.com/y"}))).await;
     assert_error(&other, StatusCode::CONFLICT, "idempotency_key_reused");
     assert_eq!(h.link_count().await, 1);
     // A new key creates a new link; a bad key is refused.
     assert_eq!(
-        h.send(send("k-2", json!({"long_url": "https://e.com/x"})))
-            .await
-            .status,
+        h.send(send("k-2", json!({"long_url": "https://e.com/x"}))).await.status,
         StatusCode::CREATED
     );
     assert_error(
-        &h.send(send("bad key", json!({"long_url": "https://e.com/x"})))
-            .await,
+        &h.send(send("bad key", json!({"long_url": "https://e.com/x"}))).await,
         StatusCode::BAD_REQUEST,
         "invalid_idempotency_key",
     );
     // After the retention the key may be used again.
     h.clock.advance(25 * 3_600_000);
-    let later = h
-        .send(send("k-1", json!({"long_url": "https://e.com/z"})))
-        .await;
+    let later = h.send(send("k-1", json!({"long_url": "https://e.com/z"}))).await;
     assert_eq!(later.status, StatusCode::CREATED);
     assert_ne!(later.body["code"], first.body["code"]);
 }
@@ -684,30 +576,22 @@ async fn creator_keys_are_rate_limited_and_operators_are_not() {
     let creator = h.new_key("creator").await;
     for _ in 0..3 {
         assert_eq!(
-            h.create(&creator, json!({"long_url": "https://e.com/"}))
-                .await
-                .status,
+            h.create(&creator, json!({"long_url": "https://e.com/"})).await.status,
             StatusCode::CREATED
         );
     }
-    let r = h
-        .create(&creator, json!({"long_url": "https://e.com/"}))
-        .await;
+    let r = h.create(&creator, json!({"long_url": "https://e.com/"})).await;
     assert_error(&r, StatusCode::TOO_MANY_REQUESTS, "rate_limited");
     assert_eq!(r.headers[header::RETRY_AFTER], "1");
     for _ in 0..10 {
         assert_eq!(
-            h.create(OPERATOR, json!({"long_url": "https://e.com/"}))
-                .await
-                .status,
+            h.create(OPERATOR, json!({"long_url": "https://e.com/"})).await.status,
             StatusCode::CREATED
         );
     }
     h.clock.advance(1000);
     assert_eq!(
-        h.create(&creator, json!({"long_url": "https://e.com/"}))
-            .await
-            .status,
+        h.create(&creator, json!({"long_url": "https://e.com/"})).await.status,
         StatusCode::CREATED
     );
 }
@@ -751,11 +635,8 @@ async fn anonymous_creation_when_switched_on_is_limited_per_ip() {
 async fn delete_then_repeat() {
     let h = harness().await;
     let creator = h.new_key("creator").await;
-    h.create(
-        &creator,
-        json!({"long_url": "https://e.com/", "custom_alias": "gone"}),
-    )
-    .await;
+    h.create(&creator, json!({"long_url": "https://e.com/", "custom_alias": "gone"}))
+        .await;
     assert_eq!(
         h.call(Method::DELETE, "/api/v1/links/gone", Some(&creator), None)
             .await
@@ -769,9 +650,7 @@ async fn delete_then_repeat() {
         (false, 2),
         "the tombstone carries the new version"
     );
-    let g = h
-        .call(Method::GET, "/api/v1/links/gone", Some(&creator), None)
-        .await;
+    let g = h.call(Method::GET, "/api/v1/links/gone", Some(&creator), None).await;
     assert_eq!(g.body["is_active"], false);
     assert_eq!(g.body["version"], 2);
     assert!(g.body["deleted_at"].is_string());
@@ -792,13 +671,8 @@ async fn delete_then_repeat() {
         "not_found",
     );
     assert_error(
-        &h.call(
-            Method::DELETE,
-            "/api/v1/links/bad.code",
-            Some(&creator),
-            None,
-        )
-        .await,
+        &h.call(Method::DELETE, "/api/v1/links/bad.code", Some(&creator), None)
+            .await,
         StatusCode::NOT_FOUND,
         "not_found",
     );
@@ -807,11 +681,8 @@ async fn delete_then_repeat() {
 #[tokio::test]
 async fn takedown_is_audited_and_retried_after_a_failed_tombstone() {
     let h = harness().await;
-    h.create(
-        OPERATOR,
-        json!({"long_url": "https://e.com/", "custom_alias": "phish"}),
-    )
-    .await;
+    h.create(OPERATOR, json!({"long_url": "https://e.com/", "custom_alias": "phish"}))
+        .await;
     for bad in [
         json!({}),
         json!({"reason": ""}),
@@ -820,12 +691,7 @@ async fn takedown_is_audited_and_retried_after_a_failed_tombstone() {
         json!({"reason": "x", "actor": "someone"}),
     ] {
         let r = h
-            .call(
-                Method::POST,
-                "/api/v1/links/phish/takedown",
-                Some(OPERATOR),
-                Some(bad),
-            )
+            .call(Method::POST, "/api/v1/links/phish/takedown", Some(OPERATOR), Some(bad))
             .await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.body);
     }
@@ -858,17 +724,14 @@ async fn takedown_is_audited_and_retried_after_a_failed_tombstone() {
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(r.body["is_active"], false);
     assert_eq!(r.body["version"], 2, "the retry skipped the state change");
-    assert_eq!(
-        r.body["deleted_by"], "bootstrap",
-        "the actor comes from the key"
-    );
+    assert_eq!(r.body["deleted_by"], "bootstrap", "the actor comes from the key");
     assert_eq!(r.body["delete_reason"], "phishing");
     let audit = h.store.audit_for("phish").await.unwrap();
     let outcomes: Vec<&str> = audit.iter().map(|e| e.outcome.as_str()).collect();
     assert_eq!(outcomes, ["invalidate_failed", "already_down"]);
-    assert!(audit.iter().all(|e| e.actor == "bootstrap"
-        && e.action == "takedown"
-        && e.reason.as_deref() == Some("phishing")));
+    assert!(audit
+        .iter()
+        .all(|e| e.actor == "bootstrap" && e.action == "takedown" && e.reason.as_deref() == Some("phishing")));
     assert_error(
         &h.call(
             Method::POST,
@@ -890,13 +753,8 @@ async fn listing_pages_and_bad_parameters() {
             .await;
         h.clock.advance(1);
     }
-    h.call(
-        Method::DELETE,
-        &format!("/api/v1/links/{}", "x"),
-        Some(OPERATOR),
-        None,
-    )
-    .await;
+    h.call(Method::DELETE, &format!("/api/v1/links/{}", "x"), Some(OPERATOR), None)
+        .await;
     let mut seen = Vec::new();
     let mut uri = "/api/v1/links?limit=2".to_owned();
     loop {
@@ -912,34 +770,21 @@ async fn listing_pages_and_bad_parameters() {
     }
     assert_eq!(
         seen,
-        (0..5)
-            .rev()
-            .map(|i| format!("https://e.com/{i}"))
-            .collect::<Vec<_>>(),
+        (0..5).rev().map(|i| format!("https://e.com/{i}")).collect::<Vec<_>>(),
         "newest first"
     );
     for bad in ["limit=0", "limit=1001", "limit=abc", "limit=-1"] {
         assert_error(
-            &h.call(
-                Method::GET,
-                &format!("/api/v1/links?{bad}"),
-                Some(OPERATOR),
-                None,
-            )
-            .await,
+            &h.call(Method::GET, &format!("/api/v1/links?{bad}"), Some(OPERATOR), None)
+                .await,
             StatusCode::BAD_REQUEST,
             "invalid_limit",
         );
     }
     for bad in ["cursor=zzz", "cursor=1.a", "cursor=..", "cursor=%00"] {
         assert_error(
-            &h.call(
-                Method::GET,
-                &format!("/api/v1/links?{bad}"),
-                Some(OPERATOR),
-                None,
-            )
-            .await,
+            &h.call(Method::GET, &format!("/api/v1/links?{bad}"), Some(OPERATOR), None)
+                .await,
             StatusCode::BAD_REQUEST,
             "invalid_cursor",
         );
@@ -949,16 +794,10 @@ async fn listing_pages_and_bad_parameters() {
 #[tokio::test]
 async fn deleted_links_are_listed_and_flagged() {
     let h = harness().await;
-    h.create(
-        OPERATOR,
-        json!({"long_url": "https://e.com/", "custom_alias": "del"}),
-    )
-    .await;
-    h.call(Method::DELETE, "/api/v1/links/del", Some(OPERATOR), None)
+    h.create(OPERATOR, json!({"long_url": "https://e.com/", "custom_alias": "del"}))
         .await;
-    let r = h
-        .call(Method::GET, "/api/v1/links", Some(OPERATOR), None)
-        .await;
+    h.call(Method::DELETE, "/api/v1/links/del", Some(OPERATOR), None).await;
+    let r = h.call(Method::GET, "/api/v1/links", Some(OPERATOR), None).await;
     assert_eq!(r.body["links"][0]["code"], "del");
     assert_eq!(r.body["links"][0]["is_active"], false);
 }
@@ -966,11 +805,8 @@ async fn deleted_links_are_listed_and_flagged() {
 #[tokio::test]
 async fn stats_ranges_and_bad_dates() {
     let h = harness().await;
-    h.create(
-        OPERATOR,
-        json!({"long_url": "https://e.com/", "custom_alias": "stat"}),
-    )
-    .await;
+    h.create(OPERATOR, json!({"long_url": "https://e.com/", "custom_alias": "stat"}))
+        .await;
     let today = rebound_core::Day::of_millis(NOW);
     h.store
         .apply_clicks(&rebound_store::ClickBatch {
@@ -991,12 +827,7 @@ async fn stats_ranges_and_bad_dates() {
         .await
         .unwrap();
     let r = h
-        .call(
-            Method::GET,
-            "/api/v1/links/stat/stats",
-            Some(OPERATOR),
-            None,
-        )
+        .call(Method::GET, "/api/v1/links/stat/stats", Some(OPERATOR), None)
         .await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.body["code"], "stat");
@@ -1045,13 +876,8 @@ async fn stats_ranges_and_bad_dates() {
         );
     }
     assert_error(
-        &h.call(
-            Method::GET,
-            "/api/v1/links/nosuch/stats",
-            Some(OPERATOR),
-            None,
-        )
-        .await,
+        &h.call(Method::GET, "/api/v1/links/nosuch/stats", Some(OPERATOR), None)
+            .await,
         StatusCode::NOT_FOUND,
         "not_found",
     );
@@ -1062,10 +888,7 @@ async fn store_outage_is_503_not_500() {
     let h = harness().await;
     h.store.set_unavailable(true);
     let r = h
-        .create(
-            OPERATOR,
-            json!({"long_url": "https://e.com/", "custom_alias": "down"}),
-        )
+        .create(OPERATOR, json!({"long_url": "https://e.com/", "custom_alias": "down"}))
         .await;
     assert_error(&r, StatusCode::SERVICE_UNAVAILABLE, "unavailable");
     assert!(r.headers.contains_key(header::RETRY_AFTER));
@@ -1074,9 +897,7 @@ async fn store_outage_is_503_not_500() {
 #[tokio::test]
 async fn openapi_and_unknown_routes() {
     let h = harness().await;
-    let r = h
-        .call(Method::GET, "/api/v1/openapi.json", None, None)
-        .await;
+    let r = h.call(Method::GET, "/api/v1/openapi.json", None, None).await;
     assert_eq!(r.status, StatusCode::OK);
     assert!(r.body["openapi"].as_str().unwrap().starts_with("3."));
     for path in [
@@ -1091,14 +912,12 @@ async fn openapi_and_unknown_routes() {
     }
     assert!(r.body["components"]["securitySchemes"]["api_key"].is_object());
     assert_error(
-        &h.call(Method::GET, "/api/v1/nothing", Some(OPERATOR), None)
-            .await,
+        &h.call(Method::GET, "/api/v1/nothing", Some(OPERATOR), None).await,
         StatusCode::NOT_FOUND,
         "not_found",
     );
     assert_error(
-        &h.call(Method::PUT, "/api/v1/links", Some(OPERATOR), None)
-            .await,
+        &h.call(Method::PUT, "/api/v1/links", Some(OPERATOR), None).await,
         StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",
     );

@@ -92,11 +92,7 @@ mod tests {
         ];
         for (input, want) in cases {
             assert_eq!(check_code(input), *want, "input {input:?}");
-            assert_eq!(
-                is_valid_code(input.as_bytes()),
-                want.is_ok(),
-                "input {input:?}"
-            );
+            assert_eq!(is_valid_code(input.as_bytes()), want.is_ok(), "input {input:?}");
         }
     }
 

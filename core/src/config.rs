@@ -158,12 +158,8 @@ fn bad(setting: &str, problem: impl Into<String>) -> SettingError {
 impl Settings {
     /// Checks ranges and relations between settings.
     pub fn validate(&self) -> Result<(), SettingError> {
-        let base = url::Url::parse(&self.public_base_url).map_err(|e| {
-            bad(
-                "public_base_url (REBOUND_PUBLIC_BASE_URL)",
-                format!("not a URL: {e}"),
-            )
-        })?;
+        let base = url::Url::parse(&self.public_base_url)
+            .map_err(|e| bad("public_base_url (REBOUND_PUBLIC_BASE_URL)", format!("not a URL: {e}")))?;
         if !matches!(base.scheme(), "http" | "https") || base.host_str().is_none() {
             return Err(bad(
                 "public_base_url (REBOUND_PUBLIC_BASE_URL)",
@@ -186,10 +182,7 @@ impl Settings {
         }
         let a = &self.api;
         if !(1024..=16 * 1024 * 1024).contains(&a.max_body_bytes) {
-            return Err(bad(
-                "api.max_body_bytes",
-                "must be between 1024 and 16777216",
-            ));
+            return Err(bad("api.max_body_bytes", "must be between 1024 and 16777216"));
         }
         if !(32..=65_536).contains(&a.max_target_bytes) {
             return Err(bad("api.max_target_bytes", "must be between 32 and 65536"));
@@ -203,10 +196,7 @@ impl Settings {
             }
         }
         if a.creator_burst == 0 || a.anonymous_burst == 0 {
-            return Err(bad(
-                "api.creator_burst / api.anonymous_burst",
-                "must be at least 1",
-            ));
+            return Err(bad("api.creator_burst / api.anonymous_burst", "must be at least 1"));
         }
         if !(1..=10_000_000).contains(&a.kgs_block_size) {
             return Err(bad("api.kgs_block_size", "must be between 1 and 10000000"));
@@ -222,10 +212,7 @@ impl Settings {
             return Err(bad("redirect.click_queue_capacity", "must be positive"));
         }
         for (name, v) in [
-            (
-                "redirect.invalidation_timeout_ms",
-                r.invalidation_timeout_ms,
-            ),
+            ("redirect.invalidation_timeout_ms", r.invalidation_timeout_ms),
             ("redirect.l1_ttl_ms", r.l1_ttl_ms),
             ("redirect.l2_budget_ms", r.l2_budget_ms),
             ("redirect.store_budget_ms", r.store_budget_ms),
@@ -279,11 +266,9 @@ mod tests {
 
     #[test]
     fn invalid_settings_name_the_setting() {
-        let cases: Vec<(Box<dyn Fn(&mut Settings)>, &str)> = vec![
-            (
-                Box::new(|s| s.public_base_url = "nope".into()),
-                "public_base_url",
-            ),
+        type Change = Box<dyn Fn(&mut Settings)>;
+        let cases: Vec<(Change, &str)> = vec![
+            (Box::new(|s| s.public_base_url = "nope".into()), "public_base_url"),
             (
                 Box::new(|s| s.public_base_url = "ftp://x.example".into()),
                 "public_base_url",
@@ -292,14 +277,8 @@ mod tests {
                 Box::new(|s| s.public_base_url = "https://x.example/?a".into()),
                 "public_base_url",
             ),
-            (
-                Box::new(|s| s.bootstrap_key = Some("short".into())),
-                "bootstrap_key",
-            ),
-            (
-                Box::new(|s| s.api.max_body_bytes = 10),
-                "api.max_body_bytes",
-            ),
+            (Box::new(|s| s.bootstrap_key = Some("short".into())), "bootstrap_key"),
+            (Box::new(|s| s.api.max_body_bytes = 10), "api.max_body_bytes"),
             (
                 Box::new(|s| s.api.creator_rate_per_sec = -1.0),
                 "api.creator_rate_per_sec",
@@ -309,10 +288,7 @@ mod tests {
                 "api.anonymous_rate_per_sec",
             ),
             (Box::new(|s| s.api.kgs_block_size = 0), "api.kgs_block_size"),
-            (
-                Box::new(|s| s.redirect.l1_capacity = 0),
-                "redirect.l1_capacity",
-            ),
+            (Box::new(|s| s.redirect.l1_capacity = 0), "redirect.l1_capacity"),
             (Box::new(|s| s.redirect.l1_ttl_ms = 0), "redirect.l1_ttl_ms"),
             (
                 Box::new(|s| {

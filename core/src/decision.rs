@@ -67,9 +67,7 @@ pub fn max_age_seconds(configured: u64, expires_at: Option<UnixMillis>, now: Uni
 /// True when a request query string is safe to copy into a `Location` header: visible
 /// ASCII only, no fragment marker.
 pub fn query_is_forwardable(query: &str) -> bool {
-    query
-        .bytes()
-        .all(|b| (0x21..0x7f).contains(&b) && b != b'#')
+    query.bytes().all(|b| (0x21..0x7f).contains(&b) && b != b'#')
 }
 
 #[cfg(test)]
@@ -103,11 +101,7 @@ mod tests {
             (Some(link(false, Some(50))), 100, StoreVerdict::Tombstone),
         ];
         for (item, now, want) in cases {
-            assert_eq!(
-                decide_redirect(item.as_ref(), now),
-                want,
-                "{item:?} at {now}"
-            );
+            assert_eq!(decide_redirect(item.as_ref(), now), want, "{item:?} at {now}");
         }
     }
 
@@ -118,25 +112,10 @@ mod tests {
             ("https://e.com/a", true, None, "https://e.com/a"),
             ("https://e.com/a", true, Some(""), "https://e.com/a"),
             ("https://e.com/a", true, Some("x=1"), "https://e.com/a?x=1"),
-            (
-                "https://e.com/a?y=2",
-                true,
-                Some("x=1"),
-                "https://e.com/a?y=2&x=1",
-            ),
+            ("https://e.com/a?y=2", true, Some("x=1"), "https://e.com/a?y=2&x=1"),
             ("https://e.com/a?", true, Some("x=1"), "https://e.com/a?x=1"),
-            (
-                "https://e.com/a#top",
-                true,
-                Some("x=1"),
-                "https://e.com/a?x=1#top",
-            ),
-            (
-                "https://e.com/a?y#top",
-                true,
-                Some("x=1"),
-                "https://e.com/a?y&x=1#top",
-            ),
+            ("https://e.com/a#top", true, Some("x=1"), "https://e.com/a?x=1#top"),
+            ("https://e.com/a?y#top", true, Some("x=1"), "https://e.com/a?y&x=1#top"),
         ];
         for (target, fq, q, want) in cases {
             assert_eq!(location(target, fq, q), want, "{target} {fq} {q:?}");

@@ -44,8 +44,7 @@ impl RedirectKind {
 impl TryFrom<u16> for RedirectKind {
     type Error = String;
     fn try_from(v: u16) -> Result<Self, Self::Error> {
-        RedirectKind::from_status(v)
-            .ok_or_else(|| format!("redirect must be 301, 302, 307 or 308, not {v}"))
+        RedirectKind::from_status(v).ok_or_else(|| format!("redirect must be 301, 302, 307 or 308, not {v}"))
     }
 }
 

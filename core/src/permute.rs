@@ -142,10 +142,7 @@ mod tests {
             assert!(y < space);
             assert_eq!(p.unpermute(y), Some(sample));
             images.insert((sample, y));
-            x = (x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407))
-                % space;
+            x = (x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407)) % space;
         }
         // Distinct inputs gave distinct outputs.
         let outputs: std::collections::HashSet<u64> = images.iter().map(|(_, y)| *y).collect();

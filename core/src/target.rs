@@ -95,9 +95,7 @@ impl TargetPolicy {
         if raw.contains('\\') {
             return Err(TargetError::Malformed);
         }
-        let authority_end = after_scheme
-            .find(['/', '?', '#'])
-            .unwrap_or(after_scheme.len());
+        let authority_end = after_scheme.find(['/', '?', '#']).unwrap_or(after_scheme.len());
         let authority = &after_scheme[..authority_end];
         if authority.contains('@') {
             return Err(TargetError::UserInfo);
@@ -211,10 +209,7 @@ mod tests {
             ("https://user:pw@example.com/", TargetError::UserInfo),
             ("https://user@example.com/", TargetError::UserInfo),
             ("https://@example.com/", TargetError::UserInfo),
-            (
-                "https://example.com\\@evil.example/",
-                TargetError::Malformed,
-            ),
+            ("https://example.com\\@evil.example/", TargetError::Malformed),
             ("https://exa mple.com/", TargetError::Whitespace),
             ("https://exam<ple.com/", TargetError::Malformed),
             ("https://example.com:99999/", TargetError::Malformed),
@@ -238,14 +233,8 @@ mod tests {
         let p = TargetPolicy::default()
             .with_public_base("http://127.0.0.1:8080")
             .unwrap();
-        assert_eq!(
-            p.validate("http://127.0.0.1:8080/abc"),
-            Err(TargetError::OwnHost)
-        );
-        assert_eq!(
-            p.validate("https://127.0.0.1:8080/abc"),
-            Err(TargetError::OwnHost)
-        );
+        assert_eq!(p.validate("http://127.0.0.1:8080/abc"), Err(TargetError::OwnHost));
+        assert_eq!(p.validate("https://127.0.0.1:8080/abc"), Err(TargetError::OwnHost));
         assert!(p.validate("http://127.0.0.1:8081/abc").is_ok());
         assert!(p.validate("http://127.0.0.1/abc").is_ok());
     }
@@ -262,9 +251,6 @@ mod tests {
             Err(TargetError::TooLong(30))
         );
         // 28 bytes as sent, longer once the path is percent-encoded.
-        assert_eq!(
-            p.validate("https://example.com/ééé"),
-            Err(TargetError::TooLong(30))
-        );
+        assert_eq!(p.validate("https://example.com/ééé"), Err(TargetError::TooLong(30)));
     }
 }

@@ -90,9 +90,8 @@ impl Day {
 
 /// Formats a timestamp as RFC 3339 UTC with millisecond precision, e.g. `2026-11-30T12:00:00.000Z`.
 pub fn to_rfc3339(millis: UnixMillis) -> String {
-    let format = time::macros::format_description!(
-        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
-    );
+    let format =
+        time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z");
     OffsetDateTime::from_unix_timestamp_nanos(i128::from(millis) * 1_000_000)
         .map(|t| t.format(&format).unwrap_or_default())
         .unwrap_or_default()

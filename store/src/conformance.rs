@@ -79,17 +79,11 @@ async fn idempotency_in_the_same_transaction<S: Store + ?Sized>(store: &S) {
         Some(rec.clone())
     );
     assert_eq!(
-        store
-            .get_idempotency(&scope, "k1", rec.expires_at)
-            .await
-            .unwrap(),
+        store.get_idempotency(&scope, "k1", rec.expires_at).await.unwrap(),
         None,
         "expired records are not returned"
     );
-    assert_eq!(
-        store.get_idempotency(&scope, "k2", 2_000).await.unwrap(),
-        None
-    );
+    assert_eq!(store.get_idempotency(&scope, "k2", 2_000).await.unwrap(), None);
 
     // The same key again: nothing is written, not even the link.
     let b = link(&unique("ib"), "owner", 1);
@@ -112,10 +106,7 @@ async fn idempotency_in_the_same_transaction<S: Store + ?Sized>(store: &S) {
         store.insert_link(&a, Some(&other)).await,
         Err(StoreError::AlreadyExists)
     ));
-    assert_eq!(
-        store.get_idempotency(&scope, "k3", 2_000).await.unwrap(),
-        None
-    );
+    assert_eq!(store.get_idempotency(&scope, "k3", 2_000).await.unwrap(), None);
 
     // After expiry the key may be used again.
     let later = IdempotencyRecord {
@@ -125,20 +116,14 @@ async fn idempotency_in_the_same_transaction<S: Store + ?Sized>(store: &S) {
     };
     store.insert_link(&b, Some(&later)).await.unwrap();
     assert_eq!(
-        store
-            .get_idempotency(&scope, "k1", later.created_at)
-            .await
-            .unwrap(),
+        store.get_idempotency(&scope, "k1", later.created_at).await.unwrap(),
         Some(later)
     );
 }
 
 async fn versioned_deactivation<S: Store + ?Sized>(store: &S) {
     let code = unique("vd");
-    store
-        .insert_link(&link(&code, "owner", 1), None)
-        .await
-        .unwrap();
+    store.insert_link(&link(&code, "owner", 1), None).await.unwrap();
     let deletion = Deletion {
         at: 500,
         by: "op".into(),
@@ -192,10 +177,7 @@ async fn listing_newest_first_with_cursor<S: Store + ?Sized>(store: &S) {
     let mut got = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
-        let page = store
-            .list_links(Some(&owner), 3, cursor.as_deref())
-            .await
-            .unwrap();
+        let page = store.list_links(Some(&owner), 3, cursor.as_deref()).await.unwrap();
         assert!(page.links.len() <= 3);
         got.extend(page.links.iter().map(|l| l.code.clone()));
         match page.next_cursor {
@@ -216,10 +198,7 @@ async fn listing_newest_first_with_cursor<S: Store + ?Sized>(store: &S) {
 async fn bad_cursors<S: Store + ?Sized>(store: &S) {
     for bad in ["", "abc", "12", ".abc", "x.abc", "12.a", "12.a b", "-5.abc"] {
         assert!(
-            matches!(
-                store.list_links(None, 10, Some(bad)).await,
-                Err(StoreError::BadCursor)
-            ),
+            matches!(store.list_links(None, 10, Some(bad)).await, Err(StoreError::BadCursor)),
             "{bad:?}"
         );
     }
@@ -257,29 +236,15 @@ async fn keys<S: Store + ?Sized>(store: &S) {
         revoked_at: None,
     };
     store.insert_key(&rec).await.unwrap();
-    assert!(matches!(
-        store.insert_key(&rec).await,
-        Err(StoreError::AlreadyExists)
-    ));
-    assert_eq!(
-        store.find_key_by_hash(&rec.key_hash).await.unwrap(),
-        Some(rec.clone())
-    );
+    assert!(matches!(store.insert_key(&rec).await, Err(StoreError::AlreadyExists)));
+    assert_eq!(store.find_key_by_hash(&rec.key_hash).await.unwrap(), Some(rec.clone()));
     assert_eq!(store.find_key_by_hash("nope").await.unwrap(), None);
     let revoked = store.revoke_key(&id, 10).await.unwrap();
     assert_eq!(revoked.revoked_at, Some(10));
     // Revoking again keeps the first time.
+    assert_eq!(store.revoke_key(&id, 20).await.unwrap().revoked_at, Some(10));
     assert_eq!(
-        store.revoke_key(&id, 20).await.unwrap().revoked_at,
-        Some(10)
-    );
-    assert_eq!(
-        store
-            .find_key_by_hash(&rec.key_hash)
-            .await
-            .unwrap()
-            .unwrap()
-            .revoked_at,
+        store.find_key_by_hash(&rec.key_hash).await.unwrap().unwrap().revoked_at,
         Some(10)
     );
     assert!(matches!(
@@ -300,14 +265,8 @@ async fn counter_blocks_never_overlap<S: Store + ?Sized>(store: &S) {
 
 async fn settings_are_written_once<S: Store + ?Sized>(store: &S) {
     let name = unique("set");
-    assert_eq!(
-        store.get_or_init_setting(&name, "first").await.unwrap(),
-        "first"
-    );
-    assert_eq!(
-        store.get_or_init_setting(&name, "second").await.unwrap(),
-        "first"
-    );
+    assert_eq!(store.get_or_init_setting(&name, "first").await.unwrap(), "first");
+    assert_eq!(store.get_or_init_setting(&name, "second").await.unwrap(), "first");
 }
 
 async fn click_batches_apply_once<S: Store + ?Sized>(store: &S) {
@@ -327,14 +286,8 @@ async fn click_batches_apply_once<S: Store + ?Sized>(store: &S) {
             },
         ],
     };
-    assert_eq!(
-        store.apply_clicks(&batch).await.unwrap(),
-        BatchOutcome::Applied
-    );
-    assert_eq!(
-        store.apply_clicks(&batch).await.unwrap(),
-        BatchOutcome::AlreadyApplied
-    );
+    assert_eq!(store.apply_clicks(&batch).await.unwrap(), BatchOutcome::Applied);
+    assert_eq!(store.apply_clicks(&batch).await.unwrap(), BatchOutcome::AlreadyApplied);
     let second = ClickBatch {
         id: unique("batch"),
         adds: vec![ClickAdd {
@@ -343,10 +296,7 @@ async fn click_batches_apply_once<S: Store + ?Sized>(store: &S) {
             clicks: 4,
         }],
     };
-    assert_eq!(
-        store.apply_clicks(&second).await.unwrap(),
-        BatchOutcome::Applied
-    );
+    assert_eq!(store.apply_clicks(&second).await.unwrap(), BatchOutcome::Applied);
     assert_eq!(
         store.read_clicks(&code, Day(99), Day(102)).await.unwrap(),
         vec![(Day(100), 7), (Day(101), 2)]
@@ -355,10 +305,7 @@ async fn click_batches_apply_once<S: Store + ?Sized>(store: &S) {
         store.read_clicks(&code, Day(101), Day(101)).await.unwrap(),
         vec![(Day(101), 2)]
     );
-    assert_eq!(
-        store.read_clicks(&code, Day(102), Day(200)).await.unwrap(),
-        vec![]
-    );
+    assert_eq!(store.read_clicks(&code, Day(102), Day(200)).await.unwrap(), vec![]);
 }
 
 async fn audit_log<S: Store + ?Sized>(store: &S) {

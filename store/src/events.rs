@@ -53,10 +53,7 @@ impl LinkEvents for RecordedLinkEvents {
         Ok(())
     }
     async fn deactivated(&self, link: &Link) -> Result<(), EventError> {
-        if self
-            .fail_deactivations
-            .load(std::sync::atomic::Ordering::SeqCst)
-        {
+        if self.fail_deactivations.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(EventError("tombstone write refused by the test".into()));
         }
         self.deactivated

@@ -190,35 +190,19 @@ pub trait LinkStore: Send + Sync {
     /// Conditional insert of a new link, with the idempotency record in the same
     /// transaction when given. `AlreadyExists` when the code is taken,
     /// `IdempotencyKeyExists` when the key is recorded (and unexpired); nothing is written then.
-    async fn insert_link(
-        &self,
-        link: &Link,
-        idempotency: Option<&IdempotencyRecord>,
-    ) -> Result<(), StoreError>;
+    async fn insert_link(&self, link: &Link, idempotency: Option<&IdempotencyRecord>) -> Result<(), StoreError>;
     /// Point read.
     async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError>;
     /// Conditional versioned update: marks the link inactive if it is still at
     /// `expected_version`, bumping the version. Returns the new record; `ConditionFailed`
     /// when the version moved, `NotFound` when there is no such link.
-    async fn deactivate_link(
-        &self,
-        code: &str,
-        expected_version: u64,
-        deletion: &Deletion,
-    ) -> Result<Link, StoreError>;
+    async fn deactivate_link(&self, code: &str, expected_version: u64, deletion: &Deletion)
+        -> Result<Link, StoreError>;
     /// Newest first; only `owner`'s links when given. `BadCursor` for a cursor not issued here.
-    async fn list_links(
-        &self,
-        owner: Option<&str>,
-        limit: usize,
-        cursor: Option<&str>,
-    ) -> Result<LinkPage, StoreError>;
+    async fn list_links(&self, owner: Option<&str>, limit: usize, cursor: Option<&str>)
+        -> Result<LinkPage, StoreError>;
     /// Every code ever issued, in pages of at most `limit`, after `after` (for the Bloom filter).
-    async fn scan_codes(
-        &self,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<String>, StoreError>;
+    async fn scan_codes(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>, StoreError>;
     /// The recorded answer for an idempotency key, if unexpired at `now`.
     async fn get_idempotency(
         &self,
@@ -254,12 +238,7 @@ pub trait RollupStore: Send + Sync {
     /// Adds every count of the batch with atomic adds, at most once per batch id.
     async fn apply_clicks(&self, batch: &ClickBatch) -> Result<BatchOutcome, StoreError>;
     /// The non-zero daily counts of `code` from `from` through `to`, in day order.
-    async fn read_clicks(
-        &self,
-        code: &str,
-        from: Day,
-        to: Day,
-    ) -> Result<Vec<(Day, u64)>, StoreError>;
+    async fn read_clicks(&self, code: &str, from: Day, to: Day) -> Result<Vec<(Day, u64)>, StoreError>;
 }
 
 /// The audit log of takedowns and other operator actions.

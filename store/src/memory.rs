@@ -51,18 +51,11 @@ impl MemoryStore {
 
 #[async_trait]
 impl LinkStore for MemoryStore {
-    async fn insert_link(
-        &self,
-        link: &Link,
-        idempotency: Option<&IdempotencyRecord>,
-    ) -> Result<(), StoreError> {
+    async fn insert_link(&self, link: &Link, idempotency: Option<&IdempotencyRecord>) -> Result<(), StoreError> {
         let mut s = self.state()?;
         if let Some(rec) = idempotency {
             let k = (rec.scope.clone(), rec.key.clone());
-            if s.idempotency
-                .get(&k)
-                .is_some_and(|r| r.expires_at > rec.created_at)
-            {
+            if s.idempotency.get(&k).is_some_and(|r| r.expires_at > rec.created_at) {
                 return Err(StoreError::IdempotencyKeyExists);
             }
         }
@@ -70,8 +63,7 @@ impl LinkStore for MemoryStore {
             return Err(StoreError::AlreadyExists);
         }
         if let Some(rec) = idempotency {
-            s.idempotency
-                .insert((rec.scope.clone(), rec.key.clone()), rec.clone());
+            s.idempotency.insert((rec.scope.clone(), rec.key.clone()), rec.clone());
         }
         s.links.insert(link.code.clone(), link.clone());
         Ok(())
@@ -110,9 +102,9 @@ impl LinkStore for MemoryStore {
             .values()
             .filter(|l| owner.is_none_or(|o| l.created_by == o))
             .filter(|l| {
-                after.as_ref().is_none_or(|c| {
-                    (l.created_at, l.code.as_str()) < (c.created_at, c.code.as_str())
-                })
+                after
+                    .as_ref()
+                    .is_none_or(|c| (l.created_at, l.code.as_str()) < (c.created_at, c.code.as_str()))
             })
             .collect();
         links.sort_by(|a, b| (b.created_at, &b.code).cmp(&(a.created_at, &a.code)));
@@ -132,11 +124,7 @@ impl LinkStore for MemoryStore {
         Ok(LinkPage { links, next_cursor })
     }
 
-    async fn scan_codes(
-        &self,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<String>, StoreError> {
+    async fn scan_codes(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>, StoreError> {
         let s = self.state()?;
         let mut codes: Vec<String> = s
             .links
@@ -175,12 +163,7 @@ impl KeyStore for MemoryStore {
     }
 
     async fn find_key_by_hash(&self, key_hash: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
-        Ok(self
-            .state()?
-            .keys
-            .values()
-            .find(|k| k.key_hash == key_hash)
-            .cloned())
+        Ok(self.state()?.keys.values().find(|k| k.key_hash == key_hash).cloned())
     }
 
     async fn revoke_key(&self, id: &str, at: UnixMillis) -> Result<ApiKeyRecord, StoreError> {
@@ -224,12 +207,7 @@ impl RollupStore for MemoryStore {
         Ok(BatchOutcome::Applied)
     }
 
-    async fn read_clicks(
-        &self,
-        code: &str,
-        from: Day,
-        to: Day,
-    ) -> Result<Vec<(Day, u64)>, StoreError> {
+    async fn read_clicks(&self, code: &str, from: Day, to: Day) -> Result<Vec<(Day, u64)>, StoreError> {
         let s = self.state()?;
         Ok(s.rollups
             .range((code.to_owned(), from)..=(code.to_owned(), to))
@@ -270,10 +248,7 @@ mod tests {
     async fn switched_off_it_fails() {
         let s = MemoryStore::new();
         s.set_unavailable(true);
-        assert!(matches!(
-            s.get_link("abc").await,
-            Err(StoreError::Unavailable(_))
-        ));
+        assert!(matches!(s.get_link("abc").await, Err(StoreError::Unavailable(_))));
         s.set_unavailable(false);
         assert!(s.get_link("abc").await.unwrap().is_none());
         assert_eq!(s.link_reads(), 2);

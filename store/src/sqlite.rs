@@ -68,8 +68,7 @@ CREATE TABLE IF NOT EXISTS audit (
 CREATE INDEX IF NOT EXISTS audit_by_code ON audit (code, seq);
 ";
 
-const LINK_COLUMNS: &str =
-    "code, long_url, redirect, forward_query, created_at, created_by, is_active, \
+const LINK_COLUMNS: &str = "code, long_url, redirect, forward_query, created_at, created_by, is_active, \
      version, expires_at, deleted_at, deleted_by, delete_reason, purge_at";
 
 struct Inner {
@@ -87,9 +86,7 @@ pub struct SqliteStore {
 
 impl std::fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteStore")
-            .field("path", &self.inner.path)
-            .finish()
+        f.debug_struct("SqliteStore").field("path", &self.inner.path).finish()
     }
 }
 
@@ -99,12 +96,9 @@ fn sql_err(e: rusqlite::Error) -> StoreError {
 
 fn open_conn(path: &Path) -> Result<Connection, StoreError> {
     let conn = Connection::open(path).map_err(sql_err)?;
-    conn.busy_timeout(std::time::Duration::from_secs(5))
-        .map_err(sql_err)?;
-    conn.pragma_update(None, "journal_mode", "WAL")
-        .map_err(sql_err)?;
-    conn.pragma_update(None, "synchronous", "NORMAL")
-        .map_err(sql_err)?;
+    conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(sql_err)?;
+    conn.pragma_update(None, "journal_mode", "WAL").map_err(sql_err)?;
+    conn.pragma_update(None, "synchronous", "NORMAL").map_err(sql_err)?;
     Ok(conn)
 }
 
@@ -113,8 +107,7 @@ impl SqliteStore {
     pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
         let path = path.as_ref().to_path_buf();
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| StoreError::Unavailable(format!("{}: {e}", dir.display())))?;
+            std::fs::create_dir_all(dir).map_err(|e| StoreError::Unavailable(format!("{}: {e}", dir.display())))?;
         }
         let writer = open_conn(&path)?;
         writer.execute_batch(SCHEMA).map_err(sql_err)?;
@@ -223,11 +216,7 @@ fn get_link_in(conn: &Connection, code: &str) -> Result<Option<Link>, StoreError
 
 #[async_trait]
 impl LinkStore for SqliteStore {
-    async fn insert_link(
-        &self,
-        link: &Link,
-        idempotency: Option<&IdempotencyRecord>,
-    ) -> Result<(), StoreError> {
+    async fn insert_link(&self, link: &Link, idempotency: Option<&IdempotencyRecord>) -> Result<(), StoreError> {
         let link = link.clone();
         let idem = idempotency.cloned();
         self.write(move |conn| {
@@ -297,7 +286,9 @@ impl LinkStore for SqliteStore {
         let code = code.to_owned();
         let deletion = deletion.clone();
         self.write(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql_err)?;
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(sql_err)?;
             let current = get_link_in(&tx, &code)?.ok_or(StoreError::NotFound)?;
             if current.version != expected_version || !current.is_active {
                 return Err(StoreError::ConditionFailed);
@@ -338,7 +329,8 @@ impl LinkStore for SqliteStore {
         self.read(move |conn| {
             let (at, code) = after.map_or((i64::MAX, String::new()), |c| (c.created_at, c.code));
             // Without a cursor every row qualifies: (created_at, code) < (MAX, '') holds for all.
-            let mut sql = format!("SELECT {LINK_COLUMNS} FROM links WHERE (created_at < ?1 OR (created_at = ?1 AND code < ?2))");
+            let mut sql =
+                format!("SELECT {LINK_COLUMNS} FROM links WHERE (created_at < ?1 OR (created_at = ?1 AND code < ?2))");
             if owner.is_some() {
                 sql.push_str(" AND created_by = ?4");
             }
@@ -346,14 +338,29 @@ impl LinkStore for SqliteStore {
             let mut stmt = conn.prepare_cached(&sql).map_err(sql_err)?;
             let fetch = (limit + 1) as i64;
             let rows: Vec<rusqlite::Result<Result<Link, StoreError>>> = match &owner {
-                Some(o) => stmt.query_map(params![at, code, fetch, o], link_from_row).map_err(sql_err)?.collect(),
-                None => stmt.query_map(params![at, code, fetch], link_from_row).map_err(sql_err)?.collect(),
+                Some(o) => stmt
+                    .query_map(params![at, code, fetch, o], link_from_row)
+                    .map_err(sql_err)?
+                    .collect(),
+                None => stmt
+                    .query_map(params![at, code, fetch], link_from_row)
+                    .map_err(sql_err)?
+                    .collect(),
             };
-            let mut links = rows.into_iter().map(|r| r.map_err(sql_err)?).collect::<Result<Vec<_>, _>>()?;
+            let mut links = rows
+                .into_iter()
+                .map(|r| r.map_err(sql_err)?)
+                .collect::<Result<Vec<_>, _>>()?;
             let more = links.len() > limit;
             links.truncate(limit);
             let next_cursor = if more {
-                links.last().map(|l| ListCursor { created_at: l.created_at, code: l.code.clone() }.encode())
+                links.last().map(|l| {
+                    ListCursor {
+                        created_at: l.created_at,
+                        code: l.code.clone(),
+                    }
+                    .encode()
+                })
             } else {
                 None
             };
@@ -362,11 +369,7 @@ impl LinkStore for SqliteStore {
         .await
     }
 
-    async fn scan_codes(
-        &self,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<String>, StoreError> {
+    async fn scan_codes(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>, StoreError> {
         let after = after.unwrap_or("").to_owned();
         self.read(move |conn| {
             let mut stmt = conn
@@ -434,12 +437,14 @@ impl KeyStore for SqliteStore {
     async fn find_key_by_hash(&self, key_hash: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
         let key_hash = key_hash.to_owned();
         self.read(move |conn| {
-            conn.prepare_cached("SELECT id, name, role, key_hash, created_at, revoked_at FROM api_keys WHERE key_hash = ?1")
-                .map_err(sql_err)?
-                .query_row([key_hash], key_from_row)
-                .optional()
-                .map_err(sql_err)?
-                .transpose()
+            conn.prepare_cached(
+                "SELECT id, name, role, key_hash, created_at, revoked_at FROM api_keys WHERE key_hash = ?1",
+            )
+            .map_err(sql_err)?
+            .query_row([key_hash], key_from_row)
+            .optional()
+            .map_err(sql_err)?
+            .transpose()
         })
         .await
     }
@@ -447,12 +452,19 @@ impl KeyStore for SqliteStore {
     async fn revoke_key(&self, id: &str, at: UnixMillis) -> Result<ApiKeyRecord, StoreError> {
         let id = id.to_owned();
         self.write(move |conn| {
-            conn.execute("UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?1) WHERE id = ?2", params![at, id])
-                .map_err(sql_err)?;
-            conn.query_row("SELECT id, name, role, key_hash, created_at, revoked_at FROM api_keys WHERE id = ?1", [id], key_from_row)
-                .optional()
-                .map_err(sql_err)?
-                .ok_or(StoreError::NotFound)?
+            conn.execute(
+                "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?1) WHERE id = ?2",
+                params![at, id],
+            )
+            .map_err(sql_err)?;
+            conn.query_row(
+                "SELECT id, name, role, key_hash, created_at, revoked_at FROM api_keys WHERE id = ?1",
+                [id],
+                key_from_row,
+            )
+            .optional()
+            .map_err(sql_err)?
+            .ok_or(StoreError::NotFound)?
         })
         .await
     }
@@ -491,10 +503,8 @@ impl CounterStore for SqliteStore {
                 params![name, candidate],
             )
             .map_err(sql_err)?;
-            conn.query_row("SELECT value FROM settings WHERE name = ?1", [name], |r| {
-                r.get(0)
-            })
-            .map_err(sql_err)
+            conn.query_row("SELECT value FROM settings WHERE name = ?1", [name], |r| r.get(0))
+                .map_err(sql_err)
         })
         .await
     }
@@ -532,12 +542,7 @@ impl RollupStore for SqliteStore {
         .await
     }
 
-    async fn read_clicks(
-        &self,
-        code: &str,
-        from: Day,
-        to: Day,
-    ) -> Result<Vec<(Day, u64)>, StoreError> {
+    async fn read_clicks(&self, code: &str, from: Day, to: Day) -> Result<Vec<(Day, u64)>, StoreError> {
         let code = code.to_owned();
         self.read(move |conn| {
             let mut stmt = conn
@@ -571,7 +576,9 @@ impl AuditLog for SqliteStore {
         let code = code.to_owned();
         self.read(move |conn| {
             let mut stmt = conn
-                .prepare_cached("SELECT at, actor, action, code, reason, outcome FROM audit WHERE code = ?1 ORDER BY seq")
+                .prepare_cached(
+                    "SELECT at, actor, action, code, reason, outcome FROM audit WHERE code = ?1 ORDER BY seq",
+                )
                 .map_err(sql_err)?;
             let rows = stmt
                 .query_map([code], |r| {

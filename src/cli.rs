@@ -1,0 +1,407 @@
+//! The operator CLI: `rebound links …`, `rebound takedown …`, `rebound keys …`, talking
+//! HTTP to the control plane. Readable tables by default, the API's JSON with `--json`.
+
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+
+/// Where the control plane is and who we are.
+#[derive(Debug, Clone, Args)]
+pub struct ClientArgs {
+    /// Base URL of the control-plane API.
+    #[arg(
+        long,
+        env = "REBOUND_API_URL",
+        default_value = "http://127.0.0.1:8081",
+        global = true
+    )]
+    pub api_url: String,
+    /// API key (sent as a Bearer token).
+    #[arg(long, env = "REBOUND_API_KEY", hide_env_values = true, global = true)]
+    pub api_key: Option<String>,
+    /// Print the API's JSON instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LinksCommand {
+    /// Create a short link.
+    Create {
+        /// The target URL.
+        long_url: String,
+        /// A custom code instead of a generated one.
+        #[arg(long)]
+        alias: Option<String>,
+        /// Expire after this many seconds.
+        #[arg(long, conflicts_with = "expires_at")]
+        ttl: Option<i64>,
+        /// Expire at this RFC 3339 time.
+        #[arg(long)]
+        expires_at: Option<String>,
+        /// 301, 302 (default), 307 or 308.
+        #[arg(long)]
+        redirect: Option<u16>,
+        /// Append the visitor's query string to the target.
+        #[arg(long)]
+        forward_query: bool,
+        /// Makes a retried create return the first answer.
+        #[arg(long)]
+        idempotency_key: Option<String>,
+    },
+    /// Show one link.
+    Get { code: String },
+    /// List links, newest first.
+    List {
+        #[arg(long)]
+        limit: Option<u32>,
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+    /// Delete a link.
+    Delete { code: String },
+    /// Daily clicks of a link.
+    Stats {
+        code: String,
+        /// First day, YYYY-MM-DD (default: 29 days before --to).
+        #[arg(long)]
+        from: Option<String>,
+        /// Last day, YYYY-MM-DD (default: today, UTC).
+        #[arg(long)]
+        to: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Create an API key (shown once).
+    Create {
+        #[arg(long)]
+        name: String,
+        /// creator or operator.
+        #[arg(long)]
+        role: String,
+    },
+    /// Revoke an API key; it stops working at once.
+    Revoke { id: String },
+}
+
+/// What the CLI was asked to do.
+#[derive(Debug)]
+pub enum ClientCommand {
+    Links(LinksCommand),
+    Takedown { code: String, reason: String },
+    Keys(KeysCommand),
+}
+
+/// A failed CLI call, printed as one clear line.
+#[derive(Debug)]
+pub struct CliError(pub String);
+
+impl std::fmt::Display for CliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for CliError {}
+
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    key: Option<String>,
+}
+
+fn encode_segment(s: &str) -> String {
+    url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+impl Client {
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+        headers: &[(&str, &str)],
+    ) -> Result<(u16, Value), CliError> {
+        let url = format!("{}{}", self.base.trim_end_matches('/'), path);
+        let mut req = self.http.request(method, &url);
+        if let Some(k) = &self.key {
+            req = req.bearer_auth(k);
+        }
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        if let Some(b) = body {
+            req = req.header("content-type", "application/json").body(b.to_string());
+        }
+        let res = req
+            .send()
+            .await
+            .map_err(|e| CliError(format!("cannot reach the control plane at {}: {e}", self.base)))?;
+        let status = res.status().as_u16();
+        let text = res
+            .text()
+            .await
+            .map_err(|e| CliError(format!("reading the answer: {e}")))?;
+        let value = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
+        if status >= 400 {
+            let code = value["error"]["code"].as_str().unwrap_or("error");
+            let message = value["error"]["message"]
+                .as_str()
+                .unwrap_or("the control plane refused the request");
+            let hint = if status == 401 && self.key.is_none() {
+                " (set REBOUND_API_KEY or pass --api-key)"
+            } else {
+                ""
+            };
+            return Err(CliError(format!("{status} {code}: {message}{hint}")));
+        }
+        Ok((status, value))
+    }
+}
+
+fn show(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn table(rows: &[Vec<String>]) -> String {
+    let widths: Vec<usize> = (0..rows.first().map_or(0, Vec::len))
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let line: Vec<String> = r.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn fields(v: &Value, names: &[&str]) -> String {
+    table(
+        &names
+            .iter()
+            .map(|n| vec![format!("{n}:"), show(&v[*n])])
+            .collect::<Vec<_>>(),
+    )
+}
+
+const LINK_FIELDS: &[&str] = &[
+    "code",
+    "short_url",
+    "long_url",
+    "redirect",
+    "forward_query",
+    "expires_at",
+    "created_at",
+    "created_by",
+    "is_active",
+    "version",
+    "deleted_at",
+    "deleted_by",
+    "delete_reason",
+];
+
+/// Runs one CLI command and returns what to print.
+pub async fn run(args: &ClientArgs, command: ClientCommand) -> Result<String, CliError> {
+    let client = Client {
+        http: reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(30))
+            .build()
+            .map_err(|e| CliError(e.to_string()))?,
+        base: args.api_url.clone(),
+        key: args.api_key.clone(),
+    };
+    use reqwest::Method;
+    let (value, text) = match command {
+        ClientCommand::Links(LinksCommand::Create {
+            long_url,
+            alias,
+            ttl,
+            expires_at,
+            redirect,
+            forward_query,
+            idempotency_key,
+        }) => {
+            let mut body = json!({ "long_url": long_url });
+            if let Some(a) = alias {
+                body["custom_alias"] = json!(a);
+            }
+            if let Some(t) = ttl {
+                body["ttl_seconds"] = json!(t);
+            }
+            if let Some(e) = expires_at {
+                body["expires_at"] = json!(e);
+            }
+            if let Some(r) = redirect {
+                body["redirect"] = json!(r);
+            }
+            if forward_query {
+                body["forward_query"] = json!(true);
+            }
+            let headers: Vec<(&str, &str)> = idempotency_key
+                .as_deref()
+                .map(|k| vec![("idempotency-key", k)])
+                .unwrap_or_default();
+            let (_, v) = client.send(Method::POST, "/api/v1/links", Some(body), &headers).await?;
+            let text = fields(
+                &v,
+                &[
+                    "code",
+                    "short_url",
+                    "long_url",
+                    "redirect",
+                    "forward_query",
+                    "expires_at",
+                    "created_at",
+                ],
+            );
+            (v, text)
+        }
+        ClientCommand::Links(LinksCommand::Get { code }) => {
+            let (_, v) = client
+                .send(
+                    Method::GET,
+                    &format!("/api/v1/links/{}", encode_segment(&code)),
+                    None,
+                    &[],
+                )
+                .await?;
+            let text = fields(&v, LINK_FIELDS);
+            (v, text)
+        }
+        ClientCommand::Links(LinksCommand::List { limit, cursor }) => {
+            let mut query = Vec::new();
+            if let Some(l) = limit {
+                query.push(format!("limit={l}"));
+            }
+            if let Some(c) = cursor {
+                query.push(format!("cursor={}", encode_segment(&c)));
+            }
+            let path = if query.is_empty() {
+                "/api/v1/links".to_owned()
+            } else {
+                format!("/api/v1/links?{}", query.join("&"))
+            };
+            let (_, v) = client.send(Method::GET, &path, None, &[]).await?;
+            let mut rows = vec![vec![
+                "CODE".into(),
+                "STATE".into(),
+                "CREATED".into(),
+                "EXPIRES".into(),
+                "TARGET".into(),
+            ]];
+            for l in v["links"].as_array().into_iter().flatten() {
+                let state = if l["is_active"] == json!(true) {
+                    "active"
+                } else {
+                    "deleted"
+                };
+                rows.push(vec![
+                    show(&l["code"]),
+                    state.into(),
+                    show(&l["created_at"]),
+                    show(&l["expires_at"]),
+                    show(&l["long_url"]),
+                ]);
+            }
+            let mut text = table(&rows);
+            if let Some(c) = v["next_cursor"].as_str() {
+                text.push_str(&format!("more: --cursor {c}\n"));
+            }
+            (v, text)
+        }
+        ClientCommand::Links(LinksCommand::Delete { code }) => {
+            client
+                .send(
+                    Method::DELETE,
+                    &format!("/api/v1/links/{}", encode_segment(&code)),
+                    None,
+                    &[],
+                )
+                .await?;
+            (json!({"deleted": code}), format!("deleted {code}\n"))
+        }
+        ClientCommand::Links(LinksCommand::Stats { code, from, to }) => {
+            let mut query = Vec::new();
+            if let Some(f) = from {
+                query.push(format!("from={}", encode_segment(&f)));
+            }
+            if let Some(t) = to {
+                query.push(format!("to={}", encode_segment(&t)));
+            }
+            let path = format!("/api/v1/links/{}/stats?{}", encode_segment(&code), query.join("&"));
+            let (_, v) = client.send(Method::GET, &path, None, &[]).await?;
+            let mut rows = vec![vec!["DAY".into(), "CLICKS".into()]];
+            for d in v["days"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|d| d["clicks"] != json!(0))
+            {
+                rows.push(vec![show(&d["day"]), show(&d["clicks"])]);
+            }
+            rows.push(vec!["total".into(), show(&v["total"])]);
+            let text = table(&rows);
+            (v, text)
+        }
+        ClientCommand::Takedown { code, reason } => {
+            let path = format!("/api/v1/links/{}/takedown", encode_segment(&code));
+            let (_, v) = client
+                .send(Method::POST, &path, Some(json!({ "reason": reason })), &[])
+                .await?;
+            let text = fields(
+                &v,
+                &[
+                    "code",
+                    "is_active",
+                    "version",
+                    "deleted_at",
+                    "deleted_by",
+                    "delete_reason",
+                ],
+            );
+            (v, text)
+        }
+        ClientCommand::Keys(KeysCommand::Create { name, role }) => {
+            let (_, v) = client
+                .send(
+                    Method::POST,
+                    "/api/v1/keys",
+                    Some(json!({ "name": name, "role": role })),
+                    &[],
+                )
+                .await?;
+            let mut text = fields(&v, &["id", "name", "role", "key"]);
+            text.push_str("The key is shown only once; store it now.\n");
+            (v, text)
+        }
+        ClientCommand::Keys(KeysCommand::Revoke { id }) => {
+            client
+                .send(
+                    Method::DELETE,
+                    &format!("/api/v1/keys/{}", encode_segment(&id)),
+                    None,
+                    &[],
+                )
+                .await?;
+            (json!({"revoked": id}), format!("revoked key {id}\n"))
+        }
+    };
+    if args.json {
+        Ok(format!(
+            "{}\n",
+            serde_json::to_string_pretty(&value).unwrap_or_default()
+        ))
+    } else {
+        Ok(text)
+    }
+}

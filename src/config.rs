@@ -1,0 +1,318 @@
+//! Reads the optional TOML file and the `REBOUND_*` variables into the core's plain
+//! [`Settings`], with errors that name the bad setting. Nothing else sees the file format.
+
+use rebound_core::config::{QueueChoice, Settings, StoreChoice};
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// A configuration that cannot be used, with the setting it concerns.
+#[derive(Debug)]
+pub enum ConfigError {
+    /// The file could not be read or parsed.
+    File(String),
+    /// A setting (its name first) has an unusable value.
+    Setting(String, String),
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigError::File(m) => write!(f, "configuration file: {m}"),
+            ConfigError::Setting(name, m) => write!(f, "{name}: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    redirect_addr: Option<String>,
+    api_addr: Option<String>,
+    metrics_addr: Option<String>,
+    data_dir: Option<PathBuf>,
+    public_base_url: Option<String>,
+    bootstrap_key: Option<String>,
+    store: Option<String>,
+    table_prefix: Option<String>,
+    redis_url: Option<String>,
+    queue: Option<String>,
+    sqs_queue: Option<String>,
+    #[serde(default)]
+    api: FileApi,
+    #[serde(default)]
+    redirect: FileRedirect,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileApi {
+    max_body_bytes: Option<usize>,
+    max_target_bytes: Option<usize>,
+    anonymous_create: Option<bool>,
+    creator_rate_per_sec: Option<f64>,
+    creator_burst: Option<u32>,
+    anonymous_rate_per_sec: Option<f64>,
+    anonymous_burst: Option<u32>,
+    blocked_domains: Option<Vec<String>>,
+    kgs_block_size: Option<u64>,
+    code_key: Option<String>,
+    idempotency_ttl_secs: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRedirect {
+    cache_max_age_secs: Option<u64>,
+    l1_capacity: Option<usize>,
+    invalidation_timeout_ms: Option<u64>,
+    l1_ttl_ms: Option<u64>,
+    l2_budget_ms: Option<u64>,
+    store_budget_ms: Option<u64>,
+    click_queue_capacity: Option<usize>,
+    click_flush_ms: Option<u64>,
+}
+
+fn parse<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, ConfigError>
+where
+    T::Err: std::fmt::Display,
+{
+    value
+        .trim()
+        .parse::<T>()
+        .map_err(|e| ConfigError::Setting(name.to_owned(), format!("{value:?} is not valid: {e}")))
+}
+
+fn parse_bool(name: &str, value: &str) -> Result<bool, ConfigError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(ConfigError::Setting(
+            name.to_owned(),
+            format!("{value:?} is not true or false"),
+        )),
+    }
+}
+
+fn code_key(name: &str, value: &str) -> Result<[u8; 16], ConfigError> {
+    let bytes = (0..value.len())
+        .step_by(2)
+        .map(|i| value.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+        .collect::<Option<Vec<u8>>>();
+    bytes
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| ConfigError::Setting(name.to_owned(), "must be 32 hexadecimal characters (16 bytes)".into()))
+}
+
+/// Builds the settings from an optional TOML text and the environment (the variables win).
+pub fn load(file: Option<&str>, env: &HashMap<String, String>) -> Result<Settings, ConfigError> {
+    let f: FileConfig = match file {
+        Some(text) => toml::from_str(text).map_err(|e| ConfigError::File(e.to_string()))?,
+        None => FileConfig::default(),
+    };
+    let var = |name: &str| env.get(name).map(String::as_str).filter(|v| !v.is_empty());
+    let mut s = Settings::default();
+
+    let addr = |file: &Option<String>,
+                env_name: &str,
+                file_name: &str,
+                default: SocketAddr|
+     -> Result<SocketAddr, ConfigError> {
+        match (var(env_name), file) {
+            (Some(v), _) => parse(env_name, v),
+            (None, Some(v)) => parse(file_name, v),
+            (None, None) => Ok(default),
+        }
+    };
+    s.redirect_addr = addr(
+        &f.redirect_addr,
+        "REBOUND_REDIRECT_ADDR",
+        "redirect_addr",
+        s.redirect_addr,
+    )?;
+    s.api_addr = addr(&f.api_addr, "REBOUND_API_ADDR", "api_addr", s.api_addr)?;
+    s.metrics_addr = addr(&f.metrics_addr, "REBOUND_METRICS_ADDR", "metrics_addr", s.metrics_addr)?;
+    if let Some(d) = var("REBOUND_DATA_DIR").map(PathBuf::from).or(f.data_dir) {
+        s.data_dir = d;
+    }
+    if let Some(u) = var("REBOUND_PUBLIC_BASE_URL").map(str::to_owned).or(f.public_base_url) {
+        s.public_base_url = u;
+    }
+    s.bootstrap_key = var("REBOUND_BOOTSTRAP_KEY").map(str::to_owned).or(f.bootstrap_key);
+    let table_prefix = var("REBOUND_TABLE_PREFIX")
+        .map(str::to_owned)
+        .or(f.table_prefix)
+        .unwrap_or_else(|| "rebound_".into());
+    s.store = match var("REBOUND_STORE").map(str::to_owned).or(f.store).as_deref() {
+        None | Some("sqlite") => StoreChoice::Sqlite,
+        Some("dynamodb") => StoreChoice::DynamoDb { table_prefix },
+        Some(other) => {
+            return Err(ConfigError::Setting(
+                "store (REBOUND_STORE)".into(),
+                format!("{other:?} is not sqlite or dynamodb"),
+            ))
+        }
+    };
+    s.redis_url = var("REBOUND_REDIS_URL").map(str::to_owned).or(f.redis_url);
+    let queue_name = var("REBOUND_SQS_QUEUE")
+        .map(str::to_owned)
+        .or(f.sqs_queue)
+        .unwrap_or_else(|| "rebound-clicks".into());
+    s.queue = match var("REBOUND_QUEUE").map(str::to_owned).or(f.queue).as_deref() {
+        None | Some("embedded") => QueueChoice::Embedded,
+        Some("sqs") => QueueChoice::Sqs { queue_name },
+        Some(other) => {
+            return Err(ConfigError::Setting(
+                "queue (REBOUND_QUEUE)".into(),
+                format!("{other:?} is not embedded or sqs"),
+            ))
+        }
+    };
+
+    let a = &mut s.api;
+    let fa = f.api;
+    a.max_body_bytes = match var("REBOUND_MAX_BODY_BYTES") {
+        Some(v) => parse("REBOUND_MAX_BODY_BYTES", v)?,
+        None => fa.max_body_bytes.unwrap_or(a.max_body_bytes),
+    };
+    a.max_target_bytes = fa.max_target_bytes.unwrap_or(a.max_target_bytes);
+    a.anonymous_create = match var("REBOUND_ANONYMOUS_CREATE") {
+        Some(v) => parse_bool("REBOUND_ANONYMOUS_CREATE", v)?,
+        None => fa.anonymous_create.unwrap_or(a.anonymous_create),
+    };
+    a.creator_rate_per_sec = fa.creator_rate_per_sec.unwrap_or(a.creator_rate_per_sec);
+    a.creator_burst = fa.creator_burst.unwrap_or(a.creator_burst);
+    a.anonymous_rate_per_sec = fa.anonymous_rate_per_sec.unwrap_or(a.anonymous_rate_per_sec);
+    a.anonymous_burst = fa.anonymous_burst.unwrap_or(a.anonymous_burst);
+    a.blocked_domains = fa.blocked_domains.unwrap_or_default();
+    if let Some(v) = var("REBOUND_BLOCKED_DOMAINS") {
+        a.blocked_domains
+            .extend(v.split(',').map(|d| d.trim().to_owned()).filter(|d| !d.is_empty()));
+    }
+    a.kgs_block_size = fa.kgs_block_size.unwrap_or(a.kgs_block_size);
+    a.code_key = match (var("REBOUND_CODE_KEY"), fa.code_key) {
+        (Some(v), _) => Some(code_key("REBOUND_CODE_KEY", v)?),
+        (None, Some(v)) => Some(code_key("api.code_key", &v)?),
+        (None, None) => None,
+    };
+    a.idempotency_ttl_secs = fa.idempotency_ttl_secs.unwrap_or(a.idempotency_ttl_secs);
+
+    let r = &mut s.redirect;
+    let fr = f.redirect;
+    r.cache_max_age_secs = fr.cache_max_age_secs.unwrap_or(r.cache_max_age_secs);
+    r.l1_capacity = fr.l1_capacity.unwrap_or(r.l1_capacity);
+    r.invalidation_timeout_ms = fr.invalidation_timeout_ms.unwrap_or(r.invalidation_timeout_ms);
+    r.l1_ttl_ms = fr.l1_ttl_ms.unwrap_or(r.l1_ttl_ms);
+    r.l2_budget_ms = fr.l2_budget_ms.unwrap_or(r.l2_budget_ms);
+    r.store_budget_ms = fr.store_budget_ms.unwrap_or(r.store_budget_ms);
+    r.click_queue_capacity = match var("REBOUND_CLICK_QUEUE_CAPACITY") {
+        Some(v) => parse("REBOUND_CLICK_QUEUE_CAPACITY", v)?,
+        None => fr.click_queue_capacity.unwrap_or(r.click_queue_capacity),
+    };
+    r.click_flush_ms = fr.click_flush_ms.unwrap_or(r.click_flush_ms);
+
+    s.validate().map_err(|e| ConfigError::Setting(e.setting, e.problem))?;
+    Ok(s)
+}
+
+/// Reads `path` (if given) and the process environment.
+pub fn load_from_process(path: Option<&std::path::Path>) -> Result<Settings, ConfigError> {
+    let text = path
+        .map(|p| std::fs::read_to_string(p).map_err(|e| ConfigError::File(format!("{}: {e}", p.display()))))
+        .transpose()?;
+    let env: HashMap<String, String> = std::env::vars().filter(|(k, _)| k.starts_with("REBOUND_")).collect();
+    load(text.as_deref(), &env)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn defaults_without_file_or_variables() {
+        assert_eq!(load(None, &env(&[])).unwrap(), Settings::default());
+    }
+
+    #[test]
+    fn the_example_config_in_deploy_is_valid() {
+        let text = include_str!("../deploy/rebound.example.toml");
+        load(Some(text), &env(&[])).unwrap();
+    }
+
+    #[test]
+    fn variables_override_the_file() {
+        let file = r#"
+            api_addr = "127.0.0.1:7000"
+            public_base_url = "https://from.file"
+            [api]
+            blocked_domains = ["a.example"]
+            kgs_block_size = 500
+            [redirect]
+            l1_capacity = 10
+        "#;
+        let s = load(
+            Some(file),
+            &env(&[
+                ("REBOUND_API_ADDR", "127.0.0.1:0"),
+                ("REBOUND_STORE", "dynamodb"),
+                ("REBOUND_QUEUE", "sqs"),
+                ("REBOUND_BLOCKED_DOMAINS", "b.example, c.example"),
+                ("REBOUND_CODE_KEY", "000102030405060708090a0b0c0d0e0f"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(s.api_addr.port(), 0);
+        assert_eq!(s.public_base_url, "https://from.file");
+        assert_eq!(
+            s.store,
+            StoreChoice::DynamoDb {
+                table_prefix: "rebound_".into()
+            }
+        );
+        assert_eq!(
+            s.queue,
+            QueueChoice::Sqs {
+                queue_name: "rebound-clicks".into()
+            }
+        );
+        assert_eq!(s.api.blocked_domains, ["a.example", "b.example", "c.example"]);
+        assert_eq!(s.api.kgs_block_size, 500);
+        assert_eq!(s.api.code_key.unwrap()[15], 15);
+        assert_eq!(s.redirect.l1_capacity, 10);
+    }
+
+    #[test]
+    fn errors_name_the_setting() {
+        type Case<'a> = (Option<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
+        let cases: Vec<Case> = vec![
+            (None, vec![("REBOUND_API_ADDR", "nowhere")], "REBOUND_API_ADDR"),
+            (None, vec![("REBOUND_STORE", "postgres")], "REBOUND_STORE"),
+            (None, vec![("REBOUND_QUEUE", "kafka")], "REBOUND_QUEUE"),
+            (
+                None,
+                vec![("REBOUND_PUBLIC_BASE_URL", "not a url")],
+                "REBOUND_PUBLIC_BASE_URL",
+            ),
+            (None, vec![("REBOUND_CODE_KEY", "xyz")], "REBOUND_CODE_KEY"),
+            (
+                None,
+                vec![("REBOUND_ANONYMOUS_CREATE", "maybe")],
+                "REBOUND_ANONYMOUS_CREATE",
+            ),
+            (Some("api_addr = 5"), vec![], "configuration file"),
+            (Some("unknown_setting = 1"), vec![], "unknown_setting"),
+            (Some("[api]\nkgs_block_size = 0"), vec![], "api.kgs_block_size"),
+        ];
+        for (file, vars, name) in cases {
+            let err = load(file, &env(&vars)).unwrap_err().to_string();
+            assert!(err.contains(name), "{err:?} should name {name}");
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! The `rebound` binary's library: configuration loading, process assembly and the
+//! operator CLI, kept out of `main.rs` so tests can call them.
+//!
+//! # Layout
+//!
+//! - [`config`]: the TOML file and `REBOUND_*` variables, read into the core's `Settings`.
+//! - [`app`]: assembles and runs the processes (`control-plane`, …).
+//! - [`cli`]: the operator CLI that talks HTTP to the control plane.
+#![forbid(unsafe_code)]
+
+pub mod app;
+pub mod cli;
+pub mod config;

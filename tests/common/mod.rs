@@ -1,0 +1,136 @@
+//! Starts the real `rebound` binary on port 0 and talks HTTP to it.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+pub const OPERATOR_KEY: &str = "blackbox-operator-key-0001";
+
+/// A running `rebound` process and where it listens.
+pub struct Running {
+    child: Option<Child>,
+    pub addrs: HashMap<String, String>,
+    pub stdout_lines: Vec<String>,
+    lines: mpsc::Receiver<String>,
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_rebound")
+}
+
+/// Starts `rebound <args>` with a data dir and the bootstrap key, every listener on port 0,
+/// and waits until it has printed the addresses named in `wait_for` (e.g. "API").
+pub fn start(args: &[&str], data_dir: &Path, extra_env: &[(&str, &str)], wait_for: &[&str]) -> Running {
+    let mut cmd = Command::new(bin());
+    cmd.args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("REBOUND_DATA_DIR", data_dir)
+        .env("REBOUND_API_ADDR", "127.0.0.1:0")
+        .env("REBOUND_REDIRECT_ADDR", "127.0.0.1:0")
+        .env("REBOUND_METRICS_ADDR", "127.0.0.1:0")
+        .env("REBOUND_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if !extra_env.iter().any(|(k, _)| *k == "REBOUND_BOOTSTRAP_KEY") {
+        cmd.env("REBOUND_BOOTSTRAP_KEY", OPERATOR_KEY);
+    }
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("start rebound");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut running = Running {
+        child: Some(child),
+        addrs: HashMap::new(),
+        stdout_lines: Vec::new(),
+        lines: rx,
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !wait_for.iter().all(|w| running.addrs.contains_key(*w)) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match running.lines.recv_timeout(left) {
+            Ok(line) => running.take_line(line),
+            Err(_) => panic!(
+                "rebound did not print its addresses {wait_for:?}; saw {:?}",
+                running.stdout_lines
+            ),
+        }
+    }
+    running
+}
+
+impl Running {
+    fn take_line(&mut self, line: String) {
+        // "rebound: API listening on 127.0.0.1:1234"
+        if let Some(rest) = line.strip_prefix("rebound: ") {
+            if let Some((what, addr)) = rest.split_once(" listening on ") {
+                self.addrs.insert(what.to_owned(), addr.trim().to_owned());
+            }
+        }
+        self.stdout_lines.push(line);
+    }
+
+    pub fn api(&self) -> String {
+        format!("http://{}", self.addrs["API"])
+    }
+
+    pub fn addr(&self, what: &str) -> String {
+        format!("http://{}", self.addrs[what])
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("rebound did not exit within 30 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+pub fn temp_dir() -> tempfile::TempDir {
+    tempfile::tempdir().expect("temp dir")
+}
+
+pub fn data_path(dir: &tempfile::TempDir) -> PathBuf {
+    dir.path().to_path_buf()
+}
+
+/// An HTTP client that never follows redirects.
+pub fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap()
+}
