@@ -1,0 +1,188 @@
+//! Clicks leave the request path through a bounded lock-free queue: `record` never waits,
+//! and a full queue drops the click and counts it. A background shipper aggregates them per
+//! (code, day) and hands batches to a [`ClickSink`].
+
+use crate::metrics::ProxyMetrics;
+use async_trait::async_trait;
+use crossbeam_queue::ArrayQueue;
+use rebound_core::Day;
+use rebound_store::{ClickAdd, ClickBatch, Store, MAX_BATCH_ADDS};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One click.
+#[derive(Debug, Clone)]
+pub struct Click {
+    pub code: Arc<str>,
+    pub day: Day,
+}
+
+/// The bounded queue between the request path and the shipper.
+pub struct ClickQueue {
+    queue: ArrayQueue<Click>,
+    metrics: ProxyMetrics,
+}
+
+impl ClickQueue {
+    pub fn new(capacity: usize, metrics: ProxyMetrics) -> ClickQueue {
+        ClickQueue {
+            queue: ArrayQueue::new(capacity),
+            metrics,
+        }
+    }
+
+    /// Queues a click, or drops and counts it when the queue is full. Never waits.
+    #[inline]
+    pub fn record(&self, click: Click) {
+        if self.queue.push(click).is_ok() {
+            self.metrics.clicks_queued.inc();
+        } else {
+            self.metrics.clicks_dropped.inc();
+        }
+    }
+
+    fn drain_into(&self, counts: &mut HashMap<(Arc<str>, Day), u64>) {
+        while let Some(click) = self.queue.pop() {
+            *counts.entry((click.code, click.day)).or_insert(0) += 1;
+        }
+    }
+}
+
+/// Where aggregated clicks go: the rollups directly (embedded) or a queue (SQS).
+#[async_trait]
+pub trait ClickSink: Send + Sync {
+    async fn ship(&self, batch: &ClickBatch) -> Result<(), String>;
+}
+
+/// Embedded mode: adds batches to the store's rollups.
+pub struct StoreClickSink(pub Arc<dyn Store>);
+
+#[async_trait]
+impl ClickSink for StoreClickSink {
+    async fn ship(&self, batch: &ClickBatch) -> Result<(), String> {
+        self.0.apply_clicks(batch).await.map(|_| ()).map_err(|e| e.to_string())
+    }
+}
+
+/// Unique batch ids: this process's start time and pid, and a sequence.
+struct BatchIds {
+    prefix: String,
+    seq: AtomicU64,
+}
+
+impl BatchIds {
+    fn new() -> BatchIds {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        BatchIds {
+            prefix: format!("{:x}-{}", nanos, std::process::id()),
+            seq: AtomicU64::new(0),
+        }
+    }
+    fn next(&self) -> String {
+        format!("{}-{}", self.prefix, self.seq.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// Drains the queue every `every`, and once more when `shutdown` flips, shipping the counts.
+pub async fn run_click_shipper(
+    queue: Arc<ClickQueue>,
+    sink: Arc<dyn ClickSink>,
+    every: Duration,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let ids = BatchIds::new();
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let stopping = tokio::select! {
+            _ = tick.tick() => false,
+            _ = shutdown.changed() => true,
+        };
+        flush(&queue, sink.as_ref(), &ids).await;
+        if stopping || *shutdown.borrow() {
+            return;
+        }
+    }
+}
+
+async fn flush(queue: &ClickQueue, sink: &dyn ClickSink, ids: &BatchIds) {
+    let mut counts = HashMap::new();
+    queue.drain_into(&mut counts);
+    if counts.is_empty() {
+        return;
+    }
+    let adds: Vec<ClickAdd> = counts
+        .into_iter()
+        .map(|((code, day), clicks)| ClickAdd {
+            code: code.to_string(),
+            day,
+            clicks,
+        })
+        .collect();
+    for chunk in adds.chunks(MAX_BATCH_ADDS) {
+        let batch = ClickBatch {
+            id: ids.next(),
+            adds: chunk.to_vec(),
+        };
+        let clicks: u64 = chunk.iter().map(|a| a.clicks).sum();
+        match sink.ship(&batch).await {
+            Ok(()) => queue.metrics.clicks_flushed.inc_by(clicks),
+            Err(e) => {
+                queue.metrics.click_batches_failed.inc();
+                tracing::warn!(error = %e, clicks, "click batch not shipped; its clicks are lost");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rebound_store::{MemoryStore, RollupStore};
+
+    #[tokio::test]
+    async fn a_full_queue_drops_and_counts() {
+        let metrics = ProxyMetrics::register(&prometheus::Registry::new()).unwrap();
+        let q = ClickQueue::new(2, metrics.clone());
+        for _ in 0..5 {
+            q.record(Click {
+                code: Arc::from("abc"),
+                day: Day(1),
+            });
+        }
+        assert_eq!(metrics.clicks_queued.get(), 2);
+        assert_eq!(metrics.clicks_dropped.get(), 3);
+    }
+
+    #[tokio::test]
+    async fn shipped_clicks_land_in_the_rollups_aggregated() {
+        let metrics = ProxyMetrics::register(&prometheus::Registry::new()).unwrap();
+        let q = Arc::new(ClickQueue::new(10_000, metrics.clone()));
+        for i in 0..300 {
+            q.record(Click {
+                code: Arc::from(format!("c{}", i % 150).as_str()),
+                day: Day(5),
+            });
+        }
+        let store = Arc::new(MemoryStore::new());
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let shipper = tokio::spawn(run_click_shipper(
+            q,
+            Arc::new(StoreClickSink(store.clone())),
+            Duration::from_secs(3600),
+            rx,
+        ));
+        tx.send(true).unwrap();
+        shipper.await.unwrap();
+        assert_eq!(metrics.clicks_flushed.get(), 300);
+        assert_eq!(
+            store.read_clicks("c7", Day(5), Day(5)).await.unwrap(),
+            vec![(Day(5), 2)]
+        );
+    }
+}

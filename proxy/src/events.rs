@@ -1,0 +1,44 @@
+//! The link-event port carried in process (the all-in-one): a create goes into the Bloom
+//! filter and L1 before the API answers (I2); a delete or takedown puts the tombstone with
+//! its version into L1 before the API answers (I1).
+
+use crate::bloom::BloomGate;
+use crate::l1::L1;
+use async_trait::async_trait;
+use rebound_core::cache::CachePolicy;
+use rebound_core::{CacheRecord, Clock, Link};
+use rebound_store::{EventError, LinkEvents};
+use std::sync::Arc;
+
+/// Delivers link events to the caches of the proxy in this process.
+pub struct InProcessLinkEvents {
+    pub l1: Arc<L1>,
+    pub bloom: Arc<BloomGate>,
+    pub clock: Arc<dyn Clock>,
+    pub policy: CachePolicy,
+}
+
+#[async_trait]
+impl LinkEvents for InProcessLinkEvents {
+    async fn created(&self, link: &Link) -> Result<(), EventError> {
+        self.bloom.insert(&link.code);
+        self.l1.fill(
+            &link.code,
+            CacheRecord::active(link, self.clock.now_millis(), &self.policy),
+        );
+        Ok(())
+    }
+
+    async fn deactivated(&self, link: &Link) -> Result<(), EventError> {
+        let tomb = CacheRecord::tombstone(link.version, self.clock.now_millis(), &self.policy);
+        let held = self.l1.fill(&link.code, tomb);
+        if held.record.is_tombstone() {
+            Ok(())
+        } else {
+            Err(EventError(format!(
+                "L1 holds version {} above the tombstone",
+                held.record.version
+            )))
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! Rebound's data plane: `GET/HEAD /{code}` answered from memory almost always.
+//!
+//! # Layout
+//!
+//! - [`server`]: the Pingora application that reads requests and writes redirects, and
+//!   how it is run (pre-bound listener, shutdown).
+//! - [`path`]: the lookup tiers: L1 → Bloom filter → single-flight store read, and the
+//!   stale-on-failure rule.
+//! - [`l1`]: the in-process cache with the never-a-lower-version fill rule.
+//! - [`bloom`]: the filter of issued codes and when it may be trusted.
+//! - [`flight`]: single-flight.
+//! - [`clicks`]: the lock-free click queue and the batching shipper.
+//! - [`events`]: the link-event port carried in process (all-in-one).
+//! - [`metrics`]: every metric of the data plane.
+#![forbid(unsafe_code)]
+
+pub mod bloom;
+pub mod clicks;
+pub mod events;
+pub mod flight;
+pub mod l1;
+pub mod metrics;
+pub mod path;
+pub mod server;

@@ -1,0 +1,112 @@
+//! Every metric of the data plane, declared in one place with its help text. Handles to
+//! labelled series are resolved once here, so the request path only bumps atomics.
+
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+
+/// The data plane's metrics.
+#[derive(Clone)]
+pub struct ProxyMetrics {
+    pub redirects: IntCounter,
+    pub not_found: IntCounter,
+    pub gone: IntCounter,
+    pub unavailable: IntCounter,
+    pub bad_method: IntCounter,
+    pub bad_path: IntCounter,
+    pub l1_hits: IntCounter,
+    pub l1_tombstones: IntCounter,
+    pub l1_misses: IntCounter,
+    pub bloom_rejects: IntCounter,
+    pub bloom_bypassed: IntCounter,
+    pub store_reads: IntCounter,
+    pub store_errors: IntCounter,
+    pub singleflight_waits: IntCounter,
+    pub stale_served: IntCounter,
+    pub clicks_queued: IntCounter,
+    pub clicks_dropped: IntCounter,
+    pub clicks_flushed: IntCounter,
+    pub click_batches_failed: IntCounter,
+    pub bloom_loaded_codes: IntGauge,
+    pub latency: Histogram,
+}
+
+impl ProxyMetrics {
+    /// Declares every metric in `registry`.
+    pub fn register(registry: &Registry) -> prometheus::Result<ProxyMetrics> {
+        let requests = IntCounterVec::new(
+            Opts::new(
+                "rebound_redirect_requests_total",
+                "Requests on the redirect port, by outcome",
+            ),
+            &["outcome"],
+        )?;
+        let lookups = IntCounterVec::new(
+            Opts::new("rebound_lookups_total", "Lookups per tier (l1, store) and result"),
+            &["tier", "result"],
+        )?;
+        let counter = |name: &str, help: &str| -> prometheus::Result<IntCounter> {
+            let c = IntCounter::new(name, help)?;
+            registry.register(Box::new(c.clone()))?;
+            Ok(c)
+        };
+        let metrics = ProxyMetrics {
+            redirects: requests.with_label_values(&["redirect"]),
+            not_found: requests.with_label_values(&["not_found"]),
+            gone: requests.with_label_values(&["gone"]),
+            unavailable: requests.with_label_values(&["unavailable"]),
+            bad_method: requests.with_label_values(&["method_not_allowed"]),
+            bad_path: requests.with_label_values(&["bad_path"]),
+            l1_hits: lookups.with_label_values(&["l1", "hit"]),
+            l1_tombstones: lookups.with_label_values(&["l1", "tombstone"]),
+            l1_misses: lookups.with_label_values(&["l1", "miss"]),
+            store_reads: lookups.with_label_values(&["store", "read"]),
+            store_errors: lookups.with_label_values(&["store", "error"]),
+            bloom_rejects: counter(
+                "rebound_bloom_rejects_total",
+                "Unknown codes answered 404 by the Bloom filter without a store read",
+            )?,
+            bloom_bypassed: counter(
+                "rebound_bloom_bypassed_total",
+                "Lookups that skipped the Bloom filter because it was not known to be current",
+            )?,
+            singleflight_waits: counter(
+                "rebound_singleflight_waits_total",
+                "Requests that waited on another request's store read of the same code",
+            )?,
+            stale_served: counter(
+                "rebound_stale_served_total",
+                "Redirects served from a stale record because the store failed",
+            )?,
+            clicks_queued: counter("rebound_clicks_queued_total", "Clicks pushed onto the click queue")?,
+            clicks_dropped: counter(
+                "rebound_clicks_dropped_total",
+                "Clicks dropped because the click queue was full",
+            )?,
+            clicks_flushed: counter("rebound_clicks_flushed_total", "Clicks shipped to the rollups")?,
+            click_batches_failed: counter(
+                "rebound_click_batches_failed_total",
+                "Click batches that could not be shipped (their clicks are lost)",
+            )?,
+            bloom_loaded_codes: {
+                let g = IntGauge::new("rebound_bloom_codes", "Codes inserted into the Bloom filter")?;
+                registry.register(Box::new(g.clone()))?;
+                g
+            },
+            latency: {
+                let h = Histogram::with_opts(
+                    HistogramOpts::new(
+                        "rebound_redirect_duration_seconds",
+                        "Time to answer a request on the redirect port",
+                    )
+                    .buckets(vec![
+                        0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0,
+                    ]),
+                )?;
+                registry.register(Box::new(h.clone()))?;
+                h
+            },
+        };
+        registry.register(Box::new(requests))?;
+        registry.register(Box::new(lookups))?;
+        Ok(metrics)
+    }
+}
