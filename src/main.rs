@@ -23,8 +23,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the control plane (API and click consumer).
+    /// Run the control plane alone (API).
     ControlPlane,
+    /// Run a data plane alone (distributed mode: needs a shared store).
+    Proxy,
     /// Manage links.
     #[command(subcommand)]
     Links(LinksCommand),
@@ -37,6 +39,14 @@ enum Command {
     /// Manage API keys (operators).
     #[command(subcommand)]
     Keys(KeysCommand),
+}
+
+/// What this invocation runs.
+enum Process {
+    AllInOne,
+    ControlPlane,
+    Proxy,
+    Client(ClientCommand),
 }
 
 fn init_tracing() {
@@ -56,13 +66,15 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let client_command = match cli.command {
-        None | Some(Command::ControlPlane) => None,
-        Some(Command::Links(c)) => Some(ClientCommand::Links(c)),
-        Some(Command::Takedown { code, reason }) => Some(ClientCommand::Takedown { code, reason }),
-        Some(Command::Keys(c)) => Some(ClientCommand::Keys(c)),
+    let process = match cli.command {
+        None => Process::AllInOne,
+        Some(Command::ControlPlane) => Process::ControlPlane,
+        Some(Command::Proxy) => Process::Proxy,
+        Some(Command::Links(c)) => Process::Client(ClientCommand::Links(c)),
+        Some(Command::Takedown { code, reason }) => Process::Client(ClientCommand::Takedown { code, reason }),
+        Some(Command::Keys(c)) => Process::Client(ClientCommand::Keys(c)),
     };
-    if let Some(command) = client_command {
+    if let Process::Client(command) = process {
         return match runtime.block_on(cli::run(&cli.client, command)) {
             Ok(out) => {
                 print!("{out}");
@@ -82,7 +94,12 @@ fn main() -> ExitCode {
         }
     };
     init_tracing();
-    match runtime.block_on(rebound::app::run_control_plane(settings)) {
+    let result = match process {
+        Process::ControlPlane => runtime.block_on(rebound::app::run_control_plane(settings)),
+        Process::Proxy => rebound::app::run_proxy(settings),
+        _ => rebound::app::run_all_in_one(settings, &runtime),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("rebound: {e:#}");

@@ -8,7 +8,7 @@
 //!   stale-on-failure rule.
 //! - [`l1`]: the in-process cache with the never-a-lower-version fill rule.
 //! - [`bloom`]: the filter of issued codes and when it may be trusted.
-//! - [`flight`]: single-flight.
+//! - [`flight`]: single-flight, one store read per code however many requests miss.
 //! - [`clicks`]: the lock-free click queue and the batching shipper.
 //! - [`events`]: the link-event port carried in process (all-in-one).
 //! - [`metrics`]: every metric of the data plane.

@@ -1,0 +1,439 @@
+//! Black-box tests of the all-in-one `rebound` on port 0: every outcome of SPEC §3 with
+//! its status and headers, the invariants I1–I3 in one process, single-flight and the
+//! Bloom filter seen through the metrics, and clicks reaching the stats.
+
+mod common;
+
+use common::*;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+const ALL: &[&str] = &["redirect", "API", "metrics"];
+
+struct Rebound {
+    run: Running,
+    http: reqwest::Client,
+}
+
+impl Rebound {
+    fn start(dir: &std::path::Path, env: &[(&str, &str)]) -> Rebound {
+        Rebound {
+            run: start(&[], dir, env, ALL),
+            http: http(),
+        }
+    }
+
+    fn redirect_url(&self, path: &str) -> String {
+        format!("{}{}", self.run.addr("redirect"), path)
+    }
+
+    async fn create(&self, body: Value) -> Value {
+        let res = self
+            .http
+            .post(format!("{}/api/v1/links", self.run.api()))
+            .bearer_auth(OPERATOR_KEY)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::CREATED);
+        res.json().await.unwrap()
+    }
+
+    async fn api(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let mut req = self
+            .http
+            .request(method, format!("{}{}", self.run.api(), path))
+            .bearer_auth(OPERATOR_KEY);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let res = req.send().await.unwrap();
+        let status = res.status();
+        let text = res.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    async fn get(&self, path: &str) -> reqwest::Response {
+        self.http.get(self.redirect_url(path)).send().await.unwrap()
+    }
+
+    async fn metric(&self, name: &str) -> f64 {
+        let text = self
+            .http
+            .get(format!("{}/metrics", self.run.addr("metrics")))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next())
+            .map(|v| v.parse().unwrap())
+            .unwrap_or(0.0)
+    }
+
+    async fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let res = self
+                .http
+                .get(format!("{}/readyz", self.run.addr("metrics")))
+                .send()
+                .await
+                .unwrap();
+            if res.status() == StatusCode::OK {
+                return;
+            }
+            assert!(Instant::now() < deadline, "never ready");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn clicks(&self, code: &str) -> u64 {
+        let (s, v) = self
+            .api(reqwest::Method::GET, &format!("/api/v1/links/{code}/stats"), None)
+            .await;
+        assert_eq!(s, StatusCode::OK);
+        v["total"].as_u64().unwrap()
+    }
+}
+
+const STORE_READS: &str = r#"rebound_lookups_total{result="read",tier="store"}"#;
+
+fn header<'a>(res: &'a reqwest::Response, name: &str) -> Option<&'a str> {
+    res.headers().get(name).map(|v| v.to_str().unwrap())
+}
+
+async fn assert_no_store(res: reqwest::Response, status: StatusCode) {
+    assert_eq!(res.status(), status);
+    assert_eq!(header(&res, "cache-control"), Some("no-store"));
+    assert!(header(&res, "location").is_none());
+    assert_eq!(res.text().await.unwrap(), "", "never a body");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_outcome_with_its_status_and_headers() {
+    let dir = temp_dir();
+    let rb = Rebound::start(dir.path(), &[]);
+    rb.create(json!({"long_url": "https://example.com/a?x=1", "custom_alias": "fwd", "forward_query": true}))
+        .await;
+    rb.create(json!({"long_url": "https://example.com/b", "custom_alias": "nofwd"}))
+        .await;
+    for status in [301, 302, 307, 308] {
+        rb.create(
+            json!({"long_url": "https://example.com/k", "custom_alias": format!("kind{status}"), "redirect": status}),
+        )
+        .await;
+    }
+
+    let res = rb.get("/fwd?utm=1&b=2").await;
+    assert_eq!(res.status(), StatusCode::FOUND);
+    assert_eq!(header(&res, "location"), Some("https://example.com/a?x=1&utm=1&b=2"));
+    assert_eq!(header(&res, "cache-control"), Some("public, max-age=5"));
+    assert_eq!(header(&res, "content-length"), Some("0"));
+    assert_eq!(res.text().await.unwrap(), "");
+    let res = rb.get("/nofwd?utm=1").await;
+    assert_eq!(
+        header(&res, "location"),
+        Some("https://example.com/b"),
+        "no forwarding unless asked"
+    );
+    let res = rb.get("/fwd").await;
+    assert_eq!(header(&res, "location"), Some("https://example.com/a?x=1"));
+    for status in [301, 302, 307, 308] {
+        let res = rb.get(&format!("/kind{status}")).await;
+        assert_eq!(res.status().as_u16(), status);
+    }
+
+    // HEAD: the same answer, no body.
+    let res = rb.http.head(rb.redirect_url("/nofwd")).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::FOUND);
+    assert_eq!(header(&res, "location"), Some("https://example.com/b"));
+
+    // Other methods: 405 with Allow.
+    for method in [
+        reqwest::Method::POST,
+        reqwest::Method::PUT,
+        reqwest::Method::DELETE,
+        reqwest::Method::OPTIONS,
+    ] {
+        let res = rb.http.request(method, rb.redirect_url("/nofwd")).send().await.unwrap();
+        assert_eq!(header(&res, "allow"), Some("GET, HEAD"));
+        assert_no_store(res, StatusCode::METHOD_NOT_ALLOWED).await;
+    }
+
+    // Malformed paths: 404 before any lookup.
+    let reads = rb.metric(STORE_READS).await;
+    for path in [
+        "/",
+        "/ab",
+        "/nofwd/",
+        "/a/b/c",
+        "/%6Eofwd",
+        "/nofwd.html",
+        &format!("/{}", "a".repeat(33)),
+        "//nofwd",
+    ] {
+        assert_no_store(rb.get(path).await, StatusCode::NOT_FOUND).await;
+    }
+    assert_eq!(rb.metric(STORE_READS).await, reads, "no lookup for a malformed path");
+    assert!(
+        rb.metric(r#"rebound_redirect_requests_total{outcome="bad_path"}"#)
+            .await
+            >= 8.0
+    );
+
+    // Unknown code: 404, never a 200.
+    assert_no_store(rb.get("/unknown1").await, StatusCode::NOT_FOUND).await;
+
+    // Health.
+    let res = rb
+        .http
+        .get(format!("{}/healthz", rb.run.addr("metrics")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    rb.wait_ready().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiry_is_410_right_after_expires_at_and_caps_max_age() {
+    let dir = temp_dir();
+    let rb = Rebound::start(dir.path(), &[]);
+    let soon = rb
+        .create(json!({"long_url": "https://example.com/soon", "ttl_seconds": 2}))
+        .await;
+    let code = soon["code"].as_str().unwrap();
+    let res = rb.get(&format!("/{code}")).await;
+    assert_eq!(res.status(), StatusCode::FOUND);
+    let max_age: u64 = header(&res, "cache-control")
+        .unwrap()
+        .trim_start_matches("public, max-age=")
+        .parse()
+        .unwrap();
+    assert!(max_age <= 2, "max-age never past expiry, got {max_age}");
+    let expires = rebound_core_time(soon["expires_at"].as_str().unwrap());
+    while now_millis() < expires {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_no_store(rb.get(&format!("/{code}")).await, StatusCode::GONE).await;
+    // Still gone later, from L1 or the store.
+    assert_no_store(rb.get(&format!("/{code}")).await, StatusCode::GONE).await;
+}
+
+fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+fn rebound_core_time(s: &str) -> i64 {
+    rebound_core::time::parse_rfc3339(s).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_and_takedown_are_404_on_the_next_request() {
+    let dir = temp_dir();
+    let rb = Rebound::start(dir.path(), &[]);
+    for code in ["del-me", "take-me"] {
+        rb.create(json!({"long_url": "https://example.com/x", "custom_alias": code}))
+            .await;
+        // Warm L1.
+        for _ in 0..3 {
+            assert_eq!(rb.get(&format!("/{code}")).await.status(), StatusCode::FOUND);
+        }
+    }
+    let (s, _) = rb.api(reqwest::Method::DELETE, "/api/v1/links/del-me", None).await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    assert_no_store(rb.get("/del-me").await, StatusCode::NOT_FOUND).await;
+    let (s, _) = rb
+        .api(
+            reqwest::Method::POST,
+            "/api/v1/links/take-me/takedown",
+            Some(json!({"reason": "malware"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_no_store(rb.get("/take-me").await, StatusCode::NOT_FOUND).await;
+    // And it stays deleted after a restart (L1 empty: the store's tombstone decides).
+    let dir_path = dir.path().to_path_buf();
+    drop(rb);
+    let rb = Rebound::start(&dir_path, &[]);
+    assert_no_store(rb.get("/del-me").await, StatusCode::NOT_FOUND).await;
+    assert_no_store(rb.get("/take-me").await, StatusCode::NOT_FOUND).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_create_then_click_rounds_without_a_404() {
+    let dir = temp_dir();
+    let rb = Rebound::start(dir.path(), &[]);
+    rb.wait_ready().await;
+    let mut not_found = 0;
+    for i in 0..1000 {
+        let link = rb.create(json!({"long_url": format!("https://example.com/{i}")})).await;
+        let res = rb.get(&format!("/{}", link["code"].as_str().unwrap())).await;
+        if res.status() != StatusCode::FOUND {
+            not_found += 1;
+        }
+    }
+    assert_eq!(not_found, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alias_probed_then_created_is_served_at_once() {
+    let dir = temp_dir();
+    let rb = Rebound::start(dir.path(), &[]);
+    rb.wait_ready().await;
+    for i in 0..20 {
+        let alias = format!("probe-{i}");
+        assert_no_store(rb.get(&format!("/{alias}")).await, StatusCode::NOT_FOUND).await;
+        rb.create(json!({"long_url": "https://example.com/p", "custom_alias": alias}))
+            .await;
+        assert_eq!(
+            rb.get(&format!("/{alias}")).await.status(),
+            StatusCode::FOUND,
+            "a 404 was not cached"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_concurrent_requests_for_one_cold_code_make_one_store_read() {
+    let dir = temp_dir();
+    let code;
+    {
+        let rb = Rebound::start(dir.path(), &[]);
+        code = rb.create(json!({"long_url": "https://example.com/cold"})).await["code"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+    }
+    // A fresh process: L1 is cold.
+    let rb = Rebound::start(dir.path(), &[]);
+    rb.wait_ready().await;
+    let before = rb.metric(STORE_READS).await;
+    let url = rb.redirect_url(&format!("/{code}"));
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let (client, url) = (http(), url.clone());
+            tokio::spawn(async move { client.get(url).send().await.unwrap().status() })
+        })
+        .collect();
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), StatusCode::FOUND);
+    }
+    assert_eq!(
+        rb.metric(STORE_READS).await - before,
+        1.0,
+        "one store read for 64 concurrent requests"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_codes_after_the_filter_loaded_make_no_store_reads() {
+    let dir = temp_dir();
+    let rb = Rebound::start(dir.path(), &[]);
+    for i in 0..50 {
+        rb.create(json!({"long_url": "https://example.com/", "custom_alias": format!("known-{i}")}))
+            .await;
+    }
+    rb.wait_ready().await;
+    let reads = rb.metric(STORE_READS).await;
+    let rejects = rb.metric("rebound_bloom_rejects_total").await;
+    for i in 0..300 {
+        assert_eq!(rb.get(&format!("/unknown-{i}")).await.status(), StatusCode::NOT_FOUND);
+    }
+    let new_reads = rb.metric(STORE_READS).await - reads;
+    let new_rejects = rb.metric("rebound_bloom_rejects_total").await - rejects;
+    assert_eq!(new_reads + new_rejects, 300.0);
+    // The filter is sized for a 0.1 % false-positive rate.
+    assert!(new_reads <= 3.0, "{new_reads} store reads for unknown codes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clicks_show_up_in_stats_and_head_is_not_a_click() {
+    let dir = temp_dir();
+    let rb = Rebound::start(dir.path(), &[]);
+    rb.create(json!({"long_url": "https://example.com/", "custom_alias": "counted"}))
+        .await;
+    for _ in 0..3 {
+        assert_eq!(rb.get("/counted").await.status(), StatusCode::FOUND);
+    }
+    rb.http.head(rb.redirect_url("/counted")).send().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while rb.clicks("counted").await < 3 {
+        assert!(Instant::now() < deadline, "clicks did not reach the stats within 5 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(rb.clicks("counted").await, 3, "HEAD is not a click");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tiny_click_queue_drops_and_counts_without_failing_redirects() {
+    let dir = temp_dir();
+    let rb = Rebound::start(dir.path(), &[("REBOUND_CLICK_QUEUE_CAPACITY", "4")]);
+    rb.create(json!({"long_url": "https://example.com/", "custom_alias": "busy"}))
+        .await;
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let url = rb.redirect_url("/busy");
+            tokio::spawn(async move {
+                let client = http();
+                for _ in 0..50 {
+                    assert_eq!(client.get(&url).send().await.unwrap().status(), StatusCode::FOUND);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let queued = rb.metric("rebound_clicks_queued_total").await;
+    let dropped = rb.metric("rebound_clicks_dropped_total").await;
+    assert_eq!(queued + dropped, 400.0, "every click is queued or counted as dropped");
+    assert!(dropped > 0.0, "a 4-slot queue under 400 clicks drops some");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_flushes_the_clicks_and_exits_within_ten_seconds() {
+    let dir = temp_dir();
+    let mut rb = Rebound::start(dir.path(), &[]);
+    rb.create(json!({"long_url": "https://example.com/", "custom_alias": "last-clicks"}))
+        .await;
+    for _ in 0..5 {
+        assert_eq!(rb.get("/last-clicks").await.status(), StatusCode::FOUND);
+    }
+    let started = Instant::now();
+    let status = rb.run.terminate();
+    assert!(status.success(), "{status:?}");
+    // Reported, not asserted as a duration: the shared machine is noisy.
+    eprintln!("SIGTERM to exit: {:?}", started.elapsed());
+    let rb = Rebound::start(dir.path(), &[]);
+    assert_eq!(
+        rb.clicks("last-clicks").await,
+        5,
+        "the buffered clicks were shipped before exit"
+    );
+}
+
+#[test]
+fn proxy_alone_refuses_the_embedded_store() {
+    let out = std::process::Command::new(bin())
+        .arg("proxy")
+        .env_clear()
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("REBOUND_STORE=dynamodb") && err.contains("all-in-one"),
+        "{err}"
+    );
+}
