@@ -6,6 +6,7 @@
 //!   conditional versioned update, atomic add, one transaction for link + idempotency
 //!   record, point get, paged listing by owner), their records and errors.
 //! - [`sqlite`]: the embedded adapter (one SQLite file in WAL mode).
+//! - [`dynamodb`]: the distributed adapter (DynamoDB or any DynamoDB-API endpoint).
 //! - [`memory`]: an in-memory fake with fault injection, for unit tests.
 //! - [`events`]: the port through which the control plane tells the data plane's caches
 //!   about creates and deletes.
@@ -13,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod conformance;
+pub mod dynamodb;
 pub mod events;
 pub mod memory;
 pub mod sqlite;
