@@ -7,6 +7,7 @@
 //!   record, point get, paged listing by owner), their records and errors.
 //! - [`sqlite`]: the embedded adapter (one SQLite file in WAL mode).
 //! - [`dynamodb`]: the distributed adapter (DynamoDB or any DynamoDB-API endpoint).
+//! - [`redis_cache`]: Redis as L2, invalidation channel and creation feed.
 //! - [`memory`]: an in-memory fake with fault injection, for unit tests.
 //! - [`events`]: the port through which the control plane tells the data plane's caches
 //!   about creates and deletes.
@@ -17,6 +18,7 @@ pub mod conformance;
 pub mod dynamodb;
 pub mod events;
 pub mod memory;
+pub mod redis_cache;
 pub mod sqlite;
 
 use async_trait::async_trait;
