@@ -8,6 +8,7 @@
 //! - [`sqlite`]: the embedded adapter (one SQLite file in WAL mode).
 //! - [`dynamodb`]: the distributed adapter (DynamoDB or any DynamoDB-API endpoint).
 //! - [`redis_cache`]: Redis as L2, invalidation channel and creation feed.
+//! - [`sqs`]: the click queue on SQS, with its dead-letter queue.
 //! - [`memory`]: an in-memory fake with fault injection, for unit tests.
 //! - [`events`]: the port through which the control plane tells the data plane's caches
 //!   about creates and deletes.
@@ -20,6 +21,7 @@ pub mod events;
 pub mod memory;
 pub mod redis_cache;
 pub mod sqlite;
+pub mod sqs;
 
 use async_trait::async_trait;
 use rebound_core::link::Deletion;

@@ -1,0 +1,361 @@
+//! The click queue on SQS: proxies send aggregated click batches with `SendMessageBatch`;
+//! the control plane's consumer long-polls, applies each batch to the rollups and deletes
+//! the message only afterwards. A message that fails three times moves to the dead-letter
+//! queue `<name>-dlq` (the redrive policy `provision` sets).
+
+use crate::{ClickAdd, ClickBatch, StoreError};
+use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
+use aws_sdk_sqs::Client;
+use rebound_core::Day;
+use std::time::Duration;
+
+/// SQS's limits on one `SendMessageBatch`.
+const MAX_ENTRIES: usize = 10;
+const MAX_BATCH_BYTES: usize = 256 * 1024;
+/// Receives before a message moves to the dead-letter queue.
+pub const MAX_RECEIVES: u32 = 3;
+
+fn sdk_err<E: std::error::Error>(e: E) -> StoreError {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    StoreError::Unavailable(text)
+}
+
+/// The wire form of a batch: `{"id":…,"adds":[[code, day, clicks], …]}`.
+pub fn encode_batch(batch: &ClickBatch) -> String {
+    let adds: Vec<(&str, i32, u64)> = batch
+        .adds
+        .iter()
+        .map(|a| (a.code.as_str(), a.day.0, a.clicks))
+        .collect();
+    serde_json::json!({ "id": batch.id, "adds": adds }).to_string()
+}
+
+/// Reads a message body back into a batch.
+pub fn decode_batch(body: &str) -> Result<ClickBatch, StoreError> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Wire {
+        id: String,
+        adds: Vec<(String, i32, u64)>,
+    }
+    let wire: Wire = serde_json::from_str(body).map_err(|e| StoreError::Corrupt(format!("click message: {e}")))?;
+    if wire.id.is_empty() || wire.adds.len() > crate::MAX_BATCH_ADDS {
+        return Err(StoreError::Corrupt("click message: bad id or too many adds".into()));
+    }
+    Ok(ClickBatch {
+        id: wire.id,
+        adds: wire
+            .adds
+            .into_iter()
+            .map(|(code, day, clicks)| ClickAdd {
+                code,
+                day: Day(day),
+                clicks,
+            })
+            .collect(),
+    })
+}
+
+/// A received message.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub receipt: String,
+    pub body: String,
+    /// How many times it has been received, this time included.
+    pub receives: u32,
+}
+
+/// One SQS queue of click batches.
+#[derive(Debug, Clone)]
+pub struct SqsClickQueue {
+    client: Client,
+    queue_url: String,
+}
+
+impl SqsClickQueue {
+    /// A client from the standard AWS configuration.
+    pub async fn client_from_env() -> Client {
+        let conf = aws_config::defaults(aws_config::BehaviorVersion::latest()).load().await;
+        Client::new(&conf)
+    }
+
+    /// The queue named `name`, which must exist (`rebound provision` creates it).
+    pub async fn open(client: Client, name: &str) -> Result<SqsClickQueue, StoreError> {
+        let out = client.get_queue_url().queue_name(name).send().await.map_err(sdk_err)?;
+        let queue_url = out
+            .queue_url()
+            .ok_or_else(|| StoreError::Unavailable(format!("queue {name} has no URL")))?
+            .to_owned();
+        Ok(SqsClickQueue { client, queue_url })
+    }
+
+    /// Creates the queue and its dead-letter queue with a redrive policy of three receives,
+    /// when missing. Idempotent. Returns the queues it created.
+    pub async fn provision(client: &Client, name: &str, visibility_secs: u32) -> Result<Vec<String>, StoreError> {
+        let mut created = Vec::new();
+        let dlq_name = format!("{name}-dlq");
+        let exists = |n: String| {
+            let client = client.clone();
+            async move { client.get_queue_url().queue_name(n).send().await.is_ok() }
+        };
+        if !exists(dlq_name.clone()).await {
+            client
+                .create_queue()
+                .queue_name(&dlq_name)
+                .send()
+                .await
+                .map_err(sdk_err)?;
+            created.push(dlq_name.clone());
+        }
+        let dlq = SqsClickQueue::open(client.clone(), &dlq_name).await?;
+        let attrs = client
+            .get_queue_attributes()
+            .queue_url(&dlq.queue_url)
+            .attribute_names(QueueAttributeName::QueueArn)
+            .send()
+            .await
+            .map_err(sdk_err)?;
+        let arn = attrs
+            .attributes()
+            .and_then(|a| a.get(&QueueAttributeName::QueueArn))
+            .ok_or_else(|| StoreError::Unavailable("the dead-letter queue has no ARN".into()))?
+            .clone();
+        if !exists(name.to_owned()).await {
+            let redrive =
+                serde_json::json!({ "deadLetterTargetArn": arn, "maxReceiveCount": MAX_RECEIVES.to_string() })
+                    .to_string();
+            client
+                .create_queue()
+                .queue_name(name)
+                .attributes(QueueAttributeName::RedrivePolicy, redrive)
+                .attributes(QueueAttributeName::VisibilityTimeout, visibility_secs.to_string())
+                .send()
+                .await
+                .map_err(sdk_err)?;
+            created.push(name.to_owned());
+        }
+        Ok(created)
+    }
+
+    /// Sends batches, at most 10 entries and 256 KiB per call.
+    pub async fn send(&self, batches: &[ClickBatch]) -> Result<(), StoreError> {
+        let bodies: Vec<String> = batches.iter().map(encode_batch).collect();
+        let mut start = 0;
+        while start < bodies.len() {
+            let mut end = start;
+            let mut bytes = 0;
+            while end < bodies.len() && end - start < MAX_ENTRIES && bytes + bodies[end].len() <= MAX_BATCH_BYTES {
+                bytes += bodies[end].len();
+                end += 1;
+            }
+            // A single body larger than the limit cannot be sent; batches are far smaller.
+            let end = end.max(start + 1);
+            let mut req = self.client.send_message_batch().queue_url(&self.queue_url);
+            for (i, body) in bodies[start..end].iter().enumerate() {
+                let entry = SendMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .message_body(body)
+                    .build()
+                    .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+                req = req.entries(entry);
+            }
+            let out = req.send().await.map_err(sdk_err)?;
+            if !out.failed().is_empty() {
+                return Err(StoreError::Unavailable(format!(
+                    "{} click messages refused",
+                    out.failed().len()
+                )));
+            }
+            start = end;
+        }
+        Ok(())
+    }
+
+    /// Waits up to `wait` for up to 10 messages, hiding them for `visibility`.
+    pub async fn receive(&self, wait: Duration, visibility: Duration) -> Result<Vec<Received>, StoreError> {
+        let out = self
+            .client
+            .receive_message()
+            .queue_url(&self.queue_url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(wait.as_secs().min(20) as i32)
+            .visibility_timeout(visibility.as_secs() as i32)
+            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount)
+            .send()
+            .await
+            .map_err(sdk_err)?;
+        Ok(out
+            .messages()
+            .iter()
+            .filter_map(|m| {
+                let receives = m
+                    .attributes()
+                    .and_then(|a| a.get(&aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(1);
+                Some(Received {
+                    receipt: m.receipt_handle()?.to_owned(),
+                    body: m.body().unwrap_or_default().to_owned(),
+                    receives,
+                })
+            })
+            .collect())
+    }
+
+    /// Deletes a message after its batch was applied.
+    pub async fn delete(&self, receipt: &str) -> Result<(), StoreError> {
+        self.client
+            .delete_message()
+            .queue_url(&self.queue_url)
+            .receipt_handle(receipt)
+            .send()
+            .await
+            .map_err(sdk_err)?;
+        Ok(())
+    }
+
+    /// Messages waiting (approximately), for tests and operators.
+    pub async fn approximate_depth(&self) -> Result<u64, StoreError> {
+        let out = self
+            .client
+            .get_queue_attributes()
+            .queue_url(&self.queue_url)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+            .send()
+            .await
+            .map_err(sdk_err)?;
+        let get = |k: QueueAttributeName| -> u64 {
+            out.attributes()
+                .and_then(|a| a.get(&k))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        Ok(get(QueueAttributeName::ApproximateNumberOfMessages)
+            + get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible))
+    }
+
+    /// Sends one raw body (tests use it to plant a poison message).
+    pub async fn send_raw(&self, body: &str) -> Result<(), StoreError> {
+        self.client
+            .send_message()
+            .queue_url(&self.queue_url)
+            .message_body(body)
+            .send()
+            .await
+            .map_err(sdk_err)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_round_trip_and_garbage_is_refused() {
+        let b = ClickBatch {
+            id: "b-1".into(),
+            adds: vec![ClickAdd {
+                code: "abc".into(),
+                day: Day(20_000),
+                clicks: 7,
+            }],
+        };
+        assert_eq!(decode_batch(&encode_batch(&b)).unwrap(), b);
+        for bad in [
+            "",
+            "{}",
+            "not json",
+            r#"{"id":"","adds":[]}"#,
+            r#"{"id":"x","adds":[["a",1]]}"#,
+            r#"{"id":"x","adds":[],"x":1}"#,
+        ] {
+            assert!(decode_batch(bad).is_err(), "{bad}");
+        }
+    }
+
+    async fn client() -> Client {
+        let url = std::env::var("REBOUND_TEST_SQS_URL")
+            .expect("REBOUND_TEST_SQS_URL is not set: run scripts/test, which starts a moto server");
+        let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .endpoint_url(url)
+            .region(aws_config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+                "test", "test", None, None, "test",
+            ))
+            .load()
+            .await;
+        Client::new(&conf)
+    }
+
+    #[tokio::test]
+    async fn provision_send_receive_delete_and_redrive() {
+        let client = client().await;
+        let name = format!(
+            "t{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        );
+        assert_eq!(SqsClickQueue::provision(&client, &name, 1).await.unwrap().len(), 2);
+        assert!(
+            SqsClickQueue::provision(&client, &name, 1).await.unwrap().is_empty(),
+            "idempotent"
+        );
+        let q = SqsClickQueue::open(client.clone(), &name).await.unwrap();
+        let batches: Vec<ClickBatch> = (0..25)
+            .map(|i| ClickBatch {
+                id: format!("b{i}"),
+                adds: vec![ClickAdd {
+                    code: "abc".into(),
+                    day: Day(1),
+                    clicks: 1,
+                }],
+            })
+            .collect();
+        q.send(&batches).await.unwrap();
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..20 {
+            for m in q
+                .receive(Duration::from_secs(1), Duration::from_secs(30))
+                .await
+                .unwrap()
+            {
+                seen.insert(decode_batch(&m.body).unwrap().id);
+                q.delete(&m.receipt).await.unwrap();
+            }
+            if seen.len() == 25 {
+                break;
+            }
+        }
+        assert_eq!(seen.len(), 25);
+
+        // A message never deleted moves to the dead-letter queue after three receives.
+        q.send_raw("poison").await.unwrap();
+        let mut receives = 0;
+        for _ in 0..20 {
+            let got = q.receive(Duration::from_secs(1), Duration::from_secs(1)).await.unwrap();
+            receives += got.len();
+            if got.is_empty() && receives >= 3 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1100)).await;
+        }
+        assert_eq!(receives, 3);
+        let dlq = SqsClickQueue::open(client, &format!("{name}-dlq")).await.unwrap();
+        let dead = dlq
+            .receive(Duration::from_secs(1), Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(dead.len(), 1);
+        assert_eq!(dead[0].body, "poison");
+    }
+}
