@@ -22,16 +22,17 @@ pub struct InProcessLinkEvents {
 impl LinkEvents for InProcessLinkEvents {
     async fn created(&self, link: &Link) -> Result<(), EventError> {
         self.bloom.insert(&link.code);
-        self.l1.fill(
-            &link.code,
-            CacheRecord::active(link, self.clock.now_millis(), &self.policy),
-        );
+        let now = self.clock.now_millis();
+        self.l1
+            .fill(&link.code, CacheRecord::active(link, now, &self.policy), now);
         Ok(())
     }
 
     async fn deactivated(&self, link: &Link) -> Result<(), EventError> {
-        let tomb = CacheRecord::tombstone(link.version, self.clock.now_millis(), &self.policy);
-        let held = self.l1.fill(&link.code, tomb);
+        let now = self.clock.now_millis();
+        let held = self
+            .l1
+            .fill(&link.code, CacheRecord::tombstone(link.version, now, &self.policy), now);
         if held.record.is_tombstone() {
             Ok(())
         } else {

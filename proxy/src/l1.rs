@@ -15,6 +15,9 @@ pub struct L1Entry {
     /// The code, shared with the clicks it produces.
     pub code: Arc<str>,
     pub record: CacheRecord,
+    /// When this process cached it: while the invalidation channel is broken, an entry
+    /// older than `l1_ttl` is not trusted.
+    pub filled_at: UnixMillis,
 }
 
 impl L1Entry {
@@ -56,7 +59,7 @@ impl L1 {
 
     /// Stores `record` unless the cache holds a newer version; returns what the cache holds
     /// for the code afterwards.
-    pub fn fill(&self, code: &str, record: CacheRecord) -> Arc<L1Entry> {
+    pub fn fill(&self, code: &str, record: CacheRecord, now: UnixMillis) -> Arc<L1Entry> {
         let _guard = self.stripe(code);
         if let Some(existing) = self.cache.get(code) {
             if !record.may_replace(&existing.record) {
@@ -67,6 +70,7 @@ impl L1 {
         let entry = Arc::new(L1Entry {
             code: code.clone(),
             record,
+            filled_at: now,
         });
         self.cache.insert(code, entry.clone());
         entry
@@ -117,23 +121,23 @@ mod tests {
     #[test]
     fn a_late_fill_never_overwrites_a_newer_tombstone() {
         let l1 = L1::new(100);
-        l1.fill("abc", active(1));
+        l1.fill("abc", active(1), 0);
         let tomb = CacheRecord::tombstone(2, 0, &CachePolicy::default());
-        assert!(l1.fill("abc", tomb).record.is_tombstone());
+        assert!(l1.fill("abc", tomb, 0).record.is_tombstone());
         // The read that started before the delete comes back with version 1.
-        let held = l1.fill("abc", active(1));
+        let held = l1.fill("abc", active(1), 0);
         assert!(held.record.is_tombstone(), "the tombstone stays");
         assert_eq!(l1.get("abc").unwrap().record.version, 2);
         // Equal versions may overwrite (retries are idempotent).
-        let again = l1.fill("abc", CacheRecord::tombstone(2, 5, &CachePolicy::default()));
+        let again = l1.fill("abc", CacheRecord::tombstone(2, 5, &CachePolicy::default()), 5);
         assert_eq!(again.record.fresh_until, 5 + CachePolicy::default().tombstone_millis);
     }
 
     #[test]
     fn remove_and_clear() {
         let l1 = L1::new(100);
-        l1.fill("abc", active(1));
-        l1.fill("abd", active(1));
+        l1.fill("abc", active(1), 0);
+        l1.fill("abd", active(1), 0);
         l1.remove("abc");
         assert!(l1.get("abc").is_none());
         assert_eq!(l1.len(), 1);

@@ -15,6 +15,9 @@ pub struct ProxyMetrics {
     pub l1_hits: IntCounter,
     pub l1_tombstones: IntCounter,
     pub l1_misses: IntCounter,
+    pub l2_hits: IntCounter,
+    pub l2_misses: IntCounter,
+    pub l2_errors: IntCounter,
     pub bloom_rejects: IntCounter,
     pub bloom_bypassed: IntCounter,
     pub store_reads: IntCounter,
@@ -40,7 +43,7 @@ impl ProxyMetrics {
             &["outcome"],
         )?;
         let lookups = IntCounterVec::new(
-            Opts::new("rebound_lookups_total", "Lookups per tier (l1, store) and result"),
+            Opts::new("rebound_lookups_total", "Lookups per tier (l1, l2, store) and result"),
             &["tier", "result"],
         )?;
         let counter = |name: &str, help: &str| -> prometheus::Result<IntCounter> {
@@ -58,6 +61,9 @@ impl ProxyMetrics {
             l1_hits: lookups.with_label_values(&["l1", "hit"]),
             l1_tombstones: lookups.with_label_values(&["l1", "tombstone"]),
             l1_misses: lookups.with_label_values(&["l1", "miss"]),
+            l2_hits: lookups.with_label_values(&["l2", "hit"]),
+            l2_misses: lookups.with_label_values(&["l2", "miss"]),
+            l2_errors: lookups.with_label_values(&["l2", "error"]),
             store_reads: lookups.with_label_values(&["store", "read"]),
             store_errors: lookups.with_label_values(&["store", "error"]),
             bloom_rejects: counter(

@@ -1,15 +1,16 @@
-//! The redirect path of SPEC §3 after the request checks: L1 → Bloom filter →
-//! single-flight store read, decided by the core's pure function, with the stale-on-failure
-//! rule. Transport-free, so it is tested against the in-memory store.
+//! The redirect path of SPEC §3 after the request checks: L1 → L2 (Redis, when configured)
+//! → Bloom filter → store, with one flight per code over L2 and the store, the core's pure
+//! decision, and the stale-on-failure rule. Transport-free, so it is tested against fakes.
 
 use crate::bloom::BloomGate;
 use crate::flight::SingleFlight;
 use crate::l1::{L1Entry, L1};
 use crate::metrics::ProxyMetrics;
 use rebound_core::cache::CachePolicy;
-use rebound_core::{decide_redirect, CacheRecord, CachedVerdict, Clock, Link, StoreVerdict};
+use rebound_core::{decide_redirect, CacheRecord, CachedVerdict, Clock, Link, StoreVerdict, UnixMillis};
+use rebound_store::redis_cache::RecordCache;
 use rebound_store::Store;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,7 +27,63 @@ pub enum Resolution {
     Unavailable,
 }
 
+/// Whether this proxy may trust its L1: only while its invalidation channel is healthy
+/// (a heartbeat within `timeout`). Otherwise entries live at most `l1_ttl`, and L1 is
+/// emptied when the channel comes back.
+pub struct InvalidationTrust {
+    timeout_ms: i64,
+    l1_ttl_ms: i64,
+    last_heartbeat: AtomicI64,
+    lapsed: AtomicBool,
+}
+
+impl InvalidationTrust {
+    /// Starts untrusted: nothing has been heard yet.
+    pub fn new(timeout: Duration, l1_ttl: Duration) -> InvalidationTrust {
+        InvalidationTrust {
+            timeout_ms: timeout.as_millis() as i64,
+            l1_ttl_ms: l1_ttl.as_millis() as i64,
+            last_heartbeat: AtomicI64::new(i64::MIN / 2),
+            lapsed: AtomicBool::new(true),
+        }
+    }
+
+    /// True while a heartbeat was heard within the timeout.
+    pub fn is_trusted(&self, now: UnixMillis) -> bool {
+        now - self.last_heartbeat.load(Ordering::Acquire) <= self.timeout_ms
+    }
+
+    /// Records a message from the channel. When the channel had lapsed, L1 is emptied first:
+    /// invalidations may have been missed meanwhile.
+    pub fn heard(&self, now: UnixMillis, l1: &L1) {
+        if !self.is_trusted(now) {
+            self.lapsed.store(true, Ordering::Release);
+        }
+        if self.lapsed.swap(false, Ordering::AcqRel) {
+            l1.clear();
+        }
+        self.last_heartbeat.store(now, Ordering::Release);
+    }
+
+    /// Whether `entry` may be used at `now`.
+    #[inline]
+    fn allows(&self, entry: &L1Entry, now: UnixMillis) -> bool {
+        self.is_trusted(now) || now - entry.filled_at <= self.l1_ttl_ms
+    }
+}
+
 type StoreRead = Result<Option<Link>, Arc<str>>;
+
+/// What one flight found below L1.
+#[derive(Clone)]
+enum Fetched {
+    /// L2 had a usable record (fresh active, tombstone, or expired).
+    FromL2(CacheRecord),
+    /// The Bloom filter says the code was never issued.
+    NeverIssued,
+    /// The store's answer, with a stale L2 record to fall back on if it failed.
+    FromStore(StoreRead, Option<CacheRecord>),
+}
 
 /// The lookup tiers and what they share.
 pub struct RedirectPath {
@@ -37,7 +94,12 @@ pub struct RedirectPath {
     pub metrics: ProxyMetrics,
     pub policy: CachePolicy,
     pub store_budget: Duration,
-    flights: SingleFlight<StoreRead>,
+    /// Redis, when configured.
+    pub l2: Option<Arc<dyn RecordCache>>,
+    pub l2_budget: Duration,
+    /// The invalidation channel's health; `None` when invalidation is in process.
+    pub trust: Option<Arc<InvalidationTrust>>,
+    flights: SingleFlight<Fetched>,
     last_stale_warning: AtomicI64,
 }
 
@@ -58,15 +120,41 @@ impl RedirectPath {
             metrics,
             policy: CachePolicy::default(),
             store_budget,
+            l2: None,
+            l2_budget: Duration::from_millis(150),
+            trust: None,
             flights: SingleFlight::default(),
             last_stale_warning: AtomicI64::new(0),
+        }
+    }
+
+    /// Adds Redis as L2, with its read budget and the invalidation channel's health.
+    pub fn with_l2(
+        mut self,
+        l2: Arc<dyn RecordCache>,
+        budget: Duration,
+        trust: Arc<InvalidationTrust>,
+    ) -> RedirectPath {
+        self.l2 = Some(l2);
+        self.l2_budget = budget;
+        self.trust = Some(trust);
+        self
+    }
+
+    /// The L1 entry of `code` if this proxy may use it now.
+    #[inline]
+    fn usable_l1(&self, code: &str, now: UnixMillis) -> Option<Arc<L1Entry>> {
+        let entry = self.l1.get(code)?;
+        match &self.trust {
+            Some(t) if !t.allows(&entry, now) => None,
+            _ => Some(entry),
         }
     }
 
     /// Resolves a code that passed the code rule.
     pub async fn resolve(&self, code: &str) -> Resolution {
         let now = self.clock.now_millis();
-        let cached = self.l1.get(code);
+        let cached = self.usable_l1(code, now);
         if let Some(entry) = &cached {
             match entry.verdict(now) {
                 CachedVerdict::Redirect => {
@@ -82,67 +170,114 @@ impl RedirectPath {
             }
         }
         self.metrics.l1_misses.inc();
-        match self.bloom.may_contain(code) {
-            Some(false) => {
-                self.metrics.bloom_rejects.inc();
-                return Resolution::NotFound;
-            }
-            Some(true) => {}
-            None => self.metrics.bloom_bypassed.inc(),
-        }
-        let (read, waited) = self
-            .flights
-            .run(code, || async {
-                self.metrics.store_reads.inc();
-                match tokio::time::timeout(self.store_budget, self.store.get_link(code)).await {
-                    Ok(Ok(item)) => Ok(item),
-                    Ok(Err(e)) => Err(Arc::from(e.to_string())),
-                    Err(_) => Err(Arc::from("store read timed out")),
-                }
-            })
-            .await;
+        let (fetched, waited) = self.flights.run(code, || self.fetch(code)).await;
         if waited {
             self.metrics.singleflight_waits.inc();
         }
         let now = self.clock.now_millis();
-        match read {
-            Ok(item) => match decide_redirect(item.as_ref(), now) {
+        match fetched {
+            Fetched::NeverIssued => Resolution::NotFound,
+            Fetched::FromL2(record) => self.answer_from(self.l1.fill(code, record, now), now),
+            Fetched::FromStore(Ok(item), _) => match decide_redirect(item.as_ref(), now) {
                 StoreVerdict::Redirect => {
                     let link = item.as_ref().expect("a redirect has a link");
-                    let held = self.l1.fill(code, CacheRecord::active(link, now, &self.policy));
-                    // A newer tombstone may have landed while the read was in flight.
-                    match held.verdict(now) {
-                        CachedVerdict::Redirect => Resolution::Redirect(held),
-                        CachedVerdict::Expired => Resolution::Gone,
-                        _ => Resolution::NotFound,
-                    }
+                    let record = CacheRecord::active(link, now, &self.policy);
+                    self.populate_l2(code, &record, now);
+                    // A newer tombstone may have landed while the read was in flight: the
+                    // fill keeps it, and the answer follows what L1 holds.
+                    self.answer_from(self.l1.fill(code, record, now), now)
                 }
                 StoreVerdict::NotFound => Resolution::NotFound,
                 StoreVerdict::Gone => Resolution::Gone,
                 StoreVerdict::Tombstone => {
                     let version = item.as_ref().map_or(0, |l| l.version);
-                    self.l1.fill(code, CacheRecord::tombstone(version, now, &self.policy));
+                    let record = CacheRecord::tombstone(version, now, &self.policy);
+                    self.populate_l2(code, &record, now);
+                    self.l1.fill(code, record, now);
                     Resolution::NotFound
                 }
             },
-            Err(cause) => {
+            Fetched::FromStore(Err(cause), stale_l2) => {
                 self.metrics.store_errors.inc();
-                self.stale_or_unavailable(cached, now, &cause)
+                self.stale_or_unavailable(code, stale_l2, now, &cause)
             }
         }
     }
 
+    fn answer_from(&self, held: Arc<L1Entry>, now: UnixMillis) -> Resolution {
+        match held.verdict(now) {
+            CachedVerdict::Redirect => Resolution::Redirect(held),
+            CachedVerdict::Expired => Resolution::Gone,
+            _ => Resolution::NotFound,
+        }
+    }
+
+    /// Below L1: L2, then the Bloom filter, then the store. One run per code at a time.
+    async fn fetch(&self, code: &str) -> Fetched {
+        let mut stale_l2 = None;
+        if let Some(l2) = &self.l2 {
+            match tokio::time::timeout(self.l2_budget, l2.get_record(code)).await {
+                Ok(Ok(Some(record))) => match record.verdict(self.clock.now_millis()) {
+                    CachedVerdict::Redirect | CachedVerdict::Tombstone | CachedVerdict::Expired => {
+                        self.metrics.l2_hits.inc();
+                        return Fetched::FromL2(record);
+                    }
+                    CachedVerdict::Stale => {
+                        self.metrics.l2_misses.inc();
+                        stale_l2 = Some(record);
+                    }
+                    CachedVerdict::Dead => self.metrics.l2_misses.inc(),
+                },
+                Ok(Ok(None)) => self.metrics.l2_misses.inc(),
+                // An error or a timeout counts as a miss: the store decides.
+                Ok(Err(_)) | Err(_) => self.metrics.l2_errors.inc(),
+            }
+        }
+        match self.bloom.may_contain(code) {
+            Some(false) => {
+                self.metrics.bloom_rejects.inc();
+                return Fetched::NeverIssued;
+            }
+            Some(true) => {}
+            None => self.metrics.bloom_bypassed.inc(),
+        }
+        self.metrics.store_reads.inc();
+        let read = match tokio::time::timeout(self.store_budget, self.store.get_link(code)).await {
+            Ok(Ok(item)) => Ok(item),
+            Ok(Err(e)) => Err(Arc::from(e.to_string())),
+            Err(_) => Err(Arc::from("store read timed out")),
+        };
+        Fetched::FromStore(read, stale_l2)
+    }
+
+    /// Writes a record through to L2 off the request path.
+    fn populate_l2(&self, code: &str, record: &CacheRecord, now: UnixMillis) {
+        let Some(l2) = self.l2.clone() else { return };
+        let (code, record, budget) = (code.to_owned(), record.clone(), self.l2_budget);
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(budget, l2.put_record(&code, &record, now)).await;
+        });
+    }
+
     /// Store failure: a stale active record inside its grace window and before expiry may be
     /// served; a tombstone always wins; otherwise 503.
-    fn stale_or_unavailable(&self, cached: Option<Arc<L1Entry>>, now: i64, cause: &str) -> Resolution {
+    fn stale_or_unavailable(
+        &self,
+        code: &str,
+        stale_l2: Option<CacheRecord>,
+        now: UnixMillis,
+        cause: &str,
+    ) -> Resolution {
         // Look again: a tombstone may have arrived while the store was failing.
-        let entry = self.l1.get(cached.as_ref().map_or("", |e| &e.code)).or(cached);
-        match entry {
-            Some(e) if e.record.is_tombstone() && e.verdict(now) == CachedVerdict::Tombstone => Resolution::NotFound,
-            Some(e)
-                if matches!(e.verdict(now), CachedVerdict::Stale | CachedVerdict::Redirect)
-                    && !e.record.is_tombstone() =>
-            {
+        let from_l1 = self.usable_l1(code, now);
+        let from_l2 = stale_l2.map(|record| self.l1.fill(code, record, now));
+        let newest = match (from_l1, from_l2) {
+            (Some(a), Some(b)) => Some(if b.record.version > a.record.version { b } else { a }),
+            (a, b) => a.or(b),
+        };
+        match newest {
+            Some(e) if e.record.is_tombstone() => Resolution::NotFound,
+            Some(e) if matches!(e.verdict(now), CachedVerdict::Stale | CachedVerdict::Redirect) => {
                 self.metrics.stale_served.inc();
                 let last = self.last_stale_warning.load(Ordering::Relaxed);
                 if now - last > 1000
@@ -155,11 +290,11 @@ impl RedirectPath {
                 }
                 Resolution::Redirect(e)
             }
+            Some(e) if e.verdict(now) == CachedVerdict::Expired => Resolution::Gone,
             _ => Resolution::Unavailable,
         }
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,11 +446,152 @@ mod tests {
         f.path.resolve("gone").await;
         let policy = CachePolicy::default();
         f.clock.advance(policy.fresh_millis - 10_000);
-        f.path
-            .l1
-            .fill("gone", CacheRecord::tombstone(2, f.clock.now_millis(), &policy));
+        f.path.l1.fill(
+            "gone",
+            CacheRecord::tombstone(2, f.clock.now_millis(), &policy),
+            f.clock.now_millis(),
+        );
         f.store.set_unavailable(true);
         f.clock.advance(20_000);
         assert!(matches!(f.path.resolve("gone").await, Resolution::NotFound));
+    }
+
+    fn with_l2(
+        f: Fixture,
+    ) -> (
+        Arc<RedirectPath>,
+        Arc<rebound_store::redis_cache::MemoryRecordCache>,
+        Arc<InvalidationTrust>,
+        Fixture,
+    ) {
+        let l2 = Arc::new(rebound_store::redis_cache::MemoryRecordCache::default());
+        let trust = Arc::new(InvalidationTrust::new(
+            Duration::from_millis(2000),
+            Duration::from_millis(1000),
+        ));
+        let path = RedirectPath::new(
+            Arc::new(L1::new(1000)),
+            Arc::new(BloomGate::new(1000)),
+            f.store.clone(),
+            Arc::new(f.clock.clone()),
+            ProxyMetrics::register(&prometheus::Registry::new()).unwrap(),
+            Duration::from_secs(1),
+        )
+        .with_l2(l2.clone(), Duration::from_millis(150), trust.clone());
+        (Arc::new(path), l2, trust, f)
+    }
+
+    #[tokio::test]
+    async fn l2_answers_before_the_store() {
+        let (path, l2, trust, f) = with_l2(fixture());
+        trust.heard(f.clock.now_millis(), &path.l1);
+        let live = add(&f.store, "live", None).await;
+        let now = f.clock.now_millis();
+        l2.put_record("live", &CacheRecord::active(&live, now, &CachePolicy::default()), now)
+            .await
+            .unwrap();
+        l2.put_record("gone", &CacheRecord::tombstone(2, now, &CachePolicy::default()), now)
+            .await
+            .unwrap();
+        assert!(matches!(path.resolve("live").await, Resolution::Redirect(_)));
+        assert!(matches!(path.resolve("gone").await, Resolution::NotFound));
+        assert_eq!(
+            f.store.link_reads(),
+            0,
+            "a fresh L2 record or tombstone needs no store read"
+        );
+        // A store read populates L2 off the request path.
+        add(&f.store, "cold", None).await;
+        assert!(matches!(path.resolve("cold").await, Resolution::Redirect(_)));
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(l2.peek("cold").is_some());
+    }
+
+    #[tokio::test]
+    async fn a_failing_l2_is_a_miss_and_the_store_decides() {
+        let (path, l2, _trust, f) = with_l2(fixture());
+        add(&f.store, "live", None).await;
+        l2.set_failing(true);
+        assert!(matches!(path.resolve("live").await, Resolution::Redirect(_)));
+        assert_eq!(f.store.link_reads(), 1);
+        assert_eq!(path.metrics.l2_errors.get(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_untrusted_l1_entry_lives_at_most_l1_ttl() {
+        let (path, l2, trust, f) = with_l2(fixture());
+        let link = add(&f.store, "cut", None).await;
+        trust.heard(f.clock.now_millis(), &path.l1);
+        assert!(matches!(path.resolve("cut").await, Resolution::Redirect(_)));
+        // The link is deleted; this proxy's channel broke silently, so no invalidation came.
+        let down = f
+            .store
+            .deactivate_link(
+                "cut",
+                1,
+                &rebound_core::link::Deletion {
+                    at: 1,
+                    by: "op".into(),
+                    reason: None,
+                },
+            )
+            .await
+            .unwrap();
+        let now = f.clock.now_millis();
+        l2.put_record(
+            "cut",
+            &CacheRecord::tombstone(down.version, now, &CachePolicy::default()),
+            now,
+        )
+        .await
+        .unwrap();
+        // Still within the heartbeat timeout: L1 is trusted.
+        f.clock.advance(1_500);
+        assert!(matches!(path.resolve("cut").await, Resolution::Redirect(_)));
+        // Past timeout + l1_ttl from the fill: the entry is no longer used.
+        f.clock.advance(1_600);
+        assert!(!trust.is_trusted(f.clock.now_millis()));
+        assert!(matches!(path.resolve("cut").await, Resolution::NotFound));
+        let _ = link;
+    }
+
+    #[tokio::test]
+    async fn l1_is_emptied_when_the_channel_comes_back() {
+        let (path, _l2, trust, f) = with_l2(fixture());
+        trust.heard(f.clock.now_millis(), &path.l1);
+        add(&f.store, "keep", None).await;
+        path.resolve("keep").await;
+        assert_eq!(path.l1.len(), 1);
+        trust.heard(f.clock.now_millis() + 100, &path.l1);
+        assert_eq!(path.l1.len(), 1, "a healthy channel keeps L1");
+        f.clock.advance(10_000);
+        trust.heard(f.clock.now_millis(), &path.l1);
+        assert!(path.l1.is_empty(), "after a lapse, L1 is emptied");
+    }
+
+    #[tokio::test]
+    async fn store_failure_uses_a_stale_l2_record_but_never_over_a_tombstone() {
+        let (path, l2, trust, f) = with_l2(fixture());
+        let policy = CachePolicy::default();
+        let link = add(&f.store, "warm", None).await;
+        let then = f.clock.now_millis();
+        l2.put_record("warm", &CacheRecord::active(&link, then, &policy), then)
+            .await
+            .unwrap();
+        f.clock.advance(policy.fresh_millis + 1);
+        trust.heard(f.clock.now_millis(), &path.l1);
+        f.store.set_unavailable(true);
+        assert!(
+            matches!(path.resolve("warm").await, Resolution::Redirect(_)),
+            "stale, inside the grace window"
+        );
+        let now = f.clock.now_millis();
+        l2.put_record("warm", &CacheRecord::tombstone(2, now, &policy), now)
+            .await
+            .unwrap();
+        path.l1.remove("warm");
+        assert!(matches!(path.resolve("warm").await, Resolution::NotFound));
     }
 }
