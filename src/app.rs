@@ -5,27 +5,32 @@
 use anyhow::Context;
 use rebound_control_plane::ControlPlane;
 use rebound_core::cache::CachePolicy;
-use rebound_core::config::{Settings, StoreChoice};
+use rebound_core::config::{QueueChoice, Settings, StoreChoice};
 use rebound_core::{Clock, SystemClock};
 use rebound_proxy::bloom::BloomGate;
-use rebound_proxy::clicks::{run_click_shipper, ClickQueue, StoreClickSink};
+use rebound_proxy::clicks::{run_click_shipper, ClickQueue, ClickSink, SqsClickSink, StoreClickSink};
+use rebound_proxy::distributed::{run_creation_feed, run_heartbeat, run_invalidation_listener};
 use rebound_proxy::events::InProcessLinkEvents;
 use rebound_proxy::l1::L1;
 use rebound_proxy::metrics::ProxyMetrics;
-use rebound_proxy::path::RedirectPath;
+use rebound_proxy::path::{InvalidationTrust, RedirectPath};
 use rebound_proxy::server::{run_redirect_server, ProcessSignals, RedirectApp};
+use rebound_store::dynamodb::DynamoStore;
+use rebound_store::redis_cache::{RedisCache, RedisLinkEvents};
+use rebound_store::sqs::SqsClickQueue;
 use rebound_store::{LinkEvents, NoLinkEvents, SqliteStore, Store};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 /// The embedded store's file inside the data directory.
 pub const DB_FILE: &str = "rebound.db";
 
 /// Opens the configured store.
-pub fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
+pub async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
     match &settings.store {
         StoreChoice::Sqlite => {
             let path = settings.data_dir.join(DB_FILE);
@@ -33,8 +38,36 @@ pub fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
                 .with_context(|| format!("opening the embedded store at {}", path.display()))?;
             Ok(Arc::new(store))
         }
-        StoreChoice::DynamoDb { .. } => {
-            anyhow::bail!("store = dynamodb: the DynamoDB adapter is not part of this build yet; use store = sqlite")
+        StoreChoice::DynamoDb { table_prefix } => Ok(Arc::new(DynamoStore::new(
+            DynamoStore::client_from_env().await,
+            table_prefix.clone(),
+        ))),
+    }
+}
+
+/// Opens Redis when configured.
+fn open_redis(settings: &Settings) -> anyhow::Result<Option<Arc<RedisCache>>> {
+    settings
+        .redis_url
+        .as_deref()
+        .map(|url| {
+            RedisCache::new(url, &settings.redis_prefix)
+                .map(Arc::new)
+                .context("REBOUND_REDIS_URL")
+        })
+        .transpose()
+}
+
+/// Opens the SQS click queue when configured.
+async fn open_queue(settings: &Settings) -> anyhow::Result<Option<SqsClickQueue>> {
+    match &settings.queue {
+        QueueChoice::Embedded => Ok(None),
+        QueueChoice::Sqs { queue_name } => {
+            let client = SqsClickQueue::client_from_env().await;
+            let queue = SqsClickQueue::open(client, queue_name)
+                .await
+                .with_context(|| format!("opening the SQS queue {queue_name} (run `rebound provision` first)"))?;
+            Ok(Some(queue))
         }
     }
 }
@@ -44,6 +77,12 @@ pub async fn bind(addr: std::net::SocketAddr, what: &str) -> anyhow::Result<TcpL
     TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding the {what} listener on {addr}"))
+}
+
+fn std_bind(addr: std::net::SocketAddr, what: &str) -> anyhow::Result<std::net::TcpListener> {
+    let l = std::net::TcpListener::bind(addr).with_context(|| format!("binding the {what} listener on {addr}"))?;
+    l.set_nonblocking(true)?;
+    Ok(l)
 }
 
 /// Prints the initial operator key once, the first time a store without a configured
@@ -84,11 +123,34 @@ pub async fn termination() {
 pub struct Readiness {
     listeners_bound: Arc<AtomicBool>,
     bloom: Option<Arc<BloomGate>>,
+    /// Gauges read at scrape time.
+    bloom_codes: Option<prometheus::IntGauge>,
 }
 
 impl Readiness {
+    fn bound(bloom: Option<Arc<BloomGate>>) -> Readiness {
+        Readiness {
+            listeners_bound: Arc::new(AtomicBool::new(true)),
+            bloom,
+            bloom_codes: None,
+        }
+    }
+
+    fn with_gauge(mut self, gauge: prometheus::IntGauge) -> Readiness {
+        self.bloom_codes = Some(gauge);
+        self
+    }
+
+    fn refresh_gauges(&self) {
+        if let (Some(bloom), Some(gauge)) = (&self.bloom, &self.bloom_codes) {
+            gauge.set(bloom.codes() as i64);
+        }
+    }
+
     fn is_ready(&self) -> bool {
-        self.listeners_bound.load(Ordering::Acquire) && self.bloom.as_ref().is_none_or(|b| b.is_current())
+        // A proxy whose filter was loaded once stays ready while the feed reconnects:
+        // the filter is bypassed meanwhile, never wrong.
+        self.listeners_bound.load(Ordering::Acquire) && self.bloom.as_ref().is_none_or(|b| b.was_loaded())
     }
 }
 
@@ -96,15 +158,16 @@ impl Readiness {
 fn metrics_router(registry: prometheus::Registry, readiness: Readiness) -> axum::Router {
     use axum::http::StatusCode;
     use axum::routing::get;
+    let scrape_readiness = readiness.clone();
     axum::Router::new()
         .route(
             "/metrics",
             get(move || {
                 let registry = registry.clone();
+                scrape_readiness.refresh_gauges();
                 async move {
                     let mut out = String::new();
-                    let encoder = prometheus::TextEncoder::new();
-                    match encoder.encode_utf8(&registry.gather(), &mut out) {
+                    match prometheus::TextEncoder::new().encode_utf8(&registry.gather(), &mut out) {
                         Ok(()) => (StatusCode::OK, [("content-type", prometheus::TEXT_FORMAT)], out),
                         Err(e) => (
                             StatusCode::INTERNAL_SERVER_ERROR,
@@ -146,45 +209,160 @@ async fn serve_until(
     .await
 }
 
-fn std_bind(addr: std::net::SocketAddr, what: &str) -> anyhow::Result<std::net::TcpListener> {
-    let l = std::net::TcpListener::bind(addr).with_context(|| format!("binding the {what} listener on {addr}"))?;
-    l.set_nonblocking(true)?;
-    Ok(l)
+fn serve_api(
+    listener: TcpListener,
+    cp: Arc<ControlPlane>,
+    mut stop: watch::Receiver<bool>,
+) -> JoinHandle<std::io::Result<()>> {
+    tokio::spawn(rebound_control_plane::serve(listener, cp, async move {
+        let _ = stop.wait_for(|s| *s).await;
+    }))
 }
 
-/// `rebound control-plane`: the API on the configured store, with health on the metrics port.
+/// Waits for tasks to finish, at most `limit`.
+async fn drain(tasks: Vec<JoinHandle<()>>, limit: Duration) {
+    let all = async {
+        for t in tasks {
+            let _ = t.await;
+        }
+    };
+    if tokio::time::timeout(limit, all).await.is_err() {
+        tracing::warn!("drain took too long; exiting");
+    }
+}
+
+/// The link-event port of a control plane in its own process.
+fn remote_events(redis: Option<Arc<RedisCache>>, clock: Arc<dyn Clock>) -> Arc<dyn LinkEvents> {
+    match redis {
+        Some(cache) => Arc::new(RedisLinkEvents {
+            cache,
+            clock,
+            policy: CachePolicy::default(),
+        }),
+        None => Arc::new(NoLinkEvents),
+    }
+}
+
+/// `rebound control-plane`: the API on the configured store, and the click consumer when
+/// clicks come over SQS, with health on the metrics port.
 pub async fn run_control_plane(settings: Settings) -> anyhow::Result<()> {
-    let store = open_store(&settings)?;
+    let store = open_store(&settings).await?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let redis = open_redis(&settings)?;
+    let queue = open_queue(&settings).await?;
     announce_initial_key(&settings, store.as_ref(), clock.as_ref()).await?;
     let api = bind(settings.api_addr, "API (api_addr)").await?;
     let metrics = bind(settings.metrics_addr, "metrics (metrics_addr)").await?;
-    let events: Arc<dyn LinkEvents> = Arc::new(NoLinkEvents);
-    let cp = ControlPlane::new(settings, store, events, clock).await?;
+    let visibility = Duration::from_secs(u64::from(settings.sqs_visibility_secs));
+    let cp = ControlPlane::new(settings, store.clone(), remote_events(redis, clock.clone()), clock).await?;
     println!("rebound: API listening on {}", api.local_addr()?);
     println!("rebound: metrics listening on {}", metrics.local_addr()?);
-    let readiness = Readiness::default();
-    readiness.listeners_bound.store(true, Ordering::Release);
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let metrics_task = tokio::spawn(serve_until(
-        metrics,
-        metrics_router(prometheus::Registry::new(), readiness),
-        stop_rx.clone(),
-    ));
-    let mut api_stop = stop_rx;
-    let api_task = tokio::spawn(rebound_control_plane::serve(api, cp, async move {
-        let _ = api_stop.wait_for(|s| *s).await;
-    }));
+    let (stop_tx, stop) = watch::channel(false);
+    let mut tasks = vec![
+        spawn_logged(
+            "metrics",
+            serve_until(
+                metrics,
+                metrics_router(prometheus::Registry::new(), Readiness::bound(None)),
+                stop.clone(),
+            ),
+        ),
+        spawn_logged("API", async move {
+            serve_api(api, cp, stop.clone()).await.map_err(std::io::Error::other)?
+        }),
+    ];
+    if let Some(queue) = queue {
+        tasks.push(tokio::spawn(rebound_control_plane::consumer::run_click_consumer(
+            queue,
+            store,
+            visibility,
+            stop_tx.subscribe(),
+        )));
+    }
     termination().await;
     let _ = stop_tx.send(true);
-    let drain = async {
-        let _ = api_task.await;
-        let _ = metrics_task.await;
-    };
-    if tokio::time::timeout(Duration::from_secs(9), drain).await.is_err() {
-        tracing::warn!("drain took too long; exiting");
+    drain(tasks, Duration::from_secs(9)).await;
+    Ok(())
+}
+
+fn spawn_logged<F>(what: &'static str, f: F) -> JoinHandle<()>
+where
+    F: std::future::Future<Output = std::io::Result<()>> + Send + 'static,
+{
+    tokio::spawn(async move {
+        if let Err(e) = f.await {
+            tracing::error!(error = %e, "{what} server failed");
+        }
+    })
+}
+
+/// `rebound provision`: creates the DynamoDB tables (with TTL) and the SQS queue and its
+/// dead-letter queue when they are missing. Running it twice changes nothing.
+pub async fn provision(settings: Settings) -> anyhow::Result<()> {
+    let mut did_something = false;
+    if let StoreChoice::DynamoDb { table_prefix } = &settings.store {
+        let store = DynamoStore::new(DynamoStore::client_from_env().await, table_prefix.clone());
+        let created = store.provision().await.context("creating the DynamoDB tables")?;
+        for t in &created {
+            println!("rebound: created table {t}");
+        }
+        if created.is_empty() {
+            println!("rebound: DynamoDB tables with prefix {table_prefix:?} already exist");
+        }
+        did_something = true;
+    }
+    if let QueueChoice::Sqs { queue_name } = &settings.queue {
+        let client = SqsClickQueue::client_from_env().await;
+        let created = SqsClickQueue::provision(&client, queue_name, settings.sqs_visibility_secs)
+            .await
+            .context("creating the SQS queues")?;
+        for q in &created {
+            println!("rebound: created queue {q}");
+        }
+        if created.is_empty() {
+            println!("rebound: SQS queue {queue_name:?} and its dead-letter queue already exist");
+        }
+        did_something = true;
+    }
+    if !did_something {
+        println!("rebound: nothing to provision: the embedded store and queue need no set-up (set REBOUND_STORE=dynamodb and/or REBOUND_QUEUE=sqs)");
     }
     Ok(())
+}
+
+/// The redirect data plane's parts, shared by the all-in-one and `rebound proxy`.
+struct DataPlane {
+    registry: prometheus::Registry,
+    metrics: ProxyMetrics,
+    l1: Arc<L1>,
+    bloom: Arc<BloomGate>,
+    clicks: Arc<ClickQueue>,
+}
+
+impl DataPlane {
+    fn new(settings: &Settings) -> anyhow::Result<DataPlane> {
+        let registry = prometheus::Registry::new();
+        let metrics = ProxyMetrics::register(&registry).context("declaring metrics")?;
+        Ok(DataPlane {
+            clicks: Arc::new(ClickQueue::new(settings.redirect.click_queue_capacity, metrics.clone())),
+            l1: Arc::new(L1::new(settings.redirect.l1_capacity)),
+            bloom: Arc::new(BloomGate::new(settings.redirect.l1_capacity.max(1_000_000) * 2)),
+            registry,
+            metrics,
+        })
+    }
+
+    fn app(&self, settings: &Settings, path: RedirectPath) -> RedirectApp {
+        RedirectApp {
+            path: Arc::new(path),
+            clicks: self.clicks.clone(),
+            max_age_secs: settings.redirect.cache_max_age_secs,
+        }
+    }
+}
+
+fn redirect_threads() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
 }
 
 /// `rebound`: the data plane, the control plane and click shipping in one process on the
@@ -196,27 +374,18 @@ pub fn run_all_in_one(settings: Settings, runtime: &tokio::runtime::Runtime) -> 
             "the all-in-one runs on the embedded store; for DynamoDB run `rebound proxy` and `rebound control-plane`"
         );
     }
-    let store = open_store(&settings)?;
+    let store = runtime.block_on(open_store(&settings))?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let registry = prometheus::Registry::new();
-    let metrics = ProxyMetrics::register(&registry).context("declaring metrics")?;
-    let l1 = Arc::new(L1::new(settings.redirect.l1_capacity));
-    let bloom = Arc::new(BloomGate::new(settings.redirect.l1_capacity.max(1_000_000) * 2));
-    let policy = CachePolicy::default();
-
+    let dp = DataPlane::new(&settings)?;
     let redirect = std_bind(settings.redirect_addr, "redirect (redirect_addr)")?;
     let api = std_bind(settings.api_addr, "API (api_addr)")?;
     let metrics_listener = std_bind(settings.metrics_addr, "metrics (metrics_addr)")?;
-    let readiness = Readiness {
-        listeners_bound: Arc::new(AtomicBool::new(true)),
-        bloom: Some(bloom.clone()),
-    };
 
     let events: Arc<dyn LinkEvents> = Arc::new(InProcessLinkEvents {
-        l1: l1.clone(),
-        bloom: bloom.clone(),
+        l1: dp.l1.clone(),
+        bloom: dp.bloom.clone(),
         clock: clock.clone(),
-        policy,
+        policy: CachePolicy::default(),
     });
     let cp = runtime.block_on(async {
         announce_initial_key(&settings, store.as_ref(), clock.as_ref()).await?;
@@ -226,101 +395,165 @@ pub fn run_all_in_one(settings: Settings, runtime: &tokio::runtime::Runtime) -> 
     println!("rebound: API listening on {}", api.local_addr()?);
     println!("rebound: metrics listening on {}", metrics_listener.local_addr()?);
 
-    let (api_stop_tx, api_stop) = watch::channel(false);
+    let (stop_tx, stop) = watch::channel(false);
     let (clicks_stop_tx, clicks_stop) = watch::channel(false);
-    let clicks = Arc::new(ClickQueue::new(settings.redirect.click_queue_capacity, metrics.clone()));
-    let background = {
+    let tasks = {
         let _enter = runtime.enter();
         let api = TcpListener::from_std(api)?;
         let metrics_listener = TcpListener::from_std(metrics_listener)?;
-        let mut stop = api_stop.clone();
-        let api_task = tokio::spawn(rebound_control_plane::serve(api, cp, async move {
-            let _ = stop.wait_for(|s| *s).await;
-        }));
-        let metrics_task = tokio::spawn(serve_until(
-            metrics_listener,
-            metrics_router(registry, readiness),
-            api_stop,
-        ));
-        let (loader_store, loader_bloom, gauge) = (store.clone(), bloom.clone(), metrics.bloom_loaded_codes.clone());
-        tokio::spawn(async move {
-            let started = std::time::Instant::now();
-            loop {
-                match loader_bloom.load_from(loader_store.as_ref()).await {
-                    Ok(n) => {
-                        gauge.set(loader_bloom.codes() as i64);
-                        tracing::info!(
-                            codes = n,
-                            ms = started.elapsed().as_millis() as u64,
-                            "Bloom filter loaded"
-                        );
-                        return;
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "loading the Bloom filter failed; retrying (it is bypassed meanwhile)");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
+        let readiness = Readiness::bound(Some(dp.bloom.clone())).with_gauge(dp.metrics.bloom_loaded_codes.clone());
+        let api_task = serve_api(api, cp, stop.clone());
+        let (loader_store, loader_bloom) = (store.clone(), dp.bloom.clone());
+        vec![
+            spawn_logged("API", async move { api_task.await.map_err(std::io::Error::other)? }),
+            spawn_logged(
+                "metrics",
+                serve_until(metrics_listener, metrics_router(dp.registry.clone(), readiness), stop),
+            ),
+            tokio::spawn(async move {
+                let started = std::time::Instant::now();
+                loop {
+                    match loader_bloom.load_from(loader_store.as_ref()).await {
+                        Ok(n) => {
+                            // In process, every create reaches the filter directly: it is current now.
+                            loader_bloom.set_current(true);
+                            tracing::info!(
+                                codes = n,
+                                ms = started.elapsed().as_millis() as u64,
+                                "Bloom filter loaded"
+                            );
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "loading the Bloom filter failed; retrying (it is bypassed meanwhile)");
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
                     }
                 }
-            }
-        });
-        let shipper = tokio::spawn(run_click_shipper(
-            clicks.clone(),
-            Arc::new(StoreClickSink(store.clone())),
-            Duration::from_millis(settings.redirect.click_flush_ms),
-            clicks_stop,
-        ));
-        (api_task, metrics_task, shipper)
+            }),
+            tokio::spawn(run_click_shipper(
+                dp.clicks.clone(),
+                Arc::new(StoreClickSink(store.clone())),
+                Duration::from_millis(settings.redirect.click_flush_ms),
+                clicks_stop,
+            )),
+        ]
     };
 
     let path = RedirectPath::new(
-        l1,
-        bloom,
+        dp.l1.clone(),
+        dp.bloom.clone(),
         store,
         clock,
-        metrics,
+        dp.metrics.clone(),
         Duration::from_millis(settings.redirect.store_budget_ms),
     );
-    let app = RedirectApp {
-        path: Arc::new(path),
-        clicks,
-        max_age_secs: settings.redirect.cache_max_age_secs,
-    };
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     run_redirect_server(
         redirect,
-        app,
-        threads,
-        Box::new(ProcessSignals {
-            on_terminate: api_stop_tx,
-        }),
+        dp.app(&settings, path),
+        redirect_threads(),
+        Box::new(ProcessSignals { on_terminate: stop_tx }),
     )?;
 
     // The redirect server has drained: ship the last clicks, let the API finish.
     let _ = clicks_stop_tx.send(true);
-    let (api_task, metrics_task, shipper) = background;
-    runtime.block_on(async {
-        let drain = async {
-            let _ = shipper.await;
-            let _ = api_task.await;
-            let _ = metrics_task.await;
-        };
-        if tokio::time::timeout(Duration::from_secs(5), drain).await.is_err() {
-            tracing::warn!("drain took too long; exiting");
-        }
-    });
+    runtime.block_on(drain(tasks, Duration::from_secs(5)));
     Ok(())
 }
 
-/// `rebound proxy`: a data plane alone, which only makes sense on a store shared with a
-/// control plane in another process.
-pub fn run_proxy(settings: Settings) -> anyhow::Result<()> {
-    match settings.store {
-        StoreChoice::Sqlite => anyhow::bail!(
+/// `rebound proxy`: a data plane alone, on a store shared with control planes in other
+/// processes, with Redis as L2, invalidation channel and creation feed, and clicks over SQS.
+pub fn run_proxy(settings: Settings, runtime: &tokio::runtime::Runtime) -> anyhow::Result<()> {
+    if settings.store == StoreChoice::Sqlite {
+        anyhow::bail!(
             "`rebound proxy` needs a store shared with a separate control plane (REBOUND_STORE=dynamodb); \
              on the embedded SQLite store run `rebound` with no arguments, the all-in-one"
-        ),
-        StoreChoice::DynamoDb { .. } => {
-            anyhow::bail!("store = dynamodb: the DynamoDB adapter is not part of this build yet")
-        }
+        );
     }
+    let store = runtime.block_on(open_store(&settings))?;
+    let redis = open_redis(&settings)?;
+    let queue = runtime.block_on(open_queue(&settings))?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let dp = DataPlane::new(&settings)?;
+    let redirect = std_bind(settings.redirect_addr, "redirect (redirect_addr)")?;
+    let metrics_listener = std_bind(settings.metrics_addr, "metrics (metrics_addr)")?;
+    println!("rebound: redirect listening on {}", redirect.local_addr()?);
+    println!("rebound: metrics listening on {}", metrics_listener.local_addr()?);
+
+    let r = &settings.redirect;
+    let trust = Arc::new(InvalidationTrust::new(
+        Duration::from_millis(r.invalidation_timeout_ms),
+        Duration::from_millis(r.l1_ttl_ms),
+    ));
+    let mut path = RedirectPath::new(
+        dp.l1.clone(),
+        dp.bloom.clone(),
+        store.clone(),
+        clock.clone(),
+        dp.metrics.clone(),
+        Duration::from_millis(r.store_budget_ms),
+    );
+    path.trust = Some(trust.clone());
+    if redis.is_none() {
+        tracing::warn!("no REBOUND_REDIS_URL: no L2 and no invalidation channel, so L1 entries live at most l1_ttl and the Bloom filter is bypassed");
+    }
+    let sink: Arc<dyn ClickSink> = match queue {
+        Some(q) => Arc::new(SqsClickSink(q)),
+        None => {
+            tracing::warn!("REBOUND_QUEUE is not sqs: clicks are added to the rollups directly by this proxy");
+            Arc::new(StoreClickSink(store.clone()))
+        }
+    };
+
+    let (stop_tx, stop) = watch::channel(false);
+    let (clicks_stop_tx, clicks_stop) = watch::channel(false);
+    let tasks = {
+        let _enter = runtime.enter();
+        let metrics_listener = TcpListener::from_std(metrics_listener)?;
+        let readiness = Readiness::bound(Some(dp.bloom.clone())).with_gauge(dp.metrics.bloom_loaded_codes.clone());
+        let mut tasks = vec![
+            spawn_logged(
+                "metrics",
+                serve_until(
+                    metrics_listener,
+                    metrics_router(dp.registry.clone(), readiness),
+                    stop.clone(),
+                ),
+            ),
+            tokio::spawn(run_click_shipper(
+                dp.clicks.clone(),
+                sink,
+                Duration::from_millis(r.click_flush_ms),
+                clicks_stop,
+            )),
+        ];
+        if let Some(cache) = &redis {
+            path = path.with_l2(cache.clone(), Duration::from_millis(r.l2_budget_ms), trust.clone());
+            tasks.push(tokio::spawn(run_invalidation_listener(
+                cache.clone(),
+                dp.l1.clone(),
+                trust,
+                clock.clone(),
+                stop.clone(),
+            )));
+            tasks.push(tokio::spawn(run_heartbeat(cache.clone(), stop.clone())));
+            tasks.push(tokio::spawn(run_creation_feed(
+                cache.clone(),
+                dp.bloom.clone(),
+                store,
+                stop,
+            )));
+        }
+        tasks
+    };
+
+    run_redirect_server(
+        redirect,
+        dp.app(&settings, path),
+        redirect_threads(),
+        Box::new(ProcessSignals { on_terminate: stop_tx }),
+    )?;
+    let _ = clicks_stop_tx.send(true);
+    runtime.block_on(drain(tasks, Duration::from_secs(5)));
+    Ok(())
 }

@@ -39,7 +39,9 @@ struct FileConfig {
     store: Option<String>,
     table_prefix: Option<String>,
     redis_url: Option<String>,
+    redis_prefix: Option<String>,
     queue: Option<String>,
+    sqs_visibility_secs: Option<u32>,
     sqs_queue: Option<String>,
     #[serde(default)]
     api: FileApi,
@@ -157,6 +159,13 @@ pub fn load(file: Option<&str>, env: &HashMap<String, String>) -> Result<Setting
         }
     };
     s.redis_url = var("REBOUND_REDIS_URL").map(str::to_owned).or(f.redis_url);
+    if let Some(p) = var("REBOUND_REDIS_PREFIX").map(str::to_owned).or(f.redis_prefix) {
+        s.redis_prefix = p;
+    }
+    s.sqs_visibility_secs = match var("REBOUND_SQS_VISIBILITY_SECS") {
+        Some(v) => parse("REBOUND_SQS_VISIBILITY_SECS", v)?,
+        None => f.sqs_visibility_secs.unwrap_or(s.sqs_visibility_secs),
+    };
     let queue_name = var("REBOUND_SQS_QUEUE")
         .map(str::to_owned)
         .or(f.sqs_queue)
@@ -204,8 +213,14 @@ pub fn load(file: Option<&str>, env: &HashMap<String, String>) -> Result<Setting
     let fr = f.redirect;
     r.cache_max_age_secs = fr.cache_max_age_secs.unwrap_or(r.cache_max_age_secs);
     r.l1_capacity = fr.l1_capacity.unwrap_or(r.l1_capacity);
-    r.invalidation_timeout_ms = fr.invalidation_timeout_ms.unwrap_or(r.invalidation_timeout_ms);
-    r.l1_ttl_ms = fr.l1_ttl_ms.unwrap_or(r.l1_ttl_ms);
+    r.invalidation_timeout_ms = match var("REBOUND_INVALIDATION_TIMEOUT_MS") {
+        Some(v) => parse("REBOUND_INVALIDATION_TIMEOUT_MS", v)?,
+        None => fr.invalidation_timeout_ms.unwrap_or(r.invalidation_timeout_ms),
+    };
+    r.l1_ttl_ms = match var("REBOUND_L1_TTL_MS") {
+        Some(v) => parse("REBOUND_L1_TTL_MS", v)?,
+        None => fr.l1_ttl_ms.unwrap_or(r.l1_ttl_ms),
+    };
     r.l2_budget_ms = fr.l2_budget_ms.unwrap_or(r.l2_budget_ms);
     r.store_budget_ms = fr.store_budget_ms.unwrap_or(r.store_budget_ms);
     r.click_queue_capacity = match var("REBOUND_CLICK_QUEUE_CAPACITY") {

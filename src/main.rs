@@ -27,6 +27,8 @@ enum Command {
     ControlPlane,
     /// Run a data plane alone (distributed mode: needs a shared store).
     Proxy,
+    /// Create the DynamoDB tables and the SQS queues if they are missing (idempotent).
+    Provision,
     /// Manage links.
     #[command(subcommand)]
     Links(LinksCommand),
@@ -46,6 +48,7 @@ enum Process {
     AllInOne,
     ControlPlane,
     Proxy,
+    Provision,
     Client(ClientCommand),
 }
 
@@ -70,6 +73,7 @@ fn main() -> ExitCode {
         None => Process::AllInOne,
         Some(Command::ControlPlane) => Process::ControlPlane,
         Some(Command::Proxy) => Process::Proxy,
+        Some(Command::Provision) => Process::Provision,
         Some(Command::Links(c)) => Process::Client(ClientCommand::Links(c)),
         Some(Command::Takedown { code, reason }) => Process::Client(ClientCommand::Takedown { code, reason }),
         Some(Command::Keys(c)) => Process::Client(ClientCommand::Keys(c)),
@@ -96,7 +100,8 @@ fn main() -> ExitCode {
     init_tracing();
     let result = match process {
         Process::ControlPlane => runtime.block_on(rebound::app::run_control_plane(settings)),
-        Process::Proxy => rebound::app::run_proxy(settings),
+        Process::Proxy => rebound::app::run_proxy(settings, &runtime),
+        Process::Provision => runtime.block_on(rebound::app::provision(settings)),
         _ => rebound::app::run_all_in_one(settings, &runtime),
     };
     match result {

@@ -7,6 +7,7 @@
 //! - `api`: the handlers, their request and response types, and the OpenAPI document.
 //! - `auth`: API keys and who the caller is.
 //! - `body`: the JSON body extractor (415, 413, 400 in the API's error shape).
+//! - `consumer`: the click consumer of distributed mode (SQS → rollups).
 //! - `error`: the one error type, and the error body.
 //! - `kgs`: generated codes from leased counter blocks.
 //! - `ratelimit`: creation rate limits.
@@ -15,6 +16,7 @@
 mod api;
 pub mod auth;
 mod body;
+pub mod consumer;
 pub mod error;
 pub mod kgs;
 pub mod ratelimit;

@@ -117,6 +117,10 @@ pub struct Settings {
     pub store: StoreChoice,
     /// Redis for L2, invalidation and the creation feed; none means L1 only.
     pub redis_url: Option<String>,
+    /// Prefix of every Redis key and channel.
+    pub redis_prefix: String,
+    /// How long a received click message stays hidden before it is delivered again.
+    pub sqs_visibility_secs: u32,
     pub queue: QueueChoice,
     pub api: ApiSettings,
     pub redirect: RedirectSettings,
@@ -133,6 +137,8 @@ impl Default for Settings {
             bootstrap_key: None,
             store: StoreChoice::Sqlite,
             redis_url: None,
+            redis_prefix: "rebound:".into(),
+            sqs_visibility_secs: 30,
             queue: QueueChoice::Embedded,
             api: ApiSettings::default(),
             redirect: RedirectSettings::default(),
@@ -232,6 +238,21 @@ impl Settings {
                     "may contain only letters, digits, '_', '-' and '.'",
                 ));
             }
+        }
+        if self.redis_prefix.is_empty()
+            || self.redis_prefix.len() > 64
+            || !self.redis_prefix.bytes().all(|b| b.is_ascii_graphic())
+        {
+            return Err(bad(
+                "redis_prefix (REBOUND_REDIS_PREFIX)",
+                "must be 1-64 visible ASCII characters",
+            ));
+        }
+        if !(1..=43_200).contains(&self.sqs_visibility_secs) {
+            return Err(bad(
+                "sqs_visibility_secs (REBOUND_SQS_VISIBILITY_SECS)",
+                "must be between 1 and 43200",
+            ));
         }
         if let QueueChoice::Sqs { queue_name } = &self.queue {
             if queue_name.is_empty()

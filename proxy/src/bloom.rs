@@ -16,6 +16,7 @@ const LOAD_PAGE: usize = 10_000;
 pub struct BloomGate {
     filter: RwLock<Bloom<str>>,
     current: AtomicBool,
+    ever_current: AtomicBool,
     codes: AtomicU64,
 }
 
@@ -26,6 +27,7 @@ impl BloomGate {
         BloomGate {
             filter: RwLock::new(filter),
             current: AtomicBool::new(false),
+            ever_current: AtomicBool::new(false),
             codes: AtomicU64::new(0),
         }
     }
@@ -47,7 +49,15 @@ impl BloomGate {
 
     /// Marks the filter trusted (loaded and fed) or not.
     pub fn set_current(&self, current: bool) {
+        if current {
+            self.ever_current.store(true, Ordering::Release);
+        }
         self.current.store(current, Ordering::Release);
+    }
+
+    /// Whether the filter has been complete at least once (loaded): readiness.
+    pub fn was_loaded(&self) -> bool {
+        self.ever_current.load(Ordering::Acquire)
     }
 
     /// Whether the filter is trusted.
@@ -60,8 +70,8 @@ impl BloomGate {
         self.codes.load(Ordering::Relaxed)
     }
 
-    /// Loads every code from the store, then marks the filter current. Creates that happen
-    /// meanwhile are inserted by the creation feed, so none is missed.
+    /// Loads every code from the store. The caller marks the filter current once it also
+    /// knows the creation feed has been followed from before the load began.
     pub async fn load_from(&self, store: &dyn Store) -> Result<u64, StoreError> {
         let mut after: Option<String> = None;
         let mut loaded = 0u64;
@@ -80,7 +90,6 @@ impl BloomGate {
             self.codes.fetch_add(page.len() as u64, Ordering::Relaxed);
             after = page.last().cloned();
         }
-        self.set_current(true);
         Ok(loaded)
     }
 }
@@ -109,6 +118,8 @@ mod tests {
         let gate = BloomGate::new(100_000);
         assert_eq!(gate.may_contain("code1"), None, "bypassed before loading");
         assert_eq!(gate.load_from(&store).await.unwrap(), 25_000);
+        assert_eq!(gate.may_contain("code1"), None, "still bypassed until marked current");
+        gate.set_current(true);
         for i in 0..25_000 {
             assert_eq!(
                 gate.may_contain(&format!("code{i}")),

@@ -53,7 +53,8 @@ impl ClickQueue {
 /// Where aggregated clicks go: the rollups directly (embedded) or a queue (SQS).
 #[async_trait]
 pub trait ClickSink: Send + Sync {
-    async fn ship(&self, batch: &ClickBatch) -> Result<(), String>;
+    /// Ships the batches of one flush.
+    async fn ship(&self, batches: &[ClickBatch]) -> Result<(), String>;
 }
 
 /// Embedded mode: adds batches to the store's rollups.
@@ -61,8 +62,21 @@ pub struct StoreClickSink(pub Arc<dyn Store>);
 
 #[async_trait]
 impl ClickSink for StoreClickSink {
-    async fn ship(&self, batch: &ClickBatch) -> Result<(), String> {
-        self.0.apply_clicks(batch).await.map(|_| ()).map_err(|e| e.to_string())
+    async fn ship(&self, batches: &[ClickBatch]) -> Result<(), String> {
+        for batch in batches {
+            self.0.apply_clicks(batch).await.map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+}
+
+/// Distributed mode: sends batches to SQS for the control plane's consumer.
+pub struct SqsClickSink(pub rebound_store::sqs::SqsClickQueue);
+
+#[async_trait]
+impl ClickSink for SqsClickSink {
+    async fn ship(&self, batches: &[ClickBatch]) -> Result<(), String> {
+        self.0.send(batches).await.map_err(|e| e.to_string())
     }
 }
 
@@ -124,18 +138,19 @@ async fn flush(queue: &ClickQueue, sink: &dyn ClickSink, ids: &BatchIds) {
             clicks,
         })
         .collect();
-    for chunk in adds.chunks(MAX_BATCH_ADDS) {
-        let batch = ClickBatch {
+    let batches: Vec<ClickBatch> = adds
+        .chunks(MAX_BATCH_ADDS)
+        .map(|chunk| ClickBatch {
             id: ids.next(),
             adds: chunk.to_vec(),
-        };
-        let clicks: u64 = chunk.iter().map(|a| a.clicks).sum();
-        match sink.ship(&batch).await {
-            Ok(()) => queue.metrics.clicks_flushed.inc_by(clicks),
-            Err(e) => {
-                queue.metrics.click_batches_failed.inc();
-                tracing::warn!(error = %e, clicks, "click batch not shipped; its clicks are lost");
-            }
+        })
+        .collect();
+    let clicks: u64 = adds.iter().map(|a| a.clicks).sum();
+    match sink.ship(&batches).await {
+        Ok(()) => queue.metrics.clicks_flushed.inc_by(clicks),
+        Err(e) => {
+            queue.metrics.click_batches_failed.inc_by(batches.len() as u64);
+            tracing::warn!(error = %e, clicks, "click batches not shipped; their clicks are lost");
         }
     }
 }

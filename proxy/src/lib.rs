@@ -10,12 +10,14 @@
 //! - [`bloom`]: the filter of issued codes and when it may be trusted.
 //! - [`flight`]: single-flight, one store read per code however many requests miss.
 //! - [`clicks`]: the lock-free click queue and the batching shipper.
+//! - [`distributed`]: the Redis tasks: invalidation listener, heartbeats, creation feed.
 //! - [`events`]: the link-event port carried in process (all-in-one).
 //! - [`metrics`]: every metric of the data plane.
 #![forbid(unsafe_code)]
 
 pub mod bloom;
 pub mod clicks;
+pub mod distributed;
 pub mod events;
 pub mod flight;
 pub mod l1;

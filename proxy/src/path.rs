@@ -412,6 +412,7 @@ mod tests {
         f.path.resolve("nothere").await;
         assert_eq!(f.store.link_reads(), 1, "bypassed while not loaded");
         f.path.bloom.load_from(f.store.as_ref()).await.unwrap();
+        f.path.bloom.set_current(true);
         for _ in 0..10 {
             assert!(matches!(f.path.resolve("nothere").await, Resolution::NotFound));
         }

@@ -435,3 +435,39 @@ impl RecordCache for MemoryRecordCache {
         Ok(true)
     }
 }
+
+/// The link-event port over Redis (the control plane's side): a create is written through
+/// to L2 and appended to the creation feed; a delete or takedown writes the tombstone with
+/// its version (synchronously) and then publishes the invalidation.
+pub struct RedisLinkEvents {
+    pub cache: std::sync::Arc<RedisCache>,
+    pub clock: std::sync::Arc<dyn rebound_core::Clock>,
+    pub policy: rebound_core::cache::CachePolicy,
+}
+
+#[async_trait]
+impl crate::LinkEvents for RedisLinkEvents {
+    async fn created(&self, link: &rebound_core::Link) -> Result<(), crate::EventError> {
+        let now = self.clock.now_millis();
+        let record = CacheRecord::active(link, now, &self.policy);
+        let written = self.cache.put_record(&link.code, &record, now).await;
+        let announced = self.cache.announce_created(&link.code).await;
+        written
+            .and(announced)
+            .map(|_| ())
+            .map_err(|e| crate::EventError(e.to_string()))
+    }
+
+    async fn deactivated(&self, link: &rebound_core::Link) -> Result<(), crate::EventError> {
+        let now = self.clock.now_millis();
+        let tomb = CacheRecord::tombstone(link.version, now, &self.policy);
+        self.cache
+            .put_record(&link.code, &tomb, now)
+            .await
+            .map_err(|e| crate::EventError(e.to_string()))?;
+        self.cache
+            .publish_invalidation(&link.code, link.version)
+            .await
+            .map_err(|e| crate::EventError(e.to_string()))
+    }
+}
