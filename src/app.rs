@@ -17,7 +17,7 @@ use rebound_proxy::path::{InvalidationTrust, RedirectPath};
 use rebound_proxy::server::{run_redirect_server, ProcessSignals, RedirectApp};
 use rebound_store::dynamodb::DynamoStore;
 use rebound_store::redis_cache::{RedisCache, RedisLinkEvents};
-use rebound_store::sqs::SqsClickQueue;
+use rebound_store::sqs::{LazyClickQueue, SqsClickQueue};
 use rebound_store::{LinkEvents, NoLinkEvents, SqliteStore, Store};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -232,13 +232,9 @@ async fn drain(tasks: Vec<JoinHandle<()>>, limit: Duration) {
 }
 
 /// The link-event port of a control plane in its own process.
-fn remote_events(redis: Option<Arc<RedisCache>>, clock: Arc<dyn Clock>) -> Arc<dyn LinkEvents> {
+fn remote_events(redis: Option<Arc<RedisCache>>, clock: Arc<dyn Clock>, policy: CachePolicy) -> Arc<dyn LinkEvents> {
     match redis {
-        Some(cache) => Arc::new(RedisLinkEvents {
-            cache,
-            clock,
-            policy: CachePolicy::default(),
-        }),
+        Some(cache) => Arc::new(RedisLinkEvents { cache, clock, policy }),
         None => Arc::new(NoLinkEvents),
     }
 }
@@ -254,7 +250,8 @@ pub async fn run_control_plane(settings: Settings) -> anyhow::Result<()> {
     let api = bind(settings.api_addr, "API (api_addr)").await?;
     let metrics = bind(settings.metrics_addr, "metrics (metrics_addr)").await?;
     let visibility = Duration::from_secs(u64::from(settings.sqs_visibility_secs));
-    let cp = ControlPlane::new(settings, store.clone(), remote_events(redis, clock.clone()), clock).await?;
+    let events = remote_events(redis, clock.clone(), settings.redirect.cache_policy());
+    let cp = ControlPlane::new(settings, store.clone(), events, clock).await?;
     println!("rebound: API listening on {}", api.local_addr()?);
     println!("rebound: metrics listening on {}", metrics.local_addr()?);
     let (stop_tx, stop) = watch::channel(false);
@@ -385,7 +382,7 @@ pub fn run_all_in_one(settings: Settings, runtime: &tokio::runtime::Runtime) -> 
         l1: dp.l1.clone(),
         bloom: dp.bloom.clone(),
         clock: clock.clone(),
-        policy: CachePolicy::default(),
+        policy: settings.redirect.cache_policy(),
     });
     let cp = runtime.block_on(async {
         announce_initial_key(&settings, store.as_ref(), clock.as_ref()).await?;
@@ -440,7 +437,7 @@ pub fn run_all_in_one(settings: Settings, runtime: &tokio::runtime::Runtime) -> 
         ]
     };
 
-    let path = RedirectPath::new(
+    let mut path = RedirectPath::new(
         dp.l1.clone(),
         dp.bloom.clone(),
         store,
@@ -448,6 +445,7 @@ pub fn run_all_in_one(settings: Settings, runtime: &tokio::runtime::Runtime) -> 
         dp.metrics.clone(),
         Duration::from_millis(settings.redirect.store_budget_ms),
     );
+    path.policy = settings.redirect.cache_policy();
     run_redirect_server(
         redirect,
         dp.app(&settings, path),
@@ -472,7 +470,6 @@ pub fn run_proxy(settings: Settings, runtime: &tokio::runtime::Runtime) -> anyho
     }
     let store = runtime.block_on(open_store(&settings))?;
     let redis = open_redis(&settings)?;
-    let queue = runtime.block_on(open_queue(&settings))?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let dp = DataPlane::new(&settings)?;
     let redirect = std_bind(settings.redirect_addr, "redirect (redirect_addr)")?;
@@ -493,13 +490,17 @@ pub fn run_proxy(settings: Settings, runtime: &tokio::runtime::Runtime) -> anyho
         dp.metrics.clone(),
         Duration::from_millis(r.store_budget_ms),
     );
+    path.policy = settings.redirect.cache_policy();
     path.trust = Some(trust.clone());
     if redis.is_none() {
         tracing::warn!("no REBOUND_REDIS_URL: no L2 and no invalidation channel, so L1 entries live at most l1_ttl and the Bloom filter is bypassed");
     }
-    let sink: Arc<dyn ClickSink> = match queue {
-        Some(q) => Arc::new(SqsClickSink(q)),
-        None => {
+    let sink: Arc<dyn ClickSink> = match &settings.queue {
+        QueueChoice::Sqs { queue_name } => {
+            let client = runtime.block_on(SqsClickQueue::client_from_env());
+            Arc::new(SqsClickSink(LazyClickQueue::new(client, queue_name.clone())))
+        }
+        QueueChoice::Embedded => {
             tracing::warn!("REBOUND_QUEUE is not sqs: clicks are added to the rollups directly by this proxy");
             Arc::new(StoreClickSink(store.clone()))
         }

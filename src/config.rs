@@ -76,6 +76,8 @@ struct FileRedirect {
     store_budget_ms: Option<u64>,
     click_queue_capacity: Option<usize>,
     click_flush_ms: Option<u64>,
+    cache_fresh_ms: Option<u64>,
+    stale_grace_ms: Option<u64>,
 }
 
 fn parse<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, ConfigError>
@@ -228,6 +230,14 @@ pub fn load(file: Option<&str>, env: &HashMap<String, String>) -> Result<Setting
         None => fr.click_queue_capacity.unwrap_or(r.click_queue_capacity),
     };
     r.click_flush_ms = fr.click_flush_ms.unwrap_or(r.click_flush_ms);
+    r.cache_fresh_ms = match var("REBOUND_CACHE_FRESH_MS") {
+        Some(v) => parse("REBOUND_CACHE_FRESH_MS", v)?,
+        None => fr.cache_fresh_ms.unwrap_or(r.cache_fresh_ms),
+    };
+    r.stale_grace_ms = match var("REBOUND_STALE_GRACE_MS") {
+        Some(v) => parse("REBOUND_STALE_GRACE_MS", v)?,
+        None => fr.stale_grace_ms.unwrap_or(r.stale_grace_ms),
+    };
 
     s.validate().map_err(|e| ConfigError::Setting(e.setting, e.problem))?;
     Ok(s)

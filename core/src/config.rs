@@ -82,10 +82,25 @@ pub struct RedirectSettings {
     pub l2_budget_ms: u64,
     /// Budget of one store read.
     pub store_budget_ms: u64,
+    /// How long a cached active record is fresh (at most 24 h).
+    pub cache_fresh_ms: u64,
+    /// How long past freshness a record may be served while the store fails.
+    pub stale_grace_ms: u64,
     /// Clicks held between the request path and the shipper; more are dropped and counted.
     pub click_queue_capacity: usize,
     /// How often aggregated clicks are shipped.
     pub click_flush_ms: u64,
+}
+
+impl RedirectSettings {
+    /// The lifetimes of cached records.
+    pub fn cache_policy(&self) -> crate::cache::CachePolicy {
+        crate::cache::CachePolicy {
+            fresh_millis: self.cache_fresh_ms as i64,
+            stale_grace_millis: self.stale_grace_ms as i64,
+            ..crate::cache::CachePolicy::default()
+        }
+    }
 }
 
 impl Default for RedirectSettings {
@@ -97,6 +112,8 @@ impl Default for RedirectSettings {
             l1_ttl_ms: 1_000,
             l2_budget_ms: 150,
             store_budget_ms: 1_000,
+            cache_fresh_ms: 24 * 3_600_000,
+            stale_grace_ms: 15 * 60_000,
             click_queue_capacity: 65_536,
             click_flush_ms: 1_000,
         }
@@ -213,6 +230,9 @@ impl Settings {
         let r = &self.redirect;
         if r.l1_capacity == 0 {
             return Err(bad("redirect.l1_capacity", "must be positive"));
+        }
+        if !(1..=24 * 3_600_000).contains(&r.cache_fresh_ms) {
+            return Err(bad("redirect.cache_fresh_ms", "must be between 1 and 86400000 (24 h)"));
         }
         if r.click_queue_capacity == 0 {
             return Err(bad("redirect.click_queue_capacity", "must be positive"));

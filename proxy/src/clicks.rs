@@ -71,12 +71,13 @@ impl ClickSink for StoreClickSink {
 }
 
 /// Distributed mode: sends batches to SQS for the control plane's consumer.
-pub struct SqsClickSink(pub rebound_store::sqs::SqsClickQueue);
+pub struct SqsClickSink(pub rebound_store::sqs::LazyClickQueue);
 
 #[async_trait]
 impl ClickSink for SqsClickSink {
     async fn ship(&self, batches: &[ClickBatch]) -> Result<(), String> {
-        self.0.send(batches).await.map_err(|e| e.to_string())
+        let queue = self.0.get().await.map_err(|e| e.to_string())?;
+        queue.send(batches).await.map_err(|e| e.to_string())
     }
 }
 

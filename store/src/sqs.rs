@@ -254,6 +254,32 @@ impl SqsClickQueue {
     }
 }
 
+/// A queue opened on first use, so a proxy starts (and keeps redirecting) while SQS is
+/// unreachable; its clicks are dropped and counted meanwhile.
+#[derive(Debug)]
+pub struct LazyClickQueue {
+    client: Client,
+    name: String,
+    queue: tokio::sync::OnceCell<SqsClickQueue>,
+}
+
+impl LazyClickQueue {
+    pub fn new(client: Client, name: impl Into<String>) -> LazyClickQueue {
+        LazyClickQueue {
+            client,
+            name: name.into(),
+            queue: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// The queue, opening it if this is the first successful use.
+    pub async fn get(&self) -> Result<&SqsClickQueue, StoreError> {
+        self.queue
+            .get_or_try_init(|| SqsClickQueue::open(self.client.clone(), &self.name))
+            .await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
