@@ -224,7 +224,10 @@ pub fn load(file: Option<&str>, env: &HashMap<String, String>) -> Result<Setting
         None => fr.l1_ttl_ms.unwrap_or(r.l1_ttl_ms),
     };
     r.l2_budget_ms = fr.l2_budget_ms.unwrap_or(r.l2_budget_ms);
-    r.store_budget_ms = fr.store_budget_ms.unwrap_or(r.store_budget_ms);
+    r.store_budget_ms = match var("REBOUND_STORE_BUDGET_MS") {
+        Some(v) => parse("REBOUND_STORE_BUDGET_MS", v)?,
+        None => fr.store_budget_ms.unwrap_or(r.store_budget_ms),
+    };
     r.click_queue_capacity = match var("REBOUND_CLICK_QUEUE_CAPACITY") {
         Some(v) => parse("REBOUND_CLICK_QUEUE_CAPACITY", v)?,
         None => fr.click_queue_capacity.unwrap_or(r.click_queue_capacity),

@@ -215,6 +215,8 @@ impl RedirectPath {
     /// Below L1: L2, then the Bloom filter, then the store. One run per code at a time.
     async fn fetch(&self, code: &str) -> Fetched {
         let mut stale_l2 = None;
+        // An unreachable Redis means the creation feed cannot be known to be current.
+        let mut redis_failed = false;
         if let Some(l2) = &self.l2 {
             match tokio::time::timeout(self.l2_budget, l2.get_record(code)).await {
                 Ok(Ok(Some(record))) => match record.verdict(self.clock.now_millis()) {
@@ -230,10 +232,17 @@ impl RedirectPath {
                 },
                 Ok(Ok(None)) => self.metrics.l2_misses.inc(),
                 // An error or a timeout counts as a miss: the store decides.
-                Ok(Err(_)) | Err(_) => self.metrics.l2_errors.inc(),
+                Ok(Err(_)) | Err(_) => {
+                    self.metrics.l2_errors.inc();
+                    redis_failed = true;
+                }
             }
         }
-        match self.bloom.may_contain(code) {
+        match if redis_failed {
+            None
+        } else {
+            self.bloom.may_contain(code)
+        } {
             Some(false) => {
                 self.metrics.bloom_rejects.inc();
                 return Fetched::NeverIssued;

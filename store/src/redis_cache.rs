@@ -30,6 +30,10 @@ return 1
 
 /// Longest the creation stream grows (older entries are trimmed).
 const FEED_MAX_LEN: usize = 2_000_000;
+/// Longest a create waits on the write-through and the announcement.
+const CREATE_ANNOUNCE_BUDGET: Duration = Duration::from_millis(300);
+/// Longest a delete or takedown waits on its tombstone and invalidation before answering 503.
+const DEACTIVATE_BUDGET: Duration = Duration::from_secs(1);
 /// Pause between connection attempts while Redis is unreachable.
 const RECONNECT_EVERY_MS: i64 = 500;
 
@@ -49,12 +53,26 @@ pub struct RedisCache {
     prefix: String,
     conn: RwLock<Option<ConnectionManager>>,
     last_attempt: AtomicI64,
+    /// After a connection failure, calls fail at once until then instead of waiting on a
+    /// dead server (a breaker: a request never pays for Redis being down twice).
+    down_until: AtomicI64,
     connect_lock: tokio::sync::Mutex<()>,
     script: redis::Script,
 }
 
 fn redis_err(e: redis::RedisError) -> StoreError {
     StoreError::Unavailable(format!("redis: {e}"))
+}
+
+impl RedisCache {
+    /// Classifies a failed call: a connection failure opens the breaker for a moment.
+    fn failed(&self, e: redis::RedisError) -> StoreError {
+        if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
+            self.down_until
+                .store(now_millis() + RECONNECT_EVERY_MS, Ordering::Relaxed);
+        }
+        redis_err(e)
+    }
 }
 
 fn now_millis() -> i64 {
@@ -90,6 +108,7 @@ impl RedisCache {
             prefix: prefix.to_owned(),
             conn: RwLock::new(None),
             last_attempt: AtomicI64::new(i64::MIN / 2),
+            down_until: AtomicI64::new(i64::MIN / 2),
             connect_lock: tokio::sync::Mutex::new(()),
             script: redis::Script::new(VERSIONED_SET),
         })
@@ -115,6 +134,9 @@ impl RedisCache {
 
     /// A connection, making the first one if needed (at most one attempt per 500 ms).
     pub async fn conn(&self) -> Result<ConnectionManager, StoreError> {
+        if now_millis() < self.down_until.load(Ordering::Relaxed) {
+            return Err(StoreError::Unavailable("redis: down (retrying shortly)".into()));
+        }
         if let Some(c) = self.conn.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
             return Ok(c.clone());
         }
@@ -134,7 +156,7 @@ impl RedisCache {
             .set_max_delay(500);
         let conn = ConnectionManager::new_with_config(self.client.clone(), config)
             .await
-            .map_err(redis_err)?;
+            .map_err(|e| self.failed(e))?;
         *self.conn.write().unwrap_or_else(|e| e.into_inner()) = Some(conn.clone());
         Ok(conn)
     }
@@ -147,7 +169,7 @@ impl RedisCache {
             .arg(format!("{version} {code}"))
             .query_async::<i64>(&mut c)
             .await
-            .map_err(redis_err)?;
+            .map_err(|e| self.failed(e))?;
         Ok(())
     }
 
@@ -159,7 +181,7 @@ impl RedisCache {
             .arg("1")
             .query_async::<i64>(&mut c)
             .await
-            .map_err(redis_err)?;
+            .map_err(|e| self.failed(e))?;
         Ok(())
     }
 
@@ -176,7 +198,7 @@ impl RedisCache {
             .arg(code)
             .query_async::<String>(&mut c)
             .await
-            .map_err(redis_err)?;
+            .map_err(|e| self.failed(e))?;
         Ok(())
     }
 
@@ -192,7 +214,7 @@ impl RedisCache {
             .arg(1)
             .query_async(&mut c)
             .await
-            .map_err(redis_err)?;
+            .map_err(|e| self.failed(e))?;
         Ok(newest.into_iter().next().map_or_else(|| "0-0".to_owned(), |(id, _)| id))
     }
 
@@ -207,7 +229,7 @@ impl RedisCache {
             .arg(1)
             .query_async(&mut c)
             .await
-            .map_err(redis_err)?;
+            .map_err(|e| self.failed(e))?;
         Ok(oldest.into_iter().next().map(|(id, _)| id))
     }
 
@@ -218,7 +240,7 @@ impl RedisCache {
             .client
             .get_multiplexed_async_connection()
             .await
-            .map_err(redis_err)?;
+            .map_err(|e| self.failed(e))?;
         type Reply = Option<Vec<(String, Vec<(String, Vec<(String, String)>)>)>>;
         let reply: Reply = redis::cmd("XREAD")
             .arg("COUNT")
@@ -230,7 +252,7 @@ impl RedisCache {
             .arg(after)
             .query_async(&mut c)
             .await
-            .map_err(redis_err)?;
+            .map_err(|e| self.failed(e))?;
         let mut last = None;
         let mut codes = Vec::new();
         for (_, entries) in reply.unwrap_or_default() {
@@ -251,7 +273,7 @@ impl RecordCache for RedisCache {
             .arg(self.record_key(code))
             .query_async(&mut c)
             .await
-            .map_err(redis_err)?;
+            .map_err(|e| self.failed(e))?;
         raw.as_deref().map(decode_record).transpose()
     }
 
@@ -269,7 +291,7 @@ impl RecordCache for RedisCache {
             .arg(ttl)
             .invoke_async(&mut c)
             .await
-            .map_err(redis_err)?;
+            .map_err(|e| self.failed(e))?;
         Ok(written == 1)
     }
 }
@@ -450,24 +472,28 @@ impl crate::LinkEvents for RedisLinkEvents {
     async fn created(&self, link: &rebound_core::Link) -> Result<(), crate::EventError> {
         let now = self.clock.now_millis();
         let record = CacheRecord::active(link, now, &self.policy);
-        let written = self.cache.put_record(&link.code, &record, now).await;
-        let announced = self.cache.announce_created(&link.code).await;
-        written
-            .and(announced)
-            .map(|_| ())
-            .map_err(|e| crate::EventError(e.to_string()))
+        let announce = async {
+            self.cache.put_record(&link.code, &record, now).await?;
+            self.cache.announce_created(&link.code).await
+        };
+        // Bounded: proxies that miss the announcement bypass their filter, so a create never
+        // waits long on a sick Redis.
+        match tokio::time::timeout(CREATE_ANNOUNCE_BUDGET, announce).await {
+            Ok(result) => result.map_err(|e| crate::EventError(e.to_string())),
+            Err(_) => Err(crate::EventError("redis did not answer in time".into())),
+        }
     }
 
     async fn deactivated(&self, link: &rebound_core::Link) -> Result<(), crate::EventError> {
         let now = self.clock.now_millis();
         let tomb = CacheRecord::tombstone(link.version, now, &self.policy);
-        self.cache
-            .put_record(&link.code, &tomb, now)
-            .await
-            .map_err(|e| crate::EventError(e.to_string()))?;
-        self.cache
-            .publish_invalidation(&link.code, link.version)
-            .await
-            .map_err(|e| crate::EventError(e.to_string()))
+        let invalidate = async {
+            self.cache.put_record(&link.code, &tomb, now).await?;
+            self.cache.publish_invalidation(&link.code, link.version).await
+        };
+        match tokio::time::timeout(DEACTIVATE_BUDGET, invalidate).await {
+            Ok(result) => result.map_err(|e| crate::EventError(e.to_string())),
+            Err(_) => Err(crate::EventError("redis did not answer in time".into())),
+        }
     }
 }

@@ -1,6 +1,8 @@
 //! Starts the real `rebound` binary on port 0 and talks HTTP to it.
 #![allow(dead_code)]
 
+pub mod services;
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -89,6 +91,14 @@ impl Running {
 
     pub fn addr(&self, what: &str) -> String {
         format!("http://{}", self.addrs[what])
+    }
+
+    /// Kills the process at once (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 
     /// Sends SIGTERM and waits for the exit status.

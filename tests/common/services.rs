@@ -1,0 +1,211 @@
+//! The real services the distributed tests talk to: the shared Redis and moto server that
+//! `scripts/test` started, dedicated ones a test may stop, and a TCP relay that can freeze
+//! a connection silently.
+#![allow(dead_code)]
+
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub fn env_or_panic(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run scripts/test, which starts Redis and moto"))
+}
+
+pub fn shared_redis_url() -> String {
+    env_or_panic("REBOUND_TEST_REDIS_URL")
+}
+
+pub fn shared_aws_url() -> String {
+    env_or_panic("REBOUND_TEST_DYNAMODB_URL")
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_for_port(port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "{what} did not start on port {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A server process of a test's own, killed when dropped.
+pub struct OwnServer {
+    child: Option<Child>,
+    pub port: u16,
+    kind: &'static str,
+    dir: Option<tempfile::TempDir>,
+}
+
+impl OwnServer {
+    /// A Redis of this test's own.
+    pub fn redis() -> OwnServer {
+        Self::redis_on(free_port())
+    }
+
+    fn redis_on(port: u16) -> OwnServer {
+        let dir = tempfile::tempdir().unwrap();
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH (scripts/test installs it)");
+        wait_for_port(port, "redis-server");
+        OwnServer {
+            child: Some(child),
+            port,
+            kind: "redis",
+            dir: Some(dir),
+        }
+    }
+
+    /// A moto server (DynamoDB + SQS) of this test's own.
+    pub fn moto() -> OwnServer {
+        Self::moto_on(free_port())
+    }
+
+    fn moto_on(port: u16) -> OwnServer {
+        let child = Command::new("moto_server")
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("moto_server on PATH (scripts/test installs it)");
+        wait_for_port(port, "moto_server");
+        OwnServer {
+            child: Some(child),
+            port,
+            kind: "moto",
+            dir: None,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        match self.kind {
+            "redis" => format!("redis://127.0.0.1:{}/", self.port),
+            _ => format!("http://127.0.0.1:{}", self.port),
+        }
+    }
+
+    /// Stops the server (its data is gone).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for OwnServer {
+    fn drop(&mut self) {
+        self.stop();
+        drop(self.dir.take());
+    }
+}
+
+/// A TCP relay in front of a server. Frozen, it keeps every connection open but moves no
+/// byte in either direction: a connection that broke silently.
+pub struct Relay {
+    pub port: u16,
+    frozen: Arc<AtomicBool>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        // Tests drop it inside their own runtime, where a blocking shutdown is not allowed.
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl Relay {
+    pub fn to(target_port: u16) -> Relay {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let frozen = Arc::new(AtomicBool::new(false));
+        let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = std_listener.local_addr().unwrap().port();
+        std_listener.set_nonblocking(true).unwrap();
+        let flag = frozen.clone();
+        runtime.spawn(async move {
+            let listener = tokio::net::TcpListener::from_std(std_listener).unwrap();
+            loop {
+                let Ok((client, _)) = listener.accept().await else {
+                    continue;
+                };
+                let flag = flag.clone();
+                tokio::spawn(async move {
+                    let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", target_port)).await else {
+                        return;
+                    };
+                    let (cr, cw) = client.into_split();
+                    let (sr, sw) = server.into_split();
+                    tokio::spawn(pump(cr, sw, flag.clone()));
+                    tokio::spawn(pump(sr, cw, flag));
+                });
+            }
+        });
+        Relay {
+            port,
+            frozen,
+            runtime: Some(runtime),
+        }
+    }
+
+    pub fn freeze(&self) {
+        self.frozen.store(true, Ordering::SeqCst);
+    }
+
+    pub fn thaw(&self) {
+        self.frozen.store(false, Ordering::SeqCst);
+    }
+}
+
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    frozen: Arc<AtomicBool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        while frozen.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        // Bytes read just before a freeze are held until the thaw.
+        while frozen.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}

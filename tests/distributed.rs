@@ -1,0 +1,567 @@
+//! Distributed mode, black-box: a control plane and two proxies as separate processes on a
+//! real Redis and a real DynamoDB/SQS-compatible server (moto), started by `scripts/test`;
+//! tests that stop a server start one of their own. Each test uses its own table prefix,
+//! queue and Redis prefix.
+
+mod common;
+
+use common::services::*;
+use common::*;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// Names and endpoints one test's processes share.
+#[derive(Clone)]
+struct Deployment {
+    env: Vec<(String, String)>,
+    aws_url: String,
+    prefix: String,
+    queue: String,
+}
+
+impl Deployment {
+    fn new(aws_url: &str, redis_url: Option<&str>) -> Deployment {
+        let id = format!("{:x}{}", now_millis(), std::process::id() % 1000 + rand_suffix());
+        let prefix = format!("d{id}_");
+        let queue = format!("d{id}-clicks");
+        let mut env = vec![
+            ("REBOUND_STORE", "dynamodb".to_owned()),
+            ("REBOUND_TABLE_PREFIX", prefix.clone()),
+            ("REBOUND_QUEUE", "sqs".to_owned()),
+            ("REBOUND_SQS_QUEUE", queue.clone()),
+            ("REBOUND_SQS_VISIBILITY_SECS", "1".to_owned()),
+            ("REBOUND_REDIS_PREFIX", format!("d{id}:")),
+            ("REBOUND_INVALIDATION_TIMEOUT_MS", "600".to_owned()),
+            ("REBOUND_L1_TTL_MS", "400".to_owned()),
+            // moto is one Python process shared by every test running at once: slower than
+            // DynamoDB, so the store budget is wider here than in production.
+            ("REBOUND_STORE_BUDGET_MS", "5000".to_owned()),
+            ("AWS_ENDPOINT_URL", aws_url.to_owned()),
+            ("AWS_REGION", "us-east-1".to_owned()),
+            ("AWS_ACCESS_KEY_ID", "test".to_owned()),
+            ("AWS_SECRET_ACCESS_KEY", "test".to_owned()),
+        ];
+        if let Some(r) = redis_url {
+            env.push(("REBOUND_REDIS_URL", r.to_owned()));
+        }
+        let env = env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        let d = Deployment {
+            env,
+            aws_url: aws_url.to_owned(),
+            prefix,
+            queue,
+        };
+        d.provision();
+        d
+    }
+
+    fn with(&self, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut env = self.env.clone();
+        for (k, v) in extra {
+            env.retain(|(name, _)| name != k);
+            env.push((k.to_string(), v.to_string()));
+        }
+        env
+    }
+
+    fn provision(&self) {
+        let out = std::process::Command::new(bin())
+            .arg("provision")
+            .env_clear()
+            .envs(self.env.clone())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "provision failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn control_plane(&self, dir: &std::path::Path, extra: &[(&str, &str)]) -> Running {
+        let env = self.with(extra);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        start(&["control-plane"], dir, &env, &["API", "metrics"])
+    }
+
+    async fn proxy(&self, dir: &std::path::Path, extra: &[(&str, &str)]) -> Running {
+        let env = self.with(extra);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let p = start(&["proxy"], dir, &env, &["redirect", "metrics"]);
+        wait_ready(&p).await;
+        p
+    }
+
+    async fn sqs(&self) -> rebound_store::sqs::SqsClickQueue {
+        let client = aws_sdk_sqs::Client::new(&aws_conf(&self.aws_url).await);
+        rebound_store::sqs::SqsClickQueue::open(client, &self.queue)
+            .await
+            .unwrap()
+    }
+
+    async fn dlq(&self) -> rebound_store::sqs::SqsClickQueue {
+        let client = aws_sdk_sqs::Client::new(&aws_conf(&self.aws_url).await);
+        rebound_store::sqs::SqsClickQueue::open(client, &format!("{}-dlq", self.queue))
+            .await
+            .unwrap()
+    }
+
+    async fn store(&self) -> rebound_store::dynamodb::DynamoStore {
+        let client = aws_sdk_dynamodb::Client::new(&aws_conf(&self.aws_url).await);
+        rebound_store::dynamodb::DynamoStore::new(client, self.prefix.clone())
+    }
+}
+
+fn rand_suffix() -> u32 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    N.fetch_add(1, Ordering::Relaxed) * 1000
+}
+
+async fn aws_conf(url: &str) -> aws_config::SdkConfig {
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .endpoint_url(url)
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+            "test", "test", None, None, "test",
+        ))
+        .load()
+        .await
+}
+
+fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+async fn wait_ready(p: &Running) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(res) = http().get(format!("{}/readyz", p.addr("metrics"))).send().await {
+            if res.status() == StatusCode::OK {
+                return;
+            }
+        }
+        assert!(Instant::now() < deadline, "proxy never ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn create(cp: &Running, body: Value) -> String {
+    let res = http()
+        .post(format!("{}/api/v1/links", cp.api()))
+        .bearer_auth(OPERATOR_KEY)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::CREATED);
+    res.json::<Value>().await.unwrap()["code"].as_str().unwrap().to_owned()
+}
+
+async fn api(cp: &Running, method: reqwest::Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+    let mut req = http()
+        .request(method, format!("{}{}", cp.api(), path))
+        .bearer_auth(OPERATOR_KEY);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let res = req.send().await.unwrap();
+    let status = res.status();
+    (status, res.json().await.unwrap_or(Value::Null))
+}
+
+async fn get(proxy: &Running, code: &str) -> reqwest::Response {
+    http()
+        .get(format!("{}/{}", proxy.addr("redirect"), code))
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn status(proxy: &Running, code: &str) -> u16 {
+    get(proxy, code).await.status().as_u16()
+}
+
+async fn metric(p: &Running, name: &str) -> f64 {
+    let text = http()
+        .get(format!("{}/metrics", p.addr("metrics")))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .map(|v| v.parse().unwrap())
+        .unwrap_or(0.0)
+}
+
+/// Polls until `proxy` answers `want` for `code`, for at most `limit`; returns whether it did.
+async fn eventually(proxy: &Running, code: &str, want: u16, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if status(proxy, code).await == want {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn clicks(cp: &Running, code: &str) -> u64 {
+    let (s, v) = api(cp, reqwest::Method::GET, &format!("/api/v1/links/{code}/stats"), None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    v["total"].as_u64().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i1_delete_and_takedown_reach_both_proxies() {
+    let d = Deployment::new(&shared_aws_url(), Some(&shared_redis_url()));
+    let dir = temp_dir();
+    let cp = d.control_plane(dir.path(), &[]);
+    let (a, b) = (d.proxy(dir.path(), &[]).await, d.proxy(dir.path(), &[]).await);
+    let del = create(&cp, json!({"long_url": "https://example.com/d"})).await;
+    let take = create(&cp, json!({"long_url": "https://example.com/t"})).await;
+    for p in [&a, &b] {
+        for code in [&del, &take] {
+            assert_eq!(status(p, code).await, 302);
+            assert_eq!(status(p, code).await, 302, "now from L1");
+        }
+    }
+    assert_eq!(
+        api(&cp, reqwest::Method::DELETE, &format!("/api/v1/links/{del}"), None)
+            .await
+            .0,
+        StatusCode::NO_CONTENT
+    );
+    let (s, _) = api(
+        &cp,
+        reqwest::Method::POST,
+        &format!("/api/v1/links/{take}/takedown"),
+        Some(json!({"reason": "spam"})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    for p in [&a, &b] {
+        for code in [&del, &take] {
+            // The pub/sub delivery takes well under a second.
+            assert!(
+                eventually(p, code, 404, Duration::from_secs(1)).await,
+                "{code} still served"
+            );
+            for _ in 0..20 {
+                assert_eq!(status(p, code).await, 404, "once down, never served again");
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i1_a_silently_cut_channel_stops_l1_within_timeout_plus_ttl() {
+    let redis = shared_redis_url();
+    let redis_port: u16 = redis.trim_end_matches('/').rsplit(':').next().unwrap().parse().unwrap();
+    let relay = Relay::to(redis_port);
+    let d = Deployment::new(&shared_aws_url(), Some(&redis));
+    let dir = temp_dir();
+    let cp = d.control_plane(dir.path(), &[]);
+    let relayed = format!("redis://127.0.0.1:{}/", relay.port);
+    let p = d.proxy(dir.path(), &[("REBOUND_REDIS_URL", &relayed)]).await;
+    let code = create(&cp, json!({"long_url": "https://example.com/cut"})).await;
+    assert_eq!(status(&p, &code).await, 302);
+    // The proxy's Redis connections break silently: nothing is closed, nothing arrives.
+    relay.freeze();
+    assert_eq!(
+        api(&cp, reqwest::Method::DELETE, &format!("/api/v1/links/{code}"), None)
+            .await
+            .0,
+        StatusCode::NO_CONTENT
+    );
+    // invalidation_timeout (600 ms) + l1_ttl (400 ms), with room for the store read.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(
+        eventually(&p, &code, 404, Duration::from_secs(3)).await,
+        "a deleted link was served past the bound"
+    );
+    for _ in 0..10 {
+        assert_eq!(status(&p, &code).await, 404);
+    }
+    relay.thaw();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i2_a_thousand_create_then_click_rounds_across_processes() {
+    let d = Deployment::new(&shared_aws_url(), Some(&shared_redis_url()));
+    let dir = temp_dir();
+    let cp = d.control_plane(dir.path(), &[]);
+    let proxies = [d.proxy(dir.path(), &[]).await, d.proxy(dir.path(), &[]).await];
+    let mut misses = 0;
+    for i in 0..1000 {
+        let code = create(&cp, json!({"long_url": format!("https://example.com/{i}")})).await;
+        if status(&proxies[i % 2], &code).await != 302 {
+            misses += 1;
+        }
+    }
+    assert_eq!(misses, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i2_holds_with_redis_stopped() {
+    let mut redis = OwnServer::redis();
+    let d = Deployment::new(&shared_aws_url(), Some(&redis.url()));
+    let dir = temp_dir();
+    let cp = d.control_plane(dir.path(), &[]);
+    let p = d.proxy(dir.path(), &[]).await;
+    let before = create(&cp, json!({"long_url": "https://example.com/before"})).await;
+    assert_eq!(status(&p, &before).await, 302);
+    redis.stop();
+    let mut misses = 0;
+    for i in 0..100 {
+        let code = create(&cp, json!({"long_url": format!("https://example.com/{i}")})).await;
+        let got = status(&p, &code).await;
+        if got != 302 {
+            eprintln!("round {i}: {code} answered {got}");
+            misses += 1;
+        }
+    }
+    assert_eq!(misses, 0, "new links are served at once with Redis down");
+    // Existing links: served from the store, no 5xx; unknown codes are 404, not 5xx.
+    assert_eq!(status(&p, &before).await, 302);
+    assert_eq!(status(&p, "never-made").await, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i3_an_expired_link_is_410_before_the_ttl_cleanup() {
+    let d = Deployment::new(&shared_aws_url(), Some(&shared_redis_url()));
+    let dir = temp_dir();
+    let cp = d.control_plane(dir.path(), &[]);
+    let p = d.proxy(dir.path(), &[]).await;
+    let code = create(&cp, json!({"long_url": "https://example.com/x", "ttl_seconds": 1})).await;
+    assert_eq!(status(&p, &code).await, 302);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // The item is still in the table (TTL cleanup has not run), yet it is never served.
+    let store = d.store().await;
+    use rebound_store::LinkStore;
+    assert!(store.get_link(&code).await.unwrap().is_some());
+    assert_eq!(status(&p, &code).await, 410);
+    let fresh = d.proxy(dir.path(), &[]).await;
+    assert_eq!(status(&fresh, &code).await, 410, "also on a proxy that never cached it");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_down_serves_cached_and_stale_inside_the_window_then_503() {
+    let mut moto = OwnServer::moto();
+    let d = Deployment::new(&moto.url(), Some(&shared_redis_url()));
+    let dir = temp_dir();
+    // Every process of a deployment runs with the same cache lifetimes.
+    let windows: &[(&str, &str)] = &[("REBOUND_CACHE_FRESH_MS", "2000"), ("REBOUND_STALE_GRACE_MS", "3000")];
+    let cp = d.control_plane(dir.path(), windows);
+    let p = d.proxy(dir.path(), windows).await;
+    let warm = create(&cp, json!({"long_url": "https://example.com/warm"})).await;
+    let gone = create(&cp, json!({"long_url": "https://example.com/gone"})).await;
+    let cold = create(&cp, json!({"long_url": "https://example.com/cold"})).await;
+    let t0 = Instant::now();
+    assert_eq!(status(&p, &warm).await, 302);
+    assert_eq!(status(&p, &gone).await, 302);
+    assert_eq!(
+        api(&cp, reqwest::Method::DELETE, &format!("/api/v1/links/{gone}"), None)
+            .await
+            .0,
+        StatusCode::NO_CONTENT
+    );
+    assert!(eventually(&p, &gone, 404, Duration::from_secs(1)).await);
+    moto.stop();
+
+    // Fresh in L1: served.
+    assert_eq!(status(&p, &warm).await, 302);
+    // Stale, inside the grace window: served, counted.
+    tokio::time::sleep(Duration::from_millis(2300).saturating_sub(t0.elapsed())).await;
+    assert_eq!(status(&p, &warm).await, 302);
+    assert!(metric(&p, "rebound_stale_served_total").await >= 1.0);
+    // A tombstone always wins.
+    assert_eq!(status(&p, &gone).await, 404);
+    // Past the window (fresh + grace = 5 s from the populate): 503 with Retry-After.
+    tokio::time::sleep(Duration::from_millis(5600).saturating_sub(t0.elapsed())).await;
+    let res = get(&p, &warm).await;
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(res.headers()["retry-after"], "1");
+    assert_eq!(res.headers()["cache-control"], "no-store");
+    // Never cached here, and gone from L2 by now: 503, not 404.
+    assert_eq!(status(&p, &cold).await, 503);
+    assert_eq!(status(&p, &gone).await, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_redirects_come_from_the_store_without_5xx() {
+    let mut redis = OwnServer::redis();
+    let d = Deployment::new(&shared_aws_url(), Some(&redis.url()));
+    let dir = temp_dir();
+    let cp = d.control_plane(dir.path(), &[]);
+    let (a, b) = (d.proxy(dir.path(), &[]).await, d.proxy(dir.path(), &[]).await);
+    let codes: Vec<String> = futures_codes(&cp, 10).await;
+    assert_eq!(status(&a, &codes[0]).await, 302);
+    redis.stop();
+    for code in &codes {
+        assert_eq!(status(&a, code).await, 302);
+        assert_eq!(status(&b, code).await, 302);
+    }
+    assert!(metric(&a, r#"rebound_lookups_total{result="read",tier="store"}"#).await >= 9.0);
+}
+
+async fn futures_codes(cp: &Running, n: usize) -> Vec<String> {
+    let mut codes = Vec::new();
+    for i in 0..n {
+        codes.push(create(cp, json!({"long_url": format!("https://example.com/{i}")})).await);
+    }
+    codes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqs_down_redirects_are_unaffected_and_drops_are_counted() {
+    let d = Deployment::new(&shared_aws_url(), Some(&shared_redis_url()));
+    let dir = temp_dir();
+    let cp = d.control_plane(dir.path(), &[]);
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let p = d.proxy(dir.path(), &[("AWS_ENDPOINT_URL_SQS", &dead)]).await;
+    let code = create(&cp, json!({"long_url": "https://example.com/q"})).await;
+    for _ in 0..50 {
+        assert_eq!(status(&p, &code).await, 302);
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while metric(&p, "rebound_click_batches_failed_total").await < 1.0 {
+        assert!(Instant::now() < deadline, "failed click batches were not counted");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(metric(&p, "rebound_clicks_queued_total").await, 50.0);
+    assert_eq!(metric(&p, "rebound_clicks_flushed_total").await, 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clicks_reach_the_stats_through_sqs_and_a_poison_message_lands_in_the_dlq() {
+    let d = Deployment::new(&shared_aws_url(), Some(&shared_redis_url()));
+    let dir = temp_dir();
+    let cp = d.control_plane(dir.path(), &[]);
+    let p = d.proxy(dir.path(), &[]).await;
+    let code = create(&cp, json!({"long_url": "https://example.com/c"})).await;
+    for _ in 0..7 {
+        assert_eq!(status(&p, &code).await, 302);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while clicks(&cp, &code).await < 7 {
+        assert!(Instant::now() < deadline, "clicks did not reach the stats within 30 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    d.sqs().await.send_raw("this is not a click batch").await.unwrap();
+    let dlq = d.dlq().await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let dead = dlq
+            .receive(Duration::from_secs(1), Duration::from_secs(30))
+            .await
+            .unwrap();
+        if let Some(m) = dead.first() {
+            assert_eq!(m.body, "this is not a click batch");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the poison message never reached the dead-letter queue"
+        );
+    }
+    assert_eq!(clicks(&cp, &code).await, 7, "still exactly 7");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_killed_mid_batch_and_redeliveries_count_each_click_once() {
+    let d = Deployment::new(&shared_aws_url(), Some(&shared_redis_url()));
+    let dir = temp_dir();
+    let mut cp = d.control_plane(dir.path(), &[]);
+    let code = create(&cp, json!({"long_url": "https://example.com/k"})).await;
+    // A batch delivered twice (a consumer that died after the adds, before the delete).
+    let batch = rebound_store::ClickBatch {
+        id: "batch-delivered-twice".into(),
+        adds: vec![rebound_store::ClickAdd {
+            code: code.clone(),
+            day: rebound_core::Day::of_millis(now_millis()),
+            clicks: 5,
+        }],
+    };
+    let queue = d.sqs().await;
+    queue.send(&[batch.clone(), batch]).await.unwrap();
+    // Many more batches, and the consumer killed while it works through them.
+    let more: Vec<rebound_store::ClickBatch> = (0..40)
+        .map(|i| rebound_store::ClickBatch {
+            id: format!("b-{i}"),
+            adds: vec![rebound_store::ClickAdd {
+                code: code.clone(),
+                day: rebound_core::Day::of_millis(now_millis()),
+                clicks: 1,
+            }],
+        })
+        .collect();
+    queue.send(&more).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    cp.kill();
+    let cp = d.control_plane(dir.path(), &[]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while clicks(&cp, &code).await < 45 {
+        assert!(
+            Instant::now() < deadline,
+            "clicks were lost: {}",
+            clicks(&cp, &code).await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(clicks(&cp, &code).await, 45, "nothing counted twice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_tombstone_write_is_503_audited_and_the_retry_succeeds() {
+    let redis = shared_redis_url();
+    let redis_port: u16 = redis.trim_end_matches('/').rsplit(':').next().unwrap().parse().unwrap();
+    let relay = Relay::to(redis_port);
+    let d = Deployment::new(&shared_aws_url(), Some(&redis));
+    let dir = temp_dir();
+    let relayed = format!("redis://127.0.0.1:{}/", relay.port);
+    let cp = d.control_plane(dir.path(), &[("REBOUND_REDIS_URL", &relayed)]);
+    let p = d.proxy(dir.path(), &[]).await;
+    let code = create(&cp, json!({"long_url": "https://example.com/t"})).await;
+    assert_eq!(status(&p, &code).await, 302);
+    relay.freeze();
+    let (s, v) = api(
+        &cp,
+        reqwest::Method::POST,
+        &format!("/api/v1/links/{code}/takedown"),
+        Some(json!({"reason": "malware"})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{v}");
+    assert_eq!(v["error"]["code"], "invalidation_failed");
+    relay.thaw();
+    let (s, v) = api(
+        &cp,
+        reqwest::Method::POST,
+        &format!("/api/v1/links/{code}/takedown"),
+        Some(json!({"reason": "malware"})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["version"], 2, "the retry skipped the state change");
+    assert!(eventually(&p, &code, 404, Duration::from_secs(2)).await);
+    use rebound_store::AuditLog;
+    let audit = d.store().await.audit_for(&code).await.unwrap();
+    let outcomes: Vec<&str> = audit.iter().map(|e| e.outcome.as_str()).collect();
+    assert_eq!(outcomes, ["invalidate_failed", "already_down"]);
+    assert!(audit
+        .iter()
+        .all(|e| e.actor == "bootstrap" && e.reason.as_deref() == Some("malware")));
+}
