@@ -48,6 +48,18 @@ pub enum LinksCommand {
         #[arg(long)]
         idempotency_key: Option<String>,
     },
+    /// Create many links from a file: CSV lines `long_url[,alias]` or JSON lines with the
+    /// fields of `create` (`-` reads standard input). Prints `code,short_url,long_url` per link.
+    Import {
+        /// The file (`.csv`, or JSON lines), or `-` for standard input.
+        file: String,
+        /// `csv` or `jsonl` (default: from the file name; standard input is JSON lines).
+        #[arg(long)]
+        format: Option<String>,
+        /// Links per request (1 to 1000).
+        #[arg(long, default_value_t = 1000)]
+        batch: usize,
+    },
     /// Show one link.
     Get { code: String },
     /// List links, newest first.
@@ -210,11 +222,92 @@ const LINK_FIELDS: &[&str] = &[
     "delete_reason",
 ];
 
+/// Reads an import file into create requests, with the line each came from.
+fn read_import(file: &str, format: Option<&str>) -> Result<Vec<(usize, Value)>, CliError> {
+    let text = if file == "-" {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+            .map_err(|e| CliError(format!("reading standard input: {e}")))?;
+        s
+    } else {
+        std::fs::read_to_string(file).map_err(|e| CliError(format!("reading {file}: {e}")))?
+    };
+    let csv = match format {
+        Some("csv") => true,
+        Some("jsonl") | Some("json") => false,
+        Some(other) => return Err(CliError(format!("--format {other}: use csv or jsonl"))),
+        None => file.ends_with(".csv"),
+    };
+    let mut links = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || (csv && i == 0 && line.starts_with("long_url")) {
+            continue;
+        }
+        let value = if csv {
+            // `long_url[,alias]`: the alias is what follows the last comma, when it is a code.
+            match line.rsplit_once(',') {
+                Some((url, alias)) if rebound_core::code::check_code(alias.trim()).is_ok() => {
+                    json!({ "long_url": url.trim(), "custom_alias": alias.trim() })
+                }
+                _ => json!({ "long_url": line }),
+            }
+        } else {
+            serde_json::from_str(line).map_err(|e| CliError(format!("line {}: not a JSON object: {e}", i + 1)))?
+        };
+        links.push((i + 1, value));
+    }
+    Ok(links)
+}
+
+async fn import(
+    client: &Client,
+    file: &str,
+    format: Option<&str>,
+    batch: usize,
+    json_out: bool,
+) -> Result<(Value, String), CliError> {
+    if !(1..=1000).contains(&batch) {
+        return Err(CliError("--batch must be between 1 and 1000".into()));
+    }
+    let links = read_import(file, format)?;
+    let mut out = String::new();
+    let (mut created, mut failed) = (0u64, 0u64);
+    let mut results = Vec::new();
+    for chunk in links.chunks(batch) {
+        let body = json!({ "links": chunk.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>() });
+        let (_, v) = client
+            .send(reqwest::Method::POST, "/api/v1/links/import", Some(body), &[])
+            .await?;
+        for ((line, _), r) in chunk.iter().zip(v["results"].as_array().into_iter().flatten()) {
+            if let Some(code) = r["code"].as_str() {
+                created += 1;
+                out.push_str(&format!("{code},{},{}\n", show(&r["short_url"]), show(&r["long_url"])));
+            } else {
+                failed += 1;
+                eprintln!(
+                    "line {line}: {}: {}",
+                    show(&r["error"]["code"]),
+                    show(&r["error"]["message"])
+                );
+            }
+            if json_out {
+                results.push(r.clone());
+            }
+        }
+    }
+    eprintln!("imported {created}, failed {failed}");
+    if failed > 0 && created == 0 {
+        return Err(CliError("nothing was imported".into()));
+    }
+    Ok((json!({ "created": created, "failed": failed, "results": results }), out))
+}
+
 /// Runs one CLI command and returns what to print.
 pub async fn run(args: &ClientArgs, command: ClientCommand) -> Result<String, CliError> {
     let client = Client {
         http: reqwest::Client::builder()
-            .timeout(std::time::Duration::from_secs(30))
+            .timeout(std::time::Duration::from_secs(120))
             .build()
             .map_err(|e| CliError(e.to_string()))?,
         base: args.api_url.clone(),
@@ -265,6 +358,9 @@ pub async fn run(args: &ClientArgs, command: ClientCommand) -> Result<String, Cl
                 ],
             );
             (v, text)
+        }
+        ClientCommand::Links(LinksCommand::Import { file, format, batch }) => {
+            import(&client, &file, format.as_deref(), batch, args.json).await?
         }
         ClientCommand::Links(LinksCommand::Get { code }) => {
             let (_, v) = client

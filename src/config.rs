@@ -53,6 +53,7 @@ struct FileConfig {
 #[serde(deny_unknown_fields)]
 struct FileApi {
     max_body_bytes: Option<usize>,
+    max_import_body_bytes: Option<usize>,
     max_target_bytes: Option<usize>,
     anonymous_create: Option<bool>,
     creator_rate_per_sec: Option<f64>,
@@ -189,6 +190,7 @@ pub fn load(file: Option<&str>, env: &HashMap<String, String>) -> Result<Setting
         Some(v) => parse("REBOUND_MAX_BODY_BYTES", v)?,
         None => fa.max_body_bytes.unwrap_or(a.max_body_bytes),
     };
+    a.max_import_body_bytes = fa.max_import_body_bytes.unwrap_or(a.max_import_body_bytes);
     a.max_target_bytes = fa.max_target_bytes.unwrap_or(a.max_target_bytes);
     a.anonymous_create = match var("REBOUND_ANONYMOUS_CREATE") {
         Some(v) => parse_bool("REBOUND_ANONYMOUS_CREATE", v)?,

@@ -631,3 +631,45 @@ async fn the_cli_manages_links_and_keys() {
     let (ok, _, err) = cli(&api, Some(&creator), &["links", "list"]);
     assert!(!ok && err.contains("401"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_imports_csv_and_json_lines() {
+    let dir = temp_dir();
+    let rb = start(&["control-plane"], dir.path(), &[], &["API"]);
+    let api = rb.api();
+    let csv = dir.path().join("links.csv");
+    std::fs::write(&csv, "long_url,alias\nhttps://example.com/a,import-a\nhttps://example.com/b?x=1,2\nnot a url\nhttps://example.com/c\n").unwrap();
+    let (ok, out, err) = cli(&api, Some(OPERATOR_KEY), &["links", "import", csv.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert!(lines[0].starts_with("import-a,http://127.0.0.1:8080/import-a,https://example.com/a"));
+    assert!(
+        lines[1].ends_with(",https://example.com/b?x=1,2"),
+        "a comma followed by a non-code stays in the URL: {}",
+        lines[1]
+    );
+    assert!(
+        err.contains("line 4: invalid_url") && err.contains("imported 3, failed 1"),
+        "{err}"
+    );
+
+    let jsonl = dir.path().join("links.jsonl");
+    std::fs::write(
+        &jsonl,
+        "{\"long_url\": \"https://example.com/j\", \"redirect\": 301, \"ttl_seconds\": 60}\n",
+    )
+    .unwrap();
+    let (ok, out, err) = cli(
+        &api,
+        Some(OPERATOR_KEY),
+        &["links", "import", jsonl.to_str().unwrap(), "--json"],
+    );
+    assert!(ok, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["created"], 1);
+    assert_eq!(v["results"][0]["redirect"], 301);
+
+    let (ok, _, err) = cli(&api, Some(OPERATOR_KEY), &["links", "import", "/nonexistent.csv"]);
+    assert!(!ok && err.contains("reading /nonexistent.csv"), "{err}");
+}

@@ -2,7 +2,7 @@
 //! generated from them.
 
 use crate::auth::{generate_key, generate_key_id, hash_key, Caller, Principal};
-use crate::body::ApiJson;
+use crate::body::{ApiJson, ImportJson};
 use crate::error::{ApiError, ErrorBody};
 use crate::ControlPlane;
 use axum::extract::{Path, RawQuery, State};
@@ -33,6 +33,7 @@ const GENERATED_CODE_ATTEMPTS: usize = 16;
 pub(crate) fn routes() -> Router<Arc<ControlPlane>> {
     Router::new()
         .route("/api/v1/links", post(create_link).get(list_links))
+        .route("/api/v1/links/import", post(import_links))
         .route("/api/v1/links/{code}", get(get_link).delete(delete_link))
         .route("/api/v1/links/{code}/takedown", post(take_down_link))
         .route("/api/v1/links/{code}/stats", get(link_stats))
@@ -60,6 +61,32 @@ pub struct CreateLinkRequest {
     /// Append the request's query string to the target.
     forward_query: Option<bool>,
 }
+
+/// Up to 1,000 new links at once.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ImportRequest {
+    links: Vec<CreateLinkRequest>,
+}
+
+/// One outcome per imported link, in request order: the created link, or why not.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ImportResults {
+    created: usize,
+    failed: usize,
+    results: Vec<ImportOutcome>,
+}
+
+/// The outcome of one imported link.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum ImportOutcome {
+    Created(LinkCreated),
+    Failed { error: crate::error::ErrorDetail },
+}
+
+/// Most links in one import request.
+const MAX_IMPORT: usize = 1000;
 
 /// A link just created.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -141,6 +168,41 @@ pub struct KeyCreated {
 }
 
 impl ControlPlane {
+    /// Who a created link belongs to, and the scope of its idempotency keys.
+    fn creator(&self, caller: &Caller) -> Result<(String, String), ApiError> {
+        match caller {
+            Caller::Key(p) => Ok((p.id.clone(), p.id.clone())),
+            Caller::Anonymous { ip } if self.settings.api.anonymous_create => {
+                Ok(("anonymous".to_owned(), format!("anonymous:{ip}")))
+            }
+            Caller::Anonymous { .. } => Err(caller.clone().principal().unwrap_err()),
+        }
+    }
+
+    /// Takes `n` creations from the caller's rate limit (operators are exempt).
+    fn charge(&self, caller: &Caller, scope: &str, n: u32, now: i64) -> Result<(), ApiError> {
+        let api = &self.settings.api;
+        let limit = match caller {
+            Caller::Key(p) if p.role == Role::Operator => Ok(()),
+            Caller::Key(p) => self
+                .limiter
+                .take_n(&p.id, n, api.creator_rate_per_sec, api.creator_burst, now),
+            Caller::Anonymous { .. } => {
+                self.limiter
+                    .take_n(scope, n, api.anonymous_rate_per_sec, api.anonymous_burst, now)
+            }
+        };
+        limit.map_err(|retry_after_secs| ApiError::RateLimited { retry_after_secs })
+    }
+
+    /// A generated code from the KGS.
+    async fn next_code(&self) -> Result<String, ApiError> {
+        self.codes.next_code().await.map_err(|e| match e {
+            StoreError::Exhausted => ApiError::Internal("the code space is exhausted".into()),
+            other => other.into(),
+        })
+    }
+
     fn view(&self, link: &Link) -> LinkView {
         LinkView {
             code: link.code.clone(),
@@ -317,22 +379,8 @@ async fn create_link(
     body: Result<ApiJson<CreateLinkRequest>, ApiError>,
 ) -> Result<Response, ApiError> {
     let now = cp.clock.now_millis();
-    let (owner, scope) = match &caller {
-        Caller::Key(p) => (p.id.clone(), p.id.clone()),
-        Caller::Anonymous { ip } if cp.settings.api.anonymous_create => {
-            ("anonymous".to_owned(), format!("anonymous:{ip}"))
-        }
-        Caller::Anonymous { .. } => return Err(caller.principal().unwrap_err()),
-    };
-    let api = &cp.settings.api;
-    let limit = match &caller {
-        Caller::Key(p) if p.role == Role::Operator => Ok(()),
-        Caller::Key(p) => cp.limiter.take(&p.id, api.creator_rate_per_sec, api.creator_burst, now),
-        Caller::Anonymous { .. } => cp
-            .limiter
-            .take(&scope, api.anonymous_rate_per_sec, api.anonymous_burst, now),
-    };
-    limit.map_err(|retry_after_secs| ApiError::RateLimited { retry_after_secs })?;
+    let (owner, scope) = cp.creator(&caller)?;
+    cp.charge(&caller, &scope, 1, now)?;
     let body = body?;
     let idem_key = idempotency_key(&headers)?;
     let hash = request_hash(&body.raw);
@@ -342,15 +390,13 @@ async fn create_link(
         }
     }
     let new = validate_create(&cp, body.value, now)?;
+    let api = &cp.settings.api;
     let mut attempts = 0;
     let link = loop {
         attempts += 1;
         let code = match &new.alias {
             Some(alias) => alias.clone(),
-            None => cp.codes.next_code().await.map_err(|e| match e {
-                StoreError::Exhausted => ApiError::Internal("the code space is exhausted".into()),
-                other => other.into(),
-            })?,
+            None => cp.next_code().await?,
         };
         let link = Link::new_active(
             code,
@@ -398,6 +444,112 @@ async fn create_link(
         tracing::warn!(code = %link.code, error = %e, "creation not announced");
     }
     Ok((StatusCode::CREATED, Json(cp.created_view(&link))).into_response())
+}
+
+#[utoipa::path(post, path = "/api/v1/links/import", tag = "links", request_body = ImportRequest,
+    responses(
+        (status = 200, description = "One outcome per link, in order", body = ImportResults),
+        (status = 400, description = "Not 1 to 1,000 links, or malformed", body = ErrorBody),
+        (status = 401, description = "No valid key", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 415, description = "Body is not JSON", body = ErrorBody),
+        (status = 429, description = "Rate limited (each link counts); see Retry-After", body = ErrorBody),
+    ),
+    security(("api_key" = [])))]
+async fn import_links(
+    State(cp): Cp,
+    caller: Caller,
+    body: Result<ImportJson<ImportRequest>, ApiError>,
+) -> Result<Json<ImportResults>, ApiError> {
+    let now = cp.clock.now_millis();
+    let (owner, scope) = cp.creator(&caller)?;
+    let requests = body?.0.links;
+    if requests.is_empty() || requests.len() > MAX_IMPORT {
+        return Err(ApiError::bad_request(
+            "invalid_import",
+            "an import holds 1 to 1000 links",
+        ));
+    }
+    cp.charge(&caller, &scope, requests.len() as u32, now)?;
+    let fail = |e: ApiError| {
+        let (_, code) = e.status_and_code();
+        ImportOutcome::Failed {
+            error: crate::error::ErrorDetail {
+                code: code.to_owned(),
+                message: e.to_string(),
+            },
+        }
+    };
+    let mut outcomes: Vec<Option<ImportOutcome>> = Vec::with_capacity(requests.len());
+    let mut pending: Vec<(usize, Link, bool)> = Vec::new();
+    for (i, req) in requests.into_iter().enumerate() {
+        match validate_create(&cp, req, now) {
+            Ok(new) => {
+                let generated = new.alias.is_none();
+                let code = match new.alias {
+                    Some(a) => a,
+                    None => cp.next_code().await?,
+                };
+                let link = Link::new_active(
+                    code,
+                    new.long_url,
+                    new.redirect,
+                    new.forward_query,
+                    now,
+                    owner.clone(),
+                    new.expires_at,
+                );
+                pending.push((i, link, generated));
+                outcomes.push(None);
+            }
+            Err(e) => outcomes.push(Some(fail(e))),
+        }
+    }
+    let links: Vec<Link> = pending.iter().map(|(_, l, _)| l.clone()).collect();
+    let stored = cp.store.insert_links(&links).await?;
+    for ((i, mut link, generated), result) in pending.into_iter().zip(stored) {
+        let result = match result {
+            // A generated code an alias took earlier: retry with fresh codes.
+            Err(StoreError::AlreadyExists) if generated => {
+                let mut retried = Err(StoreError::AlreadyExists);
+                for _ in 1..GENERATED_CODE_ATTEMPTS {
+                    link.code = cp.next_code().await?;
+                    retried = cp.store.insert_link(&link, None).await;
+                    if !matches!(retried, Err(StoreError::AlreadyExists)) {
+                        break;
+                    }
+                }
+                retried
+            }
+            other => other,
+        };
+        outcomes[i] = Some(match result {
+            Ok(()) => {
+                if let Err(e) = cp.events.created(&link).await {
+                    tracing::warn!(code = %link.code, error = %e, "creation not announced");
+                }
+                ImportOutcome::Created(cp.created_view(&link))
+            }
+            Err(StoreError::AlreadyExists) => fail(ApiError::Conflict {
+                code: "alias_taken",
+                message: "this alias is already taken",
+            }),
+            Err(e) => fail(e.into()),
+        });
+    }
+    let results: Vec<ImportOutcome> = outcomes
+        .into_iter()
+        .map(|o| o.expect("every link has an outcome"))
+        .collect();
+    let created = results
+        .iter()
+        .filter(|r| matches!(r, ImportOutcome::Created(_)))
+        .count();
+    Ok(Json(ImportResults {
+        created,
+        failed: results.len() - created,
+        results,
+    }))
 }
 
 #[utoipa::path(get, path = "/api/v1/links/{code}", tag = "links",
@@ -737,8 +889,8 @@ impl utoipa::Modify for BearerAuth {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Rebound control plane", description = "Create, inspect, delete and take down short links; manage API keys; read click statistics."),
-    paths(create_link, get_link, list_links, delete_link, take_down_link, link_stats, create_key, revoke_key, openapi),
-    components(schemas(CreateLinkRequest, LinkCreated, LinkView, LinkList, TakedownRequest, LinkStats, DayClicks, CreateKeyRequest, KeyCreated, ErrorBody)),
+    paths(create_link, import_links, get_link, list_links, delete_link, take_down_link, link_stats, create_key, revoke_key, openapi),
+    components(schemas(CreateLinkRequest, ImportRequest, ImportResults, ImportOutcome, LinkCreated, LinkView, LinkList, TakedownRequest, LinkStats, DayClicks, CreateKeyRequest, KeyCreated, ErrorBody)),
     modifiers(&BearerAuth)
 )]
 struct ApiDoc;

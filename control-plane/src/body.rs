@@ -18,7 +18,25 @@ impl<T: DeserializeOwned> FromRequest<Arc<ControlPlane>> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &Arc<ControlPlane>) -> Result<Self, ApiError> {
-        let limit = state.settings.api.max_body_bytes;
+        read_json(req, state.settings.api.max_body_bytes).await
+    }
+}
+
+/// The body of a bulk import: JSON like [`ApiJson`], with the larger import limit.
+pub struct ImportJson<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<Arc<ControlPlane>> for ImportJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &Arc<ControlPlane>) -> Result<Self, ApiError> {
+        read_json(req, state.settings.api.max_import_body_bytes)
+            .await
+            .map(|b: ApiJson<T>| ImportJson(b.value))
+    }
+}
+
+async fn read_json<T: DeserializeOwned>(req: Request, limit: usize) -> Result<ApiJson<T>, ApiError> {
+    {
         let is_json = req
             .headers()
             .get(header::CONTENT_TYPE)

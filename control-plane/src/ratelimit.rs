@@ -23,6 +23,12 @@ impl CreateRateLimiter {
     /// Takes one token from `who`'s bucket (`rate` per second, holding at most `burst`).
     /// When empty, returns how many whole seconds until a token is back.
     pub fn take(&self, who: &str, rate: f64, burst: u32, now: UnixMillis) -> Result<(), u64> {
+        self.take_n(who, 1, rate, burst, now)
+    }
+
+    /// Takes `n` tokens at once (a bulk import), or none.
+    pub fn take_n(&self, who: &str, n: u32, rate: f64, burst: u32, now: UnixMillis) -> Result<(), u64> {
+        let need = f64::from(n);
         let burst = f64::from(burst);
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         if buckets.len() > PRUNE_ABOVE {
@@ -35,11 +41,11 @@ impl CreateRateLimiter {
         let elapsed = (now - bucket.last).max(0) as f64 / 1000.0;
         bucket.tokens = (bucket.tokens + elapsed * rate).min(burst);
         bucket.last = now;
-        if bucket.tokens >= 1.0 {
-            bucket.tokens -= 1.0;
+        if bucket.tokens >= need {
+            bucket.tokens -= need;
             Ok(())
         } else {
-            Err(((1.0 - bucket.tokens) / rate).ceil().max(1.0) as u64)
+            Err(((need.min(burst) - bucket.tokens) / rate).ceil().max(1.0) as u64)
         }
     }
 }
@@ -60,5 +66,8 @@ mod tests {
         assert!(l.take("a", 1.0, 3, 1000).is_err());
         assert_eq!(l.take("slow", 0.1, 1, 0), Ok(()));
         assert_eq!(l.take("slow", 0.1, 1, 0), Err(10));
+        assert!(l.take_n("bulk", 3, 1.0, 5, 0).is_ok());
+        assert_eq!(l.take_n("bulk", 3, 1.0, 5, 0), Err(1), "2 left, 3 needed: none taken");
+        assert!(l.take_n("bulk", 2, 1.0, 5, 0).is_ok());
     }
 }

@@ -922,3 +922,93 @@ async fn openapi_and_unknown_routes() {
         "method_not_allowed",
     );
 }
+
+#[tokio::test]
+async fn bulk_import_reports_each_link_and_writes_only_the_valid_ones() {
+    let h = harness_with(|s| {
+        s.api.creator_burst = 5;
+        s.api.creator_rate_per_sec = 1.0;
+    })
+    .await;
+    h.create(OPERATOR, json!({"long_url": "https://e.com/", "custom_alias": "taken"}))
+        .await;
+    let body = json!({"links": [
+        {"long_url": "https://e.com/1"},
+        {"long_url": "ftp://nope"},
+        {"long_url": "https://e.com/2", "custom_alias": "taken"},
+        {"long_url": "https://e.com/3", "custom_alias": "fresh-one", "redirect": 301},
+        {"long_url": "https://e.com/4", "custom_alias": "api"},
+    ]});
+    let r = h
+        .call(Method::POST, "/api/v1/links/import", Some(OPERATOR), Some(body))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(
+        (r.body["created"].clone(), r.body["failed"].clone()),
+        (json!(2), json!(3))
+    );
+    let results = r.body["results"].as_array().unwrap();
+    assert_eq!(results[0]["code"].as_str().unwrap().len(), 7);
+    assert_eq!(results[1]["error"]["code"], "invalid_url");
+    assert_eq!(results[2]["error"]["code"], "alias_taken");
+    assert_eq!(results[3]["code"], "fresh-one");
+    assert_eq!(results[3]["redirect"], 301);
+    assert_eq!(results[4]["error"]["code"], "reserved_alias");
+    assert_eq!(h.link_count().await, 3);
+    assert_eq!(
+        h.events.created.lock().unwrap().len(),
+        3,
+        "every imported link is announced"
+    );
+
+    for bad in [
+        json!({"links": []}),
+        json!({"links": (0..1001).map(|i| json!({"long_url": format!("https://e.com/{i}")})).collect::<Vec<_>>()}),
+    ] {
+        assert_error(
+            &h.call(Method::POST, "/api/v1/links/import", Some(OPERATOR), Some(bad))
+                .await,
+            StatusCode::BAD_REQUEST,
+            "invalid_import",
+        );
+    }
+    assert_error(
+        &h.call(
+            Method::POST,
+            "/api/v1/links/import",
+            Some(OPERATOR),
+            Some(json!({"links": [], "x": 1})),
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        "invalid_json",
+    );
+    assert_error(
+        &h.call(
+            Method::POST,
+            "/api/v1/links/import",
+            None,
+            Some(json!({"links": [{"long_url": "https://e.com/"}]})),
+        )
+        .await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    );
+    assert_eq!(h.link_count().await, 3, "refused imports wrote nothing");
+
+    // Each imported link counts against a creator's rate limit; over it, nothing is written.
+    let creator = h.new_key("creator").await;
+    let six = json!({"links": (0..6).map(|i| json!({"long_url": format!("https://e.com/c{i}")})).collect::<Vec<_>>()});
+    let r = h
+        .call(Method::POST, "/api/v1/links/import", Some(&creator), Some(six))
+        .await;
+    assert_error(&r, StatusCode::TOO_MANY_REQUESTS, "rate_limited");
+    assert_eq!(h.link_count().await, 3);
+    let five = json!({"links": (0..5).map(|i| json!({"long_url": format!("https://e.com/c{i}")})).collect::<Vec<_>>()});
+    assert_eq!(
+        h.call(Method::POST, "/api/v1/links/import", Some(&creator), Some(five))
+            .await
+            .body["created"],
+        5
+    );
+}

@@ -27,6 +27,8 @@ pub enum QueueChoice {
 pub struct ApiSettings {
     /// Largest accepted request body.
     pub max_body_bytes: usize,
+    /// Largest accepted bulk-import body (up to 1,000 links).
+    pub max_import_body_bytes: usize,
     /// Longest accepted target URL.
     pub max_target_bytes: usize,
     /// Whether callers without an API key may create links.
@@ -53,6 +55,7 @@ impl Default for ApiSettings {
     fn default() -> Self {
         ApiSettings {
             max_body_bytes: 64 * 1024,
+            max_import_body_bytes: 4 * 1024 * 1024,
             max_target_bytes: crate::target::DEFAULT_MAX_TARGET_BYTES,
             anonymous_create: false,
             creator_rate_per_sec: 50.0,
@@ -206,6 +209,9 @@ impl Settings {
         let a = &self.api;
         if !(1024..=16 * 1024 * 1024).contains(&a.max_body_bytes) {
             return Err(bad("api.max_body_bytes", "must be between 1024 and 16777216"));
+        }
+        if !(1024..=64 * 1024 * 1024).contains(&a.max_import_body_bytes) {
+            return Err(bad("api.max_import_body_bytes", "must be between 1024 and 67108864"));
         }
         if !(32..=65_536).contains(&a.max_target_bytes) {
             return Err(bad("api.max_target_bytes", "must be between 32 and 65536"));

@@ -31,6 +31,7 @@ fn link(code: &str, owner: &str, created_at: i64) -> Link {
 /// Runs every check of the contract.
 pub async fn run_all<S: Store + ?Sized>(store: &S) {
     conditional_insert(store).await;
+    bulk_insert(store).await;
     idempotency_in_the_same_transaction(store).await;
     versioned_deactivation(store).await;
     listing_newest_first_with_cursor(store).await;
@@ -47,6 +48,7 @@ pub async fn run_all<S: Store + ?Sized>(store: &S) {
 /// which is stricter than moto about reserved words in expressions).
 pub async fn run_without_transactions<S: Store + ?Sized>(store: &S) {
     conditional_insert(store).await;
+    bulk_insert(store).await;
     versioned_deactivation(store).await;
     listing_newest_first_with_cursor(store).await;
     bad_cursors(store).await;
@@ -80,6 +82,30 @@ async fn conditional_insert<S: Store + ?Sized>(store: &S) {
         "the first write stands"
     );
     assert_eq!(store.get_link(&unique("none")).await.unwrap(), None);
+}
+
+async fn bulk_insert<S: Store + ?Sized>(store: &S) {
+    let taken = unique("bt");
+    store.insert_link(&link(&taken, "owner", 1), None).await.unwrap();
+    let fresh: Vec<String> = (0..3).map(|_| unique("bi")).collect();
+    let batch = vec![
+        link(&fresh[0], "o", 1),
+        link(&taken, "o", 1),
+        link(&fresh[1], "o", 1),
+        link(&fresh[2], "o", 1),
+    ];
+    let outcomes = store.insert_links(&batch).await.unwrap();
+    assert_eq!(outcomes.len(), 4);
+    assert!(outcomes[0].is_ok() && outcomes[2].is_ok() && outcomes[3].is_ok());
+    assert!(matches!(outcomes[1], Err(StoreError::AlreadyExists)));
+    for c in &fresh {
+        assert!(store.get_link(c).await.unwrap().is_some());
+    }
+    assert_eq!(
+        store.get_link(&taken).await.unwrap().unwrap().created_by,
+        "owner",
+        "the taken code kept its link"
+    );
 }
 
 async fn idempotency_in_the_same_transaction<S: Store + ?Sized>(store: &S) {

@@ -530,6 +530,21 @@ impl LinkStore for DynamoStore {
         }
     }
 
+    async fn insert_links(&self, links: &[Link]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        // DynamoDB's batch writes cannot be conditional: conditional puts, 16 at a time.
+        use futures_util::StreamExt;
+        let this = self.clone();
+        let outcomes: Vec<Result<(), StoreError>> = futures_util::stream::iter(links.to_vec())
+            .map(move |link| {
+                let this = this.clone();
+                async move { this.insert_link(&link, None).await }
+            })
+            .buffered(16)
+            .collect()
+            .await;
+        Ok(outcomes)
+    }
+
     async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError> {
         let out = self
             .client

@@ -197,6 +197,19 @@ pub trait LinkStore: Send + Sync {
     /// transaction when given. `AlreadyExists` when the code is taken,
     /// `IdempotencyKeyExists` when the key is recorded (and unexpired); nothing is written then.
     async fn insert_link(&self, link: &Link, idempotency: Option<&IdempotencyRecord>) -> Result<(), StoreError>;
+    /// Conditional insert of many links (a bulk import): one outcome per link, in order;
+    /// a taken code is `AlreadyExists` for that link alone. The outer error means nothing
+    /// is known to be written.
+    async fn insert_links(&self, links: &[Link]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        let mut outcomes = Vec::with_capacity(links.len());
+        for link in links {
+            match self.insert_link(link, None).await {
+                Err(StoreError::Unavailable(e)) if outcomes.is_empty() => return Err(StoreError::Unavailable(e)),
+                other => outcomes.push(other),
+            }
+        }
+        Ok(outcomes)
+    }
     /// Point read.
     async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError>;
     /// Conditional versioned update: marks the link inactive if it is still at

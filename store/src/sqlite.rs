@@ -214,6 +214,33 @@ fn get_link_in(conn: &Connection, code: &str) -> Result<Option<Link>, StoreError
         .transpose()
 }
 
+/// Inserts a link unless its code is taken; true when inserted.
+fn insert_link_in(conn: &Connection, link: &Link) -> Result<bool, StoreError> {
+    let n = conn
+        .prepare_cached(&format!(
+            "INSERT INTO links ({LINK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) \
+             ON CONFLICT (code) DO NOTHING"
+        ))
+        .map_err(sql_err)?
+        .execute(params![
+            link.code,
+            link.long_url,
+            link.redirect.status(),
+            link.forward_query,
+            link.created_at,
+            link.created_by,
+            link.is_active,
+            link.version as i64,
+            link.expires_at,
+            link.deleted_at,
+            link.deleted_by,
+            link.delete_reason,
+            link.purge_at,
+        ])
+        .map_err(sql_err)?;
+    Ok(n == 1)
+}
+
 #[async_trait]
 impl LinkStore for SqliteStore {
     async fn insert_link(&self, link: &Link, idempotency: Option<&IdempotencyRecord>) -> Result<(), StoreError> {
@@ -234,29 +261,8 @@ impl LinkStore for SqliteStore {
                     return Err(StoreError::IdempotencyKeyExists);
                 }
             }
-            let inserted = tx
-                .prepare_cached(&format!(
-                    "INSERT INTO links ({LINK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) \
-                     ON CONFLICT (code) DO NOTHING"
-                ))
-                .map_err(sql_err)?
-                .execute(params![
-                    link.code,
-                    link.long_url,
-                    link.redirect.status(),
-                    link.forward_query,
-                    link.created_at,
-                    link.created_by,
-                    link.is_active,
-                    link.version as i64,
-                    link.expires_at,
-                    link.deleted_at,
-                    link.deleted_by,
-                    link.delete_reason,
-                    link.purge_at,
-                ])
-                .map_err(sql_err)?;
-            if inserted == 0 {
+            let inserted = insert_link_in(&tx, &link)?;
+            if !inserted {
                 return Err(StoreError::AlreadyExists);
             }
             if let Some(rec) = &idem {
@@ -268,6 +274,25 @@ impl LinkStore for SqliteStore {
                 .map_err(sql_err)?;
             }
             tx.commit().map_err(sql_err)
+        })
+        .await
+    }
+
+    async fn insert_links(&self, links: &[Link]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        let links = links.to_vec();
+        self.write(move |conn| {
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(sql_err)?;
+            let mut outcomes = Vec::with_capacity(links.len());
+            for link in &links {
+                outcomes.push(match insert_link_in(&tx, link)? {
+                    true => Ok(()),
+                    false => Err(StoreError::AlreadyExists),
+                });
+            }
+            tx.commit().map_err(sql_err)?;
+            Ok(outcomes)
         })
         .await
     }
