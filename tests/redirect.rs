@@ -437,3 +437,88 @@ fn proxy_alone_refuses_the_embedded_store() {
         "{err}"
     );
 }
+
+/// Sends raw bytes on one connection and reads until the server closes it or `wait` passes.
+fn raw_exchange(addr: &str, request: &[u8], wait: Duration) -> (String, bool) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(wait)).unwrap();
+    s.write_all(request).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let closed = loop {
+        match s.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(_) => break false,
+        }
+    };
+    (String::from_utf8_lossy(&got).into_owned(), closed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http1_keep_alive_pipelining_bodies_and_bad_requests() {
+    let dir = temp_dir();
+    let rb = Rebound::start(dir.path(), &[]);
+    rb.create(json!({"long_url": "https://example.com/p", "custom_alias": "pipe"}))
+        .await;
+    let addr = rb.run.addrs["redirect"].clone();
+    let wait = Duration::from_millis(700);
+
+    // Two pipelined requests: two answers, in order, and the connection stays open.
+    let (text, closed) = raw_exchange(
+        &addr,
+        b"GET /pipe HTTP/1.1\r\nHost: x\r\n\r\nHEAD /nope-nope HTTP/1.1\r\nHost: x\r\n\r\n",
+        wait,
+    );
+    assert!(
+        text.starts_with("HTTP/1.1 302 Found\r\nLocation: https://example.com/p\r\n"),
+        "{text}"
+    );
+    assert_eq!(text.matches("HTTP/1.1 ").count(), 2);
+    assert!(text.contains("HTTP/1.1 404 Not Found\r\n"));
+    assert!(!closed, "keep-alive by default in HTTP/1.1");
+
+    // Connection: close, and HTTP/1.0 without keep-alive: answered, then closed.
+    let (text, closed) = raw_exchange(&addr, b"GET /pipe HTTP/1.1\r\nConnection: close\r\n\r\n", wait);
+    assert!(text.contains("302 Found") && text.contains("Connection: close\r\n") && closed);
+    let (text, closed) = raw_exchange(&addr, b"GET /pipe HTTP/1.0\r\n\r\n", wait);
+    assert!(text.contains("302 Found") && closed, "{text}");
+    let (text, closed) = raw_exchange(&addr, b"GET /pipe HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", wait);
+    assert!(text.contains("Connection: keep-alive\r\n") && !closed, "{text}");
+
+    // A body is skipped and the next request on the connection is answered.
+    let (text, closed) = raw_exchange(
+        &addr,
+        b"POST /pipe HTTP/1.1\r\nContent-Length: 5\r\n\r\nhelloGET /pipe HTTP/1.1\r\n\r\n",
+        wait,
+    );
+    assert!(
+        text.starts_with("HTTP/1.1 405 Method Not Allowed\r\n") && text.contains("302 Found") && !closed,
+        "{text}"
+    );
+    // A chunked body cannot be skipped safely: answered, then closed.
+    let (text, closed) = raw_exchange(
+        &addr,
+        b"POST /pipe HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        wait,
+    );
+    assert!(text.starts_with("HTTP/1.1 405") && closed, "{text}");
+
+    // Garbage and oversized heads: an error status, then the connection closes.
+    let (text, closed) = raw_exchange(&addr, b"\x16\x03\x01 not http\r\n\r\n", wait);
+    assert!(text.starts_with("HTTP/1.1 400 Bad Request\r\n") && closed, "{text}");
+    let big = format!("GET /pipe HTTP/1.1\r\nX-Big: {}\r\n\r\n", "a".repeat(9000));
+    let (text, closed) = raw_exchange(&addr, big.as_bytes(), wait);
+    assert!(text.starts_with("HTTP/1.1 431") && closed, "{text}");
+    let smuggle = b"GET /pipe HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab";
+    let (text, closed) = raw_exchange(&addr, smuggle, wait);
+    assert!(text.starts_with("HTTP/1.1 400") && closed, "{text}");
+    // Nothing from the request is echoed in a header.
+    let (text, _) = raw_exchange(
+        &addr,
+        b"GET /pipe?x=%0d%0aSet-Cookie:%20a HTTP/1.1\r\nConnection: close\r\n\r\n",
+        wait,
+    );
+    assert!(!text.contains("Set-Cookie"), "{text}");
+}

@@ -118,7 +118,7 @@ impl Default for RedirectSettings {
             cache_fresh_ms: 24 * 3_600_000,
             stale_grace_ms: 15 * 60_000,
             click_queue_capacity: 65_536,
-            click_flush_ms: 1_000,
+            click_flush_ms: 2_000,
         }
     }
 }

@@ -31,29 +31,35 @@ pub fn decide_redirect(item: Option<&Link>, now: UnixMillis) -> StoreVerdict {
 /// the link forwards queries (after `&` when the target already has a query, else after `?`).
 /// A fragment in the target stays at the end.
 pub fn location(long_url: &str, forward_query: bool, request_query: Option<&str>) -> String {
+    let mut out = Vec::with_capacity(long_url.len() + request_query.map_or(0, |q| q.len() + 1));
+    push_location(&mut out, long_url, forward_query, request_query);
+    // Only ASCII pieces (a normalised URL and a forwardable query) are ever joined.
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// [`location`], appended to a byte buffer (the response being written) without allocating.
+pub fn push_location(out: &mut Vec<u8>, long_url: &str, forward_query: bool, request_query: Option<&str>) {
     let query = match request_query {
         Some(q) if forward_query && !q.is_empty() => q,
-        _ => return long_url.to_owned(),
+        _ => {
+            out.extend_from_slice(long_url.as_bytes());
+            return;
+        }
     };
     let (base, fragment) = match long_url.find('#') {
         Some(i) => long_url.split_at(i),
         None => (long_url, ""),
     };
-    let sep = if base.contains('?') {
-        if base.ends_with('?') || base.ends_with('&') {
-            ""
-        } else {
-            "&"
+    out.extend_from_slice(base.as_bytes());
+    if base.contains('?') {
+        if !(base.ends_with('?') || base.ends_with('&')) {
+            out.push(b'&');
         }
     } else {
-        "?"
-    };
-    let mut out = String::with_capacity(base.len() + sep.len() + query.len() + fragment.len());
-    out.push_str(base);
-    out.push_str(sep);
-    out.push_str(query);
-    out.push_str(fragment);
-    out
+        out.push(b'?');
+    }
+    out.extend_from_slice(query.as_bytes());
+    out.extend_from_slice(fragment.as_bytes());
 }
 
 /// The `max-age` of a redirect: the configured value, never past `expires_at`.

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use crossbeam_queue::ArrayQueue;
 use rebound_core::Day;
 use rebound_store::{ClickAdd, ClickBatch, Store, MAX_BATCH_ADDS};
-use std::collections::HashMap;
+type HashMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,10 +63,11 @@ pub struct StoreClickSink(pub Arc<dyn Store>);
 #[async_trait]
 impl ClickSink for StoreClickSink {
     async fn ship(&self, batches: &[ClickBatch]) -> Result<(), String> {
-        for batch in batches {
-            self.0.apply_clicks(batch).await.map_err(|e| e.to_string())?;
-        }
-        Ok(())
+        self.0
+            .apply_click_batches(batches)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -126,7 +127,7 @@ pub async fn run_click_shipper(
 }
 
 async fn flush(queue: &ClickQueue, sink: &dyn ClickSink, ids: &BatchIds) {
-    let mut counts = HashMap::new();
+    let mut counts = HashMap::default();
     queue.drain_into(&mut counts);
     if counts.is_empty() {
         return;

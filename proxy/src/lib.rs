@@ -4,6 +4,7 @@
 //!
 //! - [`server`]: the Pingora application that reads requests and writes redirects, and
 //!   how it is run (pre-bound listener, shutdown).
+//! - [`http1`]: the lean HTTP/1.1 connection loop of the redirect port.
 //! - [`path`]: the lookup tiers: L1 → Bloom filter → single-flight store read, and the
 //!   stale-on-failure rule.
 //! - [`l1`]: the in-process cache with the never-a-lower-version fill rule.
@@ -20,6 +21,7 @@ pub mod clicks;
 pub mod distributed;
 pub mod events;
 pub mod flight;
+pub mod http1;
 pub mod l1;
 pub mod metrics;
 pub mod path;

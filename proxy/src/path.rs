@@ -153,7 +153,11 @@ impl RedirectPath {
 
     /// Resolves a code that passed the code rule.
     pub async fn resolve(&self, code: &str) -> Resolution {
-        let now = self.clock.now_millis();
+        self.resolve_at(code, self.clock.now_millis()).await
+    }
+
+    /// [`RedirectPath::resolve`] with the caller's reading of the clock.
+    pub async fn resolve_at(&self, code: &str, now: UnixMillis) -> Resolution {
         let cached = self.usable_l1(code, now);
         if let Some(entry) = &cached {
             match entry.verdict(now) {

@@ -1,27 +1,24 @@
 //! The Pingora application of the redirect port. Like River's file server it never
-//! proxies: it reads the request, answers from the redirect path, and hands the connection
-//! back for keep-alive. It is a bare `HttpServerApp`, the leanest entry into Pingora that
-//! keeps its listeners, connection handling and server lifecycle.
+//! proxies: it answers every request from the redirect path. It is a `ServerApp` over the
+//! lean HTTP/1.1 loop of [`crate::http1`], so Pingora keeps the listeners, the server
+//! lifecycle and graceful upgrades while a redirect costs a parse, a lookup and a write.
 
 use crate::clicks::{Click, ClickQueue};
+use crate::http1::{serve_connection, write_reply, Answerer, Head, Reply};
 use crate::path::{RedirectPath, Resolution};
 use async_trait::async_trait;
-use pingora::apps::{HttpPersistentSettings, HttpServerApp, ReusedHttpStream};
-use pingora::http::ResponseHeader;
-use pingora::protocols::http::ServerSession;
+use pingora::apps::ServerApp;
+use pingora::protocols::Stream;
 use pingora::server::configuration::ServerConf;
 use pingora::server::{ListenFds, RunArgs, Server, ShutdownSignalWatch, ShutdownWatch};
 use pingora::services::listening::Service as Listening;
 use pingora::services::Service;
 use rebound_core::code::is_valid_code;
-use rebound_core::decision::{location, max_age_seconds, query_is_forwardable};
+use rebound_core::decision::{max_age_seconds, query_is_forwardable};
 use rebound_core::{CacheState, Day};
 use std::os::fd::IntoRawFd;
 use std::sync::Arc;
 use std::time::Instant;
-
-/// Seconds an idle keep-alive connection is kept.
-const KEEPALIVE_SECS: u64 = 60;
 
 /// Answers `GET/HEAD /{code}`.
 pub struct RedirectApp {
@@ -31,141 +28,99 @@ pub struct RedirectApp {
     pub max_age_secs: u64,
 }
 
-/// A response to write: status and headers, always with an empty body.
-struct Answer {
-    status: u16,
-    location: Option<String>,
-    cache_control: CacheControl,
-}
-
-enum CacheControl {
-    MaxAge(u64),
-    NoStore,
-}
-
-impl Answer {
-    fn plain(status: u16) -> Answer {
-        Answer {
-            status,
-            location: None,
-            cache_control: CacheControl::NoStore,
-        }
-    }
-
-    fn header(&self) -> pingora::Result<ResponseHeader> {
-        let mut h = ResponseHeader::build(self.status, Some(5))?;
-        if let Some(l) = &self.location {
-            h.insert_header("Location", l.as_str())?;
-        }
-        match self.cache_control {
-            CacheControl::MaxAge(s) => h.insert_header("Cache-Control", format!("public, max-age={s}"))?,
-            CacheControl::NoStore => h.insert_header("Cache-Control", "no-store")?,
-        }
-        match self.status {
-            405 => h.insert_header("Allow", "GET, HEAD")?,
-            503 => h.insert_header("Retry-After", "1")?,
-            _ => {}
-        }
-        // An explicit empty body keeps the connection reusable.
-        h.insert_header("Content-Length", "0")?;
-        Ok(h)
-    }
-}
-
 impl RedirectApp {
-    /// Decides the answer to one request, and the click it makes (GET redirects only).
-    async fn answer(&self, method: &http::Method, path: &str, query: Option<&str>) -> (Answer, Option<Click>) {
+    /// Answers one request into `out`, recording the click of a GET redirect.
+    async fn respond(&self, head: &Head<'_>, out: &mut Vec<u8>, keep_alive: bool) {
+        let started = Instant::now();
         let m = &self.path.metrics;
-        let is_get = *method == http::Method::GET;
-        if !is_get && *method != http::Method::HEAD {
+        let is_get = head.method == "GET";
+        if !is_get && head.method != "HEAD" {
             m.bad_method.inc();
-            return (Answer::plain(405), None);
+            return write_reply(
+                out,
+                &Reply::Status(405),
+                keep_alive,
+                head.http10,
+                self.path.clock.now_millis(),
+            );
         }
-        let code = match path.strip_prefix('/') {
+        let code = match head.path.strip_prefix('/') {
             Some(c) if is_valid_code(c.as_bytes()) => c,
             _ => {
                 m.bad_path.inc();
-                return (Answer::plain(404), None);
+                return write_reply(
+                    out,
+                    &Reply::Status(404),
+                    keep_alive,
+                    head.http10,
+                    self.path.clock.now_millis(),
+                );
             }
         };
-        match self.path.resolve(code).await {
+        let now = self.path.clock.now_millis();
+        let status = match self.path.resolve_at(code, now).await {
             Resolution::Redirect(entry) => {
-                let CacheState::Active {
+                if let CacheState::Active {
                     long_url,
                     redirect,
                     forward_query,
                 } = &entry.record.state
-                else {
-                    m.not_found.inc();
-                    return (Answer::plain(404), None);
-                };
-                let now = self.path.clock.now_millis();
-                let query = query.filter(|q| query_is_forwardable(q));
-                let answer = Answer {
-                    status: redirect.status(),
-                    location: Some(location(long_url, *forward_query, query)),
-                    cache_control: CacheControl::MaxAge(max_age_seconds(
-                        self.max_age_secs,
-                        entry.record.expires_at,
-                        now,
-                    )),
-                };
-                m.redirects.inc();
-                let click = is_get.then(|| Click {
-                    code: entry.code.clone(),
-                    day: Day::of_millis(now),
-                });
-                (answer, click)
+                {
+                    let reply = Reply::Redirect {
+                        status: redirect.status(),
+                        long_url,
+                        forward_query: *forward_query,
+                        query: head.query.filter(|q| query_is_forwardable(q)),
+                        max_age: max_age_seconds(self.max_age_secs, entry.record.expires_at, now),
+                    };
+                    write_reply(out, &reply, keep_alive, head.http10, now);
+                    m.redirects.inc();
+                    if is_get {
+                        self.clicks.record(Click {
+                            code: entry.code.clone(),
+                            day: Day::of_millis(now),
+                        });
+                    }
+                    m.latency.observe(started.elapsed().as_secs_f64());
+                    return;
+                }
+                m.not_found.inc();
+                404
             }
             Resolution::NotFound => {
                 m.not_found.inc();
-                (Answer::plain(404), None)
+                404
             }
             Resolution::Gone => {
                 m.gone.inc();
-                (Answer::plain(410), None)
+                410
             }
             Resolution::Unavailable => {
                 m.unavailable.inc();
-                (Answer::plain(503), None)
+                503
             }
-        }
+        };
+        write_reply(out, &Reply::Status(status), keep_alive, head.http10, now);
+        m.latency.observe(started.elapsed().as_secs_f64());
+    }
+}
+
+impl Answerer for RedirectApp {
+    fn answer<'a>(
+        &'a self,
+        head: &'a Head<'a>,
+        out: &'a mut Vec<u8>,
+        keep_alive: bool,
+    ) -> impl std::future::Future<Output = ()> + Send + 'a {
+        self.respond(head, out, keep_alive)
     }
 }
 
 #[async_trait]
-impl HttpServerApp for RedirectApp {
-    async fn process_new_http(
-        self: &Arc<Self>,
-        mut http: ServerSession,
-        shutdown: &ShutdownWatch,
-    ) -> Option<ReusedHttpStream> {
-        match http.read_request().await {
-            Ok(true) => {}
-            _ => return None,
-        }
-        let started = Instant::now();
-        http.set_keepalive(if *shutdown.borrow() { None } else { Some(KEEPALIVE_SECS) });
-        let (answer, click) = {
-            let req = http.req_header();
-            self.answer(&req.method, req.uri.path(), req.uri.query()).await
-        };
-        let header = match answer.header() {
-            Ok(h) => h,
-            Err(_) => Answer::plain(500).header().ok()?,
-        };
-        if http.write_response_header(Box::new(header)).await.is_err() {
-            return None;
-        }
-        if let Some(click) = click {
-            self.clicks.record(click);
-        }
-        self.path.metrics.latency.observe(started.elapsed().as_secs_f64());
-        let persistent = HttpPersistentSettings::for_session(&http);
-        match http.finish().await {
-            Ok(reusable) => reusable.map(|s| ReusedHttpStream::from_reusable_stream(s, persistent)),
-            Err(_) => None,
-        }
+impl ServerApp for RedirectApp {
+    async fn process_new(self: &Arc<Self>, stream: Stream, shutdown: &ShutdownWatch) -> Option<Stream> {
+        serve_connection(self.as_ref(), stream, shutdown).await;
+        None
     }
 }
 

@@ -353,6 +353,21 @@ async fn click_batches_apply_once<S: Store + ?Sized>(store: &S) {
         vec![(Day(101), 2)]
     );
     assert_eq!(store.read_clicks(&code, Day(102), Day(200)).await.unwrap(), vec![]);
+    // One flush of several batches, one of them seen before.
+    let third = ClickBatch {
+        id: unique("batch"),
+        adds: vec![ClickAdd {
+            code: code.clone(),
+            day: Day(101),
+            clicks: 1,
+        }],
+    };
+    let outcomes = store.apply_click_batches(&[third, second]).await.unwrap();
+    assert_eq!(outcomes, vec![BatchOutcome::Applied, BatchOutcome::AlreadyApplied]);
+    assert_eq!(
+        store.read_clicks(&code, Day(101), Day(101)).await.unwrap(),
+        vec![(Day(101), 3)]
+    );
 }
 
 async fn audit_log<S: Store + ?Sized>(store: &S) {

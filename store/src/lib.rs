@@ -256,6 +256,14 @@ pub trait CounterStore: Send + Sync {
 pub trait RollupStore: Send + Sync {
     /// Adds every count of the batch with atomic adds, at most once per batch id.
     async fn apply_clicks(&self, batch: &ClickBatch) -> Result<BatchOutcome, StoreError>;
+    /// Applies several batches (one flush); stores that can make it one transaction do.
+    async fn apply_click_batches(&self, batches: &[ClickBatch]) -> Result<Vec<BatchOutcome>, StoreError> {
+        let mut outcomes = Vec::with_capacity(batches.len());
+        for b in batches {
+            outcomes.push(self.apply_clicks(b).await?);
+        }
+        Ok(outcomes)
+    }
     /// The non-zero daily counts of `code` from `from` through `to`, in day order.
     async fn read_clicks(&self, code: &str, from: Day, to: Day) -> Result<Vec<(Day, u64)>, StoreError>;
 }

@@ -538,31 +538,43 @@ impl CounterStore for SqliteStore {
 #[async_trait]
 impl RollupStore for SqliteStore {
     async fn apply_clicks(&self, batch: &ClickBatch) -> Result<BatchOutcome, StoreError> {
-        let batch = batch.clone();
+        let outcomes = self.apply_click_batches(std::slice::from_ref(batch)).await?;
+        outcomes
+            .into_iter()
+            .next()
+            .ok_or_else(|| StoreError::Corrupt("no outcome".into()))
+    }
+
+    async fn apply_click_batches(&self, batches: &[ClickBatch]) -> Result<Vec<BatchOutcome>, StoreError> {
+        let batches = batches.to_vec();
         self.write(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql_err)?;
-            let fresh = tx
-                .execute(
-                    "INSERT INTO applied_batches (id, applied_at) VALUES (?1, strftime('%s','now')) ON CONFLICT DO NOTHING",
-                    [&batch.id],
-                )
-                .map_err(sql_err)?;
-            if fresh == 0 {
-                return Ok(BatchOutcome::AlreadyApplied);
-            }
+            let mut outcomes = Vec::with_capacity(batches.len());
             {
+                let mut mark = tx
+                    .prepare_cached(
+                        "INSERT INTO applied_batches (id, applied_at) VALUES (?1, strftime('%s','now')) ON CONFLICT DO NOTHING",
+                    )
+                    .map_err(sql_err)?;
                 let mut add = tx
                     .prepare_cached(
                         "INSERT INTO rollups (code, day, clicks) VALUES (?1, ?2, ?3) \
                          ON CONFLICT (code, day) DO UPDATE SET clicks = clicks + excluded.clicks",
                     )
                     .map_err(sql_err)?;
-                for a in &batch.adds {
-                    add.execute(params![a.code, a.day.0, a.clicks as i64]).map_err(sql_err)?;
+                for batch in &batches {
+                    if mark.execute([&batch.id]).map_err(sql_err)? == 0 {
+                        outcomes.push(BatchOutcome::AlreadyApplied);
+                        continue;
+                    }
+                    for a in &batch.adds {
+                        add.execute(params![a.code, a.day.0, a.clicks as i64]).map_err(sql_err)?;
+                    }
+                    outcomes.push(BatchOutcome::Applied);
                 }
             }
             tx.commit().map_err(sql_err)?;
-            Ok(BatchOutcome::Applied)
+            Ok(outcomes)
         })
         .await
     }
