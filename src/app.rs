@@ -358,8 +358,11 @@ impl DataPlane {
     }
 }
 
-fn redirect_threads() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| n.get())
+fn redirect_threads(settings: &Settings) -> usize {
+    match settings.redirect.threads {
+        0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+        n => n,
+    }
 }
 
 /// `rebound`: the data plane, the control plane and click shipping in one process on the
@@ -449,7 +452,7 @@ pub fn run_all_in_one(settings: Settings, runtime: &tokio::runtime::Runtime) -> 
     run_redirect_server(
         redirect,
         dp.app(&settings, path),
-        redirect_threads(),
+        redirect_threads(&settings),
         Box::new(ProcessSignals { on_terminate: stop_tx }),
     )?;
 
@@ -551,7 +554,7 @@ pub fn run_proxy(settings: Settings, runtime: &tokio::runtime::Runtime) -> anyho
     run_redirect_server(
         redirect,
         dp.app(&settings, path),
-        redirect_threads(),
+        redirect_threads(&settings),
         Box::new(ProcessSignals { on_terminate: stop_tx }),
     )?;
     let _ = clicks_stop_tx.send(true);

@@ -79,6 +79,7 @@ struct FileRedirect {
     click_flush_ms: Option<u64>,
     cache_fresh_ms: Option<u64>,
     stale_grace_ms: Option<u64>,
+    threads: Option<usize>,
 }
 
 fn parse<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, ConfigError>
@@ -235,6 +236,10 @@ pub fn load(file: Option<&str>, env: &HashMap<String, String>) -> Result<Setting
         None => fr.click_queue_capacity.unwrap_or(r.click_queue_capacity),
     };
     r.click_flush_ms = fr.click_flush_ms.unwrap_or(r.click_flush_ms);
+    r.threads = match var("REBOUND_REDIRECT_THREADS") {
+        Some(v) => parse("REBOUND_REDIRECT_THREADS", v)?,
+        None => fr.threads.unwrap_or(r.threads),
+    };
     r.cache_fresh_ms = match var("REBOUND_CACHE_FRESH_MS") {
         Some(v) => parse("REBOUND_CACHE_FRESH_MS", v)?,
         None => fr.cache_fresh_ms.unwrap_or(r.cache_fresh_ms),

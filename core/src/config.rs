@@ -93,6 +93,8 @@ pub struct RedirectSettings {
     pub click_queue_capacity: usize,
     /// How often aggregated clicks are shipped.
     pub click_flush_ms: u64,
+    /// Worker threads of the redirect server; 0 means one per core.
+    pub threads: usize,
 }
 
 impl RedirectSettings {
@@ -118,7 +120,8 @@ impl Default for RedirectSettings {
             cache_fresh_ms: 24 * 3_600_000,
             stale_grace_ms: 15 * 60_000,
             click_queue_capacity: 65_536,
-            click_flush_ms: 2_000,
+            click_flush_ms: 1_000,
+            threads: 0,
         }
     }
 }

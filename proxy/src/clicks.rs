@@ -12,6 +12,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Batches handed to the sink at once (10 is also SQS's limit per call).
+const SHIP_GROUP: usize = 10;
+/// Pause between groups of one flush.
+const SHIP_PAUSE: Duration = Duration::from_millis(2);
+
 /// One click.
 #[derive(Debug, Clone)]
 pub struct Click {
@@ -104,7 +109,15 @@ impl BatchIds {
     }
 }
 
-/// Drains the queue every `every`, and once more when `shutdown` flips, shipping the counts.
+/// Distinct (code, day) counts below which a drain is shipped at once (light load: the
+/// stats stay fresh).
+const LIGHT_LOAD: usize = 5_000;
+/// Longest counts are held to merge with later clicks of the same codes (heavy load: the
+/// store writes one row per code per window, not one per click).
+const MAX_HOLD: Duration = Duration::from_secs(10);
+
+/// Drains the queue every `every` into running counts, and ships them when they are few
+/// (light load), when they have waited `MAX_HOLD`, and once more when `shutdown` flips.
 pub async fn run_click_shipper(
     queue: Arc<ClickQueue>,
     sink: Arc<dyn ClickSink>,
@@ -114,21 +127,28 @@ pub async fn run_click_shipper(
     let ids = BatchIds::new();
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut pending: HashMap<(Arc<str>, Day), u64> = HashMap::default();
+    let mut held_since = tokio::time::Instant::now();
     loop {
         let stopping = tokio::select! {
             _ = tick.tick() => false,
             _ = shutdown.changed() => true,
         };
-        flush(&queue, sink.as_ref(), &ids).await;
-        if stopping || *shutdown.borrow() {
+        if pending.is_empty() {
+            held_since = tokio::time::Instant::now();
+        }
+        queue.drain_into(&mut pending);
+        let stopping = stopping || *shutdown.borrow();
+        if stopping || pending.len() <= LIGHT_LOAD || held_since.elapsed() >= MAX_HOLD {
+            ship(&queue, sink.as_ref(), &ids, std::mem::take(&mut pending)).await;
+        }
+        if stopping {
             return;
         }
     }
 }
 
-async fn flush(queue: &ClickQueue, sink: &dyn ClickSink, ids: &BatchIds) {
-    let mut counts = HashMap::default();
-    queue.drain_into(&mut counts);
+async fn ship(queue: &ClickQueue, sink: &dyn ClickSink, ids: &BatchIds, counts: HashMap<(Arc<str>, Day), u64>) {
     if counts.is_empty() {
         return;
     }
@@ -147,12 +167,19 @@ async fn flush(queue: &ClickQueue, sink: &dyn ClickSink, ids: &BatchIds) {
             adds: chunk.to_vec(),
         })
         .collect();
-    let clicks: u64 = adds.iter().map(|a| a.clicks).sum();
-    match sink.ship(&batches).await {
-        Ok(()) => queue.metrics.clicks_flushed.inc_by(clicks),
-        Err(e) => {
-            queue.metrics.click_batches_failed.inc_by(batches.len() as u64);
-            tracing::warn!(error = %e, clicks, "click batches not shipped; their clicks are lost");
+    // Shipped a few batches at a time with a short pause between, so a large flush spreads
+    // over a few milliseconds instead of taking a core from the redirects in one burst.
+    for (i, group) in batches.chunks(SHIP_GROUP).enumerate() {
+        if i > 0 {
+            tokio::time::sleep(SHIP_PAUSE).await;
+        }
+        let clicks: u64 = group.iter().flat_map(|b| &b.adds).map(|a| a.clicks).sum();
+        match sink.ship(group).await {
+            Ok(()) => queue.metrics.clicks_flushed.inc_by(clicks),
+            Err(e) => {
+                queue.metrics.click_batches_failed.inc_by(group.len() as u64);
+                tracing::warn!(error = %e, clicks, "click batches not shipped; their clicks are lost");
+            }
         }
     }
 }
