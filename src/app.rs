@@ -349,6 +349,20 @@ impl DataPlane {
         })
     }
 
+    /// The lookup tiers over `store`, with the configured cache lifetimes and store budget.
+    fn path(&self, settings: &Settings, store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> RedirectPath {
+        let mut path = RedirectPath::new(
+            self.l1.clone(),
+            self.bloom.clone(),
+            store,
+            clock,
+            self.metrics.clone(),
+            Duration::from_millis(settings.redirect.store_budget_ms),
+        );
+        path.policy = settings.redirect.cache_policy();
+        path
+    }
+
     fn app(&self, settings: &Settings, path: RedirectPath) -> RedirectApp {
         RedirectApp {
             path: Arc::new(path),
@@ -440,15 +454,7 @@ pub fn run_all_in_one(settings: Settings, runtime: &tokio::runtime::Runtime) -> 
         ]
     };
 
-    let mut path = RedirectPath::new(
-        dp.l1.clone(),
-        dp.bloom.clone(),
-        store,
-        clock,
-        dp.metrics.clone(),
-        Duration::from_millis(settings.redirect.store_budget_ms),
-    );
-    path.policy = settings.redirect.cache_policy();
+    let path = dp.path(&settings, store, clock);
     run_redirect_server(
         redirect,
         dp.app(&settings, path),
@@ -485,15 +491,7 @@ pub fn run_proxy(settings: Settings, runtime: &tokio::runtime::Runtime) -> anyho
         Duration::from_millis(r.invalidation_timeout_ms),
         Duration::from_millis(r.l1_ttl_ms),
     ));
-    let mut path = RedirectPath::new(
-        dp.l1.clone(),
-        dp.bloom.clone(),
-        store.clone(),
-        clock.clone(),
-        dp.metrics.clone(),
-        Duration::from_millis(r.store_budget_ms),
-    );
-    path.policy = settings.redirect.cache_policy();
+    let mut path = dp.path(&settings, store.clone(), clock.clone());
     path.trust = Some(trust.clone());
     if redis.is_none() {
         tracing::warn!("no REBOUND_REDIS_URL: no L2 and no invalidation channel, so L1 entries live at most l1_ttl and the Bloom filter is bypassed");

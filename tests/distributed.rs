@@ -120,14 +120,7 @@ fn rand_suffix() -> u32 {
 }
 
 async fn aws_conf(url: &str) -> aws_config::SdkConfig {
-    aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .endpoint_url(url)
-        .region(aws_config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
-            "test", "test", None, None, "test",
-        ))
-        .load()
-        .await
+    rebound_store::testing::local_aws_config(url).await
 }
 
 fn now_millis() -> i64 {

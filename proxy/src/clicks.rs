@@ -113,11 +113,18 @@ impl BatchIds {
 /// stats stay fresh).
 const LIGHT_LOAD: usize = 5_000;
 /// Longest counts are held to merge with later clicks of the same codes (heavy load: the
-/// store writes one row per code per window, not one per click).
-const MAX_HOLD: Duration = Duration::from_secs(10);
+/// store writes one row per code per window, not one per click). The window grows with
+/// the number of distinct codes pending: a second per 5,000, at most a minute.
+const MAX_HOLD: Duration = Duration::from_secs(60);
+
+/// How long counts for `distinct` codes may wait before they are written.
+fn hold_for(distinct: usize) -> Duration {
+    Duration::from_secs((distinct / LIGHT_LOAD) as u64).min(MAX_HOLD)
+}
 
 /// Drains the queue every `every` into running counts, and ships them when they are few
-/// (light load), when they have waited `MAX_HOLD`, and once more when `shutdown` flips.
+/// (light load), when they have waited long enough for their number (`hold_for`), and
+/// once more when `shutdown` flips.
 pub async fn run_click_shipper(
     queue: Arc<ClickQueue>,
     sink: Arc<dyn ClickSink>,
@@ -139,7 +146,7 @@ pub async fn run_click_shipper(
         }
         queue.drain_into(&mut pending);
         let stopping = stopping || *shutdown.borrow();
-        if stopping || pending.len() <= LIGHT_LOAD || held_since.elapsed() >= MAX_HOLD {
+        if stopping || pending.len() <= LIGHT_LOAD || held_since.elapsed() >= hold_for(pending.len()) {
             ship(&queue, sink.as_ref(), &ids, std::mem::take(&mut pending)).await;
         }
         if stopping {
@@ -187,6 +194,13 @@ async fn ship(queue: &ClickQueue, sink: &dyn ClickSink, ids: &BatchIds, counts: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_hold_grows_with_the_load() {
+        assert_eq!(hold_for(10), Duration::ZERO);
+        assert_eq!(hold_for(50_000), Duration::from_secs(10));
+        assert_eq!(hold_for(5_000_000), MAX_HOLD);
+    }
     use rebound_store::{MemoryStore, RollupStore};
 
     #[tokio::test]

@@ -444,21 +444,8 @@ impl DynamoStore {
                 .expression_attribute_values(":sort", s(sort_key(c.created_at, &c.code)));
         }
         let out = req.key_condition_expression(condition).send().await.map_err(sdk_err)?;
-        let mut links = out.items().iter().map(link_from_item).collect::<Result<Vec<_>, _>>()?;
-        let more = links.len() > limit;
-        links.truncate(limit);
-        let next_cursor = if more {
-            links.last().map(|l| {
-                ListCursor {
-                    created_at: l.created_at,
-                    code: l.code.clone(),
-                }
-                .encode()
-            })
-        } else {
-            None
-        };
-        Ok(LinkPage { links, next_cursor })
+        let links = out.items().iter().map(link_from_item).collect::<Result<Vec<_>, _>>()?;
+        Ok(LinkPage::from_overfetch(links, limit))
     }
 }
 
@@ -952,19 +939,11 @@ mod tests {
 
     /// The DynamoDB-API endpoint the test scripts started (moto), or none.
     fn endpoint() -> String {
-        std::env::var("REBOUND_TEST_DYNAMODB_URL")
-            .expect("REBOUND_TEST_DYNAMODB_URL is not set: run scripts/test, which starts a moto server")
+        crate::testing::endpoint("REBOUND_TEST_DYNAMODB_URL")
     }
 
     async fn fresh_store() -> DynamoStore {
-        let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .endpoint_url(endpoint())
-            .region(aws_config::Region::new("us-east-1"))
-            .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
-                "test", "test", None, None, "test",
-            ))
-            .load()
-            .await;
+        let conf = crate::testing::local_aws_config(&endpoint()).await;
         let prefix = format!(
             "t{}_",
             std::time::SystemTime::now()
@@ -986,16 +965,7 @@ mod tests {
     /// neither transactions nor TTL: it runs the rest of the contract.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn expressions_pass_a_strict_dynamodb_engine() {
-        let url = std::env::var("REBOUND_TEST_DYNALITE_URL")
-            .expect("REBOUND_TEST_DYNALITE_URL is not set: run scripts/test, which starts dynalite");
-        let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .endpoint_url(url)
-            .region(aws_config::Region::new("us-east-1"))
-            .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
-                "test", "test", None, None, "test",
-            ))
-            .load()
-            .await;
+        let conf = crate::testing::local_aws_config(&crate::testing::endpoint("REBOUND_TEST_DYNALITE_URL")).await;
         let prefix = format!(
             "s{}_",
             std::time::SystemTime::now()

@@ -12,6 +12,7 @@
 //! - [`memory`]: an in-memory fake with fault injection, for unit tests.
 //! - [`events`]: the port through which the control plane tells the data plane's caches
 //!   about creates and deletes.
+//! - `testing` (tests only, feature `test-util`): AWS configuration for local test servers.
 //! - [`conformance`]: the contract every adapter must pass, run against each of them.
 #![forbid(unsafe_code)]
 
@@ -22,6 +23,8 @@ pub mod memory;
 pub mod redis_cache;
 pub mod sqlite;
 pub mod sqs;
+#[cfg(any(test, feature = "test-util"))]
+pub mod testing;
 
 use async_trait::async_trait;
 use rebound_core::link::Deletion;
@@ -162,6 +165,27 @@ pub struct LinkPage {
     pub links: Vec<Link>,
     /// Present when more links follow.
     pub next_cursor: Option<String>,
+}
+
+impl LinkPage {
+    /// A page from up to `limit + 1` links read newest first: the extra one only tells
+    /// that more follow, and the cursor points after the last one kept.
+    pub fn from_overfetch(mut links: Vec<Link>, limit: usize) -> LinkPage {
+        let more = links.len() > limit;
+        links.truncate(limit);
+        let next_cursor = if more {
+            links.last().map(|l| {
+                ListCursor {
+                    created_at: l.created_at,
+                    code: l.code.clone(),
+                }
+                .encode()
+            })
+        } else {
+            None
+        };
+        LinkPage { links, next_cursor }
+    }
 }
 
 /// Where a listing continues: after (`created_at`, `code`) in newest-first order.

@@ -108,20 +108,10 @@ impl LinkStore for MemoryStore {
             })
             .collect();
         links.sort_by(|a, b| (b.created_at, &b.code).cmp(&(a.created_at, &a.code)));
-        let more = links.len() > limit;
-        let links: Vec<Link> = links.into_iter().take(limit).cloned().collect();
-        let next_cursor = if more {
-            links.last().map(|l| {
-                ListCursor {
-                    created_at: l.created_at,
-                    code: l.code.clone(),
-                }
-                .encode()
-            })
-        } else {
-            None
-        };
-        Ok(LinkPage { links, next_cursor })
+        Ok(LinkPage::from_overfetch(
+            links.into_iter().take(limit + 1).cloned().collect(),
+            limit,
+        ))
     }
 
     async fn scan_codes(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>, StoreError> {

@@ -308,17 +308,7 @@ mod tests {
     }
 
     async fn client() -> Client {
-        let url = std::env::var("REBOUND_TEST_SQS_URL")
-            .expect("REBOUND_TEST_SQS_URL is not set: run scripts/test, which starts a moto server");
-        let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .endpoint_url(url)
-            .region(aws_config::Region::new("us-east-1"))
-            .credentials_provider(aws_sdk_sqs::config::Credentials::new(
-                "test", "test", None, None, "test",
-            ))
-            .load()
-            .await;
-        Client::new(&conf)
+        Client::new(&crate::testing::local_aws_config(&crate::testing::endpoint("REBOUND_TEST_SQS_URL")).await)
     }
 
     #[tokio::test]
