@@ -130,19 +130,6 @@ fn now_millis() -> i64 {
         .as_millis() as i64
 }
 
-async fn wait_ready(p: &Running) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(res) = http().get(format!("{}/readyz", p.addr("metrics"))).send().await {
-            if res.status() == StatusCode::OK {
-                return;
-            }
-        }
-        assert!(Instant::now() < deadline, "proxy never ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 async fn create(cp: &Running, body: Value) -> String {
     let res = http()
         .post(format!("{}/api/v1/links", cp.api()))
@@ -177,22 +164,6 @@ async fn get(proxy: &Running, code: &str) -> reqwest::Response {
 
 async fn status(proxy: &Running, code: &str) -> u16 {
     get(proxy, code).await.status().as_u16()
-}
-
-async fn metric(p: &Running, name: &str) -> f64 {
-    let text = http()
-        .get(format!("{}/metrics", p.addr("metrics")))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .map(|v| v.parse().unwrap())
-        .unwrap_or(0.0)
 }
 
 /// Polls until `proxy` answers `want` for `code`, for at most `limit`; returns whether it did.

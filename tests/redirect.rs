@@ -60,37 +60,11 @@ impl Rebound {
     }
 
     async fn metric(&self, name: &str) -> f64 {
-        let text = self
-            .http
-            .get(format!("{}/metrics", self.run.addr("metrics")))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        text.lines()
-            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-            .and_then(|l| l.rsplit(' ').next())
-            .map(|v| v.parse().unwrap())
-            .unwrap_or(0.0)
+        metric(&self.run, name).await
     }
 
     async fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let res = self
-                .http
-                .get(format!("{}/readyz", self.run.addr("metrics")))
-                .send()
-                .await
-                .unwrap();
-            if res.status() == StatusCode::OK {
-                return;
-            }
-            assert!(Instant::now() < deadline, "never ready");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_ready(&self.run).await
     }
 
     async fn clicks(&self, code: &str) -> u64 {

@@ -41,17 +41,7 @@ fn unavailable<E: std::fmt::Display>(e: E) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
 
-/// The full error text of an SDK error (its Display is only "service error").
-fn sdk_err<E: std::error::Error>(e: E) -> StoreError {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    StoreError::Unavailable(text)
-}
+use crate::sdk_error as sdk_err;
 
 fn s(v: impl Into<String>) -> AttributeValue {
     AttributeValue::S(v.into())

@@ -65,6 +65,19 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+/// An AWS SDK error as `Unavailable`, with its whole chain of causes (an SDK error's own
+/// text is only "service error").
+pub(crate) fn sdk_error<E: std::error::Error>(e: E) -> StoreError {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    StoreError::Unavailable(text)
+}
+
 /// The role an API key grants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -15,16 +15,7 @@ const MAX_BATCH_BYTES: usize = 256 * 1024;
 /// Receives before a message moves to the dead-letter queue.
 pub const MAX_RECEIVES: u32 = 3;
 
-fn sdk_err<E: std::error::Error>(e: E) -> StoreError {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    StoreError::Unavailable(text)
-}
+use crate::sdk_error as sdk_err;
 
 /// The wire form of a batch: `{"id":…,"adds":[[code, day, clicks], …]}`.
 pub fn encode_batch(batch: &ClickBatch) -> String {

@@ -144,3 +144,34 @@ pub fn http() -> reqwest::Client {
         .build()
         .unwrap()
 }
+
+/// The value of one series on a process's `/metrics` (0 when absent).
+pub async fn metric(p: &Running, name: &str) -> f64 {
+    let text = http()
+        .get(format!("{}/metrics", p.addr("metrics")))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .map(|v| v.parse().unwrap())
+        .unwrap_or(0.0)
+}
+
+/// Waits until the process's `/readyz` answers 200.
+pub async fn wait_ready(p: &Running) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(res) = http().get(format!("{}/readyz", p.addr("metrics"))).send().await {
+            if res.status() == reqwest::StatusCode::OK {
+                return;
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
