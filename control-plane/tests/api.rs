@@ -1012,3 +1012,46 @@ async fn bulk_import_reports_each_link_and_writes_only_the_valid_ones() {
         5
     );
 }
+
+#[tokio::test]
+async fn a_delete_whose_tombstone_fails_is_503_and_the_retry_succeeds() {
+    let h = harness().await;
+    let creator = h.new_key("creator").await;
+    h.create(
+        &creator,
+        json!({"long_url": "https://e.com/", "custom_alias": "del-503"}),
+    )
+    .await;
+    h.events.fail_deactivations.store(true, Ordering::SeqCst);
+    let r = h
+        .call(Method::DELETE, "/api/v1/links/del-503", Some(&creator), None)
+        .await;
+    assert_error(&r, StatusCode::SERVICE_UNAVAILABLE, "invalidation_failed");
+    assert_eq!(
+        h.store.get_link("del-503").await.unwrap().unwrap().version,
+        2,
+        "the state change is durable"
+    );
+    h.events.fail_deactivations.store(false, Ordering::SeqCst);
+    assert_eq!(
+        h.call(Method::DELETE, "/api/v1/links/del-503", Some(&creator), None)
+            .await
+            .status,
+        StatusCode::NO_CONTENT
+    );
+    let down = h.events.deactivated.lock().unwrap().clone();
+    assert_eq!(
+        (down.len(), down[0].version),
+        (1, 2),
+        "the retry wrote the same tombstone"
+    );
+    let outcomes: Vec<String> = h
+        .store
+        .audit_for("del-503")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.outcome)
+        .collect();
+    assert_eq!(outcomes, ["invalidate_failed", "already_down"]);
+}
