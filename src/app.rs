@@ -363,6 +363,30 @@ impl DataPlane {
         path
     }
 
+    /// Runs the redirect server on this thread until SIGTERM (which also tells `stops.0`),
+    /// then ships the last clicks (`stops.1`) and drains the background tasks.
+    fn serve(
+        &self,
+        settings: &Settings,
+        runtime: &tokio::runtime::Runtime,
+        redirect: std::net::TcpListener,
+        path: RedirectPath,
+        stops: (watch::Sender<bool>, watch::Sender<bool>),
+        tasks: Vec<JoinHandle<()>>,
+    ) -> anyhow::Result<()> {
+        let (stop_tx, clicks_stop_tx) = stops;
+        run_redirect_server(
+            redirect,
+            self.app(settings, path),
+            redirect_threads(settings),
+            Box::new(ProcessSignals { on_terminate: stop_tx }),
+        )?;
+        // The redirect server has drained: ship the last clicks, let the API finish.
+        let _ = clicks_stop_tx.send(true);
+        runtime.block_on(drain(tasks, Duration::from_secs(5)));
+        Ok(())
+    }
+
     fn app(&self, settings: &Settings, path: RedirectPath) -> RedirectApp {
         RedirectApp {
             path: Arc::new(path),
@@ -455,17 +479,7 @@ pub fn run_all_in_one(settings: Settings, runtime: &tokio::runtime::Runtime) -> 
     };
 
     let path = dp.path(&settings, store, clock);
-    run_redirect_server(
-        redirect,
-        dp.app(&settings, path),
-        redirect_threads(&settings),
-        Box::new(ProcessSignals { on_terminate: stop_tx }),
-    )?;
-
-    // The redirect server has drained: ship the last clicks, let the API finish.
-    let _ = clicks_stop_tx.send(true);
-    runtime.block_on(drain(tasks, Duration::from_secs(5)));
-    Ok(())
+    dp.serve(&settings, runtime, redirect, path, (stop_tx, clicks_stop_tx), tasks)
 }
 
 /// `rebound proxy`: a data plane alone, on a store shared with control planes in other
@@ -549,13 +563,5 @@ pub fn run_proxy(settings: Settings, runtime: &tokio::runtime::Runtime) -> anyho
         tasks
     };
 
-    run_redirect_server(
-        redirect,
-        dp.app(&settings, path),
-        redirect_threads(&settings),
-        Box::new(ProcessSignals { on_terminate: stop_tx }),
-    )?;
-    let _ = clicks_stop_tx.send(true);
-    runtime.block_on(drain(tasks, Duration::from_secs(5)));
-    Ok(())
+    dp.serve(&settings, runtime, redirect, path, (stop_tx, clicks_stop_tx), tasks)
 }
