@@ -1,6 +1,7 @@
-//! The embedded store: one SQLite file in WAL mode. One writer connection serialises
-//! writes (SQLite allows one writer anyway); a few reader connections serve point reads
-//! concurrently. Every call runs on tokio's blocking pool.
+//! The embedded store: one SQLite file in WAL mode, and a second beside it for the click
+//! rollups. One writer connection per file serialises its writes (SQLite allows one writer
+//! per file anyway); a few reader connections, with the clicks file attached, serve point
+//! reads concurrently. Every call runs on tokio's blocking pool of the calling runtime.
 
 use crate::*;
 use rebound_core::RedirectKind;
@@ -49,13 +50,6 @@ CREATE TABLE IF NOT EXISTS api_keys (
 );
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS rollups (
-    code TEXT NOT NULL,
-    day INTEGER NOT NULL,
-    clicks INTEGER NOT NULL,
-    PRIMARY KEY (code, day)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS applied_batches (id TEXT PRIMARY KEY, applied_at INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS audit (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     at INTEGER NOT NULL,
@@ -68,12 +62,26 @@ CREATE TABLE IF NOT EXISTS audit (
 CREATE INDEX IF NOT EXISTS audit_by_code ON audit (code, seq);
 ";
 
+/// The click rollups live in a second file beside the first, with its own writer: SQLite
+/// allows one writer per file, so a long rollup write never holds up link creation.
+const CLICKS_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS rollups (
+    code TEXT NOT NULL,
+    day INTEGER NOT NULL,
+    clicks INTEGER NOT NULL,
+    PRIMARY KEY (code, day)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS applied_batches (id TEXT PRIMARY KEY, applied_at INTEGER NOT NULL);
+";
+
 const LINK_COLUMNS: &str = "code, long_url, redirect, forward_query, created_at, created_by, is_active, \
      version, expires_at, deleted_at, deleted_by, delete_reason, purge_at";
 
 struct Inner {
     path: PathBuf,
     writer: Mutex<Connection>,
+    /// Writes the click rollups (the clicks file).
+    clicks_writer: Mutex<Connection>,
     readers: Vec<Mutex<Connection>>,
     next_reader: AtomicUsize,
 }
@@ -102,6 +110,18 @@ fn open_conn(path: &Path) -> Result<Connection, StoreError> {
     Ok(conn)
 }
 
+/// The file beside `path` holding the click rollups: `rebound.db` → `rebound-clicks.db`.
+pub fn clicks_file(path: &Path) -> PathBuf {
+    let stem = path
+        .file_stem()
+        .map_or_else(|| "rebound".into(), |s| s.to_string_lossy());
+    let name = match path.extension() {
+        Some(ext) => format!("{stem}-clicks.{}", ext.to_string_lossy()),
+        None => format!("{stem}-clicks"),
+    };
+    path.with_file_name(name)
+}
+
 impl SqliteStore {
     /// Opens (creating if needed) the database file at `path` and its schema.
     pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
@@ -111,20 +131,32 @@ impl SqliteStore {
         }
         let writer = open_conn(&path)?;
         writer.execute_batch(SCHEMA).map_err(sql_err)?;
+        let clicks_path = clicks_file(&path);
+        let clicks_writer = open_conn(&clicks_path)?;
+        clicks_writer.execute_batch(CLICKS_SCHEMA).map_err(sql_err)?;
+        let clicks_name = clicks_path
+            .to_str()
+            .ok_or_else(|| StoreError::Unavailable(format!("{}: not UTF-8", clicks_path.display())))?;
         let readers = (0..READERS)
-            .map(|_| open_conn(&path).map(Mutex::new))
-            .collect::<Result<_, _>>()?;
+            .map(|_| {
+                let conn = open_conn(&path)?;
+                conn.execute("ATTACH DATABASE ?1 AS clicks", [clicks_name])
+                    .map_err(sql_err)?;
+                Ok(Mutex::new(conn))
+            })
+            .collect::<Result<_, StoreError>>()?;
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 path,
                 writer: Mutex::new(writer),
+                clicks_writer: Mutex::new(clicks_writer),
                 readers,
                 next_reader: AtomicUsize::new(0),
             }),
         })
     }
 
-    /// The database file.
+    /// The database file (the click rollups are in [`clicks_file`] of it).
     pub fn path(&self) -> &Path {
         &self.inner.path
     }
@@ -137,6 +169,21 @@ impl SqliteStore {
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || {
             let mut conn = inner.writer.lock().unwrap_or_else(|e| e.into_inner());
+            f(&mut conn)
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("store task failed: {e}")))?
+    }
+
+    /// [`SqliteStore::write`] on the clicks file.
+    async fn write_clicks<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut conn = inner.clicks_writer.lock().unwrap_or_else(|e| e.into_inner());
             f(&mut conn)
         })
         .await
@@ -534,7 +581,7 @@ impl RollupStore for SqliteStore {
 
     async fn apply_click_batches(&self, batches: &[ClickBatch]) -> Result<Vec<BatchOutcome>, StoreError> {
         let batches = batches.to_vec();
-        self.write(move |conn| {
+        self.write_clicks(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql_err)?;
             let mut outcomes = Vec::with_capacity(batches.len());
             {
@@ -579,7 +626,7 @@ impl RollupStore for SqliteStore {
         let code = code.to_owned();
         self.read(move |conn| {
             let mut stmt = conn
-                .prepare_cached("SELECT day, clicks FROM rollups WHERE code = ?1 AND day BETWEEN ?2 AND ?3 AND clicks > 0 ORDER BY day")
+                .prepare_cached("SELECT day, clicks FROM clicks.rollups WHERE code = ?1 AND day BETWEEN ?2 AND ?3 AND clicks > 0 ORDER BY day")
                 .map_err(sql_err)?;
             let rows = stmt
                 .query_map(params![code, from.0, to.0], |r| Ok((Day(r.get(0)?), r.get::<_, i64>(1)? as u64)))
@@ -663,5 +710,65 @@ mod tests {
         let store = SqliteStore::open(&path).unwrap();
         assert!(store.get_link("keep1").await.unwrap().is_some());
         assert_eq!(store.lease_block("codes", 10).await.unwrap(), 10..20);
+    }
+
+    #[test]
+    fn the_clicks_file_sits_beside_the_database() {
+        assert_eq!(
+            clicks_file(Path::new("/d/rebound.db")),
+            Path::new("/d/rebound-clicks.db")
+        );
+        assert_eq!(clicks_file(Path::new("data/links")), Path::new("data/links-clicks"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rollup_write_in_progress_does_not_hold_up_link_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rebound.db");
+        let store = SqliteStore::open(&path).unwrap();
+        let batch = ClickBatch {
+            id: "b1".into(),
+            adds: vec![ClickAdd {
+                code: "busy1".into(),
+                day: rebound_core::Day(7),
+                clicks: 4,
+            }],
+        };
+        store.apply_clicks(&batch).await.unwrap();
+        // Another writer holds the clicks file's write lock, as a long rollup write does.
+        let other = Connection::open(clicks_file(&path)).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let link = Link::new_active(
+            "busy1".into(),
+            "https://e.com/".into(),
+            RedirectKind::Found,
+            false,
+            1,
+            "k".into(),
+            None,
+        );
+        tokio::time::timeout(std::time::Duration::from_secs(3), store.insert_link(&link, None))
+            .await
+            .expect("a link write does not wait for the rollups")
+            .unwrap();
+        assert_eq!(
+            store
+                .read_clicks("busy1", rebound_core::Day(7), rebound_core::Day(7))
+                .await
+                .unwrap(),
+            vec![(rebound_core::Day(7), 4)],
+            "stats read while the rollups are being written"
+        );
+        other.execute_batch("COMMIT").unwrap();
+        drop(store);
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(
+            store
+                .read_clicks("busy1", rebound_core::Day(7), rebound_core::Day(7))
+                .await
+                .unwrap(),
+            vec![(rebound_core::Day(7), 4)],
+            "the rollups survive reopening"
+        );
     }
 }
