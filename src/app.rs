@@ -8,7 +8,9 @@ use rebound_core::cache::CachePolicy;
 use rebound_core::config::{QueueChoice, Settings, StoreChoice};
 use rebound_core::{Clock, SystemClock};
 use rebound_proxy::bloom::BloomGate;
-use rebound_proxy::clicks::{run_click_shipper, ClickQueue, ClickSink, SqsClickSink, StoreClickSink};
+use rebound_proxy::clicks::{
+    low_priority_runtime, run_click_shipper, ClickQueue, ClickSink, ClickWriter, SqsClickSink, StoreClickSink,
+};
 use rebound_proxy::distributed::{run_creation_feed, run_heartbeat, run_invalidation_listener};
 use rebound_proxy::events::InProcessLinkEvents;
 use rebound_proxy::l1::L1;
@@ -471,7 +473,11 @@ pub fn run_all_in_one(settings: Settings, runtime: &tokio::runtime::Runtime) -> 
             }),
             tokio::spawn(run_click_shipper(
                 dp.clicks.clone(),
-                Arc::new(StoreClickSink(store.clone())),
+                ClickWriter {
+                    runtime: low_priority_runtime("rebound-clicks").context("starting the click writer")?,
+                    sink: Arc::new(StoreClickSink(store.clone())),
+                },
+                clock.clone(),
                 Duration::from_millis(settings.redirect.click_flush_ms),
                 clicks_stop,
             )),
@@ -538,7 +544,11 @@ pub fn run_proxy(settings: Settings, runtime: &tokio::runtime::Runtime) -> anyho
             ),
             tokio::spawn(run_click_shipper(
                 dp.clicks.clone(),
-                sink,
+                ClickWriter {
+                    runtime: runtime.handle().clone(),
+                    sink,
+                },
+                clock.clone(),
                 Duration::from_millis(r.click_flush_ms),
                 clicks_stop,
             )),

@@ -398,8 +398,11 @@ async fn sqs_down_redirects_are_unaffected_and_drops_are_counted() {
     for _ in 0..50 {
         assert_eq!(status(&p, &code).await, 302);
     }
+    // Every click is taken for shipping, and every batch fails.
     let deadline = Instant::now() + Duration::from_secs(15);
-    while metric(&p, "rebound_click_batches_failed_total").await < 1.0 {
+    while metric(&p, "rebound_click_batches_failed_total").await < 1.0
+        || metric(&p, "rebound_clicks_queued_total").await < 50.0
+    {
         assert!(Instant::now() < deadline, "failed click batches were not counted");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

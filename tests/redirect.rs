@@ -353,26 +353,45 @@ async fn clicks_show_up_in_stats_and_head_is_not_a_click() {
 async fn a_tiny_click_queue_drops_and_counts_without_failing_redirects() {
     let dir = temp_dir();
     let rb = Rebound::start(dir.path(), &[("REBOUND_CLICK_QUEUE_CAPACITY", "4")]);
-    rb.create(json!({"long_url": "https://example.com/", "custom_alias": "busy"}))
-        .await;
-    let tasks: Vec<_> = (0..8)
-        .map(|_| {
-            let url = rb.redirect_url("/busy");
-            tokio::spawn(async move {
-                let client = http();
-                for _ in 0..50 {
-                    assert_eq!(client.get(&url).send().await.unwrap().status(), StatusCode::FOUND);
-                }
-            })
-        })
-        .collect();
-    for t in tasks {
-        t.await.unwrap();
+    let codes: Vec<String> = (0..200).map(|i| format!("busy{i:03}")).collect();
+    for code in &codes {
+        rb.create(json!({"long_url": "https://example.com/", "custom_alias": code}))
+            .await;
     }
-    let queued = rb.metric("rebound_clicks_queued_total").await;
-    let dropped = rb.metric("rebound_clicks_dropped_total").await;
-    assert_eq!(queued + dropped, 400.0, "every click is queued or counted as dropped");
-    assert!(dropped > 0.0, "a 4-slot queue under 400 clicks drops some");
+    // Each round pipelines one GET for each of 200 codes on one connection: far more
+    // codes clicked between two drains of the queue than its 4 slots.
+    let round: String = codes
+        .iter()
+        .map(|c| format!("GET /{c} HTTP/1.1\r\nHost: x\r\n\r\n"))
+        .collect();
+    let addr = rb.run.addrs["redirect"].clone();
+    for _ in 0..3 {
+        let (text, _) = raw_exchange(&addr, round.as_bytes(), Duration::from_millis(700));
+        assert_eq!(
+            text.matches("HTTP/1.1 302 Found").count(),
+            200,
+            "every redirect answered"
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (queued, dropped) = loop {
+        let queued = rb.metric("rebound_clicks_queued_total").await;
+        let dropped = rb.metric("rebound_clicks_dropped_total").await;
+        if queued + dropped == 600.0 {
+            break (queued, dropped);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "600 clicks, {queued} queued + {dropped} dropped"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(dropped > 0.0, "a 4-slot queue drops some of 200 codes clicked at once");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while rb.metric("rebound_clicks_flushed_total").await < queued {
+        assert!(Instant::now() < deadline, "the queued clicks were not written");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

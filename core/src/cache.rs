@@ -67,6 +67,33 @@ pub enum CachedVerdict {
     Dead,
 }
 
+/// How a cached record with these bounds may be used at `now`: the rule behind
+/// [`CacheRecord::verdict`], for holders that keep the fields in their own layout (L1).
+#[inline]
+pub fn judge(
+    tombstone: bool,
+    expires_at: Option<UnixMillis>,
+    fresh_until: UnixMillis,
+    stale_until: UnixMillis,
+    now: UnixMillis,
+) -> CachedVerdict {
+    if tombstone {
+        if now < stale_until {
+            CachedVerdict::Tombstone
+        } else {
+            CachedVerdict::Dead
+        }
+    } else if expires_at.is_some_and(|e| now >= e) {
+        CachedVerdict::Expired
+    } else if now < fresh_until {
+        CachedVerdict::Redirect
+    } else if now < stale_until {
+        CachedVerdict::Stale
+    } else {
+        CachedVerdict::Dead
+    }
+}
+
 impl CacheRecord {
     /// The record to cache for an active link read at `now`.
     pub fn active(link: &Link, now: UnixMillis, policy: &CachePolicy) -> CacheRecord {
@@ -108,27 +135,24 @@ impl CacheRecord {
 
     /// Judges the record at `now`.
     pub fn verdict(&self, now: UnixMillis) -> CachedVerdict {
-        match self.state {
-            CacheState::Deleted if now < self.stale_until => CachedVerdict::Tombstone,
-            CacheState::Deleted => CachedVerdict::Dead,
-            CacheState::Active { .. } => {
-                if self.expires_at.is_some_and(|e| now >= e) {
-                    CachedVerdict::Expired
-                } else if now < self.fresh_until {
-                    CachedVerdict::Redirect
-                } else if now < self.stale_until {
-                    CachedVerdict::Stale
-                } else {
-                    CachedVerdict::Dead
-                }
-            }
-        }
+        judge(
+            self.is_tombstone(),
+            self.expires_at,
+            self.fresh_until,
+            self.stale_until,
+            now,
+        )
     }
 
     /// Whether this record may replace `existing`: never a lower version (equal versions
     /// may overwrite, so retries are idempotent). The Lua script applies the same rule.
     pub fn may_replace(&self, existing: &CacheRecord) -> bool {
-        self.version >= existing.version
+        self.may_replace_version(existing.version)
+    }
+
+    /// [`CacheRecord::may_replace`] for a holder that keeps only the version.
+    pub fn may_replace_version(&self, existing_version: u64) -> bool {
+        self.version >= existing_version
     }
 
     /// Milliseconds until the record must be gone, from `now`: the key's TTL.

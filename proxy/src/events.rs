@@ -33,12 +33,12 @@ impl LinkEvents for InProcessLinkEvents {
         let held = self
             .l1
             .fill(&link.code, CacheRecord::tombstone(link.version, now, &self.policy), now);
-        if held.record.is_tombstone() {
+        if held.is_tombstone() {
             Ok(())
         } else {
             Err(EventError(format!(
                 "L1 holds version {} above the tombstone",
-                held.record.version
+                held.version()
             )))
         }
     }

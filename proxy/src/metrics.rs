@@ -82,7 +82,10 @@ impl ProxyMetrics {
                 "rebound_stale_served_total",
                 "Redirects served from a stale record because the store failed",
             )?,
-            clicks_queued: counter("rebound_clicks_queued_total", "Clicks pushed onto the click queue")?,
+            clicks_queued: counter(
+                "rebound_clicks_queued_total",
+                "Clicks taken off the redirect path for shipping (counted on the L1 entries, then taken)",
+            )?,
             clicks_dropped: counter(
                 "rebound_clicks_dropped_total",
                 "Clicks dropped because the click queue was full",

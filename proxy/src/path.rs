@@ -18,7 +18,7 @@ use std::time::Duration;
 #[derive(Debug, Clone)]
 pub enum Resolution {
     /// Redirect with this entry (active).
-    Redirect(Arc<L1Entry>),
+    Redirect(L1Entry),
     /// 404: unknown, deleted or taken down.
     NotFound,
     /// 410: expired.
@@ -68,7 +68,7 @@ impl InvalidationTrust {
     /// Whether `entry` may be used at `now`.
     #[inline]
     fn allows(&self, entry: &L1Entry, now: UnixMillis) -> bool {
-        self.is_trusted(now) || now - entry.filled_at <= self.l1_ttl_ms
+        self.is_trusted(now) || now - entry.filled_at() <= self.l1_ttl_ms
     }
 }
 
@@ -143,7 +143,7 @@ impl RedirectPath {
 
     /// The L1 entry of `code` if this proxy may use it now.
     #[inline]
-    fn usable_l1(&self, code: &str, now: UnixMillis) -> Option<Arc<L1Entry>> {
+    fn usable_l1(&self, code: &str, now: UnixMillis) -> Option<L1Entry> {
         let entry = self.l1.get(code)?;
         match &self.trust {
             Some(t) if !t.allows(&entry, now) => None,
@@ -208,7 +208,7 @@ impl RedirectPath {
         }
     }
 
-    fn answer_from(&self, held: Arc<L1Entry>, now: UnixMillis) -> Resolution {
+    fn answer_from(&self, held: L1Entry, now: UnixMillis) -> Resolution {
         match held.verdict(now) {
             CachedVerdict::Redirect => Resolution::Redirect(held),
             CachedVerdict::Expired => Resolution::Gone,
@@ -285,11 +285,11 @@ impl RedirectPath {
         let from_l1 = self.usable_l1(code, now);
         let from_l2 = stale_l2.map(|record| self.l1.fill(code, record, now));
         let newest = match (from_l1, from_l2) {
-            (Some(a), Some(b)) => Some(if b.record.version > a.record.version { b } else { a }),
+            (Some(a), Some(b)) => Some(if b.version() > a.version() { b } else { a }),
             (a, b) => a.or(b),
         };
         match newest {
-            Some(e) if e.record.is_tombstone() => Resolution::NotFound,
+            Some(e) if e.is_tombstone() => Resolution::NotFound,
             Some(e) if matches!(e.verdict(now), CachedVerdict::Stale | CachedVerdict::Redirect) => {
                 self.metrics.stale_served.inc();
                 let last = self.last_stale_warning.load(Ordering::Relaxed);
@@ -377,7 +377,7 @@ mod tests {
         assert!(matches!(f.path.resolve("down").await, Resolution::NotFound));
         // Redirects and tombstones are cached; misses and expired links are not.
         assert!(f.path.l1.get("live").is_some());
-        assert_eq!(f.path.l1.get("down").unwrap().record.version, down.version + 1);
+        assert_eq!(f.path.l1.get("down").unwrap().version(), down.version + 1);
         assert!(
             f.path.l1.get("unknown").is_none(),
             "a cached miss would hide a link created a moment later"

@@ -3,7 +3,7 @@
 //! lean HTTP/1.1 loop of [`crate::http1`], so Pingora keeps the listeners, the server
 //! lifecycle and graceful upgrades while a redirect costs a parse, a lookup and a write.
 
-use crate::clicks::{Click, ClickQueue};
+use crate::clicks::ClickQueue;
 use crate::http1::{serve_connection, write_reply, Answerer, Head, Reply};
 use crate::path::{RedirectPath, Resolution};
 use async_trait::async_trait;
@@ -15,7 +15,7 @@ use pingora::services::listening::Service as Listening;
 use pingora::services::Service;
 use rebound_core::code::is_valid_code;
 use rebound_core::decision::{max_age_seconds, query_is_forwardable};
-use rebound_core::{CacheState, Day};
+
 use std::os::fd::IntoRawFd;
 use std::sync::Arc;
 use std::time::Instant;
@@ -60,26 +60,18 @@ impl RedirectApp {
         let now = self.path.clock.now_millis();
         let status = match self.path.resolve_at(code, now).await {
             Resolution::Redirect(entry) => {
-                if let CacheState::Active {
-                    long_url,
-                    redirect,
-                    forward_query,
-                } = &entry.record.state
-                {
+                if let Some(redirect) = entry.redirect() {
                     let reply = Reply::Redirect {
                         status: redirect.status(),
-                        long_url,
-                        forward_query: *forward_query,
+                        long_url: entry.long_url(),
+                        forward_query: entry.forward_query(),
                         query: head.query.filter(|q| query_is_forwardable(q)),
-                        max_age: max_age_seconds(self.max_age_secs, entry.record.expires_at, now),
+                        max_age: max_age_seconds(self.max_age_secs, entry.expires_at(), now),
                     };
                     write_reply(out, &reply, keep_alive, head.http10, now);
                     m.redirects.inc();
                     if is_get {
-                        self.clicks.record(Click {
-                            code: entry.code.clone(),
-                            day: Day::of_millis(now),
-                        });
+                        self.clicks.record(&entry);
                     }
                     m.latency.observe(started.elapsed().as_secs_f64());
                     return;
