@@ -210,8 +210,11 @@ fn take(metrics: &ProxyMetrics, day: Day, entries: Vec<L1Entry>) -> Taken {
     Taken { day, counts }
 }
 
-/// Hands the taken counts to the sink, `SHIP_GROUP` batches at a time.
-async fn write(metrics: &ProxyMetrics, sink: &dyn ClickSink, ids: &BatchIds, taken: Taken) {
+/// Hands the taken counts to the sink, `SHIP_GROUP` batches at a time, in code order: each
+/// batch then touches a few neighbouring rows of the rollups (B-tree pages, DynamoDB
+/// partitions) instead of rows scattered over the whole table.
+async fn write(metrics: &ProxyMetrics, sink: &dyn ClickSink, ids: &BatchIds, mut taken: Taken) {
+    taken.counts.sort_unstable_by(|(a, _), (b, _)| a.code().cmp(b.code()));
     for group in taken.counts.chunks(MAX_BATCH_ADDS * SHIP_GROUP) {
         let batches: Vec<ClickBatch> = group
             .chunks(MAX_BATCH_ADDS)
@@ -238,7 +241,7 @@ async fn write(metrics: &ProxyMetrics, sink: &dyn ClickSink, ids: &BatchIds, tak
     }
 }
 
-/// A runtime on its own thread at the lowest CPU priority (nice 19, inherited by the
+/// A runtime on its own thread at the lowest CPU priority (`SCHED_IDLE`, inherited by the
 /// threads its blocking pool starts): click rollup writes run there, so under load they
 /// take only CPU time the redirect threads leave idle. The thread lives as long as the
 /// process.
@@ -265,12 +268,20 @@ pub fn low_priority_runtime(name: &str) -> std::io::Result<tokio::runtime::Handl
     rx.recv().map_err(std::io::Error::other)?
 }
 
-/// Sets the calling thread's nice value to 19. On Linux the nice value belongs to a thread
-/// and threads it creates inherit it. Failing is harmless: writes then compete as equals.
+/// Puts the calling thread in Linux's `SCHED_IDLE` class: it runs only when a core has
+/// nothing else to run, and a waking redirect thread preempts it at once (a low nice value
+/// alone still lets it finish a time slice first). Threads it creates inherit the class.
+/// Failing is harmless: writes then compete as equals.
 fn lower_this_threads_priority() {
     #[cfg(target_os = "linux")]
-    if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19) {
-        tracing::debug!(error = %e, "could not lower the click writer's priority");
+    {
+        use thread_priority::unix::{
+            set_thread_priority_and_policy, thread_native_id, NormalThreadSchedulePolicy, ThreadSchedulePolicy,
+        };
+        let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
+        if let Err(e) = set_thread_priority_and_policy(thread_native_id(), thread_priority::ThreadPriority::Min, idle) {
+            tracing::debug!(error = ?e, "could not lower the click writer's priority");
+        }
     }
 }
 
