@@ -174,6 +174,11 @@ impl RedirectPath {
             }
         }
         self.metrics.l1_misses.inc();
+        // Without L2 the Bloom filter is the next tier: an unknown code stops here, before
+        // it costs a flight.
+        if self.l2.is_none() && self.bloom_rejects(code) {
+            return Resolution::NotFound;
+        }
         let (fetched, waited) = self.flights.run(code, || self.fetch(code)).await;
         if waited {
             self.metrics.singleflight_waits.inc();
@@ -216,7 +221,8 @@ impl RedirectPath {
         }
     }
 
-    /// Below L1: L2, then the Bloom filter, then the store. One run per code at a time.
+    /// Below L1: L2 and then the Bloom filter (when there is an L2; otherwise the caller
+    /// asked the filter already), then the store. One run per code at a time.
     async fn fetch(&self, code: &str) -> Fetched {
         let mut stale_l2 = None;
         // An unreachable Redis means the creation feed cannot be known to be current.
@@ -242,17 +248,12 @@ impl RedirectPath {
                 }
             }
         }
-        match if redis_failed {
-            None
-        } else {
-            self.bloom.may_contain(code)
-        } {
-            Some(false) => {
-                self.metrics.bloom_rejects.inc();
+        if self.l2.is_some() {
+            if redis_failed {
+                self.metrics.bloom_bypassed.inc();
+            } else if self.bloom_rejects(code) {
                 return Fetched::NeverIssued;
             }
-            Some(true) => {}
-            None => self.metrics.bloom_bypassed.inc(),
         }
         self.metrics.store_reads.inc();
         let read = match tokio::time::timeout(self.store_budget, self.store.get_link(code)).await {
@@ -261,6 +262,23 @@ impl RedirectPath {
             Err(_) => Err(Arc::from("store read timed out")),
         };
         Fetched::FromStore(read, stale_l2)
+    }
+
+    /// True when the Bloom filter says `code` was never issued; a filter not known to be
+    /// current is bypassed (counted).
+    #[inline]
+    fn bloom_rejects(&self, code: &str) -> bool {
+        match self.bloom.may_contain(code) {
+            Some(false) => {
+                self.metrics.bloom_rejects.inc();
+                true
+            }
+            Some(true) => false,
+            None => {
+                self.metrics.bloom_bypassed.inc();
+                false
+            }
+        }
     }
 
     /// Writes a record through to L2 off the request path.
