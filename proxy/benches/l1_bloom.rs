@@ -8,11 +8,13 @@
 //! (short: `cargo bench -p rebound-proxy --bench l1_bloom -- --warm-up-time 1 --measurement-time 3`).
 //!
 //! Measured 2026-11-30 on the development machine (AMD EPYC VM, 2 cores), `--warm-up-time 1 --measurement-time 3`,
-//! medians:
+//! medians, with the one-allocation L1 entry keyed by a 64-bit hash (the earlier layout, an
+//! `Arc<str>` key and an `Arc` entry holding a `String`, measured 203-244 ns for `l1_hit`
+//! in the same hour; the machine was slower then than when it first measured 126 ns):
 //!
-//!     l1_hit/get_verdict             126.0 ns
-//!     bloom_may_contain/known        343.0 ns   (~10 probes, each a likely cache miss in ~3.6 MB)
-//!     bloom_may_contain/unknown       50.8 ns   (stops at the first clear bit)
+//!     l1_hit/get_verdict             188.4 ns
+//!     bloom_may_contain/known        365.1 ns   (~10 probes, each a likely cache miss in ~3.6 MB)
+//!     bloom_may_contain/unknown       73.3 ns   (stops at the first clear bit)
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use rebound_core::cache::CachePolicy;

@@ -210,9 +210,9 @@ fn take(metrics: &ProxyMetrics, day: Day, entries: Vec<L1Entry>) -> Taken {
     Taken { day, counts }
 }
 
-/// Hands the taken counts to the sink, `SHIP_GROUP` batches at a time, in code order: each
-/// batch then touches a few neighbouring rows of the rollups (B-tree pages, DynamoDB
-/// partitions) instead of rows scattered over the whole table.
+/// Hands the taken counts to the sink, `SHIP_GROUP` batches at a time, in code order: in
+/// SQLite each transaction then touches a few neighbouring B-tree pages instead of a page
+/// per row (measured: a million rows in under 2 s instead of about 16).
 async fn write(metrics: &ProxyMetrics, sink: &dyn ClickSink, ids: &BatchIds, mut taken: Taken) {
     taken.counts.sort_unstable_by(|(a, _), (b, _)| a.code().cmp(b.code()));
     for group in taken.counts.chunks(MAX_BATCH_ADDS * SHIP_GROUP) {
@@ -336,6 +336,27 @@ mod tests {
         }
     }
 
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn the_writer_runtime_and_its_blocking_threads_run_only_when_a_core_is_idle() {
+        use thread_priority::unix::{thread_schedule_policy, NormalThreadSchedulePolicy, ThreadSchedulePolicy};
+        let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
+        let runtime = low_priority_runtime("clicks-test").unwrap();
+        let (on_runtime, on_blocking) = runtime
+            .spawn(async {
+                let here = thread_schedule_policy().unwrap();
+                let blocking = tokio::task::spawn_blocking(|| thread_schedule_policy().unwrap())
+                    .await
+                    .unwrap();
+                (here, blocking)
+            })
+            .await
+            .unwrap();
+        assert_eq!(on_runtime, idle);
+        assert_eq!(on_blocking, idle, "the SQLite writes run on the blocking pool");
+        assert_ne!(thread_schedule_policy().unwrap(), idle, "the caller keeps its class");
+    }
+
     #[test]
     fn the_hold_grows_with_the_load() {
         assert_eq!(hold_for(10), Duration::ZERO);
@@ -402,6 +423,24 @@ mod tests {
             store.read_clicks("c07", Day(5), Day(5)).await.unwrap(),
             vec![(Day(5), 2)]
         );
+    }
+
+    #[tokio::test]
+    async fn counts_are_written_in_code_order() {
+        let q = Arc::new(ClickQueue::new(100, metrics()));
+        for code in ["ccc", "aaa", "bbb", "aab"] {
+            q.record(&entry(code));
+        }
+        let sink = Arc::new(Recorded::default());
+        run_until_stopped(q, sink.clone(), ManualClock::at(0)).await;
+        let written: Vec<String> = sink
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .flat_map(|b| b.adds.iter().map(|a| a.code.clone()))
+            .collect();
+        assert_eq!(written, ["aaa", "aab", "bbb", "ccc"]);
     }
 
     #[tokio::test(start_paused = true)]
