@@ -142,7 +142,8 @@ pub struct ClickWriter {
 /// they are few (light load) and `every` has passed, or when they have waited long enough
 /// for their number (`hold_for`), in both cases once the previous write is done; and at
 /// once when the UTC day changes (so clicks count for the day they happened, give or take
-/// a drain) and when `shutdown` flips, after which it waits for the last write.
+/// a drain) and when `shutdown` flips (that last write runs on the caller's runtime), after
+/// which it waits for any write still in flight.
 pub async fn run_click_shipper(
     queue: Arc<ClickQueue>,
     writer: ClickWriter,
@@ -175,19 +176,26 @@ pub async fn run_click_shipper(
         if !dirty.is_empty() && (stopping || today != period_day || (due && writer_idle)) {
             let taken = take(&queue.metrics, period_day, std::mem::take(&mut dirty));
             last_take = tokio::time::Instant::now();
-            let (previous, sink, ids, metrics) =
-                (writing.take(), writer.sink.clone(), ids.clone(), queue.metrics.clone());
-            writing = Some(writer.runtime.spawn(async move {
-                // One write at a time, in order.
-                if let Some(previous) = previous {
-                    let _ = previous.await;
-                }
-                write(&metrics, sink.as_ref(), &ids, taken).await;
-            }));
+            if stopping {
+                // The last counts are written here, at this runtime's priority: the writer's
+                // may get no CPU at all on a busy machine. Adds commute, so this write need
+                // not wait for one still in flight.
+                write(&queue.metrics, writer.sink.as_ref(), &ids, taken).await;
+            } else {
+                let (previous, sink, ids, metrics) =
+                    (writing.take(), writer.sink.clone(), ids.clone(), queue.metrics.clone());
+                writing = Some(writer.runtime.spawn(async move {
+                    // One write at a time, in order.
+                    if let Some(previous) = previous {
+                        let _ = previous.await;
+                    }
+                    write(&metrics, sink.as_ref(), &ids, taken).await;
+                }));
+            }
         }
         if stopping {
-            if let Some(last) = writing {
-                let _ = last.await;
+            if let Some(in_flight) = writing {
+                let _ = in_flight.await;
             }
             return;
         }
@@ -423,6 +431,35 @@ mod tests {
             store.read_clicks("c07", Day(5), Day(5)).await.unwrap(),
             vec![(Day(5), 2)]
         );
+    }
+
+    #[tokio::test]
+    async fn the_last_write_at_shutdown_does_not_wait_for_the_writer_runtime() {
+        // A writer runtime that never gets to run anything, as an idle-class thread on a
+        // machine kept busy.
+        let stalled = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let q = Arc::new(ClickQueue::new(100, metrics()));
+        q.record(&entry("abc"));
+        let sink = Arc::new(Recorded::default());
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let writer = ClickWriter {
+            runtime: stalled.handle().clone(),
+            sink: sink.clone(),
+        };
+        let shipper = tokio::spawn(run_click_shipper(
+            q,
+            writer,
+            Arc::new(ManualClock::at(0)),
+            Duration::from_secs(3600),
+            rx,
+        ));
+        tx.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), shipper)
+            .await
+            .expect("the shipper stopped without the writer runtime")
+            .unwrap();
+        assert_eq!(sink.adds(), vec![("abc".to_owned(), Day(0), 1)]);
+        tokio::task::spawn_blocking(move || drop(stalled)).await.unwrap();
     }
 
     #[tokio::test]
