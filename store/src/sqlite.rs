@@ -122,6 +122,37 @@ pub fn clicks_file(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
+/// Data directories written before the rollups had a file of their own keep them in the
+/// main file: move them over once, at open, before anything else writes clicks. Replacing
+/// (not adding) makes a retry after a crash between the two files' commits harmless.
+fn move_rollups_out_of_the_main_file(main: &mut Connection, clicks_file: &str) -> Result<(), StoreError> {
+    let has_old: i64 = main
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('rollups', 'applied_batches')",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(sql_err)?;
+    if has_old == 0 {
+        return Ok(());
+    }
+    main.execute("ATTACH DATABASE ?1 AS clicks", [clicks_file])
+        .map_err(sql_err)?;
+    let moved = (|| {
+        let tx = main.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        if has_old == 2 {
+            tx.execute_batch(
+                "INSERT OR REPLACE INTO clicks.rollups (code, day, clicks) SELECT code, day, clicks FROM main.rollups;
+                 INSERT OR IGNORE INTO clicks.applied_batches (id, applied_at) SELECT id, applied_at FROM main.applied_batches;",
+            )?;
+        }
+        tx.execute_batch("DROP TABLE IF EXISTS main.rollups; DROP TABLE IF EXISTS main.applied_batches;")?;
+        tx.commit()
+    })();
+    main.execute("DETACH DATABASE clicks", []).map_err(sql_err)?;
+    moved.map_err(sql_err)
+}
+
 impl SqliteStore {
     /// Opens (creating if needed) the database file at `path` and its schema.
     pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
@@ -129,7 +160,7 @@ impl SqliteStore {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| StoreError::Unavailable(format!("{}: {e}", dir.display())))?;
         }
-        let writer = open_conn(&path)?;
+        let mut writer = open_conn(&path)?;
         writer.execute_batch(SCHEMA).map_err(sql_err)?;
         let clicks_path = clicks_file(&path);
         let clicks_writer = open_conn(&clicks_path)?;
@@ -137,6 +168,7 @@ impl SqliteStore {
         let clicks_name = clicks_path
             .to_str()
             .ok_or_else(|| StoreError::Unavailable(format!("{}: not UTF-8", clicks_path.display())))?;
+        move_rollups_out_of_the_main_file(&mut writer, clicks_name)?;
         let readers = (0..READERS)
             .map(|_| {
                 let conn = open_conn(&path)?;
@@ -710,6 +742,50 @@ mod tests {
         let store = SqliteStore::open(&path).unwrap();
         assert!(store.get_link("keep1").await.unwrap().is_some());
         assert_eq!(store.lease_block("codes", 10).await.unwrap(), 10..20);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn rollups_in_the_main_file_move_to_the_clicks_file_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rebound.db");
+        {
+            // A data directory from before the split.
+            let old = Connection::open(&path).unwrap();
+            old.execute_batch(
+                "CREATE TABLE rollups (code TEXT NOT NULL, day INTEGER NOT NULL, clicks INTEGER NOT NULL,
+                    PRIMARY KEY (code, day)) WITHOUT ROWID;
+                 CREATE TABLE applied_batches (id TEXT PRIMARY KEY, applied_at INTEGER NOT NULL);
+                 INSERT INTO rollups VALUES ('old1', 3, 7), ('old1', 4, 2);
+                 INSERT INTO applied_batches VALUES ('batch-a', 1);",
+            )
+            .unwrap();
+        }
+        let day = rebound_core::Day;
+        for _ in 0..2 {
+            let store = SqliteStore::open(&path).unwrap();
+            assert_eq!(
+                store.read_clicks("old1", day(1), day(9)).await.unwrap(),
+                vec![(day(3), 7), (day(4), 2)],
+                "the history is kept, and moved once"
+            );
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        let replay = ClickBatch {
+            id: "batch-a".into(),
+            adds: vec![ClickAdd {
+                code: "old1".into(),
+                day: day(3),
+                clicks: 5,
+            }],
+        };
+        assert_eq!(store.apply_clicks(&replay).await.unwrap(), BatchOutcome::AlreadyApplied);
+        let main = Connection::open(&path).unwrap();
+        let left: i64 = main
+            .query_row("SELECT count(*) FROM sqlite_master WHERE name = 'rollups'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(left, 0, "the main file no longer has rollups");
     }
 
     #[test]
