@@ -75,7 +75,6 @@ impl InvalidationTrust {
 type StoreRead = Result<Option<Link>, Arc<str>>;
 
 /// What one flight found below L1.
-#[derive(Clone)]
 enum Fetched {
     /// L2 had a usable record (fresh active, tombstone, or expired).
     FromL2(CacheRecord),
@@ -99,7 +98,7 @@ pub struct RedirectPath {
     pub l2_budget: Duration,
     /// The invalidation channel's health; `None` when invalidation is in process.
     pub trust: Option<Arc<InvalidationTrust>>,
-    flights: SingleFlight<Fetched>,
+    flights: SingleFlight<(Resolution, bool)>,
     last_stale_warning: AtomicI64,
 }
 
@@ -179,14 +178,26 @@ impl RedirectPath {
         if self.l2.is_none() && self.bloom_rejects(code) {
             return Resolution::NotFound;
         }
-        let (fetched, waited) = self.flights.run(code, || self.fetch(code)).await;
+        let ((resolution, stale), waited) = self.flights.run(code, || self.fetch_and_cache(code)).await;
         if waited {
             self.metrics.singleflight_waits.inc();
         }
+        if stale {
+            self.metrics.stale_served.inc();
+        }
+        resolution
+    }
+
+    /// One flight: below L1, then L1 filled with what was found, all before the flight
+    /// ends, so a request arriving after it finds L1 filled instead of starting another
+    /// read. The answer is shared with the callers that waited; `true` with it when it is a
+    /// stale record served because the store failed.
+    async fn fetch_and_cache(&self, code: &str) -> (Resolution, bool) {
+        let fetched = self.fetch(code).await;
         let now = self.clock.now_millis();
         match fetched {
-            Fetched::NeverIssued => Resolution::NotFound,
-            Fetched::FromL2(record) => self.answer_from(self.l1.fill(code, record, now), now),
+            Fetched::NeverIssued => (Resolution::NotFound, false),
+            Fetched::FromL2(record) => (self.answer_from(self.l1.fill(code, record, now), now), false),
             Fetched::FromStore(Ok(item), _) => match decide_redirect(item.as_ref(), now) {
                 StoreVerdict::Redirect => {
                     let link = item.as_ref().expect("a redirect has a link");
@@ -194,16 +205,16 @@ impl RedirectPath {
                     self.populate_l2(code, &record, now);
                     // A newer tombstone may have landed while the read was in flight: the
                     // fill keeps it, and the answer follows what L1 holds.
-                    self.answer_from(self.l1.fill(code, record, now), now)
+                    (self.answer_from(self.l1.fill(code, record, now), now), false)
                 }
-                StoreVerdict::NotFound => Resolution::NotFound,
-                StoreVerdict::Gone => Resolution::Gone,
+                StoreVerdict::NotFound => (Resolution::NotFound, false),
+                StoreVerdict::Gone => (Resolution::Gone, false),
                 StoreVerdict::Tombstone => {
                     let version = item.as_ref().map_or(0, |l| l.version);
                     let record = CacheRecord::tombstone(version, now, &self.policy);
                     self.populate_l2(code, &record, now);
                     self.l1.fill(code, record, now);
-                    Resolution::NotFound
+                    (Resolution::NotFound, false)
                 }
             },
             Fetched::FromStore(Err(cause), stale_l2) => {
@@ -291,14 +302,14 @@ impl RedirectPath {
     }
 
     /// Store failure: a stale active record inside its grace window and before expiry may be
-    /// served; a tombstone always wins; otherwise 503.
+    /// served (`true` with the answer); a tombstone always wins; otherwise 503.
     fn stale_or_unavailable(
         &self,
         code: &str,
         stale_l2: Option<CacheRecord>,
         now: UnixMillis,
         cause: &str,
-    ) -> Resolution {
+    ) -> (Resolution, bool) {
         // Look again: a tombstone may have arrived while the store was failing.
         let from_l1 = self.usable_l1(code, now);
         let from_l2 = stale_l2.map(|record| self.l1.fill(code, record, now));
@@ -307,9 +318,8 @@ impl RedirectPath {
             (a, b) => a.or(b),
         };
         match newest {
-            Some(e) if e.is_tombstone() => Resolution::NotFound,
+            Some(e) if e.is_tombstone() => (Resolution::NotFound, false),
             Some(e) if matches!(e.verdict(now), CachedVerdict::Stale | CachedVerdict::Redirect) => {
-                self.metrics.stale_served.inc();
                 let last = self.last_stale_warning.load(Ordering::Relaxed);
                 if now - last > 1000
                     && self
@@ -319,10 +329,10 @@ impl RedirectPath {
                 {
                     tracing::warn!(%cause, "store failing: serving stale records inside their grace window");
                 }
-                Resolution::Redirect(e)
+                (Resolution::Redirect(e), true)
             }
-            Some(e) if e.verdict(now) == CachedVerdict::Expired => Resolution::Gone,
-            _ => Resolution::Unavailable,
+            Some(e) if e.verdict(now) == CachedVerdict::Expired => (Resolution::Gone, false),
+            _ => (Resolution::Unavailable, false),
         }
     }
 }
