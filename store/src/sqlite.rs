@@ -198,13 +198,7 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
     {
-        let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut conn = inner.writer.lock().unwrap_or_else(|e| e.into_inner());
-            f(&mut conn)
-        })
-        .await
-        .map_err(|e| StoreError::Unavailable(format!("store task failed: {e}")))?
+        self.write_with(|inner| &inner.writer, f).await
     }
 
     /// [`SqliteStore::write`] on the clicks file.
@@ -213,9 +207,18 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
     {
+        self.write_with(|inner| &inner.clicks_writer, f).await
+    }
+
+    /// Runs `f` on the blocking pool with the writer connection `writer` picks.
+    async fn write_with<T, F>(&self, writer: fn(&Inner) -> &Mutex<Connection>, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    {
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || {
-            let mut conn = inner.clicks_writer.lock().unwrap_or_else(|e| e.into_inner());
+            let mut conn = writer(&inner).lock().unwrap_or_else(|e| e.into_inner());
             f(&mut conn)
         })
         .await
