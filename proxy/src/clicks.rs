@@ -408,21 +408,40 @@ mod tests {
         assert_eq!(c.take_clicks(), 1);
     }
 
+    /// A shipper running on this runtime, and the switch that stops it.
+    struct Shipper {
+        stop: tokio::sync::watch::Sender<bool>,
+        task: JoinHandle<()>,
+    }
+
+    impl Shipper {
+        /// Starts a shipper whose writes run on `runtime`.
+        fn start(
+            q: &Arc<ClickQueue>,
+            sink: Arc<dyn ClickSink>,
+            runtime: tokio::runtime::Handle,
+            clock: &ManualClock,
+            every: Duration,
+        ) -> Shipper {
+            let (stop, rx) = tokio::sync::watch::channel(false);
+            let writer = ClickWriter { runtime, sink };
+            let task = tokio::spawn(run_click_shipper(q.clone(), writer, Arc::new(clock.clone()), every, rx));
+            Shipper { stop, task }
+        }
+
+        /// Flips shutdown and waits for the shipper to return.
+        async fn stop(self) {
+            self.stop.send(true).unwrap();
+            self.task.await.unwrap();
+        }
+    }
+
+    /// Ships what `q` holds at shutdown (the interval never passes).
     async fn run_until_stopped(q: Arc<ClickQueue>, sink: Arc<dyn ClickSink>, clock: ManualClock) {
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        let writer = ClickWriter {
-            runtime: tokio::runtime::Handle::current(),
-            sink,
-        };
-        let shipper = tokio::spawn(run_click_shipper(
-            q,
-            writer,
-            Arc::new(clock),
-            Duration::from_secs(3600),
-            rx,
-        ));
-        tx.send(true).unwrap();
-        shipper.await.unwrap();
+        let runtime = tokio::runtime::Handle::current();
+        Shipper::start(&q, sink, runtime, &clock, Duration::from_secs(3600))
+            .stop()
+            .await;
     }
 
     #[tokio::test]
@@ -451,23 +470,16 @@ mod tests {
         let q = Arc::new(ClickQueue::new(100, metrics()));
         q.record(&entry("abc"));
         let sink = Arc::new(Recorded::default());
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        let writer = ClickWriter {
-            runtime: stalled.handle().clone(),
-            sink: sink.clone(),
-        };
-        let shipper = tokio::spawn(run_click_shipper(
-            q,
-            writer,
-            Arc::new(ManualClock::at(0)),
+        let shipper = Shipper::start(
+            &q,
+            sink.clone(),
+            stalled.handle().clone(),
+            &ManualClock::at(0),
             Duration::from_secs(3600),
-            rx,
-        ));
-        tx.send(true).unwrap();
-        tokio::time::timeout(Duration::from_secs(5), shipper)
+        );
+        tokio::time::timeout(Duration::from_secs(5), shipper.stop())
             .await
-            .expect("the shipper stopped without the writer runtime")
-            .unwrap();
+            .expect("the shipper stopped without the writer runtime");
         assert_eq!(sink.adds(), vec![("abc".to_owned(), Day(0), 1)]);
         tokio::task::spawn_blocking(move || drop(stalled)).await.unwrap();
     }
@@ -507,19 +519,9 @@ mod tests {
         let q = Arc::new(ClickQueue::new(100, metrics.clone()));
         let clock = ManualClock::at(2 * 86_400_000 - 1_000);
         let sink = Arc::new(Recorded::default());
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        let writer = ClickWriter {
-            runtime: tokio::runtime::Handle::current(),
-            sink: sink.clone(),
-        };
+        let runtime = tokio::runtime::Handle::current();
         // A long flush interval: only the day change may ship before the stop.
-        let shipper = tokio::spawn(run_click_shipper(
-            q.clone(),
-            writer,
-            Arc::new(clock.clone()),
-            Duration::from_secs(3600),
-            rx,
-        ));
+        let shipper = Shipper::start(&q, sink.clone(), runtime, &clock, Duration::from_secs(3600));
         let e = entry("abc");
         for _ in 0..3 {
             q.record(&e);
@@ -531,8 +533,7 @@ mod tests {
             q.record(&e);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-        tx.send(true).unwrap();
-        shipper.await.unwrap();
+        shipper.stop().await;
         assert_eq!(
             sink.adds(),
             vec![("abc".to_owned(), Day(1), 3), ("abc".to_owned(), Day(2), 2)]
@@ -563,18 +564,8 @@ mod tests {
             permits: tokio::sync::Semaphore::new(1),
             kept: Recorded::default(),
         });
-        let (_tx, rx) = tokio::sync::watch::channel(false);
-        let writer = ClickWriter {
-            runtime: tokio::runtime::Handle::current(),
-            sink: sink.clone(),
-        };
-        tokio::spawn(run_click_shipper(
-            q.clone(),
-            writer,
-            Arc::new(clock.clone()),
-            Duration::from_secs(1),
-            rx,
-        ));
+        let runtime = tokio::runtime::Handle::current();
+        let _shipper = Shipper::start(&q, sink.clone(), runtime, &clock, Duration::from_secs(1));
         let e = entry("abc");
         q.record(&e);
         tokio::time::sleep(Duration::from_millis(1_100)).await;
