@@ -2,11 +2,14 @@
 //! runs until a shutdown signal. Bound addresses are printed on stdout so that whoever
 //! started the process (a person, a test on port 0) knows where it listens.
 
+use crate::listen::{bind_when_free, check_descriptor_budget, edge_limits, router_edge, serve_router};
 use anyhow::Context;
 use rebound_control_plane::ControlPlane;
 use rebound_core::cache::CachePolicy;
 use rebound_core::config::{QueueChoice, Settings, StoreChoice};
 use rebound_core::{Clock, SystemClock};
+use rebound_edge::tls::{watch_certificate, CertificateFiles, ReloadableCert};
+use rebound_edge::{Edge, EdgeMetrics};
 use rebound_proxy::bloom::BloomGate;
 use rebound_proxy::clicks::{
     low_priority_runtime, run_click_shipper, ClickQueue, ClickSink, ClickWriter, SqsClickSink, StoreClickSink,
@@ -16,7 +19,9 @@ use rebound_proxy::events::InProcessLinkEvents;
 use rebound_proxy::l1::L1;
 use rebound_proxy::metrics::ProxyMetrics;
 use rebound_proxy::path::{InvalidationTrust, RedirectPath};
-use rebound_proxy::server::{run_redirect_server, ProcessSignals, RedirectApp};
+use rebound_proxy::server::{
+    run_redirect_server, ProcessSignals, RedirectListener, RedirectPort, RedirectServer, Redirects,
+};
 use rebound_store::dynamodb::DynamoStore;
 use rebound_store::redis_cache::{RedisCache, RedisLinkEvents};
 use rebound_store::sqs::{LazyClickQueue, SqsClickQueue};
@@ -81,11 +86,7 @@ pub async fn bind(addr: std::net::SocketAddr, what: &str) -> anyhow::Result<TcpL
         .with_context(|| format!("binding the {what} listener on {addr}"))
 }
 
-fn std_bind(addr: std::net::SocketAddr, what: &str) -> anyhow::Result<std::net::TcpListener> {
-    let l = std::net::TcpListener::bind(addr).with_context(|| format!("binding the {what} listener on {addr}"))?;
-    l.set_nonblocking(true)?;
-    Ok(l)
-}
+use crate::listen::bind as std_bind;
 
 /// Prints the initial operator key once, the first time a store without a configured
 /// bootstrap key starts.
@@ -196,31 +197,6 @@ fn metrics_router(registry: prometheus::Registry, readiness: Readiness) -> axum:
         )
 }
 
-async fn serve_until(
-    listener: TcpListener,
-    router: axum::Router,
-    mut stop: watch::Receiver<bool>,
-) -> std::io::Result<()> {
-    axum::serve(
-        listener,
-        router.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move {
-        let _ = stop.wait_for(|s| *s).await;
-    })
-    .await
-}
-
-fn serve_api(
-    listener: TcpListener,
-    cp: Arc<ControlPlane>,
-    mut stop: watch::Receiver<bool>,
-) -> JoinHandle<std::io::Result<()>> {
-    tokio::spawn(rebound_control_plane::serve(listener, cp, async move {
-        let _ = stop.wait_for(|s| *s).await;
-    }))
-}
-
 /// Waits for tasks to finish, at most `limit`.
 async fn drain(tasks: Vec<JoinHandle<()>>, limit: Duration) {
     let all = async {
@@ -249,26 +225,31 @@ pub async fn run_control_plane(settings: Settings) -> anyhow::Result<()> {
     let redis = open_redis(&settings)?;
     let queue = open_queue(&settings).await?;
     announce_initial_key(&settings, store.as_ref(), clock.as_ref()).await?;
+    check_descriptor_budget(&settings, 0, true)?;
     let api = bind(settings.api_addr, "API (api_addr)").await?;
     let metrics = bind(settings.metrics_addr, "metrics (metrics_addr)").await?;
     let visibility = Duration::from_secs(u64::from(settings.sqs_visibility_secs));
+    let registry = prometheus::Registry::new();
+    let edge_metrics = EdgeMetrics::register(&registry).context("declaring metrics")?;
+    let api_edge = router_edge(&settings, settings.edge.api_max_connections, edge_metrics.port("api"));
+    let metrics_edge = router_edge(
+        &settings,
+        settings.edge.metrics_max_connections,
+        edge_metrics.port("metrics"),
+    );
     let events = remote_events(redis, clock.clone(), settings.redirect.cache_policy());
     let cp = ControlPlane::new(settings, store.clone(), events, clock).await?;
     println!("rebound: API listening on {}", api.local_addr()?);
     println!("rebound: metrics listening on {}", metrics.local_addr()?);
     let (stop_tx, stop) = watch::channel(false);
     let mut tasks = vec![
-        spawn_logged(
-            "metrics",
-            serve_until(
-                metrics,
-                metrics_router(prometheus::Registry::new(), Readiness::bound(None)),
-                stop.clone(),
-            ),
-        ),
-        spawn_logged("API", async move {
-            serve_api(api, cp, stop.clone()).await.map_err(std::io::Error::other)?
-        }),
+        tokio::spawn(serve_router(
+            metrics,
+            metrics_router(registry, Readiness::bound(None)),
+            metrics_edge,
+            stop.clone(),
+        )),
+        tokio::spawn(serve_router(api, rebound_control_plane::router(cp), api_edge, stop)),
     ];
     if let Some(queue) = queue {
         tasks.push(tokio::spawn(rebound_control_plane::consumer::run_click_consumer(
@@ -282,17 +263,6 @@ pub async fn run_control_plane(settings: Settings) -> anyhow::Result<()> {
     let _ = stop_tx.send(true);
     drain(tasks, Duration::from_secs(9)).await;
     Ok(())
-}
-
-fn spawn_logged<F>(what: &'static str, f: F) -> JoinHandle<()>
-where
-    F: std::future::Future<Output = std::io::Result<()>> + Send + 'static,
-{
-    tokio::spawn(async move {
-        if let Err(e) = f.await {
-            tracing::error!(error = %e, "{what} server failed");
-        }
-    })
 }
 
 /// `rebound provision`: creates the DynamoDB tables (with TTL) and the SQS queue and its
@@ -329,26 +299,97 @@ pub async fn provision(settings: Settings) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How a data plane process starts.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunOptions {
+    /// Take the redirect listeners over from the running process (`--upgrade`), which is
+    /// then sent SIGQUIT; the API and metrics ports are bound as soon as it releases them.
+    pub take_over: bool,
+}
+
+/// How long a process taking over waits for the old one to release the API and metrics ports.
+const TAKE_OVER_WAIT: Duration = Duration::from_secs(30);
+
 /// The redirect data plane's parts, shared by the all-in-one and `rebound proxy`.
 struct DataPlane {
     registry: prometheus::Registry,
     metrics: ProxyMetrics,
+    edge_metrics: EdgeMetrics,
     l1: Arc<L1>,
     bloom: Arc<BloomGate>,
     clicks: Arc<ClickQueue>,
+    /// The redirect listeners (cleartext, then TLS when configured) and their edges.
+    listeners: Vec<(RedirectListener, Edge)>,
+    /// The certificate of the TLS listener, reloaded while it serves.
+    certificate: Option<Arc<ReloadableCert>>,
 }
 
 impl DataPlane {
-    fn new(settings: &Settings) -> anyhow::Result<DataPlane> {
+    /// Declares the metrics, builds the caches and binds (or, taking over, names) the
+    /// redirect listeners.
+    fn new(settings: &Settings, options: RunOptions, api: bool) -> anyhow::Result<DataPlane> {
         let registry = prometheus::Registry::new();
         let metrics = ProxyMetrics::register(&registry).context("declaring metrics")?;
+        let edge_metrics = EdgeMetrics::register(&registry).context("declaring metrics")?;
+        check_descriptor_budget(settings, 1 + usize::from(settings.tls.is_some()), api)?;
+        let listener = |addr: std::net::SocketAddr, what: &str| -> anyhow::Result<RedirectListener> {
+            if options.take_over {
+                Ok(RedirectListener::Inherited(addr.to_string()))
+            } else {
+                Ok(RedirectListener::Bound(std_bind(addr, what)?))
+            }
+        };
+        let limits = edge_limits(settings, settings.edge.max_connections);
+        let mut listeners = vec![(
+            listener(settings.redirect_addr, "redirect (redirect_addr)")?,
+            Edge::plain(limits.clone(), edge_metrics.port("redirect")),
+        )];
+        let mut certificate = None;
+        if let Some(tls) = &settings.tls {
+            let cert = ReloadableCert::load(CertificateFiles {
+                cert: tls.cert.clone(),
+                key: tls.key.clone(),
+            })
+            .context("loading the TLS certificate and key (REBOUND_TLS_CERT, REBOUND_TLS_KEY)")?;
+            let config = cert.server_config().context("configuring TLS")?;
+            listeners.push((
+                listener(tls.addr, "redirect TLS (tls_addr)")?,
+                Edge::tls(limits, edge_metrics.port("redirect_tls"), config),
+            ));
+            certificate = Some(cert);
+        }
         Ok(DataPlane {
             clicks: Arc::new(ClickQueue::new(settings.redirect.click_queue_capacity, metrics.clone())),
             l1: Arc::new(L1::new(settings.redirect.l1_capacity)),
             bloom: Arc::new(BloomGate::new(settings.redirect.l1_capacity.max(1_000_000) * 2)),
             registry,
             metrics,
+            edge_metrics,
+            listeners,
+            certificate,
         })
+    }
+
+    /// Prints where the redirect listeners are.
+    fn announce(&self) -> anyhow::Result<()> {
+        for ((listener, _), what) in self.listeners.iter().zip(["redirect", "redirect TLS"]) {
+            match listener {
+                RedirectListener::Bound(l) => println!("rebound: {what} listening on {}", l.local_addr()?),
+                RedirectListener::Inherited(addr) => println!("rebound: {what} listening on {addr}"),
+            }
+        }
+        Ok(())
+    }
+
+    /// The background task that reloads the TLS certificate (SIGHUP or a changed file).
+    fn certificate_watcher(&self, stop: watch::Receiver<bool>) -> Option<JoinHandle<()>> {
+        let cert = self.certificate.clone()?;
+        Some(tokio::spawn(watch_certificate(
+            cert,
+            self.edge_metrics.clone(),
+            Duration::from_secs(1),
+            stop,
+        )))
     }
 
     /// The lookup tiers over `store`, with the configured cache lifetimes and store budget.
@@ -365,36 +406,41 @@ impl DataPlane {
         path
     }
 
-    /// Runs the redirect server on this thread until SIGTERM (which also tells `stops.0`),
-    /// then ships the last clicks (`stops.1`) and drains the background tasks.
+    /// Runs the redirect server on this thread until SIGTERM or SIGQUIT (which also tell
+    /// `stops.0`), then ships the last clicks (`stops.1`) and drains the background tasks.
     fn serve(
-        &self,
+        self,
         settings: &Settings,
+        options: RunOptions,
         runtime: &tokio::runtime::Runtime,
-        redirect: std::net::TcpListener,
         path: RedirectPath,
         stops: (watch::Sender<bool>, watch::Sender<bool>),
         tasks: Vec<JoinHandle<()>>,
     ) -> anyhow::Result<()> {
         let (stop_tx, clicks_stop_tx) = stops;
+        let redirects = Redirects::new(
+            Arc::new(path),
+            self.clicks.clone(),
+            settings.redirect.cache_max_age_secs,
+        );
+        let listeners = self
+            .listeners
+            .into_iter()
+            .map(|(listener, edge)| (listener, RedirectPort::new(redirects.clone(), edge)))
+            .collect();
         run_redirect_server(
-            redirect,
-            self.app(settings, path),
-            redirect_threads(settings),
+            RedirectServer {
+                threads: redirect_threads(settings),
+                upgrade_sock: settings.upgrade_sock_path(),
+                take_over: options.take_over,
+            },
+            listeners,
             Box::new(ProcessSignals { on_terminate: stop_tx }),
         )?;
         // The redirect server has drained: ship the last clicks, let the API finish.
         let _ = clicks_stop_tx.send(true);
         runtime.block_on(drain(tasks, Duration::from_secs(5)));
         Ok(())
-    }
-
-    fn app(&self, settings: &Settings, path: RedirectPath) -> RedirectApp {
-        RedirectApp {
-            path: Arc::new(path),
-            clicks: self.clicks.clone(),
-            max_age_secs: settings.redirect.cache_max_age_secs,
-        }
     }
 }
 
@@ -405,10 +451,55 @@ fn redirect_threads(settings: &Settings) -> usize {
     }
 }
 
+/// Serves a router on a port bound now, or, when taking over, as soon as the process being
+/// upgraded releases it.
+fn spawn_router(
+    what: &'static str,
+    addr: std::net::SocketAddr,
+    bound: Option<TcpListener>,
+    router: axum::Router,
+    edge: Edge,
+    stop: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let listener = match bound {
+            Some(l) => l,
+            None => match bind_when_free(addr, what, TAKE_OVER_WAIT).await {
+                Ok(l) => {
+                    println!("rebound: {what} listening on {addr}");
+                    l
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "the {what} port was not released by the process being upgraded");
+                    return;
+                }
+            },
+        };
+        serve_router(listener, router, edge, stop).await
+    })
+}
+
+/// Binds a router's port now, unless taking over (then [`spawn_router`] binds it later).
+fn bind_router_port(
+    addr: std::net::SocketAddr,
+    what: &str,
+    options: RunOptions,
+) -> anyhow::Result<Option<std::net::TcpListener>> {
+    if options.take_over {
+        Ok(None)
+    } else {
+        std_bind(addr, what).map(Some)
+    }
+}
+
 /// `rebound`: the data plane, the control plane and click shipping in one process on the
 /// embedded store. The redirect server runs on this thread (Pingora owns its runtimes);
 /// everything else runs on `runtime`.
-pub fn run_all_in_one(settings: Settings, runtime: &tokio::runtime::Runtime) -> anyhow::Result<()> {
+pub fn run_all_in_one(
+    settings: Settings,
+    options: RunOptions,
+    runtime: &tokio::runtime::Runtime,
+) -> anyhow::Result<()> {
     if settings.store != StoreChoice::Sqlite {
         anyhow::bail!(
             "the all-in-one runs on the embedded store; for DynamoDB run `rebound proxy` and `rebound control-plane`"
@@ -416,10 +507,9 @@ pub fn run_all_in_one(settings: Settings, runtime: &tokio::runtime::Runtime) -> 
     }
     let store = runtime.block_on(open_store(&settings))?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let dp = DataPlane::new(&settings)?;
-    let redirect = std_bind(settings.redirect_addr, "redirect (redirect_addr)")?;
-    let api = std_bind(settings.api_addr, "API (api_addr)")?;
-    let metrics_listener = std_bind(settings.metrics_addr, "metrics (metrics_addr)")?;
+    let dp = DataPlane::new(&settings, options, true)?;
+    let api = bind_router_port(settings.api_addr, "API (api_addr)", options)?;
+    let metrics_listener = bind_router_port(settings.metrics_addr, "metrics (metrics_addr)", options)?;
 
     let events: Arc<dyn LinkEvents> = Arc::new(InProcessLinkEvents {
         l1: dp.l1.clone(),
@@ -431,24 +521,47 @@ pub fn run_all_in_one(settings: Settings, runtime: &tokio::runtime::Runtime) -> 
         announce_initial_key(&settings, store.as_ref(), clock.as_ref()).await?;
         anyhow::Ok(ControlPlane::new(settings.clone(), store.clone(), events, clock.clone()).await?)
     })?;
-    println!("rebound: redirect listening on {}", redirect.local_addr()?);
-    println!("rebound: API listening on {}", api.local_addr()?);
-    println!("rebound: metrics listening on {}", metrics_listener.local_addr()?);
+    dp.announce()?;
+    for (l, what) in [(&api, "API"), (&metrics_listener, "metrics")] {
+        if let Some(l) = l {
+            println!("rebound: {what} listening on {}", l.local_addr()?);
+        }
+    }
 
     let (stop_tx, stop) = watch::channel(false);
     let (clicks_stop_tx, clicks_stop) = watch::channel(false);
     let tasks = {
         let _enter = runtime.enter();
-        let api = TcpListener::from_std(api)?;
-        let metrics_listener = TcpListener::from_std(metrics_listener)?;
+        let api = api.map(TcpListener::from_std).transpose()?;
+        let metrics_listener = metrics_listener.map(TcpListener::from_std).transpose()?;
         let readiness = Readiness::bound(Some(dp.bloom.clone())).with_gauge(dp.metrics.bloom_loaded_codes.clone());
-        let api_task = serve_api(api, cp, stop.clone());
+        let api_edge = router_edge(
+            &settings,
+            settings.edge.api_max_connections,
+            dp.edge_metrics.port("api"),
+        );
+        let metrics_edge = router_edge(
+            &settings,
+            settings.edge.metrics_max_connections,
+            dp.edge_metrics.port("metrics"),
+        );
         let (loader_store, loader_bloom) = (store.clone(), dp.bloom.clone());
-        vec![
-            spawn_logged("API", async move { api_task.await.map_err(std::io::Error::other)? }),
-            spawn_logged(
+        let mut tasks = vec![
+            spawn_router(
+                "API",
+                settings.api_addr,
+                api,
+                rebound_control_plane::router(cp),
+                api_edge,
+                stop.clone(),
+            ),
+            spawn_router(
                 "metrics",
-                serve_until(metrics_listener, metrics_router(dp.registry.clone(), readiness), stop),
+                settings.metrics_addr,
+                metrics_listener,
+                metrics_router(dp.registry.clone(), readiness),
+                metrics_edge,
+                stop.clone(),
             ),
             tokio::spawn(async move {
                 let started = std::time::Instant::now();
@@ -481,16 +594,18 @@ pub fn run_all_in_one(settings: Settings, runtime: &tokio::runtime::Runtime) -> 
                 Duration::from_millis(settings.redirect.click_flush_ms),
                 clicks_stop,
             )),
-        ]
+        ];
+        tasks.extend(dp.certificate_watcher(stop));
+        tasks
     };
 
     let path = dp.path(&settings, store, clock);
-    dp.serve(&settings, runtime, redirect, path, (stop_tx, clicks_stop_tx), tasks)
+    dp.serve(&settings, options, runtime, path, (stop_tx, clicks_stop_tx), tasks)
 }
 
 /// `rebound proxy`: a data plane alone, on a store shared with control planes in other
 /// processes, with Redis as L2, invalidation channel and creation feed, and clicks over SQS.
-pub fn run_proxy(settings: Settings, runtime: &tokio::runtime::Runtime) -> anyhow::Result<()> {
+pub fn run_proxy(settings: Settings, options: RunOptions, runtime: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     if settings.store == StoreChoice::Sqlite {
         anyhow::bail!(
             "`rebound proxy` needs a store shared with a separate control plane (REBOUND_STORE=dynamodb); \
@@ -500,11 +615,12 @@ pub fn run_proxy(settings: Settings, runtime: &tokio::runtime::Runtime) -> anyho
     let store = runtime.block_on(open_store(&settings))?;
     let redis = open_redis(&settings)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let dp = DataPlane::new(&settings)?;
-    let redirect = std_bind(settings.redirect_addr, "redirect (redirect_addr)")?;
-    let metrics_listener = std_bind(settings.metrics_addr, "metrics (metrics_addr)")?;
-    println!("rebound: redirect listening on {}", redirect.local_addr()?);
-    println!("rebound: metrics listening on {}", metrics_listener.local_addr()?);
+    let dp = DataPlane::new(&settings, options, false)?;
+    let metrics_listener = bind_router_port(settings.metrics_addr, "metrics (metrics_addr)", options)?;
+    dp.announce()?;
+    if let Some(l) = &metrics_listener {
+        println!("rebound: metrics listening on {}", l.local_addr()?);
+    }
 
     let r = &settings.redirect;
     let trust = Arc::new(InvalidationTrust::new(
@@ -531,16 +647,21 @@ pub fn run_proxy(settings: Settings, runtime: &tokio::runtime::Runtime) -> anyho
     let (clicks_stop_tx, clicks_stop) = watch::channel(false);
     let tasks = {
         let _enter = runtime.enter();
-        let metrics_listener = TcpListener::from_std(metrics_listener)?;
+        let metrics_listener = metrics_listener.map(TcpListener::from_std).transpose()?;
         let readiness = Readiness::bound(Some(dp.bloom.clone())).with_gauge(dp.metrics.bloom_loaded_codes.clone());
+        let metrics_edge = router_edge(
+            &settings,
+            settings.edge.metrics_max_connections,
+            dp.edge_metrics.port("metrics"),
+        );
         let mut tasks = vec![
-            spawn_logged(
+            spawn_router(
                 "metrics",
-                serve_until(
-                    metrics_listener,
-                    metrics_router(dp.registry.clone(), readiness),
-                    stop.clone(),
-                ),
+                settings.metrics_addr,
+                metrics_listener,
+                metrics_router(dp.registry.clone(), readiness),
+                metrics_edge,
+                stop.clone(),
             ),
             tokio::spawn(run_click_shipper(
                 dp.clicks.clone(),
@@ -553,6 +674,7 @@ pub fn run_proxy(settings: Settings, runtime: &tokio::runtime::Runtime) -> anyho
                 clicks_stop,
             )),
         ];
+        tasks.extend(dp.certificate_watcher(stop.clone()));
         if let Some(cache) = &redis {
             path = path.with_l2(cache.clone(), Duration::from_millis(r.l2_budget_ms), trust.clone());
             tasks.push(tokio::spawn(run_invalidation_listener(
@@ -573,5 +695,5 @@ pub fn run_proxy(settings: Settings, runtime: &tokio::runtime::Runtime) -> anyho
         tasks
     };
 
-    dp.serve(&settings, runtime, redirect, path, (stop_tx, clicks_stop_tx), tasks)
+    dp.serve(&settings, options, runtime, path, (stop_tx, clicks_stop_tx), tasks)
 }

@@ -43,6 +43,12 @@ struct FileConfig {
     queue: Option<String>,
     sqs_visibility_secs: Option<u32>,
     sqs_queue: Option<String>,
+    tls_addr: Option<String>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    upgrade_sock: Option<PathBuf>,
+    #[serde(default)]
+    edge: FileEdge,
     #[serde(default)]
     api: FileApi,
     #[serde(default)]
@@ -80,6 +86,21 @@ struct FileRedirect {
     cache_fresh_ms: Option<u64>,
     stale_grace_ms: Option<u64>,
     threads: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileEdge {
+    head_timeout_ms: Option<u64>,
+    idle_timeout_ms: Option<u64>,
+    write_timeout_ms: Option<u64>,
+    max_connections: Option<usize>,
+    api_max_connections: Option<usize>,
+    metrics_max_connections: Option<usize>,
+    max_head_bytes: Option<usize>,
+    max_headers: Option<usize>,
+    h2_max_concurrent_streams: Option<u32>,
+    h2c: Option<bool>,
 }
 
 fn parse<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, ConfigError>
@@ -248,6 +269,64 @@ pub fn load(file: Option<&str>, env: &HashMap<String, String>) -> Result<Setting
         Some(v) => parse("REBOUND_STALE_GRACE_MS", v)?,
         None => fr.stale_grace_ms.unwrap_or(r.stale_grace_ms),
     };
+
+    let e = &mut s.edge;
+    let fe = f.edge;
+    let pick = |env_name: &str, file: Option<u64>, default: u64| -> Result<u64, ConfigError> {
+        match var(env_name) {
+            Some(v) => parse(env_name, v),
+            None => Ok(file.unwrap_or(default)),
+        }
+    };
+    let pick_usize = |env_name: &str, file: Option<usize>, default: usize| -> Result<usize, ConfigError> {
+        match var(env_name) {
+            Some(v) => parse(env_name, v),
+            None => Ok(file.unwrap_or(default)),
+        }
+    };
+    e.head_timeout_ms = pick("REBOUND_HEAD_TIMEOUT_MS", fe.head_timeout_ms, e.head_timeout_ms)?;
+    e.idle_timeout_ms = pick("REBOUND_IDLE_TIMEOUT_MS", fe.idle_timeout_ms, e.idle_timeout_ms)?;
+    e.write_timeout_ms = pick("REBOUND_WRITE_TIMEOUT_MS", fe.write_timeout_ms, e.write_timeout_ms)?;
+    e.max_connections = pick_usize("REBOUND_MAX_CONNECTIONS", fe.max_connections, e.max_connections)?;
+    e.api_max_connections = pick_usize(
+        "REBOUND_API_MAX_CONNECTIONS",
+        fe.api_max_connections,
+        e.api_max_connections,
+    )?;
+    e.metrics_max_connections = pick_usize(
+        "REBOUND_METRICS_MAX_CONNECTIONS",
+        fe.metrics_max_connections,
+        e.metrics_max_connections,
+    )?;
+    e.max_head_bytes = pick_usize("REBOUND_MAX_HEAD_BYTES", fe.max_head_bytes, e.max_head_bytes)?;
+    e.max_headers = pick_usize("REBOUND_MAX_HEADERS", fe.max_headers, e.max_headers)?;
+    e.h2_max_concurrent_streams = match var("REBOUND_H2_MAX_STREAMS") {
+        Some(v) => parse("REBOUND_H2_MAX_STREAMS", v)?,
+        None => fe.h2_max_concurrent_streams.unwrap_or(e.h2_max_concurrent_streams),
+    };
+    e.h2c = match var("REBOUND_H2C") {
+        Some(v) => parse_bool("REBOUND_H2C", v)?,
+        None => fe.h2c.unwrap_or(e.h2c),
+    };
+
+    let tls_addr = match (var("REBOUND_TLS_ADDR"), &f.tls_addr) {
+        (Some(v), _) => Some(parse::<SocketAddr>("REBOUND_TLS_ADDR", v)?),
+        (None, Some(v)) => Some(parse::<SocketAddr>("tls_addr", v)?),
+        (None, None) => None,
+    };
+    let tls_cert = var("REBOUND_TLS_CERT").map(PathBuf::from).or(f.tls_cert);
+    let tls_key = var("REBOUND_TLS_KEY").map(PathBuf::from).or(f.tls_key);
+    s.tls = match (tls_addr, tls_cert, tls_key) {
+        (None, None, None) => None,
+        (Some(addr), Some(cert), Some(key)) => Some(rebound_core::config::TlsSettings { addr, cert, key }),
+        _ => {
+            return Err(ConfigError::Setting(
+                "REBOUND_TLS_ADDR / REBOUND_TLS_CERT / REBOUND_TLS_KEY".into(),
+                "set all three (address, PEM certificate chain, PEM private key) or none".into(),
+            ))
+        }
+    };
+    s.upgrade_sock = var("REBOUND_UPGRADE_SOCK").map(PathBuf::from).or(f.upgrade_sock);
 
     s.validate().map_err(|e| ConfigError::Setting(e.setting, e.problem))?;
     Ok(s)

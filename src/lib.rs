@@ -5,9 +5,11 @@
 //!
 //! - [`config`]: the TOML file and `REBOUND_*` variables, read into the core's `Settings`.
 //! - [`app`]: assembles and runs the processes (`control-plane`, …).
+//! - [`listen`]: the API and metrics ports through the edge, and the descriptor budget.
 //! - [`cli`]: the operator CLI that talks HTTP to the control plane.
 #![forbid(unsafe_code)]
 
 pub mod app;
 pub mod cli;
 pub mod config;
+pub mod listen;

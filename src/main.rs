@@ -15,6 +15,10 @@ struct Cli {
     /// TOML configuration file (REBOUND_* variables override it).
     #[arg(long, env = "REBOUND_CONFIG", global = true)]
     config: Option<PathBuf>,
+    /// Take the redirect listeners over from the running process, then send that one
+    /// SIGQUIT (zero-downtime upgrade; the all-in-one and `rebound proxy`).
+    #[arg(long, global = true)]
+    upgrade: bool,
     #[command(flatten)]
     client: ClientArgs,
     #[command(subcommand)]
@@ -98,11 +102,12 @@ fn main() -> ExitCode {
         }
     };
     init_tracing();
+    let options = rebound::app::RunOptions { take_over: cli.upgrade };
     let result = match process {
         Process::ControlPlane => runtime.block_on(rebound::app::run_control_plane(settings)),
-        Process::Proxy => rebound::app::run_proxy(settings, &runtime),
+        Process::Proxy => rebound::app::run_proxy(settings, options, &runtime),
         Process::Provision => runtime.block_on(rebound::app::provision(settings)),
-        _ => rebound::app::run_all_in_one(settings, &runtime),
+        _ => rebound::app::run_all_in_one(settings, options, &runtime),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

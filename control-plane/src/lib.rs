@@ -3,7 +3,7 @@
 //! # Layout
 //!
 //! - this file: [`ControlPlane`] (the runtime: store, events, clock, policies), the
-//!   router and [`serve`].
+//!   router.
 //! - `api`: the handlers, their request and response types, and the OpenAPI document.
 //! - `auth`: API keys and who the caller is.
 //! - `body`: the JSON body extractor (415, 413, 400 in the API's error shape).
@@ -27,8 +27,6 @@ use rebound_core::permute::CodePermutation;
 use rebound_core::target::TargetPolicy;
 use rebound_core::Clock;
 use rebound_store::{ApiKeyRecord, LinkEvents, Role, Store, StoreError};
-use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub use api::openapi_json;
@@ -135,15 +133,4 @@ pub async fn ensure_initial_operator_key(store: &dyn Store, clock: &dyn Clock) -
 /// The API router.
 pub fn router(cp: Arc<ControlPlane>) -> Router {
     api::routes().with_state(cp)
-}
-
-/// Serves the API on a bound listener until `shutdown` completes, then drains.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    cp: Arc<ControlPlane>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, router(cp).into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(shutdown)
-        .await
 }

@@ -126,6 +126,58 @@ impl Default for RedirectSettings {
     }
 }
 
+/// The defences of the listening ports (SPEC §3a). Each refusal is counted by reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EdgeSettings {
+    /// A request head (and a TLS handshake) must arrive within this, from its first byte.
+    pub head_timeout_ms: u64,
+    /// A keep-alive connection with no request in progress is closed after this.
+    pub idle_timeout_ms: u64,
+    /// A client that stops reading is cut off once a write has waited this long.
+    pub write_timeout_ms: u64,
+    /// Open connections on each redirect listener (cleartext, TLS); more are closed at once.
+    pub max_connections: usize,
+    /// Open connections on the API port.
+    pub api_max_connections: usize,
+    /// Open connections on the metrics port.
+    pub metrics_max_connections: usize,
+    /// Largest request head in bytes (431 beyond).
+    pub max_head_bytes: usize,
+    /// Most header fields in a request (431 beyond).
+    pub max_headers: usize,
+    /// Concurrent HTTP/2 streams per connection.
+    pub h2_max_concurrent_streams: u32,
+    /// Whether the cleartext redirect port accepts HTTP/2 with prior knowledge.
+    pub h2c: bool,
+}
+
+impl Default for EdgeSettings {
+    fn default() -> Self {
+        EdgeSettings {
+            head_timeout_ms: 10_000,
+            idle_timeout_ms: 60_000,
+            write_timeout_ms: 10_000,
+            max_connections: 8_192,
+            api_max_connections: 1_024,
+            metrics_max_connections: 64,
+            max_head_bytes: 8 * 1024,
+            max_headers: 100,
+            h2_max_concurrent_streams: 128,
+            h2c: true,
+        }
+    }
+}
+
+/// The TLS listener of the redirect port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSettings {
+    pub addr: SocketAddr,
+    /// PEM certificate chain (leaf first).
+    pub cert: PathBuf,
+    /// PEM private key (ECDSA, RSA or Ed25519; PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+}
+
 /// Everything Rebound is configured with.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -147,6 +199,12 @@ pub struct Settings {
     pub queue: QueueChoice,
     pub api: ApiSettings,
     pub redirect: RedirectSettings,
+    pub edge: EdgeSettings,
+    /// The TLS listener of the redirect port; none means cleartext only.
+    pub tls: Option<TlsSettings>,
+    /// The socket over which a new process takes the redirect listeners over from the
+    /// running one; none means `rebound-upgrade.sock` in the data directory.
+    pub upgrade_sock: Option<PathBuf>,
 }
 
 impl Default for Settings {
@@ -165,6 +223,9 @@ impl Default for Settings {
             queue: QueueChoice::Embedded,
             api: ApiSettings::default(),
             redirect: RedirectSettings::default(),
+            edge: EdgeSettings::default(),
+            tls: None,
+            upgrade_sock: None,
         }
     }
 }
@@ -296,7 +357,65 @@ impl Settings {
                 ));
             }
         }
+        let e = &self.edge;
+        for (name, v) in [
+            ("edge.head_timeout_ms (REBOUND_HEAD_TIMEOUT_MS)", e.head_timeout_ms),
+            ("edge.idle_timeout_ms (REBOUND_IDLE_TIMEOUT_MS)", e.idle_timeout_ms),
+            ("edge.write_timeout_ms (REBOUND_WRITE_TIMEOUT_MS)", e.write_timeout_ms),
+        ] {
+            if !(1..=3_600_000).contains(&v) {
+                return Err(bad(name, "must be between 1 and 3600000 (an hour)"));
+            }
+        }
+        for (name, v) in [
+            ("edge.max_connections (REBOUND_MAX_CONNECTIONS)", e.max_connections),
+            (
+                "edge.api_max_connections (REBOUND_API_MAX_CONNECTIONS)",
+                e.api_max_connections,
+            ),
+            (
+                "edge.metrics_max_connections (REBOUND_METRICS_MAX_CONNECTIONS)",
+                e.metrics_max_connections,
+            ),
+        ] {
+            if !(1..=10_000_000).contains(&v) {
+                return Err(bad(name, "must be between 1 and 10000000"));
+            }
+        }
+        if !(1024..=65_536).contains(&e.max_head_bytes) {
+            return Err(bad(
+                "edge.max_head_bytes (REBOUND_MAX_HEAD_BYTES)",
+                "must be between 1024 and 65536",
+            ));
+        }
+        if !(8..=1000).contains(&e.max_headers) {
+            return Err(bad(
+                "edge.max_headers (REBOUND_MAX_HEADERS)",
+                "must be between 8 and 1000",
+            ));
+        }
+        if !(1..=10_000).contains(&e.h2_max_concurrent_streams) {
+            return Err(bad(
+                "edge.h2_max_concurrent_streams (REBOUND_H2_MAX_STREAMS)",
+                "must be between 1 and 10000",
+            ));
+        }
+        if let Some(t) = &self.tls {
+            if t.addr == self.redirect_addr && t.addr.port() != 0 {
+                return Err(bad(
+                    "tls_addr (REBOUND_TLS_ADDR)",
+                    "must differ from redirect_addr (REBOUND_REDIRECT_ADDR)",
+                ));
+            }
+        }
         Ok(())
+    }
+
+    /// The upgrade socket in force.
+    pub fn upgrade_sock_path(&self) -> PathBuf {
+        self.upgrade_sock
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("rebound-upgrade.sock"))
     }
 
     /// The short URL of `code`.
@@ -340,6 +459,20 @@ mod tests {
             (Box::new(|s| s.api.kgs_block_size = 0), "api.kgs_block_size"),
             (Box::new(|s| s.redirect.l1_capacity = 0), "redirect.l1_capacity"),
             (Box::new(|s| s.redirect.l1_ttl_ms = 0), "redirect.l1_ttl_ms"),
+            (Box::new(|s| s.edge.head_timeout_ms = 0), "edge.head_timeout_ms"),
+            (Box::new(|s| s.edge.max_connections = 0), "edge.max_connections"),
+            (Box::new(|s| s.edge.max_head_bytes = 100), "edge.max_head_bytes"),
+            (Box::new(|s| s.edge.max_headers = 2), "edge.max_headers"),
+            (
+                Box::new(|s| {
+                    s.tls = Some(TlsSettings {
+                        addr: s.redirect_addr,
+                        cert: "c.pem".into(),
+                        key: "k.pem".into(),
+                    })
+                }),
+                "tls_addr",
+            ),
             (
                 Box::new(|s| {
                     s.store = StoreChoice::DynamoDb {

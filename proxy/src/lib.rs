@@ -2,9 +2,9 @@
 //!
 //! # Layout
 //!
-//! - [`server`]: the Pingora application that reads requests and writes redirects, and
-//!   how it is run (pre-bound listener, shutdown).
-//! - [`http1`]: the lean HTTP/1.1 connection loop of the redirect port.
+//! - [`server`]: the hyper service that answers requests, the Pingora application that
+//!   hands connections to the edge (`rebound_edge`), and how the server is run (pre-bound
+//!   or inherited listeners, signals, upgrade).
 //! - [`path`]: the lookup tiers: L1 → Bloom filter → single-flight store read, and the
 //!   stale-on-failure rule.
 //! - [`l1`]: the in-process cache with the never-a-lower-version fill rule.
@@ -21,7 +21,6 @@ pub mod clicks;
 pub mod distributed;
 pub mod events;
 pub mod flight;
-pub mod http1;
 pub mod l1;
 pub mod metrics;
 pub mod path;

@@ -157,18 +157,27 @@ impl RedirectPath {
 
     /// [`RedirectPath::resolve`] with the caller's reading of the clock.
     pub async fn resolve_at(&self, code: &str, now: UnixMillis) -> Resolution {
+        match self.resolve_from_memory(code, now) {
+            Some(resolution) => resolution,
+            None => self.resolve_beyond_memory(code).await,
+        }
+    }
+
+    /// The tiers that need no waiting: L1 and, without L2, the Bloom filter. `None` means
+    /// the code needs [`RedirectPath::resolve_beyond_memory`].
+    pub fn resolve_from_memory(&self, code: &str, now: UnixMillis) -> Option<Resolution> {
         let cached = self.usable_l1(code, now);
         if let Some(entry) = &cached {
             match entry.verdict(now) {
                 CachedVerdict::Redirect => {
                     self.metrics.l1_hits.inc();
-                    return Resolution::Redirect(entry.clone());
+                    return Some(Resolution::Redirect(entry.clone()));
                 }
                 CachedVerdict::Tombstone => {
                     self.metrics.l1_tombstones.inc();
-                    return Resolution::NotFound;
+                    return Some(Resolution::NotFound);
                 }
-                CachedVerdict::Expired => return Resolution::Gone,
+                CachedVerdict::Expired => return Some(Resolution::Gone),
                 CachedVerdict::Stale | CachedVerdict::Dead => {}
             }
         }
@@ -176,8 +185,14 @@ impl RedirectPath {
         // Without L2 the Bloom filter is the next tier: an unknown code stops here, before
         // it costs a flight.
         if self.l2.is_none() && self.bloom_rejects(code) {
-            return Resolution::NotFound;
+            return Some(Resolution::NotFound);
         }
+        None
+    }
+
+    /// The tiers past memory (L2, the filter, the store) in one flight per code, for a code
+    /// [`RedirectPath::resolve_from_memory`] could not answer.
+    pub async fn resolve_beyond_memory(&self, code: &str) -> Resolution {
         let ((resolution, stale), waited) = self.flights.run(code, || self.fetch_and_cache(code)).await;
         if waited {
             self.metrics.singleflight_waits.inc();

@@ -1,124 +1,259 @@
-//! The Pingora application of the redirect port. Like River's file server it never
-//! proxies: it answers every request from the redirect path. It is a `ServerApp` over the
-//! lean HTTP/1.1 loop of [`crate::http1`], so Pingora keeps the listeners, the server
-//! lifecycle and graceful upgrades while a redirect costs a parse, a lookup and a write.
+//! The redirect port. [`Redirects`] is the hyper service that answers `GET/HEAD /{code}`
+//! from the redirect path; [`RedirectPort`] is the Pingora application that hands each
+//! accepted connection to the edge (hyper inside the port's defences, see
+//! `rebound_edge`), so Pingora keeps the listeners, the server lifecycle and the graceful
+//! upgrade. Like River's file server it never proxies.
 
 use crate::clicks::ClickQueue;
-use crate::http1::{serve_connection, write_reply, Answerer, Head, Reply};
 use crate::path::{RedirectPath, Resolution};
 use async_trait::async_trait;
+use bytes::Bytes;
+use futures_util::future::Either;
+use http::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONNECTION, HOST, LOCATION, RETRY_AFTER};
+use http::{Method, Request, Response, StatusCode, Version};
+use http_body_util::Full;
+use hyper::body::Incoming;
 use pingora::apps::ServerApp;
 use pingora::protocols::Stream;
-use pingora::server::configuration::ServerConf;
+use pingora::server::configuration::{Opt, ServerConf};
 use pingora::server::{ListenFds, RunArgs, Server, ShutdownSignalWatch, ShutdownWatch};
 use pingora::services::listening::Service as Listening;
 use pingora::services::Service;
 use rebound_core::code::is_valid_code;
-use rebound_core::decision::{max_age_seconds, query_is_forwardable};
-
+use rebound_core::decision::{max_age_seconds, push_location, query_is_forwardable};
+use rebound_core::UnixMillis;
+use rebound_edge::Edge;
+use std::convert::Infallible;
+use std::future::{ready, Future, Ready};
 use std::os::fd::IntoRawFd;
+use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Answers `GET/HEAD /{code}`.
-pub struct RedirectApp {
-    pub path: Arc<RedirectPath>,
-    pub clicks: Arc<ClickQueue>,
-    /// `Cache-Control: max-age` of redirects, capped at expiry.
-    pub max_age_secs: u64,
+/// A response of the redirect port.
+pub type Reply = Response<Full<Bytes>>;
+
+/// What answers requests: the redirect path, the click queue and the prebuilt headers.
+pub struct RedirectAnswers {
+    path: Arc<RedirectPath>,
+    clicks: Arc<ClickQueue>,
+    /// `Cache-Control` of a redirect for every `max-age` from 0 to the configured one.
+    cache_control: Vec<HeaderValue>,
+    max_age_secs: u64,
 }
 
-impl RedirectApp {
-    /// Answers one request into `out`, recording the click of a GET redirect.
-    async fn respond(&self, head: &Head<'_>, out: &mut Vec<u8>, keep_alive: bool) {
-        let started = Instant::now();
-        let m = &self.path.metrics;
-        let is_get = head.method == "GET";
-        if !is_get && head.method != "HEAD" {
-            m.bad_method.inc();
-            return write_reply(
-                out,
-                &Reply::Status(405),
-                keep_alive,
-                head.http10,
-                self.path.clock.now_millis(),
-            );
-        }
-        let code = match head.path.strip_prefix('/') {
-            Some(c) if is_valid_code(c.as_bytes()) => c,
-            _ => {
-                m.bad_path.inc();
-                return write_reply(
-                    out,
-                    &Reply::Status(404),
-                    keep_alive,
-                    head.http10,
-                    self.path.clock.now_millis(),
-                );
-            }
-        };
-        let now = self.path.clock.now_millis();
-        let status = match self.path.resolve_at(code, now).await {
-            Resolution::Redirect(entry) => {
-                if let Some(redirect) = entry.redirect() {
-                    let reply = Reply::Redirect {
-                        status: redirect.status(),
-                        long_url: entry.long_url(),
-                        forward_query: entry.forward_query(),
-                        query: head.query.filter(|q| query_is_forwardable(q)),
-                        max_age: max_age_seconds(self.max_age_secs, entry.expires_at(), now),
-                    };
-                    write_reply(out, &reply, keep_alive, head.http10, now);
-                    m.redirects.inc();
-                    if is_get {
-                        self.clicks.record(&entry);
-                    }
-                    m.latency.observe(started.elapsed().as_secs_f64());
-                    return;
-                }
-                m.not_found.inc();
-                404
-            }
-            Resolution::NotFound => {
-                m.not_found.inc();
-                404
-            }
-            Resolution::Gone => {
-                m.gone.inc();
-                410
-            }
-            Resolution::Unavailable => {
-                m.unavailable.inc();
-                503
-            }
-        };
-        write_reply(out, &Reply::Status(status), keep_alive, head.http10, now);
-        m.latency.observe(started.elapsed().as_secs_f64());
+/// The hyper service of the redirect port (cheap to clone: one per connection).
+#[derive(Clone)]
+pub struct Redirects(Arc<RedirectAnswers>);
+
+const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
+
+impl Redirects {
+    /// Answers from `path`, counting GET redirects on `clicks`; redirects say
+    /// `Cache-Control: public, max-age=<max_age_secs>` (never past the link's expiry).
+    pub fn new(path: Arc<RedirectPath>, clicks: Arc<ClickQueue>, max_age_secs: u64) -> Redirects {
+        let cache_control = (0..=max_age_secs)
+            .map(|s| HeaderValue::from_str(&format!("public, max-age={s}")).expect("digits are a valid header value"))
+            .collect();
+        Redirects(Arc::new(RedirectAnswers {
+            path,
+            clicks,
+            cache_control,
+            max_age_secs,
+        }))
+    }
+
+    /// The redirect path it answers from.
+    pub fn path(&self) -> &Arc<RedirectPath> {
+        &self.0.path
     }
 }
 
-impl Answerer for RedirectApp {
-    fn answer<'a>(
-        &'a self,
-        head: &'a Head<'a>,
-        out: &'a mut Vec<u8>,
-        keep_alive: bool,
-    ) -> impl std::future::Future<Output = ()> + Send + 'a {
-        self.respond(head, out, keep_alive)
+/// A request refused before any lookup.
+fn status_reply(status: StatusCode) -> Reply {
+    let mut res = Response::new(Full::default());
+    *res.status_mut() = status;
+    let headers = res.headers_mut();
+    headers.insert(CACHE_CONTROL, NO_STORE);
+    match status {
+        StatusCode::METHOD_NOT_ALLOWED => {
+            headers.insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+        }
+        StatusCode::SERVICE_UNAVAILABLE => {
+            headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        StatusCode::BAD_REQUEST => {
+            headers.insert(CONNECTION, HeaderValue::from_static("close"));
+        }
+        _ => {}
+    }
+    res
+}
+
+/// RFC 9112 §3.2: an HTTP/1.1 request carries exactly one `Host`, an HTTP/1.0 one at most
+/// one. (HTTP/2 carries `:authority` instead.)
+fn host_is_acceptable(req: &Request<Incoming>) -> bool {
+    let mut hosts = req.headers().get_all(HOST).iter();
+    let (first, second) = (hosts.next().is_some(), hosts.next().is_some());
+    match req.version() {
+        Version::HTTP_11 => first && !second,
+        Version::HTTP_10 | Version::HTTP_09 => !second,
+        _ => true,
+    }
+}
+
+impl RedirectAnswers {
+    /// The code of a request that may be looked up, or the status that refuses it.
+    fn check<'r>(&self, req: &'r Request<Incoming>) -> Result<&'r str, StatusCode> {
+        let m = &self.path.metrics;
+        if !host_is_acceptable(req) {
+            m.bad_request.inc();
+            return Err(StatusCode::BAD_REQUEST);
+        }
+        if req.method() != Method::GET && req.method() != Method::HEAD {
+            m.bad_method.inc();
+            return Err(StatusCode::METHOD_NOT_ALLOWED);
+        }
+        match req.uri().path().strip_prefix('/') {
+            Some(code) if is_valid_code(code.as_bytes()) => Ok(code),
+            _ => {
+                m.bad_path.inc();
+                Err(StatusCode::NOT_FOUND)
+            }
+        }
+    }
+
+    /// The answer for what the path decided.
+    fn reply(
+        &self,
+        resolution: Resolution,
+        is_get: bool,
+        query: Option<&str>,
+        now: UnixMillis,
+        started: Instant,
+    ) -> Reply {
+        let m = &self.path.metrics;
+        let status = match resolution {
+            Resolution::Redirect(entry) => match entry.redirect() {
+                Some(kind) => {
+                    let query = query.filter(|q| query_is_forwardable(q));
+                    let mut location = Vec::with_capacity(entry.long_url().len() + query.map_or(0, |q| q.len() + 1));
+                    push_location(&mut location, entry.long_url(), entry.forward_query(), query);
+                    // Targets are validated at creation and queries just above: this cannot fail.
+                    if let Ok(location) = HeaderValue::from_maybe_shared(Bytes::from(location)) {
+                        let max_age = max_age_seconds(self.max_age_secs, entry.expires_at(), now);
+                        let mut res = Response::new(Full::default());
+                        *res.status_mut() = StatusCode::from_u16(kind.status()).unwrap_or(StatusCode::FOUND);
+                        let headers = res.headers_mut();
+                        headers.insert(LOCATION, location);
+                        headers.insert(CACHE_CONTROL, self.cache_control[max_age as usize].clone());
+                        m.redirects.inc();
+                        if is_get {
+                            self.clicks.record(&entry);
+                        }
+                        m.latency.observe(started.elapsed().as_secs_f64());
+                        return res;
+                    }
+                    m.unavailable.inc();
+                    StatusCode::SERVICE_UNAVAILABLE
+                }
+                None => {
+                    m.not_found.inc();
+                    StatusCode::NOT_FOUND
+                }
+            },
+            Resolution::NotFound => {
+                m.not_found.inc();
+                StatusCode::NOT_FOUND
+            }
+            Resolution::Gone => {
+                m.gone.inc();
+                StatusCode::GONE
+            }
+            Resolution::Unavailable => {
+                m.unavailable.inc();
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+        };
+        m.latency.observe(started.elapsed().as_secs_f64());
+        status_reply(status)
+    }
+}
+
+type Lookup = Pin<Box<dyn Future<Output = Result<Reply, Infallible>> + Send>>;
+
+impl hyper::service::Service<Request<Incoming>> for Redirects {
+    type Response = Reply;
+    type Error = Infallible;
+    /// Answered at once from memory, or a lookup past it.
+    type Future = Either<Ready<Result<Reply, Infallible>>, Lookup>;
+
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        let started = Instant::now();
+        let answers = &self.0;
+        let code = match answers.check(&req) {
+            Ok(code) => code,
+            Err(status) => {
+                answers.path.metrics.latency.observe(started.elapsed().as_secs_f64());
+                return Either::Left(ready(Ok(status_reply(status))));
+            }
+        };
+        let is_get = req.method() == Method::GET;
+        let now = answers.path.clock.now_millis();
+        match answers.path.resolve_from_memory(code, now) {
+            Some(resolution) => Either::Left(ready(Ok(answers.reply(
+                resolution,
+                is_get,
+                req.uri().query(),
+                now,
+                started,
+            )))),
+            None => {
+                let (answers, code) = (self.0.clone(), code.to_owned());
+                let query = req.uri().query().map(str::to_owned);
+                Either::Right(Box::pin(async move {
+                    let resolution = answers.path.resolve_beyond_memory(&code).await;
+                    let now = answers.path.clock.now_millis();
+                    Ok(answers.reply(resolution, is_get, query.as_deref(), now, started))
+                }))
+            }
+        }
+    }
+}
+
+/// The Pingora application of one redirect listener: every accepted connection goes to
+/// the edge with the redirect service.
+pub struct RedirectPort {
+    redirects: Redirects,
+    edge: Edge,
+}
+
+impl RedirectPort {
+    pub fn new(redirects: Redirects, edge: Edge) -> RedirectPort {
+        RedirectPort { redirects, edge }
     }
 }
 
 #[async_trait]
-impl ServerApp for RedirectApp {
+impl ServerApp for RedirectPort {
     async fn process_new(self: &Arc<Self>, stream: Stream, shutdown: &ShutdownWatch) -> Option<Stream> {
-        serve_connection(self.as_ref(), stream, shutdown).await;
+        self.edge.serve(stream, self.redirects.clone(), shutdown.clone()).await;
         None
     }
 }
 
-/// A listening service whose socket the caller bound already (so port 0 works and the
-/// bound address is known before the server runs). Pingora takes the socket from its fd
-/// table, the same path a graceful upgrade uses.
+/// A listening socket of the redirect server.
+pub enum RedirectListener {
+    /// Bound by the caller (so port 0 works and the address is known before the server
+    /// runs). Pingora takes it from its fd table, the path an upgrade uses too.
+    Bound(std::net::TcpListener),
+    /// Taken over from the process this one upgrades (by its address as that process
+    /// bound it).
+    Inherited(String),
+}
+
+/// A listening service on one socket (see [`RedirectListener`]).
 pub struct PreBound<A> {
     inner: Listening<A>,
     key: String,
@@ -126,15 +261,20 @@ pub struct PreBound<A> {
 }
 
 impl<A> PreBound<A> {
-    pub fn new(mut inner: Listening<A>, listener: std::net::TcpListener) -> std::io::Result<Self> {
-        listener.set_nonblocking(true)?;
-        let key = listener.local_addr()?.to_string();
-        inner.add_tcp(&key);
-        Ok(PreBound {
-            inner,
-            key,
-            listener: Some(listener),
-        })
+    pub fn new(mut inner: Listening<A>, listener: RedirectListener) -> std::io::Result<Self> {
+        let (key, listener) = match listener {
+            RedirectListener::Bound(l) => {
+                l.set_nonblocking(true)?;
+                (l.local_addr()?.to_string(), Some(l))
+            }
+            RedirectListener::Inherited(key) => (key, None),
+        };
+        // hyper buffers reads and writes itself: Pingora's stream buffers would only copy.
+        inner.add_listener(
+            pingora::listeners::ListenerConfig::tcp(key.clone())
+                .l4_buffer(pingora::protocols::l4::stream::L4BufferSettings::unbuffered()),
+        );
+        Ok(PreBound { inner, key, listener })
     }
 }
 
@@ -154,32 +294,52 @@ impl<A: pingora::apps::ServerApp + Send + Sync + 'static> Service for PreBound<A
     }
 }
 
-/// Runs the redirect service on `listener` until `shutdown` says so; blocks the calling
-/// thread, which must not be inside a tokio runtime. Graceful termination drains for
-/// `grace_secs` and then gives tasks `drain_timeout_secs`.
+/// How the redirect server is run.
+pub struct RedirectServer {
+    /// Worker threads of each listener's runtime.
+    pub threads: usize,
+    /// The socket on which a new process asks this one for its listeners (SIGQUIT), or on
+    /// which this one asks the old one when it takes over.
+    pub upgrade_sock: PathBuf,
+    /// Take the listeners over from the running process instead of binding them.
+    pub take_over: bool,
+}
+
+/// Runs the redirect service on its listeners (cleartext, and TLS when given) until
+/// `shutdown` says so; blocks the calling thread, which must not be inside a tokio runtime.
+/// Graceful termination drains for a second and then gives connections two more.
 pub fn run_redirect_server(
-    listener: std::net::TcpListener,
-    app: RedirectApp,
-    threads: usize,
+    server: RedirectServer,
+    listeners: Vec<(RedirectListener, RedirectPort)>,
     shutdown: Box<dyn ShutdownSignalWatch>,
 ) -> std::io::Result<()> {
     let conf = ServerConf {
-        threads,
+        threads: server.threads,
         grace_period_seconds: Some(1),
         graceful_shutdown_timeout_seconds: Some(2),
+        upgrade_sock: server.upgrade_sock.to_string_lossy().into_owned(),
         ..ServerConf::default()
     };
-    let mut server = Server::new_with_opt_and_conf(None, conf);
-    let service = Listening::new("rebound redirect".to_owned(), app);
-    server.add_service(PreBound::new(service, listener)?);
-    server.run(RunArgs {
+    let opt = Opt {
+        upgrade: server.take_over,
+        ..Opt::default()
+    };
+    let mut pingora = Server::new_with_opt_and_conf(Some(opt), conf);
+    for (i, (listener, port)) in listeners.into_iter().enumerate() {
+        let service = Listening::new(format!("rebound redirect {i}"), port);
+        pingora.add_service(PreBound::new(service, listener)?);
+    }
+    // Takes the listeners over from the old process when upgrading.
+    pingora.bootstrap();
+    pingora.run(RunArgs {
         shutdown_signal: shutdown,
     });
     Ok(())
 }
 
 /// The process's signals for a server run: SIGTERM tells `on_terminate` and drains
-/// gracefully; SIGINT exits at once.
+/// gracefully; SIGQUIT hands the listeners to a new process (Pingora's upgrade), tells
+/// `on_terminate` and drains; SIGINT exits at once.
 pub struct ProcessSignals {
     pub on_terminate: tokio::sync::watch::Sender<bool>,
 }
@@ -188,7 +348,11 @@ pub struct ProcessSignals {
 impl ShutdownSignalWatch for ProcessSignals {
     async fn recv(&self) -> pingora::server::ShutdownSignal {
         use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        let (Ok(mut term), Ok(mut int), Ok(mut quit)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::quit()),
+        ) else {
             tracing::error!("cannot listen for signals");
             return std::future::pending().await;
         };
@@ -197,6 +361,11 @@ impl ShutdownSignalWatch for ProcessSignals {
                 tracing::info!("SIGTERM: draining");
                 let _ = self.on_terminate.send(true);
                 pingora::server::ShutdownSignal::GracefulTerminate
+            }
+            _ = quit.recv() => {
+                tracing::info!("SIGQUIT: handing the listeners to the new process, then draining");
+                let _ = self.on_terminate.send(true);
+                pingora::server::ShutdownSignal::GracefulUpgrade
             }
             _ = int.recv() => {
                 tracing::info!("SIGINT: exiting now");

@@ -1,0 +1,414 @@
+//! One accepted connection, served by hyper: HTTP/1.1 (and 1.0) or HTTP/2 (ALPN `h2` on
+//! TLS, prior knowledge on cleartext), inside the port's defences. hyper parses and frames
+//! every request (RFC 9112: conflicting lengths, transfer codings, oversized heads); this
+//! file adds what a server on the internet needs around it: the connection cap, the
+//! deadlines of [`GuardedIo`], the HTTP/2 flood limits, and a clean (lingering) close.
+//!
+//! hyper-util's `auto::Builder` does the protocol choice too, but it never hands the
+//! stream back, and a lingering close needs it: after a refused request the rest of what
+//! the client sent has to be read and dropped, or the kernel answers it with a reset that
+//! can destroy the response before the client has read it. So the choice is made here
+//! (ALPN, or a look at the first bytes for the HTTP/2 preface) and the HTTP/1 connection is
+//! run with `poll_without_shutdown` and taken apart afterwards.
+
+use crate::guard::{GuardedIo, Timeouts};
+use crate::limits::{EdgeLimits, MIN_CONNECTION_BUFFER};
+use crate::metrics::{PortMetrics, Refusal};
+use bytes::Bytes;
+use hyper::body::{Body, Incoming};
+use hyper::server::conn::{http1, http2};
+use hyper::service::Service;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::sync::{watch, Semaphore};
+use tokio_rustls::TlsAcceptor;
+
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// A listening port's connection handling: its limits, counters, connection slots and TLS.
+#[derive(Clone)]
+pub struct Edge {
+    limits: Arc<EdgeLimits>,
+    metrics: PortMetrics,
+    slots: Arc<Semaphore>,
+    tls: Option<TlsAcceptor>,
+    h1: http1::Builder,
+    h2: http2::Builder<TokioExecutor>,
+}
+
+impl Edge {
+    /// A cleartext port (HTTP/1, and h2c when the limits allow it).
+    pub fn plain(limits: EdgeLimits, metrics: PortMetrics) -> Edge {
+        Edge::new(limits, metrics, None)
+    }
+
+    /// A TLS port: HTTP/2 when the client offers `h2` by ALPN, HTTP/1.1 otherwise.
+    pub fn tls(limits: EdgeLimits, metrics: PortMetrics, config: Arc<rustls::ServerConfig>) -> Edge {
+        Edge::new(limits, metrics, Some(TlsAcceptor::from(config)))
+    }
+
+    fn new(limits: EdgeLimits, metrics: PortMetrics, tls: Option<TlsAcceptor>) -> Edge {
+        let mut h1 = http1::Builder::new();
+        h1.timer(TokioTimer::new())
+            // Deadlines are GuardedIo's: hyper's header timer also runs while a keep-alive
+            // connection is idle, so it cannot tell a slow head from an idle connection.
+            .header_read_timeout(None)
+            .max_buf_size(limits.max_head_bytes.max(MIN_CONNECTION_BUFFER))
+            .max_header_size(limits.max_head_bytes)
+            .half_close(false)
+            .keep_alive(true);
+        if limits.max_headers != 100 {
+            // 100 is hyper's default, parsed on the stack; any other value costs a heap
+            // allocation per request.
+            h1.max_headers(limits.max_headers);
+        }
+        let mut h2 = http2::Builder::new(TokioExecutor::new());
+        h2.timer(TokioTimer::new())
+            .max_concurrent_streams(limits.h2_max_concurrent_streams)
+            .max_header_list_size(limits.h2_max_header_list_bytes)
+            .max_pending_accept_reset_streams(limits.h2_max_pending_resets)
+            .max_local_error_reset_streams(limits.h2_max_local_error_resets)
+            .max_send_buf_size(limits.h2_max_send_buffer);
+        Edge {
+            slots: Arc::new(Semaphore::new(limits.max_connections)),
+            limits: Arc::new(limits),
+            metrics,
+            tls,
+            h1,
+            h2,
+        }
+    }
+
+    /// The limits it enforces.
+    pub fn limits(&self) -> &EdgeLimits {
+        &self.limits
+    }
+
+    /// The port's counters.
+    pub fn metrics(&self) -> &PortMetrics {
+        &self.metrics
+    }
+
+    /// Serves one accepted stream until it closes. When `shutdown` turns true the
+    /// connection finishes the request in progress (answered with `Connection: close`, or
+    /// an HTTP/2 GOAWAY) and closes.
+    pub async fn serve<I, S, B>(&self, io: I, service: S, shutdown: watch::Receiver<bool>)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + Sync + Unpin + 'static,
+        S::Future: Send + Unpin + 'static,
+        S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let Ok(_slot) = self.slots.clone().try_acquire_owned() else {
+            // Over the cap: closed at once, before a byte is read.
+            self.metrics.refused(Refusal::ConnectionLimit);
+            return;
+        };
+        self.metrics.open.inc();
+        let _open = OpenConnection(&self.metrics);
+        let timeouts = Timeouts {
+            head: self.limits.head_timeout,
+            idle: self.limits.idle_timeout,
+            write: self.limits.write_timeout,
+        };
+        let mut io = GuardedIo::new(io, timeouts, self.metrics.clone());
+        match &self.tls {
+            None => {
+                let (h2, prefix) = if self.limits.h2c {
+                    match read_preface(&mut io).await {
+                        Ok(seen) => seen,
+                        Err(_) => return,
+                    }
+                } else {
+                    (false, Vec::new())
+                };
+                let io = Prefixed::new(prefix, io);
+                if h2 {
+                    self.serve_h2(io, service, shutdown).await
+                } else {
+                    self.serve_h1(io, service, shutdown).await
+                }
+            }
+            Some(acceptor) => {
+                let accepted = tokio::time::timeout(self.limits.head_timeout, acceptor.accept(io)).await;
+                let mut tls = match accepted {
+                    Ok(Ok(tls)) => tls,
+                    Ok(Err(e)) => {
+                        if e.kind() != io::ErrorKind::TimedOut {
+                            self.metrics.refused(Refusal::TlsHandshake);
+                        }
+                        self.metrics.handshake("failed", "none");
+                        return;
+                    }
+                    Err(_) => {
+                        self.metrics.refused(Refusal::HeadTimeout);
+                        self.metrics.handshake("failed", "none");
+                        return;
+                    }
+                };
+                let (io, session) = tls.get_mut();
+                io.expect_head();
+                let version = match session.protocol_version() {
+                    Some(rustls::ProtocolVersion::TLSv1_3) => "1.3",
+                    Some(rustls::ProtocolVersion::TLSv1_2) => "1.2",
+                    _ => "other",
+                };
+                let outcome = match session.handshake_kind() {
+                    Some(rustls::HandshakeKind::Resumed) => "resumed",
+                    _ => "full",
+                };
+                self.metrics.handshake(outcome, version);
+                if session.alpn_protocol() == Some(b"h2") {
+                    self.serve_h2(tls, service, shutdown).await
+                } else {
+                    self.serve_h1(tls, service, shutdown).await
+                }
+            }
+        }
+    }
+
+    async fn serve_h1<I, S, B>(&self, io: I, service: S, mut shutdown: watch::Receiver<bool>)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: Service<Request<Incoming>, Response = Response<B>> + Unpin,
+        S::Future: Unpin,
+        S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+        B: Body<Data = Bytes> + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        self.metrics.http1.inc();
+        let mut conn = self.h1.serve_connection(TokioIo::new(io), service);
+        let mut closing = *shutdown.borrow();
+        if closing {
+            Pin::new(&mut conn).graceful_shutdown();
+        }
+        let result = loop {
+            tokio::select! {
+                r = std::future::poll_fn(|cx| conn.poll_without_shutdown(cx)) => break r,
+                _ = shutdown.changed(), if !closing => {
+                    closing = true;
+                    Pin::new(&mut conn).graceful_shutdown();
+                }
+            }
+        };
+        if let Err(e) = &result {
+            // hyper has answered 431 or 400 already; the rest is for the counters.
+            if e.is_parse_too_large() {
+                self.metrics.refused(Refusal::HeadTooLarge);
+            } else if e.is_parse() || e.is_parse_status() {
+                self.metrics.refused(Refusal::BadRequest);
+            }
+        }
+        let io = conn.into_parts().io.into_inner();
+        linger(io, &self.limits).await;
+    }
+
+    async fn serve_h2<I, S, B>(&self, io: I, service: S, mut shutdown: watch::Receiver<bool>)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + Sync + Unpin + 'static,
+        S::Future: Send + Unpin + 'static,
+        S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        self.metrics.h2.inc();
+        let service = CountStreams {
+            inner: service,
+            streams: self.metrics.h2_streams.clone(),
+        };
+        let conn = self.h2.serve_connection(TokioIo::new(io), service);
+        tokio::pin!(conn);
+        let mut closing = *shutdown.borrow();
+        if closing {
+            conn.as_mut().graceful_shutdown();
+        }
+        let result = loop {
+            tokio::select! {
+                r = conn.as_mut() => break r,
+                _ = shutdown.changed(), if !closing => {
+                    closing = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+            }
+        };
+        if let Err(e) = result {
+            if !caused_by_io(&e) {
+                self.metrics.refused(Refusal::H2Protocol);
+            }
+        }
+    }
+}
+
+/// Keeps the open-connections gauge right however the connection ends.
+struct OpenConnection<'a>(&'a PortMetrics);
+
+impl Drop for OpenConnection<'_> {
+    fn drop(&mut self) {
+        self.0.open.dec();
+    }
+}
+
+fn caused_by_io(e: &hyper::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if s.is::<io::Error>() {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
+/// Reads until the bytes seen either differ from the HTTP/2 preface or are all of it.
+async fn read_preface<I: AsyncRead + Unpin>(io: &mut I) -> io::Result<(bool, Vec<u8>)> {
+    let mut buf = Vec::with_capacity(1024);
+    loop {
+        if io.read_buf(&mut buf).await? == 0 {
+            return Ok((false, buf));
+        }
+        let seen = buf.len().min(H2_PREFACE.len());
+        if buf[..seen] != H2_PREFACE[..seen] {
+            return Ok((false, buf));
+        }
+        if seen == H2_PREFACE.len() {
+            return Ok((true, buf));
+        }
+    }
+}
+
+/// Closes a connection so that the answer reaches the client: send FIN, then read and drop
+/// what the client still sends until it closes too, for a bounded time.
+async fn linger<I: AsyncRead + AsyncWrite + Unpin>(mut io: I, limits: &EdgeLimits) {
+    if io.shutdown().await.is_err() {
+        return;
+    }
+    let until = tokio::time::Instant::now() + limits.lingering_time;
+    let mut sink = [0u8; 512];
+    loop {
+        let wait = until.min(tokio::time::Instant::now() + limits.lingering_timeout);
+        match tokio::time::timeout_at(wait, io.read(&mut sink)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return,
+        }
+    }
+}
+
+/// A stream whose first bytes were already read (to choose the protocol).
+pub struct Prefixed<I> {
+    prefix: Vec<u8>,
+    at: usize,
+    inner: I,
+}
+
+impl<I> Prefixed<I> {
+    pub fn new(prefix: Vec<u8>, inner: I) -> Prefixed<I> {
+        Prefixed { prefix, at: 0, inner }
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for Prefixed<I> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if this.at < this.prefix.len() {
+            let n = (this.prefix.len() - this.at).min(buf.remaining());
+            buf.put_slice(&this.prefix[this.at..this.at + n]);
+            this.at += n;
+            if this.at == this.prefix.len() {
+                this.prefix = Vec::new();
+                this.at = 0;
+            }
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.inner).poll_read(cx, buf)
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Prefixed<I> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Counts HTTP/2 streams as they are dispatched.
+#[derive(Clone)]
+struct CountStreams<S> {
+    inner: S,
+    streams: prometheus::IntCounter,
+}
+
+impl<S, R> Service<R> for CountStreams<S>
+where
+    S: Service<R>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+    fn call(&self, req: R) -> Self::Future {
+        self.streams.inc();
+        self.inner.call(req)
+    }
+}
+
+/// Accepts connections on a tokio listener and serves each with `edge`, until `shutdown`
+/// turns true; then waits for open connections to finish. For the ports that are not
+/// Pingora's (the API and metrics ports).
+pub async fn serve_listener<S, B>(
+    listener: tokio::net::TcpListener,
+    edge: Edge,
+    make_service: impl Fn(std::net::SocketAddr) -> S,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    S: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + Sync + Unpin + 'static,
+    S::Future: Send + Unpin + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut tasks = tokio::task::JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shutdown.changed() => break,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                let _ = stream.set_nodelay(true);
+                let (edge, service, shutdown) = (edge.clone(), make_service(peer), shutdown.clone());
+                tasks.spawn(async move { edge.serve(stream, service, shutdown).await });
+            }
+            Err(e) => {
+                // Out of descriptors or a connection reset before accept: back off briefly
+                // rather than spin.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+        while tasks.try_join_next().is_some() {}
+    }
+    drop(listener);
+    while tasks.join_next().await.is_some() {}
+}

@@ -1,0 +1,375 @@
+//! [`GuardedIo`]: a connection's byte stream with its deadlines. A head that trickles, a
+//! keep-alive connection left idle and a peer that stops reading each end the connection
+//! with an error that hyper (or the TLS layer) passes up, which frees its buffers.
+//!
+//! One timer per connection, armed only when an operation would wait, and never further
+//! out than the shortest limit: a busy connection costs two clock reads per request and
+//! no timer operation, an idle one a timer wake-up every few seconds.
+
+use crate::metrics::{PortMetrics, Refusal};
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Instant, Sleep};
+
+/// The three deadlines of a connection.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    pub head: Duration,
+    pub idle: Duration,
+    pub write: Duration,
+}
+
+impl Timeouts {
+    fn shortest(&self) -> Duration {
+        self.head.min(self.idle).min(self.write)
+    }
+}
+
+/// A stream whose reads and writes fail once a deadline has passed.
+pub struct GuardedIo<S> {
+    inner: S,
+    timeouts: Timeouts,
+    metrics: PortMetrics,
+    timer: Pin<Box<Sleep>>,
+    armed_until: Option<Instant>,
+    /// When the first byte of the request not yet answered arrived.
+    head_since: Option<Instant>,
+    /// When the connection last moved bytes.
+    active_at: Instant,
+    /// Since when a write has been waiting for the peer to read.
+    write_blocked_since: Option<Instant>,
+    read_pending: bool,
+    refused: Option<Refusal>,
+}
+
+impl<S> GuardedIo<S> {
+    /// Guards `inner`, just accepted: its first head is due within the head timeout.
+    pub fn new(inner: S, timeouts: Timeouts, metrics: PortMetrics) -> GuardedIo<S> {
+        let now = Instant::now();
+        GuardedIo {
+            inner,
+            timeouts,
+            metrics,
+            timer: Box::pin(tokio::time::sleep_until(now + timeouts.shortest())),
+            armed_until: None,
+            head_since: Some(now),
+            active_at: now,
+            write_blocked_since: None,
+            read_pending: false,
+            refused: None,
+        }
+    }
+
+    /// A request head is due from now on (after a TLS handshake, whose writes would
+    /// otherwise count as an answer).
+    pub fn expect_head(&mut self) {
+        self.head_since = Some(Instant::now());
+    }
+
+    /// Why the connection was cut, if it was.
+    pub fn refused(&self) -> Option<Refusal> {
+        self.refused
+    }
+
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// The deadline that has passed, if one has.
+    fn expired(&self, now: Instant) -> Option<Refusal> {
+        let t = &self.timeouts;
+        if let Some(since) = self.write_blocked_since {
+            if now >= since + t.write {
+                return Some(Refusal::WriteTimeout);
+            }
+        }
+        if self.read_pending {
+            match self.head_since {
+                Some(since) if now >= since + t.head => return Some(Refusal::HeadTimeout),
+                None if self.write_blocked_since.is_none() && now >= self.active_at + t.idle => {
+                    return Some(Refusal::IdleTimeout)
+                }
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// The earliest deadline that applies now, never further than the shortest limit, so
+    /// that a deadline starting later is never earlier than the armed timer.
+    fn next_deadline(&self, now: Instant) -> Instant {
+        let t = &self.timeouts;
+        let mut next = now + t.shortest();
+        if let Some(since) = self.write_blocked_since {
+            next = next.min(since + t.write);
+        }
+        if self.read_pending {
+            match self.head_since {
+                Some(since) => next = next.min(since + t.head),
+                None => next = next.min(self.active_at + t.idle),
+            }
+        }
+        next
+    }
+
+    /// Called when an operation would wait: fails it if a deadline has passed, otherwise
+    /// makes sure the timer will wake the task by the next deadline.
+    fn poll_deadlines<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        loop {
+            let now = Instant::now();
+            if let Some(refusal) = self.expired(now) {
+                return Poll::Ready(Err(self.refuse(refusal)));
+            }
+            let next = self.next_deadline(now);
+            match self.armed_until {
+                Some(at) if at <= next && at > now => {}
+                _ => {
+                    self.timer.as_mut().reset(next);
+                    self.armed_until = Some(next);
+                }
+            }
+            match self.timer.as_mut().poll(cx) {
+                Poll::Ready(()) => self.armed_until = None,
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    fn refuse(&mut self, refusal: Refusal) -> io::Error {
+        if self.refused.is_none() {
+            self.refused = Some(refusal);
+            self.metrics.refused(refusal);
+        }
+        io::Error::new(io::ErrorKind::TimedOut, refusal.as_str())
+    }
+
+    fn check_refused(&self) -> io::Result<()> {
+        match self.refused {
+            Some(r) => Err(io::Error::new(io::ErrorKind::TimedOut, r.as_str())),
+            None => Ok(()),
+        }
+    }
+
+    fn wrote(&mut self) {
+        // Bytes going out mean the request in progress was answered.
+        self.head_since = None;
+        self.write_blocked_since = None;
+        self.active_at = Instant::now();
+    }
+
+    fn write_waits(&mut self) {
+        if self.write_blocked_since.is_none() {
+            self.write_blocked_since = Some(Instant::now());
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for GuardedIo<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        this.check_refused()?;
+        let before = buf.filled().len();
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                this.read_pending = false;
+                if buf.filled().len() > before {
+                    let now = Instant::now();
+                    this.active_at = now;
+                    this.head_since.get_or_insert(now);
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => {
+                this.read_pending = true;
+                this.poll_deadlines(cx)
+            }
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for GuardedIo<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        this.check_refused()?;
+        match Pin::new(&mut this.inner).poll_write(cx, buf) {
+            Poll::Ready(Ok(n)) => {
+                this.wrote();
+                Poll::Ready(Ok(n))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => {
+                this.write_waits();
+                this.poll_deadlines(cx)
+            }
+        }
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        this.check_refused()?;
+        match Pin::new(&mut this.inner).poll_write_vectored(cx, bufs) {
+            Poll::Ready(Ok(n)) => {
+                this.wrote();
+                Poll::Ready(Ok(n))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => {
+                this.write_waits();
+                this.poll_deadlines(cx)
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        this.check_refused()?;
+        match Pin::new(&mut this.inner).poll_flush(cx) {
+            Poll::Ready(r) => {
+                this.write_blocked_since = None;
+                Poll::Ready(r)
+            }
+            Poll::Pending => {
+                this.write_waits();
+                this.poll_deadlines(cx)
+            }
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        this.check_refused()?;
+        match Pin::new(&mut this.inner).poll_shutdown(cx) {
+            Poll::Ready(r) => Poll::Ready(r),
+            Poll::Pending => {
+                this.write_waits();
+                this.poll_deadlines(cx)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    const LIMITS: Timeouts = Timeouts {
+        head: Duration::from_secs(10),
+        idle: Duration::from_secs(60),
+        write: Duration::from_secs(10),
+    };
+
+    fn guarded(inner: tokio::io::DuplexStream) -> (GuardedIo<tokio::io::DuplexStream>, PortMetrics) {
+        let metrics = PortMetrics::detached();
+        (GuardedIo::new(inner, LIMITS, metrics.clone()), metrics)
+    }
+
+    async fn read_err(io: &mut GuardedIo<tokio::io::DuplexStream>) -> (io::Error, Duration) {
+        let started = Instant::now();
+        let mut buf = [0u8; 64];
+        loop {
+            match io.read(&mut buf).await {
+                Ok(0) => panic!("eof"),
+                Ok(_) => {}
+                Err(e) => return (e, started.elapsed()),
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_head_that_trickles_is_cut_at_the_head_timeout_counted_from_its_first_byte() {
+        let (client, server) = tokio::io::duplex(1024);
+        let (mut io, metrics) = guarded(server);
+        // Answer nothing: one byte every 2 s never completes a head.
+        let trickle = tokio::spawn(async move {
+            let mut client = client;
+            for _ in 0..20 {
+                if client.write_all(b"G").await.is_err() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            client
+        });
+        let (err, after) = read_err(&mut io).await;
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(io.refused(), Some(Refusal::HeadTimeout));
+        assert_eq!(
+            after,
+            Duration::from_secs(10),
+            "cut at the deadline, not moved by reads"
+        );
+        assert_eq!(metrics.refusals(Refusal::HeadTimeout), 1);
+        drop(trickle);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_keep_alive_connection_is_cut_at_the_idle_timeout_and_an_answer_resets_the_head_deadline() {
+        let (mut client, server) = tokio::io::duplex(1024);
+        let (mut io, _metrics) = guarded(server);
+        client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        let mut buf = [0u8; 64];
+        assert!(io.read(&mut buf).await.unwrap() > 0);
+        tokio::time::sleep(Duration::from_secs(9)).await;
+        // The answer: from now on the connection is idle, not inside a head.
+        io.write_all(b"HTTP/1.1 404 Not Found\r\n\r\n").await.unwrap();
+        let (err, after) = read_err(&mut io).await;
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(io.refused(), Some(Refusal::IdleTimeout));
+        assert_eq!(after, Duration::from_secs(60));
+        drop(client);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_peer_that_stops_reading_is_cut_at_the_write_timeout() {
+        let (client, server) = tokio::io::duplex(64);
+        let (mut io, metrics) = guarded(server);
+        let started = Instant::now();
+        let big = vec![b'x'; 4096];
+        let err = loop {
+            if let Err(e) = io.write_all(&big).await {
+                break e;
+            }
+        };
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(io.refused(), Some(Refusal::WriteTimeout));
+        assert_eq!(started.elapsed(), Duration::from_secs(10));
+        assert_eq!(metrics.refusals(Refusal::WriteTimeout), 1);
+        // Later operations fail at once.
+        assert!(io.write_all(b"x").await.is_err());
+        drop(client);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_connection_is_never_cut() {
+        let (mut client, server) = tokio::io::duplex(1024);
+        let (mut io, metrics) = guarded(server);
+        let mut buf = [0u8; 64];
+        for _ in 0..200 {
+            client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+            assert!(io.read(&mut buf).await.unwrap() > 0);
+            io.write_all(b"HTTP/1.1 302 Found\r\n\r\n").await.unwrap();
+            assert!(client.read(&mut buf).await.unwrap() > 0);
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+        assert!(io.refused().is_none());
+        assert_eq!(metrics.refusals(Refusal::IdleTimeout), 0);
+    }
+}

@@ -1,0 +1,25 @@
+//! The edge: what serves HTTP on a port that faces the internet, shared by the redirect
+//! port (inside Pingora), the API port and the metrics port.
+//!
+//! # Layout
+//!
+//! - [`limits`]: [`EdgeLimits`], every defence of a port as a setting with its default.
+//! - [`conn`]: [`Edge`], one accepted connection served by hyper (HTTP/1.1, HTTP/2, TLS)
+//!   with the connection cap and a lingering close; [`serve_listener`] for tokio listeners.
+//! - [`guard`]: [`GuardedIo`], the head, idle and write deadlines of a connection.
+//! - [`tls`]: rustls configuration and the certificate that reloads without a restart.
+//! - [`metrics`]: every metric of the edge.
+//! - [`fd_limit`]: the open-file limit and the check that the ports' caps fit under it.
+#![forbid(unsafe_code)]
+
+pub mod conn;
+pub mod fd_limit;
+pub mod guard;
+pub mod limits;
+pub mod metrics;
+pub mod tls;
+
+pub use conn::{serve_listener, Edge};
+pub use guard::GuardedIo;
+pub use limits::EdgeLimits;
+pub use metrics::{EdgeMetrics, PortMetrics, Refusal};

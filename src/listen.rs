@@ -1,0 +1,121 @@
+//! The ports a process serves outside Pingora (the API and metrics ports): binding them,
+//! the edge limits of every port from the settings, an axum router served through the
+//! edge (the same deadlines, caps and lingering close as the redirect port), and the check
+//! that all the ports' connection caps fit under the open-file limit.
+
+use anyhow::Context;
+use axum::Router;
+use hyper::body::Incoming;
+use rebound_core::config::Settings;
+use rebound_edge::{Edge, EdgeLimits, PortMetrics};
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// The limits of a port with `max_connections`, from the edge settings.
+pub fn edge_limits(settings: &Settings, max_connections: usize) -> EdgeLimits {
+    let e = &settings.edge;
+    EdgeLimits {
+        head_timeout: Duration::from_millis(e.head_timeout_ms),
+        idle_timeout: Duration::from_millis(e.idle_timeout_ms),
+        write_timeout: Duration::from_millis(e.write_timeout_ms),
+        max_connections,
+        max_head_bytes: e.max_head_bytes,
+        max_headers: e.max_headers,
+        h2c: e.h2c,
+        h2_max_concurrent_streams: e.h2_max_concurrent_streams,
+        ..EdgeLimits::default()
+    }
+}
+
+/// The edge of the API port (HTTP/1 only) or of the metrics port.
+pub fn router_edge(settings: &Settings, max_connections: usize, metrics: PortMetrics) -> Edge {
+    Edge::plain(
+        EdgeLimits {
+            h2c: false,
+            ..edge_limits(settings, max_connections)
+        },
+        metrics,
+    )
+}
+
+/// Raises the open-file limit and checks that every port's cap fits under it with room
+/// for the rest of the process, so that a flood on one port leaves the others answering.
+pub fn check_descriptor_budget(settings: &Settings, redirect_listeners: usize, api: bool) -> anyhow::Result<()> {
+    let limit = rebound_edge::fd_limit::raise_open_file_limit().context("reading RLIMIT_NOFILE")?;
+    let e = &settings.edge;
+    let caps = (e.max_connections * redirect_listeners
+        + if api { e.api_max_connections } else { 0 }
+        + e.metrics_max_connections) as u64;
+    if !rebound_edge::fd_limit::caps_fit(caps, limit) {
+        anyhow::bail!(
+            "edge.max_connections (REBOUND_MAX_CONNECTIONS) x {redirect_listeners} redirect listener(s) + \
+             edge.api_max_connections + edge.metrics_max_connections = {caps} connections, \
+             plus {} descriptors kept for the process, exceed the open-file limit of {limit}: \
+             lower the caps or raise the hard limit (ulimit -Hn)",
+            rebound_edge::fd_limit::RESERVED_DESCRIPTORS
+        );
+    }
+    Ok(())
+}
+
+/// Binds `addr`, naming the setting when it fails.
+pub fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<std::net::TcpListener> {
+    let l = std::net::TcpListener::bind(addr).with_context(|| format!("binding the {what} listener on {addr}"))?;
+    l.set_nonblocking(true)?;
+    Ok(l)
+}
+
+/// Binds `addr` as soon as the process being upgraded has released it (it does on
+/// SIGQUIT), trying for at most `wait`.
+pub async fn bind_when_free(addr: SocketAddr, what: &str, wait: Duration) -> anyhow::Result<tokio::net::TcpListener> {
+    let until = tokio::time::Instant::now() + wait;
+    loop {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => return Ok(l),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tokio::time::Instant::now() < until => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => return Err(e).with_context(|| format!("binding the {what} listener on {addr}")),
+        }
+    }
+}
+
+/// An axum router as the hyper service of one connection from `peer`.
+#[derive(Clone)]
+pub struct RouterService {
+    router: Router,
+    peer: SocketAddr,
+}
+
+impl hyper::service::Service<http::Request<Incoming>> for RouterService {
+    type Response = axum::response::Response;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn call(&self, req: http::Request<Incoming>) -> Self::Future {
+        use tower::ServiceExt;
+        let mut req = req.map(axum::body::Body::new);
+        req.extensions_mut().insert(axum::extract::ConnectInfo(self.peer));
+        let router = self.router.clone();
+        Box::pin(async move { router.oneshot(req).await })
+    }
+}
+
+/// Serves `router` on `listener` through `edge` until `stop` turns true, then lets the
+/// open connections finish.
+pub async fn serve_router(listener: tokio::net::TcpListener, router: Router, edge: Edge, stop: watch::Receiver<bool>) {
+    rebound_edge::serve_listener(
+        listener,
+        edge,
+        move |peer| RouterService {
+            router: router.clone(),
+            peer,
+        },
+        stop,
+    )
+    .await
+}

@@ -1,0 +1,775 @@
+//! Black-box tests of the redirect port's edge (SPEC §3a) on real sockets, against the
+//! all-in-one started on port 0: RFC 9112 framing and heads side by side with nginx, the
+//! deadlines, the connection caps of every port, lingering close, HTTP/2 in clear and over
+//! TLS, certificate reload and the upgrade hand-over.
+
+mod common;
+
+use common::services::free_port;
+use common::*;
+use serde_json::json;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const ALL: &[&str] = &["redirect", "API", "metrics"];
+
+/// How a raw exchange ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// The server closed the connection cleanly (FIN).
+    Closed,
+    /// The server reset the connection.
+    Reset,
+    /// Still open when we stopped waiting.
+    Open,
+}
+
+/// Sends `request` on a new connection and reads until the server closes it or `wait`
+/// passes without data.
+fn exchange(addr: &str, request: &[u8], wait: Duration) -> (String, End) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(wait)).unwrap();
+    // The server may refuse before reading everything: a failed write is part of the story.
+    let _ = s.write_all(request);
+    let mut got = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    let end = loop {
+        match s.read(&mut buf) {
+            Ok(0) => break End::Closed,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break End::Reset,
+            Err(_) => break End::Open,
+        }
+    };
+    (String::from_utf8_lossy(&got).into_owned(), end)
+}
+
+/// The status codes of the responses in `text`, in order.
+fn statuses(text: &str) -> Vec<u16> {
+    text.split("\r\n")
+        .filter(|l| l.starts_with("HTTP/1."))
+        .filter_map(|l| l.split(' ').nth(1)?.parse().ok())
+        .collect()
+}
+
+/// The hostile and odd requests of SPEC §3a, with what Rebound answers and what nginx 1.22
+/// answers to the same bytes (`/pipe` is a redirect on both).
+struct Case {
+    name: &'static str,
+    request: Vec<u8>,
+    rebound: (&'static [u16], End),
+    nginx: (&'static [u16], End),
+}
+
+fn cases() -> Vec<Case> {
+    let get_pipe = b"GET /pipe HTTP/1.1\r\nHost: x\r\n\r\n".as_slice();
+    let with_next = |head: &[u8]| [head, get_pipe].concat();
+    use End::*;
+    vec![
+        Case {
+            name: "conflicting Content-Length: refused, the next request is not eaten as body",
+            request: with_next(b"GET /pipe HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 32\r\n\r\n"),
+            rebound: (&[400], Closed),
+            nginx: (&[400], Closed),
+        },
+        Case {
+            name: "Content-Length with a sign",
+            request: b"GET /pipe HTTP/1.1\r\nHost: x\r\nContent-Length: +32\r\n\r\n".to_vec(),
+            rebound: (&[400], Closed),
+            nginx: (&[400], Closed),
+        },
+        Case {
+            name: "Content-Length followed by a no-break space",
+            request: b"GET /pipe HTTP/1.1\r\nHost: x\r\nContent-Length: 32\xc2\xa0\r\n\r\n".to_vec(),
+            rebound: (&[400], Closed),
+            nginx: (&[400], Closed),
+        },
+        Case {
+            name: "HTTP/1.1 without Host",
+            request: b"GET /pipe HTTP/1.1\r\n\r\n".to_vec(),
+            rebound: (&[400], Closed),
+            nginx: (&[400], Closed),
+        },
+        Case {
+            name: "HTTP/1.1 with two Host headers",
+            request: b"GET /pipe HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n".to_vec(),
+            rebound: (&[400], Closed),
+            nginx: (&[400], Closed),
+        },
+        Case {
+            name: "HTTP/1.0 with Connection: close, keep-alive closes",
+            request: b"GET /pipe HTTP/1.0\r\nConnection: close, keep-alive\r\n\r\n".to_vec(),
+            rebound: (&[302], Closed),
+            nginx: (&[302], Closed),
+        },
+        Case {
+            name: "HTTP/1.1 with Connection: keep-alive, close closes",
+            request: b"GET /pipe HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, close\r\n\r\n".to_vec(),
+            rebound: (&[302], Closed),
+            nginx: (&[302], Closed),
+        },
+        Case {
+            name: "HTTP/1.0 keep-alive stays open",
+            request: b"GET /pipe HTTP/1.0\r\nConnection: keep-alive\r\n\r\n".to_vec(),
+            rebound: (&[302], Open),
+            nginx: (&[302], Open),
+        },
+        Case {
+            name: "absolute-form target answered by its path",
+            request: b"GET http://x/pipe HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+            rebound: (&[302], Open),
+            nginx: (&[302], Open),
+        },
+        Case {
+            name: "Content-Length with Transfer-Encoding: at most one answer, then close",
+            request: with_next(
+                b"POST /pipe HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            ),
+            rebound: (&[405], Closed),
+            nginx: (&[400], Closed),
+        },
+        Case {
+            name: "Transfer-Encoding on HTTP/1.0",
+            request: b"POST /pipe HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n".to_vec(),
+            rebound: (&[400], Closed),
+            nginx: (&[400], Closed),
+        },
+        Case {
+            name: "unknown transfer coding",
+            request: b"POST /pipe HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n".to_vec(),
+            rebound: (&[400], Closed),
+            nginx: (&[501], Closed),
+        },
+        Case {
+            name: "a head over 8 KiB, the client still sending: 431 and a clean close",
+            request: [
+                b"GET /pipe HTTP/1.1\r\nHost: x\r\nX-Big: ".as_slice(),
+                &[b'a'; 9000],
+                b"\r\n\r\n",
+                &[b'z'; 64 * 1024],
+            ]
+            .concat(),
+            rebound: (&[431], Closed),
+            nginx: (&[400], Closed),
+        },
+        Case {
+            name: "more than 100 header fields",
+            request: [
+                b"GET /pipe HTTP/1.1\r\nHost: x\r\n".to_vec(),
+                (0..101).flat_map(|i| format!("X-{i}: v\r\n").into_bytes()).collect(),
+                b"\r\n".to_vec(),
+            ]
+            .concat(),
+            rebound: (&[431], Closed),
+            nginx: (&[302], Open),
+        },
+        Case {
+            name: "Expect: 100-continue on a refused request: the final answer, no 100",
+            request: b"POST /pipe HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n".to_vec(),
+            rebound: (&[405], Closed),
+            nginx: (&[100, 302], Open),
+        },
+        Case {
+            name: "two pipelined requests: two answers in order",
+            request: with_next(b"HEAD /nope-nope HTTP/1.1\r\nHost: x\r\n\r\n"),
+            rebound: (&[404, 302], Open),
+            nginx: (&[404, 302], Open),
+        },
+        Case {
+            name: "a small body is skipped and the connection kept",
+            request: with_next(b"POST /pipe HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"),
+            rebound: (&[405, 302], Open),
+            nginx: (&[302, 302], Open),
+        },
+        Case {
+            name: "not HTTP at all",
+            request: b"\x16\x03\x01 not http\r\n\r\n".to_vec(),
+            rebound: (&[400], Closed),
+            nginx: (&[400], Closed),
+        },
+    ]
+}
+
+struct Rebound {
+    run: Running,
+}
+
+impl Rebound {
+    fn start(dir: &Path, env: &[(&str, &str)]) -> Rebound {
+        Rebound {
+            run: start(&[], dir, env, ALL),
+        }
+    }
+
+    fn redirect(&self) -> String {
+        self.run.addrs["redirect"].clone()
+    }
+
+    async fn create(&self, body: serde_json::Value) {
+        let res = http()
+            .post(format!("{}/api/v1/links", self.run.api()))
+            .bearer_auth(OPERATOR_KEY)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), reqwest::StatusCode::CREATED);
+    }
+
+    async fn refusals(&self, port: &str, reason: &str) -> f64 {
+        metric(
+            &self.run,
+            &format!(r#"rebound_edge_refusals_total{{port="{port}",reason="{reason}"}}"#),
+        )
+        .await
+    }
+
+    async fn open_connections(&self, port: &str) -> f64 {
+        metric(&self.run, &format!(r#"rebound_edge_open_connections{{port="{port}"}}"#)).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_heads_are_refused_as_rfc_9112_says_and_the_connection_closed_cleanly() {
+    let dir = temp_dir();
+    let rb = Rebound::start(dir.path(), &[]);
+    rb.create(json!({"long_url": "https://example.com/p", "custom_alias": "pipe"}))
+        .await;
+    let addr = rb.redirect();
+    for case in cases() {
+        let (text, end) = tokio::task::block_in_place(|| exchange(&addr, &case.request, Duration::from_millis(700)));
+        assert_eq!((statuses(&text).as_slice(), end), case.rebound, "{}: {text}", case.name);
+    }
+    assert!(rb.refusals("redirect", "bad_request").await >= 5.0);
+    assert!(rb.refusals("redirect", "head_too_large").await >= 2.0);
+}
+
+/// The same bytes sent to nginx, to keep the reference column of the table honest. Runs
+/// when `REBOUND_TEST_NGINX` names an nginx binary (scripts/test sets it).
+#[test]
+fn the_nginx_column_of_the_table_is_what_nginx_answers() {
+    let Ok(nginx) = std::env::var("REBOUND_TEST_NGINX") else {
+        eprintln!("skipped: REBOUND_TEST_NGINX is not set (scripts/test sets it)");
+        return;
+    };
+    let dir = temp_dir();
+    let port = free_port();
+    let conf = format!(
+        "worker_processes 1; daemon off; error_log {d}/error.log; pid {d}/nginx.pid;\n\
+         events {{ worker_connections 256; }}\n\
+         http {{ access_log off; client_body_temp_path {d};\n\
+           server {{ listen 127.0.0.1:{port};\n\
+             location = /pipe {{ return 302 https://example.com/p; }}\n\
+             location / {{ return 404; }} }} }}\n",
+        d = dir.path().display()
+    );
+    std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
+    let mut child = Command::new(nginx)
+        .arg("-c")
+        .arg(dir.path().join("nginx.conf"))
+        .spawn()
+        .expect("start nginx");
+    let addr = format!("127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(&addr).is_err() {
+        assert!(Instant::now() < deadline, "nginx did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for case in cases() {
+        let (text, end) = exchange(&addr, &case.request, Duration::from_millis(700));
+        assert_eq!((statuses(&text).as_slice(), end), case.nginx, "{}: {text}", case.name);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_from_the_request_becomes_a_header_but_the_forwarded_query() {
+    let dir = temp_dir();
+    let rb = Rebound::start(dir.path(), &[]);
+    rb.create(json!({"long_url": "https://example.com/p", "custom_alias": "fwd", "forward_query": true}))
+        .await;
+    let addr = rb.redirect();
+    let (text, _) = tokio::task::block_in_place(|| {
+        exchange(
+            &addr,
+            b"GET /fwd?x=%0d%0aSet-Cookie:%20a HTTP/1.1\r\nHost: x\r\nX-Echo: Set-Cookie: b\r\nConnection: close\r\n\r\n",
+            Duration::from_millis(700),
+        )
+    });
+    let head: Vec<&str> = text.split("\r\n\r\n").next().unwrap().split("\r\n").collect();
+    assert_eq!(head[0], "HTTP/1.1 302 Found");
+    assert!(
+        head.contains(&"location: https://example.com/p?x=%0d%0aSet-Cookie:%20a"),
+        "the query is forwarded as sent: {head:?}"
+    );
+    let names: Vec<String> = head[1..]
+        .iter()
+        .map(|l| l.split(':').next().unwrap().to_ascii_lowercase())
+        .collect();
+    assert_eq!(
+        names,
+        ["location", "cache-control", "connection", "content-length", "date"],
+        "{head:?}"
+    );
+    // A raw CR or LF in the target is refused before it can reach a header.
+    let (text, end) = tokio::task::block_in_place(|| {
+        exchange(
+            &addr,
+            b"GET /fwd?x=\rSet-Cookie:a HTTP/1.1\r\nHost: x\r\n\r\n",
+            Duration::from_millis(700),
+        )
+    });
+    assert_eq!(
+        (statuses(&text).as_slice(), end),
+        (&[400u16][..], End::Closed),
+        "{text}"
+    );
+}
+
+/// Writes a self-signed certificate for `localhost` and 127.0.0.1 (`kind`: `ec` or `rsa`).
+fn self_signed(dir: &Path, name: &str, kind: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (cert, key) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
+    let newkey: &[&str] = match kind {
+        "ec" => &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"],
+        _ => &["-newkey", "rsa:2048"],
+    };
+    let out = Command::new("openssl")
+        .args(["req", "-x509", "-nodes", "-days", "2", "-subj"])
+        .arg(format!("/CN={name}"))
+        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        .args(newkey)
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    (cert, key)
+}
+
+/// `curl` with `args`, returning `<http version> <status> <location>`.
+fn curl(args: &[&str]) -> String {
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_version} %{http_code} %{redirect_url}",
+        ])
+        .args(args)
+        .output()
+        .expect("curl");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The subject of the certificate the TLS port serves now.
+fn served_subject(tls: &str) -> String {
+    let out = Command::new("openssl")
+        .args(["s_client", "-connect", tls, "-servername", "localhost"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("openssl s_client");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines()
+        .find(|l| l.starts_with("subject="))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_protocol_gets_the_same_redirect_h1_h2c_and_tls_with_ecdsa_and_rsa() {
+    for kind in ["ec", "rsa"] {
+        let dir = temp_dir();
+        let (cert, key) = self_signed(dir.path(), "rebound-test", kind);
+        let data = dir.path().join("data");
+        let run = start(
+            &[],
+            &data,
+            &[
+                ("REBOUND_TLS_ADDR", "127.0.0.1:0"),
+                ("REBOUND_TLS_CERT", cert.to_str().unwrap()),
+                ("REBOUND_TLS_KEY", key.to_str().unwrap()),
+            ],
+            &["redirect", "redirect TLS", "API", "metrics"],
+        );
+        let rb = Rebound { run };
+        rb.create(json!({"long_url": "https://example.com/t?a=1", "custom_alias": "proto", "forward_query": true}))
+            .await;
+        let plain = format!("http://{}/proto?q=1", rb.redirect());
+        let port = rb.run.addrs["redirect TLS"].rsplit(':').next().unwrap().to_owned();
+        let tls = format!("https://localhost:{port}/proto?q=1");
+        let resolve = format!("localhost:{port}:127.0.0.1");
+        let want = "https://example.com/t?a=1&q=1";
+        let cacert = cert.to_str().unwrap();
+        let answers = tokio::task::block_in_place(|| {
+            [
+                curl(&["--http1.1", &plain]),
+                curl(&["--http1.0", &plain]),
+                curl(&["--http2-prior-knowledge", &plain]),
+                curl(&["--http2", "--cacert", cacert, "--resolve", &resolve, &tls]),
+                curl(&["--http1.1", "--cacert", cacert, "--resolve", &resolve, &tls]),
+                curl(&[
+                    "--http1.1",
+                    "--tlsv1.2",
+                    "--tls-max",
+                    "1.2",
+                    "--cacert",
+                    cacert,
+                    "--resolve",
+                    &resolve,
+                    &tls,
+                ]),
+                curl(&["--http2", "--tlsv1.3", "--cacert", cacert, "--resolve", &resolve, &tls]),
+            ]
+        });
+        // curl spells HTTP/1.0 "1".
+        let expected = ["1.1", "1", "2", "2", "1.1", "1.1", "2"].map(|v| format!("{v} 302 {want}"));
+        assert_eq!(answers, expected, "{kind}");
+        for (outcome, version) in [("full", "1.3"), ("full", "1.2")] {
+            let handshakes = metric(
+                &rb.run,
+                &format!(
+                    r#"rebound_edge_tls_handshakes_total{{outcome="{outcome}",port="redirect_tls",version="{version}"}}"#
+                ),
+            )
+            .await;
+            assert!(handshakes >= 1.0, "{kind}: {outcome} TLS {version} handshakes counted");
+        }
+        assert!(metric(&rb.run, r#"rebound_edge_h2_streams_total{port="redirect_tls"}"#).await >= 2.0);
+        assert!(metric(&rb.run, r#"rebound_edge_h2_streams_total{port="redirect"}"#).await >= 1.0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_sessions_resume() {
+    let dir = temp_dir();
+    let (cert, key) = self_signed(dir.path(), "rebound-test", "ec");
+    let data = dir.path().join("data");
+    let run = start(
+        &[],
+        &data,
+        &[
+            ("REBOUND_TLS_ADDR", "127.0.0.1:0"),
+            ("REBOUND_TLS_CERT", cert.to_str().unwrap()),
+            ("REBOUND_TLS_KEY", key.to_str().unwrap()),
+        ],
+        &["redirect TLS", "metrics"],
+    );
+    let tls = run.addrs["redirect TLS"].clone();
+    let session = dir.path().join("session.pem");
+    for version in ["-tls1_2", "-tls1_3"] {
+        let reused = tokio::task::block_in_place(|| {
+            (0..2)
+                .map(|i| {
+                    let mut cmd = Command::new("openssl");
+                    cmd.args(["s_client", "-connect", &tls, version, "-ign_eof"]);
+                    cmd.arg(if i == 0 { "-sess_out" } else { "-sess_in" }).arg(&session);
+                    let mut child = cmd
+                        .stdin(std::process::Stdio::piped())
+                        .stdout(std::process::Stdio::piped())
+                        .stderr(std::process::Stdio::null())
+                        .spawn()
+                        .unwrap();
+                    // A request, so that TLS 1.3's ticket (sent after the handshake) arrives.
+                    let _ = child
+                        .stdin
+                        .take()
+                        .unwrap()
+                        .write_all(b"GET /abc HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+                    let out = child.wait_with_output().unwrap();
+                    String::from_utf8_lossy(&out.stdout).contains("Reused, TLS")
+                })
+                .collect::<Vec<_>>()
+        });
+        assert_eq!(
+            reused,
+            [false, true],
+            "{version}: the second connection resumes the first session"
+        );
+    }
+    let resumed = |v: &'static str| {
+        format!(r#"rebound_edge_tls_handshakes_total{{outcome="resumed",port="redirect_tls",version="{v}"}}"#)
+    };
+    assert!(metric(&run, &resumed("1.2")).await >= 1.0);
+    assert!(metric(&run, &resumed("1.3")).await >= 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_certificate_is_served_after_sighup_or_a_file_change_and_a_bad_one_is_refused() {
+    let dir = temp_dir();
+    self_signed(dir.path(), "first", "ec");
+    // The files the port serves from, replaced by copies below.
+    let (cert, key) = (dir.path().join("served.crt"), dir.path().join("served.key"));
+    std::fs::copy(dir.path().join("first.crt"), &cert).unwrap();
+    std::fs::copy(dir.path().join("first.key"), &key).unwrap();
+    let data = dir.path().join("data");
+    let run = start(
+        &[],
+        &data,
+        &[
+            ("REBOUND_TLS_ADDR", "127.0.0.1:0"),
+            ("REBOUND_TLS_CERT", cert.to_str().unwrap()),
+            ("REBOUND_TLS_KEY", key.to_str().unwrap()),
+        ],
+        &["redirect TLS", "API", "metrics"],
+    );
+    let tls = run.addrs["redirect TLS"].clone();
+    let subject = |want: &str| {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let got = served_subject(&tls);
+            if got.contains(want) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "still serving {got:?}, want {want}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    tokio::task::block_in_place(|| subject("CN = first"));
+    // A keep-alive connection opened before the reloads must keep working after them.
+    let mut kept = TcpStream::connect(&tls).unwrap();
+    kept.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+
+    // A changed file is noticed by itself.
+    let (cert2, key2) = self_signed(dir.path(), "second", "ec");
+    std::fs::copy(&key2, &key).unwrap();
+    std::fs::copy(&cert2, &cert).unwrap();
+    tokio::task::block_in_place(|| subject("CN = second"));
+
+    // A pair that does not match is refused; the old one keeps serving.
+    let (_, key3) = self_signed(dir.path(), "third", "ec");
+    std::fs::copy(&key3, &key).unwrap();
+    let refused = r#"rebound_edge_tls_reloads_total{outcome="refused"}"#;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while metric(&run, refused).await < 1.0 {
+        assert!(Instant::now() < deadline, "the bad pair was not refused");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::task::block_in_place(|| subject("CN = second"));
+
+    // SIGHUP reloads; the process does not die of it.
+    std::fs::copy(dir.path().join("first.key"), &key).unwrap();
+    std::fs::copy(dir.path().join("first.crt"), &cert).unwrap();
+    let pid = run.pid();
+    assert!(Command::new("kill")
+        .args(["-HUP", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    tokio::task::block_in_place(|| subject("CN = first"));
+    assert!(metric(&run, r#"rebound_edge_tls_reloads_total{outcome="loaded"}"#).await >= 2.0);
+    // The connection opened before is still there (not dropped by the reloads): the server
+    // has not closed it.
+    kept.set_nonblocking(true).unwrap();
+    let mut b = [0u8; 1];
+    assert!(
+        matches!(kept.read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "an open connection survived the reloads"
+    );
+    let res = http()
+        .get(format!("{}/healthz", run.addr("metrics")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), reqwest::StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_idle_and_non_reading_clients_are_cut_off_and_counted() {
+    let dir = temp_dir();
+    let rb = Rebound::start(
+        dir.path(),
+        &[
+            ("REBOUND_HEAD_TIMEOUT_MS", "600"),
+            ("REBOUND_IDLE_TIMEOUT_MS", "1500"),
+            ("REBOUND_WRITE_TIMEOUT_MS", "600"),
+        ],
+    );
+    let long = format!("https://example.com/{}", "x".repeat(2000));
+    rb.create(json!({"long_url": long, "custom_alias": "longtarget"})).await;
+    let addr = rb.redirect();
+
+    // A head trickled one byte every 100 ms: cut off long before it is complete (the
+    // trickle would take 6 s), although every read brings a byte.
+    let trickled = tokio::task::block_in_place(|| {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        for (i, b) in b"GET /longtarget HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n"
+            .iter()
+            .enumerate()
+        {
+            if s.write_all(&[*b]).is_err() {
+                return i;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        usize::MAX
+    });
+    assert!(trickled < 60, "the trickling head was cut off ({trickled} bytes sent)");
+    assert!(rb.refusals("redirect", "head_timeout").await >= 1.0);
+
+    // An answered keep-alive connection left idle: closed by the server.
+    let (text, end) = tokio::task::block_in_place(|| {
+        exchange(
+            &addr,
+            b"GET /longtarget HTTP/1.1\r\nHost: x\r\n\r\n",
+            Duration::from_secs(10),
+        )
+    });
+    assert_eq!((statuses(&text).as_slice(), end), (&[302u16][..], End::Closed));
+    assert!(rb.refusals("redirect", "idle_timeout").await >= 1.0);
+
+    // Clients that pipeline requests for a 2 KiB target and never read: each is cut off at
+    // the write timeout and its buffers freed (the open-connection gauge falls back).
+    // Enough requests that the answers overflow the kernel's socket buffers both ways.
+    let request = b"GET /longtarget HTTP/1.1\r\nHost: x\r\n\r\n".repeat(1000);
+    let writers: Vec<_> = (0..5)
+        .map(|_| {
+            let addr = addr.clone();
+            let request = request.clone();
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect(&addr).unwrap();
+                s.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
+                for _ in 0..100 {
+                    if s.write_all(&request).is_err() {
+                        break;
+                    }
+                }
+                s
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while rb.refusals("redirect", "write_timeout").await < 5.0 {
+        assert!(Instant::now() < deadline, "non-reading clients were not cut off");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    while rb.open_connections("redirect").await > 0.0 {
+        assert!(
+            Instant::now() < deadline,
+            "connections of non-reading clients stay open"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for w in writers {
+        drop(w.join().unwrap());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_on_one_port_leaves_the_other_ports_answering() {
+    let dir = temp_dir();
+    let rb = Rebound::start(
+        dir.path(),
+        &[("REBOUND_MAX_CONNECTIONS", "8"), ("REBOUND_API_MAX_CONNECTIONS", "8")],
+    );
+    rb.create(json!({"long_url": "https://example.com/f", "custom_alias": "flood"}))
+        .await;
+    let api = rb.run.addrs["API"].clone();
+    let redirect = rb.redirect();
+    for (addr, port) in [(&redirect, "redirect"), (&api, "api")] {
+        // Idle connections fill the port's cap …
+        let held: Vec<TcpStream> = (0..8).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while rb.open_connections(port).await < 8.0 {
+            assert!(Instant::now() < deadline, "{port}: 8 connections open");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // … the next one is closed at once and counted …
+        let (text, end) = tokio::task::block_in_place(|| {
+            exchange(addr, b"GET /flood HTTP/1.1\r\nHost: x\r\n\r\n", Duration::from_secs(5))
+        });
+        assert!(
+            text.is_empty() && end != End::Open,
+            "{port}: over the cap: {text:?} {end:?}"
+        );
+        assert!(rb.refusals(port, "connection_limit").await >= 1.0);
+        // … while the other ports answer.
+        let res = http()
+            .get(format!("{}/readyz", rb.run.addr("metrics")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), reqwest::StatusCode::OK, "{port} flooded: metrics answer");
+        if port == "redirect" {
+            let res = http()
+                .get(format!("{}/api/v1/links/flood", rb.run.api()))
+                .bearer_auth(OPERATOR_KEY)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(
+                res.status(),
+                reqwest::StatusCode::OK,
+                "redirect flooded: the API answers"
+            );
+        } else {
+            let (text, _) = tokio::task::block_in_place(|| {
+                exchange(
+                    &redirect,
+                    b"GET /flood HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                    Duration::from_secs(5),
+                )
+            });
+            assert_eq!(statuses(&text), [302], "API flooded: redirects answer");
+        }
+        drop(held);
+        // Once they are gone the port serves again.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while rb.open_connections(port).await > 0.0 {
+            assert!(Instant::now() < deadline, "{port}: held connections released");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let (text, _) = tokio::task::block_in_place(|| {
+        exchange(
+            &redirect,
+            b"GET /flood HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(5),
+        )
+    });
+    assert_eq!(statuses(&text), [302]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_port_refuses_slow_heads_and_a_413_reaches_a_client_that_sends_its_whole_body() {
+    let dir = temp_dir();
+    let rb = Rebound::start(dir.path(), &[("REBOUND_HEAD_TIMEOUT_MS", "600")]);
+    let api = rb.run.addrs["API"].clone();
+    // 200 KiB of JSON, over the 64 KiB limit, sent whole: the 413 arrives and the
+    // connection closes cleanly (no reset that would destroy the answer).
+    let body = format!("{{\"long_url\":\"https://example.com/{}\"}}", "a".repeat(200 * 1024));
+    let request = format!(
+        "POST /api/v1/links HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {OPERATOR_KEY}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let (text, end) = tokio::task::block_in_place(|| exchange(&api, request.as_bytes(), Duration::from_secs(5)));
+    assert_eq!(statuses(&text), [413], "{}", &text[..text.len().min(300)]);
+    assert!(
+        text.contains("payload_too_large") || text.contains("too_large"),
+        "{text}"
+    );
+    assert_ne!(end, End::Reset);
+    // A head trickled to the API port is cut off too.
+    let cut = tokio::task::block_in_place(|| {
+        let mut s = TcpStream::connect(&api).unwrap();
+        for (i, b) in b"GET /api/v1/openapi.json HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaa\r\n\r\n"
+            .iter()
+            .enumerate()
+        {
+            if s.write_all(&[*b]).is_err() {
+                return i;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        usize::MAX
+    });
+    assert!(cut < 70, "the API's trickling head was cut off ({cut} bytes sent)");
+    assert!(rb.refusals("api", "head_timeout").await >= 1.0);
+}
