@@ -744,12 +744,12 @@ async fn take_down_link(
 #[utoipa::path(get, path = "/api/v1/links/{code}/stats", tag = "links",
     params(
         ("code" = String, Path, description = "The short code"),
-        ("from" = Option<String>, Query, description = "YYYY-MM-DD (UTC); default 29 days before `to`"),
-        ("to" = Option<String>, Query, description = "YYYY-MM-DD (UTC); default today"),
+        ("from" = Option<String>, Query, description = "YYYY-MM-DD (UTC), 0000-01-01 to 9999-12-31; default 29 days before `to`"),
+        ("to" = Option<String>, Query, description = "YYYY-MM-DD (UTC), 0000-01-01 to 9999-12-31; default today"),
     ),
     responses(
         (status = 200, description = "Daily clicks, every day of the range", body = LinkStats),
-        (status = 400, description = "Bad dates or a range over 366 days", body = ErrorBody),
+        (status = 400, description = "Bad dates, dates (given or defaulted) outside 0000-01-01 to 9999-12-31, or a range over 366 days", body = ErrorBody),
         (status = 401, description = "No valid key", body = ErrorBody),
         (status = 403, description = "Another key's link", body = ErrorBody),
         (status = 404, description = "No such link", body = ErrorBody),
@@ -776,6 +776,13 @@ async fn link_stats(
     let today = Day::of_millis(cp.clock.now_millis());
     let to = to.unwrap_or(today);
     let from = from.unwrap_or(to.plus(1 - DEFAULT_STATS_DAYS));
+    // A defaulted `from` can fall before the first day `YYYY-MM-DD` can name.
+    if !from.is_supported() || !to.is_supported() {
+        return Err(ApiError::bad_request(
+            "invalid_date",
+            "dates must be from 0000-01-01 to 9999-12-31",
+        ));
+    }
     if from > to {
         return Err(ApiError::bad_request("invalid_date", "from must not be after to"));
     }

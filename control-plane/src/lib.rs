@@ -134,7 +134,13 @@ pub async fn ensure_initial_operator_key(store: &dyn Store, clock: &dyn Clock) -
 
 /// The API router.
 pub fn router(cp: Arc<ControlPlane>) -> Router {
-    api::routes().with_state(cp)
+    guard_panics(api::routes().with_state(cp))
+}
+
+/// A handler that panics is answered 500 in the API's error shape, and logged, instead of
+/// dropping the connection.
+fn guard_panics(app: Router) -> Router {
+    app.layer(tower_http::catch_panic::CatchPanicLayer::custom(error::panic_response))
 }
 
 /// Serves the API on a bound listener until `shutdown` completes, then drains.
@@ -146,4 +152,39 @@ pub async fn serve(
     axum::serve(listener, router(cp).into_make_service_with_connect_info::<SocketAddr>())
         .with_graceful_shutdown(shutdown)
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    #[tokio::test]
+    async fn a_panicking_handler_is_answered_500_in_the_error_shape() {
+        let app = guard_panics(Router::new().route(
+            "/boom",
+            axum::routing::get(|| async {
+                if true {
+                    panic!("boom in a test handler");
+                }
+                "unreachable"
+            }),
+        ));
+        let res = app
+            .oneshot(Request::get("/boom").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(res.headers()["cache-control"], "no-store");
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["error"]["code"], "internal");
+        assert_eq!(
+            v["error"]["message"], "internal error",
+            "the panic message stays in the log"
+        );
+    }
 }

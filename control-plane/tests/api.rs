@@ -1055,3 +1055,52 @@ async fn a_delete_whose_tombstone_fails_is_503_and_the_retry_succeeds() {
         .collect();
     assert_eq!(outcomes, ["invalidate_failed", "already_down"]);
 }
+
+// Probing the API as an attacker would (issue 14): each of these once misbehaved.
+
+#[tokio::test]
+async fn stats_dates_outside_the_supported_range_are_400_not_a_panic() {
+    let h = harness().await;
+    h.create(OPERATOR, json!({"long_url": "https://e.com/", "custom_alias": "far"}))
+        .await;
+    for query in [
+        "to=-9999-01-01",
+        "to=-9999-01-29",
+        "to=-0001-12-31",
+        "to=0000-01-10",
+        "from=-9999-01-01&to=-9999-01-05",
+        "from=+2026-01-01&to=2026-01-02",
+        "from=9999-12-30&to=9999-12-31x",
+    ] {
+        let r = h
+            .call(
+                Method::GET,
+                &format!("/api/v1/links/far/stats?{query}"),
+                Some(OPERATOR),
+                None,
+            )
+            .await;
+        assert_error(&r, StatusCode::BAD_REQUEST, "invalid_date");
+    }
+    // The edges of the range are served.
+    let r = h
+        .call(
+            Method::GET,
+            "/api/v1/links/far/stats?from=9999-12-30&to=9999-12-31",
+            Some(OPERATOR),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(r.body["days"][1]["day"], "9999-12-31");
+    let r = h
+        .call(
+            Method::GET,
+            "/api/v1/links/far/stats?from=0000-01-01&to=0000-01-02",
+            Some(OPERATOR),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(r.body["days"][0]["day"], "0000-01-01");
+}
