@@ -731,7 +731,7 @@ async fn take_down_link(
     let principal = caller.principal()?;
     principal.require_operator()?;
     let reason = body?.value.reason.trim().to_owned();
-    if reason.is_empty() || reason.len() > 1000 || reason.chars().any(char::is_control) {
+    if reason.is_empty() || reason.chars().count() > 1000 || reason.chars().any(char::is_control) {
         return Err(ApiError::bad_request(
             "invalid_reason",
             "reason must be 1-1000 characters without control characters",

@@ -1104,3 +1104,46 @@ async fn stats_dates_outside_the_supported_range_are_400_not_a_panic() {
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(r.body["days"][0]["day"], "0000-01-01");
 }
+
+#[tokio::test]
+async fn a_takedown_reason_is_counted_in_characters() {
+    let h = harness().await;
+    h.create(
+        OPERATOR,
+        json!({"long_url": "https://e.com/", "custom_alias": "accent"}),
+    )
+    .await;
+    let r = h
+        .call(
+            Method::POST,
+            "/api/v1/links/accent/takedown",
+            Some(OPERATOR),
+            Some(json!({"reason": "é".repeat(1001)})),
+        )
+        .await;
+    assert_error(&r, StatusCode::BAD_REQUEST, "invalid_reason");
+    let r = h
+        .call(
+            Method::POST,
+            "/api/v1/links/accent/takedown",
+            Some(OPERATOR),
+            Some(json!({"reason": "é".repeat(501)})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(r.body["delete_reason"], "é".repeat(501));
+    let r = h
+        .call(
+            Method::POST,
+            "/api/v1/links/accent/takedown",
+            Some(OPERATOR),
+            Some(json!({"reason": "é".repeat(1000)})),
+        )
+        .await;
+    assert_eq!(
+        r.status,
+        StatusCode::OK,
+        "a repeat keeps the first record: {:?}",
+        r.body
+    );
+}
