@@ -1106,6 +1106,33 @@ async fn stats_dates_outside_the_supported_range_are_400_not_a_panic() {
 }
 
 #[tokio::test]
+async fn every_word_a_route_uses_is_reserved_as_an_alias() {
+    let h = harness().await;
+    let doc: Value = serde_json::from_str(&rebound_control_plane::openapi_json()).unwrap();
+    let mut words = Vec::new();
+    for path in doc["paths"].as_object().unwrap().keys() {
+        for segment in path.split('/').filter(|s| !s.is_empty() && !s.starts_with('{')) {
+            if rebound_core::code::check_code(segment).is_ok() {
+                words.push(segment.to_owned());
+            }
+        }
+    }
+    assert!(words.iter().any(|w| w == "import"), "{words:?}");
+    for w in &words {
+        assert!(rebound_core::code::is_reserved(w), "route word {w:?} is not reserved");
+    }
+    for alias in [
+        "import", "IMPORT", "Import", "takedown", "Stats", "keys", "links", "console",
+    ] {
+        let r = h
+            .create(OPERATOR, json!({"long_url": "https://e.com/", "custom_alias": alias}))
+            .await;
+        assert_error(&r, StatusCode::BAD_REQUEST, "reserved_alias");
+    }
+    assert_eq!(h.link_count().await, 0);
+}
+
+#[tokio::test]
 async fn a_takedown_reason_is_counted_in_characters() {
     let h = harness().await;
     h.create(
