@@ -1174,3 +1174,24 @@ async fn a_takedown_reason_is_counted_in_characters() {
         r.body
     );
 }
+
+#[tokio::test]
+async fn two_authorization_headers_are_refused() {
+    let h = harness().await;
+    let creator = h.new_key("creator").await;
+    for (first, second) in [
+        (format!("Bearer {OPERATOR}"), format!("Bearer {creator}")),
+        (format!("Bearer {creator}"), format!("Bearer {OPERATOR}")),
+        (format!("Bearer {OPERATOR}"), format!("Bearer {OPERATOR}")),
+    ] {
+        let req = Request::builder()
+            .method(Method::GET)
+            .uri("/api/v1/links")
+            .header(header::AUTHORIZATION, first)
+            .header(header::AUTHORIZATION, second)
+            .body(Body::empty())
+            .unwrap();
+        let r = h.send(req).await;
+        assert_error(&r, StatusCode::BAD_REQUEST, "invalid_authorization");
+    }
+}
