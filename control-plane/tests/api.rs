@@ -996,21 +996,27 @@ async fn bulk_import_reports_each_link_and_writes_only_the_valid_ones() {
     );
     assert_eq!(h.link_count().await, 3, "refused imports wrote nothing");
 
-    // Each imported link counts against a creator's rate limit; over it, nothing is written.
+    // Each imported link counts against a creator's rate limit; over it, the links the
+    // bucket covers are written and the rest fail one by one.
     let creator = h.new_key("creator").await;
     let six = json!({"links": (0..6).map(|i| json!({"long_url": format!("https://e.com/c{i}")})).collect::<Vec<_>>()});
     let r = h
         .call(Method::POST, "/api/v1/links/import", Some(&creator), Some(six))
         .await;
-    assert_error(&r, StatusCode::TOO_MANY_REQUESTS, "rate_limited");
-    assert_eq!(h.link_count().await, 3);
-    let five = json!({"links": (0..5).map(|i| json!({"long_url": format!("https://e.com/c{i}")})).collect::<Vec<_>>()});
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(
-        h.call(Method::POST, "/api/v1/links/import", Some(&creator), Some(five))
-            .await
-            .body["created"],
-        5
+        (r.body["created"].clone(), r.body["failed"].clone()),
+        (json!(5), json!(1))
     );
+    assert_eq!(r.body["results"][5]["error"]["code"], "rate_limited");
+    assert_eq!(r.body["retry_after_secs"], 1);
+    assert_eq!(h.link_count().await, 8);
+    let one = json!({"links": [{"long_url": "https://e.com/c5"}]});
+    let r = h
+        .call(Method::POST, "/api/v1/links/import", Some(&creator), Some(one))
+        .await;
+    assert_error(&r, StatusCode::TOO_MANY_REQUESTS, "rate_limited");
+    assert_eq!(h.link_count().await, 8);
 }
 
 #[tokio::test]
@@ -1058,6 +1064,25 @@ async fn a_delete_whose_tombstone_fails_is_503_and_the_retry_succeeds() {
 
 // Probing the API as an attacker would (issue 14): each of these once misbehaved.
 
+fn with_peer(mut req: Request<Body>, ip: &str) -> Request<Body> {
+    let addr: std::net::SocketAddr = format!("{ip}:40000")
+        .parse()
+        .or_else(|_| format!("[{ip}]:40000").parse())
+        .unwrap();
+    req.extensions_mut().insert(axum::extract::ConnectInfo(addr));
+    req
+}
+
+fn anonymous_create(ip: &str) -> Request<Body> {
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri("/api/v1/links")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(json!({"long_url": "https://e.com/"}).to_string()))
+        .unwrap();
+    with_peer(req, ip)
+}
+
 #[tokio::test]
 async fn stats_dates_outside_the_supported_range_are_400_not_a_panic() {
     let h = harness().await;
@@ -1103,6 +1128,102 @@ async fn stats_dates_outside_the_supported_range_are_400_not_a_panic() {
         .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(r.body["days"][0]["day"], "0000-01-01");
+}
+
+fn import_of(n: usize, prefix: &str) -> Value {
+    json!({"links": (0..n).map(|i| json!({"long_url": format!("https://e.com/{prefix}{i}")})).collect::<Vec<_>>()})
+}
+
+#[tokio::test]
+async fn an_import_larger_than_the_burst_creates_what_the_bucket_covers() {
+    let h = harness_with(|s| {
+        s.api.creator_burst = 5;
+        s.api.creator_rate_per_sec = 1.0;
+    })
+    .await;
+    let creator = h.new_key("creator").await;
+    let r = h
+        .call(
+            Method::POST,
+            "/api/v1/links/import",
+            Some(&creator),
+            Some(import_of(12, "a")),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(
+        (r.body["created"].clone(), r.body["failed"].clone()),
+        (json!(5), json!(7))
+    );
+    let results = r.body["results"].as_array().unwrap();
+    assert!(
+        results[..5].iter().all(|o| o["code"].is_string()),
+        "the first links are created"
+    );
+    assert!(results[5..].iter().all(|o| o["error"]["code"] == "rate_limited"));
+    // Five tokens (the burst) are back after five seconds: a promise that can come true.
+    assert_eq!(r.body["retry_after_secs"], 5);
+    assert_eq!(h.link_count().await, 5);
+
+    // An empty bucket answers 429 with a Retry-After that is true for one link.
+    let r = h
+        .call(
+            Method::POST,
+            "/api/v1/links/import",
+            Some(&creator),
+            Some(import_of(3, "b")),
+        )
+        .await;
+    assert_error(&r, StatusCode::TOO_MANY_REQUESTS, "rate_limited");
+    assert_eq!(r.headers[header::RETRY_AFTER], "1");
+    h.clock.advance(1000);
+    let r = h
+        .call(
+            Method::POST,
+            "/api/v1/links/import",
+            Some(&creator),
+            Some(import_of(3, "b")),
+        )
+        .await;
+    assert_eq!(
+        (r.body["created"].clone(), r.body["failed"].clone()),
+        (json!(1), json!(2))
+    );
+
+    // Links refused for their content cost nothing.
+    h.clock.advance(5000);
+    let mixed = json!({"links": [
+        {"long_url": "ftp://nope"}, {"long_url": "https://e.com/ok"}, {"long_url": "nope"},
+        {"long_url": "https://e.com/x", "custom_alias": "api"},
+    ]});
+    let r = h
+        .call(Method::POST, "/api/v1/links/import", Some(&creator), Some(mixed))
+        .await;
+    assert_eq!(r.body["created"], 1, "{:?}", r.body);
+    assert_eq!(r.body["retry_after_secs"], Value::Null);
+    let r = h
+        .call(
+            Method::POST,
+            "/api/v1/links/import",
+            Some(&creator),
+            Some(import_of(4, "c")),
+        )
+        .await;
+    assert_eq!(r.body["created"], 4, "{:?}", r.body);
+
+    // An anonymous import over its burst of 10 works the same way.
+    let h = harness_with(|s| s.api.anonymous_create = true).await;
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri("/api/v1/links/import")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(import_of(25, "d").to_string()))
+        .unwrap();
+    let r = h.send(with_peer(req, "192.0.2.7")).await;
+    assert_eq!(
+        (r.body["created"].clone(), r.body["failed"].clone()),
+        (json!(10), json!(15))
+    );
 }
 
 #[tokio::test]
@@ -1194,4 +1315,72 @@ async fn two_authorization_headers_are_refused() {
         let r = h.send(req).await;
         assert_error(&r, StatusCode::BAD_REQUEST, "invalid_authorization");
     }
+}
+
+#[tokio::test]
+async fn an_idempotent_replay_is_not_charged_to_the_rate_limit() {
+    let h = harness_with(|s| {
+        s.api.creator_burst = 1;
+        s.api.creator_rate_per_sec = 0.001;
+    })
+    .await;
+    let creator = h.new_key("creator").await;
+    let send = |key: &'static str| {
+        Request::builder()
+            .method(Method::POST)
+            .uri("/api/v1/links")
+            .header(header::AUTHORIZATION, format!("Bearer {creator}"))
+            .header(header::CONTENT_TYPE, "application/json")
+            .header("Idempotency-Key", key)
+            .body(Body::from(json!({"long_url": "https://e.com/r"}).to_string()))
+            .unwrap()
+    };
+    let first = h.send(send("retry-1")).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    for _ in 0..3 {
+        let again = h.send(send("retry-1")).await;
+        assert_eq!(again.status, StatusCode::CREATED, "{:?}", again.body);
+        assert_eq!(again.body, first.body);
+    }
+    // A new key is a new link, and that one is charged.
+    assert_error(
+        &h.send(send("retry-2")).await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "rate_limited",
+    );
+    assert_eq!(h.link_count().await, 1);
+}
+
+#[tokio::test]
+async fn anonymous_ipv6_callers_share_a_bucket_per_64() {
+    let h = harness_with(|s| {
+        s.api.anonymous_create = true;
+        s.api.anonymous_burst = 2;
+        s.api.anonymous_rate_per_sec = 0.001;
+    })
+    .await;
+    assert_eq!(
+        h.send(anonymous_create("2001:db8:1:2::1")).await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        h.send(anonymous_create("2001:db8:1:2:ffff::2")).await.status,
+        StatusCode::CREATED
+    );
+    let r = h.send(anonymous_create("2001:db8:1:2:abcd:1234:5678:9")).await;
+    assert_error(&r, StatusCode::TOO_MANY_REQUESTS, "rate_limited");
+    assert_eq!(
+        h.send(anonymous_create("2001:db8:1:3::1")).await.status,
+        StatusCode::CREATED,
+        "another /64 is another caller"
+    );
+    // An IPv4 client is the same caller over IPv4 and as an IPv4-mapped IPv6 address.
+    assert_eq!(h.send(anonymous_create("192.0.2.1")).await.status, StatusCode::CREATED);
+    assert_eq!(
+        h.send(anonymous_create("::ffff:192.0.2.1")).await.status,
+        StatusCode::CREATED
+    );
+    let r = h.send(anonymous_create("192.0.2.1")).await;
+    assert_error(&r, StatusCode::TOO_MANY_REQUESTS, "rate_limited");
+    assert_eq!(h.send(anonymous_create("192.0.2.2")).await.status, StatusCode::CREATED);
 }
