@@ -293,9 +293,12 @@ struct NewLink {
     forward_query: bool,
 }
 
-fn validate_create(cp: &ControlPlane, req: CreateLinkRequest, now: i64) -> Result<NewLink, ApiError> {
-    let long_url = cp
-        .targets
+fn validate_create(cp: &ControlPlane, caller: &Caller, req: CreateLinkRequest, now: i64) -> Result<NewLink, ApiError> {
+    let targets = match caller {
+        Caller::Key(_) => &cp.targets,
+        Caller::Anonymous { .. } => &cp.anonymous_targets,
+    };
+    let long_url = targets
         .validate(&req.long_url)
         .map_err(|e| ApiError::bad_request("invalid_url", e.to_string()))?;
     if let Some(alias) = &req.custom_alias {
@@ -417,7 +420,7 @@ async fn create_link(
             return replay(&record, &hash);
         }
     }
-    let new = validate_create(&cp, body.value, now)?;
+    let new = validate_create(&cp, &caller, body.value, now)?;
     cp.charge(&caller, now)?;
     let api = &cp.settings.api;
     let mut attempts = 0;
@@ -511,7 +514,7 @@ async fn import_links(
     let mut outcomes: Vec<Option<ImportOutcome>> = Vec::with_capacity(requests.len());
     let mut valid: Vec<(usize, NewLink)> = Vec::new();
     for (i, req) in requests.into_iter().enumerate() {
-        match validate_create(&cp, req, now) {
+        match validate_create(&cp, &caller, req, now) {
             Ok(new) => {
                 valid.push((i, new));
                 outcomes.push(None);

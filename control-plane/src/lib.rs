@@ -55,7 +55,10 @@ pub struct ControlPlane {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) events: Arc<dyn LinkEvents>,
     pub(crate) clock: Arc<dyn Clock>,
+    /// Targets of key holders.
     pub(crate) targets: TargetPolicy,
+    /// Targets of anonymous callers: also never a mixed-script host.
+    pub(crate) anonymous_targets: TargetPolicy,
     pub(crate) codes: kgs::KeyRangeLease,
     pub(crate) limiter: ratelimit::CreateRateLimiter,
     pub(crate) bootstrap_key_hash: Option<String>,
@@ -71,11 +74,16 @@ impl ControlPlane {
     ) -> Result<Arc<ControlPlane>, StartError> {
         let targets = TargetPolicy {
             max_bytes: settings.api.max_target_bytes,
+            refuse_mixed_script: settings.api.refuse_mixed_script_for_keys,
             ..TargetPolicy::default()
         }
         .with_public_base(&settings.public_base_url)
         .map_err(StartError::PublicBase)?
         .with_blocklist(&settings.api.blocked_domains);
+        let anonymous_targets = TargetPolicy {
+            refuse_mixed_script: true,
+            ..targets.clone()
+        };
         let key = match settings.api.code_key {
             Some(k) => k,
             None => {
@@ -101,6 +109,7 @@ impl ControlPlane {
             events,
             clock,
             targets,
+            anonymous_targets,
             codes,
             limiter: ratelimit::CreateRateLimiter::default(),
             bootstrap_key_hash,

@@ -1384,3 +1384,67 @@ async fn anonymous_ipv6_callers_share_a_bucket_per_64() {
     assert_error(&r, StatusCode::TOO_MANY_REQUESTS, "rate_limited");
     assert_eq!(h.send(anonymous_create("192.0.2.2")).await.status, StatusCode::CREATED);
 }
+
+#[tokio::test]
+async fn every_spelling_of_the_own_host_is_refused_as_a_loop() {
+    let h = harness_with(|s| s.public_base_url = "http://127.0.0.1:48080".into()).await;
+    for target in [
+        "http://[::ffff:127.0.0.1]:48080/x",
+        "http://localhost:48080/x",
+        "http://localhost.:48080/x",
+        "http://0.0.0.0:48080/x",
+        "http://[::1]:48080/x",
+    ] {
+        assert_error(
+            &h.create(OPERATOR, json!({"long_url": target})).await,
+            StatusCode::BAD_REQUEST,
+            "invalid_url",
+        );
+    }
+    assert_eq!(h.link_count().await, 0);
+    let r = h
+        .create(OPERATOR, json!({"long_url": "http://localhost:48081/x"}))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "another port is another service");
+}
+
+#[tokio::test]
+async fn mixed_script_hosts_are_refused_for_anonymous_callers_and_when_configured() {
+    let homograph = json!({"long_url": "https://раураl.com/login"});
+    let h = harness_with(|s| s.api.anonymous_create = true).await;
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri("/api/v1/links")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(homograph.to_string()))
+        .unwrap();
+    assert_error(
+        &h.send(with_peer(req, "192.0.2.9")).await,
+        StatusCode::BAD_REQUEST,
+        "invalid_url",
+    );
+    assert_eq!(
+        h.create(OPERATOR, homograph.clone()).await.status,
+        StatusCode::CREATED,
+        "keyed callers are trusted by default"
+    );
+    let h = harness_with(|s| s.api.refuse_mixed_script_for_keys = true).await;
+    assert_error(
+        &h.create(OPERATOR, homograph).await,
+        StatusCode::BAD_REQUEST,
+        "invalid_url",
+    );
+    assert_eq!(
+        h.create(OPERATOR, json!({"long_url": "https://раура.com/"}))
+            .await
+            .status,
+        StatusCode::CREATED,
+        "one script per label is fine"
+    );
+    let long_label = format!("https://{}.com/", "a".repeat(64));
+    assert_error(
+        &h.create(OPERATOR, json!({"long_url": long_label})).await,
+        StatusCode::BAD_REQUEST,
+        "invalid_url",
+    );
+}
