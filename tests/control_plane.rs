@@ -748,3 +748,37 @@ async fn the_cli_imports_more_lines_than_a_creators_burst() {
     assert_eq!(out.lines().count(), 5, "{out}\n{err}");
     assert!(err.contains("imported 5, failed 0"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_dates_the_calendar_cannot_hold_are_400_over_http() {
+    let dir = temp_dir();
+    let rb = start(&["control-plane"], dir.path(), &[], &["API"]);
+    let api = rb.api();
+    let (s, _, _) = call(
+        reqwest::Method::POST,
+        format!("{api}/api/v1/links"),
+        Some(OPERATOR_KEY),
+        Some(json!({"long_url": "https://example.com/", "custom_alias": "cal"})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED);
+    for to in ["-9999-01-01", "-9999-01-29", "0000-01-05"] {
+        let (s, _, v) = call(
+            reqwest::Method::GET,
+            format!("{api}/api/v1/links/cal/stats?to={to}"),
+            Some(OPERATOR_KEY),
+            None,
+        )
+        .await;
+        assert_eq!((s, error_code(&v)), (StatusCode::BAD_REQUEST, "invalid_date"), "{to}");
+    }
+    // The server is still there.
+    let (s, _, _) = call(
+        reqwest::Method::GET,
+        format!("{api}/api/v1/links/cal/stats"),
+        Some(OPERATOR_KEY),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+}
