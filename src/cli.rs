@@ -49,7 +49,9 @@ pub enum LinksCommand {
         idempotency_key: Option<String>,
     },
     /// Create many links from a file: CSV lines `long_url[,alias]` or JSON lines with the
-    /// fields of `create` (`-` reads standard input). Prints `code,short_url,long_url` per link.
+    /// fields of `create` (`-` reads standard input). Prints `code,short_url,long_url` per
+    /// created link, also when a chunk fails; links over the rate limit are sent again when
+    /// it allows; a chunk refused as a whole is named by its lines and exits non-zero.
     Import {
         /// The file (`.csv`, or JSON lines), or `-` for standard input.
         file: String,
@@ -128,13 +130,14 @@ fn encode_segment(s: &str) -> String {
 }
 
 impl Client {
-    async fn send(
+    /// Sends one request; only a transport failure is an error here.
+    async fn request(
         &self,
         method: reqwest::Method,
         path: &str,
         body: Option<Value>,
         headers: &[(&str, &str)],
-    ) -> Result<(u16, Value), CliError> {
+    ) -> Result<Answer, CliError> {
         let url = format!("{}{}", self.base.trim_end_matches('/'), path);
         let mut req = self.http.request(method, &url);
         if let Some(k) = &self.key {
@@ -151,6 +154,11 @@ impl Client {
             .await
             .map_err(|e| CliError(format!("cannot reach the control plane at {}: {e}", self.base)))?;
         let status = res.status().as_u16();
+        let retry_after = res
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
         let text = res
             .text()
             .await
@@ -160,20 +168,48 @@ impl Client {
         } else {
             serde_json::from_str(&text).unwrap_or(Value::String(text))
         };
-        if status >= 400 {
-            let code = value["error"]["code"].as_str().unwrap_or("error");
-            let message = value["error"]["message"]
-                .as_str()
-                .unwrap_or("the control plane refused the request");
-            let hint = if status == 401 && self.key.is_none() {
-                " (set REBOUND_API_KEY or pass --api-key)"
-            } else {
-                ""
-            };
-            return Err(CliError(format!("{status} {code}: {message}{hint}")));
-        }
-        Ok((status, value))
+        Ok(Answer {
+            status,
+            retry_after,
+            value,
+        })
     }
+
+    /// One clear line for a refused request.
+    fn refusal(&self, answer: &Answer) -> CliError {
+        let code = answer.value["error"]["code"].as_str().unwrap_or("error");
+        let message = answer.value["error"]["message"]
+            .as_str()
+            .unwrap_or("the control plane refused the request");
+        let hint = if answer.status == 401 && self.key.is_none() {
+            " (set REBOUND_API_KEY or pass --api-key)"
+        } else {
+            ""
+        };
+        CliError(format!("{} {code}: {message}{hint}", answer.status))
+    }
+
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+        headers: &[(&str, &str)],
+    ) -> Result<(u16, Value), CliError> {
+        let answer = self.request(method, path, body, headers).await?;
+        if answer.status >= 400 {
+            return Err(self.refusal(&answer));
+        }
+        Ok((answer.status, answer.value))
+    }
+}
+
+/// What the control plane answered.
+struct Answer {
+    status: u16,
+    /// `Retry-After`, in seconds, when sent.
+    retry_after: Option<u64>,
+    value: Value,
 }
 
 fn show(v: &Value) -> String {
@@ -260,6 +296,30 @@ fn read_import(file: &str, format: Option<&str>) -> Result<Vec<(usize, Value)>, 
     Ok(links)
 }
 
+/// Waits for the rate limit, in a row without any progress, before an import gives up.
+const IMPORT_IDLE_WAITS: usize = 5;
+/// Longest single wait for the rate limit.
+const IMPORT_LONGEST_WAIT_SECS: u64 = 60;
+
+/// Line numbers as runs, e.g. `2-4,7-7`.
+fn line_runs(lines: &[usize]) -> String {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for &l in lines {
+        match runs.last_mut() {
+            Some((_, end)) if *end + 1 == l => *end = l,
+            _ => runs.push((l, l)),
+        }
+    }
+    runs.iter()
+        .map(|(a, b)| format!("{a}-{b}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Imports in chunks of `batch`. Every outcome that comes back is printed, also when a
+/// later chunk fails; links the rate limit did not cover are sent again once it says they
+/// can be; a chunk refused as a whole (or given up) is named by its lines, and makes the
+/// exit a failure after everything else was tried.
 async fn import(
     client: &Client,
     file: &str,
@@ -274,33 +334,83 @@ async fn import(
     let mut out = String::new();
     let (mut created, mut failed) = (0u64, 0u64);
     let mut results = Vec::new();
+    let mut failed_chunks = Vec::new();
     for chunk in links.chunks(batch) {
-        let body = json!({ "links": chunk.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>() });
-        let (_, v) = client
-            .send(reqwest::Method::POST, "/api/v1/links/import", Some(body), &[])
-            .await?;
-        for ((line, _), r) in chunk.iter().zip(v["results"].as_array().into_iter().flatten()) {
-            if let Some(code) = r["code"].as_str() {
-                created += 1;
-                out.push_str(&format!("{code},{},{}\n", show(&r["short_url"]), show(&r["long_url"])));
-            } else {
-                failed += 1;
-                eprintln!(
-                    "line {line}: {}: {}",
-                    show(&r["error"]["code"]),
-                    show(&r["error"]["message"])
-                );
+        let mut todo: Vec<&(usize, Value)> = chunk.iter().collect();
+        let mut idle_waits = 0;
+        while !todo.is_empty() {
+            let body = json!({ "links": todo.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>() });
+            let answer = client
+                .request(reqwest::Method::POST, "/api/v1/links/import", Some(body), &[])
+                .await;
+            let (wait, refusal) = match answer {
+                Ok(a) if a.status == 429 => (a.retry_after.unwrap_or(1), Some(client.refusal(&a))),
+                Ok(a) if a.status >= 400 => (0, Some(client.refusal(&a))),
+                Ok(a) => {
+                    let mut rate_limited = Vec::new();
+                    for (item, r) in todo.iter().zip(a.value["results"].as_array().into_iter().flatten()) {
+                        if r["error"]["code"] == "rate_limited" {
+                            rate_limited.push(*item);
+                            continue;
+                        }
+                        if let Some(code) = r["code"].as_str() {
+                            created += 1;
+                            out.push_str(&format!("{code},{},{}\n", show(&r["short_url"]), show(&r["long_url"])));
+                        } else {
+                            failed += 1;
+                            eprintln!(
+                                "line {}: {}: {}",
+                                item.0,
+                                show(&r["error"]["code"]),
+                                show(&r["error"]["message"])
+                            );
+                        }
+                        if json_out {
+                            results.push(r.clone());
+                        }
+                    }
+                    if rate_limited.len() < todo.len() {
+                        idle_waits = 0;
+                    }
+                    todo = rate_limited;
+                    let wait = a.value["retry_after_secs"].as_u64().unwrap_or(1);
+                    (wait, None)
+                }
+                Err(e) => (0, Some(e)),
+            };
+            if todo.is_empty() {
+                break;
             }
-            if json_out {
-                results.push(r.clone());
+            let rate_limited = wait > 0;
+            if !rate_limited || idle_waits >= IMPORT_IDLE_WAITS {
+                let lines: Vec<usize> = todo.iter().map(|(l, _)| *l).collect();
+                let why = refusal.map_or_else(|| "the rate limit did not cover them".to_owned(), |e| e.0);
+                let runs = line_runs(&lines);
+                eprintln!("lines {runs} not imported: {why}");
+                failed += lines.len() as u64;
+                failed_chunks.push(json!({ "lines": runs, "error": why }));
+                break;
             }
+            idle_waits += usize::from(refusal.is_some());
+            tokio::time::sleep(std::time::Duration::from_secs(wait.min(IMPORT_LONGEST_WAIT_SECS))).await;
         }
     }
     eprintln!("imported {created}, failed {failed}");
+    let value = json!({ "created": created, "failed": failed, "results": results, "failed_chunks": failed_chunks });
+    if !failed_chunks.is_empty() {
+        // What was created must not be lost with the failure exit: print it first.
+        if json_out {
+            println!("{}", serde_json::to_string_pretty(&value).unwrap_or_default());
+        } else {
+            print!("{out}");
+        }
+        let lines: Vec<String> = failed_chunks.iter().map(|c| show(&c["lines"])).collect();
+        return Err(CliError(format!("lines {} not imported", lines.join(","))));
+    }
     if failed > 0 && created == 0 {
         return Err(CliError("nothing was imported".into()));
     }
-    Ok((json!({ "created": created, "failed": failed, "results": results }), out))
+    Ok((value, out))
 }
 
 /// Runs one CLI command and returns what to print.

@@ -70,6 +70,7 @@ struct FileApi {
     kgs_block_size: Option<u64>,
     code_key: Option<String>,
     idempotency_ttl_secs: Option<u64>,
+    refuse_mixed_script_for_keys: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -234,6 +235,9 @@ pub fn load(file: Option<&str>, env: &HashMap<String, String>) -> Result<Setting
         (None, None) => None,
     };
     a.idempotency_ttl_secs = fa.idempotency_ttl_secs.unwrap_or(a.idempotency_ttl_secs);
+    a.refuse_mixed_script_for_keys = fa
+        .refuse_mixed_script_for_keys
+        .unwrap_or(a.refuse_mixed_script_for_keys);
 
     let r = &mut s.redirect;
     let fr = f.redirect;

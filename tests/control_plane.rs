@@ -673,3 +673,112 @@ async fn the_cli_imports_csv_and_json_lines() {
     let (ok, _, err) = cli(&api, Some(OPERATOR_KEY), &["links", "import", "/nonexistent.csv"]);
     assert!(!ok && err.contains("reading /nonexistent.csv"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_import_keeps_what_earlier_chunks_created_and_names_the_failed_lines() {
+    let dir = temp_dir();
+    let rb = start(&["control-plane"], dir.path(), &[], &["API"]);
+    let api = rb.api();
+    let jsonl = dir.path().join("chunks.jsonl");
+    // The second chunk is refused as a whole (an unknown field makes the request invalid).
+    std::fs::write(
+        &jsonl,
+        "{\"long_url\": \"https://example.com/1\"}\n{\"long_url\": \"https://example.com/2\", \"bogus\": 1}\n{\"long_url\": \"https://example.com/3\"}\n",
+    )
+    .unwrap();
+    let (ok, out, err) = cli(
+        &api,
+        Some(OPERATOR_KEY),
+        &["links", "import", jsonl.to_str().unwrap(), "--batch", "1"],
+    );
+    assert!(!ok, "a failed chunk is a failure exit: {err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "every created link is printed: {out}");
+    assert!(lines[0].ends_with(",https://example.com/1") && lines[1].ends_with(",https://example.com/3"));
+    assert!(err.contains("lines 2-2 not imported: 400 invalid_json"), "{err}");
+    assert!(err.contains("imported 2, failed 1"), "{err}");
+
+    let (ok, out, err) = cli(
+        &api,
+        Some(OPERATOR_KEY),
+        &["links", "import", jsonl.to_str().unwrap(), "--batch", "2", "--json"],
+    );
+    assert!(!ok, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((v["created"].clone(), v["failed"].clone()), (json!(1), json!(2)));
+    assert_eq!(v["failed_chunks"][0]["lines"], "1-2", "{v}");
+    assert_eq!(v["results"][0]["long_url"], "https://example.com/3");
+    assert!(err.contains("lines 1-2 not imported"), "{err}");
+
+    let (ok, out, _) = cli(&api, Some(OPERATOR_KEY), &["links", "list", "--json"]);
+    assert!(ok);
+    let listed: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        listed["links"].as_array().unwrap().len(),
+        3,
+        "nothing is lost, nothing doubled"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_imports_more_lines_than_a_creators_burst() {
+    let dir = temp_dir();
+    let config = dir.path().join("rebound.toml");
+    std::fs::write(&config, "[api]\ncreator_burst = 2\ncreator_rate_per_sec = 50\n").unwrap();
+    let rb = start(
+        &["control-plane", "--config", config.to_str().unwrap()],
+        dir.path(),
+        &[],
+        &["API"],
+    );
+    let api = rb.api();
+    let (_, _, v) = call(
+        reqwest::Method::POST,
+        format!("{api}/api/v1/keys"),
+        Some(OPERATOR_KEY),
+        Some(json!({"name": "c", "role": "creator"})),
+    )
+    .await;
+    let key = v["key"].as_str().unwrap().to_owned();
+    let csv = dir.path().join("many.csv");
+    let text: String = (0..5).map(|i| format!("https://example.com/{i}\n")).collect();
+    std::fs::write(&csv, text).unwrap();
+    let (ok, out, err) = cli(&api, Some(&key), &["links", "import", csv.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().count(), 5, "{out}\n{err}");
+    assert!(err.contains("imported 5, failed 0"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_dates_the_calendar_cannot_hold_are_400_over_http() {
+    let dir = temp_dir();
+    let rb = start(&["control-plane"], dir.path(), &[], &["API"]);
+    let api = rb.api();
+    let (s, _, _) = call(
+        reqwest::Method::POST,
+        format!("{api}/api/v1/links"),
+        Some(OPERATOR_KEY),
+        Some(json!({"long_url": "https://example.com/", "custom_alias": "cal"})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED);
+    for to in ["-9999-01-01", "-9999-01-29", "0000-01-05"] {
+        let (s, _, v) = call(
+            reqwest::Method::GET,
+            format!("{api}/api/v1/links/cal/stats?to={to}"),
+            Some(OPERATOR_KEY),
+            None,
+        )
+        .await;
+        assert_eq!((s, error_code(&v)), (StatusCode::BAD_REQUEST, "invalid_date"), "{to}");
+    }
+    // The server is still there.
+    let (s, _, _) = call(
+        reqwest::Method::GET,
+        format!("{api}/api/v1/links/cal/stats"),
+        Some(OPERATOR_KEY),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+}

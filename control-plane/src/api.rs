@@ -74,6 +74,9 @@ pub struct ImportRequest {
 pub struct ImportResults {
     created: usize,
     failed: usize,
+    /// When some links failed `rate_limited`: seconds until the rate limit covers them
+    /// again (all of them, or a full burst when they are more); null otherwise.
+    retry_after_secs: Option<u64>,
     results: Vec<ImportOutcome>,
 }
 
@@ -179,20 +182,45 @@ impl ControlPlane {
         }
     }
 
-    /// Takes `n` creations from the caller's rate limit (operators are exempt).
-    fn charge(&self, caller: &Caller, scope: &str, n: u32, now: i64) -> Result<(), ApiError> {
+    /// The caller's rate-limit bucket, its rate and its burst; `None` for operators (exempt).
+    fn bucket(&self, caller: &Caller) -> Option<(String, f64, u32)> {
         let api = &self.settings.api;
-        let limit = match caller {
-            Caller::Key(p) if p.role == Role::Operator => Ok(()),
-            Caller::Key(p) => self
-                .limiter
-                .take_n(&p.id, n, api.creator_rate_per_sec, api.creator_burst, now),
-            Caller::Anonymous { .. } => {
-                self.limiter
-                    .take_n(scope, n, api.anonymous_rate_per_sec, api.anonymous_burst, now)
-            }
+        match caller {
+            Caller::Key(p) if p.role == Role::Operator => None,
+            Caller::Key(p) => Some((p.id.clone(), api.creator_rate_per_sec, api.creator_burst)),
+            Caller::Anonymous { ip } => Some((
+                crate::ratelimit::anonymous_bucket(*ip),
+                api.anonymous_rate_per_sec,
+                api.anonymous_burst,
+            )),
+        }
+    }
+
+    /// Takes one creation from the caller's rate limit.
+    fn charge(&self, caller: &Caller, now: i64) -> Result<(), ApiError> {
+        let Some((who, rate, burst)) = self.bucket(caller) else {
+            return Ok(());
         };
-        limit.map_err(|retry_after_secs| ApiError::RateLimited { retry_after_secs })
+        self.limiter
+            .take(&who, rate, burst, now)
+            .map_err(|retry_after_secs| ApiError::RateLimited { retry_after_secs })
+    }
+
+    /// Takes up to `n` creations (a bulk import): how many the rate limit covers now, and,
+    /// when it covers fewer than `n`, the seconds until it covers the rest (or a full
+    /// bucket, when the rest is more than the burst). 429 when it covers none.
+    fn charge_up_to(&self, caller: &Caller, n: usize, now: i64) -> Result<(usize, Option<u64>), ApiError> {
+        let Some((who, rate, burst)) = self.bucket(caller) else {
+            return Ok((n, None));
+        };
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        let taken = self
+            .limiter
+            .take_up_to(&who, n, rate, burst, now)
+            .map_err(|retry_after_secs| ApiError::RateLimited { retry_after_secs })?;
+        let rest = n - taken;
+        let retry = (rest > 0).then(|| self.limiter.wait_for(&who, rest, rate, burst, now));
+        Ok((taken as usize, retry))
     }
 
     /// A generated code from the KGS.
@@ -265,9 +293,12 @@ struct NewLink {
     forward_query: bool,
 }
 
-fn validate_create(cp: &ControlPlane, req: CreateLinkRequest, now: i64) -> Result<NewLink, ApiError> {
-    let long_url = cp
-        .targets
+fn validate_create(cp: &ControlPlane, caller: &Caller, req: CreateLinkRequest, now: i64) -> Result<NewLink, ApiError> {
+    let targets = match caller {
+        Caller::Key(_) => &cp.targets,
+        Caller::Anonymous { .. } => &cp.anonymous_targets,
+    };
+    let long_url = targets
         .validate(&req.long_url)
         .map_err(|e| ApiError::bad_request("invalid_url", e.to_string()))?;
     if let Some(alias) = &req.custom_alias {
@@ -380,16 +411,17 @@ async fn create_link(
 ) -> Result<Response, ApiError> {
     let now = cp.clock.now_millis();
     let (owner, scope) = cp.creator(&caller)?;
-    cp.charge(&caller, &scope, 1, now)?;
     let body = body?;
     let idem_key = idempotency_key(&headers)?;
     let hash = request_hash(&body.raw);
     if let Some(key) = &idem_key {
         if let Some(record) = cp.store.get_idempotency(&scope, key, now).await? {
+            // A replay creates nothing, so it costs nothing: a retry is never refused 429.
             return replay(&record, &hash);
         }
     }
-    let new = validate_create(&cp, body.value, now)?;
+    let new = validate_create(&cp, &caller, body.value, now)?;
+    cp.charge(&caller, now)?;
     let api = &cp.settings.api;
     let mut attempts = 0;
     let link = loop {
@@ -453,7 +485,7 @@ async fn create_link(
         (status = 401, description = "No valid key", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 415, description = "Body is not JSON", body = ErrorBody),
-        (status = 429, description = "Rate limited (each link counts); see Retry-After", body = ErrorBody),
+        (status = 429, description = "The rate limit covers not one link now (each valid link counts); see Retry-After. When it covers some, those are created and the rest fail `rate_limited`, with `retry_after_secs`", body = ErrorBody),
     ),
     security(("api_key" = [])))]
 async fn import_links(
@@ -462,7 +494,7 @@ async fn import_links(
     body: Result<ImportJson<ImportRequest>, ApiError>,
 ) -> Result<Json<ImportResults>, ApiError> {
     let now = cp.clock.now_millis();
-    let (owner, scope) = cp.creator(&caller)?;
+    let (owner, _) = cp.creator(&caller)?;
     let requests = body?.0.links;
     if requests.is_empty() || requests.len() > MAX_IMPORT {
         return Err(ApiError::bad_request(
@@ -470,7 +502,6 @@ async fn import_links(
             "an import holds 1 to 1000 links",
         ));
     }
-    cp.charge(&caller, &scope, requests.len() as u32, now)?;
     let fail = |e: ApiError| {
         let (_, code) = e.status_and_code();
         ImportOutcome::Failed {
@@ -481,29 +512,50 @@ async fn import_links(
         }
     };
     let mut outcomes: Vec<Option<ImportOutcome>> = Vec::with_capacity(requests.len());
-    let mut pending: Vec<(usize, Link, bool)> = Vec::new();
+    let mut valid: Vec<(usize, NewLink)> = Vec::new();
     for (i, req) in requests.into_iter().enumerate() {
-        match validate_create(&cp, req, now) {
+        match validate_create(&cp, &caller, req, now) {
             Ok(new) => {
-                let generated = new.alias.is_none();
-                let code = match new.alias {
-                    Some(a) => a,
-                    None => cp.next_code().await?,
-                };
-                let link = Link::new_active(
-                    code,
-                    new.long_url,
-                    new.redirect,
-                    new.forward_query,
-                    now,
-                    owner.clone(),
-                    new.expires_at,
-                );
-                pending.push((i, link, generated));
+                valid.push((i, new));
                 outcomes.push(None);
             }
             Err(e) => outcomes.push(Some(fail(e))),
         }
+    }
+    // Only links that would be written are charged; those the bucket cannot cover now are
+    // answered one by one, so an import larger than the burst still makes progress.
+    let (covered, retry_after_secs) = if valid.is_empty() {
+        (0, None)
+    } else {
+        cp.charge_up_to(&caller, valid.len(), now)?
+    };
+    let mut pending: Vec<(usize, Link, bool)> = Vec::new();
+    for (n, (i, new)) in valid.into_iter().enumerate() {
+        if n >= covered {
+            outcomes[i] = Some(ImportOutcome::Failed {
+                error: crate::error::ErrorDetail {
+                    code: "rate_limited".to_owned(),
+                    message: "the rate limit did not cover this link; import it again after retry_after_secs"
+                        .to_owned(),
+                },
+            });
+            continue;
+        }
+        let generated = new.alias.is_none();
+        let code = match new.alias {
+            Some(a) => a,
+            None => cp.next_code().await?,
+        };
+        let link = Link::new_active(
+            code,
+            new.long_url,
+            new.redirect,
+            new.forward_query,
+            now,
+            owner.clone(),
+            new.expires_at,
+        );
+        pending.push((i, link, generated));
     }
     let links: Vec<Link> = pending.iter().map(|(_, l, _)| l.clone()).collect();
     let stored = cp.store.insert_links(&links).await?;
@@ -548,6 +600,7 @@ async fn import_links(
     Ok(Json(ImportResults {
         created,
         failed: results.len() - created,
+        retry_after_secs,
         results,
     }))
 }
@@ -731,7 +784,7 @@ async fn take_down_link(
     let principal = caller.principal()?;
     principal.require_operator()?;
     let reason = body?.value.reason.trim().to_owned();
-    if reason.is_empty() || reason.len() > 1000 || reason.chars().any(char::is_control) {
+    if reason.is_empty() || reason.chars().count() > 1000 || reason.chars().any(char::is_control) {
         return Err(ApiError::bad_request(
             "invalid_reason",
             "reason must be 1-1000 characters without control characters",
@@ -744,12 +797,12 @@ async fn take_down_link(
 #[utoipa::path(get, path = "/api/v1/links/{code}/stats", tag = "links",
     params(
         ("code" = String, Path, description = "The short code"),
-        ("from" = Option<String>, Query, description = "YYYY-MM-DD (UTC); default 29 days before `to`"),
-        ("to" = Option<String>, Query, description = "YYYY-MM-DD (UTC); default today"),
+        ("from" = Option<String>, Query, description = "YYYY-MM-DD (UTC), 0000-01-01 to 9999-12-31; default 29 days before `to`"),
+        ("to" = Option<String>, Query, description = "YYYY-MM-DD (UTC), 0000-01-01 to 9999-12-31; default today"),
     ),
     responses(
         (status = 200, description = "Daily clicks, every day of the range", body = LinkStats),
-        (status = 400, description = "Bad dates or a range over 366 days", body = ErrorBody),
+        (status = 400, description = "Bad dates, dates (given or defaulted) outside 0000-01-01 to 9999-12-31, or a range over 366 days", body = ErrorBody),
         (status = 401, description = "No valid key", body = ErrorBody),
         (status = 403, description = "Another key's link", body = ErrorBody),
         (status = 404, description = "No such link", body = ErrorBody),
@@ -776,6 +829,13 @@ async fn link_stats(
     let today = Day::of_millis(cp.clock.now_millis());
     let to = to.unwrap_or(today);
     let from = from.unwrap_or(to.plus(1 - DEFAULT_STATS_DAYS));
+    // A defaulted `from` can fall before the first day `YYYY-MM-DD` can name.
+    if !from.is_supported() || !to.is_supported() {
+        return Err(ApiError::bad_request(
+            "invalid_date",
+            "dates must be from 0000-01-01 to 9999-12-31",
+        ));
+    }
     if from > to {
         return Err(ApiError::bad_request("invalid_date", "from must not be after to"));
     }

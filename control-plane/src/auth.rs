@@ -89,9 +89,17 @@ pub fn generate_key_id() -> String {
 }
 
 fn bearer_token(parts: &Parts) -> Result<Option<&str>, ApiError> {
-    let Some(value) = parts.headers.get(header::AUTHORIZATION) else {
+    let mut values = parts.headers.get_all(header::AUTHORIZATION).iter();
+    let Some(value) = values.next() else {
         return Ok(None);
     };
+    // With two, a proxy and this service might each believe a different one.
+    if values.next().is_some() {
+        return Err(ApiError::bad_request(
+            "invalid_authorization",
+            "send exactly one Authorization header",
+        ));
+    }
     let malformed = || ApiError::Unauthorized("the Authorization header must be 'Bearer <key>'");
     let value = value.to_str().map_err(|_| malformed())?;
     let (scheme, token) = value.split_once(' ').ok_or_else(malformed)?;

@@ -121,3 +121,14 @@ impl IntoResponse for ApiError {
         response
     }
 }
+
+/// The answer to a handler that panicked (a last line of defence, never the fix): a 500 in
+/// the API's error shape, with the panic message in the log only.
+pub(crate) fn panic_response(cause: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let detail = cause
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| cause.downcast_ref::<&str>().copied())
+        .unwrap_or("a panic without a message");
+    ApiError::Internal(format!("a handler panicked: {detail}")).into_response()
+}

@@ -53,7 +53,10 @@ pub struct ControlPlane {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) events: Arc<dyn LinkEvents>,
     pub(crate) clock: Arc<dyn Clock>,
+    /// Targets of key holders.
     pub(crate) targets: TargetPolicy,
+    /// Targets of anonymous callers: also never a mixed-script host.
+    pub(crate) anonymous_targets: TargetPolicy,
     pub(crate) codes: kgs::KeyRangeLease,
     pub(crate) limiter: ratelimit::CreateRateLimiter,
     pub(crate) bootstrap_key_hash: Option<String>,
@@ -69,11 +72,16 @@ impl ControlPlane {
     ) -> Result<Arc<ControlPlane>, StartError> {
         let targets = TargetPolicy {
             max_bytes: settings.api.max_target_bytes,
+            refuse_mixed_script: settings.api.refuse_mixed_script_for_keys,
             ..TargetPolicy::default()
         }
         .with_public_base(&settings.public_base_url)
         .map_err(StartError::PublicBase)?
         .with_blocklist(&settings.api.blocked_domains);
+        let anonymous_targets = TargetPolicy {
+            refuse_mixed_script: true,
+            ..targets.clone()
+        };
         let key = match settings.api.code_key {
             Some(k) => k,
             None => {
@@ -99,6 +107,7 @@ impl ControlPlane {
             events,
             clock,
             targets,
+            anonymous_targets,
             codes,
             limiter: ratelimit::CreateRateLimiter::default(),
             bootstrap_key_hash,
@@ -132,5 +141,46 @@ pub async fn ensure_initial_operator_key(store: &dyn Store, clock: &dyn Clock) -
 
 /// The API router.
 pub fn router(cp: Arc<ControlPlane>) -> Router {
-    api::routes().with_state(cp)
+    guard_panics(api::routes().with_state(cp))
+}
+
+/// A handler that panics is answered 500 in the API's error shape, and logged, instead of
+/// dropping the connection.
+fn guard_panics(app: Router) -> Router {
+    app.layer(tower_http::catch_panic::CatchPanicLayer::custom(error::panic_response))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    #[tokio::test]
+    async fn a_panicking_handler_is_answered_500_in_the_error_shape() {
+        let app = guard_panics(Router::new().route(
+            "/boom",
+            axum::routing::get(|| async {
+                if true {
+                    panic!("boom in a test handler");
+                }
+                "unreachable"
+            }),
+        ));
+        let res = app
+            .oneshot(Request::get("/boom").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(res.headers()["cache-control"], "no-store");
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["error"]["code"], "internal");
+        assert_eq!(
+            v["error"]["message"], "internal error",
+            "the panic message stays in the log"
+        );
+    }
 }

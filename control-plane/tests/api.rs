@@ -996,21 +996,27 @@ async fn bulk_import_reports_each_link_and_writes_only_the_valid_ones() {
     );
     assert_eq!(h.link_count().await, 3, "refused imports wrote nothing");
 
-    // Each imported link counts against a creator's rate limit; over it, nothing is written.
+    // Each imported link counts against a creator's rate limit; over it, the links the
+    // bucket covers are written and the rest fail one by one.
     let creator = h.new_key("creator").await;
     let six = json!({"links": (0..6).map(|i| json!({"long_url": format!("https://e.com/c{i}")})).collect::<Vec<_>>()});
     let r = h
         .call(Method::POST, "/api/v1/links/import", Some(&creator), Some(six))
         .await;
-    assert_error(&r, StatusCode::TOO_MANY_REQUESTS, "rate_limited");
-    assert_eq!(h.link_count().await, 3);
-    let five = json!({"links": (0..5).map(|i| json!({"long_url": format!("https://e.com/c{i}")})).collect::<Vec<_>>()});
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(
-        h.call(Method::POST, "/api/v1/links/import", Some(&creator), Some(five))
-            .await
-            .body["created"],
-        5
+        (r.body["created"].clone(), r.body["failed"].clone()),
+        (json!(5), json!(1))
     );
+    assert_eq!(r.body["results"][5]["error"]["code"], "rate_limited");
+    assert_eq!(r.body["retry_after_secs"], 1);
+    assert_eq!(h.link_count().await, 8);
+    let one = json!({"links": [{"long_url": "https://e.com/c5"}]});
+    let r = h
+        .call(Method::POST, "/api/v1/links/import", Some(&creator), Some(one))
+        .await;
+    assert_error(&r, StatusCode::TOO_MANY_REQUESTS, "rate_limited");
+    assert_eq!(h.link_count().await, 8);
 }
 
 #[tokio::test]
@@ -1054,4 +1060,391 @@ async fn a_delete_whose_tombstone_fails_is_503_and_the_retry_succeeds() {
         .map(|e| e.outcome)
         .collect();
     assert_eq!(outcomes, ["invalidate_failed", "already_down"]);
+}
+
+// Probing the API as an attacker would (issue 14): each of these once misbehaved.
+
+fn with_peer(mut req: Request<Body>, ip: &str) -> Request<Body> {
+    let addr: std::net::SocketAddr = format!("{ip}:40000")
+        .parse()
+        .or_else(|_| format!("[{ip}]:40000").parse())
+        .unwrap();
+    req.extensions_mut().insert(axum::extract::ConnectInfo(addr));
+    req
+}
+
+fn anonymous_create(ip: &str) -> Request<Body> {
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri("/api/v1/links")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(json!({"long_url": "https://e.com/"}).to_string()))
+        .unwrap();
+    with_peer(req, ip)
+}
+
+#[tokio::test]
+async fn stats_dates_outside_the_supported_range_are_400_not_a_panic() {
+    let h = harness().await;
+    h.create(OPERATOR, json!({"long_url": "https://e.com/", "custom_alias": "far"}))
+        .await;
+    for query in [
+        "to=-9999-01-01",
+        "to=-9999-01-29",
+        "to=-0001-12-31",
+        "to=0000-01-10",
+        "from=-9999-01-01&to=-9999-01-05",
+        "from=+2026-01-01&to=2026-01-02",
+        "from=9999-12-30&to=9999-12-31x",
+    ] {
+        let r = h
+            .call(
+                Method::GET,
+                &format!("/api/v1/links/far/stats?{query}"),
+                Some(OPERATOR),
+                None,
+            )
+            .await;
+        assert_error(&r, StatusCode::BAD_REQUEST, "invalid_date");
+    }
+    // The edges of the range are served.
+    let r = h
+        .call(
+            Method::GET,
+            "/api/v1/links/far/stats?from=9999-12-30&to=9999-12-31",
+            Some(OPERATOR),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(r.body["days"][1]["day"], "9999-12-31");
+    let r = h
+        .call(
+            Method::GET,
+            "/api/v1/links/far/stats?from=0000-01-01&to=0000-01-02",
+            Some(OPERATOR),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(r.body["days"][0]["day"], "0000-01-01");
+}
+
+fn import_of(n: usize, prefix: &str) -> Value {
+    json!({"links": (0..n).map(|i| json!({"long_url": format!("https://e.com/{prefix}{i}")})).collect::<Vec<_>>()})
+}
+
+#[tokio::test]
+async fn an_import_larger_than_the_burst_creates_what_the_bucket_covers() {
+    let h = harness_with(|s| {
+        s.api.creator_burst = 5;
+        s.api.creator_rate_per_sec = 1.0;
+    })
+    .await;
+    let creator = h.new_key("creator").await;
+    let r = h
+        .call(
+            Method::POST,
+            "/api/v1/links/import",
+            Some(&creator),
+            Some(import_of(12, "a")),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(
+        (r.body["created"].clone(), r.body["failed"].clone()),
+        (json!(5), json!(7))
+    );
+    let results = r.body["results"].as_array().unwrap();
+    assert!(
+        results[..5].iter().all(|o| o["code"].is_string()),
+        "the first links are created"
+    );
+    assert!(results[5..].iter().all(|o| o["error"]["code"] == "rate_limited"));
+    // Five tokens (the burst) are back after five seconds: a promise that can come true.
+    assert_eq!(r.body["retry_after_secs"], 5);
+    assert_eq!(h.link_count().await, 5);
+
+    // An empty bucket answers 429 with a Retry-After that is true for one link.
+    let r = h
+        .call(
+            Method::POST,
+            "/api/v1/links/import",
+            Some(&creator),
+            Some(import_of(3, "b")),
+        )
+        .await;
+    assert_error(&r, StatusCode::TOO_MANY_REQUESTS, "rate_limited");
+    assert_eq!(r.headers[header::RETRY_AFTER], "1");
+    h.clock.advance(1000);
+    let r = h
+        .call(
+            Method::POST,
+            "/api/v1/links/import",
+            Some(&creator),
+            Some(import_of(3, "b")),
+        )
+        .await;
+    assert_eq!(
+        (r.body["created"].clone(), r.body["failed"].clone()),
+        (json!(1), json!(2))
+    );
+
+    // Links refused for their content cost nothing.
+    h.clock.advance(5000);
+    let mixed = json!({"links": [
+        {"long_url": "ftp://nope"}, {"long_url": "https://e.com/ok"}, {"long_url": "nope"},
+        {"long_url": "https://e.com/x", "custom_alias": "api"},
+    ]});
+    let r = h
+        .call(Method::POST, "/api/v1/links/import", Some(&creator), Some(mixed))
+        .await;
+    assert_eq!(r.body["created"], 1, "{:?}", r.body);
+    assert_eq!(r.body["retry_after_secs"], Value::Null);
+    let r = h
+        .call(
+            Method::POST,
+            "/api/v1/links/import",
+            Some(&creator),
+            Some(import_of(4, "c")),
+        )
+        .await;
+    assert_eq!(r.body["created"], 4, "{:?}", r.body);
+
+    // An anonymous import over its burst of 10 works the same way.
+    let h = harness_with(|s| s.api.anonymous_create = true).await;
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri("/api/v1/links/import")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(import_of(25, "d").to_string()))
+        .unwrap();
+    let r = h.send(with_peer(req, "192.0.2.7")).await;
+    assert_eq!(
+        (r.body["created"].clone(), r.body["failed"].clone()),
+        (json!(10), json!(15))
+    );
+}
+
+#[tokio::test]
+async fn every_word_a_route_uses_is_reserved_as_an_alias() {
+    let h = harness().await;
+    let doc: Value = serde_json::from_str(&rebound_control_plane::openapi_json()).unwrap();
+    let mut words = Vec::new();
+    for path in doc["paths"].as_object().unwrap().keys() {
+        for segment in path.split('/').filter(|s| !s.is_empty() && !s.starts_with('{')) {
+            if rebound_core::code::check_code(segment).is_ok() {
+                words.push(segment.to_owned());
+            }
+        }
+    }
+    assert!(words.iter().any(|w| w == "import"), "{words:?}");
+    for w in &words {
+        assert!(rebound_core::code::is_reserved(w), "route word {w:?} is not reserved");
+    }
+    for alias in [
+        "import", "IMPORT", "Import", "takedown", "Stats", "keys", "links", "console",
+    ] {
+        let r = h
+            .create(OPERATOR, json!({"long_url": "https://e.com/", "custom_alias": alias}))
+            .await;
+        assert_error(&r, StatusCode::BAD_REQUEST, "reserved_alias");
+    }
+    assert_eq!(h.link_count().await, 0);
+}
+
+#[tokio::test]
+async fn a_takedown_reason_is_counted_in_characters() {
+    let h = harness().await;
+    h.create(
+        OPERATOR,
+        json!({"long_url": "https://e.com/", "custom_alias": "accent"}),
+    )
+    .await;
+    let r = h
+        .call(
+            Method::POST,
+            "/api/v1/links/accent/takedown",
+            Some(OPERATOR),
+            Some(json!({"reason": "é".repeat(1001)})),
+        )
+        .await;
+    assert_error(&r, StatusCode::BAD_REQUEST, "invalid_reason");
+    let r = h
+        .call(
+            Method::POST,
+            "/api/v1/links/accent/takedown",
+            Some(OPERATOR),
+            Some(json!({"reason": "é".repeat(501)})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(r.body["delete_reason"], "é".repeat(501));
+    let r = h
+        .call(
+            Method::POST,
+            "/api/v1/links/accent/takedown",
+            Some(OPERATOR),
+            Some(json!({"reason": "é".repeat(1000)})),
+        )
+        .await;
+    assert_eq!(
+        r.status,
+        StatusCode::OK,
+        "a repeat keeps the first record: {:?}",
+        r.body
+    );
+}
+
+#[tokio::test]
+async fn two_authorization_headers_are_refused() {
+    let h = harness().await;
+    let creator = h.new_key("creator").await;
+    for (first, second) in [
+        (format!("Bearer {OPERATOR}"), format!("Bearer {creator}")),
+        (format!("Bearer {creator}"), format!("Bearer {OPERATOR}")),
+        (format!("Bearer {OPERATOR}"), format!("Bearer {OPERATOR}")),
+    ] {
+        let req = Request::builder()
+            .method(Method::GET)
+            .uri("/api/v1/links")
+            .header(header::AUTHORIZATION, first)
+            .header(header::AUTHORIZATION, second)
+            .body(Body::empty())
+            .unwrap();
+        let r = h.send(req).await;
+        assert_error(&r, StatusCode::BAD_REQUEST, "invalid_authorization");
+    }
+}
+
+#[tokio::test]
+async fn an_idempotent_replay_is_not_charged_to_the_rate_limit() {
+    let h = harness_with(|s| {
+        s.api.creator_burst = 1;
+        s.api.creator_rate_per_sec = 0.001;
+    })
+    .await;
+    let creator = h.new_key("creator").await;
+    let send = |key: &'static str| {
+        Request::builder()
+            .method(Method::POST)
+            .uri("/api/v1/links")
+            .header(header::AUTHORIZATION, format!("Bearer {creator}"))
+            .header(header::CONTENT_TYPE, "application/json")
+            .header("Idempotency-Key", key)
+            .body(Body::from(json!({"long_url": "https://e.com/r"}).to_string()))
+            .unwrap()
+    };
+    let first = h.send(send("retry-1")).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    for _ in 0..3 {
+        let again = h.send(send("retry-1")).await;
+        assert_eq!(again.status, StatusCode::CREATED, "{:?}", again.body);
+        assert_eq!(again.body, first.body);
+    }
+    // A new key is a new link, and that one is charged.
+    assert_error(
+        &h.send(send("retry-2")).await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "rate_limited",
+    );
+    assert_eq!(h.link_count().await, 1);
+}
+
+#[tokio::test]
+async fn anonymous_ipv6_callers_share_a_bucket_per_64() {
+    let h = harness_with(|s| {
+        s.api.anonymous_create = true;
+        s.api.anonymous_burst = 2;
+        s.api.anonymous_rate_per_sec = 0.001;
+    })
+    .await;
+    assert_eq!(
+        h.send(anonymous_create("2001:db8:1:2::1")).await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        h.send(anonymous_create("2001:db8:1:2:ffff::2")).await.status,
+        StatusCode::CREATED
+    );
+    let r = h.send(anonymous_create("2001:db8:1:2:abcd:1234:5678:9")).await;
+    assert_error(&r, StatusCode::TOO_MANY_REQUESTS, "rate_limited");
+    assert_eq!(
+        h.send(anonymous_create("2001:db8:1:3::1")).await.status,
+        StatusCode::CREATED,
+        "another /64 is another caller"
+    );
+    // An IPv4 client is the same caller over IPv4 and as an IPv4-mapped IPv6 address.
+    assert_eq!(h.send(anonymous_create("192.0.2.1")).await.status, StatusCode::CREATED);
+    assert_eq!(
+        h.send(anonymous_create("::ffff:192.0.2.1")).await.status,
+        StatusCode::CREATED
+    );
+    let r = h.send(anonymous_create("192.0.2.1")).await;
+    assert_error(&r, StatusCode::TOO_MANY_REQUESTS, "rate_limited");
+    assert_eq!(h.send(anonymous_create("192.0.2.2")).await.status, StatusCode::CREATED);
+}
+
+#[tokio::test]
+async fn every_spelling_of_the_own_host_is_refused_as_a_loop() {
+    let h = harness_with(|s| s.public_base_url = "http://127.0.0.1:48080".into()).await;
+    for target in [
+        "http://[::ffff:127.0.0.1]:48080/x",
+        "http://localhost:48080/x",
+        "http://localhost.:48080/x",
+        "http://0.0.0.0:48080/x",
+        "http://[::1]:48080/x",
+    ] {
+        assert_error(
+            &h.create(OPERATOR, json!({"long_url": target})).await,
+            StatusCode::BAD_REQUEST,
+            "invalid_url",
+        );
+    }
+    assert_eq!(h.link_count().await, 0);
+    let r = h
+        .create(OPERATOR, json!({"long_url": "http://localhost:48081/x"}))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "another port is another service");
+}
+
+#[tokio::test]
+async fn mixed_script_hosts_are_refused_for_anonymous_callers_and_when_configured() {
+    let homograph = json!({"long_url": "https://раураl.com/login"});
+    let h = harness_with(|s| s.api.anonymous_create = true).await;
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri("/api/v1/links")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(homograph.to_string()))
+        .unwrap();
+    assert_error(
+        &h.send(with_peer(req, "192.0.2.9")).await,
+        StatusCode::BAD_REQUEST,
+        "invalid_url",
+    );
+    assert_eq!(
+        h.create(OPERATOR, homograph.clone()).await.status,
+        StatusCode::CREATED,
+        "keyed callers are trusted by default"
+    );
+    let h = harness_with(|s| s.api.refuse_mixed_script_for_keys = true).await;
+    assert_error(
+        &h.create(OPERATOR, homograph).await,
+        StatusCode::BAD_REQUEST,
+        "invalid_url",
+    );
+    assert_eq!(
+        h.create(OPERATOR, json!({"long_url": "https://раура.com/"}))
+            .await
+            .status,
+        StatusCode::CREATED,
+        "one script per label is fine"
+    );
+    let long_label = format!("https://{}.com/", "a".repeat(64));
+    assert_error(
+        &h.create(OPERATOR, json!({"long_url": long_label})).await,
+        StatusCode::BAD_REQUEST,
+        "invalid_url",
+    );
 }

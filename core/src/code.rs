@@ -5,7 +5,9 @@ pub const MIN_LEN: usize = 3;
 /// Longest code accepted.
 pub const MAX_LEN: usize = 32;
 
-/// Aliases refused case-insensitively because the service's own paths use them.
+/// Aliases refused case-insensitively because the service's own paths use them: the
+/// words of SPEC §5, every fixed segment of the API's routes (a fixed route such as
+/// `/api/v1/links/import` would shadow the link of that code), and the console's.
 pub const RESERVED_WORDS: &[&str] = &[
     "api",
     "admin",
@@ -19,6 +21,18 @@ pub const RESERVED_WORDS: &[&str] = &[
     "dashboard",
     "docs",
     "openapi",
+    // Fixed segments of the API's routes (control-plane tests check every one is here).
+    "links",
+    "import",
+    "takedown",
+    "stats",
+    "keys",
+    // Pages the console (SPEC §10) may use (`qr`, `v1` or `qr.svg` are no codes anyway).
+    "console",
+    "audit",
+    "search",
+    "new",
+    "export",
 ];
 
 /// Why a string is not a usable code or alias.
@@ -103,6 +117,7 @@ mod tests {
             assert_eq!(check_alias(&w.to_uppercase()), Err(CodeError::Reserved));
         }
         assert_eq!(check_alias("Metrics"), Err(CodeError::Reserved));
+        assert_eq!(check_alias("iMpOrT"), Err(CodeError::Reserved));
         assert_eq!(check_alias("apis"), Ok(()));
         assert_eq!(check_alias("my-docs"), Ok(()));
     }

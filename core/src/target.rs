@@ -1,5 +1,8 @@
-//! Validation and normalisation of target URLs (SPEC §5). The destination is never fetched.
+//! Validation and normalisation of target URLs (SPEC §5). The destination is never fetched,
+//! and no name is ever resolved: a loop is recognised from the URL's text alone.
 
+use std::net::IpAddr;
+use unicode_security::MixedScript;
 use url::{Host, Url};
 
 /// Default longest target accepted, in bytes.
@@ -26,17 +29,63 @@ pub enum TargetError {
     OwnHost,
     #[error("long_url's domain is blocked")]
     Blocked,
+    #[error("long_url's host is longer than DNS allows (labels at most 63 octets, the name at most 253)")]
+    HostTooLong,
+    #[error("long_url's port must be from 1 to 65535")]
+    PortZero,
+    #[error("long_url's host mixes scripts in one label, as look-alike names do")]
+    MixedScript,
 }
+
+/// A host as the network sees it, so that different spellings of one host compare equal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostIdentity {
+    /// This machine: 127.0.0.0/8, ::1, the unspecified 0.0.0.0 and ::, `localhost` and
+    /// `*.localhost` (RFC 6761), in any spelling (IPv4-mapped, trailing dot, any case).
+    Loopback,
+    /// Any other address (an IPv4-mapped IPv6 address as its IPv4).
+    Ip(IpAddr),
+    /// Any other name: lower-case punycode, without a trailing dot.
+    Name(String),
+}
+
+impl HostIdentity {
+    fn of(host: &Host<&str>) -> HostIdentity {
+        let ip = match host {
+            Host::Domain(d) => {
+                let name = normalise_host(d);
+                if name == "localhost" || name.ends_with(".localhost") {
+                    return HostIdentity::Loopback;
+                }
+                return HostIdentity::Name(name);
+            }
+            Host::Ipv4(v4) => IpAddr::V4(*v4),
+            Host::Ipv6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(*v6), IpAddr::V4),
+        };
+        if ip.is_loopback() || ip.is_unspecified() {
+            HostIdentity::Loopback
+        } else {
+            HostIdentity::Ip(ip)
+        }
+    }
+}
+
+/// Longest DNS label and name, in octets (RFC 1035 §2.3.4; the name without its final dot).
+const MAX_LABEL_OCTETS: usize = 63;
+const MAX_NAME_OCTETS: usize = 253;
 
 /// The rules a target must follow.
 #[derive(Debug, Clone)]
 pub struct TargetPolicy {
     /// Longest target, in bytes, as sent and after normalisation.
     pub max_bytes: usize,
-    /// The service's own short host (lower-case, punycode) and port: targets there are loops.
-    pub own_host: Option<(String, u16)>,
+    /// The service's own short host and port: targets there, in any spelling, are loops.
+    pub own_host: Option<(HostIdentity, u16)>,
     /// Domains refused together with all their subdomains (lower-case, punycode).
     pub blocked_domains: Vec<String>,
+    /// Refuse hosts with a label that mixes scripts (UTS 39), as look-alikes of other
+    /// names do (`раураl.com`, Cyrillic with a Latin `l`).
+    pub refuse_mixed_script: bool,
 }
 
 impl Default for TargetPolicy {
@@ -45,6 +94,7 @@ impl Default for TargetPolicy {
             max_bytes: DEFAULT_MAX_TARGET_BYTES,
             own_host: None,
             blocked_domains: Vec::new(),
+            refuse_mixed_script: false,
         }
     }
 }
@@ -53,9 +103,9 @@ impl TargetPolicy {
     /// The policy that refuses targets on the host and port of `public_base_url`.
     pub fn with_public_base(mut self, public_base_url: &str) -> Result<Self, TargetError> {
         let base = Url::parse(public_base_url).map_err(|_| TargetError::Malformed)?;
-        let host = base.host_str().ok_or(TargetError::NoHost)?;
+        let host = base.host().ok_or(TargetError::NoHost)?;
         let port = base.port_or_known_default().ok_or(TargetError::Scheme)?;
-        self.own_host = Some((normalise_host(host), port));
+        self.own_host = Some((HostIdentity::of(&host), port));
         Ok(self)
     }
 
@@ -110,16 +160,26 @@ impl TargetPolicy {
         if !url.username().is_empty() || url.password().is_some() {
             return Err(TargetError::UserInfo);
         }
-        let host = match url.host() {
-            Some(Host::Domain(d)) if !d.is_empty() => normalise_host(d),
-            Some(Host::Domain(_)) | None => return Err(TargetError::NoHost),
-            Some(Host::Ipv4(ip)) => ip.to_string(),
-            Some(Host::Ipv6(ip)) => format!("[{ip}]"),
+        let parsed_host = url.host().ok_or(TargetError::NoHost)?;
+        let host = match &parsed_host {
+            Host::Domain(d) if !d.is_empty() => normalise_host(d),
+            Host::Domain(_) => return Err(TargetError::NoHost),
+            Host::Ipv4(ip) => ip.to_string(),
+            Host::Ipv6(ip) => format!("[{ip}]"),
         };
+        if matches!(parsed_host, Host::Domain(_)) {
+            check_dns_lengths(&host)?;
+            if self.refuse_mixed_script && has_mixed_script_label(&host) {
+                return Err(TargetError::MixedScript);
+            }
+        }
+        let port = url.port_or_known_default().unwrap_or(0);
+        if port == 0 {
+            return Err(TargetError::PortZero);
+        }
         if let Some((own_host, own_port)) = &self.own_host {
-            let port = url.port_or_known_default().unwrap_or(0);
             let both_default = is_default_port(port) && is_default_port(*own_port);
-            if &host == own_host && (port == *own_port || both_default) {
+            if HostIdentity::of(&parsed_host) == *own_host && (port == *own_port || both_default) {
                 return Err(TargetError::OwnHost);
             }
         }
@@ -140,6 +200,23 @@ impl TargetPolicy {
 
 fn is_default_port(port: u16) -> bool {
     port == 80 || port == 443
+}
+
+/// RFC 1035 lengths, on the ASCII (punycode) form the resolver would send.
+fn check_dns_lengths(ascii_host: &str) -> Result<(), TargetError> {
+    if ascii_host.len() > MAX_NAME_OCTETS || ascii_host.split('.').any(|l| l.len() > MAX_LABEL_OCTETS) {
+        return Err(TargetError::HostTooLong);
+    }
+    Ok(())
+}
+
+/// True when a label of the host, in Unicode, is not single-script (UTS 39 §5.1, with the
+/// augmented script sets, so that `日本語` or `テスト例` count as one script).
+fn has_mixed_script_label(ascii_host: &str) -> bool {
+    let (unicode, result) = idna::domain_to_unicode(ascii_host);
+    // The host came out of the URL parser in valid punycode; a failure here is not expected,
+    // and is treated as suspicious.
+    result.is_err() || unicode.split('.').any(|label| !label.is_single_script())
 }
 
 fn normalise_host(host: &str) -> String {
@@ -252,5 +329,147 @@ mod tests {
         );
         // 28 bytes as sent, longer once the path is percent-encoded.
         assert_eq!(p.validate("https://example.com/ééé"), Err(TargetError::TooLong(30)));
+    }
+
+    #[test]
+    fn every_spelling_of_the_own_host_is_a_loop() {
+        let cases: &[(&str, &[&str], &[&str])] = &[
+            (
+                "http://127.0.0.1:48080",
+                &[
+                    "http://127.0.0.1:48080/x",
+                    "https://127.0.0.1:48080/x",
+                    "http://[::ffff:127.0.0.1]:48080/x",
+                    "http://[::FFFF:7f00:1]:48080/x",
+                    "http://localhost:48080/x",
+                    "http://LocalHost.:48080/x",
+                    "http://a.b.localhost:48080/x",
+                    "http://0.0.0.0:48080/x",
+                    "http://[::]:48080/x",
+                    "http://[::1]:48080/x",
+                    "http://127.1.2.3:48080/x",
+                    "http://2130706433:48080/x",
+                    "http://0x7f.1:48080/x",
+                    "http://127.0.0.1.:48080/x",
+                ],
+                &[
+                    "http://127.0.0.1:48081/x",
+                    "http://localhost:48081/x",
+                    "http://127.0.0.1/x",
+                    "http://[::2]:48080/x",
+                    "http://localhostx:48080/x",
+                    "http://localhost.example:48080/x",
+                    "http://example.com:48080/x",
+                ],
+            ),
+            (
+                "http://sho.rt",
+                &[
+                    "http://sho.rt/x",
+                    "http://sho.rt:80/x",
+                    "https://sho.rt:443/x",
+                    "http://SHO.RT.:80/x",
+                    "https://sho.rt./x",
+                ],
+                &[
+                    "http://sho.rt:8080/x",
+                    "http://localhost/x",
+                    "http://127.0.0.1/x",
+                    "http://a.sho.rt/x",
+                ],
+            ),
+            (
+                "http://localhost:8080",
+                &[
+                    "http://127.0.0.1:8080/x",
+                    "http://[::1]:8080/x",
+                    "http://localhost.:8080/x",
+                    "http://0.0.0.0:8080/x",
+                ],
+                &["http://127.0.0.1:8081/x", "http://example.com:8080/x"],
+            ),
+            (
+                "http://[::1]:9000",
+                &[
+                    "http://127.0.0.1:9000/x",
+                    "http://[0:0:0:0:0:0:0:1]:9000/x",
+                    "http://localhost:9000/x",
+                ],
+                &["http://[::1]:9001/x"],
+            ),
+            (
+                "http://[::ffff:203.0.113.5]:8080",
+                &["http://203.0.113.5:8080/x", "http://[::ffff:cb00:7105]:8080/x"],
+                &[
+                    "http://203.0.113.6:8080/x",
+                    "http://localhost:8080/x",
+                    "http://127.0.0.1:8080/x",
+                ],
+            ),
+        ];
+        for (base, loops, fine) in cases {
+            let p = TargetPolicy::default().with_public_base(base).unwrap();
+            for raw in *loops {
+                assert_eq!(p.validate(raw), Err(TargetError::OwnHost), "{raw} on {base}");
+            }
+            for raw in *fine {
+                assert!(p.validate(raw).is_ok(), "{raw} on {base}: {:?}", p.validate(raw));
+            }
+        }
+    }
+
+    #[test]
+    fn dns_lengths_and_port_zero() {
+        let p = TargetPolicy::default();
+        let label = |n: usize| "a".repeat(n);
+        let ok_host = format!("{}.{}.{}.{}", label(63), label(63), label(63), label(61));
+        assert_eq!(ok_host.len(), 253);
+        for raw in [
+            format!("https://{}.com/", label(63)),
+            format!("https://{ok_host}/"),
+            format!("https://{ok_host}./"),
+            "https://example.com:1/".to_owned(),
+            "https://example.com:65535/".to_owned(),
+        ] {
+            assert!(p.validate(&raw).is_ok(), "{raw}: {:?}", p.validate(&raw));
+        }
+        for (raw, want) in [
+            (format!("https://{}.com/", label(64)), TargetError::HostTooLong),
+            (format!("https://{}.com/", label(300)), TargetError::HostTooLong),
+            (format!("https://{ok_host}a/"), TargetError::HostTooLong),
+            // 60 characters, but 67 octets once punycode.
+            (format!("https://{}.com/", "ü".repeat(60)), TargetError::HostTooLong),
+            ("https://example.com:0/".to_owned(), TargetError::PortZero),
+            ("http://127.0.0.1:0/".to_owned(), TargetError::PortZero),
+        ] {
+            assert_eq!(p.validate(&raw), Err(want), "{raw}");
+        }
+    }
+
+    #[test]
+    fn mixed_script_labels_are_refused_when_asked() {
+        let strict = TargetPolicy {
+            refuse_mixed_script: true,
+            ..TargetPolicy::default()
+        };
+        let lax = TargetPolicy::default();
+        for raw in [
+            "https://раураl.com/",
+            "https://xn--l-7sba6dbr.com/",
+            "https://wwв.example/",
+        ] {
+            assert_eq!(strict.validate(raw), Err(TargetError::MixedScript), "{raw}");
+            assert!(lax.validate(raw).is_ok(), "{raw}");
+        }
+        for raw in [
+            "https://раура.com/",
+            "https://münchen.example/",
+            "https://日本語.jp/",
+            "https://テスト例.jp/",
+            "https://ab-12.example/",
+            "https://127.0.0.1/",
+        ] {
+            assert!(strict.validate(raw).is_ok(), "{raw}: {:?}", strict.validate(raw));
+        }
     }
 }

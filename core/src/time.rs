@@ -58,13 +58,21 @@ impl Clock for ManualClock {
 pub struct Day(pub i32);
 
 impl Day {
+    /// The first day the API accepts: 0000-01-01, the smallest `YYYY-MM-DD`.
+    pub const MIN: Day = Day(-719_528);
+    /// The last day the API accepts: 9999-12-31, the largest `YYYY-MM-DD`.
+    pub const MAX: Day = Day(2_932_896);
+
     /// The UTC day that contains `millis`.
     pub fn of_millis(millis: UnixMillis) -> Day {
         Day(millis.div_euclid(MILLIS_PER_DAY) as i32)
     }
 
-    /// Parses `YYYY-MM-DD`.
+    /// Parses `YYYY-MM-DD` (four digits, no sign): a day from [`Day::MIN`] to [`Day::MAX`].
     pub fn parse(s: &str) -> Option<Day> {
+        if !s.starts_with(|c: char| c.is_ascii_digit()) {
+            return None;
+        }
         let format = time::macros::format_description!("[year]-[month]-[day]");
         let date = Date::parse(s, &format).ok()?;
         Some(Day::from_date(date))
@@ -75,16 +83,25 @@ impl Day {
         Day((date - epoch).whole_days() as i32)
     }
 
-    /// The day `n` days later (earlier when negative).
+    /// The day `n` days later (earlier when negative), saturating at the ends of `i32`.
     pub fn plus(self, n: i32) -> Day {
-        Day(self.0 + n)
+        Day(self.0.saturating_add(n))
     }
 
-    /// The day as `YYYY-MM-DD`.
+    /// True from [`Day::MIN`] to [`Day::MAX`]: the days `YYYY-MM-DD` can name.
+    pub fn is_supported(self) -> bool {
+        (Day::MIN..=Day::MAX).contains(&self)
+    }
+
+    /// The day as `YYYY-MM-DD`; empty for a day outside what the calendar library holds
+    /// (never a panic: callers check [`Day::is_supported`] first).
     pub fn to_iso(self) -> String {
-        let date = OffsetDateTime::UNIX_EPOCH.date() + time::Duration::days(i64::from(self.0));
         let format = time::macros::format_description!("[year]-[month]-[day]");
-        date.format(&format).unwrap_or_default()
+        OffsetDateTime::UNIX_EPOCH
+            .date()
+            .checked_add(time::Duration::days(i64::from(self.0)))
+            .and_then(|date| date.format(&format).ok())
+            .unwrap_or_default()
     }
 }
 
@@ -118,6 +135,12 @@ mod tests {
             ("2026-1-5", None),
             ("yesterday", None),
             ("", None),
+            ("0000-01-01", Some(Day::MIN.0)),
+            ("9999-12-31", Some(Day::MAX.0)),
+            ("-9999-01-01", None),
+            ("-0001-12-31", None),
+            ("+2026-01-01", None),
+            ("10000-01-01", None),
         ];
         for (s, want) in cases {
             assert_eq!(Day::parse(s).map(|d| d.0), *want, "{s}");
@@ -125,6 +148,17 @@ mod tests {
                 assert_eq!(Day(*d).to_iso(), *s);
             }
         }
+    }
+
+    #[test]
+    fn days_outside_the_calendar_never_panic() {
+        assert_eq!(Day::MIN.plus(-29).to_iso(), "-0001-12-03");
+        assert!(!Day::MIN.plus(-1).is_supported() && !Day::MAX.plus(1).is_supported());
+        assert!(Day::MIN.is_supported() && Day::MAX.is_supported());
+        for d in [Day(i32::MIN), Day(i32::MAX), Day(-5_000_000), Day(5_000_000)] {
+            assert_eq!(d.to_iso(), "", "{d:?}");
+        }
+        assert_eq!(Day(i32::MAX).plus(1), Day(i32::MAX));
     }
 
     #[test]
