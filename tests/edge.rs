@@ -773,3 +773,197 @@ async fn the_api_port_refuses_slow_heads_and_a_413_reaches_a_client_that_sends_i
     assert!(cut < 70, "the API's trickling head was cut off ({cut} bytes sent)");
     assert!(rb.refusals("api", "head_timeout").await >= 1.0);
 }
+
+/// One request on a new connection; true when it was answered with the redirect.
+fn one_redirect(addr: &str) -> bool {
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    if s.write_all(b"GET /upgrade-me HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).is_ok() && got.starts_with(b"HTTP/1.1 302 Found\r\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_process_takes_the_listeners_over_under_load_with_zero_failed_requests() {
+    let dir = temp_dir();
+    let (redirect, api, metrics) = (free_port(), free_port(), free_port());
+    let sock = dir.path().join("upgrade.sock");
+    let env = [
+        ("REBOUND_REDIRECT_ADDR", format!("127.0.0.1:{redirect}")),
+        ("REBOUND_API_ADDR", format!("127.0.0.1:{api}")),
+        ("REBOUND_METRICS_ADDR", format!("127.0.0.1:{metrics}")),
+        ("REBOUND_UPGRADE_SOCK", sock.to_string_lossy().into_owned()),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let data = dir.path().join("data");
+    let mut old = start(&[], &data, &env, ALL);
+    let rb = Rebound { run: old };
+    rb.create(json!({"long_url": "https://example.com/u", "custom_alias": "upgrade-me"}))
+        .await;
+    old = rb.run;
+
+    // A bounded, constant load: four clients, one request per connection, until told to stop.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let addr = format!("127.0.0.1:{redirect}");
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let (stop, addr) = (stop.clone(), addr.clone());
+            std::thread::spawn(move || {
+                let (mut ok, mut failed) = (0u32, 0u32);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && ok + failed < 200_000 {
+                    if one_redirect(&addr) {
+                        ok += 1;
+                    } else {
+                        failed += 1;
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                (ok, failed)
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // The new binary asks for the listeners; the old one hands them over on SIGQUIT.
+    let mut new = start(&["--upgrade"], &data, &env, &["redirect"]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(Command::new("kill")
+        .args(["-QUIT", &old.pid().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let status = tokio::task::block_in_place(|| old.wait_exit(Duration::from_secs(30)));
+    assert!(status.success(), "the old process drained and exited: {status:?}");
+    tokio::task::block_in_place(|| {
+        new.wait_for_addr("API", Duration::from_secs(30));
+        new.wait_for_addr("metrics", Duration::from_secs(30));
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (mut ok, mut failed) = (0, 0);
+    for c in clients {
+        let (o, f) = c.join().unwrap();
+        ok += o;
+        failed += f;
+    }
+    eprintln!("upgrade under load: {ok} requests answered, {failed} failed");
+    assert_eq!(failed, 0, "zero failed requests across the hand-over ({ok} answered)");
+    assert!(ok > 100, "the load ran ({ok} requests)");
+    // The new process serves the redirect port, the API and the metrics port.
+    assert!(one_redirect(&addr));
+    assert!(metric(&new, r#"rebound_redirect_requests_total{outcome="redirect"}"#).await >= 1.0);
+    let res = http()
+        .get(format!("{}/api/v1/links/upgrade-me", new.api()))
+        .bearer_auth(OPERATOR_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), reqwest::StatusCode::OK);
+}
+
+/// An HTTP/2 frame.
+fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len() as u32;
+    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+const HEADERS: u8 = 0x1;
+const RST_STREAM: u8 = 0x3;
+const SETTINGS: u8 = 0x4;
+const GOAWAY: u8 = 0x7;
+const CONTINUATION: u8 = 0x9;
+
+/// Writes `frames` from a thread while reading; returns the frame types the server sent
+/// and whether it closed the connection before we were done writing.
+fn h2_flood(addr: &str, frames: Vec<u8>) -> (Vec<(u8, u32)>, bool) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut w = s.try_clone().unwrap();
+    w.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+    let writer = std::thread::spawn(move || w.write_all(&frames).is_ok());
+    let mut got = Vec::new();
+    let mut buf = [0u8; 64 * 1024];
+    while let Ok(n) = s.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    drop(s);
+    let wrote_all = writer.join().unwrap();
+    let mut seen = Vec::new();
+    let mut at = 0;
+    while got.len() >= at + 9 {
+        let len = (usize::from(got[at]) << 16) | (usize::from(got[at + 1]) << 8) | usize::from(got[at + 2]);
+        let kind = got[at + 3];
+        let error = if kind == GOAWAY && got.len() >= at + 17 {
+            u32::from_be_bytes(got[at + 13..at + 17].try_into().unwrap())
+        } else {
+            0
+        };
+        seen.push((kind, error));
+        at += 9 + len;
+    }
+    (seen, !wrote_all)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_rapid_reset_and_continuation_floods_are_cut_off() {
+    let dir = temp_dir();
+    let rb = Rebound::start(dir.path(), &[]);
+    rb.create(json!({"long_url": "https://example.com/f", "custom_alias": "flood"}))
+        .await;
+    let addr = rb.redirect();
+    // GET / (indexed :method GET, :scheme http, :path /).
+    let request = [0x82u8, 0x86, 0x84];
+
+    // Rapid reset: 20,000 streams opened and reset at once.
+    let mut frames = [H2_PREFACE, &h2_frame(SETTINGS, 0, 0, &[])].concat();
+    for i in 0..20_000u32 {
+        let stream = 2 * i + 1;
+        frames.extend(h2_frame(HEADERS, 0x5, stream, &request));
+        frames.extend(h2_frame(RST_STREAM, 0, stream, &8u32.to_be_bytes()));
+    }
+    let (seen, _) = tokio::task::block_in_place(|| h2_flood(&addr, frames));
+    assert!(
+        seen.contains(&(GOAWAY, 0xb)),
+        "rapid reset answered with GOAWAY ENHANCE_YOUR_CALM: {:?}",
+        &seen[seen.len().saturating_sub(5)..]
+    );
+
+    // CONTINUATION flood: one header block that never ends, 16 KiB at a time, 32 MiB in all.
+    let mut frames = [H2_PREFACE, &h2_frame(SETTINGS, 0, 0, &[])].concat();
+    frames.extend(h2_frame(HEADERS, 0x1, 1, &request));
+    let mut literal = vec![0x40u8, 3, b'x', b'-', b'a', 0x7f, 0x81, 0x7f];
+    literal.extend(std::iter::repeat_n(b'a', 255));
+    let chunk: Vec<u8> = literal.iter().cycle().take(16 * 1024).copied().collect();
+    for _ in 0..2048 {
+        frames.extend(h2_frame(CONTINUATION, 0, 1, &chunk));
+    }
+    let (seen, cut) = tokio::task::block_in_place(|| h2_flood(&addr, frames));
+    assert!(
+        seen.iter().any(|(kind, _)| *kind == GOAWAY) || cut,
+        "a header block without end is refused: {seen:?}"
+    );
+    assert!(rb.refusals("redirect", "h2_protocol").await >= 1.0);
+
+    // The port still answers.
+    let (text, _) = tokio::task::block_in_place(|| {
+        exchange(
+            &addr,
+            b"GET /flood HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(5),
+        )
+    });
+    assert_eq!(statuses(&text), [302]);
+}

@@ -93,6 +93,34 @@ impl Running {
         format!("http://{}", self.addrs[what])
     }
 
+    /// Waits until the process has printed where `what` listens (e.g. a port bound late).
+    pub fn wait_for_addr(&mut self, what: &str, limit: Duration) {
+        let deadline = std::time::Instant::now() + limit;
+        while !self.addrs.contains_key(what) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => self.take_line(line),
+                Err(_) => panic!("rebound did not print its {what} address; saw {:?}", self.stdout_lines),
+            }
+        }
+    }
+
+    /// Waits for the process to exit by itself, at most `limit`.
+    pub fn wait_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("rebound did not exit within {limit:?}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("running").id()
