@@ -407,6 +407,29 @@ mod tests {
     }
 
     #[test]
+    fn tls_and_edge_settings_are_read() {
+        let s = load(
+            Some("[edge]\nidle_timeout_ms = 5000\nh2c = false"),
+            &env(&[
+                ("REBOUND_TLS_ADDR", "127.0.0.1:8443"),
+                ("REBOUND_TLS_CERT", "/c.pem"),
+                ("REBOUND_TLS_KEY", "/k.pem"),
+                ("REBOUND_WRITE_TIMEOUT_MS", "2500"),
+            ]),
+        )
+        .unwrap();
+        let tls = s.tls.unwrap();
+        assert_eq!(
+            (tls.addr.port(), tls.cert.to_str(), tls.key.to_str()),
+            (8443, Some("/c.pem"), Some("/k.pem"))
+        );
+        assert_eq!(
+            (s.edge.idle_timeout_ms, s.edge.write_timeout_ms, s.edge.h2c),
+            (5000, 2500, false)
+        );
+    }
+
+    #[test]
     fn errors_name_the_setting() {
         type Case<'a> = (Option<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
         let cases: Vec<Case> = vec![
@@ -419,6 +442,10 @@ mod tests {
                 "REBOUND_PUBLIC_BASE_URL",
             ),
             (None, vec![("REBOUND_CODE_KEY", "xyz")], "REBOUND_CODE_KEY"),
+            (None, vec![("REBOUND_TLS_ADDR", "127.0.0.1:8443")], "REBOUND_TLS_ADDR"),
+            (None, vec![("REBOUND_HEAD_TIMEOUT_MS", "soon")], "REBOUND_HEAD_TIMEOUT_MS"),
+            (None, vec![("REBOUND_MAX_CONNECTIONS", "0")], "edge.max_connections"),
+            (None, vec![("REBOUND_H2C", "perhaps")], "REBOUND_H2C"),
             (
                 None,
                 vec![("REBOUND_ANONYMOUS_CREATE", "maybe")],
@@ -427,6 +454,7 @@ mod tests {
             (Some("api_addr = 5"), vec![], "configuration file"),
             (Some("unknown_setting = 1"), vec![], "unknown_setting"),
             (Some("[api]\nkgs_block_size = 0"), vec![], "api.kgs_block_size"),
+            (Some("[edge]\nmax_headers = 1"), vec![], "edge.max_headers"),
         ];
         for (file, vars, name) in cases {
             let err = load(file, &env(&vars)).unwrap_err().to_string();
