@@ -54,6 +54,11 @@ impl Edge {
 
     fn new(limits: EdgeLimits, metrics: PortMetrics, tls: Option<TlsAcceptor>) -> Edge {
         let mut h1 = http1::Builder::new();
+        if tls.is_some() {
+            // One buffer per answer, so that it goes out as one TLS record: TLS streams
+            // write every slice of a vectored write as a record of its own.
+            h1.writev(false);
+        }
         h1.timer(TokioTimer::new())
             // Deadlines are GuardedIo's: hyper's header timer also runs while a keep-alive
             // connection is idle, so it cannot tell a slow head from an idle connection.
