@@ -38,17 +38,47 @@ impl<V: Clone> SingleFlight<V> {
                 }
             }
         };
-        let value = cell.get_or_init(work).await.clone();
-        let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
-        if flights.get(key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
-            flights.remove(key);
-        }
+        // The entry goes when the work is done, or when the last caller gives up (a
+        // cancelled lone leader), however this future ends: in a guard, as Pingora's
+        // read-through cache does.
+        let guard = Forget {
+            flights: self,
+            key,
+            cell,
+        };
+        let value = guard.cell.get_or_init(work).await.clone();
         (value, joined)
+    }
+}
+
+impl<V> SingleFlight<V> {
+    fn forget(&self, key: &str, cell: &Arc<OnceCell<V>>) {
+        let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = flights.get(key) {
+            // The map's reference and this caller's: nobody else waits on it.
+            let alone = Arc::strong_count(c) <= 2;
+            if Arc::ptr_eq(c, cell) && (cell.initialized() || alone) {
+                flights.remove(key);
+            }
+        }
     }
 
     /// Keys in flight now.
     pub fn in_flight(&self) -> usize {
         self.flights.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+/// Removes a flight's entry when its caller is done or gone.
+struct Forget<'a, V> {
+    flights: &'a SingleFlight<V>,
+    key: &'a str,
+    cell: Arc<OnceCell<V>>,
+}
+
+impl<V> Drop for Forget<'_, V> {
+    fn drop(&mut self) {
+        self.flights.forget(self.key, &self.cell);
     }
 }
 
@@ -103,6 +133,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(20)).await;
         leader.abort();
         let _ = leader.await;
+        assert_eq!(flights.in_flight(), 0, "a cancelled lone leader leaves no entry behind");
         let (v, _) = tokio::time::timeout(Duration::from_secs(5), flights.run("k", || async { 2 }))
             .await
             .unwrap();
