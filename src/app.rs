@@ -381,15 +381,30 @@ impl DataPlane {
         Ok(())
     }
 
-    /// The background task that reloads the TLS certificate (SIGHUP or a changed file).
-    fn certificate_watcher(&self, stop: watch::Receiver<bool>) -> Option<JoinHandle<()>> {
-        let cert = self.certificate.clone()?;
-        Some(tokio::spawn(watch_certificate(
-            cert,
-            self.edge_metrics.clone(),
-            Duration::from_secs(1),
-            stop,
-        )))
+    /// The background task that reloads the TLS certificate on SIGHUP or a changed file.
+    /// Without TLS, SIGHUP has nothing to reload: it is logged instead of ending the
+    /// process (its default action).
+    fn certificate_watcher(&self, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
+        match self.certificate.clone() {
+            Some(cert) => tokio::spawn(watch_certificate(
+                cert,
+                self.edge_metrics.clone(),
+                Duration::from_secs(1),
+                stop,
+            )),
+            None => tokio::spawn(async move {
+                use tokio::signal::unix::{signal, SignalKind};
+                let Ok(mut hangup) = signal(SignalKind::hangup()) else {
+                    return;
+                };
+                loop {
+                    tokio::select! {
+                        _ = hangup.recv() => tracing::info!("SIGHUP: no TLS certificate to reload"),
+                        _ = stop.changed() => return,
+                    }
+                }
+            }),
+        }
     }
 
     /// The lookup tiers over `store`, with the configured cache lifetimes and store budget.
@@ -595,7 +610,7 @@ pub fn run_all_in_one(
                 clicks_stop,
             )),
         ];
-        tasks.extend(dp.certificate_watcher(stop));
+        tasks.push(dp.certificate_watcher(stop));
         tasks
     };
 
@@ -674,7 +689,7 @@ pub fn run_proxy(settings: Settings, options: RunOptions, runtime: &tokio::runti
                 clicks_stop,
             )),
         ];
-        tasks.extend(dp.certificate_watcher(stop.clone()));
+        tasks.push(dp.certificate_watcher(stop.clone()));
         if let Some(cache) = &redis {
             path = path.with_l2(cache.clone(), Duration::from_millis(r.l2_budget_ms), trust.clone());
             tasks.push(tokio::spawn(run_invalidation_listener(

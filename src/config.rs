@@ -443,7 +443,11 @@ mod tests {
             ),
             (None, vec![("REBOUND_CODE_KEY", "xyz")], "REBOUND_CODE_KEY"),
             (None, vec![("REBOUND_TLS_ADDR", "127.0.0.1:8443")], "REBOUND_TLS_ADDR"),
-            (None, vec![("REBOUND_HEAD_TIMEOUT_MS", "soon")], "REBOUND_HEAD_TIMEOUT_MS"),
+            (
+                None,
+                vec![("REBOUND_HEAD_TIMEOUT_MS", "soon")],
+                "REBOUND_HEAD_TIMEOUT_MS",
+            ),
             (None, vec![("REBOUND_MAX_CONNECTIONS", "0")], "edge.max_connections"),
             (None, vec![("REBOUND_H2C", "perhaps")], "REBOUND_H2C"),
             (
