@@ -165,6 +165,21 @@ impl<S> GuardedIo<S> {
         self.active_at = Instant::now();
     }
 
+    /// What a write that was polled means for the deadlines.
+    fn after_write(&mut self, cx: &mut Context<'_>, polled: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+        match polled {
+            Poll::Ready(Ok(n)) => {
+                self.wrote();
+                Poll::Ready(Ok(n))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => {
+                self.write_waits();
+                self.poll_deadlines(cx)
+            }
+        }
+    }
+
     fn write_waits(&mut self) {
         if self.write_blocked_since.is_none() {
             self.write_blocked_since = Some(Instant::now());
@@ -200,17 +215,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for GuardedIo<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let this = &mut *self;
         this.check_refused()?;
-        match Pin::new(&mut this.inner).poll_write(cx, buf) {
-            Poll::Ready(Ok(n)) => {
-                this.wrote();
-                Poll::Ready(Ok(n))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => {
-                this.write_waits();
-                this.poll_deadlines(cx)
-            }
-        }
+        let polled = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.after_write(cx, polled)
     }
 
     fn poll_write_vectored(
@@ -220,17 +226,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for GuardedIo<S> {
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
         this.check_refused()?;
-        match Pin::new(&mut this.inner).poll_write_vectored(cx, bufs) {
-            Poll::Ready(Ok(n)) => {
-                this.wrote();
-                Poll::Ready(Ok(n))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => {
-                this.write_waits();
-                this.poll_deadlines(cx)
-            }
-        }
+        let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.after_write(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {
