@@ -3,7 +3,8 @@
 //! with an error that hyper (or the TLS layer) passes up, which frees its buffers.
 //!
 //! One timer per connection, armed only when an operation would wait, and never further
-//! out than the shortest limit: a busy connection costs two clock reads per request and
+//! out than the shortest limit; reads and writes only mark what happened, and the clock is
+//! read once the connection waits. A busy connection costs one clock read per request and
 //! no timer operation, an idle one a timer wake-up every few seconds.
 
 use crate::metrics::{PortMetrics, Refusal};
@@ -43,7 +44,19 @@ pub struct GuardedIo<S> {
     /// Since when a write has been waiting for the peer to read.
     write_blocked_since: Option<Instant>,
     read_pending: bool,
+    /// What happened since the clock was last read, stamped when the connection waits.
+    unstamped: Unstamped,
+    /// The waker the armed timer will wake.
+    waker: Option<std::task::Waker>,
     refused: Option<Refusal>,
+}
+
+/// Events not yet given a time.
+#[derive(Debug, Default, Clone, Copy)]
+struct Unstamped {
+    moved: bool,
+    head_started: bool,
+    write_waits: bool,
 }
 
 impl<S> GuardedIo<S> {
@@ -60,6 +73,8 @@ impl<S> GuardedIo<S> {
             active_at: now,
             write_blocked_since: None,
             read_pending: false,
+            unstamped: Unstamped::default(),
+            waker: None,
             refused: None,
         }
     }
@@ -68,6 +83,22 @@ impl<S> GuardedIo<S> {
     /// otherwise count as an answer).
     pub fn expect_head(&mut self) {
         self.head_since = Some(Instant::now());
+        self.unstamped.head_started = false;
+    }
+
+    /// Gives the events since the last reading of the clock the time `now` (a wait
+    /// follows them within the same poll).
+    fn stamp(&mut self, now: Instant) {
+        let u = std::mem::take(&mut self.unstamped);
+        if u.moved {
+            self.active_at = now;
+        }
+        if u.head_started {
+            self.head_since.get_or_insert(now);
+        }
+        if u.write_waits {
+            self.write_blocked_since.get_or_insert(now);
+        }
     }
 
     /// Why the connection was cut, if it was.
@@ -125,20 +156,28 @@ impl<S> GuardedIo<S> {
     fn poll_deadlines<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
         loop {
             let now = Instant::now();
+            self.stamp(now);
             if let Some(refusal) = self.expired(now) {
                 return Poll::Ready(Err(self.refuse(refusal)));
             }
             let next = self.next_deadline(now);
-            match self.armed_until {
-                Some(at) if at <= next && at > now => {}
-                _ => {
-                    self.timer.as_mut().reset(next);
-                    self.armed_until = Some(next);
-                }
+            let armed = matches!(self.armed_until, Some(at) if at <= next && at > now) && !self.timer.is_elapsed();
+            if armed && self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                // Armed for this task already: the timer will wake it.
+                return Poll::Pending;
+            }
+            if !armed {
+                self.timer.as_mut().reset(next);
+                self.armed_until = Some(next);
             }
             match self.timer.as_mut().poll(cx) {
                 Poll::Ready(()) => self.armed_until = None,
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    if !self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                        self.waker = Some(cx.waker().clone());
+                    }
+                    return Poll::Pending;
+                }
             }
         }
     }
@@ -162,7 +201,9 @@ impl<S> GuardedIo<S> {
         // Bytes going out mean the request in progress was answered.
         self.head_since = None;
         self.write_blocked_since = None;
-        self.active_at = Instant::now();
+        self.unstamped.head_started = false;
+        self.unstamped.write_waits = false;
+        self.unstamped.moved = true;
     }
 
     /// What a write that was polled means for the deadlines.
@@ -181,9 +222,7 @@ impl<S> GuardedIo<S> {
     }
 
     fn write_waits(&mut self) {
-        if self.write_blocked_since.is_none() {
-            self.write_blocked_since = Some(Instant::now());
-        }
+        self.unstamped.write_waits = true;
     }
 }
 
@@ -196,9 +235,10 @@ impl<S: AsyncRead + Unpin> AsyncRead for GuardedIo<S> {
             Poll::Ready(Ok(())) => {
                 this.read_pending = false;
                 if buf.filled().len() > before {
-                    let now = Instant::now();
-                    this.active_at = now;
-                    this.head_since.get_or_insert(now);
+                    this.unstamped.moved = true;
+                    if this.head_since.is_none() {
+                        this.unstamped.head_started = true;
+                    }
                 }
                 Poll::Ready(Ok(()))
             }
@@ -240,6 +280,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for GuardedIo<S> {
         match Pin::new(&mut this.inner).poll_flush(cx) {
             Poll::Ready(r) => {
                 this.write_blocked_since = None;
+                this.unstamped.write_waits = false;
                 Poll::Ready(r)
             }
             Poll::Pending => {
