@@ -187,6 +187,7 @@ async fn clicks(cp: &Running, code: &str) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_REDIS_URL and REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
 async fn i1_delete_and_takedown_reach_both_proxies() {
     let d = Deployment::new(&shared_aws_url(), Some(&shared_redis_url()));
     let dir = temp_dir();
@@ -229,6 +230,7 @@ async fn i1_delete_and_takedown_reach_both_proxies() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_REDIS_URL and REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
 async fn i1_a_silently_cut_channel_stops_l1_within_timeout_plus_ttl() {
     let redis = shared_redis_url();
     let redis_port: u16 = redis.trim_end_matches('/').rsplit(':').next().unwrap().parse().unwrap();
@@ -261,6 +263,7 @@ async fn i1_a_silently_cut_channel_stops_l1_within_timeout_plus_ttl() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_REDIS_URL and REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
 async fn i2_a_thousand_create_then_click_rounds_across_processes() {
     let d = Deployment::new(&shared_aws_url(), Some(&shared_redis_url()));
     let dir = temp_dir();
@@ -277,6 +280,7 @@ async fn i2_a_thousand_create_then_click_rounds_across_processes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_REDIS_URL and REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
 async fn i2_holds_with_redis_stopped() {
     let mut redis = OwnServer::redis();
     let d = Deployment::new(&shared_aws_url(), Some(&redis.url()));
@@ -302,6 +306,7 @@ async fn i2_holds_with_redis_stopped() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_REDIS_URL and REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
 async fn i3_an_expired_link_is_410_before_the_ttl_cleanup() {
     let d = Deployment::new(&shared_aws_url(), Some(&shared_redis_url()));
     let dir = temp_dir();
@@ -320,6 +325,7 @@ async fn i3_an_expired_link_is_410_before_the_ttl_cleanup() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_REDIS_URL and REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
 async fn store_down_serves_cached_and_stale_inside_the_window_then_503() {
     let mut moto = OwnServer::moto();
     let d = Deployment::new(&moto.url(), Some(&shared_redis_url()));
@@ -363,6 +369,7 @@ async fn store_down_serves_cached_and_stale_inside_the_window_then_503() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_REDIS_URL and REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
 async fn redis_down_redirects_come_from_the_store_without_5xx() {
     let mut redis = OwnServer::redis();
     let d = Deployment::new(&shared_aws_url(), Some(&redis.url()));
@@ -388,6 +395,7 @@ async fn futures_codes(cp: &Running, n: usize) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_REDIS_URL and REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
 async fn sqs_down_redirects_are_unaffected_and_drops_are_counted() {
     let d = Deployment::new(&shared_aws_url(), Some(&shared_redis_url()));
     let dir = temp_dir();
@@ -411,6 +419,7 @@ async fn sqs_down_redirects_are_unaffected_and_drops_are_counted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_REDIS_URL and REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
 async fn clicks_reach_the_stats_through_sqs_and_a_poison_message_lands_in_the_dlq() {
     let d = Deployment::new(&shared_aws_url(), Some(&shared_redis_url()));
     let dir = temp_dir();
@@ -447,6 +456,7 @@ async fn clicks_reach_the_stats_through_sqs_and_a_poison_message_lands_in_the_dl
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_REDIS_URL and REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
 async fn a_consumer_killed_mid_batch_and_redeliveries_count_each_click_once() {
     let d = Deployment::new(&shared_aws_url(), Some(&shared_redis_url()));
     let dir = temp_dir();
@@ -492,6 +502,7 @@ async fn a_consumer_killed_mid_batch_and_redeliveries_count_each_click_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_REDIS_URL and REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
 async fn a_failed_tombstone_write_is_503_audited_and_the_retry_succeeds() {
     let redis = shared_redis_url();
     let redis_port: u16 = redis.trim_end_matches('/').rsplit(':').next().unwrap().parse().unwrap();

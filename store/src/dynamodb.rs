@@ -954,6 +954,7 @@ mod tests {
     /// dynalite parses expressions like real DynamoDB (reserved words included), but has
     /// neither transactions nor TTL: it runs the rest of the contract.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs REBOUND_TEST_DYNALITE_URL (the test services): scripts/test starts them and runs it"]
     async fn expressions_pass_a_strict_dynamodb_engine() {
         let conf = crate::testing::local_aws_config(&crate::testing::endpoint("REBOUND_TEST_DYNALITE_URL")).await;
         let prefix = format!(
@@ -969,6 +970,7 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
     async fn dynamodb_store_passes_the_contract() {
         let store = fresh_store().await;
         crate::conformance::run_all(&store).await;

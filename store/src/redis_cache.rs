@@ -324,6 +324,7 @@ mod tests {
     }
 
     #[tokio::test]
+    #[ignore = "needs REBOUND_TEST_REDIS_URL (the test services): scripts/test starts them and runs it"]
     async fn a_populate_with_an_older_version_never_overwrites_a_tombstone() {
         let c = cache();
         let now = now_millis();
@@ -347,6 +348,7 @@ mod tests {
     }
 
     #[tokio::test]
+    #[ignore = "needs REBOUND_TEST_REDIS_URL (the test services): scripts/test starts them and runs it"]
     async fn records_never_outlive_expiry() {
         let c = cache();
         let now = now_millis();
@@ -375,6 +377,7 @@ mod tests {
     }
 
     #[tokio::test]
+    #[ignore = "needs REBOUND_TEST_REDIS_URL (the test services): scripts/test starts them and runs it"]
     async fn the_creation_feed_reads_in_order_from_a_position() {
         let c = cache();
         assert_eq!(c.feed_position().await.unwrap(), "0-0");
