@@ -209,14 +209,7 @@ impl Rebound {
     }
 
     async fn create(&self, body: serde_json::Value) {
-        let res = http()
-            .post(format!("{}/api/v1/links", self.run.api()))
-            .bearer_auth(OPERATOR_KEY)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(res.status(), reqwest::StatusCode::CREATED);
+        create_link(&self.run, body).await;
     }
 
     async fn refusals(&self, port: &str, reason: &str) -> f64 {

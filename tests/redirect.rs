@@ -29,16 +29,7 @@ impl Rebound {
     }
 
     async fn create(&self, body: Value) -> Value {
-        let res = self
-            .http
-            .post(format!("{}/api/v1/links", self.run.api()))
-            .bearer_auth(OPERATOR_KEY)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(res.status(), StatusCode::CREATED);
-        res.json().await.unwrap()
+        create_link(&self.run, body).await
     }
 
     async fn api(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {

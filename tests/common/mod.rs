@@ -115,7 +115,7 @@ impl Running {
             }
             if std::time::Instant::now() > deadline {
                 let _ = child.kill();
-                panic!("rebound did not exit within {limit:?}");
+                panic!("rebound did not exit within {limit:?} (of SIGTERM, or by itself)");
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -136,19 +136,9 @@ impl Running {
 
     /// Sends SIGTERM and waits for the exit status.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
-        let mut child = self.child.take().expect("running");
-        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status;
-            }
-            if std::time::Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("rebound did not exit within 30 s of SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let pid = self.pid();
+        let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
+        self.wait_exit(Duration::from_secs(30))
     }
 }
 
@@ -176,6 +166,19 @@ pub fn http() -> reqwest::Client {
         .timeout(Duration::from_secs(20))
         .build()
         .unwrap()
+}
+
+/// Creates a link through the process's API with the operator key; returns the answer.
+pub async fn create_link(p: &Running, body: serde_json::Value) -> serde_json::Value {
+    let res = http()
+        .post(format!("{}/api/v1/links", p.api()))
+        .bearer_auth(OPERATOR_KEY)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), reqwest::StatusCode::CREATED);
+    res.json().await.unwrap()
 }
 
 /// The value of one series on a process's `/metrics` (0 when absent).
