@@ -527,6 +527,23 @@ async fn a_new_certificate_is_served_after_sighup_or_a_file_change_and_a_bad_one
     tokio::task::block_in_place(|| subject("CN = first"));
     // A keep-alive connection opened before the reloads must keep working after them.
     let mut kept = TcpStream::connect(&tls).unwrap();
+    // A load of new TLS connections (a handshake each) runs through every reload below.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let (stop, port) = (stop.clone(), tls.rsplit(':').next().unwrap().to_owned());
+        std::thread::spawn(move || {
+            let (mut ok, mut failed) = (0u32, 0u32);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && ok + failed < 5_000 {
+                let url = format!("https://127.0.0.1:{port}/some-code");
+                if curl(&["-k", "--max-time", "5", &url]).ends_with(" 404 ") {
+                    ok += 1;
+                } else {
+                    failed += 1;
+                }
+            }
+            (ok, failed)
+        })
+    };
     kept.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
 
     // A changed file is noticed by itself.
@@ -557,6 +574,14 @@ async fn a_new_certificate_is_served_after_sighup_or_a_file_change_and_a_bad_one
         .success());
     tokio::task::block_in_place(|| subject("CN = first"));
     assert!(metric(&run, r#"rebound_edge_tls_reloads_total{outcome="loaded"}"#).await >= 2.0);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (ok, failed) = load.join().unwrap();
+    eprintln!("TLS load across the reloads: {ok} answered, {failed} failed");
+    assert_eq!(
+        failed, 0,
+        "no handshake or request failed across the reloads ({ok} answered)"
+    );
+    assert!(ok > 0);
     // The connection opened before is still there (not dropped by the reloads): the server
     // has not closed it.
     kept.set_nonblocking(true).unwrap();
