@@ -114,6 +114,23 @@ where
         .map_err(|e| ConfigError::Setting(name.to_owned(), format!("{value:?} is not valid: {e}")))
 }
 
+/// The variable `name` parsed when it is set (and not empty), else the file's value, else
+/// `default`.
+fn env_or_file<T: std::str::FromStr>(
+    env: &HashMap<String, String>,
+    name: &str,
+    file: Option<T>,
+    default: T,
+) -> Result<T, ConfigError>
+where
+    T::Err: std::fmt::Display,
+{
+    match env.get(name).map(String::as_str).filter(|v| !v.is_empty()) {
+        Some(v) => parse(name, v),
+        None => Ok(file.unwrap_or(default)),
+    }
+}
+
 fn parse_bool(name: &str, value: &str) -> Result<bool, ConfigError> {
     match value.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Ok(true),
@@ -276,38 +293,30 @@ pub fn load(file: Option<&str>, env: &HashMap<String, String>) -> Result<Setting
 
     let e = &mut s.edge;
     let fe = f.edge;
-    let pick = |env_name: &str, file: Option<u64>, default: u64| -> Result<u64, ConfigError> {
-        match var(env_name) {
-            Some(v) => parse(env_name, v),
-            None => Ok(file.unwrap_or(default)),
-        }
-    };
-    let pick_usize = |env_name: &str, file: Option<usize>, default: usize| -> Result<usize, ConfigError> {
-        match var(env_name) {
-            Some(v) => parse(env_name, v),
-            None => Ok(file.unwrap_or(default)),
-        }
-    };
-    e.head_timeout_ms = pick("REBOUND_HEAD_TIMEOUT_MS", fe.head_timeout_ms, e.head_timeout_ms)?;
-    e.idle_timeout_ms = pick("REBOUND_IDLE_TIMEOUT_MS", fe.idle_timeout_ms, e.idle_timeout_ms)?;
-    e.write_timeout_ms = pick("REBOUND_WRITE_TIMEOUT_MS", fe.write_timeout_ms, e.write_timeout_ms)?;
-    e.max_connections = pick_usize("REBOUND_MAX_CONNECTIONS", fe.max_connections, e.max_connections)?;
-    e.api_max_connections = pick_usize(
+    e.head_timeout_ms = env_or_file(env, "REBOUND_HEAD_TIMEOUT_MS", fe.head_timeout_ms, e.head_timeout_ms)?;
+    e.idle_timeout_ms = env_or_file(env, "REBOUND_IDLE_TIMEOUT_MS", fe.idle_timeout_ms, e.idle_timeout_ms)?;
+    e.write_timeout_ms = env_or_file(env, "REBOUND_WRITE_TIMEOUT_MS", fe.write_timeout_ms, e.write_timeout_ms)?;
+    e.max_connections = env_or_file(env, "REBOUND_MAX_CONNECTIONS", fe.max_connections, e.max_connections)?;
+    e.api_max_connections = env_or_file(
+        env,
         "REBOUND_API_MAX_CONNECTIONS",
         fe.api_max_connections,
         e.api_max_connections,
     )?;
-    e.metrics_max_connections = pick_usize(
+    e.metrics_max_connections = env_or_file(
+        env,
         "REBOUND_METRICS_MAX_CONNECTIONS",
         fe.metrics_max_connections,
         e.metrics_max_connections,
     )?;
-    e.max_head_bytes = pick_usize("REBOUND_MAX_HEAD_BYTES", fe.max_head_bytes, e.max_head_bytes)?;
-    e.max_headers = pick_usize("REBOUND_MAX_HEADERS", fe.max_headers, e.max_headers)?;
-    e.h2_max_concurrent_streams = match var("REBOUND_H2_MAX_STREAMS") {
-        Some(v) => parse("REBOUND_H2_MAX_STREAMS", v)?,
-        None => fe.h2_max_concurrent_streams.unwrap_or(e.h2_max_concurrent_streams),
-    };
+    e.max_head_bytes = env_or_file(env, "REBOUND_MAX_HEAD_BYTES", fe.max_head_bytes, e.max_head_bytes)?;
+    e.max_headers = env_or_file(env, "REBOUND_MAX_HEADERS", fe.max_headers, e.max_headers)?;
+    e.h2_max_concurrent_streams = env_or_file(
+        env,
+        "REBOUND_H2_MAX_STREAMS",
+        fe.h2_max_concurrent_streams,
+        e.h2_max_concurrent_streams,
+    )?;
     e.h2c = match var("REBOUND_H2C") {
         Some(v) => parse_bool("REBOUND_H2C", v)?,
         None => fe.h2c.unwrap_or(e.h2c),
