@@ -79,13 +79,6 @@ async fn open_queue(settings: &Settings) -> anyhow::Result<Option<SqsClickQueue>
     }
 }
 
-/// Binds `addr`, naming the setting when it fails.
-pub async fn bind(addr: std::net::SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
-    TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("binding the {what} listener on {addr}"))
-}
-
 use crate::listen::bind as std_bind;
 
 /// Prints the initial operator key once, the first time a store without a configured
@@ -226,8 +219,8 @@ pub async fn run_control_plane(settings: Settings) -> anyhow::Result<()> {
     let queue = open_queue(&settings).await?;
     announce_initial_key(&settings, store.as_ref(), clock.as_ref()).await?;
     check_descriptor_budget(&settings, 0, true)?;
-    let api = bind(settings.api_addr, "API (api_addr)").await?;
-    let metrics = bind(settings.metrics_addr, "metrics (metrics_addr)").await?;
+    let api = TcpListener::from_std(std_bind(settings.api_addr, "API (api_addr)")?)?;
+    let metrics = TcpListener::from_std(std_bind(settings.metrics_addr, "metrics (metrics_addr)")?)?;
     let visibility = Duration::from_secs(u64::from(settings.sqs_visibility_secs));
     let registry = prometheus::Registry::new();
     let edge_metrics = EdgeMetrics::register(&registry).context("declaring metrics")?;
