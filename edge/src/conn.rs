@@ -89,16 +89,6 @@ impl Edge {
         }
     }
 
-    /// The limits it enforces.
-    pub fn limits(&self) -> &EdgeLimits {
-        &self.limits
-    }
-
-    /// The port's counters.
-    pub fn metrics(&self) -> &PortMetrics {
-        &self.metrics
-    }
-
     /// Serves one accepted stream until it closes. When `shutdown` turns true the
     /// connection finishes the request in progress (answered with `Connection: close`, or
     /// an HTTP/2 GOAWAY) and closes.

@@ -106,14 +106,6 @@ impl<S> GuardedIo<S> {
         self.refused
     }
 
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
-
     /// The deadline that has passed, if one has.
     fn expired(&self, now: Instant) -> Option<Refusal> {
         let t = &self.timeouts;

@@ -83,11 +83,6 @@ impl ReloadableCert {
         *self.seen.lock().unwrap_or_else(|e| e.into_inner()) != seen(&self.files)
     }
 
-    /// The certificate chain served now (for tests and logs).
-    pub fn chain(&self) -> Vec<CertificateDer<'static>> {
-        self.current.read().unwrap_or_else(|e| e.into_inner()).cert.clone()
-    }
-
     /// The server configuration of a port that answers with this certificate.
     pub fn server_config(self: &Arc<Self>) -> Result<Arc<rustls::ServerConfig>, TlsError> {
         let mut config = rustls::ServerConfig::builder_with_provider(self.provider.clone())

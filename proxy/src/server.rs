@@ -63,11 +63,6 @@ impl Redirects {
             max_age_secs,
         }))
     }
-
-    /// The redirect path it answers from.
-    pub fn path(&self) -> &Arc<RedirectPath> {
-        &self.0.path
-    }
 }
 
 /// A request refused before any lookup.
