@@ -28,6 +28,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::{watch, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
+/// How long an HTTP/1 connection still waits for its first request once the port shuts
+/// down (Pingora gives connections one second of grace and two more before it stops).
+const FIRST_REQUEST_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// A listening port's connection handling: its limits, counters, connection slots and TLS.
@@ -180,15 +184,22 @@ impl Edge {
     {
         self.metrics.http1.inc();
         let mut conn = self.h1.serve_connection(TokioIo::new(io), service);
+        // Told to close, hyper drops at once a connection it has not read a byte from; one
+        // accepted just before the listener stopped would lose the request already on its
+        // way (and a cleartext one whose first bytes the h2c look has read). So the close
+        // is asked for `FIRST_REQUEST_GRACE` after the shutdown: a request read by then is
+        // answered (with `Connection: close`), an idle connection is closed.
         let mut closing = *shutdown.borrow();
-        if closing {
-            Pin::new(&mut conn).graceful_shutdown();
-        }
+        let mut close_soon = closing.then(|| Box::pin(tokio::time::sleep(FIRST_REQUEST_GRACE)));
         let result = loop {
             tokio::select! {
                 r = std::future::poll_fn(|cx| conn.poll_without_shutdown(cx)) => break r,
                 _ = shutdown.changed(), if !closing => {
                     closing = true;
+                    close_soon = Some(Box::pin(tokio::time::sleep(FIRST_REQUEST_GRACE)));
+                }
+                _ = async { close_soon.as_mut().expect("guarded").await }, if close_soon.is_some() => {
+                    close_soon = None;
                     Pin::new(&mut conn).graceful_shutdown();
                 }
             }
