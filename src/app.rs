@@ -12,7 +12,8 @@ use rebound_edge::tls::{watch_certificate, CertificateFiles, ReloadableCert};
 use rebound_edge::{Edge, EdgeMetrics};
 use rebound_proxy::bloom::BloomGate;
 use rebound_proxy::clicks::{
-    low_priority_runtime, run_click_shipper, ClickQueue, ClickSink, ClickWriter, SqsClickSink, StoreClickSink,
+    low_priority_runtime, run_click_shipper, ClickPacing, ClickQueue, ClickSink, ClickWriter, RollupsWithPending,
+    SqsClickSink, StoreClickSink,
 };
 use rebound_proxy::distributed::{run_creation_feed, run_heartbeat, run_invalidation_listener};
 use rebound_proxy::events::InProcessLinkEvents;
@@ -300,6 +301,15 @@ pub struct RunOptions {
     pub take_over: bool,
 }
 
+/// How click persistence is paced; `distributed` for `rebound proxy`.
+fn click_pacing(r: &rebound_core::config::RedirectSettings, distributed: bool) -> ClickPacing {
+    ClickPacing {
+        every: Duration::from_millis(r.click_flush_ms),
+        rows_per_sec: r.click_rows_per_sec,
+        max_hold: r.click_max_hold(distributed),
+    }
+}
+
 /// How long a process taking over waits for the old one to release the API and metrics ports.
 const TAKE_OVER_WAIT: Duration = Duration::from_secs(30);
 
@@ -320,7 +330,7 @@ struct DataPlane {
 impl DataPlane {
     /// Declares the metrics, builds the caches and binds (or, taking over, names) the
     /// redirect listeners.
-    fn new(settings: &Settings, options: RunOptions, api: bool) -> anyhow::Result<DataPlane> {
+    fn new(settings: &Settings, options: RunOptions, api: bool, clock: Arc<dyn Clock>) -> anyhow::Result<DataPlane> {
         let registry = prometheus::Registry::new();
         let metrics = ProxyMetrics::register(&registry).context("declaring metrics")?;
         let edge_metrics = EdgeMetrics::register(&registry).context("declaring metrics")?;
@@ -352,7 +362,11 @@ impl DataPlane {
             certificate = Some(cert);
         }
         Ok(DataPlane {
-            clicks: Arc::new(ClickQueue::new(settings.redirect.click_queue_capacity, metrics.clone())),
+            clicks: Arc::new(ClickQueue::new(
+                settings.redirect.click_queue_capacity,
+                metrics.clone(),
+                clock,
+            )),
             l1: Arc::new(L1::new(settings.redirect.l1_capacity)),
             bloom: Arc::new(BloomGate::new(settings.redirect.l1_capacity.max(1_000_000) * 2)),
             registry,
@@ -515,7 +529,7 @@ pub fn run_all_in_one(
     }
     let store = runtime.block_on(open_store(&settings))?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let dp = DataPlane::new(&settings, options, true)?;
+    let dp = DataPlane::new(&settings, options, true, clock.clone())?;
     let api = bind_router_port(settings.api_addr, "API (api_addr)", options)?;
     let metrics_listener = bind_router_port(settings.metrics_addr, "metrics (metrics_addr)", options)?;
 
@@ -527,7 +541,13 @@ pub fn run_all_in_one(
     });
     let cp = runtime.block_on(async {
         announce_initial_key(&settings, store.as_ref(), clock.as_ref()).await?;
-        anyhow::Ok(ControlPlane::new(settings.clone(), store.clone(), events, clock.clone()).await?)
+        // The stats add the clicks still pending in this process.
+        let click_counts = Arc::new(RollupsWithPending {
+            store: store.clone(),
+            clicks: dp.clicks.clone(),
+        });
+        let cp = ControlPlane::with_click_counts(settings.clone(), store.clone(), click_counts, events, clock.clone());
+        anyhow::Ok(cp.await?)
     })?;
     dp.announce()?;
     for (l, what) in [(&api, "API"), (&metrics_listener, "metrics")] {
@@ -598,8 +618,7 @@ pub fn run_all_in_one(
                     runtime: low_priority_runtime("rebound-clicks").context("starting the click writer")?,
                     sink: Arc::new(StoreClickSink(store.clone())),
                 },
-                clock.clone(),
-                Duration::from_millis(settings.redirect.click_flush_ms),
+                click_pacing(&settings.redirect, false),
                 clicks_stop,
             )),
         ];
@@ -623,7 +642,7 @@ pub fn run_proxy(settings: Settings, options: RunOptions, runtime: &tokio::runti
     let store = runtime.block_on(open_store(&settings))?;
     let redis = open_redis(&settings)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let dp = DataPlane::new(&settings, options, false)?;
+    let dp = DataPlane::new(&settings, options, false, clock.clone())?;
     let metrics_listener = bind_router_port(settings.metrics_addr, "metrics (metrics_addr)", options)?;
     dp.announce()?;
     if let Some(l) = &metrics_listener {
@@ -677,8 +696,7 @@ pub fn run_proxy(settings: Settings, options: RunOptions, runtime: &tokio::runti
                     runtime: runtime.handle().clone(),
                     sink,
                 },
-                clock.clone(),
-                Duration::from_millis(r.click_flush_ms),
+                click_pacing(r, true),
                 clicks_stop,
             )),
         ];

@@ -84,6 +84,8 @@ struct FileRedirect {
     store_budget_ms: Option<u64>,
     click_queue_capacity: Option<usize>,
     click_flush_ms: Option<u64>,
+    click_rows_per_sec: Option<u64>,
+    click_max_hold_ms: Option<u64>,
     cache_fresh_ms: Option<u64>,
     stale_grace_ms: Option<u64>,
     threads: Option<usize>,
@@ -277,7 +279,17 @@ pub fn load(file: Option<&str>, env: &HashMap<String, String>) -> Result<Setting
         Some(v) => parse("REBOUND_CLICK_QUEUE_CAPACITY", v)?,
         None => fr.click_queue_capacity.unwrap_or(r.click_queue_capacity),
     };
-    r.click_flush_ms = fr.click_flush_ms.unwrap_or(r.click_flush_ms);
+    r.click_flush_ms = env_or_file(env, "REBOUND_CLICK_FLUSH_MS", fr.click_flush_ms, r.click_flush_ms)?;
+    r.click_rows_per_sec = env_or_file(
+        env,
+        "REBOUND_CLICK_ROWS_PER_SEC",
+        fr.click_rows_per_sec,
+        r.click_rows_per_sec,
+    )?;
+    r.click_max_hold_ms = match var("REBOUND_CLICK_MAX_HOLD_MS") {
+        Some(v) => Some(parse("REBOUND_CLICK_MAX_HOLD_MS", v)?),
+        None => fr.click_max_hold_ms.or(r.click_max_hold_ms),
+    };
     r.threads = match var("REBOUND_REDIRECT_THREADS") {
         Some(v) => parse("REBOUND_REDIRECT_THREADS", v)?,
         None => fr.threads.unwrap_or(r.threads),

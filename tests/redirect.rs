@@ -407,6 +407,73 @@ async fn sigterm_flushes_the_clicks_and_exits_within_ten_seconds() {
     );
 }
 
+/// Creates `codes` links and requests each `times` times, on one keep-alive client.
+async fn click_codes(rb: &Rebound, codes: &[String], times: usize) {
+    for code in codes {
+        rb.create(json!({"long_url": "https://example.com/", "custom_alias": code}))
+            .await;
+    }
+    for _ in 0..times {
+        for code in codes {
+            assert_eq!(rb.get(&format!("/{code}")).await.status(), StatusCode::FOUND);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_count_the_clicks_still_waiting_for_the_row_budget_and_sigterm_writes_them() {
+    // One rollup row a second and no hold limit to speak of: 30 codes' rows wait in
+    // memory, and the stats still show every click at once.
+    let dir = temp_dir();
+    let env = [
+        ("REBOUND_CLICK_ROWS_PER_SEC", "1"),
+        ("REBOUND_CLICK_MAX_HOLD_MS", "600000"),
+    ];
+    let mut rb = Rebound::start(dir.path(), &env);
+    let codes: Vec<String> = (0..30).map(|i| format!("wait{i:02}")).collect();
+    click_codes(&rb, &codes, 3).await;
+    let pending = rb.metric("rebound_click_pending_codes").await;
+    assert!(
+        pending >= 20.0,
+        "the rows wait for the budget ({pending} codes pending)"
+    );
+    for code in &codes {
+        assert_eq!(rb.clicks(code).await, 3, "{code}: the stats add what is pending");
+    }
+    assert!(rb.metric("rebound_click_persist_lag_seconds").await > 0.0);
+    let status = rb.run.terminate();
+    assert!(status.success(), "{status:?}");
+    let rb = Rebound::start(dir.path(), &env);
+    for code in &codes {
+        assert_eq!(rb.clicks(code).await, 3, "{code}: SIGTERM wrote what was pending, once");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_click_waits_longer_than_the_hold_so_a_sigkill_after_it_loses_none() {
+    // 60 rows at one a second would wait a minute for the budget; a 1 s hold writes them
+    // long before the 30 s this test waits, and a SIGKILL after that loses no click.
+    let dir = temp_dir();
+    let env = [
+        ("REBOUND_CLICK_ROWS_PER_SEC", "1"),
+        ("REBOUND_CLICK_MAX_HOLD_MS", "1000"),
+    ];
+    let mut rb = Rebound::start(dir.path(), &env);
+    let codes: Vec<String> = (0..60).map(|i| format!("hold{i:02}")).collect();
+    click_codes(&rb, &codes, 2).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while rb.metric("rebound_clicks_flushed_total").await < 120.0 {
+        assert!(Instant::now() < deadline, "the hold limit did not write the rows");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(rb.metric("rebound_click_pending_codes").await, 0.0);
+    rb.run.kill();
+    let rb = Rebound::start(dir.path(), &env);
+    for code in &codes {
+        assert_eq!(rb.clicks(code).await, 2, "{code}: written before the SIGKILL");
+    }
+}
+
 #[test]
 fn proxy_alone_refuses_the_embedded_store() {
     let out = std::process::Command::new(bin())

@@ -846,8 +846,12 @@ async fn link_stats(
         ));
     }
     let link = cp.visible_link(&principal, &code).await?;
-    let counts: std::collections::HashMap<Day, u64> =
-        cp.store.read_clicks(&link.code, from, to).await?.into_iter().collect();
+    let counts: std::collections::HashMap<Day, u64> = cp
+        .click_counts
+        .read_clicks(&link.code, from, to)
+        .await?
+        .into_iter()
+        .collect();
     let days: Vec<DayClicks> = (from.0..=to.0)
         .map(|d| DayClicks {
             day: Day(d).to_iso(),

@@ -26,7 +26,7 @@ use rebound_core::config::Settings;
 use rebound_core::permute::CodePermutation;
 use rebound_core::target::TargetPolicy;
 use rebound_core::Clock;
-use rebound_store::{ApiKeyRecord, LinkEvents, Role, Store, StoreError};
+use rebound_store::{ApiKeyRecord, LinkEvents, Role, RollupStore, Store, StoreError};
 use std::sync::Arc;
 
 pub use api::openapi_json;
@@ -51,6 +51,9 @@ pub enum StartError {
 pub struct ControlPlane {
     pub(crate) settings: Settings,
     pub(crate) store: Arc<dyn Store>,
+    /// Where the stats read daily clicks: the store's rollups, or (all-in-one) the rollups
+    /// plus the clicks still pending in the process.
+    pub(crate) click_counts: Arc<dyn RollupStore>,
     pub(crate) events: Arc<dyn LinkEvents>,
     pub(crate) clock: Arc<dyn Clock>,
     /// Targets of key holders.
@@ -63,10 +66,23 @@ pub struct ControlPlane {
 }
 
 impl ControlPlane {
-    /// Assembles the runtime from validated settings and its adapters.
+    /// Assembles the runtime from validated settings and its adapters; the stats read the
+    /// store's rollups.
     pub async fn new(
         settings: Settings,
         store: Arc<dyn Store>,
+        events: Arc<dyn LinkEvents>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Arc<ControlPlane>, StartError> {
+        let click_counts: Arc<dyn RollupStore> = store.clone();
+        Self::with_click_counts(settings, store, click_counts, events, clock).await
+    }
+
+    /// As [`ControlPlane::new`], with the stats reading daily clicks from `click_counts`.
+    pub async fn with_click_counts(
+        settings: Settings,
+        store: Arc<dyn Store>,
+        click_counts: Arc<dyn RollupStore>,
         events: Arc<dyn LinkEvents>,
         clock: Arc<dyn Clock>,
     ) -> Result<Arc<ControlPlane>, StartError> {
@@ -104,6 +120,7 @@ impl ControlPlane {
         Ok(Arc::new(ControlPlane {
             settings,
             store,
+            click_counts,
             events,
             clock,
             targets,

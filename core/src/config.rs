@@ -95,13 +95,27 @@ pub struct RedirectSettings {
     pub stale_grace_ms: u64,
     /// Clicks held between the request path and the shipper; more are dropped and counted.
     pub click_queue_capacity: usize,
-    /// How often aggregated clicks are shipped.
+    /// How often aggregated clicks are shipped under light load (few distinct codes).
     pub click_flush_ms: u64,
+    /// The cost bound of click persistence: rollup rows (one per code and day) written per
+    /// second, on average; counts wait and merge until their rows fit it, up to
+    /// `click_max_hold_ms`.
+    pub click_rows_per_sec: u64,
+    /// The longest a click waits in memory before it is written (or sent to SQS): what a
+    /// SIGKILL can lose. `None`: 60 s in the all-in-one (its stats add what is pending),
+    /// 20 s for `rebound proxy` (its stats are only as fresh as this).
+    pub click_max_hold_ms: Option<u64>,
     /// Worker threads of the redirect server; 0 means one per core.
     pub threads: usize,
 }
 
 impl RedirectSettings {
+    /// The longest a click waits in memory: `click_max_hold_ms`, or the mode's default.
+    pub fn click_max_hold(&self, distributed: bool) -> std::time::Duration {
+        let default = if distributed { 20_000 } else { 60_000 };
+        std::time::Duration::from_millis(self.click_max_hold_ms.unwrap_or(default))
+    }
+
     /// The lifetimes of cached records.
     pub fn cache_policy(&self) -> crate::cache::CachePolicy {
         crate::cache::CachePolicy {
@@ -125,6 +139,8 @@ impl Default for RedirectSettings {
             stale_grace_ms: 15 * 60_000,
             click_queue_capacity: 65_536,
             click_flush_ms: 1_000,
+            click_rows_per_sec: 500,
+            click_max_hold_ms: None,
             threads: 0,
         }
     }
@@ -317,6 +333,8 @@ impl Settings {
             ("redirect.l2_budget_ms", r.l2_budget_ms),
             ("redirect.store_budget_ms", r.store_budget_ms),
             ("redirect.click_flush_ms", r.click_flush_ms),
+            ("redirect.click_rows_per_sec", r.click_rows_per_sec),
+            ("redirect.click_max_hold_ms", r.click_max_hold_ms.unwrap_or(1)),
         ] {
             if v == 0 {
                 return Err(bad(name, "must be positive"));
@@ -463,6 +481,14 @@ mod tests {
             (Box::new(|s| s.api.kgs_block_size = 0), "api.kgs_block_size"),
             (Box::new(|s| s.redirect.l1_capacity = 0), "redirect.l1_capacity"),
             (Box::new(|s| s.redirect.l1_ttl_ms = 0), "redirect.l1_ttl_ms"),
+            (
+                Box::new(|s| s.redirect.click_rows_per_sec = 0),
+                "redirect.click_rows_per_sec",
+            ),
+            (
+                Box::new(|s| s.redirect.click_max_hold_ms = Some(0)),
+                "redirect.click_max_hold_ms",
+            ),
             (Box::new(|s| s.edge.head_timeout_ms = 0), "edge.head_timeout_ms"),
             (Box::new(|s| s.edge.max_connections = 0), "edge.max_connections"),
             (Box::new(|s| s.edge.max_head_bytes = 100), "edge.max_head_bytes"),

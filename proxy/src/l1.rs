@@ -160,6 +160,11 @@ impl L1Entry {
     pub fn take_clicks(&self) -> u64 {
         u64::from(self.fields().clicks.swap(0, Ordering::Relaxed))
     }
+
+    /// The clicks counted since the last take.
+    pub fn clicks(&self) -> u64 {
+        u64::from(self.fields().clicks.load(Ordering::Relaxed))
+    }
 }
 
 /// The cache.

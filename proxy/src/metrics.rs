@@ -1,7 +1,7 @@
 //! Every metric of the data plane, declared in one place with its help text. Handles to
 //! labelled series are resolved once here, so the request path only bumps atomics.
 
-use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{Counter, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 /// The data plane's metrics.
 #[derive(Clone)]
@@ -29,6 +29,11 @@ pub struct ProxyMetrics {
     pub clicks_dropped: IntCounter,
     pub clicks_flushed: IntCounter,
     pub click_batches_failed: IntCounter,
+    pub click_pending_codes: IntGauge,
+    pub click_persist_lag: Gauge,
+    pub click_rows_written: IntCounter,
+    pub click_batches_written: IntCounter,
+    pub click_write_seconds: Counter,
     pub bloom_loaded_codes: IntGauge,
     pub latency: Histogram,
 }
@@ -97,6 +102,38 @@ impl ProxyMetrics {
                 "rebound_click_batches_failed_total",
                 "Click batches that could not be shipped (their clicks are lost)",
             )?,
+            click_pending_codes: {
+                let g = IntGauge::new(
+                    "rebound_click_pending_codes",
+                    "Codes with clicks counted and not yet written to the rollups (or handed to the click queue)",
+                )?;
+                registry.register(Box::new(g.clone()))?;
+                g
+            },
+            click_persist_lag: {
+                let g = Gauge::new(
+                    "rebound_click_persist_lag_seconds",
+                    "Age of the oldest click not yet written (or handed to the click queue); 0 when none is pending",
+                )?;
+                registry.register(Box::new(g.clone()))?;
+                g
+            },
+            click_rows_written: counter(
+                "rebound_click_rows_written_total",
+                "Rollup rows (one per code and day) handed to the sink, shipped or failed",
+            )?,
+            click_batches_written: counter(
+                "rebound_click_batches_written_total",
+                "Click batches handed to the sink (one SQS message each in distributed mode)",
+            )?,
+            click_write_seconds: {
+                let c = Counter::new(
+                    "rebound_click_write_seconds_total",
+                    "Wall time spent writing click batches (SQLite transactions or SQS sends)",
+                )?;
+                registry.register(Box::new(c.clone()))?;
+                c
+            },
             bloom_loaded_codes: {
                 let g = IntGauge::new("rebound_bloom_codes", "Codes inserted into the Bloom filter")?;
                 registry.register(Box::new(g.clone()))?;

@@ -127,15 +127,16 @@ async fn redirects() -> Redirects {
         store.insert_link(&link, None).await.unwrap();
     }
     let metrics = ProxyMetrics::register(&prometheus::Registry::new()).unwrap();
+    let clock = Arc::new(ManualClock::at(1_000_000));
     let path = RedirectPath::new(
         Arc::new(L1::new(1000)),
         Arc::new(BloomGate::new(1000)),
         store,
-        Arc::new(ManualClock::at(1_000_000)),
+        clock.clone(),
         metrics.clone(),
         Duration::from_secs(1),
     );
-    Redirects::new(Arc::new(path), Arc::new(ClickQueue::new(1024, metrics)), 5)
+    Redirects::new(Arc::new(path), Arc::new(ClickQueue::new(1024, metrics, clock)), 5)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
