@@ -509,8 +509,17 @@ mod tests {
             f.clock.now_millis(),
         );
         f.store.set_unavailable(true);
-        f.clock.advance(20_000);
+        // Past the tombstone's freshness: the store is asked, fails, and the stale tombstone
+        // still answers (not the older active record, not a 503).
+        f.clock.advance(policy.fresh_millis + 1);
+        let errors = f.path.metrics.store_errors.get();
         assert!(matches!(f.path.resolve("gone").await, Resolution::NotFound));
+        assert_eq!(
+            f.path.metrics.store_errors.get(),
+            errors + 1,
+            "the store was asked and failed"
+        );
+        assert_eq!(f.path.metrics.stale_served.get(), 0);
     }
 
     fn with_l2(
