@@ -101,6 +101,13 @@ impl L1Entry {
         &self.text()[..self.fields().code_len as usize]
     }
 
+    /// The code as bytes: what sorting and searching by code compare (no UTF-8 boundary
+    /// check per comparison; it cost the click shipper's sort most of its time).
+    #[inline]
+    pub fn code_bytes(&self) -> &[u8] {
+        &self.0.slice.as_bytes()[..self.fields().code_len as usize]
+    }
+
     /// True when this is `code`'s entry (not another code's with the same hash).
     #[inline]
     fn is_for(&self, code: &str) -> bool {

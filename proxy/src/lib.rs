@@ -14,7 +14,9 @@
 //! - [`distributed`]: the Redis tasks: invalidation listener, heartbeats, creation feed.
 //! - [`events`]: the link-event port carried in process (all-in-one).
 //! - [`metrics`]: every metric of the data plane.
-#![forbid(unsafe_code)]
+// One exception, `server::RedirectService::listener`: adopting the listening socket an
+// upgrade hands over by its descriptor number.
+#![deny(unsafe_code)]
 
 pub mod bloom;
 pub mod clicks;

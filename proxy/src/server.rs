@@ -1,8 +1,8 @@
 //! The redirect port. [`Redirects`] is the hyper service that answers `GET/HEAD /{code}`
-//! from the redirect path; [`RedirectPort`] is the Pingora application that hands each
-//! accepted connection to the edge (hyper inside the port's defences, see
-//! `rebound_edge`), so Pingora keeps the listeners, the server lifecycle and the graceful
-//! upgrade. Like River's file server it never proxies.
+//! from the redirect path; [`RedirectService`] is the Pingora service of one listener,
+//! whose accept loop hands each connection to the edge (hyper inside the port's defences,
+//! see `rebound_edge`), so Pingora keeps the server lifecycle, the fd table and the
+//! graceful upgrade. Like River's file server it never proxies.
 
 use crate::clicks::ClickQueue;
 use crate::path::{RedirectPath, Resolution};
@@ -13,11 +13,8 @@ use http::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONNECTION, HOST, LOCATION
 use http::{Method, Request, Response, StatusCode, Version};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use pingora::apps::ServerApp;
-use pingora::protocols::Stream;
 use pingora::server::configuration::{Opt, ServerConf};
 use pingora::server::{ListenFds, RunArgs, Server, ShutdownSignalWatch, ShutdownWatch};
-use pingora::services::listening::Service as Listening;
 use pingora::services::Service;
 use rebound_core::code::is_valid_code;
 use rebound_core::decision::{max_age_seconds, push_location, query_is_forwardable};
@@ -25,7 +22,7 @@ use rebound_core::UnixMillis;
 use rebound_edge::Edge;
 use std::convert::Infallible;
 use std::future::{ready, Future, Ready};
-use std::os::fd::IntoRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -217,8 +214,8 @@ impl hyper::service::Service<Request<Incoming>> for Redirects {
     }
 }
 
-/// The Pingora application of one redirect listener: every accepted connection goes to
-/// the edge with the redirect service.
+/// What serves one redirect listener: every accepted connection goes to the edge with the
+/// redirect service.
 pub struct RedirectPort {
     redirects: Redirects,
     edge: Edge,
@@ -230,33 +227,31 @@ impl RedirectPort {
     }
 }
 
-#[async_trait]
-impl ServerApp for RedirectPort {
-    async fn process_new(self: &Arc<Self>, stream: Stream, shutdown: &ShutdownWatch) -> Option<Stream> {
-        self.edge.serve(stream, self.redirects.clone(), shutdown.clone()).await;
-        None
-    }
-}
-
 /// A listening socket of the redirect server.
 pub enum RedirectListener {
     /// Bound by the caller (so port 0 works and the address is known before the server
-    /// runs). Pingora takes it from its fd table, the path an upgrade uses too.
+    /// runs); entered in Pingora's fd table, from which an upgrade hands it over.
     Bound(std::net::TcpListener),
     /// Taken over from the process this one upgrades (by its address as that process
     /// bound it).
     Inherited(String),
 }
 
-/// A listening service on one socket (see [`RedirectListener`]).
-pub struct PreBound<A> {
-    inner: Listening<A>,
+/// One redirect listener as a Pingora service: Pingora keeps the lifecycle and the fd
+/// table of the upgrade hand-over; the accept loop is the edge's, so an accepted socket
+/// goes to hyper as a tokio stream. (Pingora's own `Listening` service wraps each in its
+/// `Stream`, whose per-read bookkeeping cost about 700 instructions per redirect under
+/// callgrind, for digests and timings nothing here reads.)
+pub struct RedirectService {
+    name: String,
+    /// The key of the socket in the fd table: the address it was bound to.
     key: String,
     listener: Option<std::net::TcpListener>,
+    port: RedirectPort,
 }
 
-impl<A> PreBound<A> {
-    pub fn new(mut inner: Listening<A>, listener: RedirectListener) -> std::io::Result<Self> {
+impl RedirectService {
+    pub fn new(name: String, listener: RedirectListener, port: RedirectPort) -> std::io::Result<Self> {
         let (key, listener) = match listener {
             RedirectListener::Bound(l) => {
                 l.set_nonblocking(true)?;
@@ -264,28 +259,57 @@ impl<A> PreBound<A> {
             }
             RedirectListener::Inherited(key) => (key, None),
         };
-        // hyper buffers reads and writes itself: Pingora's stream buffers would only copy.
-        inner.add_listener(
-            pingora::listeners::ListenerConfig::tcp(key.clone())
-                .l4_buffer(pingora::protocols::l4::stream::L4BufferSettings::unbuffered()),
-        );
-        Ok(PreBound { inner, key, listener })
+        Ok(RedirectService {
+            name,
+            key,
+            listener,
+            port,
+        })
+    }
+
+    /// The socket: the one bound, now entered in the fd table, or the one the table holds
+    /// under its key after a take-over.
+    #[allow(unsafe_code)]
+    fn listener(&mut self, fds: Option<&ListenFds>) -> std::io::Result<tokio::net::TcpListener> {
+        let listener = match (self.listener.take(), fds) {
+            (Some(l), fds) => {
+                if let Some(fds) = fds {
+                    fds.lock().add(self.key.clone(), l.as_raw_fd());
+                }
+                l
+            }
+            (None, Some(fds)) => {
+                let fd = fds.lock().get(&self.key).copied().ok_or_else(|| {
+                    std::io::Error::other(format!("the old process handed over no listener for {}", self.key))
+                })?;
+                // SAFETY: the descriptor came from the old process for this service alone;
+                // the table keeps only its number, to hand it on at the next upgrade.
+                let l = unsafe { std::net::TcpListener::from_raw_fd(fd) };
+                l.set_nonblocking(true)?;
+                l
+            }
+            (None, None) => return Err(std::io::Error::other("no listener to serve")),
+        };
+        tokio::net::TcpListener::from_std(listener)
     }
 }
 
 #[async_trait]
-impl<A: pingora::apps::ServerApp + Send + Sync + 'static> Service for PreBound<A> {
-    async fn start_service(&mut self, fds: Option<ListenFds>, shutdown: ShutdownWatch, listeners_per_fd: usize) {
-        if let (Some(fds), Some(l)) = (&fds, self.listener.take()) {
-            fds.lock().add(self.key.clone(), l.into_raw_fd());
-        }
-        self.inner.start_service(fds, shutdown, listeners_per_fd).await
+impl Service for RedirectService {
+    async fn start_service(&mut self, fds: Option<ListenFds>, shutdown: ShutdownWatch, _listeners_per_fd: usize) {
+        let listener = match self.listener(fds.as_ref()) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(error = %e, listener = %self.key, "cannot serve the redirect listener");
+                return;
+            }
+        };
+        let (edge, redirects) = (self.port.edge.clone(), self.port.redirects.clone());
+        rebound_edge::serve_listener(listener, edge, move |_| redirects.clone(), shutdown).await;
     }
+
     fn name(&self) -> &str {
-        Service::name(&self.inner)
-    }
-    fn threads(&self) -> Option<usize> {
-        Service::threads(&self.inner)
+        &self.name
     }
 }
 
@@ -321,8 +345,7 @@ pub fn run_redirect_server(
     };
     let mut pingora = Server::new_with_opt_and_conf(Some(opt), conf);
     for (i, (listener, port)) in listeners.into_iter().enumerate() {
-        let service = Listening::new(format!("rebound redirect {i}"), port);
-        pingora.add_service(PreBound::new(service, listener)?);
+        pingora.add_service(RedirectService::new(format!("rebound redirect {i}"), listener, port)?);
     }
     // Takes the listeners over from the old process when upgrading.
     pingora.bootstrap();
