@@ -61,12 +61,24 @@ impl ApiError {
     }
 }
 
+/// A store error no handler turned into its own answer: an outage is a 503 (retry), a
+/// race with another writer a 404 or 409, a bug a 500 with its cause logged.
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Unavailable(cause) => ApiError::Unavailable(cause),
             StoreError::BadCursor => ApiError::bad_request("invalid_cursor", "cursor is not valid"),
-            other => ApiError::Internal(other.to_string()),
+            StoreError::NotFound => ApiError::NotFound("no such item (it was removed meanwhile)"),
+            StoreError::AlreadyExists | StoreError::IdempotencyKeyExists | StoreError::ConditionFailed => {
+                ApiError::Conflict {
+                    code: "conflict",
+                    message: "the item was changed by another request meanwhile; retry",
+                }
+            }
+            // The code space running out is no outage: retrying does not help.
+            StoreError::Exhausted | StoreError::Corrupt(_) | StoreError::Internal(_) => {
+                ApiError::Internal(e.to_string())
+            }
         }
     }
 }
@@ -131,4 +143,29 @@ pub(crate) fn panic_response(cause: Box<dyn std::any::Any + Send + 'static>) -> 
         .or_else(|| cause.downcast_ref::<&str>().copied())
         .unwrap_or("a panic without a message");
     ApiError::Internal(format!("a handler panicked: {detail}")).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_errors_are_classified_once_an_outage_a_503_and_a_bug_a_500() {
+        let table = [
+            (StoreError::Unavailable("timeout".into()), 503, "unavailable"),
+            (StoreError::Exhausted, 500, "internal"),
+            (StoreError::BadCursor, 400, "invalid_cursor"),
+            (StoreError::NotFound, 404, "not_found"),
+            (StoreError::AlreadyExists, 409, "conflict"),
+            (StoreError::IdempotencyKeyExists, 409, "conflict"),
+            (StoreError::ConditionFailed, 409, "conflict"),
+            (StoreError::Corrupt("role x".into()), 500, "internal"),
+            (StoreError::Internal("no such column".into()), 500, "internal"),
+        ];
+        for (e, status, code) in table {
+            let shown = e.to_string();
+            let (s, c) = ApiError::from(e).status_and_code();
+            assert_eq!((s.as_u16(), c), (status, code), "{shown}");
+        }
+    }
 }

@@ -63,6 +63,10 @@ pub enum StoreError {
     /// The store answered with something this code cannot read.
     #[error("the store returned a malformed item: {0}")]
     Corrupt(String),
+    /// The call failed because of this program, not the store (a bad statement, a type
+    /// this code mapped wrongly, a panicked store task): a bug, not an outage.
+    #[error("the store call is faulty: {0}")]
+    Internal(String),
 }
 
 /// An AWS SDK error as `Unavailable`, with its whole chain of causes (an SDK error's own

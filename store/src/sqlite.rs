@@ -98,8 +98,35 @@ impl std::fmt::Debug for SqliteStore {
     }
 }
 
+/// Classifies a SQLite error once: what the database or the machine could not do (busy or
+/// locked past the timeout, I/O, a full disk, a file that cannot be opened or is damaged) is
+/// an outage; everything else (constraint or statement errors, a column read as the wrong
+/// type, misuse) is a bug in this file.
 fn sql_err(e: rusqlite::Error) -> StoreError {
-    StoreError::Unavailable(e.to_string())
+    use rusqlite::ErrorCode as C;
+    let outage = match &e {
+        rusqlite::Error::SqliteFailure(f, _) => matches!(
+            f.code,
+            C::DatabaseBusy
+                | C::DatabaseLocked
+                | C::SystemIoFailure
+                | C::DiskFull
+                | C::CannotOpen
+                | C::OutOfMemory
+                | C::FileLockingProtocolFailed
+                | C::ReadOnly
+                | C::DatabaseCorrupt
+                | C::NotADatabase
+                | C::PermissionDenied
+                | C::OperationInterrupted
+        ),
+        _ => false,
+    };
+    if outage {
+        StoreError::Unavailable(e.to_string())
+    } else {
+        StoreError::Internal(e.to_string())
+    }
 }
 
 fn open_conn(path: &Path) -> Result<Connection, StoreError> {
@@ -222,7 +249,7 @@ impl SqliteStore {
             f(&mut conn)
         })
         .await
-        .map_err(|e| StoreError::Unavailable(format!("store task failed: {e}")))?
+        .map_err(|e| StoreError::Internal(format!("store task failed: {e}")))?
     }
 
     async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
@@ -245,7 +272,7 @@ impl SqliteStore {
             f(&conn)
         })
         .await
-        .map_err(|e| StoreError::Unavailable(format!("store task failed: {e}")))?
+        .map_err(|e| StoreError::Internal(format!("store task failed: {e}")))?
     }
 }
 
@@ -716,6 +743,26 @@ impl AuditLog for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sqlite_errors_are_an_outage_only_when_the_database_or_machine_failed() {
+        let failure = |code: i32| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None);
+        let outage = |e: rusqlite::Error| matches!(sql_err(e), StoreError::Unavailable(_));
+        assert!(outage(failure(rusqlite::ffi::SQLITE_BUSY)));
+        assert!(outage(failure(rusqlite::ffi::SQLITE_IOERR)));
+        assert!(outage(failure(rusqlite::ffi::SQLITE_FULL)));
+        assert!(!outage(failure(rusqlite::ffi::SQLITE_CONSTRAINT)));
+        assert!(!outage(failure(rusqlite::ffi::SQLITE_MISUSE)));
+        assert!(!outage(rusqlite::Error::InvalidColumnType(
+            0,
+            "x".into(),
+            rusqlite::types::Type::Null
+        )));
+        // A real statement error: a bug, not an outage.
+        let conn = Connection::open_in_memory().unwrap();
+        let e = conn.execute("INSERT INTO no_such_table VALUES (1)", []).unwrap_err();
+        assert!(matches!(sql_err(e), StoreError::Internal(_)));
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn sqlite_store_passes_the_contract() {
