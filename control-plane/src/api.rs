@@ -5,7 +5,8 @@ use crate::auth::{generate_key, generate_key_id, hash_key, Caller, Principal};
 use crate::body::{ApiJson, ImportJson};
 use crate::error::{ApiError, ErrorBody};
 use crate::ControlPlane;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
@@ -621,33 +622,24 @@ async fn get_link(State(cp): Cp, caller: Caller, Path(code): Path<String>) -> Re
 }
 
 /// Query parameters as pairs, last value wins.
-fn query_pairs(raw: Option<&str>) -> std::collections::HashMap<String, String> {
-    let mut pairs = std::collections::HashMap::new();
-    for part in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = part.split_once('=').unwrap_or((part, ""));
-        let decode = |s: &str| percent_decode(&s.replace('+', " "));
-        pairs.insert(decode(k), decode(v));
-    }
-    pairs
+/// The query of `GET /api/v1/links`.
+#[derive(Debug, Deserialize)]
+struct ListQuery {
+    limit: Option<String>,
+    cursor: Option<String>,
 }
 
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let (Some(hi), Some(lo)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                out.push(hi << 4 | lo);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+/// The query of `GET /api/v1/links/{code}/stats`.
+#[derive(Debug, Deserialize)]
+struct StatsQuery {
+    from: Option<String>,
+    to: Option<String>,
+}
+
+/// A query string axum could not read into the handler's query type (a key given twice,
+/// say): a 400 that says why.
+fn bad_query(e: QueryRejection) -> ApiError {
+    ApiError::bad_request("invalid_query", e.body_text())
 }
 
 #[utoipa::path(get, path = "/api/v1/links", tag = "links",
@@ -661,10 +653,14 @@ fn percent_decode(s: &str) -> String {
         (status = 401, description = "No valid key", body = ErrorBody),
     ),
     security(("api_key" = [])))]
-async fn list_links(State(cp): Cp, caller: Caller, RawQuery(query): RawQuery) -> Result<Json<LinkList>, ApiError> {
+async fn list_links(
+    State(cp): Cp,
+    caller: Caller,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Json<LinkList>, ApiError> {
     let principal = caller.principal()?;
-    let params = query_pairs(query.as_deref());
-    let limit = match params.get("limit") {
+    let Query(params) = query.map_err(bad_query)?;
+    let limit = match &params.limit {
         None => DEFAULT_LIST_LIMIT,
         Some(l) => l
             .parse::<usize>()
@@ -672,7 +668,7 @@ async fn list_links(State(cp): Cp, caller: Caller, RawQuery(query): RawQuery) ->
             .filter(|n| (1..=MAX_LIST_LIMIT).contains(n))
             .ok_or_else(|| ApiError::bad_request("invalid_limit", "limit must be a whole number from 1 to 1000"))?,
     };
-    let cursor = params.get("cursor").filter(|c| !c.is_empty());
+    let cursor = params.cursor.as_ref().filter(|c| !c.is_empty());
     let owner = (!principal.is_operator()).then_some(principal.id.as_str());
     let page = cp.store.list_links(owner, limit, cursor.map(String::as_str)).await?;
     Ok(Json(LinkList {
@@ -812,20 +808,20 @@ async fn link_stats(
     State(cp): Cp,
     caller: Caller,
     Path(code): Path<String>,
-    RawQuery(query): RawQuery,
+    query: Result<Query<StatsQuery>, QueryRejection>,
 ) -> Result<Json<LinkStats>, ApiError> {
     let principal = caller.principal()?;
-    let params = query_pairs(query.as_deref());
-    let parse = |name: &str| -> Result<Option<Day>, ApiError> {
-        params
-            .get(name)
+    let Query(params) = query.map_err(bad_query)?;
+    let parse = |name: &str, value: &Option<String>| -> Result<Option<Day>, ApiError> {
+        value
+            .as_ref()
             .map(|s| {
                 Day::parse(s)
                     .ok_or_else(|| ApiError::bad_request("invalid_date", format!("{name} must be a date YYYY-MM-DD")))
             })
             .transpose()
     };
-    let (from, to) = (parse("from")?, parse("to")?);
+    let (from, to) = (parse("from", &params.from)?, parse("to", &params.to)?);
     let today = Day::of_millis(cp.clock.now_millis());
     let to = to.unwrap_or(today);
     let from = from.unwrap_or(to.plus(1 - DEFAULT_STATS_DAYS));

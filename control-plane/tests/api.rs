@@ -789,6 +789,23 @@ async fn listing_pages_and_bad_parameters() {
             "invalid_cursor",
         );
     }
+    // A parameter given twice is ambiguous: refused, not silently "the last one wins".
+    for uri in [
+        "/api/v1/links?limit=2&limit=3",
+        "/api/v1/links/x/stats?from=2026-01-01&from=2026-01-02",
+    ] {
+        assert_error(
+            &h.call(Method::GET, uri, Some(OPERATOR), None).await,
+            StatusCode::BAD_REQUEST,
+            "invalid_query",
+        );
+    }
+    // Percent-encoding and `+` are decoded as a form query: limit=%32 is 2.
+    let r = h
+        .call(Method::GET, "/api/v1/links?limit=%32&unknown=x+y", Some(OPERATOR), None)
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.body["links"].as_array().unwrap().len(), 2);
 }
 
 #[tokio::test]
