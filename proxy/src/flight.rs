@@ -88,7 +88,9 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
-    #[tokio::test]
+    // Paused time: the sleeps are virtual, so the calls overlap by construction, not by
+    // how fast this machine runs them.
+    #[tokio::test(start_paused = true)]
     async fn concurrent_calls_share_one_execution() {
         let flights = Arc::new(SingleFlight::<u32>::default());
         let calls = Arc::new(AtomicUsize::new(0));
@@ -119,7 +121,7 @@ mod tests {
         assert_eq!((v, j), (8, false));
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_cancelled_leader_hands_over() {
         let flights = Arc::new(SingleFlight::<u32>::default());
         let f2 = flights.clone();
