@@ -3,10 +3,11 @@
 //!
 //! # Layout
 //!
-//! - [`config`]: the TOML file and `REBOUND_*` variables, read into the core's `Settings`.
-//! - [`app`]: assembles and runs the processes (`control-plane`, …).
-//! - [`listen`]: the API and metrics ports through the edge, and the descriptor budget.
-//! - [`cli`]: the operator CLI that talks HTTP to the control plane.
+//! - `config`: the TOML file and `REBOUND_*` variables, read into the core's `Settings`.
+//! - `app`: assembles and runs the processes (the all-in-one, `proxy`, `control-plane`,
+//!   `provision`), and the metrics port's router with `/readyz`.
+//! - `listen`: the API and metrics ports through the edge, and the descriptor budget.
+//! - `cli`: the operator CLI that talks HTTP to the control plane.
 #![forbid(unsafe_code)]
 
 pub mod app;

@@ -1,8 +1,8 @@
-//! Rebound's control plane: the links API of SPEC §5–§6 on axum.
+//! Rebound's control plane: the links API on axum (its HTTP contract is in docs/http.md).
 //!
 //! # Layout
 //!
-//! - this file: [`ControlPlane`] (the runtime: store, events, clock, policies), the
+//! - this file: `ControlPlane` (the runtime: store, events, clock, policies), the
 //!   router.
 //! - `api`: the handlers, their request and response types, and the OpenAPI document.
 //! - `auth`: API keys and who the caller is.

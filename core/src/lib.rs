@@ -2,15 +2,15 @@
 //!
 //! # Layout
 //!
-//! - [`code`]: the short-code rule and the reserved words.
-//! - [`config`]: settings as plain, validated data.
-//! - [`base62`]: fixed-width base62 for generated codes.
-//! - [`permute`]: the keyed Feistel permutation that turns counter values into codes.
-//! - [`link`]: the stored link record and its redirect kind.
-//! - [`cache`]: the cache record (Redis `url:{code}` and L1) and how it is judged.
-//! - [`decision`]: the pure redirect decision of a store read, and response details.
-//! - [`target`]: validation and normalisation of target URLs.
-//! - [`time`]: timestamps, UTC days and clocks.
+//! - `code`: the short-code rule and the reserved words.
+//! - `config`: settings as plain, validated data.
+//! - `base62`: fixed-width base62 for generated codes.
+//! - `permute`: the keyed Feistel permutation that turns counter values into codes.
+//! - `link`: the stored link record and its redirect kind.
+//! - `cache`: the cache record (Redis `url:{code}` and L1) and how it is judged.
+//! - `decision`: the pure redirect decision of a store read, and response details.
+//! - `target`: validation and normalisation of target URLs.
+//! - `time`: timestamps, UTC days and clocks.
 //!
 //! Nothing here does I/O: no sockets, no files, no runtime.
 #![forbid(unsafe_code)]

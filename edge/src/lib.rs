@@ -3,13 +3,13 @@
 //!
 //! # Layout
 //!
-//! - [`limits`]: [`EdgeLimits`], every defence of a port as a setting with its default.
-//! - [`conn`]: [`Edge`], one accepted connection served by hyper (HTTP/1.1, HTTP/2, TLS)
-//!   with the connection cap and a lingering close; [`serve_listener`] for tokio listeners.
-//! - [`guard`]: [`GuardedIo`], the head, idle and write deadlines of a connection.
-//! - [`tls`]: rustls configuration and the certificate that reloads without a restart.
-//! - [`metrics`]: every metric of the edge.
-//! - [`fd_limit`]: the open-file limit and the check that the ports' caps fit under it.
+//! - `limits`: `EdgeLimits`, every defence of a port as a setting with its default.
+//! - `conn`: `Edge`, one accepted connection served by hyper (HTTP/1.1, HTTP/2, TLS)
+//!   with the connection cap and a lingering close; `serve_listener` for tokio listeners.
+//! - `guard`: `GuardedIo`, the head, idle and write deadlines of a connection.
+//! - `tls`: rustls configuration and the certificate that reloads without a restart.
+//! - `metrics`: every metric of the edge.
+//! - `fd_limit`: the open-file limit and the check that the ports' caps fit under it.
 #![forbid(unsafe_code)]
 
 pub mod conn;

@@ -2,18 +2,19 @@
 //!
 //! # Layout
 //!
-//! - [`server`]: the hyper service that answers requests, the Pingora application that
+//! - `server`: the hyper service that answers requests, the Pingora application that
 //!   hands connections to the edge (`rebound_edge`), and how the server is run (pre-bound
 //!   or inherited listeners, signals, upgrade).
-//! - [`path`]: the lookup tiers: L1 → Bloom filter → single-flight store read, and the
-//!   stale-on-failure rule.
-//! - [`l1`]: the in-process cache with the never-a-lower-version fill rule.
-//! - [`bloom`]: the filter of issued codes and when it may be trusted.
-//! - [`flight`]: single-flight, one store read per code however many requests miss.
-//! - [`clicks`]: the lock-free click queue and the batching shipper.
-//! - [`distributed`]: the Redis tasks: invalidation listener, heartbeats, creation feed.
-//! - [`events`]: the link-event port carried in process (all-in-one).
-//! - [`metrics`]: every metric of the data plane.
+//! - `path`: the lookup tiers: L1 → L2 (Redis, when configured) → Bloom filter → store,
+//!   one flight per code over L2 and the store, and the stale-on-failure rule.
+//! - `l1`: the in-process cache with the never-a-lower-version fill rule.
+//! - `bloom`: the filter of issued codes and when it may be trusted.
+//! - `flight`: single-flight, one store read per code however many requests miss.
+//! - `clicks`: clicks counted on L1 entries, the lock-free click queue, the paced
+//!   shipper and its sinks (store or SQS), and the stats that add pending clicks.
+//! - `distributed`: the Redis tasks: invalidation listener, heartbeats, creation feed.
+//! - `events`: the link-event port carried in process (all-in-one).
+//! - `metrics`: every metric of the data plane.
 // One exception, `server::RedirectService::listener`: adopting the listening socket an
 // upgrade hands over by its descriptor number.
 #![deny(unsafe_code)]

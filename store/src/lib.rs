@@ -5,15 +5,18 @@
 //! - this file: the port traits, shaped after DynamoDB's semantics (conditional put,
 //!   conditional versioned update, atomic add, one transaction for link + idempotency
 //!   record, point get, paged listing by owner), their records and errors.
-//! - [`sqlite`]: the embedded adapter (one SQLite file in WAL mode).
-//! - [`dynamodb`]: the distributed adapter (DynamoDB or any DynamoDB-API endpoint).
-//! - [`redis_cache`]: Redis as L2, invalidation channel and creation feed.
-//! - [`sqs`]: the click queue on SQS, with its dead-letter queue.
-//! - [`memory`]: an in-memory fake with fault injection, for unit tests.
-//! - [`events`]: the port through which the control plane tells the data plane's caches
-//!   about creates and deletes.
+//! - `sqlite`: the embedded adapter: SQLite in WAL mode, `rebound.db` and, beside it,
+//!   `rebound-clicks.db` for the click rollups.
+//! - `dynamodb`: the distributed adapter (DynamoDB or any DynamoDB-API endpoint).
+//! - `redis_cache`: Redis as L2 (the `RecordCache` port and its in-memory fake),
+//!   invalidation channel and creation feed, and `RedisLinkEvents`.
+//! - `sqs`: the click queue on SQS, with its dead-letter queue.
+//! - `memory`: an in-memory fake with fault injection, for unit tests.
+//! - `events`: the port through which the control plane tells the data plane's caches
+//!   about creates and deletes (`LinkEvents`, `NoLinkEvents`, and `RecordedLinkEvents`
+//!   for tests).
 //! - `testing` (tests only, feature `test-util`): AWS configuration for local test servers.
-//! - [`conformance`]: the contract every adapter must pass, run against each of them.
+//! - `conformance`: the contract every adapter must pass, run against each of them.
 #![forbid(unsafe_code)]
 
 pub mod conformance;
