@@ -397,7 +397,6 @@ fn replay(record: &IdempotencyRecord, hash: &str) -> Result<Response, ApiError> 
         (status = 201, description = "Created", body = LinkCreated),
         (status = 400, description = "Invalid input", body = ErrorBody),
         (status = 401, description = "No valid key", body = ErrorBody),
-        (status = 403, description = "Key may not create", body = ErrorBody),
         (status = 409, description = "Alias taken, or idempotency key reused with another body", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 415, description = "Body is not JSON", body = ErrorBody),
