@@ -72,7 +72,13 @@ CREATE TABLE IF NOT EXISTS rollups (
     PRIMARY KEY (code, day)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS applied_batches (id TEXT PRIMARY KEY, applied_at INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS applied_batches_by_time ON applied_batches (applied_at);
 ";
+
+/// How long an applied batch id is remembered, as in the DynamoDB adapter: a redelivery
+/// after that is not expected, and the table would otherwise grow by every batch ever
+/// written (about 5 a second at the default click pacing).
+const BATCH_RETENTION_SECS: i64 = 14 * 86_400;
 
 const LINK_COLUMNS: &str = "code, long_url, redirect, forward_query, created_at, created_by, is_active, \
      version, expires_at, deleted_at, deleted_by, delete_reason, purge_at";
@@ -678,6 +684,10 @@ impl RollupStore for SqliteStore {
                     outcomes.push(BatchOutcome::Applied);
                 }
             }
+            // Forget the ids past their retention (an index probe when there are none).
+            tx.prepare_cached("DELETE FROM applied_batches WHERE applied_at < strftime('%s','now') - ?1")
+                .and_then(|mut forget| forget.execute([BATCH_RETENTION_SECS]))
+                .map_err(sql_err)?;
             tx.commit().map_err(sql_err)?;
             Ok(outcomes)
         })
@@ -743,6 +753,53 @@ impl AuditLog for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn applied_batch_ids_are_forgotten_after_their_retention() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("rebound.db")).unwrap();
+        let batch = |id: &str| ClickBatch {
+            id: id.into(),
+            adds: vec![crate::ClickAdd {
+                code: "abc".into(),
+                day: Day(3),
+                clicks: 1,
+            }],
+        };
+        store.apply_clicks(&batch("old")).await.unwrap();
+        // Age "old" past the retention; "recent" stays within it.
+        store
+            .write_clicks(|conn| {
+                conn.execute(
+                    "UPDATE applied_batches SET applied_at = strftime('%s','now') - ?1 - 1 WHERE id = 'old'",
+                    [BATCH_RETENTION_SECS],
+                )
+                .map_err(sql_err)
+            })
+            .await
+            .unwrap();
+        store.apply_clicks(&batch("recent")).await.unwrap();
+        let ids: Vec<String> = store
+            .write_clicks(|conn| {
+                let mut stmt = conn
+                    .prepare("SELECT id FROM applied_batches ORDER BY id")
+                    .map_err(sql_err)?;
+                let ids = stmt.query_map([], |r| r.get(0)).map_err(sql_err)?;
+                ids.collect::<rusqlite::Result<Vec<String>>>().map_err(sql_err)
+            })
+            .await
+            .unwrap();
+        assert_eq!(ids, vec!["recent".to_owned()]);
+        // A redelivery within the retention still adds nothing.
+        assert_eq!(
+            store.apply_clicks(&batch("recent")).await.unwrap(),
+            BatchOutcome::AlreadyApplied
+        );
+        assert_eq!(
+            store.read_clicks("abc", Day(3), Day(3)).await.unwrap(),
+            vec![(Day(3), 2)]
+        );
+    }
 
     #[test]
     fn sqlite_errors_are_an_outage_only_when_the_database_or_machine_failed() {
