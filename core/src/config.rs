@@ -318,6 +318,10 @@ impl Settings {
             return Err(bad("api.idempotency_ttl_secs", "must be positive"));
         }
         let r = &self.redirect;
+        // The redirect service prebuilds one Cache-Control value per second up to it.
+        if r.cache_max_age_secs > 86_400 {
+            return Err(bad("redirect.cache_max_age_secs", "must be at most 86400 (a day)"));
+        }
         if r.l1_capacity == 0 {
             return Err(bad("redirect.l1_capacity", "must be positive"));
         }
@@ -480,6 +484,10 @@ mod tests {
             ),
             (Box::new(|s| s.api.kgs_block_size = 0), "api.kgs_block_size"),
             (Box::new(|s| s.redirect.l1_capacity = 0), "redirect.l1_capacity"),
+            (
+                Box::new(|s| s.redirect.cache_max_age_secs = 86_401),
+                "redirect.cache_max_age_secs",
+            ),
             (Box::new(|s| s.redirect.l1_ttl_ms = 0), "redirect.l1_ttl_ms"),
             (
                 Box::new(|s| s.redirect.click_rows_per_sec = 0),
