@@ -675,7 +675,10 @@ pub fn run_proxy(settings: Settings, options: RunOptions, runtime: &tokio::runti
     let tasks = {
         let _enter = runtime.enter();
         let metrics_listener = metrics_listener.map(TcpListener::from_std).transpose()?;
-        let readiness = Readiness::bound(Some(dp.bloom.clone())).with_gauge(dp.metrics.bloom_loaded_codes.clone());
+        // Without Redis the filter is never loaded (the creation feed loads it) and is
+        // bypassed: readiness then waits only for the listeners.
+        let readiness = Readiness::bound(redis.as_ref().map(|_| dp.bloom.clone()))
+            .with_gauge(dp.metrics.bloom_loaded_codes.clone());
         let metrics_edge = router_edge(
             &settings,
             settings.edge.metrics_max_connections,

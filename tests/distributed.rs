@@ -304,6 +304,20 @@ async fn i2_holds_with_redis_stopped() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
+async fn a_proxy_without_redis_becomes_ready_and_serves_from_the_store() {
+    // No Redis: no L2, no feed, the Bloom filter bypassed. The proxy must still report
+    // ready (it used to wait forever for a filter nothing loads) and answer from the store.
+    let d = Deployment::new(&shared_aws_url(), None);
+    let dir = temp_dir();
+    let cp = d.control_plane(dir.path(), &[]);
+    let p = d.proxy(dir.path(), &[]).await;
+    let code = create(&cp, json!({"long_url": "https://example.com/no-redis"})).await;
+    assert_eq!(status(&p, &code).await, 302, "a new link on its first click");
+    assert_eq!(status(&p, "never-made").await, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs REBOUND_TEST_REDIS_URL and REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
 async fn i3_an_expired_link_is_410_before_the_ttl_cleanup() {
     let d = Deployment::new(&shared_aws_url(), Some(&shared_redis_url()));
