@@ -275,10 +275,12 @@ pub fn load(file: Option<&str>, env: &HashMap<String, String>) -> Result<Setting
         Some(v) => parse("REBOUND_STORE_BUDGET_MS", v)?,
         None => fr.store_budget_ms.unwrap_or(r.store_budget_ms),
     };
-    r.click_queue_capacity = match var("REBOUND_CLICK_QUEUE_CAPACITY") {
-        Some(v) => parse("REBOUND_CLICK_QUEUE_CAPACITY", v)?,
-        None => fr.click_queue_capacity.unwrap_or(r.click_queue_capacity),
-    };
+    r.click_queue_capacity = env_or_file(
+        env,
+        "REBOUND_CLICK_QUEUE_CAPACITY",
+        fr.click_queue_capacity,
+        r.click_queue_capacity,
+    )?;
     r.click_flush_ms = env_or_file(env, "REBOUND_CLICK_FLUSH_MS", fr.click_flush_ms, r.click_flush_ms)?;
     r.click_rows_per_sec = env_or_file(
         env,

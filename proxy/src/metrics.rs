@@ -52,10 +52,16 @@ impl ProxyMetrics {
             Opts::new("rebound_lookups_total", "Lookups per tier (l1, l2, store) and result"),
             &["tier", "result"],
         )?;
+        // Registers a metric and hands back its handle.
+        fn registered<M: prometheus::core::Collector + Clone + 'static>(
+            registry: &Registry,
+            metric: M,
+        ) -> prometheus::Result<M> {
+            registry.register(Box::new(metric.clone()))?;
+            Ok(metric)
+        }
         let counter = |name: &str, help: &str| -> prometheus::Result<IntCounter> {
-            let c = IntCounter::new(name, help)?;
-            registry.register(Box::new(c.clone()))?;
-            Ok(c)
+            registered(registry, IntCounter::new(name, help)?)
         };
         let metrics = ProxyMetrics {
             redirects: requests.with_label_values(&["redirect"]),
@@ -102,22 +108,20 @@ impl ProxyMetrics {
                 "rebound_click_batches_failed_total",
                 "Click batches that could not be shipped (their clicks are lost)",
             )?,
-            click_pending_codes: {
-                let g = IntGauge::new(
+            click_pending_codes: registered(
+                registry,
+                IntGauge::new(
                     "rebound_click_pending_codes",
                     "Codes with clicks counted and not yet written to the rollups (or handed to the click queue)",
-                )?;
-                registry.register(Box::new(g.clone()))?;
-                g
-            },
-            click_persist_lag: {
-                let g = Gauge::new(
+                )?,
+            )?,
+            click_persist_lag: registered(
+                registry,
+                Gauge::new(
                     "rebound_click_persist_lag_seconds",
                     "Age of the oldest click not yet written (or handed to the click queue); 0 when none is pending",
-                )?;
-                registry.register(Box::new(g.clone()))?;
-                g
-            },
+                )?,
+            )?,
             click_rows_written: counter(
                 "rebound_click_rows_written_total",
                 "Rollup rows (one per code and day) handed to the sink, shipped or failed",
@@ -126,19 +130,17 @@ impl ProxyMetrics {
                 "rebound_click_batches_written_total",
                 "Click batches handed to the sink (one SQS message each in distributed mode)",
             )?,
-            click_write_seconds: {
-                let c = Counter::new(
+            click_write_seconds: registered(
+                registry,
+                Counter::new(
                     "rebound_click_write_seconds_total",
                     "Wall time spent writing click batches (SQLite transactions or SQS sends)",
-                )?;
-                registry.register(Box::new(c.clone()))?;
-                c
-            },
-            bloom_loaded_codes: {
-                let g = IntGauge::new("rebound_bloom_codes", "Codes inserted into the Bloom filter")?;
-                registry.register(Box::new(g.clone()))?;
-                g
-            },
+                )?,
+            )?,
+            bloom_loaded_codes: registered(
+                registry,
+                IntGauge::new("rebound_bloom_codes", "Codes inserted into the Bloom filter")?,
+            )?,
             latency: {
                 let h = Histogram::with_opts(
                     HistogramOpts::new(
