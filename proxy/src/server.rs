@@ -300,8 +300,11 @@ impl Service for RedirectService {
         let listener = match self.listener(fds.as_ref()) {
             Ok(l) => l,
             Err(e) => {
-                tracing::error!(error = %e, listener = %self.key, "cannot serve the redirect listener");
-                return;
+                // A process that cannot serve its redirect port must not look alive (Pingora's
+                // own listening service panics here).
+                tracing::error!(error = %e, listener = %self.key, "cannot serve the redirect listener; exiting");
+                eprintln!("rebound: cannot serve the redirect listener {}: {e}", self.key);
+                std::process::exit(1);
             }
         };
         let (edge, redirects) = (self.port.edge.clone(), self.port.redirects.clone());
