@@ -130,16 +130,9 @@ fn now_millis() -> i64 {
         .as_millis() as i64
 }
 
+/// Creates a link through `cp`'s API; returns its code.
 async fn create(cp: &Running, body: Value) -> String {
-    let res = http()
-        .post(format!("{}/api/v1/links", cp.api()))
-        .bearer_auth(OPERATOR_KEY)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::CREATED);
-    res.json::<Value>().await.unwrap()["code"].as_str().unwrap().to_owned()
+    create_link(cp, body).await["code"].as_str().unwrap().to_owned()
 }
 
 async fn api(cp: &Running, method: reqwest::Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
