@@ -34,6 +34,36 @@ const FIRST_REQUEST_GRACE: std::time::Duration = std::time::Duration::from_milli
 
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What a port serves with: a hyper service answering requests with a body of bytes, cloned
+/// per HTTP/2 stream and sent between threads. Implemented for every such service; it only
+/// names the bounds every serving function needs.
+pub trait PortService<B>:
+    Service<Request<Incoming>, Response = Response<B>, Future: Send + Unpin + 'static, Error: Into<BoxError>>
+    + Clone
+    + Send
+    + Sync
+    + Unpin
+    + 'static
+{
+}
+
+impl<S, B> PortService<B> for S where
+    S: Service<Request<Incoming>, Response = Response<B>, Future: Send + Unpin + 'static, Error: Into<BoxError>>
+        + Clone
+        + Send
+        + Sync
+        + Unpin
+        + 'static
+{
+}
+
+/// The body of a port's answers.
+pub trait PortBody: Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static {}
+
+impl<B> PortBody for B where B: Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static {}
+
 /// A listening port's connection handling: its limits, counters, connection slots and TLS.
 #[derive(Clone)]
 pub struct Edge {
@@ -99,11 +129,8 @@ impl Edge {
     pub async fn serve<I, S, B>(&self, io: I, service: S, shutdown: watch::Receiver<bool>)
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-        S: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + Sync + Unpin + 'static,
-        S::Future: Send + Unpin + 'static,
-        S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-        B: Body<Data = Bytes> + Send + 'static,
-        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+        S: PortService<B>,
+        B: PortBody,
     {
         let Ok(_slot) = self.slots.clone().try_acquire_owned() else {
             // Over the cap: closed at once, before a byte is read.
@@ -176,11 +203,8 @@ impl Edge {
     async fn serve_h1<I, S, B>(&self, io: I, service: S, mut shutdown: watch::Receiver<bool>)
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-        S: Service<Request<Incoming>, Response = Response<B>> + Unpin,
-        S::Future: Unpin,
-        S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-        B: Body<Data = Bytes> + 'static,
-        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+        S: PortService<B>,
+        B: PortBody,
     {
         self.metrics.http1.inc();
         let mut conn = self.h1.serve_connection(TokioIo::new(io), service);
@@ -219,11 +243,8 @@ impl Edge {
     async fn serve_h2<I, S, B>(&self, io: I, service: S, mut shutdown: watch::Receiver<bool>)
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-        S: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + Sync + Unpin + 'static,
-        S::Future: Send + Unpin + 'static,
-        S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-        B: Body<Data = Bytes> + Send + 'static,
-        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+        S: PortService<B>,
+        B: PortBody,
     {
         self.metrics.h2.inc();
         let service = CountStreams {
@@ -388,11 +409,8 @@ pub async fn serve_listener<S, B>(
     make_service: impl Fn(std::net::SocketAddr) -> S,
     mut shutdown: watch::Receiver<bool>,
 ) where
-    S: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + Sync + Unpin + 'static,
-    S::Future: Send + Unpin + 'static,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    B: Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    S: PortService<B>,
+    B: PortBody,
 {
     let mut tasks = tokio::task::JoinSet::new();
     loop {

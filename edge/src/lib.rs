@@ -19,7 +19,7 @@ pub mod limits;
 pub mod metrics;
 pub mod tls;
 
-pub use conn::{serve_listener, Edge};
+pub use conn::{serve_listener, Edge, PortBody, PortService};
 pub use guard::GuardedIo;
 pub use limits::EdgeLimits;
 pub use metrics::{EdgeMetrics, PortMetrics, Refusal};
