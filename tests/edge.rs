@@ -894,7 +894,8 @@ async fn a_new_process_takes_the_listeners_over_under_load_with_zero_failed_requ
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_accepted_before_the_drain_gets_its_first_request_answered() {
     // A client whose connection the server accepted just before the drain began sends its
-    // request a moment later: it is answered and then closed, not dropped unread — the case of every connection in flight at a listener hand-over.
+    // request a moment later: it is answered and then closed, not dropped unread — the case
+    // of every connection in flight at a listener hand-over.
     let dir = temp_dir();
     let mut rb = Rebound::start(dir.path(), &[]);
     rb.create(json!({"long_url": "https://example.com/late", "custom_alias": "late-one"}))
