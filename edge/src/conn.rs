@@ -401,17 +401,37 @@ where
 }
 
 /// Accepts connections on a tokio listener and serves each with `edge`, until `shutdown`
-/// turns true; then waits for open connections to finish. For the ports that are not
-/// Pingora's (the API and metrics ports).
+/// turns true; then waits for open connections to finish. Each connection is served on the
+/// runtime of the accept loop. For the ports that are not Pingora's (the API and metrics
+/// ports).
 pub async fn serve_listener<S, B>(
     listener: tokio::net::TcpListener,
     edge: Edge,
     make_service: impl Fn(std::net::SocketAddr) -> S,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) where
     S: PortService<B>,
     B: PortBody,
 {
+    serve_listener_spread(listener, edge, make_service, shutdown, tokio::runtime::Handle::current).await
+}
+
+/// [`serve_listener`], each connection served on the runtime `pick_runtime` chooses for it
+/// (its socket then moves to that runtime's reactor): with one single-threaded runtime per
+/// core, as Pingora runs a service without work stealing, a connection lives on one thread
+/// from its first byte to its last, and no request pays for a scheduler shared between
+/// threads.
+pub async fn serve_listener_spread<S, B>(
+    listener: tokio::net::TcpListener,
+    edge: Edge,
+    make_service: impl Fn(std::net::SocketAddr) -> S,
+    mut shutdown: watch::Receiver<bool>,
+    pick_runtime: impl Fn() -> tokio::runtime::Handle,
+) where
+    S: PortService<B>,
+    B: PortBody,
+{
+    let here = tokio::runtime::Handle::current().id();
     let mut tasks = tokio::task::JoinSet::new();
     loop {
         let accepted = tokio::select! {
@@ -422,7 +442,26 @@ pub async fn serve_listener<S, B>(
             Ok((stream, peer)) => {
                 let _ = stream.set_nodelay(true);
                 let (edge, service, shutdown) = (edge.clone(), make_service(peer), shutdown.clone());
-                tasks.spawn(async move { edge.serve(stream, service, shutdown).await });
+                let runtime = pick_runtime();
+                if runtime.id() == here {
+                    tasks.spawn(async move { edge.serve(stream, service, shutdown).await });
+                    continue;
+                }
+                // Registered with this runtime's reactor: moved to the other one's, inside it.
+                match stream.into_std() {
+                    Ok(stream) => {
+                        tasks.spawn_on(
+                            async move {
+                                match tokio::net::TcpStream::from_std(stream) {
+                                    Ok(stream) => edge.serve(stream, service, shutdown).await,
+                                    Err(e) => tracing::warn!(error = %e, "cannot move a connection to its runtime"),
+                                }
+                            },
+                            &runtime,
+                        );
+                    }
+                    Err(e) => tracing::warn!(error = %e, "cannot move a connection to its runtime"),
+                }
             }
             Err(e) => {
                 // Out of descriptors or a connection reset before accept: back off briefly

@@ -5,7 +5,8 @@
 //!
 //! - `limits`: `EdgeLimits`, every defence of a port as a setting with its default.
 //! - `conn`: `Edge`, one accepted connection served by hyper (HTTP/1.1, HTTP/2, TLS)
-//!   with the connection cap and a lingering close; `serve_listener` for tokio listeners.
+//!   with the connection cap and a lingering close; `serve_listener` for tokio listeners
+//!   (`serve_listener_spread` spreading connections over runtimes).
 //! - `guard`: `GuardedIo`, the head, idle and write deadlines of a connection.
 //! - `tls`: rustls configuration and the certificate that reloads without a restart.
 //! - `metrics`: every metric of the edge.
@@ -19,7 +20,7 @@ pub mod limits;
 pub mod metrics;
 pub mod tls;
 
-pub use conn::{serve_listener, Edge, PortBody, PortService};
+pub use conn::{serve_listener, serve_listener_spread, Edge, PortBody, PortService};
 pub use guard::GuardedIo;
 pub use limits::EdgeLimits;
 pub use metrics::{EdgeMetrics, PortMetrics, Refusal};
