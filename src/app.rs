@@ -8,12 +8,13 @@ use rebound_control_plane::ControlPlane;
 use rebound_core::cache::CachePolicy;
 use rebound_core::config::{QueueChoice, Settings, StoreChoice};
 use rebound_core::{Clock, SystemClock};
+use rebound_dynamodb::DynamoStore;
 use rebound_edge::tls::{watch_certificate, CertificateFiles, ReloadableCert};
 use rebound_edge::{Edge, EdgeMetrics};
 use rebound_proxy::bloom::BloomGate;
 use rebound_proxy::clicks::{
     low_priority_runtime, run_click_shipper, ClickPacing, ClickQueue, ClickSink, ClickWriter, RollupsWithPending,
-    SqsClickSink, StoreClickSink,
+    StoreClickSink,
 };
 use rebound_proxy::distributed::{run_creation_feed, run_heartbeat, run_invalidation_listener};
 use rebound_proxy::events::InProcessLinkEvents;
@@ -23,10 +24,10 @@ use rebound_proxy::path::{InvalidationTrust, RedirectPath};
 use rebound_proxy::server::{
     run_redirect_server, ProcessSignals, RedirectListener, RedirectPort, RedirectServer, Redirects,
 };
-use rebound_store::dynamodb::DynamoStore;
-use rebound_store::redis_cache::{RedisCache, RedisLinkEvents};
-use rebound_store::sqs::{LazyClickQueue, SqsClickQueue};
-use rebound_store::{LinkEvents, NoLinkEvents, SqliteStore, Store};
+use rebound_redis::{RedisCache, RedisLinkEvents};
+use rebound_sqlite::SqliteStore;
+use rebound_sqs::{LazyClickQueue, SqsClickQueue};
+use rebound_store::{LinkEvents, NoLinkEvents, Store};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,17 +54,25 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
     }
 }
 
-/// Opens Redis when configured.
-fn open_redis(settings: &Settings) -> anyhow::Result<Option<Arc<RedisCache>>> {
-    settings
-        .redis_url
-        .as_deref()
-        .map(|url| {
-            RedisCache::new(url, &settings.redis_prefix)
-                .map(Arc::new)
-                .context("REBOUND_REDIS_URL")
-        })
-        .transpose()
+/// Opens Redis when configured, and checks its settings with one connection: refused
+/// credentials or an untrusted certificate stop the start with an error naming the
+/// setting; an unreachable Redis does not (the cache connects when it can).
+async fn open_redis(settings: &Settings) -> anyhow::Result<Option<Arc<RedisCache>>> {
+    let Some(url) = settings.redis_url.as_deref() else {
+        return Ok(None);
+    };
+    let cache = match &settings.redis_ca {
+        Some(path) => {
+            let pem = std::fs::read(path).with_context(|| format!("REBOUND_REDIS_CA: reading {}", path.display()))?;
+            RedisCache::with_ca(url, &settings.redis_prefix, pem)?
+        }
+        None => RedisCache::new(url, &settings.redis_prefix).context("REBOUND_REDIS_URL")?,
+    };
+    match cache.check_settings().await? {
+        None => tracing::info!("connected to Redis"),
+        Some(why) => tracing::warn!(error = %why, "Redis is not reachable yet; connecting when it is"),
+    }
+    Ok(Some(Arc::new(cache)))
 }
 
 /// Opens the SQS click queue when configured.
@@ -216,7 +225,7 @@ fn remote_events(redis: Option<Arc<RedisCache>>, clock: Arc<dyn Clock>, policy: 
 pub async fn run_control_plane(settings: Settings) -> anyhow::Result<()> {
     let store = open_store(&settings).await?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let redis = open_redis(&settings)?;
+    let redis = open_redis(&settings).await?;
     let queue = open_queue(&settings).await?;
     announce_initial_key(&settings, store.as_ref(), clock.as_ref()).await?;
     check_descriptor_budget(&settings, 0, true)?;
@@ -640,7 +649,7 @@ pub fn run_proxy(settings: Settings, options: RunOptions, runtime: &tokio::runti
         );
     }
     let store = runtime.block_on(open_store(&settings))?;
-    let redis = open_redis(&settings)?;
+    let redis = runtime.block_on(open_redis(&settings))?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let dp = DataPlane::new(&settings, options, false, clock.clone())?;
     let metrics_listener = bind_router_port(settings.metrics_addr, "metrics (metrics_addr)", options)?;
@@ -662,7 +671,7 @@ pub fn run_proxy(settings: Settings, options: RunOptions, runtime: &tokio::runti
     let sink: Arc<dyn ClickSink> = match &settings.queue {
         QueueChoice::Sqs { queue_name } => {
             let client = runtime.block_on(SqsClickQueue::client_from_env());
-            Arc::new(SqsClickSink(LazyClickQueue::new(client, queue_name.clone())))
+            Arc::new(LazyClickQueue::new(client, queue_name.clone()))
         }
         QueueChoice::Embedded => {
             tracing::warn!("REBOUND_QUEUE is not sqs: clicks are added to the rollups directly by this proxy");

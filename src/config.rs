@@ -39,6 +39,7 @@ struct FileConfig {
     store: Option<String>,
     table_prefix: Option<String>,
     redis_url: Option<String>,
+    redis_ca: Option<PathBuf>,
     redis_prefix: Option<String>,
     queue: Option<String>,
     sqs_visibility_secs: Option<u32>,
@@ -204,6 +205,7 @@ pub fn load(file: Option<&str>, env: &HashMap<String, String>) -> Result<Setting
         }
     };
     s.redis_url = var("REBOUND_REDIS_URL").map(str::to_owned).or(f.redis_url);
+    s.redis_ca = var("REBOUND_REDIS_CA").map(PathBuf::from).or(f.redis_ca);
     if let Some(p) = var("REBOUND_REDIS_PREFIX").map(str::to_owned).or(f.redis_prefix) {
         s.redis_prefix = p;
     }

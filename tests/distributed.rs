@@ -20,6 +20,19 @@ struct Deployment {
     queue: String,
 }
 
+/// The port of a Redis URL (`redis://[user:password@]host:port/`).
+fn redis_port(url: &str) -> u16 {
+    url.trim_end_matches('/').rsplit(':').next().unwrap().parse().unwrap()
+}
+
+/// `url` with its host and port replaced by a relay's on 127.0.0.1 (the scheme and the
+/// credentials kept: TLS and AUTH go through the relay too).
+fn through_relay(url: &str, relay_port: u16) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let auth = rest.rsplit_once('@').map_or(String::new(), |(a, _)| format!("{a}@"));
+    format!("{scheme}://{auth}127.0.0.1:{relay_port}/")
+}
+
 impl Deployment {
     fn new(aws_url: &str, redis_url: Option<&str>) -> Deployment {
         let id = format!("{:x}{}", now_millis(), std::process::id() % 1000 + rand_suffix());
@@ -44,6 +57,12 @@ impl Deployment {
         ];
         if let Some(r) = redis_url {
             env.push(("REBOUND_REDIS_URL", r.to_owned()));
+            // scripts/test runs this suite a second time on a Redis behind TLS and a password.
+            if let Ok(ca) = std::env::var("REBOUND_TEST_REDIS_CA") {
+                if r.starts_with("rediss://") {
+                    env.push(("REBOUND_REDIS_CA", ca));
+                }
+            }
         }
         let env = env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
         let d = Deployment {
@@ -93,23 +112,21 @@ impl Deployment {
         p
     }
 
-    async fn sqs(&self) -> rebound_store::sqs::SqsClickQueue {
+    async fn sqs(&self) -> rebound_sqs::SqsClickQueue {
         let client = aws_sdk_sqs::Client::new(&aws_conf(&self.aws_url).await);
-        rebound_store::sqs::SqsClickQueue::open(client, &self.queue)
+        rebound_sqs::SqsClickQueue::open(client, &self.queue).await.unwrap()
+    }
+
+    async fn dlq(&self) -> rebound_sqs::SqsClickQueue {
+        let client = aws_sdk_sqs::Client::new(&aws_conf(&self.aws_url).await);
+        rebound_sqs::SqsClickQueue::open(client, &format!("{}-dlq", self.queue))
             .await
             .unwrap()
     }
 
-    async fn dlq(&self) -> rebound_store::sqs::SqsClickQueue {
-        let client = aws_sdk_sqs::Client::new(&aws_conf(&self.aws_url).await);
-        rebound_store::sqs::SqsClickQueue::open(client, &format!("{}-dlq", self.queue))
-            .await
-            .unwrap()
-    }
-
-    async fn store(&self) -> rebound_store::dynamodb::DynamoStore {
+    async fn store(&self) -> rebound_dynamodb::DynamoStore {
         let client = aws_sdk_dynamodb::Client::new(&aws_conf(&self.aws_url).await);
-        rebound_store::dynamodb::DynamoStore::new(client, self.prefix.clone())
+        rebound_dynamodb::DynamoStore::new(client, self.prefix.clone())
     }
 }
 
@@ -226,12 +243,11 @@ async fn i1_delete_and_takedown_reach_both_proxies() {
 #[ignore = "needs REBOUND_TEST_REDIS_URL and REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
 async fn i1_a_silently_cut_channel_stops_l1_within_timeout_plus_ttl() {
     let redis = shared_redis_url();
-    let redis_port: u16 = redis.trim_end_matches('/').rsplit(':').next().unwrap().parse().unwrap();
-    let relay = Relay::to(redis_port);
+    let relay = Relay::to(redis_port(&redis));
     let d = Deployment::new(&shared_aws_url(), Some(&redis));
     let dir = temp_dir();
     let cp = d.control_plane(dir.path(), &[]);
-    let relayed = format!("redis://127.0.0.1:{}/", relay.port);
+    let relayed = through_relay(&redis, relay.port);
     let p = d.proxy(dir.path(), &[("REBOUND_REDIS_URL", &relayed)]).await;
     let code = create(&cp, json!({"long_url": "https://example.com/cut"})).await;
     assert_eq!(status(&p, &code).await, 302);
@@ -512,11 +528,10 @@ async fn a_consumer_killed_mid_batch_and_redeliveries_count_each_click_once() {
 #[ignore = "needs REBOUND_TEST_REDIS_URL and REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
 async fn a_failed_tombstone_write_is_503_audited_and_the_retry_succeeds() {
     let redis = shared_redis_url();
-    let redis_port: u16 = redis.trim_end_matches('/').rsplit(':').next().unwrap().parse().unwrap();
-    let relay = Relay::to(redis_port);
+    let relay = Relay::to(redis_port(&redis));
     let d = Deployment::new(&shared_aws_url(), Some(&redis));
     let dir = temp_dir();
-    let relayed = format!("redis://127.0.0.1:{}/", relay.port);
+    let relayed = through_relay(&redis, relay.port);
     let cp = d.control_plane(dir.path(), &[("REBOUND_REDIS_URL", &relayed)]);
     let p = d.proxy(dir.path(), &[]).await;
     let code = create(&cp, json!({"long_url": "https://example.com/t"})).await;
@@ -549,4 +564,60 @@ async fn a_failed_tombstone_write_is_503_audited_and_the_retry_succeeds() {
     assert!(audit
         .iter()
         .all(|e| e.actor == "bootstrap" && e.reason.as_deref() == Some("malware")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_REDIS_URL and REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
+async fn wrong_redis_credentials_stop_the_start_with_an_error_naming_the_setting() {
+    // A Redis of this test's own, with a password.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = temp_dir();
+    let mut redis = std::process::Command::new("redis-server")
+        .args([
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--save",
+            "",
+            "--requirepass",
+            "right",
+        ])
+        .arg("--dir")
+        .arg(dir.path())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server");
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let d = Deployment::new(&shared_aws_url(), None);
+    for command in ["control-plane", "proxy"] {
+        let out = std::process::Command::new(bin())
+            .arg(command)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .envs(d.with(&[
+                ("REBOUND_REDIS_URL", &format!("redis://:wrong@127.0.0.1:{port}/")),
+                ("REBOUND_DATA_DIR", dir.path().to_str().unwrap()),
+                ("REBOUND_API_ADDR", "127.0.0.1:0"),
+                ("REBOUND_REDIRECT_ADDR", "127.0.0.1:0"),
+                ("REBOUND_METRICS_ADDR", "127.0.0.1:0"),
+                ("REBOUND_BOOTSTRAP_KEY", OPERATOR_KEY),
+            ]))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{command} started on a wrong password");
+        assert!(
+            stderr.contains("REBOUND_REDIS_URL: Redis refused the credentials"),
+            "{command}: {stderr}"
+        );
+    }
+    let _ = redis.kill();
+    let _ = redis.wait();
 }

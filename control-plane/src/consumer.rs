@@ -4,7 +4,7 @@
 //! message is not counted twice. A message that keeps failing is left alone and moves to
 //! the dead-letter queue after three receives.
 
-use rebound_store::sqs::{decode_batch, SqsClickQueue};
+use rebound_sqs::{decode_batch, SqsClickQueue};
 use rebound_store::{BatchOutcome, Store};
 use std::sync::Arc;
 use std::time::Duration;

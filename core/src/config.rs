@@ -210,8 +210,13 @@ pub struct Settings {
     /// An operator key accepted from start-up.
     pub bootstrap_key: Option<String>,
     pub store: StoreChoice,
-    /// Redis for L2, invalidation and the creation feed; none means L1 only.
+    /// Redis for L2, invalidation and the creation feed; none means L1 only. `rediss://`
+    /// for TLS; a password or an ACL user and password in the URL
+    /// (`redis://:password@host/`, `rediss://user:password@host/`).
     pub redis_url: Option<String>,
+    /// PEM file of the certificate authorities that sign Redis's certificate (for
+    /// `rediss://`); none means the system's trust store.
+    pub redis_ca: Option<PathBuf>,
     /// Prefix of every Redis key and channel.
     pub redis_prefix: String,
     /// How long a received click message stays hidden before it is delivered again.
@@ -238,6 +243,7 @@ impl Default for Settings {
             bootstrap_key: None,
             store: StoreChoice::Sqlite,
             redis_url: None,
+            redis_ca: None,
             redis_prefix: "rebound:".into(),
             sqs_visibility_secs: 30,
             queue: QueueChoice::Embedded,

@@ -22,6 +22,7 @@ use async_trait::async_trait;
 use crossbeam_queue::ArrayQueue;
 use hashbrown::HashTable;
 use rebound_core::{Clock, Day};
+pub use rebound_store::ClickSink;
 use rebound_store::{BatchOutcome, ClickAdd, ClickBatch, RollupStore, Store, StoreError, MAX_BATCH_ADDS};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -331,35 +332,13 @@ impl ClickPacing {
     }
 }
 
-/// Where aggregated clicks go: the rollups directly (embedded) or a queue (SQS).
-#[async_trait]
-pub trait ClickSink: Send + Sync {
-    /// Ships the batches of one flush.
-    async fn ship(&self, batches: &[ClickBatch]) -> Result<(), String>;
-}
-
 /// Embedded mode: adds batches to the store's rollups.
-pub struct StoreClickSink(pub Arc<dyn Store>);
+pub struct StoreClickSink(pub Arc<dyn RollupStore>);
 
 #[async_trait]
 impl ClickSink for StoreClickSink {
-    async fn ship(&self, batches: &[ClickBatch]) -> Result<(), String> {
-        self.0
-            .apply_click_batches(batches)
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-    }
-}
-
-/// Distributed mode: sends batches to SQS for the control plane's consumer.
-pub struct SqsClickSink(pub rebound_store::sqs::LazyClickQueue);
-
-#[async_trait]
-impl ClickSink for SqsClickSink {
-    async fn ship(&self, batches: &[ClickBatch]) -> Result<(), String> {
-        let queue = self.0.get().await.map_err(|e| e.to_string())?;
-        queue.send(batches).await.map_err(|e| e.to_string())
+    async fn ship(&self, batches: &[ClickBatch]) -> Result<(), StoreError> {
+        self.0.apply_click_batches(batches).await.map(|_| ())
     }
 }
 
@@ -620,7 +599,7 @@ mod tests {
 
     #[async_trait]
     impl ClickSink for Recorded {
-        async fn ship(&self, batches: &[ClickBatch]) -> Result<(), String> {
+        async fn ship(&self, batches: &[ClickBatch]) -> Result<(), StoreError> {
             self.0.lock().unwrap().extend_from_slice(batches);
             Ok(())
         }
@@ -866,7 +845,7 @@ mod tests {
 
     #[async_trait]
     impl ClickSink for Gated {
-        async fn ship(&self, batches: &[ClickBatch]) -> Result<(), String> {
+        async fn ship(&self, batches: &[ClickBatch]) -> Result<(), StoreError> {
             self.permits.acquire().await.unwrap().forget();
             self.kept.ship(batches).await
         }
@@ -967,7 +946,7 @@ mod tests {
 
     #[async_trait]
     impl ClickSink for GatedRollups {
-        async fn ship(&self, batches: &[ClickBatch]) -> Result<(), String> {
+        async fn ship(&self, batches: &[ClickBatch]) -> Result<(), StoreError> {
             self.permits.acquire().await.unwrap().forget();
             StoreClickSink(self.store.clone()).ship(batches).await
         }

@@ -8,7 +8,7 @@ use crate::l1::{L1Entry, L1};
 use crate::metrics::ProxyMetrics;
 use rebound_core::cache::CachePolicy;
 use rebound_core::{decide_redirect, CacheRecord, CachedVerdict, Clock, Link, StoreVerdict, UnixMillis};
-use rebound_store::redis_cache::RecordCache;
+use rebound_store::RecordCache;
 use rebound_store::Store;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
@@ -526,11 +526,11 @@ mod tests {
         f: Fixture,
     ) -> (
         Arc<RedirectPath>,
-        Arc<rebound_store::redis_cache::MemoryRecordCache>,
+        Arc<rebound_store::MemoryRecordCache>,
         Arc<InvalidationTrust>,
         Fixture,
     ) {
-        let l2 = Arc::new(rebound_store::redis_cache::MemoryRecordCache::default());
+        let l2 = Arc::new(rebound_store::MemoryRecordCache::default());
         let trust = Arc::new(InvalidationTrust::new(
             Duration::from_millis(2000),
             Duration::from_millis(1000),

@@ -1,31 +1,35 @@
-//! Rebound's storage ports and their adapters.
+//! Rebound's storage ports: the traits the planes call and the records they exchange. The
+//! adapters are crates of their own (`rebound-sqlite`, `rebound-dynamodb`, `rebound-redis`,
+//! `rebound-sqs`); only the binary wires them in.
 //!
 //! # Layout
 //!
-//! - this file: the port traits, shaped after DynamoDB's semantics (conditional put,
+//! - this file: the store traits, shaped after DynamoDB's semantics (conditional put,
 //!   conditional versioned update, atomic add, one transaction for link + idempotency
-//!   record, point get, paged listing by owner), their records and errors.
-//! - `sqlite`: the embedded adapter: SQLite in WAL mode, `rebound.db` and, beside it,
-//!   `rebound-clicks.db` for the click rollups.
-//! - `dynamodb`: the distributed adapter (DynamoDB or any DynamoDB-API endpoint).
-//! - `redis_cache`: Redis as L2 (the `RecordCache` port and its in-memory fake),
-//!   invalidation channel and creation feed, and `RedisLinkEvents`.
-//! - `sqs`: the click queue on SQS, with its dead-letter queue.
-//! - `memory`: an in-memory fake with fault injection, for unit tests.
+//!   record, point get, paged listing by owner), split by what each consumer calls
+//!   (`LinkReads` is all the data plane reads; `LinkStore` adds the control plane's
+//!   writes; keys, counters, rollups and the audit log apart), their records and errors.
+//! - `cache`: the L2 of cache records (`RecordCache`) and its in-memory fake.
+//! - `fleet`: what a data plane hears from the others and from the control plane: the
+//!   invalidation and heartbeat channel and the creation feed (`InvalidationChannel`,
+//!   `CreationFeed`), with in-memory fakes.
+//! - `clicks`: where a data plane ships its click batches (`ClickSink`).
 //! - `events`: the port through which the control plane tells the data plane's caches
 //!   about creates and deletes (`LinkEvents`, `NoLinkEvents`, and `RecordedLinkEvents`
 //!   for tests).
-//! - `testing` (tests only, feature `test-util`): AWS configuration for local test servers.
+//! - `memory`: an in-memory fake with fault injection, for unit tests.
 //! - `conformance`: the contract every adapter must pass, run against each of them.
+//! - `testing` (feature `test-util`): AWS configuration for local test servers.
 #![forbid(unsafe_code)]
 
+pub mod cache;
+pub mod clicks;
+#[cfg(any(test, feature = "test-util"))]
 pub mod conformance;
-pub mod dynamodb;
 pub mod events;
+pub mod fleet;
+#[cfg(any(test, feature = "test-util"))]
 pub mod memory;
-pub mod redis_cache;
-pub mod sqlite;
-pub mod sqs;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 
@@ -34,9 +38,14 @@ use rebound_core::link::Deletion;
 use rebound_core::{Day, Link, UnixMillis};
 use std::ops::Range;
 
+#[cfg(any(test, feature = "test-util"))]
+pub use cache::MemoryRecordCache;
+pub use cache::RecordCache;
+pub use clicks::ClickSink;
 pub use events::{EventError, LinkEvents, NoLinkEvents};
+pub use fleet::{ChannelMessage, CreationFeed, InvalidationChannel};
+#[cfg(any(test, feature = "test-util"))]
 pub use memory::MemoryStore;
-pub use sqlite::SqliteStore;
 
 /// What can go wrong in a store call. Callers match on the conditional outcomes; the rest
 /// is classified once, where the response is chosen.
@@ -73,8 +82,8 @@ pub enum StoreError {
 }
 
 /// An AWS SDK error as `Unavailable`, with its whole chain of causes (an SDK error's own
-/// text is only "service error").
-pub(crate) fn sdk_error<E: std::error::Error>(e: E) -> StoreError {
+/// text is only "service error"); for the adapters.
+pub fn sdk_error<E: std::error::Error>(e: E) -> StoreError {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

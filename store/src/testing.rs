@@ -5,7 +5,7 @@ pub async fn local_aws_config(endpoint: &str) -> aws_config::SdkConfig {
     aws_config::defaults(aws_config::BehaviorVersion::latest())
         .endpoint_url(endpoint)
         .region(aws_config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+        .credentials_provider(aws_credential_types::Credentials::new(
             "test", "test", None, None, "test",
         ))
         .load()

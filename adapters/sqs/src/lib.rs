@@ -3,10 +3,10 @@
 //! the message only afterwards. A message that fails three times moves to the dead-letter
 //! queue `<name>-dlq` (the redrive policy `provision` sets).
 
-use crate::{ClickAdd, ClickBatch, StoreError};
 use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
 use aws_sdk_sqs::Client;
 use rebound_core::Day;
+use rebound_store::{ClickAdd, ClickBatch, ClickSink, StoreError};
 use std::time::Duration;
 
 /// SQS's limits on one `SendMessageBatch`.
@@ -15,7 +15,7 @@ const MAX_BATCH_BYTES: usize = 256 * 1024;
 /// Receives before a message moves to the dead-letter queue.
 pub const MAX_RECEIVES: u32 = 3;
 
-use crate::sdk_error as sdk_err;
+use rebound_store::sdk_error as sdk_err;
 
 /// The wire form of a batch: `{"id":…,"adds":[[code, day, clicks], …]}`.
 pub fn encode_batch(batch: &ClickBatch) -> String {
@@ -36,7 +36,7 @@ pub fn decode_batch(body: &str) -> Result<ClickBatch, StoreError> {
         adds: Vec<(String, i32, u64)>,
     }
     let wire: Wire = serde_json::from_str(body).map_err(|e| StoreError::Corrupt(format!("click message: {e}")))?;
-    if wire.id.is_empty() || wire.adds.len() > crate::MAX_BATCH_ADDS {
+    if wire.id.is_empty() || wire.adds.len() > rebound_store::MAX_BATCH_ADDS {
         return Err(StoreError::Corrupt("click message: bad id or too many adds".into()));
     }
     Ok(ClickBatch {
@@ -271,6 +271,15 @@ impl LazyClickQueue {
     }
 }
 
+/// Distributed mode: a data plane's click batches go to the queue, for the control plane's
+/// consumer.
+#[async_trait::async_trait]
+impl ClickSink for LazyClickQueue {
+    async fn ship(&self, batches: &[ClickBatch]) -> Result<(), StoreError> {
+        self.get().await?.send(batches).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,7 +308,9 @@ mod tests {
     }
 
     async fn client() -> Client {
-        Client::new(&crate::testing::local_aws_config(&crate::testing::endpoint("REBOUND_TEST_SQS_URL")).await)
+        Client::new(
+            &rebound_store::testing::local_aws_config(&rebound_store::testing::endpoint("REBOUND_TEST_SQS_URL")).await,
+        )
     }
 
     #[tokio::test]

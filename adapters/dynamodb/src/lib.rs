@@ -14,14 +14,18 @@
 //! | `batches` | `id` | click batches already applied; TTL `purge_at` |
 //! | `audit` | `code`, `seq` | audit events |
 
-use crate::*;
+use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
     ProjectionType, Put, ScalarAttributeType, TimeToLiveSpecification, TransactWriteItem, Update,
 };
 use aws_sdk_dynamodb::Client;
+use rebound_core::link::Deletion;
 use rebound_core::RedirectKind;
+use rebound_core::{Day, Link, UnixMillis};
+use rebound_store::*;
 use std::collections::HashMap;
+use std::ops::Range;
 
 type Item = HashMap<String, AttributeValue>;
 
@@ -41,7 +45,7 @@ fn unavailable<E: std::fmt::Display>(e: E) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
 
-use crate::sdk_error as sdk_err;
+use rebound_store::sdk_error as sdk_err;
 
 fn s(v: impl Into<String>) -> AttributeValue {
     AttributeValue::S(v.into())
@@ -929,11 +933,11 @@ mod tests {
 
     /// The DynamoDB-API endpoint the test scripts started (moto), or none.
     fn endpoint() -> String {
-        crate::testing::endpoint("REBOUND_TEST_DYNAMODB_URL")
+        rebound_store::testing::endpoint("REBOUND_TEST_DYNAMODB_URL")
     }
 
     async fn fresh_store() -> DynamoStore {
-        let conf = crate::testing::local_aws_config(&endpoint()).await;
+        let conf = rebound_store::testing::local_aws_config(&endpoint()).await;
         let prefix = format!(
             "t{}_",
             std::time::SystemTime::now()
@@ -956,7 +960,9 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     #[ignore = "needs REBOUND_TEST_DYNALITE_URL (the test services): scripts/test starts them and runs it"]
     async fn expressions_pass_a_strict_dynamodb_engine() {
-        let conf = crate::testing::local_aws_config(&crate::testing::endpoint("REBOUND_TEST_DYNALITE_URL")).await;
+        let conf =
+            rebound_store::testing::local_aws_config(&rebound_store::testing::endpoint("REBOUND_TEST_DYNALITE_URL"))
+                .await;
         let prefix = format!(
             "s{}_",
             std::time::SystemTime::now()
@@ -966,13 +972,13 @@ mod tests {
         );
         let store = DynamoStore::new(Client::new(&conf), prefix);
         assert_eq!(store.create_tables(false).await.unwrap().len(), 7);
-        crate::conformance::run_without_transactions(&store).await;
+        rebound_store::conformance::run_without_transactions(&store).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     #[ignore = "needs REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
     async fn dynamodb_store_passes_the_contract() {
         let store = fresh_store().await;
-        crate::conformance::run_all(&store).await;
+        rebound_store::conformance::run_all(&store).await;
     }
 }

@@ -3,9 +3,13 @@
 //! per file anyway); a few reader connections, with the clicks file attached, serve point
 //! reads concurrently. Every call runs on tokio's blocking pool of the calling runtime.
 
-use crate::*;
+use async_trait::async_trait;
+use rebound_core::link::Deletion;
 use rebound_core::RedirectKind;
+use rebound_core::{Day, Link, UnixMillis};
+use rebound_store::*;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -760,7 +764,7 @@ mod tests {
         let store = SqliteStore::open(dir.path().join("rebound.db")).unwrap();
         let batch = |id: &str| ClickBatch {
             id: id.into(),
-            adds: vec![crate::ClickAdd {
+            adds: vec![rebound_store::ClickAdd {
                 code: "abc".into(),
                 day: Day(3),
                 clicks: 1,
@@ -825,7 +829,7 @@ mod tests {
     async fn sqlite_store_passes_the_contract() {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(dir.path().join("rebound.db")).unwrap();
-        crate::conformance::run_all(&store).await;
+        rebound_store::conformance::run_all(&store).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

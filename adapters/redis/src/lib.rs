@@ -1,0 +1,877 @@
+//! Redis for the distributed mode: the L2 cache of cache records, written only through one
+//! Lua script that refuses a lower version; the invalidation and heartbeat channels
+//! (pub/sub); and the creation feed (a stream), so every proxy's Bloom filter learns new codes.
+//!
+//! Keys and channels all start with a configurable prefix (default `rebound:`):
+//! `url:{code}` (a record: `"<version> <json>"`, TTL = `stale_until`), `invalidate`
+//! (`"<version> <code>"`), `heartbeat`, and the stream `created` (field `code`).
+
+use async_trait::async_trait;
+use futures_util::stream::BoxStream;
+use futures_util::StreamExt;
+use rebound_core::{CacheRecord, UnixMillis};
+use rebound_store::fleet::FeedRead;
+use rebound_store::{ChannelMessage, CreationFeed, InvalidationChannel, RecordCache, StoreError};
+use redis::aio::ConnectionManager;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::RwLock;
+use std::time::Duration;
+
+/// The versioned write: replaces the record unless the stored one has a higher version
+/// (equal versions overwrite, so retries are idempotent). Returns 1 when written.
+const VERSIONED_SET: &str = r"
+local current = redis.call('GET', KEYS[1])
+if current then
+  local v = tonumber(string.match(current, '^(%d+) '))
+  if v and v > tonumber(ARGV[1]) then
+    return 0
+  end
+end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1
+";
+
+/// Longest the creation stream grows (older entries are trimmed).
+const FEED_MAX_LEN: usize = 2_000_000;
+/// Longest a create waits on the write-through and the announcement.
+const CREATE_ANNOUNCE_BUDGET: Duration = Duration::from_millis(300);
+/// Longest a delete or takedown waits on its tombstone and invalidation before answering 503.
+const DEACTIVATE_BUDGET: Duration = Duration::from_secs(1);
+/// Pause between connection attempts while Redis is unreachable.
+const RECONNECT_EVERY_MS: i64 = 500;
+
+/// A Redis connection made on first use (so a process starts while Redis is down) and
+/// re-made by the connection manager afterwards.
+pub struct RedisCache {
+    client: redis::Client,
+    prefix: String,
+    conn: RwLock<Option<ConnectionManager>>,
+    last_attempt: AtomicI64,
+    /// After a connection failure, calls fail at once until then instead of waiting on a
+    /// dead server (a breaker: a request never pays for Redis being down twice).
+    down_until: AtomicI64,
+    connect_lock: tokio::sync::Mutex<()>,
+    script: redis::Script,
+}
+
+fn redis_err(e: redis::RedisError) -> StoreError {
+    StoreError::Unavailable(format!("redis: {e}"))
+}
+
+impl RedisCache {
+    /// Classifies a failed call: a connection failure opens the breaker for a moment.
+    fn failed(&self, e: redis::RedisError) -> StoreError {
+        if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
+            self.down_until
+                .store(now_millis() + RECONNECT_EVERY_MS, Ordering::Relaxed);
+        }
+        redis_err(e)
+    }
+}
+
+fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The invalidation message of `code` at `version`: `"<version> <code>"`.
+pub fn encode_invalidation(version: u64, code: &str) -> String {
+    format!("{version} {code}")
+}
+
+/// Reads an invalidation message that [`encode_invalidation`] wrote; `None` when malformed.
+pub fn decode_invalidation(payload: &str) -> Option<(u64, &str)> {
+    let (version, code) = payload.split_once(' ')?;
+    let version = version.parse().ok()?;
+    rebound_core::code::is_valid_code(code.as_bytes()).then_some((version, code))
+}
+
+/// A Redis setting that cannot work, found by [`RedisCache::check_settings`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisSettingError {
+    /// The server refused the password or the ACL user (`REBOUND_REDIS_URL`).
+    Credentials(String),
+    /// The server's certificate is not signed by a trusted authority, or not for this
+    /// host (`REBOUND_REDIS_CA`, `REBOUND_REDIS_URL`).
+    Certificate(String),
+}
+
+impl std::fmt::Display for RedisSettingError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RedisSettingError::Credentials(e) => write!(
+                f,
+                "REBOUND_REDIS_URL: Redis refused the credentials (the password, or the ACL user and password, in the URL): {e}"
+            ),
+            RedisSettingError::Certificate(e) => write!(
+                f,
+                "REBOUND_REDIS_CA: Redis's TLS certificate is not trusted (set REBOUND_REDIS_CA to the PEM of the authority that signed it, and check the host in REBOUND_REDIS_URL): {e}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RedisSettingError {}
+
+/// A connection failure that is a wrong setting rather than an outage.
+fn classify_connect_error(e: &redis::RedisError) -> Option<RedisSettingError> {
+    let text = e.to_string();
+    if e.kind() == redis::ErrorKind::AuthenticationFailed
+        || e.code().is_some_and(|c| c == "WRONGPASS" || c == "NOAUTH")
+        || text.contains("WRONGPASS")
+        || text.contains("NOAUTH")
+    {
+        return Some(RedisSettingError::Credentials(text));
+    }
+    // rustls' verdicts on the server's certificate ("invalid peer certificate: …").
+    if text.contains("invalid peer certificate") || text.contains("certificate") && text.contains("TLS") {
+        return Some(RedisSettingError::Certificate(text));
+    }
+    None
+}
+
+/// Encodes a record as stored: version first, so the Lua script reads it without JSON.
+pub fn encode_record(record: &CacheRecord) -> String {
+    format!(
+        "{} {}",
+        record.version,
+        serde_json::to_string(record).unwrap_or_default()
+    )
+}
+
+/// Reads a stored record.
+pub fn decode_record(raw: &str) -> Result<CacheRecord, StoreError> {
+    let (_, json) = raw
+        .split_once(' ')
+        .ok_or_else(|| StoreError::Corrupt("cache record without version".into()))?;
+    serde_json::from_str(json).map_err(|e| StoreError::Corrupt(format!("cache record: {e}")))
+}
+
+impl RedisCache {
+    /// A cache on `url` with keys and channels under `prefix`. Does not connect yet.
+    pub fn new(url: &str, prefix: &str) -> Result<RedisCache, StoreError> {
+        let client =
+            redis::Client::open(url).map_err(|e| StoreError::Unavailable(format!("REBOUND_REDIS_URL: {e}")))?;
+        Ok(RedisCache::with_client(client, prefix))
+    }
+
+    /// [`RedisCache::new`] for a `rediss://` URL whose server certificate is signed by one
+    /// of the authorities in `ca_pem` (PEM) instead of the system's trust store.
+    pub fn with_ca(url: &str, prefix: &str, ca_pem: Vec<u8>) -> Result<RedisCache, StoreError> {
+        if !url.starts_with("rediss://") {
+            return Err(StoreError::Unavailable(
+                "REBOUND_REDIS_CA is set but REBOUND_REDIS_URL is not a rediss:// (TLS) URL".into(),
+            ));
+        }
+        let certificates = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(ca_pem),
+        };
+        let client = redis::Client::build_with_tls(url, certificates)
+            .map_err(|e| StoreError::Unavailable(format!("REBOUND_REDIS_URL with REBOUND_REDIS_CA: {e}")))?;
+        Ok(RedisCache::with_client(client, prefix))
+    }
+
+    /// Connects once to tell a wrong setting from an outage: refused credentials or a
+    /// certificate that is not trusted are errors naming the setting to fix (the process
+    /// must not run on them); an unreachable server is not (the cache connects lazily and
+    /// retries, and the process serves meanwhile), and is returned as `Ok(Some(why))`.
+    pub async fn check_settings(&self) -> Result<Option<String>, RedisSettingError> {
+        let attempt = tokio::time::timeout(Duration::from_secs(3), async {
+            let mut c = self.client.get_multiplexed_async_connection().await?;
+            redis::cmd("PING").query_async::<String>(&mut c).await
+        })
+        .await;
+        match attempt {
+            Ok(Ok(_)) => Ok(None),
+            Ok(Err(e)) => match classify_connect_error(&e) {
+                Some(error) => Err(error),
+                None => Ok(Some(e.to_string())),
+            },
+            Err(_) => Ok(Some("no answer within 3 s".into())),
+        }
+    }
+
+    fn with_client(client: redis::Client, prefix: &str) -> RedisCache {
+        RedisCache {
+            client,
+            prefix: prefix.to_owned(),
+            conn: RwLock::new(None),
+            last_attempt: AtomicI64::new(i64::MIN / 2),
+            down_until: AtomicI64::new(i64::MIN / 2),
+            connect_lock: tokio::sync::Mutex::new(()),
+            script: redis::Script::new(VERSIONED_SET),
+        }
+    }
+
+    /// The client, for connections of its own (pub/sub).
+    pub fn client(&self) -> &redis::Client {
+        &self.client
+    }
+
+    pub fn record_key(&self, code: &str) -> String {
+        format!("{}url:{}", self.prefix, code)
+    }
+    pub fn invalidate_channel(&self) -> String {
+        format!("{}invalidate", self.prefix)
+    }
+    pub fn heartbeat_channel(&self) -> String {
+        format!("{}heartbeat", self.prefix)
+    }
+    pub fn feed_key(&self) -> String {
+        format!("{}created", self.prefix)
+    }
+
+    /// A connection, making the first one if needed (at most one attempt per 500 ms).
+    pub async fn conn(&self) -> Result<ConnectionManager, StoreError> {
+        if now_millis() < self.down_until.load(Ordering::Relaxed) {
+            return Err(StoreError::Unavailable("redis: down (retrying shortly)".into()));
+        }
+        if let Some(c) = self.conn.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            return Ok(c.clone());
+        }
+        let _one_at_a_time = self.connect_lock.lock().await;
+        if let Some(c) = self.conn.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            return Ok(c.clone());
+        }
+        let now = now_millis();
+        if now - self.last_attempt.load(Ordering::Relaxed) < RECONNECT_EVERY_MS {
+            return Err(StoreError::Unavailable("redis: not connected".into()));
+        }
+        self.last_attempt.store(now, Ordering::Relaxed);
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Duration::from_millis(500))
+            .set_response_timeout(Duration::from_secs(2))
+            .set_number_of_retries(1)
+            .set_max_delay(500);
+        let conn = ConnectionManager::new_with_config(self.client.clone(), config)
+            .await
+            .map_err(|e| self.failed(e))?;
+        *self.conn.write().unwrap_or_else(|e| e.into_inner()) = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Publishes the invalidation of `code` at `version` to every proxy.
+    pub async fn publish_invalidation(&self, code: &str, version: u64) -> Result<(), StoreError> {
+        let mut c = self.conn().await?;
+        redis::cmd("PUBLISH")
+            .arg(self.invalidate_channel())
+            .arg(encode_invalidation(version, code))
+            .query_async::<i64>(&mut c)
+            .await
+            .map_err(|e| self.failed(e))?;
+        Ok(())
+    }
+
+    /// Publishes a heartbeat on the invalidation connection's channel.
+    pub async fn publish_heartbeat(&self) -> Result<(), StoreError> {
+        let mut c = self.conn().await?;
+        redis::cmd("PUBLISH")
+            .arg(self.heartbeat_channel())
+            .arg("1")
+            .query_async::<i64>(&mut c)
+            .await
+            .map_err(|e| self.failed(e))?;
+        Ok(())
+    }
+
+    /// Appends `code` to the creation feed.
+    pub async fn announce_created(&self, code: &str) -> Result<(), StoreError> {
+        let mut c = self.conn().await?;
+        redis::cmd("XADD")
+            .arg(self.feed_key())
+            .arg("MAXLEN")
+            .arg("~")
+            .arg(FEED_MAX_LEN)
+            .arg("*")
+            .arg("code")
+            .arg(code)
+            .query_async::<String>(&mut c)
+            .await
+            .map_err(|e| self.failed(e))?;
+        Ok(())
+    }
+
+    /// The id of the newest feed entry (`0-0` when empty): where a reader that has just
+    /// loaded every code from the store starts.
+    pub async fn feed_position(&self) -> Result<String, StoreError> {
+        let mut c = self.conn().await?;
+        let newest: Vec<(String, Vec<(String, String)>)> = redis::cmd("XREVRANGE")
+            .arg(self.feed_key())
+            .arg("+")
+            .arg("-")
+            .arg("COUNT")
+            .arg(1)
+            .query_async(&mut c)
+            .await
+            .map_err(|e| self.failed(e))?;
+        Ok(newest.into_iter().next().map_or_else(|| "0-0".to_owned(), |(id, _)| id))
+    }
+
+    /// The oldest id still in the feed, if any (to tell whether a reader fell behind a trim).
+    pub async fn feed_oldest(&self) -> Result<Option<String>, StoreError> {
+        let mut c = self.conn().await?;
+        let oldest: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+            .arg(self.feed_key())
+            .arg("-")
+            .arg("+")
+            .arg("COUNT")
+            .arg(1)
+            .query_async(&mut c)
+            .await
+            .map_err(|e| self.failed(e))?;
+        Ok(oldest.into_iter().next().map(|(id, _)| id))
+    }
+
+    /// Feed entries after `after`, waiting up to `block` for one: `(last id, codes)`.
+    pub async fn read_feed(&self, after: &str, block: Duration) -> Result<(Option<String>, Vec<String>), StoreError> {
+        // A connection of its own: a blocking read must not hold up the shared one.
+        let mut c = self
+            .client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|e| self.failed(e))?;
+        type Reply = Option<Vec<(String, Vec<(String, Vec<(String, String)>)>)>>;
+        let reply: Reply = redis::cmd("XREAD")
+            .arg("COUNT")
+            .arg(10_000)
+            .arg("BLOCK")
+            .arg(block.as_millis() as u64)
+            .arg("STREAMS")
+            .arg(self.feed_key())
+            .arg(after)
+            .query_async(&mut c)
+            .await
+            .map_err(|e| self.failed(e))?;
+        let mut last = None;
+        let mut codes = Vec::new();
+        for (_, entries) in reply.unwrap_or_default() {
+            for (id, fields) in entries {
+                codes.extend(fields.into_iter().filter(|(k, _)| k == "code").map(|(_, v)| v));
+                last = Some(id);
+            }
+        }
+        Ok((last, codes))
+    }
+}
+
+#[async_trait]
+impl RecordCache for RedisCache {
+    async fn get_record(&self, code: &str) -> Result<Option<CacheRecord>, StoreError> {
+        let mut c = self.conn().await?;
+        let raw: Option<String> = redis::cmd("GET")
+            .arg(self.record_key(code))
+            .query_async(&mut c)
+            .await
+            .map_err(|e| self.failed(e))?;
+        raw.as_deref().map(decode_record).transpose()
+    }
+
+    async fn put_record(&self, code: &str, record: &CacheRecord, now: UnixMillis) -> Result<bool, StoreError> {
+        let ttl = record.ttl_millis(now);
+        if ttl <= 0 {
+            return Ok(false);
+        }
+        let mut c = self.conn().await?;
+        let written: i64 = self
+            .script
+            .key(self.record_key(code))
+            .arg(record.version)
+            .arg(encode_record(record))
+            .arg(ttl)
+            .invoke_async(&mut c)
+            .await
+            .map_err(|e| self.failed(e))?;
+        Ok(written == 1)
+    }
+}
+
+#[async_trait]
+impl InvalidationChannel for RedisCache {
+    async fn subscribe(&self) -> Result<BoxStream<'static, ChannelMessage>, StoreError> {
+        // A connection of its own: a subscribed connection can do nothing else.
+        let mut pubsub = self.client.get_async_pubsub().await.map_err(|e| self.failed(e))?;
+        let (invalidate, heartbeat) = (self.invalidate_channel(), self.heartbeat_channel());
+        pubsub.subscribe(&invalidate).await.map_err(|e| self.failed(e))?;
+        pubsub.subscribe(&heartbeat).await.map_err(|e| self.failed(e))?;
+        Ok(pubsub
+            .into_on_message()
+            .map(move |msg| {
+                if msg.get_channel_name() != invalidate {
+                    return ChannelMessage::Heartbeat;
+                }
+                let payload: String = msg.get_payload().unwrap_or_default();
+                match decode_invalidation(&payload) {
+                    Some((version, code)) => ChannelMessage::Invalidate {
+                        version,
+                        code: code.to_owned(),
+                    },
+                    None => ChannelMessage::Malformed,
+                }
+            })
+            .boxed())
+    }
+
+    async fn publish_heartbeat(&self) -> Result<(), StoreError> {
+        RedisCache::publish_heartbeat(self).await
+    }
+}
+
+#[async_trait]
+impl CreationFeed for RedisCache {
+    async fn feed_position(&self) -> Result<String, StoreError> {
+        RedisCache::feed_position(self).await
+    }
+
+    async fn read_feed(&self, after: &str, block: Duration) -> Result<FeedRead, StoreError> {
+        RedisCache::read_feed(self, after, block).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rebound_core::cache::CachePolicy;
+    use rebound_core::{Link, RedirectKind};
+
+    fn cache() -> RedisCache {
+        let url = std::env::var("REBOUND_TEST_REDIS_URL")
+            .expect("REBOUND_TEST_REDIS_URL is not set: run scripts/test, which starts a Redis server");
+        let prefix = format!("t{}:", now_millis() * 1000 + (std::process::id() as i64 % 1000));
+        RedisCache::new(&url, &prefix).unwrap()
+    }
+
+    fn active(version: u64, now: i64) -> CacheRecord {
+        let mut l = Link::new_active(
+            "abc".into(),
+            "https://e.com/".into(),
+            RedirectKind::Found,
+            false,
+            0,
+            "k".into(),
+            None,
+        );
+        l.version = version;
+        CacheRecord::active(&l, now, &CachePolicy::default())
+    }
+
+    #[tokio::test]
+    #[ignore = "needs REBOUND_TEST_REDIS_URL (the test services): scripts/test starts them and runs it"]
+    async fn a_populate_with_an_older_version_never_overwrites_a_tombstone() {
+        let c = cache();
+        let now = now_millis();
+        // The race, driven through the script itself: a reader fetched version 1, then the
+        // delete wrote its tombstone at version 2, then the reader's populate arrives.
+        assert!(c.put_record("race", &active(1, now), now).await.unwrap());
+        let tomb = CacheRecord::tombstone(2, now, &CachePolicy::default());
+        assert!(c.put_record("race", &tomb, now).await.unwrap());
+        assert!(!c.put_record("race", &active(1, now), now).await.unwrap(), "refused");
+        assert_eq!(c.get_record("race").await.unwrap(), Some(tomb.clone()));
+        // The same version again is an idempotent retry.
+        assert!(c.put_record("race", &tomb, now).await.unwrap());
+        // The TTL is the record's stale_until.
+        let mut conn = c.conn().await.unwrap();
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(c.record_key("race"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(ttl > 0 && ttl <= tomb.ttl_millis(now), "{ttl}");
+    }
+
+    #[tokio::test]
+    #[ignore = "needs REBOUND_TEST_REDIS_URL (the test services): scripts/test starts them and runs it"]
+    async fn records_never_outlive_expiry() {
+        let c = cache();
+        let now = now_millis();
+        let mut l = Link::new_active(
+            "exp".into(),
+            "https://e.com/".into(),
+            RedirectKind::Found,
+            false,
+            0,
+            "k".into(),
+            Some(now + 1500),
+        );
+        l.version = 1;
+        let rec = CacheRecord::active(&l, now, &CachePolicy::default());
+        assert!(c.put_record("exp", &rec, now).await.unwrap());
+        let mut conn = c.conn().await.unwrap();
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(c.record_key("exp"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(ttl <= 1500, "TTL {ttl} past expiry");
+        // An already expired record is not written at all.
+        let gone = CacheRecord::active(&l, now, &CachePolicy::default());
+        assert!(!c.put_record("exp2", &gone, now + 2000).await.unwrap());
+    }
+
+    #[tokio::test]
+    #[ignore = "needs REBOUND_TEST_REDIS_URL (the test services): scripts/test starts them and runs it"]
+    async fn the_creation_feed_reads_in_order_from_a_position() {
+        let c = cache();
+        assert_eq!(c.feed_position().await.unwrap(), "0-0");
+        c.announce_created("first").await.unwrap();
+        let pos = c.feed_position().await.unwrap();
+        c.announce_created("second").await.unwrap();
+        c.announce_created("third").await.unwrap();
+        let (last, codes) = c.read_feed(&pos, Duration::from_millis(100)).await.unwrap();
+        assert_eq!(codes, ["second", "third"]);
+        let (none, empty) = c
+            .read_feed(last.as_deref().unwrap(), Duration::from_millis(50))
+            .await
+            .unwrap();
+        assert!(none.is_none() && empty.is_empty());
+        assert!(c.feed_oldest().await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_redis_is_an_error_not_a_hang() {
+        let c = RedisCache::new("redis://127.0.0.1:9/", "x:").unwrap();
+        assert!(c.get_record("abc").await.is_err());
+        assert!(
+            c.get_record("abc").await.is_err(),
+            "the second attempt is refused without connecting"
+        );
+    }
+}
+
+/// The link-event port over Redis (the control plane's side): a create is written through
+/// to L2 and appended to the creation feed; a delete or takedown writes the tombstone with
+/// its version (synchronously) and then publishes the invalidation.
+pub struct RedisLinkEvents {
+    pub cache: std::sync::Arc<RedisCache>,
+    pub clock: std::sync::Arc<dyn rebound_core::Clock>,
+    pub policy: rebound_core::cache::CachePolicy,
+}
+
+#[async_trait]
+impl rebound_store::LinkEvents for RedisLinkEvents {
+    async fn created(&self, link: &rebound_core::Link) -> Result<(), rebound_store::EventError> {
+        let now = self.clock.now_millis();
+        let record = CacheRecord::active(link, now, &self.policy);
+        let announce = async {
+            self.cache.put_record(&link.code, &record, now).await?;
+            self.cache.announce_created(&link.code).await
+        };
+        // Bounded: proxies that miss the announcement bypass their filter, so a create never
+        // waits long on a sick Redis.
+        match tokio::time::timeout(CREATE_ANNOUNCE_BUDGET, announce).await {
+            Ok(result) => result.map_err(|e| rebound_store::EventError(e.to_string())),
+            Err(_) => Err(rebound_store::EventError("redis did not answer in time".into())),
+        }
+    }
+
+    async fn deactivated(&self, link: &rebound_core::Link) -> Result<(), rebound_store::EventError> {
+        let now = self.clock.now_millis();
+        let tomb = CacheRecord::tombstone(link.version, now, &self.policy);
+        let invalidate = async {
+            self.cache.put_record(&link.code, &tomb, now).await?;
+            self.cache.publish_invalidation(&link.code, link.version).await
+        };
+        match tokio::time::timeout(DEACTIVATE_BUDGET, invalidate).await {
+            Ok(result) => result.map_err(|e| rebound_store::EventError(e.to_string())),
+            Err(_) => Err(rebound_store::EventError("redis did not answer in time".into())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod channel_tests {
+    use super::*;
+
+    #[test]
+    fn invalidation_messages_round_trip_and_garbage_is_refused() {
+        assert_eq!(decode_invalidation(&encode_invalidation(3, "abc")), Some((3, "abc")));
+        for bad in ["x abc", "3 a/b", "3", "", " abc", "-1 abc", "3 "] {
+            assert_eq!(decode_invalidation(bad), None, "{bad:?}");
+        }
+    }
+
+    #[tokio::test]
+    #[ignore = "needs REBOUND_TEST_REDIS_URL (the test services): scripts/test starts them and runs it"]
+    async fn a_subscriber_hears_invalidations_and_heartbeats_in_order() {
+        let url = std::env::var("REBOUND_TEST_REDIS_URL").unwrap();
+        let cache = RedisCache::new(&url, &format!("ch{}:", now_millis())).unwrap();
+        let mut messages = InvalidationChannel::subscribe(&cache).await.unwrap();
+        cache.publish_invalidation("abc", 7).await.unwrap();
+        InvalidationChannel::publish_heartbeat(&cache).await.unwrap();
+        // Garbage on the invalidation channel is heard (the channel is alive), not obeyed.
+        let mut c = cache.conn().await.unwrap();
+        redis::cmd("PUBLISH")
+            .arg(cache.invalidate_channel())
+            .arg("not a message")
+            .query_async::<i64>(&mut c)
+            .await
+            .unwrap();
+        let mut heard = Vec::new();
+        for _ in 0..3 {
+            heard.push(
+                tokio::time::timeout(Duration::from_secs(5), messages.next())
+                    .await
+                    .unwrap(),
+            );
+        }
+        assert_eq!(
+            heard,
+            vec![
+                Some(ChannelMessage::Invalidate {
+                    version: 7,
+                    code: "abc".into()
+                }),
+                Some(ChannelMessage::Heartbeat),
+                Some(ChannelMessage::Malformed),
+            ]
+        );
+    }
+}
+
+/// Redis with TLS and with authentication: servers of the test's own, started from the
+/// `redis-server` that the test services use.
+#[cfg(test)]
+mod settings_tests {
+    use super::*;
+    use std::path::Path;
+    use std::process::{Child, Command, Stdio};
+
+    struct OwnRedis {
+        child: Child,
+        port: u16,
+    }
+
+    impl Drop for OwnRedis {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    /// A `redis-server` with `args`, its port (`--port`, or `--tls-port` when `tls`) ready.
+    async fn start_redis(dir: &Path, tls: bool, args: &[&str]) -> OwnRedis {
+        let port = free_port();
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir);
+        if tls {
+            cmd.args(["--port", "0", "--tls-port", &port.to_string()]);
+        } else {
+            cmd.args(["--port", &port.to_string()]);
+        }
+        let child = cmd
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server");
+        // Owned at once: killed and waited for however the test ends.
+        let redis = OwnRedis { child, port };
+        for _ in 0..200 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+                return redis;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("redis-server did not listen on {port}");
+    }
+
+    fn openssl(args: &[&str], dir: &Path) {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// A test CA (`ca.crt`) and a certificate it signed for localhost and 127.0.0.1
+    /// (`server.crt`, `server.key`); and a second, unrelated CA (`other.crt`).
+    fn certificates(dir: &Path) {
+        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+        for ca in ["ca", "other"] {
+            let (key, crt, subj) = (
+                format!("{ca}.key"),
+                format!("{ca}.crt"),
+                format!("/CN=rebound test {ca}"),
+            );
+            let mut args = vec![
+                "req", "-x509", "-days", "2", "-subj", &subj, "-keyout", &key, "-out", &crt,
+            ];
+            args.extend(ec);
+            openssl(&args, dir);
+        }
+        let mut args = vec![
+            "req",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ];
+        args.extend(ec);
+        openssl(&args, dir);
+        std::fs::write(dir.join("san.ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n").unwrap();
+        openssl(
+            &[
+                "x509",
+                "-req",
+                "-days",
+                "2",
+                "-in",
+                "server.csr",
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-extfile",
+                "san.ext",
+                "-out",
+                "server.crt",
+            ],
+            dir,
+        );
+    }
+
+    fn record(version: u64) -> CacheRecord {
+        let now = now_millis();
+        let link = rebound_core::Link {
+            version,
+            ..rebound_core::Link::new_active(
+                "tlscode".into(),
+                "https://example.com/".into(),
+                rebound_core::RedirectKind::Found,
+                false,
+                now,
+                "t".into(),
+                None,
+            )
+        };
+        CacheRecord::active(&link, now, &rebound_core::cache::CachePolicy::default())
+    }
+
+    #[tokio::test]
+    #[ignore = "needs redis-server and openssl (the test services): scripts/test runs it"]
+    async fn over_tls_with_the_configured_ca_everything_works_and_an_untrusted_certificate_is_a_setting_error() {
+        let dir = tempfile::tempdir().unwrap();
+        certificates(dir.path());
+        let (crt, key, ca) = (
+            dir.path().join("server.crt"),
+            dir.path().join("server.key"),
+            dir.path().join("ca.crt"),
+        );
+        let redis = start_redis(
+            dir.path(),
+            true,
+            &[
+                "--tls-cert-file",
+                crt.to_str().unwrap(),
+                "--tls-key-file",
+                key.to_str().unwrap(),
+                "--tls-ca-cert-file",
+                ca.to_str().unwrap(),
+                "--tls-auth-clients",
+                "no",
+            ],
+        )
+        .await;
+        let url = format!("rediss://localhost:{}/", redis.port);
+        let ca_pem = std::fs::read(&ca).unwrap();
+        let cache = RedisCache::with_ca(&url, "tls:", ca_pem).unwrap();
+        assert_eq!(cache.check_settings().await, Ok(None));
+        // Records, the channel and the feed all go over the TLS connections.
+        let now = now_millis();
+        assert!(cache.put_record("tlscode", &record(3), now).await.unwrap());
+        assert_eq!(cache.get_record("tlscode").await.unwrap().map(|r| r.version), Some(3));
+        let mut messages = InvalidationChannel::subscribe(&cache).await.unwrap();
+        cache.publish_invalidation("tlscode", 4).await.unwrap();
+        assert_eq!(
+            tokio::time::timeout(Duration::from_secs(5), messages.next())
+                .await
+                .unwrap(),
+            Some(ChannelMessage::Invalidate {
+                version: 4,
+                code: "tlscode".into()
+            })
+        );
+        cache.announce_created("tlscode").await.unwrap();
+        assert_eq!(
+            cache.read_feed("0-0", Duration::from_millis(100)).await.unwrap().1,
+            vec!["tlscode".to_owned()]
+        );
+
+        // Signed by another authority, or checked against the system's store: refused, and
+        // the error names the setting.
+        let other = RedisCache::with_ca(&url, "tls:", std::fs::read(dir.path().join("other.crt")).unwrap()).unwrap();
+        let refused = other.check_settings().await.unwrap_err();
+        assert!(matches!(refused, RedisSettingError::Certificate(_)), "{refused}");
+        assert!(refused.to_string().starts_with("REBOUND_REDIS_CA: "), "{refused}");
+        let system = RedisCache::new(&url, "tls:").unwrap();
+        assert!(matches!(
+            system.check_settings().await,
+            Err(RedisSettingError::Certificate(_))
+        ));
+        // A CA for a cleartext URL is a mistake, said at once.
+        let mixed = RedisCache::with_ca(&format!("redis://127.0.0.1:{}/", redis.port), "tls:", Vec::new());
+        assert!(mixed.err().unwrap().to_string().contains("REBOUND_REDIS_CA"));
+    }
+
+    #[tokio::test]
+    #[ignore = "needs redis-server (the test services): scripts/test runs it"]
+    async fn a_password_or_an_acl_user_is_used_and_wrong_credentials_are_a_setting_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let redis = start_redis(
+            dir.path(),
+            false,
+            &[
+                "--requirepass",
+                "s3cret",
+                "--user",
+                "proxy",
+                "on",
+                ">pr0xy",
+                "~*",
+                "&*",
+                "+@all",
+            ],
+        )
+        .await;
+        let url = |auth: &str| format!("redis://{auth}127.0.0.1:{}/", redis.port);
+        for good in [":s3cret@", "proxy:pr0xy@"] {
+            let cache = RedisCache::new(&url(good), "auth:").unwrap();
+            assert_eq!(cache.check_settings().await, Ok(None), "{good}");
+            let now = now_millis();
+            assert!(cache.put_record("tlscode", &record(1), now).await.unwrap(), "{good}");
+            let mut messages = InvalidationChannel::subscribe(&cache).await.unwrap();
+            InvalidationChannel::publish_heartbeat(&cache).await.unwrap();
+            assert_eq!(
+                tokio::time::timeout(Duration::from_secs(5), messages.next())
+                    .await
+                    .unwrap(),
+                Some(ChannelMessage::Heartbeat),
+                "{good}"
+            );
+        }
+        for bad in ["", ":wrong@", "proxy:wrong@", "nobody:s3cret@"] {
+            let cache = RedisCache::new(&url(bad), "auth:").unwrap();
+            let refused = cache.check_settings().await.unwrap_err();
+            assert!(matches!(refused, RedisSettingError::Credentials(_)), "{bad}: {refused}");
+            assert!(refused.to_string().starts_with("REBOUND_REDIS_URL: "), "{refused}");
+        }
+        // Unreachable is an outage, not a setting: the process starts and connects later.
+        let down = RedisCache::new("redis://127.0.0.1:9/", "auth:").unwrap();
+        assert!(matches!(down.check_settings().await, Ok(Some(_))));
+    }
+}
