@@ -338,7 +338,7 @@ async fn i3_an_expired_link_is_410_before_the_ttl_cleanup() {
     tokio::time::sleep(Duration::from_millis(1100)).await;
     // The item is still in the table (TTL cleanup has not run), yet it is never served.
     let store = d.store().await;
-    use rebound_store::LinkStore;
+    use rebound_store::LinkReads;
     assert!(store.get_link(&code).await.unwrap().is_some());
     assert_eq!(status(&p, &code).await, 410);
     let fresh = d.proxy(dir.path(), &[]).await;

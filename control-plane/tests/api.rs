@@ -8,7 +8,7 @@ use rebound_control_plane::{router, ControlPlane};
 use rebound_core::config::Settings;
 use rebound_core::{Clock, ManualClock};
 use rebound_store::events::RecordedLinkEvents;
-use rebound_store::{AuditLog, LinkStore, MemoryStore, RollupStore, Store};
+use rebound_store::{AuditLog, LinkReads, LinkStore, MemoryStore, RollupStore, Store};
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! it can never 404 a code that exists.
 
 use bloomfilter::Bloom;
-use rebound_store::{LinkStore, StoreError};
+use rebound_store::{LinkReads, StoreError};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::RwLock;
 
@@ -72,7 +72,7 @@ impl BloomGate {
 
     /// Loads every code from the store. The caller marks the filter current once it also
     /// knows the creation feed has been followed from before the load began.
-    pub async fn load_from(&self, store: &dyn LinkStore) -> Result<u64, StoreError> {
+    pub async fn load_from(&self, store: &dyn LinkReads) -> Result<u64, StoreError> {
         let mut after: Option<String> = None;
         let mut loaded = 0u64;
         loop {

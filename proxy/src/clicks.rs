@@ -23,7 +23,7 @@ use crossbeam_queue::ArrayQueue;
 use hashbrown::HashTable;
 use rebound_core::{Clock, Day};
 pub use rebound_store::ClickSink;
-use rebound_store::{BatchOutcome, ClickAdd, ClickBatch, RollupStore, Store, StoreError, MAX_BATCH_ADDS};
+use rebound_store::{BatchOutcome, ClickAdd, ClickBatch, RollupStore, StoreError, MAX_BATCH_ADDS};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -501,7 +501,7 @@ async fn write(queue: &ClickQueue, sink: &dyn ClickSink, ids: &BatchIds, id: u64
 /// The rollups of a store, whose reads add the clicks still pending in this process: the
 /// all-in-one's stats are then fresh however lazily the counts are written.
 pub struct RollupsWithPending {
-    pub store: Arc<dyn Store>,
+    pub store: Arc<dyn RollupStore>,
     pub clicks: Arc<ClickQueue>,
 }
 

@@ -9,7 +9,7 @@ use crate::path::InvalidationTrust;
 use futures_util::StreamExt;
 use rebound_core::cache::CachePolicy;
 use rebound_core::{CacheRecord, Clock};
-use rebound_store::{ChannelMessage, CreationFeed, InvalidationChannel, LinkStore};
+use rebound_store::{ChannelMessage, CreationFeed, InvalidationChannel, LinkReads};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -86,7 +86,7 @@ pub async fn run_heartbeat(channel: Arc<dyn InvalidationChannel>, mut shutdown: 
 pub async fn run_creation_feed(
     feed: Arc<dyn CreationFeed>,
     bloom: Arc<BloomGate>,
-    store: Arc<dyn LinkStore>,
+    store: Arc<dyn LinkReads>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
@@ -146,7 +146,7 @@ mod tests {
     use rebound_core::cache::CachePolicy;
     use rebound_core::{Link, ManualClock, RedirectKind};
     use rebound_store::fleet::{MemoryChannel, MemoryFeed};
-    use rebound_store::MemoryStore;
+    use rebound_store::{LinkStore, MemoryStore};
 
     fn link(code: &str, now: i64) -> Link {
         Link::new_active(

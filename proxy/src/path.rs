@@ -8,8 +8,8 @@ use crate::l1::{L1Entry, L1};
 use crate::metrics::ProxyMetrics;
 use rebound_core::cache::CachePolicy;
 use rebound_core::{decide_redirect, CacheRecord, CachedVerdict, Clock, Link, StoreVerdict, UnixMillis};
+use rebound_store::LinkReads;
 use rebound_store::RecordCache;
-use rebound_store::Store;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -88,7 +88,7 @@ enum Fetched {
 pub struct RedirectPath {
     pub l1: Arc<L1>,
     pub bloom: Arc<BloomGate>,
-    pub store: Arc<dyn Store>,
+    pub store: Arc<dyn LinkReads>,
     pub clock: Arc<dyn Clock>,
     pub metrics: ProxyMetrics,
     pub policy: CachePolicy,
@@ -106,7 +106,7 @@ impl RedirectPath {
     pub fn new(
         l1: Arc<L1>,
         bloom: Arc<BloomGate>,
-        store: Arc<dyn Store>,
+        store: Arc<dyn LinkReads>,
         clock: Arc<dyn Clock>,
         metrics: ProxyMetrics,
         store_budget: Duration,

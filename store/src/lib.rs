@@ -243,9 +243,18 @@ impl ListCursor {
     }
 }
 
-/// Links by code.
+/// What the data plane reads of the links: one by code, and every code (for its filter).
 #[async_trait]
-pub trait LinkStore: Send + Sync {
+pub trait LinkReads: Send + Sync {
+    /// Point read.
+    async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError>;
+    /// Every code ever issued, in pages of at most `limit`, after `after` (for the Bloom filter).
+    async fn scan_codes(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>, StoreError>;
+}
+
+/// Links by code: the reads, and the control plane's writes and listings.
+#[async_trait]
+pub trait LinkStore: LinkReads {
     /// Conditional insert of a new link, with the idempotency record in the same
     /// transaction when given. `AlreadyExists` when the code is taken,
     /// `IdempotencyKeyExists` when the key is recorded (and unexpired); nothing is written then.
@@ -263,8 +272,6 @@ pub trait LinkStore: Send + Sync {
         }
         Ok(outcomes)
     }
-    /// Point read.
-    async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError>;
     /// Conditional versioned update: marks the link inactive if it is still at
     /// `expected_version`, bumping the version. Returns the new record; `ConditionFailed`
     /// when the version moved, `NotFound` when there is no such link.
@@ -273,8 +280,6 @@ pub trait LinkStore: Send + Sync {
     /// Newest first; only `owner`'s links when given. `BadCursor` for a cursor not issued here.
     async fn list_links(&self, owner: Option<&str>, limit: usize, cursor: Option<&str>)
         -> Result<LinkPage, StoreError>;
-    /// Every code ever issued, in pages of at most `limit`, after `after` (for the Bloom filter).
-    async fn scan_codes(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>, StoreError>;
     /// The recorded answer for an idempotency key, if unexpired at `now`.
     async fn get_idempotency(
         &self,

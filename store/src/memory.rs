@@ -50,6 +50,27 @@ impl MemoryStore {
 }
 
 #[async_trait]
+impl LinkReads for MemoryStore {
+    async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError> {
+        self.link_reads.fetch_add(1, Ordering::SeqCst);
+        Ok(self.state()?.links.get(code).cloned())
+    }
+
+    async fn scan_codes(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>, StoreError> {
+        let s = self.state()?;
+        let mut codes: Vec<String> = s
+            .links
+            .keys()
+            .filter(|c| after.is_none_or(|a| c.as_str() > a))
+            .cloned()
+            .collect();
+        codes.sort();
+        codes.truncate(limit);
+        Ok(codes)
+    }
+}
+
+#[async_trait]
 impl LinkStore for MemoryStore {
     async fn insert_link(&self, link: &Link, idempotency: Option<&IdempotencyRecord>) -> Result<(), StoreError> {
         let mut s = self.state()?;
@@ -67,11 +88,6 @@ impl LinkStore for MemoryStore {
         }
         s.links.insert(link.code.clone(), link.clone());
         Ok(())
-    }
-
-    async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError> {
-        self.link_reads.fetch_add(1, Ordering::SeqCst);
-        Ok(self.state()?.links.get(code).cloned())
     }
 
     async fn deactivate_link(
@@ -112,19 +128,6 @@ impl LinkStore for MemoryStore {
             links.into_iter().take(limit + 1).cloned().collect(),
             limit,
         ))
-    }
-
-    async fn scan_codes(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>, StoreError> {
-        let s = self.state()?;
-        let mut codes: Vec<String> = s
-            .links
-            .keys()
-            .filter(|c| after.is_none_or(|a| c.as_str() > a))
-            .cloned()
-            .collect();
-        codes.sort();
-        codes.truncate(limit);
-        Ok(codes)
     }
 
     async fn get_idempotency(

@@ -444,6 +444,37 @@ impl DynamoStore {
 }
 
 #[async_trait]
+impl LinkReads for DynamoStore {
+    async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(self.table("links"))
+            .key("code", s(code))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(sdk_err)?;
+        out.item().map(link_from_item).transpose()
+    }
+
+    async fn scan_codes(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>, StoreError> {
+        let out = self
+            .client
+            .scan()
+            .table_name(self.table("links"))
+            .projection_expression("#code")
+            .expression_attribute_names("#code", "code")
+            .set_exclusive_start_key(after.map(|a| HashMap::from([("code".to_owned(), s(a))])))
+            .limit(limit.min(i32::MAX as usize) as i32)
+            .send()
+            .await
+            .map_err(sdk_err)?;
+        out.items().iter().map(|i| get_s(i, "code")).collect()
+    }
+}
+
+#[async_trait]
 impl LinkStore for DynamoStore {
     async fn insert_link(&self, link: &Link, idempotency: Option<&IdempotencyRecord>) -> Result<(), StoreError> {
         let put_link = Put::builder()
@@ -526,19 +557,6 @@ impl LinkStore for DynamoStore {
         Ok(outcomes)
     }
 
-    async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(self.table("links"))
-            .key("code", s(code))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(sdk_err)?;
-        out.item().map(link_from_item).transpose()
-    }
-
     async fn deactivate_link(
         &self,
         code: &str,
@@ -601,21 +619,6 @@ impl LinkStore for DynamoStore {
     ) -> Result<LinkPage, StoreError> {
         let before = cursor.map(ListCursor::decode).transpose()?;
         self.query_links(owner, limit, before.as_ref()).await
-    }
-
-    async fn scan_codes(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>, StoreError> {
-        let out = self
-            .client
-            .scan()
-            .table_name(self.table("links"))
-            .projection_expression("#code")
-            .expression_attribute_names("#code", "code")
-            .set_exclusive_start_key(after.map(|a| HashMap::from([("code".to_owned(), s(a))])))
-            .limit(limit.min(i32::MAX as usize) as i32)
-            .send()
-            .await
-            .map_err(sdk_err)?;
-        out.items().iter().map(|i| get_s(i, "code")).collect()
     }
 
     async fn get_idempotency(

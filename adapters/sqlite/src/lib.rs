@@ -361,6 +361,28 @@ fn insert_link_in(conn: &Connection, link: &Link) -> Result<bool, StoreError> {
 }
 
 #[async_trait]
+impl LinkReads for SqliteStore {
+    async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError> {
+        let code = code.to_owned();
+        self.read(move |conn| get_link_in(conn, &code)).await
+    }
+
+    async fn scan_codes(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>, StoreError> {
+        let after = after.unwrap_or("").to_owned();
+        self.read(move |conn| {
+            let mut stmt = conn
+                .prepare_cached("SELECT code FROM links WHERE code > ?1 ORDER BY code LIMIT ?2")
+                .map_err(sql_err)?;
+            let rows = stmt
+                .query_map(params![after, limit as i64], |r| r.get::<_, String>(0))
+                .map_err(sql_err)?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(sql_err)
+        })
+        .await
+    }
+}
+
+#[async_trait]
 impl LinkStore for SqliteStore {
     async fn insert_link(&self, link: &Link, idempotency: Option<&IdempotencyRecord>) -> Result<(), StoreError> {
         let link = link.clone();
@@ -414,11 +436,6 @@ impl LinkStore for SqliteStore {
             Ok(outcomes)
         })
         .await
-    }
-
-    async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError> {
-        let code = code.to_owned();
-        self.read(move |conn| get_link_in(conn, &code)).await
     }
 
     async fn deactivate_link(
@@ -496,20 +513,6 @@ impl LinkStore for SqliteStore {
                 .map(|r| r.map_err(sql_err)?)
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(LinkPage::from_overfetch(links, limit))
-        })
-        .await
-    }
-
-    async fn scan_codes(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>, StoreError> {
-        let after = after.unwrap_or("").to_owned();
-        self.read(move |conn| {
-            let mut stmt = conn
-                .prepare_cached("SELECT code FROM links WHERE code > ?1 ORDER BY code LIMIT ?2")
-                .map_err(sql_err)?;
-            let rows = stmt
-                .query_map(params![after, limit as i64], |r| r.get::<_, String>(0))
-                .map_err(sql_err)?;
-            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(sql_err)
         })
         .await
     }
