@@ -5,7 +5,6 @@
 use crate::listen::{bind_when_free, check_descriptor_budget, edge_limits, router_edge, serve_router};
 use anyhow::Context;
 use rebound_control_plane::ControlPlane;
-use rebound_core::cache::CachePolicy;
 use rebound_core::config::{QueueChoice, Settings, StoreChoice};
 use rebound_core::{Clock, SystemClock};
 use rebound_dynamodb::DynamoStore;
@@ -24,6 +23,7 @@ use rebound_proxy::path::{InvalidationTrust, RedirectPath};
 use rebound_proxy::server::{
     run_redirect_server, ProcessSignals, RedirectListener, RedirectPort, RedirectServer, Redirects,
 };
+use rebound_redis::acks::{AckMetrics, Acknowledgements};
 use rebound_redis::{RedisCache, RedisLinkEvents};
 use rebound_sqlite::SqliteStore;
 use rebound_sqs::{LazyClickQueue, SqsClickQueue};
@@ -212,12 +212,29 @@ async fn drain(tasks: Vec<JoinHandle<()>>, limit: Duration) {
     }
 }
 
-/// The link-event port of a control plane in its own process.
-fn remote_events(redis: Option<Arc<RedisCache>>, clock: Arc<dyn Clock>, policy: CachePolicy) -> Arc<dyn LinkEvents> {
-    match redis {
-        Some(cache) => Arc::new(RedisLinkEvents { cache, clock, policy }),
-        None => Arc::new(NoLinkEvents),
-    }
+/// The link-event port of a control plane in its own process; with Redis, the task that
+/// listens to the proxies' acknowledgements goes to `tasks`.
+fn remote_events(
+    redis: Option<Arc<RedisCache>>,
+    settings: &Settings,
+    clock: Arc<dyn Clock>,
+    registry: &prometheus::Registry,
+    tasks: &mut Vec<JoinHandle<()>>,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<Arc<dyn LinkEvents>> {
+    let Some(cache) = redis else {
+        return Ok(Arc::new(NoLinkEvents));
+    };
+    let acks = Acknowledgements::new(AckMetrics::register(registry).context("declaring metrics")?);
+    tasks.push(tokio::spawn(acks.clone().listen(cache.clone(), stop)));
+    let r = &settings.redirect;
+    Ok(Arc::new(RedisLinkEvents {
+        cache,
+        clock,
+        policy: r.cache_policy(),
+        acks,
+        invalidation_bound: Duration::from_millis(r.invalidation_timeout_ms + r.l1_ttl_ms),
+    }))
 }
 
 /// `rebound control-plane`: the API on the configured store, and the click consumer when
@@ -240,12 +257,13 @@ pub async fn run_control_plane(settings: Settings) -> anyhow::Result<()> {
         settings.edge.metrics_max_connections,
         edge_metrics.port("metrics"),
     );
-    let events = remote_events(redis, clock.clone(), settings.redirect.cache_policy());
+    let (stop_tx, stop) = watch::channel(false);
+    let mut tasks = Vec::new();
+    let events = remote_events(redis, &settings, clock.clone(), &registry, &mut tasks, stop.clone())?;
     let cp = ControlPlane::new(settings, store.clone(), events, clock).await?;
     println!("rebound: API listening on {}", api.local_addr()?);
     println!("rebound: metrics listening on {}", metrics.local_addr()?);
-    let (stop_tx, stop) = watch::channel(false);
-    let mut tasks = vec![
+    tasks.extend([
         tokio::spawn(serve_router(
             metrics,
             metrics_router(registry, Readiness::bound(None)),
@@ -253,7 +271,7 @@ pub async fn run_control_plane(settings: Settings) -> anyhow::Result<()> {
             stop.clone(),
         )),
         tokio::spawn(serve_router(api, rebound_control_plane::router(cp), api_edge, stop)),
-    ];
+    ]);
     if let Some(queue) = queue {
         tasks.push(tokio::spawn(rebound_control_plane::consumer::run_click_consumer(
             queue,
@@ -715,14 +733,22 @@ pub fn run_proxy(settings: Settings, options: RunOptions, runtime: &tokio::runti
         tasks.push(dp.certificate_watcher(stop.clone()));
         if let Some(cache) = &redis {
             path = path.with_l2(cache.clone(), Duration::from_millis(r.l2_budget_ms), trust.clone());
+            // This process's name in the proxies' registry and in its acknowledgements.
+            let proxy: Arc<str> = Arc::from(format!("{:x}{:x}", clock.now_millis(), std::process::id()));
             tasks.push(tokio::spawn(run_invalidation_listener(
                 cache.clone(),
+                proxy.clone(),
                 dp.l1.clone(),
                 trust,
                 clock.clone(),
                 stop.clone(),
             )));
-            tasks.push(tokio::spawn(run_heartbeat(cache.clone(), stop.clone())));
+            tasks.push(tokio::spawn(run_heartbeat(
+                cache.clone(),
+                proxy,
+                clock.clone(),
+                stop.clone(),
+            )));
             tasks.push(tokio::spawn(run_creation_feed(
                 cache.clone(),
                 dp.bloom.clone(),

@@ -202,41 +202,69 @@ async fn i1_delete_and_takedown_reach_both_proxies() {
     let d = Deployment::new(&shared_aws_url(), Some(&shared_redis_url()));
     let dir = temp_dir();
     let cp = d.control_plane(dir.path(), &[]);
-    let (a, b) = (d.proxy(dir.path(), &[]).await, d.proxy(dir.path(), &[]).await);
-    let del = create(&cp, json!({"long_url": "https://example.com/d"})).await;
-    let take = create(&cp, json!({"long_url": "https://example.com/t"})).await;
-    for p in [&a, &b] {
-        for code in [&del, &take] {
-            assert_eq!(status(p, code).await, 302);
-            assert_eq!(status(p, code).await, 302, "now from L1");
-        }
-    }
-    assert_eq!(
-        api(&cp, reqwest::Method::DELETE, &format!("/api/v1/links/{del}"), None)
-            .await
-            .0,
-        StatusCode::NO_CONTENT
+    let proxies = [d.proxy(dir.path(), &[]).await, d.proxy(dir.path(), &[]).await];
+    strict_i1_rounds(&cp, &proxies, 100).await;
+    assert!(
+        metric(&cp, "rebound_invalidation_acks_total").await >= 200.0,
+        "every round waited for both proxies' acknowledgements"
     );
-    let (s, _) = api(
-        &cp,
-        reqwest::Method::POST,
-        &format!("/api/v1/links/{take}/takedown"),
-        Some(json!({"reason": "spam"})),
-    )
-    .await;
-    assert_eq!(s, StatusCode::OK);
-    for p in [&a, &b] {
-        for code in [&del, &take] {
-            // The pub/sub delivery takes well under a second.
-            assert!(
-                eventually(p, code, 404, Duration::from_secs(1)).await,
-                "{code} still served"
-            );
-            for _ in 0..20 {
-                assert_eq!(status(p, code).await, 404, "once down, never served again");
+    assert_eq!(metric(&cp, "rebound_invalidation_waited_out_total").await, 0.0);
+}
+
+/// `rounds` times, in four concurrent workers: a new link is warmed into every proxy's L1,
+/// deleted or taken down, and requested on every proxy the moment the API answered: 404
+/// every time (SPEC I1 across proxies, with no window).
+async fn strict_i1_rounds(cp: &Running, proxies: &[Running], rounds: usize) {
+    let worker = |w: usize| async move {
+        for i in (w..rounds).step_by(4) {
+            let code = create(cp, json!({"long_url": format!("https://example.com/i1/{i}")})).await;
+            for p in proxies {
+                assert_eq!(status(p, &code).await, 302);
+                assert_eq!(status(p, &code).await, 302, "now from L1");
+            }
+            let (s, v) = if i % 2 == 0 {
+                api(cp, reqwest::Method::DELETE, &format!("/api/v1/links/{code}"), None).await
+            } else {
+                api(
+                    cp,
+                    reqwest::Method::POST,
+                    &format!("/api/v1/links/{code}/takedown"),
+                    Some(json!({"reason": "spam"})),
+                )
+                .await
+            };
+            assert!(s.is_success(), "{s} {v}");
+            for (n, p) in proxies.iter().enumerate() {
+                assert_eq!(
+                    status(p, &code).await,
+                    404,
+                    "round {i}: proxy {n} served {code} after the API answered"
+                );
             }
         }
-    }
+    };
+    futures_util::future::join_all((0..4).map(worker)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_REDIS_URL and REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
+async fn i1_holds_for_a_proxy_whose_redis_is_150_ms_away() {
+    let redis = shared_redis_url();
+    let distant = delayed_relay(redis_port(&redis), Duration::from_millis(150));
+    let d = Deployment::new(&shared_aws_url(), Some(&redis));
+    let dir = temp_dir();
+    let cp = d.control_plane(dir.path(), &[]);
+    let far = through_relay(&redis, distant.port);
+    let proxies = [
+        d.proxy(dir.path(), &[]).await,
+        d.proxy(dir.path(), &[("REBOUND_REDIS_URL", &far)]).await,
+    ];
+    strict_i1_rounds(&cp, &proxies, 100).await;
+    assert_eq!(
+        metric(&cp, "rebound_invalidation_waited_out_total").await,
+        0.0,
+        "the distant proxy acknowledged every time"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -259,13 +287,16 @@ async fn i1_a_silently_cut_channel_stops_l1_within_timeout_plus_ttl() {
             .0,
         StatusCode::NO_CONTENT
     );
-    // The bound: invalidation_timeout (600 ms) + l1_ttl (400 ms) after the delete answered,
-    // plus 300 ms for the proxy's timers and the store read on a shared machine. From then
-    // on, every request is a 404: no "eventually".
-    tokio::time::sleep(Duration::from_millis(1300)).await;
+    // The delete waited the bound out for the silent proxy (invalidation_timeout 600 ms +
+    // l1_ttl 400 ms): from its answer on, every request is a 404, with no wait here.
     for _ in 0..10 {
-        assert_eq!(status(&p, &code).await, 404, "a deleted link was served past the bound");
+        assert_eq!(
+            status(&p, &code).await,
+            404,
+            "a deleted link was served after the delete answered"
+        );
     }
+    assert_eq!(metric(&cp, "rebound_invalidation_waited_out_total").await, 1.0);
     relay.thaw();
 }
 

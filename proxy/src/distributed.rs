@@ -26,9 +26,11 @@ async fn stopped(shutdown: &mut watch::Receiver<bool>) {
 }
 
 /// Listens to the invalidation and heartbeat channels: every message proves the channel
-/// alive; an invalidation puts the tombstone with its version into L1.
+/// alive; an invalidation puts the tombstone with its version into L1, and is then
+/// acknowledged as `proxy`.
 pub async fn run_invalidation_listener(
     channel: Arc<dyn InvalidationChannel>,
+    proxy: Arc<str>,
     l1: Arc<L1>,
     trust: Arc<InvalidationTrust>,
     clock: Arc<dyn Clock>,
@@ -44,6 +46,13 @@ pub async fn run_invalidation_listener(
                 match message {
                     ChannelMessage::Invalidate { version, code } => {
                         l1.fill(&code, CacheRecord::tombstone(version, now, &policy), now);
+                        // Dropped: the delete waiting for this proxy may answer. Not awaited
+                        // here, so the next message is not held up by a round trip.
+                        let (channel, proxy) = (channel.clone(), proxy.clone());
+                        tokio::spawn(async move {
+                            let ack = channel.acknowledge(&proxy, version, &code);
+                            let _ = tokio::time::timeout(HEARTBEAT_EVERY * 4, ack).await;
+                        });
                     }
                     ChannelMessage::Heartbeat => {}
                     ChannelMessage::Malformed => tracing::warn!("ignoring a malformed invalidation message"),
@@ -67,13 +76,19 @@ pub async fn run_invalidation_listener(
     }
 }
 
-/// Publishes heartbeats so every proxy can tell a live channel from a silent one.
-pub async fn run_heartbeat(channel: Arc<dyn InvalidationChannel>, mut shutdown: watch::Receiver<bool>) {
+/// Publishes heartbeats so every proxy can tell a live channel from a silent one; each
+/// registers this proxy (`proxy`) as live, so deletes wait for its acknowledgements.
+pub async fn run_heartbeat(
+    channel: Arc<dyn InvalidationChannel>,
+    proxy: Arc<str>,
+    clock: Arc<dyn Clock>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut tick = tokio::time::interval(HEARTBEAT_EVERY);
     loop {
         tokio::select! {
             _ = tick.tick() => {
-                let _ = tokio::time::timeout(HEARTBEAT_EVERY, channel.publish_heartbeat()).await;
+                let _ = tokio::time::timeout(HEARTBEAT_EVERY, channel.publish_heartbeat(&proxy, clock.now_millis())).await;
             }
             _ = stopped(&mut shutdown) => return,
         }
@@ -183,6 +198,7 @@ mod tests {
         let (stop, shutdown) = watch::channel(false);
         let task = tokio::spawn(run_invalidation_listener(
             channel.clone(),
+            Arc::from("p1"),
             l1.clone(),
             trust.clone(),
             clock.clone(),
@@ -233,6 +249,8 @@ mod tests {
         });
         until(|| l1.get("abc").is_some_and(|e| e.redirect().is_none())).await;
         assert_eq!(l1.get("abc").unwrap().version(), 2);
+        // Acknowledged once it is dropped, as this proxy.
+        until(|| channel.acks().contains(&("p1".to_owned(), 2, "abc".to_owned()))).await;
 
         // A malformed message changes no entry, but proves the channel alive.
         clock.advance(3_000);

@@ -5,6 +5,7 @@
 use crate::StoreError;
 use async_trait::async_trait;
 use futures_util::stream::BoxStream;
+use rebound_core::UnixMillis;
 use std::time::Duration;
 
 /// One message of the invalidation channel.
@@ -24,8 +25,12 @@ pub trait InvalidationChannel: Send + Sync {
     /// Subscribes to invalidations and heartbeats. The stream ends when the subscription
     /// is lost (the caller subscribes again).
     async fn subscribe(&self) -> Result<BoxStream<'static, ChannelMessage>, StoreError>;
-    /// Publishes a heartbeat, so every listener can tell a live channel from a silent one.
-    async fn publish_heartbeat(&self) -> Result<(), StoreError>;
+    /// Publishes a heartbeat, so every listener can tell a live channel from a silent one,
+    /// and registers `proxy` as live at `now` (the control plane waits for the
+    /// acknowledgements of the proxies registered lately).
+    async fn publish_heartbeat(&self, proxy: &str, now: UnixMillis) -> Result<(), StoreError>;
+    /// Tells the control plane that `proxy` has dropped `code` at `version` from its L1.
+    async fn acknowledge(&self, proxy: &str, version: u64, code: &str) -> Result<(), StoreError>;
 }
 
 /// A new entry's position and the codes read from the creation feed.
@@ -57,6 +62,8 @@ mod fakes {
     pub struct MemoryChannel {
         sender: broadcast::Sender<Option<ChannelMessage>>,
         failing: AtomicBool,
+        registered: Mutex<Vec<(String, UnixMillis)>>,
+        acks: Mutex<Vec<(String, u64, String)>>,
     }
 
     impl Default for MemoryChannel {
@@ -64,6 +71,8 @@ mod fakes {
             MemoryChannel {
                 sender: broadcast::channel(1024).0,
                 failing: AtomicBool::new(false),
+                registered: Mutex::default(),
+                acks: Mutex::default(),
             }
         }
     }
@@ -72,6 +81,14 @@ mod fakes {
         /// Delivers `message` to every subscriber.
         pub fn send(&self, message: ChannelMessage) {
             let _ = self.sender.send(Some(message));
+        }
+        /// The registrations so far: (proxy, when).
+        pub fn registrations(&self) -> Vec<(String, UnixMillis)> {
+            self.registered.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        }
+        /// The acknowledgements so far: (proxy, version, code).
+        pub fn acks(&self) -> Vec<(String, u64, String)> {
+            self.acks.lock().unwrap_or_else(|e| e.into_inner()).clone()
         }
         /// Subscribers now connected.
         pub fn subscribers(&self) -> usize {
@@ -104,11 +121,26 @@ mod fakes {
             })))
         }
 
-        async fn publish_heartbeat(&self) -> Result<(), StoreError> {
+        async fn publish_heartbeat(&self, proxy: &str, now: UnixMillis) -> Result<(), StoreError> {
             if self.failing.load(Ordering::SeqCst) {
                 return Err(StoreError::Unavailable("memory channel switched off".into()));
             }
+            self.registered
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((proxy.to_owned(), now));
             self.send(ChannelMessage::Heartbeat);
+            Ok(())
+        }
+
+        async fn acknowledge(&self, proxy: &str, version: u64, code: &str) -> Result<(), StoreError> {
+            if self.failing.load(Ordering::SeqCst) {
+                return Err(StoreError::Unavailable("memory channel switched off".into()));
+            }
+            self.acks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((proxy.to_owned(), version, code.to_owned()));
             Ok(())
         }
     }

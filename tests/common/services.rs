@@ -130,6 +130,12 @@ pub struct Relay {
     runtime: Option<tokio::runtime::Runtime>,
 }
 
+/// A relay that delivers every byte `delay` after it arrived, in each direction (a distant
+/// Redis), keeping the order and the throughput.
+pub fn delayed_relay(target_port: u16, delay: Duration) -> Relay {
+    Relay::start(target_port, delay)
+}
+
 impl Drop for Relay {
     fn drop(&mut self) {
         // Tests drop it inside their own runtime, where a blocking shutdown is not allowed.
@@ -141,6 +147,10 @@ impl Drop for Relay {
 
 impl Relay {
     pub fn to(target_port: u16) -> Relay {
+        Relay::start(target_port, Duration::ZERO)
+    }
+
+    fn start(target_port: u16, delay: Duration) -> Relay {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -164,8 +174,8 @@ impl Relay {
                     };
                     let (cr, cw) = client.into_split();
                     let (sr, sw) = server.into_split();
-                    tokio::spawn(pump(cr, sw, flag.clone()));
-                    tokio::spawn(pump(sr, cw, flag));
+                    tokio::spawn(pump(cr, sw, flag.clone(), delay));
+                    tokio::spawn(pump(sr, cw, flag, delay));
                 });
             }
         });
@@ -189,8 +199,37 @@ async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     frozen: Arc<AtomicBool>,
+    delay: Duration,
 ) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    if !delay.is_zero() {
+        // Read as it comes, write each chunk `delay` after it was read.
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+        let reader = tokio::spawn(async move {
+            let mut buf = vec![0u8; 16 * 1024];
+            loop {
+                match from.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => {
+                        if tx
+                            .send((tokio::time::Instant::now() + delay, buf[..n].to_vec()))
+                            .is_err()
+                        {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        while let Some((at, bytes)) = rx.recv().await {
+            tokio::time::sleep_until(at).await;
+            if to.write_all(&bytes).await.is_err() {
+                break;
+            }
+        }
+        reader.abort();
+        return;
+    }
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         while frozen.load(Ordering::SeqCst) {

@@ -4,7 +4,18 @@
 //!
 //! Keys and channels all start with a configurable prefix (default `rebound:`):
 //! `url:{code}` (a record: `"<version> <json>"`, TTL = `stale_until`), `invalidate`
-//! (`"<version> <code>"`), `heartbeat`, and the stream `created` (field `code`).
+//! (`"<version> <code>"`), `heartbeat`, `acks` (`"<proxy> <version> <code>"`), the sorted
+//! set `proxies` (each proxy scored by its last heartbeat), and the stream `created`
+//! (field `code`).
+//!
+//! # Layout
+//!
+//! - this file: [`RedisCache`] (connections with a breaker, TLS and AUTH, the start-up
+//!   check of the settings), the L2, channel and feed ports over it, the wire formats, and
+//!   [`RedisLinkEvents`], the control plane's side.
+//! - `acks`: strict I1 across proxies, the deletes waiting for acknowledgements.
+
+pub mod acks;
 
 use async_trait::async_trait;
 use futures_util::stream::BoxStream;
@@ -78,6 +89,18 @@ fn now_millis() -> i64 {
 /// The invalidation message of `code` at `version`: `"<version> <code>"`.
 pub fn encode_invalidation(version: u64, code: &str) -> String {
     format!("{version} {code}")
+}
+
+/// A proxy's acknowledgement of an invalidation: `"<proxy> <version> <code>"`.
+pub fn encode_ack(proxy: &str, version: u64, code: &str) -> String {
+    format!("{proxy} {version} {code}")
+}
+
+/// Reads an acknowledgement that [`encode_ack`] wrote: `(proxy, version, code)`.
+pub fn decode_ack(payload: &str) -> Option<(&str, u64, &str)> {
+    let (proxy, rest) = payload.split_once(' ')?;
+    let (version, code) = decode_invalidation(rest)?;
+    (!proxy.is_empty() && proxy.bytes().all(|b| b.is_ascii_alphanumeric())).then_some((proxy, version, code))
 }
 
 /// Reads an invalidation message that [`encode_invalidation`] wrote; `None` when malformed.
@@ -222,6 +245,14 @@ impl RedisCache {
     pub fn feed_key(&self) -> String {
         format!("{}created", self.prefix)
     }
+    /// The channel on which proxies acknowledge invalidations.
+    pub fn acks_channel(&self) -> String {
+        format!("{}acks", self.prefix)
+    }
+    /// The sorted set of proxies, scored by their last heartbeat (Unix milliseconds).
+    pub fn proxies_key(&self) -> String {
+        format!("{}proxies", self.prefix)
+    }
 
     /// A connection, making the first one if needed (at most one attempt per 500 ms).
     pub async fn conn(&self) -> Result<ConnectionManager, StoreError> {
@@ -264,12 +295,49 @@ impl RedisCache {
         Ok(())
     }
 
-    /// Publishes a heartbeat on the invalidation connection's channel.
-    pub async fn publish_heartbeat(&self) -> Result<(), StoreError> {
+    /// Publishes a heartbeat on the channel, and registers `proxy` as live at `now`
+    /// (registrations older than an hour are dropped on the way).
+    pub async fn publish_heartbeat(&self, proxy: &str, now: UnixMillis) -> Result<(), StoreError> {
         let mut c = self.conn().await?;
-        redis::cmd("PUBLISH")
+        redis::pipe()
+            .cmd("PUBLISH")
             .arg(self.heartbeat_channel())
             .arg("1")
+            .ignore()
+            .cmd("ZADD")
+            .arg(self.proxies_key())
+            .arg(now)
+            .arg(proxy)
+            .ignore()
+            .cmd("ZREMRANGEBYSCORE")
+            .arg(self.proxies_key())
+            .arg("-inf")
+            .arg(now - 3_600_000)
+            .ignore()
+            .query_async::<()>(&mut c)
+            .await
+            .map_err(|e| self.failed(e))?;
+        Ok(())
+    }
+
+    /// The proxies whose last heartbeat is at `since` or later.
+    pub async fn proxies_since(&self, since: UnixMillis) -> Result<Vec<String>, StoreError> {
+        let mut c = self.conn().await?;
+        redis::cmd("ZRANGEBYSCORE")
+            .arg(self.proxies_key())
+            .arg(since)
+            .arg("+inf")
+            .query_async(&mut c)
+            .await
+            .map_err(|e| self.failed(e))
+    }
+
+    /// Publishes `proxy`'s acknowledgement of `code` at `version`.
+    pub async fn publish_ack(&self, proxy: &str, version: u64, code: &str) -> Result<(), StoreError> {
+        let mut c = self.conn().await?;
+        redis::cmd("PUBLISH")
+            .arg(self.acks_channel())
+            .arg(encode_ack(proxy, version, code))
             .query_async::<i64>(&mut c)
             .await
             .map_err(|e| self.failed(e))?;
@@ -413,8 +481,12 @@ impl InvalidationChannel for RedisCache {
             .boxed())
     }
 
-    async fn publish_heartbeat(&self) -> Result<(), StoreError> {
-        RedisCache::publish_heartbeat(self).await
+    async fn publish_heartbeat(&self, proxy: &str, now: UnixMillis) -> Result<(), StoreError> {
+        RedisCache::publish_heartbeat(self, proxy, now).await
+    }
+
+    async fn acknowledge(&self, proxy: &str, version: u64, code: &str) -> Result<(), StoreError> {
+        self.publish_ack(proxy, version, code).await
     }
 }
 
@@ -541,11 +613,17 @@ mod tests {
 
 /// The link-event port over Redis (the control plane's side): a create is written through
 /// to L2 and appended to the creation feed; a delete or takedown writes the tombstone with
-/// its version (synchronously) and then publishes the invalidation.
+/// its version (synchronously), publishes the invalidation, and then waits until every
+/// live proxy has acknowledged it, or `invalidation_bound` for those that do not (see
+/// [`acks`]).
 pub struct RedisLinkEvents {
     pub cache: std::sync::Arc<RedisCache>,
     pub clock: std::sync::Arc<dyn rebound_core::Clock>,
     pub policy: rebound_core::cache::CachePolicy,
+    pub acks: std::sync::Arc<acks::Acknowledgements>,
+    /// `invalidation_timeout + l1_ttl`: the longest a proxy that heard nothing may still
+    /// redirect from its L1, and so the longest a delete waits for one.
+    pub invalidation_bound: Duration,
 }
 
 #[async_trait]
@@ -567,15 +645,29 @@ impl rebound_store::LinkEvents for RedisLinkEvents {
 
     async fn deactivated(&self, link: &rebound_core::Link) -> Result<(), rebound_store::EventError> {
         let now = self.clock.now_millis();
+        let deadline = tokio::time::Instant::now() + self.invalidation_bound;
         let tomb = CacheRecord::tombstone(link.version, now, &self.policy);
+        // Counting before the publish: no acknowledgement can come before it.
+        let expectation = self.acks.expect(&link.code, link.version);
         let invalidate = async {
             self.cache.put_record(&link.code, &tomb, now).await?;
             self.cache.publish_invalidation(&link.code, link.version).await
         };
         match tokio::time::timeout(DEACTIVATE_BUDGET, invalidate).await {
-            Ok(result) => result.map_err(|e| rebound_store::EventError(e.to_string())),
-            Err(_) => Err(rebound_store::EventError("redis did not answer in time".into())),
+            Ok(result) => result.map_err(|e| rebound_store::EventError(e.to_string()))?,
+            Err(_) => return Err(rebound_store::EventError("redis did not answer in time".into())),
         }
+        // Every proxy heard from within the bound may still hold the code. Not knowing
+        // which (the registry unreadable), the bound is waited out for all.
+        let since = now - self.invalidation_bound.as_millis() as i64;
+        let proxies = match tokio::time::timeout(DEACTIVATE_BUDGET, self.cache.proxies_since(since)).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(_)) | Err(_) => vec![String::from("(registry unreadable)")],
+        };
+        if let acks::WaitOutcome::WaitedOut(missing) = expectation.wait_for(&proxies, deadline).await {
+            tracing::warn!(code = %link.code, proxies = ?missing, "no acknowledgement within invalidation_timeout + l1_ttl; their L1 entries have expired by now");
+        }
+        Ok(())
     }
 }
 
@@ -598,7 +690,9 @@ mod channel_tests {
         let cache = RedisCache::new(&url, &format!("ch{}:", now_millis())).unwrap();
         let mut messages = InvalidationChannel::subscribe(&cache).await.unwrap();
         cache.publish_invalidation("abc", 7).await.unwrap();
-        InvalidationChannel::publish_heartbeat(&cache).await.unwrap();
+        InvalidationChannel::publish_heartbeat(&cache, "p1", now_millis())
+            .await
+            .unwrap();
         // Garbage on the invalidation channel is heard (the channel is alive), not obeyed.
         let mut c = cache.conn().await.unwrap();
         redis::cmd("PUBLISH")
@@ -626,6 +720,99 @@ mod channel_tests {
                 Some(ChannelMessage::Malformed),
             ]
         );
+    }
+}
+
+#[cfg(test)]
+mod ack_tests {
+    use super::*;
+    use rebound_store::LinkEvents;
+    use std::sync::Arc;
+
+    fn link(code: &str, version: u64) -> rebound_core::Link {
+        rebound_core::Link {
+            version,
+            is_active: false,
+            ..rebound_core::Link::new_active(
+                code.into(),
+                "https://example.com/".into(),
+                rebound_core::RedirectKind::Found,
+                false,
+                now_millis(),
+                "t".into(),
+                None,
+            )
+        }
+    }
+
+    #[tokio::test]
+    #[ignore = "needs REBOUND_TEST_REDIS_URL (the test services): scripts/test starts them and runs it"]
+    async fn a_delete_waits_for_each_live_proxy_to_acknowledge_or_for_the_bound() {
+        let url = std::env::var("REBOUND_TEST_REDIS_URL").unwrap();
+        let cache = Arc::new(RedisCache::new(&url, &format!("ack{}:", now_millis())).unwrap());
+        let metrics = acks::AckMetrics::register(&prometheus::Registry::new()).unwrap();
+        let acks = acks::Acknowledgements::new(metrics.clone());
+        let (stop, shutdown) = tokio::sync::watch::channel(false);
+        let listener = tokio::spawn(acks.clone().listen(cache.clone(), shutdown));
+        while metrics.listening.get() == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let events = Arc::new(RedisLinkEvents {
+            cache: cache.clone(),
+            clock: Arc::new(rebound_core::SystemClock),
+            policy: rebound_core::cache::CachePolicy::default(),
+            acks,
+            invalidation_bound: Duration::from_secs(30),
+        });
+        // Two live proxies; one heard from long ago is not waited for.
+        let now = now_millis();
+        cache.publish_heartbeat("pa", now).await.unwrap();
+        cache.publish_heartbeat("pb", now).await.unwrap();
+        cache.publish_heartbeat("old", now - 3_600_000 + 60_000).await.unwrap();
+        assert_eq!(cache.proxies_since(now - 30_000).await.unwrap().len(), 2);
+
+        let mut invalidations = InvalidationChannel::subscribe(cache.as_ref()).await.unwrap();
+        let delete = tokio::spawn({
+            let events = events.clone();
+            async move { events.deactivated(&link("gone", 4)).await }
+        });
+        // The invalidation goes out; one acknowledgement is not enough.
+        let heard = tokio::time::timeout(Duration::from_secs(5), invalidations.next())
+            .await
+            .unwrap();
+        assert_eq!(
+            heard,
+            Some(ChannelMessage::Invalidate {
+                version: 4,
+                code: "gone".into()
+            })
+        );
+        cache.publish_ack("pa", 4, "gone").await.unwrap();
+        cache.publish_ack("pb", 3, "gone").await.unwrap(); // an older version
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!delete.is_finished(), "answered before every live proxy acknowledged");
+        cache.publish_ack("pb", 4, "gone").await.unwrap();
+        let answered = tokio::time::timeout(Duration::from_secs(5), delete).await;
+        assert!(matches!(answered, Ok(Ok(Ok(())))), "{answered:?}");
+        assert_eq!(metrics.received.get(), 2);
+        assert_eq!(metrics.waited_out.get(), 0);
+
+        // A proxy that never acknowledges holds a delete for the bound, and no longer.
+        let short = RedisLinkEvents {
+            cache: cache.clone(),
+            clock: Arc::new(rebound_core::SystemClock),
+            policy: rebound_core::cache::CachePolicy::default(),
+            acks: acks::Acknowledgements::new(acks::AckMetrics::register(&prometheus::Registry::new()).unwrap()),
+            invalidation_bound: Duration::from_millis(300),
+        };
+        let started = std::time::Instant::now();
+        short.deactivated(&link("other", 2)).await.unwrap();
+        assert!(
+            started.elapsed() >= Duration::from_millis(300),
+            "the bound was not waited out"
+        );
+        stop.send(true).unwrap();
+        listener.await.unwrap();
     }
 }
 
@@ -855,7 +1042,9 @@ mod settings_tests {
             let now = now_millis();
             assert!(cache.put_record("tlscode", &record(1), now).await.unwrap(), "{good}");
             let mut messages = InvalidationChannel::subscribe(&cache).await.unwrap();
-            InvalidationChannel::publish_heartbeat(&cache).await.unwrap();
+            InvalidationChannel::publish_heartbeat(&cache, "p1", now_millis())
+                .await
+                .unwrap();
             assert_eq!(
                 tokio::time::timeout(Duration::from_secs(5), messages.next())
                     .await

@@ -1,0 +1,277 @@
+//! Strict I1 across proxies (SPEC §4): a delete or takedown answers only when every live
+//! proxy has acknowledged the invalidation (it has dropped the code from its L1), or when
+//! the bound `invalidation_timeout + l1_ttl` has passed for those that did not: by then a
+//! proxy that heard nothing has stopped trusting its L1, and what it kept has expired.
+//!
+//! Proxies register with each heartbeat (the sorted set `proxies`, scored by time) and
+//! acknowledge on the channel `acks` (`"<proxy> <version> <code>"`). The control plane
+//! listens to it from start-up; each delete waits on an [`Expectation`] taken before its
+//! invalidation is published.
+
+use crate::{decode_ack, RedisCache};
+use futures_util::StreamExt;
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntGauge, Opts, Registry};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+
+/// The acknowledgement metrics of a control plane.
+#[derive(Clone)]
+pub struct AckMetrics {
+    /// Acknowledgements that a waiting delete received.
+    pub received: IntCounter,
+    /// Deletes that waited the bound out for a proxy that did not acknowledge.
+    pub waited_out: IntCounter,
+    /// How long deletes waited for the acknowledgements.
+    pub wait: Histogram,
+    /// 1 while the control plane listens to the acknowledgements.
+    pub listening: IntGauge,
+}
+
+impl AckMetrics {
+    pub fn register(registry: &Registry) -> prometheus::Result<AckMetrics> {
+        let m = AckMetrics {
+            received: IntCounter::with_opts(Opts::new(
+                "rebound_invalidation_acks_total",
+                "Acknowledgements of invalidations received by deletes and takedowns waiting for them",
+            ))?,
+            waited_out: IntCounter::with_opts(Opts::new(
+                "rebound_invalidation_waited_out_total",
+                "Deletes and takedowns that waited invalidation_timeout + l1_ttl for a live proxy that did not acknowledge",
+            ))?,
+            wait: Histogram::with_opts(
+                HistogramOpts::new(
+                    "rebound_invalidation_ack_wait_seconds",
+                    "Time a delete or takedown waited for every live proxy to acknowledge its invalidation",
+                )
+                .buckets(vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]),
+            )?,
+            listening: IntGauge::with_opts(Opts::new(
+                "rebound_invalidation_acks_listening",
+                "1 while this control plane is subscribed to the proxies' acknowledgements",
+            ))?,
+        };
+        registry.register(Box::new(m.received.clone()))?;
+        registry.register(Box::new(m.waited_out.clone()))?;
+        registry.register(Box::new(m.wait.clone()))?;
+        registry.register(Box::new(m.listening.clone()))?;
+        Ok(m)
+    }
+}
+
+#[derive(Default)]
+struct Waiting {
+    acked: Mutex<HashSet<String>>,
+    notify: Notify,
+}
+
+/// A code at a version: what an acknowledgement is about.
+type Invalidated = (String, u64);
+
+/// The deletes waiting for acknowledgements, by (code, version).
+pub struct Acknowledgements {
+    waiting: Mutex<HashMap<Invalidated, Vec<Arc<Waiting>>>>,
+    metrics: AckMetrics,
+}
+
+/// One delete's wait; taken before its invalidation is published, so no acknowledgement
+/// can come before it is counted.
+pub struct Expectation<'a> {
+    acks: &'a Acknowledgements,
+    key: Invalidated,
+    waiting: Arc<Waiting>,
+}
+
+impl Drop for Expectation<'_> {
+    fn drop(&mut self) {
+        let mut map = self.acks.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(list) = map.get_mut(&self.key) {
+            list.retain(|w| !Arc::ptr_eq(w, &self.waiting));
+            if list.is_empty() {
+                map.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// How a wait ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WaitOutcome {
+    /// Every proxy named acknowledged.
+    Acknowledged,
+    /// The bound passed; these had not acknowledged.
+    WaitedOut(Vec<String>),
+}
+
+impl Expectation<'_> {
+    /// Waits until every one of `proxies` has acknowledged, or until `deadline`.
+    pub async fn wait_for(&self, proxies: &[String], deadline: Instant) -> WaitOutcome {
+        let started = Instant::now();
+        let outcome = loop {
+            let notified = self.waiting.notify.notified();
+            let missing: Vec<String> = {
+                let acked = self.waiting.acked.lock().unwrap_or_else(|e| e.into_inner());
+                proxies.iter().filter(|p| !acked.contains(*p)).cloned().collect()
+            };
+            if missing.is_empty() {
+                break WaitOutcome::Acknowledged;
+            }
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep_until(deadline) => break WaitOutcome::WaitedOut(missing),
+            }
+        };
+        let m = &self.acks.metrics;
+        m.wait.observe(started.elapsed().as_secs_f64());
+        if matches!(outcome, WaitOutcome::WaitedOut(_)) {
+            m.waited_out.inc();
+        }
+        outcome
+    }
+}
+
+impl Acknowledgements {
+    pub fn new(metrics: AckMetrics) -> Arc<Acknowledgements> {
+        Arc::new(Acknowledgements {
+            waiting: Mutex::new(HashMap::new()),
+            metrics,
+        })
+    }
+
+    /// Starts counting the acknowledgements of `code` at `version`.
+    pub fn expect(&self, code: &str, version: u64) -> Expectation<'_> {
+        let key = (code.to_owned(), version);
+        let waiting = Arc::new(Waiting::default());
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(key.clone())
+            .or_default()
+            .push(waiting.clone());
+        Expectation {
+            acks: self,
+            key,
+            waiting,
+        }
+    }
+
+    /// An acknowledgement arrived.
+    pub fn heard(&self, proxy: &str, version: u64, code: &str) {
+        let map = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(list) = map.get(&(code.to_owned(), version)) {
+            for w in list {
+                if w.acked
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(proxy.to_owned())
+                {
+                    self.metrics.received.inc();
+                }
+                w.notify.notify_one();
+            }
+        }
+    }
+
+    /// Listens to the acknowledgements until `shutdown`, subscribing again when the
+    /// subscription is lost (meanwhile deletes wait their bound out, which is safe).
+    pub async fn listen(self: Arc<Self>, cache: Arc<RedisCache>, mut shutdown: watch::Receiver<bool>) {
+        loop {
+            let session = async {
+                let mut pubsub = cache.client().get_async_pubsub().await?;
+                pubsub.subscribe(cache.acks_channel()).await?;
+                self.metrics.listening.set(1);
+                let mut messages = pubsub.into_on_message();
+                while let Some(msg) = messages.next().await {
+                    let payload: String = msg.get_payload().unwrap_or_default();
+                    match decode_ack(&payload) {
+                        Some((proxy, version, code)) => self.heard(proxy, version, code),
+                        None => tracing::warn!("ignoring a malformed acknowledgement"),
+                    }
+                }
+                redis::RedisResult::Ok(())
+            };
+            tokio::select! {
+                r = session => {
+                    if let Err(e) = r {
+                        tracing::warn!(error = %e, "acknowledgement channel lost; deletes wait invalidation_timeout + l1_ttl meanwhile");
+                    }
+                }
+                _ = shutdown.wait_for(|s| *s) => return,
+            }
+            self.metrics.listening.set(0);
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+                _ = shutdown.wait_for(|s| *s) => return,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acks() -> Arc<Acknowledgements> {
+        Acknowledgements::new(AckMetrics::register(&Registry::new()).unwrap())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_ends_when_every_proxy_named_has_acknowledged_and_only_then() {
+        let a = acks();
+        let e = a.expect("abc", 3);
+        let proxies = vec!["p1".to_owned(), "p2".to_owned()];
+        a.heard("p1", 3, "abc");
+        a.heard("p2", 2, "abc"); // another version
+        a.heard("p2", 3, "abd"); // another code
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let waiting = tokio::spawn({
+            let a = a.clone();
+            let proxies = proxies.clone();
+            async move { a.expect("zzz", 1).wait_for(&proxies, deadline).await }
+        });
+        tokio::task::yield_now().await;
+        let late = tokio::spawn({
+            let a = a.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                a.heard("p2", 3, "abc");
+            }
+        });
+        assert_eq!(e.wait_for(&proxies, deadline).await, WaitOutcome::Acknowledged);
+        assert!(Instant::now() < deadline, "it did not wait for the bound");
+        late.await.unwrap();
+        assert_eq!(
+            waiting.await.unwrap(),
+            WaitOutcome::WaitedOut(proxies.clone()),
+            "nobody acknowledged zzz: the bound was waited out"
+        );
+        assert_eq!(a.metrics.waited_out.get(), 1);
+        assert_eq!(a.metrics.received.get(), 2);
+    }
+
+    #[tokio::test]
+    async fn nobody_to_wait_for_is_no_wait_and_a_finished_wait_is_forgotten() {
+        let a = acks();
+        {
+            let e = a.expect("abc", 1);
+            assert_eq!(
+                e.wait_for(&[], Instant::now() + Duration::from_secs(60)).await,
+                WaitOutcome::Acknowledged
+            );
+        }
+        assert!(a.waiting.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn acknowledgements_round_trip_and_garbage_is_refused() {
+        assert_eq!(
+            decode_ack(&crate::encode_ack("p1a2", 7, "abc")),
+            Some(("p1a2", 7, "abc"))
+        );
+        for bad in ["", "p1", "p1 7", "p1 x abc", " 7 abc", "p-1 7 abc", "p1 7 a/b"] {
+            assert_eq!(decode_ack(bad), None, "{bad:?}");
+        }
+    }
+}
