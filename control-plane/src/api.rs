@@ -49,25 +49,108 @@ pub(crate) fn routes() -> Router<Arc<ControlPlane>> {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateLinkRequest {
-    /// Absolute http(s) URL, at most 2,048 bytes.
+    /// Absolute http(s) URL with a host and no user-info, at most 2,048 bytes (configurable),
+    /// without whitespace or control characters; not on this service's own host, not on a
+    /// blocked domain.
+    #[schema(
+        min_length = 1,
+        max_length = 2048,
+        pattern = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s\x00-\x1f\x7f-\x9f]+$"
+    )]
     long_url: String,
-    /// A code of your choice: `[A-Za-z0-9_-]{3,32}`, not a reserved word.
+    /// A code of your choice: `[A-Za-z0-9_-]{3,32}`, not a reserved word (any case).
+    #[schema(pattern = r"^[A-Za-z0-9_-]{3,32}$")]
     custom_alias: Option<String>,
-    /// RFC 3339 time in the future; not with `ttl_seconds`.
+    /// RFC 3339 time in the future, at most 10 years ahead; not with `ttl_seconds`.
+    #[schema(format = DateTime)]
     expires_at: Option<String>,
     /// Seconds until expiry, 1 to 10 years; not with `expires_at`.
+    #[schema(minimum = 1, maximum = 315_360_000)]
+    #[serde(default, deserialize_with = "whole_number")]
     ttl_seconds: Option<i64>,
     /// 301, 302 (default), 307 or 308.
+    #[schema(schema_with = redirect_schema)]
+    #[serde(default, deserialize_with = "whole_number")]
     redirect: Option<u16>,
     /// Append the request's query string to the target.
     forward_query: Option<bool>,
+}
+
+/// A whole JSON number, written `20` or `20.0` (JSON has one number type, and JSON Schema's
+/// `integer` is any number without a fraction), in `T`'s range.
+fn whole_number<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: TryFrom<i64>,
+{
+    let Some(n) = Option::<serde_json::Number>::deserialize(d)? else {
+        return Ok(None);
+    };
+    n.as_i64()
+        .or_else(|| {
+            n.as_f64()
+                .filter(|f| f.fract() == 0.0 && f.abs() < 9.0e18)
+                .map(|f| f as i64)
+        })
+        .and_then(|w| T::try_from(w).ok())
+        .map(Some)
+        .ok_or_else(|| serde::de::Error::custom(format!("{n} is not a whole number in range")))
 }
 
 /// Up to 1,000 new links at once.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ImportRequest {
+    #[schema(schema_with = import_links_schema)]
     links: Vec<CreateLinkRequest>,
+}
+
+/// The links of an import: 1 to 1,000 objects shaped as `CreateLinkRequest`. Their values
+/// are checked one by one (a link that breaks a rule fails alone, in `results`), so the
+/// request itself states only the shape.
+fn import_links_schema() -> utoipa::openapi::Array {
+    use utoipa::openapi::schema::{AdditionalProperties, SchemaType, Type};
+    use utoipa::openapi::ObjectBuilder;
+    let nullable = |t: Type| ObjectBuilder::new().schema_type(SchemaType::from_iter([t, Type::Null]));
+    let link = ObjectBuilder::new()
+        .property("long_url", ObjectBuilder::new().schema_type(Type::String))
+        .required("long_url")
+        .property("custom_alias", nullable(Type::String))
+        .property("expires_at", nullable(Type::String))
+        .property(
+            "ttl_seconds",
+            nullable(Type::Integer).minimum(Some(i64::MIN)).maximum(Some(i64::MAX)),
+        )
+        .property(
+            "redirect",
+            nullable(Type::Integer).minimum(Some(0)).maximum(Some(u16::MAX)),
+        )
+        .property("forward_query", nullable(Type::Boolean))
+        .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+        .description(Some(
+            "A link as in CreateLinkRequest; its values are checked on their own.",
+        ));
+    utoipa::openapi::ArrayBuilder::new()
+        .items(link)
+        .min_items(Some(1))
+        .max_items(Some(MAX_IMPORT))
+        .build()
+}
+
+/// `redirect` of a create request: one of the four redirect statuses, or null (302).
+fn redirect_schema() -> utoipa::openapi::Object {
+    use utoipa::openapi::schema::{SchemaType, Type};
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::Integer, Type::Null]))
+        .enum_values(Some([
+            serde_json::json!(301),
+            serde_json::json!(302),
+            serde_json::json!(307),
+            serde_json::json!(308),
+            serde_json::Value::Null,
+        ]))
+        .description(Some("301, 302 (default), 307 or 308."))
+        .build()
 }
 
 /// One outcome per imported link, in request order: the created link, or why not.
@@ -135,6 +218,12 @@ pub struct LinkList {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TakedownRequest {
+    /// 1 to 1,000 characters, no control characters; trimmed.
+    #[schema(
+        min_length = 1,
+        max_length = 1000,
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+    )]
     reason: String,
 }
 
@@ -157,9 +246,25 @@ pub struct DayClicks {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateKeyRequest {
+    /// 1 to 100 characters, no control characters; trimmed.
+    #[schema(
+        min_length = 1,
+        max_length = 100,
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+    )]
     name: String,
     /// `creator` or `operator`.
+    #[schema(schema_with = role_schema)]
     role: String,
+}
+
+/// The roles of a key.
+fn role_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::Type::String)
+        .enum_values(Some(["creator", "operator"]))
+        .description(Some("`creator` or `operator`."))
+        .build()
 }
 
 /// An API key just created; `key` is shown only here.
@@ -167,6 +272,7 @@ pub struct CreateKeyRequest {
 pub struct KeyCreated {
     id: String,
     name: String,
+    #[schema(schema_with = role_schema)]
     role: String,
     key: String,
 }
@@ -392,7 +498,7 @@ fn replay(record: &IdempotencyRecord, hash: &str) -> Result<Response, ApiError> 
 }
 
 #[utoipa::path(post, path = "/api/v1/links", tag = "links", request_body = CreateLinkRequest,
-    params(("Idempotency-Key" = Option<String>, Header, description = "Makes a retried create return the first answer")),
+    params(("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, pattern = r"^[!-~]+$", description = "1-255 visible ASCII characters; makes a retried create return the first answer")),
     responses(
         (status = 201, description = "Created", body = LinkCreated),
         (status = 400, description = "Invalid input", body = ErrorBody),
@@ -643,7 +749,7 @@ fn bad_query(e: QueryRejection) -> ApiError {
 
 #[utoipa::path(get, path = "/api/v1/links", tag = "links",
     params(
-        ("limit" = Option<usize>, Query, description = "1 to 1000, default 100"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "1 to 1000, default 100"),
         ("cursor" = Option<String>, Query, description = "From the previous page's next_cursor"),
     ),
     responses(
@@ -763,10 +869,12 @@ async fn delete_link(State(cp): Cp, caller: Caller, Path(code): Path<String>) ->
     params(("code" = String, Path, description = "The short code")),
     responses(
         (status = 200, description = "The deletion record", body = LinkView),
-        (status = 400, description = "No reason given", body = ErrorBody),
+        (status = 400, description = "No reason given, or malformed", body = ErrorBody),
         (status = 401, description = "No valid key", body = ErrorBody),
         (status = 403, description = "Not an operator", body = ErrorBody),
         (status = 404, description = "No such link", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 415, description = "Body is not JSON", body = ErrorBody),
         (status = 503, description = "The caches could not be told; retry", body = ErrorBody),
     ),
     security(("api_key" = [])))]
@@ -778,8 +886,9 @@ async fn take_down_link(
 ) -> Result<Json<LinkView>, ApiError> {
     let principal = caller.principal()?;
     principal.require_operator()?;
-    let reason = body?.value.reason.trim().to_owned();
-    if reason.is_empty() || reason.chars().count() > 1000 || reason.chars().any(char::is_control) {
+    let raw = body?.value.reason;
+    let reason = raw.trim().to_owned();
+    if reason.is_empty() || raw.chars().count() > 1000 || raw.chars().any(char::is_control) {
         return Err(ApiError::bad_request(
             "invalid_reason",
             "reason must be 1-1000 characters without control characters",
@@ -792,8 +901,8 @@ async fn take_down_link(
 #[utoipa::path(get, path = "/api/v1/links/{code}/stats", tag = "links",
     params(
         ("code" = String, Path, description = "The short code"),
-        ("from" = Option<String>, Query, description = "YYYY-MM-DD (UTC), 0000-01-01 to 9999-12-31; default 29 days before `to`"),
-        ("to" = Option<String>, Query, description = "YYYY-MM-DD (UTC), 0000-01-01 to 9999-12-31; default today"),
+        ("from" = Option<String>, Query, format = Date, pattern = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$", description = "YYYY-MM-DD (UTC), 0000-01-01 to 9999-12-31; default 29 days before `to`. Not after `to`, and at most 366 days before it. Given empty, it is not a date: 400"),
+        ("to" = Option<String>, Query, format = Date, pattern = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$", description = "YYYY-MM-DD (UTC), 0000-01-01 to 9999-12-31; default today. Given empty, it is not a date: 400"),
     ),
     responses(
         (status = 200, description = "Daily clicks, every day of the range", body = LinkStats),
@@ -863,9 +972,11 @@ async fn link_stats(
 #[utoipa::path(post, path = "/api/v1/keys", tag = "keys", request_body = CreateKeyRequest,
     responses(
         (status = 201, description = "The key, shown this once", body = KeyCreated),
-        (status = 400, description = "Bad name or role", body = ErrorBody),
+        (status = 400, description = "Bad name or role, or malformed", body = ErrorBody),
         (status = 401, description = "No valid key", body = ErrorBody),
         (status = 403, description = "Not an operator", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 415, description = "Body is not JSON", body = ErrorBody),
     ),
     security(("api_key" = [])))]
 async fn create_key(
@@ -877,7 +988,7 @@ async fn create_key(
     principal.require_operator()?;
     let req = body?.value;
     let name = req.name.trim().to_owned();
-    if name.is_empty() || name.chars().count() > 100 || name.chars().any(char::is_control) {
+    if name.is_empty() || req.name.chars().count() > 100 || req.name.chars().any(char::is_control) {
         return Err(ApiError::bad_request(
             "invalid_name",
             "name must be 1-100 characters without control characters",
@@ -937,6 +1048,40 @@ async fn openapi() -> Response {
 
 struct BearerAuth;
 
+/// What every call with a key can also answer: a second `Authorization` header (400), a
+/// store outage (503, retry) and a bug (500).
+struct CommonResponses;
+
+impl utoipa::Modify for CommonResponses {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{Ref, ResponseBuilder};
+        let common = [
+            ("400", "More than one Authorization header"),
+            ("500", "Internal error (logged)"),
+            ("503", "The store is unavailable; retry"),
+        ];
+        for item in doc.paths.paths.values_mut() {
+            for op in [&mut item.get, &mut item.post, &mut item.delete].into_iter().flatten() {
+                if op.security.is_none() {
+                    continue;
+                }
+                for (status, description) in common {
+                    op.responses.responses.entry(status.to_owned()).or_insert_with(|| {
+                        ResponseBuilder::new()
+                            .description(description)
+                            .content(
+                                "application/json",
+                                utoipa::openapi::Content::new(Some(Ref::from_schema_name("ErrorBody"))),
+                            )
+                            .build()
+                            .into()
+                    });
+                }
+            }
+        }
+    }
+}
+
 impl utoipa::Modify for BearerAuth {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
         use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
@@ -950,7 +1095,7 @@ impl utoipa::Modify for BearerAuth {
     info(title = "Rebound control plane", description = "Create, inspect, delete and take down short links; manage API keys; read click statistics."),
     paths(create_link, import_links, get_link, list_links, delete_link, take_down_link, link_stats, create_key, revoke_key, openapi),
     components(schemas(CreateLinkRequest, ImportRequest, ImportResults, ImportOutcome, LinkCreated, LinkView, LinkList, TakedownRequest, LinkStats, DayClicks, CreateKeyRequest, KeyCreated, ErrorBody)),
-    modifiers(&BearerAuth)
+    modifiers(&BearerAuth, &CommonResponses)
 )]
 struct ApiDoc;
 
