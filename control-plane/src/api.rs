@@ -38,6 +38,9 @@ pub(crate) fn routes() -> Router<Arc<ControlPlane>> {
         .route("/api/v1/links/{code}", get(get_link).delete(delete_link))
         .route("/api/v1/links/{code}/takedown", post(take_down_link))
         .route("/api/v1/links/{code}/stats", get(link_stats))
+        .route("/api/v1/links/{code}/qr.svg", get(crate::qr::link_qr))
+        .route("/api/v1/links/{code}/audit", get(crate::audit::link_audit))
+        .route("/api/v1/me", get(crate::me::whoami))
         .route("/api/v1/keys", post(create_key))
         .route("/api/v1/keys/{id}", delete(revoke_key))
         .route("/api/v1/openapi.json", get(openapi))
@@ -259,7 +262,7 @@ pub struct CreateKeyRequest {
 }
 
 /// The roles of a key.
-fn role_schema() -> utoipa::openapi::Object {
+pub(crate) fn role_schema() -> utoipa::openapi::Object {
     utoipa::openapi::ObjectBuilder::new()
         .schema_type(utoipa::openapi::Type::String)
         .enum_values(Some(["creator", "operator"]))
@@ -370,7 +373,7 @@ impl ControlPlane {
     }
 
     /// Reads a link the caller may see; a malformed code is simply not found.
-    async fn visible_link(&self, principal: &Principal, code: &str) -> Result<Link, ApiError> {
+    pub(crate) async fn visible_link(&self, principal: &Principal, code: &str) -> Result<Link, ApiError> {
         if check_code(code).is_err() {
             return Err(ApiError::NotFound("no such link"));
         }
@@ -1093,8 +1096,10 @@ impl utoipa::Modify for BearerAuth {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Rebound control plane", description = "Create, inspect, delete and take down short links; manage API keys; read click statistics."),
-    paths(create_link, import_links, get_link, list_links, delete_link, take_down_link, link_stats, create_key, revoke_key, openapi),
-    components(schemas(CreateLinkRequest, ImportRequest, ImportResults, ImportOutcome, LinkCreated, LinkView, LinkList, TakedownRequest, LinkStats, DayClicks, CreateKeyRequest, KeyCreated, ErrorBody)),
+    paths(create_link, import_links, get_link, list_links, delete_link, take_down_link, link_stats, create_key, revoke_key, openapi,
+        crate::qr::link_qr, crate::audit::link_audit, crate::me::whoami),
+    components(schemas(CreateLinkRequest, ImportRequest, ImportResults, ImportOutcome, LinkCreated, LinkView, LinkList, TakedownRequest, LinkStats, DayClicks, CreateKeyRequest, KeyCreated, ErrorBody,
+        crate::audit::LinkAudit, crate::audit::AuditEntry, crate::me::Me)),
     modifiers(&BearerAuth, &CommonResponses)
 )]
 struct ApiDoc;

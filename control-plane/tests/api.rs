@@ -1571,3 +1571,121 @@ fn r_code(r: &Reply) -> String {
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
     r.body["code"].as_str().unwrap().to_owned()
 }
+
+#[tokio::test]
+async fn the_console_is_served_at_the_root_with_a_strict_policy_and_nothing_inline() {
+    let h = harness().await;
+    for (path, kind) in [
+        ("/", "text/html"),
+        ("/console/app.js", "text/javascript"),
+        ("/console/style.css", "text/css"),
+    ] {
+        let res = h
+            .app
+            .clone()
+            .oneshot(Request::get(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::OK, "{path}");
+        let headers = res.headers().clone();
+        assert!(
+            headers[header::CONTENT_TYPE].to_str().unwrap().starts_with(kind),
+            "{path}"
+        );
+        let policy = headers[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
+        assert!(
+            policy.contains("default-src 'none'") && policy.contains("script-src 'self';"),
+            "{policy}"
+        );
+        assert!(
+            !policy.contains("unsafe-inline") && !policy.contains("unsafe-eval"),
+            "{policy}"
+        );
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        let text = String::from_utf8(body.to_vec()).unwrap();
+        if path == "/" {
+            assert!(text.contains(r#"<script type="module" src="/console/app.js"></script>"#));
+            assert_eq!(text.matches("<script").count(), 1, "no inline script");
+            assert!(!text.contains("style="), "no inline style");
+            assert!(
+                !text.contains("http://") && !text.contains("https://"),
+                "nothing from elsewhere"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_links_qr_code_its_audit_log_and_who_the_key_is() {
+    let h = harness().await;
+    let creator = h.new_key("creator").await;
+    let code = r_code(&h.create(&creator, json!({"long_url": "https://example.com/qr"})).await);
+    let res = h
+        .app
+        .clone()
+        .oneshot(
+            Request::get(format!("/api/v1/links/{code}/qr.svg"))
+                .header(header::AUTHORIZATION, format!("Bearer {creator}"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()[header::CONTENT_TYPE], "image/svg+xml");
+    let svg = res.into_body().collect().await.unwrap().to_bytes();
+    assert!(String::from_utf8_lossy(&svg).contains("<svg"));
+    assert_error(
+        &h.call(Method::GET, "/api/v1/links/nosuch/qr.svg", Some(&creator), None)
+            .await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    assert_error(
+        &h.call(Method::GET, &format!("/api/v1/links/{code}/qr.svg"), None, None)
+            .await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    );
+
+    let me = h.call(Method::GET, "/api/v1/me", Some(&creator), None).await;
+    assert_eq!(me.body["role"], "creator");
+    assert_eq!(
+        h.call(Method::GET, "/api/v1/me", Some(OPERATOR), None).await.body["role"],
+        "operator"
+    );
+
+    let audit = format!("/api/v1/links/{code}/audit");
+    assert_error(
+        &h.call(Method::GET, &audit, Some(&creator), None).await,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    );
+    let r = h
+        .call(
+            Method::POST,
+            &format!("/api/v1/links/{code}/takedown"),
+            Some(OPERATOR),
+            Some(json!({"reason": "phishing"})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let log = h.call(Method::GET, &audit, Some(OPERATOR), None).await;
+    assert_eq!(log.status, StatusCode::OK, "{:?}", log.body);
+    let events = log.body["events"].as_array().unwrap();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(
+        (
+            &events[0]["action"],
+            &events[0]["reason"],
+            &events[0]["outcome"],
+            &events[0]["actor"]
+        ),
+        (
+            &json!("takedown"),
+            &json!("phishing"),
+            &json!("ok"),
+            &json!("bootstrap")
+        )
+    );
+}
