@@ -93,14 +93,14 @@ function drawNav(route) {
   }
   const item = (href, text, name) =>
     h("a", { href, "aria-current": route === name ? "page" : false }, text);
-  nav.replaceChildren(
+  nav.replaceChildren(...[
     item("#/links", "Links", "links"),
     item("#/new", "New link", "new"),
     isOperator() ? item("#/keys", "API keys", "keys") : null,
     isOperator() ? item("#/audit", "Audit log", "audit") : null,
     h("span", { class: "hint" }, `${me.id} (${me.role})`),
     h("button", { type: "button", on: { click: () => { signOut(); location.hash = "#/signin"; } } }, "Sign out"),
-  );
+  ].filter(Boolean));
 }
 
 function signOut() {

@@ -15,6 +15,7 @@ use std::sync::Arc;
 const INDEX_HTML: &str = include_str!("../console/index.html");
 const APP_JS: &str = include_str!("../console/app.js");
 const STYLE_CSS: &str = include_str!("../console/style.css");
+const ICON_SVG: &str = include_str!("../console/icon.svg");
 
 /// Scripts and styles from this origin only, none inline; images from this origin and the
 /// blob URLs the QR code is shown and downloaded through; requests to this origin only.
