@@ -23,16 +23,12 @@ const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; i
                       connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 pub(crate) fn routes() -> Router<Arc<ControlPlane>> {
+    let file = |content_type: &'static str, body: &'static str| get(move || async move { asset(content_type, body) });
     Router::new()
-        .route("/", get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }))
-        .route(
-            "/console/app.js",
-            get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }),
-        )
-        .route(
-            "/console/style.css",
-            get(|| async { asset("text/css; charset=utf-8", STYLE_CSS) }),
-        )
+        .route("/", file("text/html; charset=utf-8", INDEX_HTML))
+        .route("/console/app.js", file("text/javascript; charset=utf-8", APP_JS))
+        .route("/console/style.css", file("text/css; charset=utf-8", STYLE_CSS))
+        .route("/console/icon.svg", file("image/svg+xml", ICON_SVG))
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {

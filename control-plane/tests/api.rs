@@ -1579,6 +1579,7 @@ async fn the_console_is_served_at_the_root_with_a_strict_policy_and_nothing_inli
         ("/", "text/html"),
         ("/console/app.js", "text/javascript"),
         ("/console/style.css", "text/css"),
+        ("/console/icon.svg", "image/svg+xml"),
     ] {
         let res = h
             .app
