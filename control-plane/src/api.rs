@@ -1,5 +1,5 @@
-//! The handlers of SPEC §6, their request and response types, and the OpenAPI document
-//! generated from them.
+//! The handlers of SPEC §6 and the OpenAPI document generated from them and from their
+//! request and response types (`rebound_api_types`, shared with the CLI).
 
 use crate::auth::{generate_key, generate_key_id, hash_key, Caller, Principal};
 use crate::body::{ApiJson, ImportJson};
@@ -11,15 +11,16 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
+use rebound_api_types::*;
 use rebound_core::code::{check_alias, check_code, CodeError};
 use rebound_core::link::Deletion;
 use rebound_core::time::{parse_rfc3339, to_rfc3339};
 use rebound_core::{Day, Link, RedirectKind};
 use rebound_store::{ApiKeyRecord, AuditEvent, IdempotencyRecord, Role, StoreError};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
-use utoipa::{OpenApi, ToSchema};
+use utoipa::OpenApi;
 
 type Cp = State<Arc<ControlPlane>>;
 
@@ -46,238 +47,6 @@ pub(crate) fn routes() -> Router<Arc<ControlPlane>> {
         .route("/api/v1/openapi.json", get(openapi))
         .fallback(|| async { ApiError::NotFound("no such endpoint") })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed("method not allowed on this endpoint") })
-}
-
-/// A new link.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateLinkRequest {
-    /// Absolute http(s) URL with a host and no user-info, at most 2,048 bytes (configurable),
-    /// without whitespace or control characters; not on this service's own host, not on a
-    /// blocked domain.
-    #[schema(
-        min_length = 1,
-        max_length = 2048,
-        pattern = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s\x00-\x1f\x7f-\x9f]+$"
-    )]
-    long_url: String,
-    /// A code of your choice: `[A-Za-z0-9_-]{3,32}`, not a reserved word (any case).
-    #[schema(pattern = r"^[A-Za-z0-9_-]{3,32}$")]
-    custom_alias: Option<String>,
-    /// RFC 3339 time in the future, at most 10 years ahead; not with `ttl_seconds`.
-    #[schema(format = DateTime)]
-    expires_at: Option<String>,
-    /// Seconds until expiry, 1 to 10 years; not with `expires_at`.
-    #[schema(minimum = 1, maximum = 315_360_000)]
-    #[serde(default, deserialize_with = "whole_number")]
-    ttl_seconds: Option<i64>,
-    /// 301, 302 (default), 307 or 308.
-    #[schema(schema_with = redirect_schema)]
-    #[serde(default, deserialize_with = "whole_number")]
-    redirect: Option<u16>,
-    /// Append the request's query string to the target.
-    forward_query: Option<bool>,
-}
-
-/// A whole JSON number, written `20` or `20.0` (JSON has one number type, and JSON Schema's
-/// `integer` is any number without a fraction), in `T`'s range.
-fn whole_number<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: TryFrom<i64>,
-{
-    let Some(n) = Option::<serde_json::Number>::deserialize(d)? else {
-        return Ok(None);
-    };
-    n.as_i64()
-        .or_else(|| {
-            n.as_f64()
-                .filter(|f| f.fract() == 0.0 && f.abs() < 9.0e18)
-                .map(|f| f as i64)
-        })
-        .and_then(|w| T::try_from(w).ok())
-        .map(Some)
-        .ok_or_else(|| serde::de::Error::custom(format!("{n} is not a whole number in range")))
-}
-
-/// Up to 1,000 new links at once.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ImportRequest {
-    #[schema(schema_with = import_links_schema)]
-    links: Vec<CreateLinkRequest>,
-}
-
-/// The links of an import: 1 to 1,000 objects shaped as `CreateLinkRequest`. Their values
-/// are checked one by one (a link that breaks a rule fails alone, in `results`), so the
-/// request itself states only the shape.
-fn import_links_schema() -> utoipa::openapi::Array {
-    use utoipa::openapi::schema::{AdditionalProperties, SchemaType, Type};
-    use utoipa::openapi::ObjectBuilder;
-    let nullable = |t: Type| ObjectBuilder::new().schema_type(SchemaType::from_iter([t, Type::Null]));
-    let link = ObjectBuilder::new()
-        .property("long_url", ObjectBuilder::new().schema_type(Type::String))
-        .required("long_url")
-        .property("custom_alias", nullable(Type::String))
-        .property("expires_at", nullable(Type::String))
-        .property(
-            "ttl_seconds",
-            nullable(Type::Integer).minimum(Some(i64::MIN)).maximum(Some(i64::MAX)),
-        )
-        .property(
-            "redirect",
-            nullable(Type::Integer).minimum(Some(0)).maximum(Some(u16::MAX)),
-        )
-        .property("forward_query", nullable(Type::Boolean))
-        .additional_properties(Some(AdditionalProperties::FreeForm(false)))
-        .description(Some(
-            "A link as in CreateLinkRequest; its values are checked on their own.",
-        ));
-    utoipa::openapi::ArrayBuilder::new()
-        .items(link)
-        .min_items(Some(1))
-        .max_items(Some(MAX_IMPORT))
-        .build()
-}
-
-/// `redirect` of a create request: one of the four redirect statuses, or null (302).
-fn redirect_schema() -> utoipa::openapi::Object {
-    use utoipa::openapi::schema::{SchemaType, Type};
-    utoipa::openapi::ObjectBuilder::new()
-        .schema_type(SchemaType::from_iter([Type::Integer, Type::Null]))
-        .enum_values(Some([
-            serde_json::json!(301),
-            serde_json::json!(302),
-            serde_json::json!(307),
-            serde_json::json!(308),
-            serde_json::Value::Null,
-        ]))
-        .description(Some("301, 302 (default), 307 or 308."))
-        .build()
-}
-
-/// One outcome per imported link, in request order: the created link, or why not.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ImportResults {
-    created: usize,
-    failed: usize,
-    /// When some links failed `rate_limited`: seconds until the rate limit covers them
-    /// again (all of them, or a full burst when they are more); null otherwise.
-    retry_after_secs: Option<u64>,
-    results: Vec<ImportOutcome>,
-}
-
-/// The outcome of one imported link.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(untagged)]
-pub enum ImportOutcome {
-    Created(LinkCreated),
-    Failed { error: crate::error::ErrorDetail },
-}
-
-/// Most links in one import request.
-const MAX_IMPORT: usize = 1000;
-
-/// A link just created.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct LinkCreated {
-    code: String,
-    short_url: String,
-    long_url: String,
-    redirect: u16,
-    forward_query: bool,
-    expires_at: Option<String>,
-    created_at: String,
-    version: u64,
-}
-
-/// A link as stored, deleted ones included.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct LinkView {
-    code: String,
-    short_url: String,
-    long_url: String,
-    redirect: u16,
-    forward_query: bool,
-    expires_at: Option<String>,
-    created_at: String,
-    created_by: String,
-    is_active: bool,
-    version: u64,
-    deleted_at: Option<String>,
-    deleted_by: Option<String>,
-    delete_reason: Option<String>,
-}
-
-/// A page of links, newest first.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct LinkList {
-    links: Vec<LinkView>,
-    /// Pass as `cursor` for the next page; null on the last page.
-    next_cursor: Option<String>,
-}
-
-/// Why a link is taken down.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct TakedownRequest {
-    /// 1 to 1,000 characters, no control characters; trimmed.
-    #[schema(
-        min_length = 1,
-        max_length = 1000,
-        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
-    )]
-    reason: String,
-}
-
-/// Daily clicks of one link.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct LinkStats {
-    code: String,
-    total: u64,
-    days: Vec<DayClicks>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct DayClicks {
-    /// `YYYY-MM-DD`, UTC.
-    day: String,
-    clicks: u64,
-}
-
-/// A new API key.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateKeyRequest {
-    /// 1 to 100 characters, no control characters; trimmed.
-    #[schema(
-        min_length = 1,
-        max_length = 100,
-        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
-    )]
-    name: String,
-    /// `creator` or `operator`.
-    #[schema(schema_with = role_schema)]
-    role: String,
-}
-
-/// The roles of a key.
-pub(crate) fn role_schema() -> utoipa::openapi::Object {
-    utoipa::openapi::ObjectBuilder::new()
-        .schema_type(utoipa::openapi::Type::String)
-        .enum_values(Some(["creator", "operator"]))
-        .description(Some("`creator` or `operator`."))
-        .build()
-}
-
-/// An API key just created; `key` is shown only here.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct KeyCreated {
-    id: String,
-    name: String,
-    #[schema(schema_with = role_schema)]
-    role: String,
-    key: String,
 }
 
 impl ControlPlane {
@@ -614,7 +383,7 @@ async fn import_links(
     let fail = |e: ApiError| {
         let (_, code) = e.status_and_code();
         ImportOutcome::Failed {
-            error: crate::error::ErrorDetail {
+            error: ErrorDetail {
                 code: code.to_owned(),
                 message: e.to_string(),
             },
@@ -642,7 +411,7 @@ async fn import_links(
     for (n, (i, new)) in valid.into_iter().enumerate() {
         if n >= covered {
             outcomes[i] = Some(ImportOutcome::Failed {
-                error: crate::error::ErrorDetail {
+                error: ErrorDetail {
                     code: "rate_limited".to_owned(),
                     message: "the rate limit did not cover this link; import it again after retry_after_secs"
                         .to_owned(),
@@ -1099,7 +868,7 @@ impl utoipa::Modify for BearerAuth {
     paths(create_link, import_links, get_link, list_links, delete_link, take_down_link, link_stats, create_key, revoke_key, openapi,
         crate::qr::link_qr, crate::audit::link_audit, crate::me::whoami),
     components(schemas(CreateLinkRequest, ImportRequest, ImportResults, ImportOutcome, LinkCreated, LinkView, LinkList, TakedownRequest, LinkStats, DayClicks, CreateKeyRequest, KeyCreated, ErrorBody,
-        crate::audit::LinkAudit, crate::audit::AuditEntry, crate::me::Me)),
+        LinkAudit, AuditEntry, Me)),
     modifiers(&BearerAuth, &CommonResponses)
 )]
 struct ApiDoc;

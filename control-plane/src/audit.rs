@@ -6,31 +6,9 @@ use crate::error::{ApiError, ErrorBody};
 use crate::ControlPlane;
 use axum::extract::{Path, State};
 use axum::Json;
+use rebound_api_types::{AuditEntry, LinkAudit};
 use rebound_core::time::to_rfc3339;
-use serde::{Deserialize, Serialize};
 use std::sync::Arc;
-use utoipa::ToSchema;
-
-/// The audit log of one link, oldest first.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct LinkAudit {
-    pub code: String,
-    pub events: Vec<AuditEntry>,
-}
-
-/// One recorded action.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct AuditEntry {
-    /// RFC 3339, UTC.
-    pub at: String,
-    /// The key id that acted.
-    pub actor: String,
-    /// `delete` or `takedown`.
-    pub action: String,
-    pub reason: Option<String>,
-    /// `ok`, `already_down` or `invalidate_failed`.
-    pub outcome: String,
-}
 
 #[utoipa::path(get, path = "/api/v1/links/{code}/audit", tag = "links",
     params(("code" = String, Path, description = "The short code")),

@@ -4,7 +4,7 @@
 //!
 //! - this file: `ControlPlane` (the runtime: store, events, clock, policies), the
 //!   router.
-//! - `api`: the handlers, their request and response types, and the OpenAPI document.
+//! - `api`: the handlers and the OpenAPI document (the bodies are `rebound_api_types`).
 //! - `audit`: reading a link's audit log.
 //! - `auth`: API keys and who the caller is.
 //! - `body`: the JSON body extractor (415, 413, 400 in the API's error shape).

@@ -4,18 +4,7 @@
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
 use axum::Json;
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
-
-/// The caller's key.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct Me {
-    /// The key id: `created_by` of its links, the actor of its takedowns.
-    pub id: String,
-    /// `creator` or `operator`.
-    #[schema(schema_with = crate::api::role_schema)]
-    pub role: String,
-}
+use rebound_api_types::Me;
 
 #[utoipa::path(get, path = "/api/v1/me", tag = "keys",
     responses(
