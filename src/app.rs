@@ -19,6 +19,7 @@ use rebound_proxy::distributed::{run_creation_feed, run_heartbeat, run_invalidat
 use rebound_proxy::events::InProcessLinkEvents;
 use rebound_proxy::l1::L1;
 use rebound_proxy::metrics::ProxyMetrics;
+use rebound_proxy::pages::{DeadEndTargets, DeadEnds};
 use rebound_proxy::path::{InvalidationTrust, RedirectPath};
 use rebound_proxy::server::{
     run_redirect_server, ProcessSignals, RedirectListener, RedirectPort, RedirectServer, Redirects,
@@ -467,11 +468,13 @@ impl DataPlane {
         tasks: Vec<JoinHandle<()>>,
     ) -> anyhow::Result<()> {
         let (stop_tx, clicks_stop_tx) = stops;
-        let redirects = Redirects::new(
-            Arc::new(path),
-            self.clicks.clone(),
-            settings.redirect.cache_max_age_secs,
-        );
+        let r = &settings.redirect;
+        let dead_ends = DeadEnds::new(&DeadEndTargets {
+            not_found_url: r.not_found_url.clone(),
+            expired_url: r.expired_url.clone(),
+            root_url: r.root_url.clone(),
+        })?;
+        let redirects = Redirects::with_dead_ends(Arc::new(path), self.clicks.clone(), r.cache_max_age_secs, dead_ends);
         let listeners = self
             .listeners
             .into_iter()

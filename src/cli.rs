@@ -2,6 +2,12 @@
 //! HTTP to the control plane. Readable tables by default, the API's JSON with `--json`.
 
 use clap::{Args, Subcommand};
+use rebound_api_types::{
+    CreateKeyRequest, CreateLinkRequest, ErrorBody, ImportOutcome, ImportResults, KeyCreated, LinkCreated, LinkList,
+    LinkStats, LinkView, TakedownRequest,
+};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_json::{json, Value};
 
 /// Where the control plane is and who we are.
@@ -73,6 +79,9 @@ pub enum LinksCommand {
     },
     /// Delete a link.
     Delete { code: String },
+    /// The QR code of a link's short URL, as SVG on standard output
+    /// (`rebound links qr CODE > code.svg`).
+    Qr { code: String },
     /// Daily clicks of a link.
     Stats {
         code: String,
@@ -135,7 +144,7 @@ impl Client {
         &self,
         method: reqwest::Method,
         path: &str,
-        body: Option<Value>,
+        body: Option<String>,
         headers: &[(&str, &str)],
     ) -> Result<Answer, CliError> {
         let url = format!("{}{}", self.base.trim_end_matches('/'), path);
@@ -147,7 +156,7 @@ impl Client {
             req = req.header(*name, *value);
         }
         if let Some(b) = body {
-            req = req.header("content-type", "application/json").body(b.to_string());
+            req = req.header("content-type", "application/json").body(b);
         }
         let res = req
             .send()
@@ -163,24 +172,21 @@ impl Client {
             .text()
             .await
             .map_err(|e| CliError(format!("reading the answer: {e}")))?;
-        let value = if text.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&text).unwrap_or(Value::String(text))
-        };
         Ok(Answer {
             status,
             retry_after,
-            value,
+            text,
         })
     }
 
     /// One clear line for a refused request.
     fn refusal(&self, answer: &Answer) -> CliError {
-        let code = answer.value["error"]["code"].as_str().unwrap_or("error");
-        let message = answer.value["error"]["message"]
-            .as_str()
-            .unwrap_or("the control plane refused the request");
+        let body = serde_json::from_str::<ErrorBody>(&answer.text).ok();
+        let (code, message) = body
+            .as_ref()
+            .map_or(("error", "the control plane refused the request"), |b| {
+                (b.error.code.as_str(), b.error.message.as_str())
+            });
         let hint = if answer.status == 401 && self.key.is_none() {
             " (set REBOUND_API_KEY or pass --api-key)"
         } else {
@@ -189,27 +195,54 @@ impl Client {
         CliError(format!("{} {code}: {message}{hint}", answer.status))
     }
 
-    async fn send(
+    /// Sends `body` (any of the API's request types) and returns the success answer's
+    /// text, or the refusal as one clear line.
+    async fn send_text(
         &self,
         method: reqwest::Method,
         path: &str,
-        body: Option<Value>,
+        body: Option<&impl Serialize>,
         headers: &[(&str, &str)],
-    ) -> Result<(u16, Value), CliError> {
+    ) -> Result<String, CliError> {
+        let body = body
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| CliError(format!("encoding the request: {e}")))?;
         let answer = self.request(method, path, body, headers).await?;
         if answer.status >= 400 {
             return Err(self.refusal(&answer));
         }
-        Ok((answer.status, answer.value))
+        Ok(answer.text)
+    }
+
+    /// As [`Client::send_text`], reading the answer as the API's response type `T`.
+    async fn send<T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&impl Serialize>,
+        headers: &[(&str, &str)],
+    ) -> Result<T, CliError> {
+        let text = self.send_text(method, path, body, headers).await?;
+        serde_json::from_str(&text)
+            .map_err(|e| CliError(format!("the control plane answered what this CLI cannot read: {e}")))
     }
 }
+
+/// No request body.
+const NO_BODY: Option<&()> = None;
 
 /// What the control plane answered.
 struct Answer {
     status: u16,
     /// `Retry-After`, in seconds, when sent.
     retry_after: Option<u64>,
-    value: Value,
+    text: String,
+}
+
+/// An API type as the JSON the API sent (for `--json` and the field tables).
+fn as_json(v: &impl Serialize) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
 fn show(v: &Value) -> String {
@@ -258,7 +291,9 @@ const LINK_FIELDS: &[&str] = &[
     "delete_reason",
 ];
 
-/// Reads an import file into create requests, with the line each came from.
+/// Reads an import file into create requests, with the line each came from. JSON lines go
+/// to the server as written (it judges each, as it judges an import's links), CSV lines
+/// as the API's [`CreateLinkRequest`].
 fn read_import(file: &str, format: Option<&str>) -> Result<Vec<(usize, Value)>, CliError> {
     let text = if file == "-" {
         let mut s = String::new();
@@ -284,9 +319,9 @@ fn read_import(file: &str, format: Option<&str>) -> Result<Vec<(usize, Value)>, 
             // `long_url[,alias]`: the alias is what follows the last comma, when it is a code.
             match line.rsplit_once(',') {
                 Some((url, alias)) if rebound_core::code::check_code(alias.trim()).is_ok() => {
-                    json!({ "long_url": url.trim(), "custom_alias": alias.trim() })
+                    as_json(&create_request(url.trim(), Some(alias.trim())))
                 }
-                _ => json!({ "long_url": line }),
+                _ => as_json(&create_request(line, None)),
             }
         } else {
             serde_json::from_str(line).map_err(|e| CliError(format!("line {}: not a JSON object: {e}", i + 1)))?
@@ -294,6 +329,24 @@ fn read_import(file: &str, format: Option<&str>) -> Result<Vec<(usize, Value)>, 
         links.push((i + 1, value));
     }
     Ok(links)
+}
+
+fn create_request(long_url: &str, alias: Option<&str>) -> CreateLinkRequest {
+    CreateLinkRequest {
+        long_url: long_url.to_owned(),
+        custom_alias: alias.map(str::to_owned),
+        expires_at: None,
+        ttl_seconds: None,
+        redirect: None,
+        forward_query: None,
+    }
+}
+
+/// An import request of lines as read: the API's `ImportRequest` shape, its links as
+/// the file has them.
+#[derive(Serialize)]
+struct ImportChunk<'a> {
+    links: Vec<&'a Value>,
 }
 
 /// Waits for the rate limit, in a row without any progress, before an import gives up.
@@ -339,7 +392,10 @@ async fn import(
         let mut todo: Vec<&(usize, Value)> = chunk.iter().collect();
         let mut idle_waits = 0;
         while !todo.is_empty() {
-            let body = json!({ "links": todo.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>() });
+            let body = ImportChunk {
+                links: todo.iter().map(|(_, v)| v).collect(),
+            };
+            let body = serde_json::to_string(&body).map_err(|e| CliError(format!("encoding the request: {e}")))?;
             let answer = client
                 .request(reqwest::Method::POST, "/api/v1/links/import", Some(body), &[])
                 .await;
@@ -347,34 +403,33 @@ async fn import(
                 Ok(a) if a.status == 429 => (a.retry_after.unwrap_or(1), Some(client.refusal(&a))),
                 Ok(a) if a.status >= 400 => (0, Some(client.refusal(&a))),
                 Ok(a) => {
+                    let answer: ImportResults = serde_json::from_str(&a.text)
+                        .map_err(|e| CliError(format!("the control plane answered what this CLI cannot read: {e}")))?;
                     let mut rate_limited = Vec::new();
-                    for (item, r) in todo.iter().zip(a.value["results"].as_array().into_iter().flatten()) {
-                        if r["error"]["code"] == "rate_limited" {
-                            rate_limited.push(*item);
-                            continue;
-                        }
-                        if let Some(code) = r["code"].as_str() {
-                            created += 1;
-                            out.push_str(&format!("{code},{},{}\n", show(&r["short_url"]), show(&r["long_url"])));
-                        } else {
-                            failed += 1;
-                            eprintln!(
-                                "line {}: {}: {}",
-                                item.0,
-                                show(&r["error"]["code"]),
-                                show(&r["error"]["message"])
-                            );
+                    for (item, r) in todo.iter().zip(&answer.results) {
+                        match r {
+                            ImportOutcome::Failed { error } if error.code == "rate_limited" => {
+                                rate_limited.push(*item);
+                                continue;
+                            }
+                            ImportOutcome::Created(link) => {
+                                created += 1;
+                                out.push_str(&format!("{},{},{}\n", link.code, link.short_url, link.long_url));
+                            }
+                            ImportOutcome::Failed { error } => {
+                                failed += 1;
+                                eprintln!("line {}: {}: {}", item.0, error.code, error.message);
+                            }
                         }
                         if json_out {
-                            results.push(r.clone());
+                            results.push(as_json(r));
                         }
                     }
                     if rate_limited.len() < todo.len() {
                         idle_waits = 0;
                     }
                     todo = rate_limited;
-                    let wait = a.value["retry_after_secs"].as_u64().unwrap_or(1);
-                    (wait, None)
+                    (answer.retry_after_secs.unwrap_or(1), None)
                 }
                 Err(e) => (0, Some(e)),
             };
@@ -434,27 +489,22 @@ pub async fn run(args: &ClientArgs, command: ClientCommand) -> Result<String, Cl
             forward_query,
             idempotency_key,
         }) => {
-            let mut body = json!({ "long_url": long_url });
-            if let Some(a) = alias {
-                body["custom_alias"] = json!(a);
-            }
-            if let Some(t) = ttl {
-                body["ttl_seconds"] = json!(t);
-            }
-            if let Some(e) = expires_at {
-                body["expires_at"] = json!(e);
-            }
-            if let Some(r) = redirect {
-                body["redirect"] = json!(r);
-            }
-            if forward_query {
-                body["forward_query"] = json!(true);
-            }
+            let body = CreateLinkRequest {
+                long_url,
+                custom_alias: alias,
+                expires_at,
+                ttl_seconds: ttl,
+                redirect,
+                forward_query: forward_query.then_some(true),
+            };
             let headers: Vec<(&str, &str)> = idempotency_key
                 .as_deref()
                 .map(|k| vec![("idempotency-key", k)])
                 .unwrap_or_default();
-            let (_, v) = client.send(Method::POST, "/api/v1/links", Some(body), &headers).await?;
+            let created: LinkCreated = client
+                .send(Method::POST, "/api/v1/links", Some(&body), &headers)
+                .await?;
+            let v = as_json(&created);
             let text = fields(
                 &v,
                 &[
@@ -473,14 +523,15 @@ pub async fn run(args: &ClientArgs, command: ClientCommand) -> Result<String, Cl
             import(&client, &file, format.as_deref(), batch, args.json).await?
         }
         ClientCommand::Links(LinksCommand::Get { code }) => {
-            let (_, v) = client
+            let link: LinkView = client
                 .send(
                     Method::GET,
                     &format!("/api/v1/links/{}", encode_segment(&code)),
-                    None,
+                    NO_BODY,
                     &[],
                 )
                 .await?;
+            let v = as_json(&link);
             let text = fields(&v, LINK_FIELDS);
             (v, text)
         }
@@ -497,7 +548,7 @@ pub async fn run(args: &ClientArgs, command: ClientCommand) -> Result<String, Cl
             } else {
                 format!("/api/v1/links?{}", query.join("&"))
             };
-            let (_, v) = client.send(Method::GET, &path, None, &[]).await?;
+            let list: LinkList = client.send(Method::GET, &path, NO_BODY, &[]).await?;
             let mut rows = vec![vec![
                 "CODE".into(),
                 "STATE".into(),
@@ -505,36 +556,37 @@ pub async fn run(args: &ClientArgs, command: ClientCommand) -> Result<String, Cl
                 "EXPIRES".into(),
                 "TARGET".into(),
             ]];
-            for l in v["links"].as_array().into_iter().flatten() {
-                let state = if l["is_active"] == json!(true) {
-                    "active"
-                } else {
-                    "deleted"
-                };
+            for l in &list.links {
+                let state = if l.is_active { "active" } else { "deleted" };
                 rows.push(vec![
-                    show(&l["code"]),
+                    l.code.clone(),
                     state.into(),
-                    show(&l["created_at"]),
-                    show(&l["expires_at"]),
-                    show(&l["long_url"]),
+                    l.created_at.clone(),
+                    l.expires_at.clone().unwrap_or_else(|| "-".into()),
+                    l.long_url.clone(),
                 ]);
             }
             let mut text = table(&rows);
-            if let Some(c) = v["next_cursor"].as_str() {
+            if let Some(c) = &list.next_cursor {
                 text.push_str(&format!("more: --cursor {c}\n"));
             }
-            (v, text)
+            (as_json(&list), text)
         }
         ClientCommand::Links(LinksCommand::Delete { code }) => {
             client
-                .send(
+                .send_text(
                     Method::DELETE,
                     &format!("/api/v1/links/{}", encode_segment(&code)),
-                    None,
+                    NO_BODY,
                     &[],
                 )
                 .await?;
             (json!({"deleted": code}), format!("deleted {code}\n"))
+        }
+        ClientCommand::Links(LinksCommand::Qr { code }) => {
+            let path = format!("/api/v1/links/{}/qr.svg", encode_segment(&code));
+            // The SVG itself, also with --json: it is what the command is for.
+            return client.send_text(Method::GET, &path, NO_BODY, &[]).await;
         }
         ClientCommand::Links(LinksCommand::Stats { code, from, to }) => {
             let mut query = Vec::new();
@@ -545,25 +597,21 @@ pub async fn run(args: &ClientArgs, command: ClientCommand) -> Result<String, Cl
                 query.push(format!("to={}", encode_segment(&t)));
             }
             let path = format!("/api/v1/links/{}/stats?{}", encode_segment(&code), query.join("&"));
-            let (_, v) = client.send(Method::GET, &path, None, &[]).await?;
+            let stats: LinkStats = client.send(Method::GET, &path, NO_BODY, &[]).await?;
             let mut rows = vec![vec!["DAY".into(), "CLICKS".into()]];
-            for d in v["days"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|d| d["clicks"] != json!(0))
-            {
-                rows.push(vec![show(&d["day"]), show(&d["clicks"])]);
+            for d in stats.days.iter().filter(|d| d.clicks != 0) {
+                rows.push(vec![d.day.clone(), d.clicks.to_string()]);
             }
-            rows.push(vec!["total".into(), show(&v["total"])]);
+            rows.push(vec!["total".into(), stats.total.to_string()]);
             let text = table(&rows);
-            (v, text)
+            (as_json(&stats), text)
         }
         ClientCommand::Takedown { code, reason } => {
             let path = format!("/api/v1/links/{}/takedown", encode_segment(&code));
-            let (_, v) = client
-                .send(Method::POST, &path, Some(json!({ "reason": reason })), &[])
+            let down: LinkView = client
+                .send(Method::POST, &path, Some(&TakedownRequest { reason }), &[])
                 .await?;
+            let v = as_json(&down);
             let text = fields(
                 &v,
                 &[
@@ -578,24 +626,25 @@ pub async fn run(args: &ClientArgs, command: ClientCommand) -> Result<String, Cl
             (v, text)
         }
         ClientCommand::Keys(KeysCommand::Create { name, role }) => {
-            let (_, v) = client
+            let key: KeyCreated = client
                 .send(
                     Method::POST,
                     "/api/v1/keys",
-                    Some(json!({ "name": name, "role": role })),
+                    Some(&CreateKeyRequest { name, role }),
                     &[],
                 )
                 .await?;
+            let v = as_json(&key);
             let mut text = fields(&v, &["id", "name", "role", "key"]);
             text.push_str("The key is shown only once; store it now.\n");
             (v, text)
         }
         ClientCommand::Keys(KeysCommand::Revoke { id }) => {
             client
-                .send(
+                .send_text(
                     Method::DELETE,
                     &format!("/api/v1/keys/{}", encode_segment(&id)),
-                    None,
+                    NO_BODY,
                     &[],
                 )
                 .await?;

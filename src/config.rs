@@ -90,6 +90,9 @@ struct FileRedirect {
     cache_fresh_ms: Option<u64>,
     stale_grace_ms: Option<u64>,
     threads: Option<usize>,
+    not_found_url: Option<String>,
+    expired_url: Option<String>,
+    root_url: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -143,6 +146,16 @@ fn parse_bool(name: &str, value: &str) -> Result<bool, ConfigError> {
             format!("{value:?} is not true or false"),
         )),
     }
+}
+
+/// A URL the redirect port sends visitors to: absolute http(s), fit for a `Location`.
+fn visitor_url(name: &str, value: String) -> Result<String, ConfigError> {
+    let bad = |why: &str| ConfigError::Setting(name.to_owned(), format!("{value:?} {why}"));
+    let parsed = url::Url::parse(&value).map_err(|e| bad(&format!("is not a URL: {e}")))?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
+        return Err(bad("is not an absolute http or https URL"));
+    }
+    Ok(parsed.to_string())
 }
 
 fn code_key(name: &str, value: &str) -> Result<[u8; 16], ConfigError> {
@@ -298,6 +311,13 @@ pub fn load(file: Option<&str>, env: &HashMap<String, String>) -> Result<Setting
         Some(v) => parse("REBOUND_REDIRECT_THREADS", v)?,
         None => fr.threads.unwrap_or(r.threads),
     };
+    let visitor = |env_name: &str, file_name: &str, file: Option<String>| match var(env_name) {
+        Some(v) => visitor_url(env_name, v.to_owned()).map(Some),
+        None => file.map(|v| visitor_url(file_name, v)).transpose(),
+    };
+    r.not_found_url = visitor("REBOUND_NOT_FOUND_URL", "redirect.not_found_url", fr.not_found_url)?;
+    r.expired_url = visitor("REBOUND_EXPIRED_URL", "redirect.expired_url", fr.expired_url)?;
+    r.root_url = visitor("REBOUND_ROOT_URL", "redirect.root_url", fr.root_url)?;
     r.cache_fresh_ms = match var("REBOUND_CACHE_FRESH_MS") {
         Some(v) => parse("REBOUND_CACHE_FRESH_MS", v)?,
         None => fr.cache_fresh_ms.unwrap_or(r.cache_fresh_ms),
@@ -432,6 +452,21 @@ mod tests {
     }
 
     #[test]
+    fn visitor_redirects_are_read() {
+        let s = load(
+            Some("[redirect]\nexpired_url = \"https://example.com/expired\""),
+            &env(&[
+                ("REBOUND_NOT_FOUND_URL", "https://example.com/missing"),
+                ("REBOUND_ROOT_URL", "https://example.com"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(s.redirect.not_found_url.as_deref(), Some("https://example.com/missing"));
+        assert_eq!(s.redirect.expired_url.as_deref(), Some("https://example.com/expired"));
+        assert_eq!(s.redirect.root_url.as_deref(), Some("https://example.com/"));
+    }
+
+    #[test]
     fn tls_and_edge_settings_are_read() {
         let s = load(
             Some("[edge]\nidle_timeout_ms = 5000\nh2c = false"),
@@ -475,6 +510,21 @@ mod tests {
             ),
             (None, vec![("REBOUND_MAX_CONNECTIONS", "0")], "edge.max_connections"),
             (None, vec![("REBOUND_H2C", "perhaps")], "REBOUND_H2C"),
+            (
+                None,
+                vec![("REBOUND_NOT_FOUND_URL", "/missing")],
+                "REBOUND_NOT_FOUND_URL",
+            ),
+            (
+                None,
+                vec![("REBOUND_ROOT_URL", "ftp://example.com/")],
+                "REBOUND_ROOT_URL",
+            ),
+            (
+                Some("[redirect]\nexpired_url = \"nope\""),
+                vec![],
+                "redirect.expired_url",
+            ),
             (
                 None,
                 vec![("REBOUND_ANONYMOUS_CREATE", "maybe")],

@@ -782,3 +782,32 @@ async fn stats_dates_the_calendar_cannot_hold_are_400_over_http() {
     .await;
     assert_eq!(s, StatusCode::OK);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_writes_a_links_qr_code_as_the_apis_svg() {
+    let dir = temp_dir();
+    let rb = start(&["control-plane"], dir.path(), &[], &["API"]);
+    let api = rb.api();
+    let op = Some(OPERATOR_KEY);
+    let (ok, _, err) = cli(
+        &api,
+        op,
+        &["links", "create", "https://example.com/qr", "--alias", "qr-cli"],
+    );
+    assert!(ok, "{err}");
+    let (ok, svg, err) = cli(&api, op, &["links", "qr", "qr-cli"]);
+    assert!(ok, "{err}");
+    let served = http()
+        .get(format!("{api}/api/v1/links/qr-cli/qr.svg"))
+        .bearer_auth(OPERATOR_KEY)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(svg.starts_with("<?xml") && svg.contains("<svg"), "{svg}");
+    assert_eq!(svg, served, "the CLI writes the API's SVG as it came");
+    let (ok, _, err) = cli(&api, op, &["links", "qr", "no-such-code"]);
+    assert!(!ok && err.contains("404 not_found: no such link"), "{err}");
+}

@@ -73,12 +73,25 @@ fn header<'a>(res: &'a reqwest::Response, name: &str) -> Option<&'a str> {
     res.headers().get(name).map(|v| v.to_str().unwrap())
 }
 
+/// The page of a 404 or 410 (the same bytes whatever was asked: nothing is echoed), or no
+/// body for any other status.
 async fn assert_no_store(res: reqwest::Response, status: StatusCode) {
     assert_eq!(res.status(), status);
     assert_eq!(header(&res, "cache-control"), Some("no-store"));
     assert!(header(&res, "location").is_none());
-    assert_eq!(res.text().await.unwrap(), "", "never a body");
+    let page = match status {
+        StatusCode::NOT_FOUND => NOT_FOUND_PAGE,
+        StatusCode::GONE => GONE_PAGE,
+        _ => "",
+    };
+    if !page.is_empty() {
+        assert_eq!(header(&res, "content-type"), Some("text/html; charset=utf-8"));
+    }
+    assert_eq!(res.text().await.unwrap(), page, "a static page, or never a body");
 }
+
+const NOT_FOUND_PAGE: &str = include_str!("../proxy/pages/not-found.html");
+const GONE_PAGE: &str = include_str!("../proxy/pages/gone.html");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_outcome_with_its_status_and_headers() {
@@ -164,6 +177,111 @@ async fn every_outcome_with_its_status_and_headers() {
         .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     rb.wait_ready().await;
+}
+
+/// `curl` on the redirect port: status, `location`, `content-type` and body length, for
+/// HEAD and GET over HTTP/1.1 and h2c.
+fn curl_answer(args: &[&str], url: &str) -> String {
+    let out = std::process::Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_version} %{http_code} %{redirect_url} %{content_type} %{size_download}",
+        ])
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("curl (scripts/test installs it)");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_links_get_a_page_over_http1_and_h2_and_head_gets_no_body() {
+    let dir = temp_dir();
+    let rb = Rebound::start(dir.path(), &[]);
+    let expires_at = rebound_core::time::to_rfc3339(now_millis() + 1500);
+    let code = rb
+        .create(json!({"long_url": "https://example.com/soon", "expires_at": expires_at}))
+        .await["code"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    let html = "text/html; charset=utf-8";
+    let (nf, gone) = (NOT_FOUND_PAGE.len(), GONE_PAGE.len());
+    let url = |path: &str| rb.redirect_url(path);
+    for (proto, version) in [("--http1.1", "1.1"), ("--http2-prior-knowledge", "2")] {
+        for (path, page) in [
+            ("/unknown1", nf),
+            ("/", nf),
+            ("/a/b", nf),
+            (&format!("/{code}") as &str, gone),
+        ] {
+            let status = if page == gone { 410 } else { 404 };
+            assert_eq!(
+                curl_answer(&[proto], &url(path)),
+                format!("{version} {status}  {html} {page}"),
+                "GET {path} over {proto}"
+            );
+            assert_eq!(
+                curl_answer(&[proto, "-I"], &url(path)),
+                format!("{version} {status}  {html} 0"),
+                "HEAD {path} over {proto}"
+            );
+        }
+    }
+    let res = rb.http.head(url("/unknown1")).send().await.unwrap();
+    assert_eq!(
+        header(&res, "content-length"),
+        Some(nf.to_string().as_str()),
+        "HEAD states the GET's length"
+    );
+    let res = rb.get("/unknown1").await;
+    assert_eq!(
+        header(&res, "content-security-policy").map(|p| p.starts_with("default-src 'none'")),
+        Some(true)
+    );
+    assert_no_store(res, StatusCode::NOT_FOUND).await;
+    assert_no_store(rb.get(&format!("/{code}")).await, StatusCode::GONE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configured_urls_replace_the_pages_with_redirects() {
+    let dir = temp_dir();
+    let rb = Rebound::start(
+        dir.path(),
+        &[
+            ("REBOUND_NOT_FOUND_URL", "https://example.com/missing"),
+            ("REBOUND_EXPIRED_URL", "https://example.com/expired"),
+            ("REBOUND_ROOT_URL", "https://example.com/home"),
+        ],
+    );
+    let expires_at = rebound_core::time::to_rfc3339(now_millis() + 1500);
+    let code = rb
+        .create(json!({"long_url": "https://example.com/soon", "expires_at": expires_at}))
+        .await["code"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    for (path, location) in [
+        ("/unknown1", "https://example.com/missing"),
+        ("/a/b", "https://example.com/missing"),
+        ("/", "https://example.com/home"),
+        (&format!("/{code}") as &str, "https://example.com/expired"),
+    ] {
+        for res in [
+            rb.get(path).await,
+            rb.http.head(rb.redirect_url(path)).send().await.unwrap(),
+        ] {
+            assert_eq!(res.status(), StatusCode::FOUND, "{path}");
+            assert_eq!(header(&res, "location"), Some(location), "{path}");
+            assert_eq!(header(&res, "cache-control"), Some("no-store"));
+            assert_eq!(res.text().await.unwrap(), "");
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

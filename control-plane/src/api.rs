@@ -1,5 +1,5 @@
-//! The handlers of SPEC §6, their request and response types, and the OpenAPI document
-//! generated from them.
+//! The handlers of SPEC §6 and the OpenAPI document generated from them and from their
+//! request and response types (`rebound_api_types`, shared with the CLI).
 
 use crate::auth::{generate_key, generate_key_id, hash_key, Caller, Principal};
 use crate::body::{ApiJson, ImportJson};
@@ -11,15 +11,16 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
+use rebound_api_types::*;
 use rebound_core::code::{check_alias, check_code, CodeError};
 use rebound_core::link::Deletion;
 use rebound_core::time::{parse_rfc3339, to_rfc3339};
 use rebound_core::{Day, Link, RedirectKind};
 use rebound_store::{ApiKeyRecord, AuditEvent, IdempotencyRecord, Role, StoreError};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
-use utoipa::{OpenApi, ToSchema};
+use utoipa::OpenApi;
 
 type Cp = State<Arc<ControlPlane>>;
 
@@ -38,137 +39,14 @@ pub(crate) fn routes() -> Router<Arc<ControlPlane>> {
         .route("/api/v1/links/{code}", get(get_link).delete(delete_link))
         .route("/api/v1/links/{code}/takedown", post(take_down_link))
         .route("/api/v1/links/{code}/stats", get(link_stats))
+        .route("/api/v1/links/{code}/qr.svg", get(crate::qr::link_qr))
+        .route("/api/v1/links/{code}/audit", get(crate::audit::link_audit))
+        .route("/api/v1/me", get(crate::me::whoami))
         .route("/api/v1/keys", post(create_key))
         .route("/api/v1/keys/{id}", delete(revoke_key))
         .route("/api/v1/openapi.json", get(openapi))
         .fallback(|| async { ApiError::NotFound("no such endpoint") })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed("method not allowed on this endpoint") })
-}
-
-/// A new link.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateLinkRequest {
-    /// Absolute http(s) URL, at most 2,048 bytes.
-    long_url: String,
-    /// A code of your choice: `[A-Za-z0-9_-]{3,32}`, not a reserved word.
-    custom_alias: Option<String>,
-    /// RFC 3339 time in the future; not with `ttl_seconds`.
-    expires_at: Option<String>,
-    /// Seconds until expiry, 1 to 10 years; not with `expires_at`.
-    ttl_seconds: Option<i64>,
-    /// 301, 302 (default), 307 or 308.
-    redirect: Option<u16>,
-    /// Append the request's query string to the target.
-    forward_query: Option<bool>,
-}
-
-/// Up to 1,000 new links at once.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ImportRequest {
-    links: Vec<CreateLinkRequest>,
-}
-
-/// One outcome per imported link, in request order: the created link, or why not.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ImportResults {
-    created: usize,
-    failed: usize,
-    /// When some links failed `rate_limited`: seconds until the rate limit covers them
-    /// again (all of them, or a full burst when they are more); null otherwise.
-    retry_after_secs: Option<u64>,
-    results: Vec<ImportOutcome>,
-}
-
-/// The outcome of one imported link.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(untagged)]
-pub enum ImportOutcome {
-    Created(LinkCreated),
-    Failed { error: crate::error::ErrorDetail },
-}
-
-/// Most links in one import request.
-const MAX_IMPORT: usize = 1000;
-
-/// A link just created.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct LinkCreated {
-    code: String,
-    short_url: String,
-    long_url: String,
-    redirect: u16,
-    forward_query: bool,
-    expires_at: Option<String>,
-    created_at: String,
-    version: u64,
-}
-
-/// A link as stored, deleted ones included.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct LinkView {
-    code: String,
-    short_url: String,
-    long_url: String,
-    redirect: u16,
-    forward_query: bool,
-    expires_at: Option<String>,
-    created_at: String,
-    created_by: String,
-    is_active: bool,
-    version: u64,
-    deleted_at: Option<String>,
-    deleted_by: Option<String>,
-    delete_reason: Option<String>,
-}
-
-/// A page of links, newest first.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct LinkList {
-    links: Vec<LinkView>,
-    /// Pass as `cursor` for the next page; null on the last page.
-    next_cursor: Option<String>,
-}
-
-/// Why a link is taken down.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct TakedownRequest {
-    reason: String,
-}
-
-/// Daily clicks of one link.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct LinkStats {
-    code: String,
-    total: u64,
-    days: Vec<DayClicks>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct DayClicks {
-    /// `YYYY-MM-DD`, UTC.
-    day: String,
-    clicks: u64,
-}
-
-/// A new API key.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateKeyRequest {
-    name: String,
-    /// `creator` or `operator`.
-    role: String,
-}
-
-/// An API key just created; `key` is shown only here.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct KeyCreated {
-    id: String,
-    name: String,
-    role: String,
-    key: String,
 }
 
 impl ControlPlane {
@@ -264,7 +142,7 @@ impl ControlPlane {
     }
 
     /// Reads a link the caller may see; a malformed code is simply not found.
-    async fn visible_link(&self, principal: &Principal, code: &str) -> Result<Link, ApiError> {
+    pub(crate) async fn visible_link(&self, principal: &Principal, code: &str) -> Result<Link, ApiError> {
         if check_code(code).is_err() {
             return Err(ApiError::NotFound("no such link"));
         }
@@ -392,7 +270,7 @@ fn replay(record: &IdempotencyRecord, hash: &str) -> Result<Response, ApiError> 
 }
 
 #[utoipa::path(post, path = "/api/v1/links", tag = "links", request_body = CreateLinkRequest,
-    params(("Idempotency-Key" = Option<String>, Header, description = "Makes a retried create return the first answer")),
+    params(("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, pattern = r"^[!-~]+$", description = "1-255 visible ASCII characters; makes a retried create return the first answer")),
     responses(
         (status = 201, description = "Created", body = LinkCreated),
         (status = 400, description = "Invalid input", body = ErrorBody),
@@ -505,7 +383,7 @@ async fn import_links(
     let fail = |e: ApiError| {
         let (_, code) = e.status_and_code();
         ImportOutcome::Failed {
-            error: crate::error::ErrorDetail {
+            error: ErrorDetail {
                 code: code.to_owned(),
                 message: e.to_string(),
             },
@@ -533,7 +411,7 @@ async fn import_links(
     for (n, (i, new)) in valid.into_iter().enumerate() {
         if n >= covered {
             outcomes[i] = Some(ImportOutcome::Failed {
-                error: crate::error::ErrorDetail {
+                error: ErrorDetail {
                     code: "rate_limited".to_owned(),
                     message: "the rate limit did not cover this link; import it again after retry_after_secs"
                         .to_owned(),
@@ -643,7 +521,7 @@ fn bad_query(e: QueryRejection) -> ApiError {
 
 #[utoipa::path(get, path = "/api/v1/links", tag = "links",
     params(
-        ("limit" = Option<usize>, Query, description = "1 to 1000, default 100"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "1 to 1000, default 100"),
         ("cursor" = Option<String>, Query, description = "From the previous page's next_cursor"),
     ),
     responses(
@@ -763,10 +641,12 @@ async fn delete_link(State(cp): Cp, caller: Caller, Path(code): Path<String>) ->
     params(("code" = String, Path, description = "The short code")),
     responses(
         (status = 200, description = "The deletion record", body = LinkView),
-        (status = 400, description = "No reason given", body = ErrorBody),
+        (status = 400, description = "No reason given, or malformed", body = ErrorBody),
         (status = 401, description = "No valid key", body = ErrorBody),
         (status = 403, description = "Not an operator", body = ErrorBody),
         (status = 404, description = "No such link", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 415, description = "Body is not JSON", body = ErrorBody),
         (status = 503, description = "The caches could not be told; retry", body = ErrorBody),
     ),
     security(("api_key" = [])))]
@@ -778,8 +658,9 @@ async fn take_down_link(
 ) -> Result<Json<LinkView>, ApiError> {
     let principal = caller.principal()?;
     principal.require_operator()?;
-    let reason = body?.value.reason.trim().to_owned();
-    if reason.is_empty() || reason.chars().count() > 1000 || reason.chars().any(char::is_control) {
+    let raw = body?.value.reason;
+    let reason = raw.trim().to_owned();
+    if reason.is_empty() || raw.chars().count() > 1000 || raw.chars().any(char::is_control) {
         return Err(ApiError::bad_request(
             "invalid_reason",
             "reason must be 1-1000 characters without control characters",
@@ -792,8 +673,8 @@ async fn take_down_link(
 #[utoipa::path(get, path = "/api/v1/links/{code}/stats", tag = "links",
     params(
         ("code" = String, Path, description = "The short code"),
-        ("from" = Option<String>, Query, description = "YYYY-MM-DD (UTC), 0000-01-01 to 9999-12-31; default 29 days before `to`"),
-        ("to" = Option<String>, Query, description = "YYYY-MM-DD (UTC), 0000-01-01 to 9999-12-31; default today"),
+        ("from" = Option<String>, Query, format = Date, pattern = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$", description = "YYYY-MM-DD (UTC), 0000-01-01 to 9999-12-31; default 29 days before `to`. Not after `to`, and at most 366 days before it. Given empty, it is not a date: 400"),
+        ("to" = Option<String>, Query, format = Date, pattern = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$", description = "YYYY-MM-DD (UTC), 0000-01-01 to 9999-12-31; default today. Given empty, it is not a date: 400"),
     ),
     responses(
         (status = 200, description = "Daily clicks, every day of the range", body = LinkStats),
@@ -863,9 +744,11 @@ async fn link_stats(
 #[utoipa::path(post, path = "/api/v1/keys", tag = "keys", request_body = CreateKeyRequest,
     responses(
         (status = 201, description = "The key, shown this once", body = KeyCreated),
-        (status = 400, description = "Bad name or role", body = ErrorBody),
+        (status = 400, description = "Bad name or role, or malformed", body = ErrorBody),
         (status = 401, description = "No valid key", body = ErrorBody),
         (status = 403, description = "Not an operator", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 415, description = "Body is not JSON", body = ErrorBody),
     ),
     security(("api_key" = [])))]
 async fn create_key(
@@ -877,7 +760,7 @@ async fn create_key(
     principal.require_operator()?;
     let req = body?.value;
     let name = req.name.trim().to_owned();
-    if name.is_empty() || name.chars().count() > 100 || name.chars().any(char::is_control) {
+    if name.is_empty() || req.name.chars().count() > 100 || req.name.chars().any(char::is_control) {
         return Err(ApiError::bad_request(
             "invalid_name",
             "name must be 1-100 characters without control characters",
@@ -937,6 +820,40 @@ async fn openapi() -> Response {
 
 struct BearerAuth;
 
+/// What every call with a key can also answer: a second `Authorization` header (400), a
+/// store outage (503, retry) and a bug (500).
+struct CommonResponses;
+
+impl utoipa::Modify for CommonResponses {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{Ref, ResponseBuilder};
+        let common = [
+            ("400", "More than one Authorization header"),
+            ("500", "Internal error (logged)"),
+            ("503", "The store is unavailable; retry"),
+        ];
+        for item in doc.paths.paths.values_mut() {
+            for op in [&mut item.get, &mut item.post, &mut item.delete].into_iter().flatten() {
+                if op.security.is_none() {
+                    continue;
+                }
+                for (status, description) in common {
+                    op.responses.responses.entry(status.to_owned()).or_insert_with(|| {
+                        ResponseBuilder::new()
+                            .description(description)
+                            .content(
+                                "application/json",
+                                utoipa::openapi::Content::new(Some(Ref::from_schema_name("ErrorBody"))),
+                            )
+                            .build()
+                            .into()
+                    });
+                }
+            }
+        }
+    }
+}
+
 impl utoipa::Modify for BearerAuth {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
         use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
@@ -948,9 +865,11 @@ impl utoipa::Modify for BearerAuth {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Rebound control plane", description = "Create, inspect, delete and take down short links; manage API keys; read click statistics."),
-    paths(create_link, import_links, get_link, list_links, delete_link, take_down_link, link_stats, create_key, revoke_key, openapi),
-    components(schemas(CreateLinkRequest, ImportRequest, ImportResults, ImportOutcome, LinkCreated, LinkView, LinkList, TakedownRequest, LinkStats, DayClicks, CreateKeyRequest, KeyCreated, ErrorBody)),
-    modifiers(&BearerAuth)
+    paths(create_link, import_links, get_link, list_links, delete_link, take_down_link, link_stats, create_key, revoke_key, openapi,
+        crate::qr::link_qr, crate::audit::link_audit, crate::me::whoami),
+    components(schemas(CreateLinkRequest, ImportRequest, ImportResults, ImportOutcome, LinkCreated, LinkView, LinkList, TakedownRequest, LinkStats, DayClicks, CreateKeyRequest, KeyCreated, ErrorBody,
+        LinkAudit, AuditEntry, Me)),
+    modifiers(&BearerAuth, &CommonResponses)
 )]
 struct ApiDoc;
 

@@ -4,7 +4,6 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use rebound_store::StoreError;
-use serde::Serialize;
 
 /// An API failure, classified once, where the response is chosen.
 #[derive(Debug, thiserror::Error)]
@@ -83,19 +82,7 @@ impl From<StoreError> for ApiError {
     }
 }
 
-/// The error body of every failed call.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct ErrorBody {
-    pub error: ErrorDetail,
-}
-
-/// What went wrong, for machines (`code`) and for people (`message`).
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct ErrorDetail {
-    /// A stable snake_case identifier, e.g. `alias_taken`.
-    pub code: String,
-    pub message: String,
-}
+pub use rebound_api_types::{ErrorBody, ErrorDetail};
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {

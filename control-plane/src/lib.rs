@@ -4,21 +4,29 @@
 //!
 //! - this file: `ControlPlane` (the runtime: store, events, clock, policies), the
 //!   router.
-//! - `api`: the handlers, their request and response types, and the OpenAPI document.
+//! - `api`: the handlers and the OpenAPI document (the bodies are `rebound_api_types`).
+//! - `audit`: reading a link's audit log.
 //! - `auth`: API keys and who the caller is.
 //! - `body`: the JSON body extractor (415, 413, 400 in the API's error shape).
+//! - `console`: the operator console at `/` (HTML, CSS and JavaScript in the binary).
 //! - `consumer`: the click consumer of distributed mode (SQS → rollups).
 //! - `error`: the one error type, and the error body.
 //! - `kgs`: generated codes from leased counter blocks.
+//! - `me`: who the caller's key is.
+//! - `qr`: a link's QR code as SVG.
 //! - `ratelimit`: creation rate limits.
 #![forbid(unsafe_code)]
 
 mod api;
+pub mod audit;
 pub mod auth;
 mod body;
+mod console;
 pub mod consumer;
 pub mod error;
 pub mod kgs;
+pub mod me;
+mod qr;
 pub mod ratelimit;
 
 use axum::Router;
@@ -158,7 +166,7 @@ pub async fn ensure_initial_operator_key(store: &dyn Store, clock: &dyn Clock) -
 
 /// The API router.
 pub fn router(cp: Arc<ControlPlane>) -> Router {
-    guard_panics(api::routes().with_state(cp))
+    guard_panics(api::routes().merge(console::routes()).with_state(cp))
 }
 
 /// A handler that panics is answered 500 in the API's error shape, and logged, instead of

@@ -1465,3 +1465,228 @@ async fn mixed_script_hosts_are_refused_for_anonymous_callers_and_when_configure
         "invalid_url",
     );
 }
+
+#[tokio::test]
+async fn the_document_states_the_constraints_and_statuses_the_server_enforces() {
+    let h = harness().await;
+    let doc = h.call(Method::GET, "/api/v1/openapi.json", None, None).await.body;
+    let schemas = &doc["components"]["schemas"];
+    let create = &schemas["CreateLinkRequest"]["properties"];
+    assert_eq!(create["long_url"]["maxLength"], 2048);
+    assert_eq!(create["custom_alias"]["pattern"], "^[A-Za-z0-9_-]{3,32}$");
+    assert_eq!(create["expires_at"]["format"], "date-time");
+    assert_eq!(
+        (&create["ttl_seconds"]["minimum"], &create["ttl_seconds"]["maximum"]),
+        (&json!(1), &json!(315_360_000))
+    );
+    assert_eq!(create["redirect"]["enum"], json!([301, 302, 307, 308, null]));
+    assert_eq!(
+        schemas["CreateKeyRequest"]["properties"]["role"]["enum"],
+        json!(["creator", "operator"])
+    );
+    assert_eq!(schemas["CreateKeyRequest"]["properties"]["name"]["maxLength"], 100);
+    assert_eq!(schemas["TakedownRequest"]["properties"]["reason"]["maxLength"], 1000);
+    let param = |path: &str, name: &str| {
+        doc["paths"][path]["get"]["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap()["schema"]
+            .clone()
+    };
+    let limit = param("/api/v1/links", "limit");
+    assert_eq!((&limit["minimum"], &limit["maximum"]), (&json!(1), &json!(1000)));
+    assert_eq!(param("/api/v1/links/{code}/stats", "to")["format"], "date");
+    for (path, method) in [("/api/v1/keys", "post"), ("/api/v1/links/{code}/takedown", "post")] {
+        let responses = &doc["paths"][path][method]["responses"];
+        for status in ["400", "401", "403", "413", "415", "500", "503"] {
+            assert!(
+                responses[status]["content"]["application/json"]["schema"]["$ref"]
+                    .as_str()
+                    .is_some_and(|r| r.ends_with("/ErrorBody")),
+                "{method} {path} documents {status} with the error body"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_server_accepts_what_the_document_allows_and_refuses_the_rest() {
+    let h = harness().await;
+    // JSON Schema's `integer` includes 60.0.
+    let r = h
+        .create(
+            OPERATOR,
+            json!({"long_url": "https://example.com/", "ttl_seconds": 60.0, "redirect": 301.0}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    assert_eq!(r.body["redirect"], 301);
+    let r = h
+        .create(
+            OPERATOR,
+            json!({"long_url": "https://example.com/", "ttl_seconds": 60.5}),
+        )
+        .await;
+    assert_error(&r, StatusCode::BAD_REQUEST, "invalid_json");
+    let code = r_code(&h.create(OPERATOR, json!({"long_url": "https://example.com/"})).await);
+    // An empty date is not a date (format: date): 400, the same for `from` and `to`.
+    for query in ["to=", "from=", "from=&to="] {
+        let r = h
+            .call(
+                Method::GET,
+                &format!("/api/v1/links/{code}/stats?{query}"),
+                Some(OPERATOR),
+                None,
+            )
+            .await;
+        assert_error(&r, StatusCode::BAD_REQUEST, "invalid_date");
+    }
+    let r = h.call(Method::GET, "/api/v1/links?limit=0", Some(OPERATOR), None).await;
+    assert_error(&r, StatusCode::BAD_REQUEST, "invalid_limit");
+    // Lengths count the text as sent: 101 characters with spaces around are too long.
+    let name = format!(" {} ", "n".repeat(99));
+    let r = h
+        .call(
+            Method::POST,
+            "/api/v1/keys",
+            Some(OPERATOR),
+            Some(json!({"name": name, "role": "creator"})),
+        )
+        .await;
+    assert_error(&r, StatusCode::BAD_REQUEST, "invalid_name");
+    let r = h
+        .call(
+            Method::POST,
+            "/api/v1/keys",
+            Some(OPERATOR),
+            Some(json!({"name": "ci", "role": "Creator"})),
+        )
+        .await;
+    assert_error(&r, StatusCode::BAD_REQUEST, "invalid_role");
+}
+
+fn r_code(r: &Reply) -> String {
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    r.body["code"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn the_console_is_served_at_the_root_with_a_strict_policy_and_nothing_inline() {
+    let h = harness().await;
+    for (path, kind) in [
+        ("/", "text/html"),
+        ("/console/app.js", "text/javascript"),
+        ("/console/style.css", "text/css"),
+        ("/console/icon.svg", "image/svg+xml"),
+    ] {
+        let res = h
+            .app
+            .clone()
+            .oneshot(Request::get(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::OK, "{path}");
+        let headers = res.headers().clone();
+        assert!(
+            headers[header::CONTENT_TYPE].to_str().unwrap().starts_with(kind),
+            "{path}"
+        );
+        let policy = headers[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
+        assert!(
+            policy.contains("default-src 'none'") && policy.contains("script-src 'self';"),
+            "{policy}"
+        );
+        assert!(
+            !policy.contains("unsafe-inline") && !policy.contains("unsafe-eval"),
+            "{policy}"
+        );
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        let text = String::from_utf8(body.to_vec()).unwrap();
+        if path == "/" {
+            assert!(text.contains(r#"<script type="module" src="/console/app.js"></script>"#));
+            assert_eq!(text.matches("<script").count(), 1, "no inline script");
+            assert!(!text.contains("style="), "no inline style");
+            assert!(
+                !text.contains("http://") && !text.contains("https://"),
+                "nothing from elsewhere"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_links_qr_code_its_audit_log_and_who_the_key_is() {
+    let h = harness().await;
+    let creator = h.new_key("creator").await;
+    let code = r_code(&h.create(&creator, json!({"long_url": "https://example.com/qr"})).await);
+    let res = h
+        .app
+        .clone()
+        .oneshot(
+            Request::get(format!("/api/v1/links/{code}/qr.svg"))
+                .header(header::AUTHORIZATION, format!("Bearer {creator}"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()[header::CONTENT_TYPE], "image/svg+xml");
+    let svg = res.into_body().collect().await.unwrap().to_bytes();
+    assert!(String::from_utf8_lossy(&svg).contains("<svg"));
+    assert_error(
+        &h.call(Method::GET, "/api/v1/links/nosuch/qr.svg", Some(&creator), None)
+            .await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    assert_error(
+        &h.call(Method::GET, &format!("/api/v1/links/{code}/qr.svg"), None, None)
+            .await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    );
+
+    let me = h.call(Method::GET, "/api/v1/me", Some(&creator), None).await;
+    assert_eq!(me.body["role"], "creator");
+    assert_eq!(
+        h.call(Method::GET, "/api/v1/me", Some(OPERATOR), None).await.body["role"],
+        "operator"
+    );
+
+    let audit = format!("/api/v1/links/{code}/audit");
+    assert_error(
+        &h.call(Method::GET, &audit, Some(&creator), None).await,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    );
+    let r = h
+        .call(
+            Method::POST,
+            &format!("/api/v1/links/{code}/takedown"),
+            Some(OPERATOR),
+            Some(json!({"reason": "phishing"})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let log = h.call(Method::GET, &audit, Some(OPERATOR), None).await;
+    assert_eq!(log.status, StatusCode::OK, "{:?}", log.body);
+    let events = log.body["events"].as_array().unwrap();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(
+        (
+            &events[0]["action"],
+            &events[0]["reason"],
+            &events[0]["outcome"],
+            &events[0]["actor"]
+        ),
+        (
+            &json!("takedown"),
+            &json!("phishing"),
+            &json!("ok"),
+            &json!("bootstrap")
+        )
+    );
+}

@@ -107,6 +107,12 @@ pub struct RedirectSettings {
     pub click_max_hold_ms: Option<u64>,
     /// Worker threads of the redirect server; 0 means one per core.
     pub threads: usize,
+    /// Where a 404 redirects (an absolute http(s) URL); none: the built-in page.
+    pub not_found_url: Option<String>,
+    /// Where a 410 (expired link) redirects; none: the built-in page.
+    pub expired_url: Option<String>,
+    /// Where `GET /` redirects; none: the 404 answer.
+    pub root_url: Option<String>,
 }
 
 impl RedirectSettings {
@@ -142,6 +148,9 @@ impl Default for RedirectSettings {
             click_rows_per_sec: 500,
             click_max_hold_ms: None,
             threads: 0,
+            not_found_url: None,
+            expired_url: None,
+            root_url: None,
         }
     }
 }

@@ -15,6 +15,7 @@
 //! - `distributed`: the Redis tasks: invalidation listener, heartbeats, creation feed.
 //! - `events`: the link-event port carried in process (all-in-one).
 //! - `metrics`: every metric of the data plane.
+//! - `pages`: the prebuilt 404, 410 and `/` answers (static pages, or configured redirects).
 // One exception, `server::RedirectService::listener`: adopting the listening socket an
 // upgrade hands over by its descriptor number.
 #![deny(unsafe_code)]
@@ -26,5 +27,6 @@ pub mod events;
 pub mod flight;
 pub mod l1;
 pub mod metrics;
+pub mod pages;
 pub mod path;
 pub mod server;

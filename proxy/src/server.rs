@@ -5,6 +5,7 @@
 //! graceful upgrade. Like River's file server it never proxies.
 
 use crate::clicks::ClickQueue;
+use crate::pages::DeadEnds;
 use crate::path::{RedirectPath, Resolution};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -38,6 +39,8 @@ pub struct RedirectAnswers {
     /// `Cache-Control` of a redirect for every `max-age` from 0 to the configured one.
     cache_control: Vec<HeaderValue>,
     max_age_secs: u64,
+    /// The prebuilt 404, 410 and `/` answers.
+    dead_ends: DeadEnds,
 }
 
 /// The hyper service of the redirect port (cheap to clone: one per connection).
@@ -49,7 +52,18 @@ const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
 impl Redirects {
     /// Answers from `path`, counting GET redirects on `clicks`; redirects say
     /// `Cache-Control: public, max-age=<max_age_secs>` (never past the link's expiry).
+    /// 404, 410 and `/` get the built-in pages.
     pub fn new(path: Arc<RedirectPath>, clicks: Arc<ClickQueue>, max_age_secs: u64) -> Redirects {
+        Self::with_dead_ends(path, clicks, max_age_secs, DeadEnds::default())
+    }
+
+    /// As [`Redirects::new`], with 404, 410 and `/` answered by `dead_ends`.
+    pub fn with_dead_ends(
+        path: Arc<RedirectPath>,
+        clicks: Arc<ClickQueue>,
+        max_age_secs: u64,
+        dead_ends: DeadEnds,
+    ) -> Redirects {
         let cache_control = (0..=max_age_secs)
             .map(|s| HeaderValue::from_str(&format!("public, max-age={s}")).expect("digits are a valid header value"))
             .collect();
@@ -58,11 +72,19 @@ impl Redirects {
             clicks,
             cache_control,
             max_age_secs,
+            dead_ends,
         }))
     }
 }
 
-/// A request refused before any lookup.
+/// Why a request gets no lookup.
+enum Refusal {
+    Status(StatusCode),
+    /// `/`: the root answer.
+    Root,
+}
+
+/// A request refused before any lookup, or an answer without a page.
 fn status_reply(status: StatusCode) -> Reply {
     let mut res = Response::new(Full::default());
     *res.status_mut() = status;
@@ -99,23 +121,37 @@ fn host_is_acceptable(req: &Request<Incoming>) -> bool {
 }
 
 impl RedirectAnswers {
-    /// The code of a request that may be looked up, or the status that refuses it.
-    fn check<'r>(&self, req: &'r Request<Incoming>) -> Result<&'r str, StatusCode> {
+    /// The code of a request that may be looked up, or why not.
+    fn check<'r>(&self, req: &'r Request<Incoming>) -> Result<&'r str, Refusal> {
         let m = &self.path.metrics;
         if !host_is_acceptable(req) {
             m.bad_request.inc();
-            return Err(StatusCode::BAD_REQUEST);
+            return Err(Refusal::Status(StatusCode::BAD_REQUEST));
         }
         if req.method() != Method::GET && req.method() != Method::HEAD {
             m.bad_method.inc();
-            return Err(StatusCode::METHOD_NOT_ALLOWED);
+            return Err(Refusal::Status(StatusCode::METHOD_NOT_ALLOWED));
         }
         match req.uri().path().strip_prefix('/') {
             Some(code) if is_valid_code(code.as_bytes()) => Ok(code),
+            Some("") => {
+                m.bad_path.inc();
+                Err(Refusal::Root)
+            }
             _ => {
                 m.bad_path.inc();
-                Err(StatusCode::NOT_FOUND)
+                Err(Refusal::Status(StatusCode::NOT_FOUND))
             }
+        }
+    }
+
+    /// The answer of a status without a redirect: the 404 and 410 answers are prebuilt.
+    fn refuse(&self, refusal: Refusal, head: bool) -> Reply {
+        match refusal {
+            Refusal::Status(StatusCode::NOT_FOUND) => self.dead_ends.not_found(head),
+            Refusal::Status(StatusCode::GONE) => self.dead_ends.gone(head),
+            Refusal::Status(status) => status_reply(status),
+            Refusal::Root => self.dead_ends.root(head),
         }
     }
 
@@ -172,7 +208,7 @@ impl RedirectAnswers {
             }
         };
         m.latency.observe(started.elapsed().as_secs_f64());
-        status_reply(status)
+        self.refuse(Refusal::Status(status), !is_get)
     }
 }
 
@@ -189,9 +225,9 @@ impl hyper::service::Service<Request<Incoming>> for Redirects {
         let answers = &self.0;
         let code = match answers.check(&req) {
             Ok(code) => code,
-            Err(status) => {
+            Err(refusal) => {
                 answers.path.metrics.latency.observe(started.elapsed().as_secs_f64());
-                return Either::Left(ready(Ok(status_reply(status))));
+                return Either::Left(ready(Ok(answers.refuse(refusal, req.method() == Method::HEAD))));
             }
         };
         let is_get = req.method() == Method::GET;

@@ -78,6 +78,14 @@ const HEADERS: &[&str] = &[
     "date",
     "allow",
     "retry-after",
+    "content-type",
+    "content-security-policy",
+];
+
+/// The only bodies the port sends: the static 404 and 410 pages.
+const PAGES: &[(&str, &str)] = &[
+    ("404", include_str!("../pages/not-found.html")),
+    ("410", include_str!("../pages/gone.html")),
 ];
 
 /// Checks every answer in `out`; `Err` says what is wrong.
@@ -99,15 +107,26 @@ fn check(out: &[u8]) -> Result<usize, String> {
         if !STATUSES.contains(&code) {
             return Err(format!("status {code} is not one the port sends"));
         }
+        let mut length = 0;
         for line in lines {
             let name = line.split(':').next().unwrap_or_default().to_ascii_lowercase();
             if !HEADERS.contains(&name.as_str()) {
                 return Err(format!("header {line:?} is not one the port sends"));
             }
+            if name == "content-length" {
+                length = line[15..].trim().parse().map_err(|_| format!("bad {line:?}"))?;
+            }
         }
         answers += 1;
-        // Every answer has an empty body.
-        rest = after;
+        // Every answer has an empty body, or is a 404 or 410 with its static page (whose
+        // length an answer to HEAD states without sending it).
+        let page = PAGES.iter().find(|(status, _)| *status == code).map(|(_, page)| *page);
+        rest = match page {
+            Some(page) if length == page.len() && after.starts_with(page) => &after[length..],
+            Some(page) if length == page.len() && (after.is_empty() || after.starts_with("HTTP/1.")) => after,
+            _ if length == 0 => after,
+            _ => return Err(format!("a {code} with a body that is not its page: {after:?}")),
+        };
     }
     Ok(answers)
 }

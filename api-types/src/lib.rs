@@ -1,0 +1,325 @@
+//! The bodies of Rebound's control-plane API (SPEC §6): what the server reads and writes,
+//! what its OpenAPI document is generated from (utoipa), and what the CLI sends and reads.
+//! One definition, so the three cannot drift apart. No behaviour beyond (de)serialising.
+#![forbid(unsafe_code)]
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// A new link.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateLinkRequest {
+    /// Absolute http(s) URL with a host and no user-info, at most 2,048 bytes (configurable),
+    /// without whitespace or control characters; not on this service's own host, not on a
+    /// blocked domain.
+    #[schema(
+        min_length = 1,
+        max_length = 2048,
+        pattern = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s\x00-\x1f\x7f-\x9f]+$"
+    )]
+    pub long_url: String,
+    /// A code of your choice: `[A-Za-z0-9_-]{3,32}`, not a reserved word (any case).
+    #[schema(pattern = r"^[A-Za-z0-9_-]{3,32}$")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_alias: Option<String>,
+    /// RFC 3339 time in the future, at most 10 years ahead; not with `ttl_seconds`.
+    #[schema(format = DateTime)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// Seconds until expiry, 1 to 10 years; not with `expires_at`.
+    #[schema(minimum = 1, maximum = 315_360_000)]
+    #[serde(default, deserialize_with = "whole_number", skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds: Option<i64>,
+    /// 301, 302 (default), 307 or 308.
+    #[schema(schema_with = redirect_schema)]
+    #[serde(default, deserialize_with = "whole_number", skip_serializing_if = "Option::is_none")]
+    pub redirect: Option<u16>,
+    /// Append the request's query string to the target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_query: Option<bool>,
+}
+
+/// A whole JSON number, written `20` or `20.0` (JSON has one number type, and JSON Schema's
+/// `integer` is any number without a fraction), in `T`'s range.
+pub fn whole_number<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: TryFrom<i64>,
+{
+    let Some(n) = Option::<serde_json::Number>::deserialize(d)? else {
+        return Ok(None);
+    };
+    n.as_i64()
+        .or_else(|| {
+            n.as_f64()
+                .filter(|f| f.fract() == 0.0 && f.abs() < 9.0e18)
+                .map(|f| f as i64)
+        })
+        .and_then(|w| T::try_from(w).ok())
+        .map(Some)
+        .ok_or_else(|| serde::de::Error::custom(format!("{n} is not a whole number in range")))
+}
+
+/// Up to 1,000 new links at once.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ImportRequest {
+    #[schema(schema_with = import_links_schema)]
+    pub links: Vec<CreateLinkRequest>,
+}
+
+/// The links of an import: 1 to 1,000 objects shaped as `CreateLinkRequest`. Their values
+/// are checked one by one (a link that breaks a rule fails alone, in `results`), so the
+/// request itself states only the shape.
+pub fn import_links_schema() -> utoipa::openapi::Array {
+    use utoipa::openapi::schema::{AdditionalProperties, SchemaType, Type};
+    use utoipa::openapi::ObjectBuilder;
+    let nullable = |t: Type| ObjectBuilder::new().schema_type(SchemaType::from_iter([t, Type::Null]));
+    let link = ObjectBuilder::new()
+        .property("long_url", ObjectBuilder::new().schema_type(Type::String))
+        .required("long_url")
+        .property("custom_alias", nullable(Type::String))
+        .property("expires_at", nullable(Type::String))
+        .property(
+            "ttl_seconds",
+            nullable(Type::Integer).minimum(Some(i64::MIN)).maximum(Some(i64::MAX)),
+        )
+        .property(
+            "redirect",
+            nullable(Type::Integer).minimum(Some(0)).maximum(Some(u16::MAX)),
+        )
+        .property("forward_query", nullable(Type::Boolean))
+        .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+        .description(Some(
+            "A link as in CreateLinkRequest; its values are checked on their own.",
+        ));
+    utoipa::openapi::ArrayBuilder::new()
+        .items(link)
+        .min_items(Some(1))
+        .max_items(Some(MAX_IMPORT))
+        .build()
+}
+
+/// `redirect` of a create request: one of the four redirect statuses, or null (302).
+pub fn redirect_schema() -> utoipa::openapi::Object {
+    use utoipa::openapi::schema::{SchemaType, Type};
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::Integer, Type::Null]))
+        .enum_values(Some([
+            serde_json::json!(301),
+            serde_json::json!(302),
+            serde_json::json!(307),
+            serde_json::json!(308),
+            serde_json::Value::Null,
+        ]))
+        .description(Some("301, 302 (default), 307 or 308."))
+        .build()
+}
+
+/// One outcome per imported link, in request order: the created link, or why not.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ImportResults {
+    pub created: usize,
+    pub failed: usize,
+    /// When some links failed `rate_limited`: seconds until the rate limit covers them
+    /// again (all of them, or a full burst when they are more); null otherwise.
+    pub retry_after_secs: Option<u64>,
+    pub results: Vec<ImportOutcome>,
+}
+
+/// The outcome of one imported link.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum ImportOutcome {
+    Created(LinkCreated),
+    Failed { error: ErrorDetail },
+}
+
+/// Most links in one import request.
+pub const MAX_IMPORT: usize = 1000;
+
+/// A link just created.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct LinkCreated {
+    pub code: String,
+    pub short_url: String,
+    pub long_url: String,
+    pub redirect: u16,
+    pub forward_query: bool,
+    pub expires_at: Option<String>,
+    pub created_at: String,
+    pub version: u64,
+}
+
+/// A link as stored, deleted ones included.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct LinkView {
+    pub code: String,
+    pub short_url: String,
+    pub long_url: String,
+    pub redirect: u16,
+    pub forward_query: bool,
+    pub expires_at: Option<String>,
+    pub created_at: String,
+    pub created_by: String,
+    pub is_active: bool,
+    pub version: u64,
+    pub deleted_at: Option<String>,
+    pub deleted_by: Option<String>,
+    pub delete_reason: Option<String>,
+}
+
+/// A page of links, newest first.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct LinkList {
+    pub links: Vec<LinkView>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// Why a link is taken down.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TakedownRequest {
+    /// 1 to 1,000 characters, no control characters; trimmed.
+    #[schema(
+        min_length = 1,
+        max_length = 1000,
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+    )]
+    pub reason: String,
+}
+
+/// Daily clicks of one link.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct LinkStats {
+    pub code: String,
+    pub total: u64,
+    pub days: Vec<DayClicks>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct DayClicks {
+    /// `YYYY-MM-DD`, UTC.
+    pub day: String,
+    pub clicks: u64,
+}
+
+/// A new API key.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateKeyRequest {
+    /// 1 to 100 characters, no control characters; trimmed.
+    #[schema(
+        min_length = 1,
+        max_length = 100,
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+    )]
+    pub name: String,
+    /// `creator` or `operator`.
+    #[schema(schema_with = role_schema)]
+    pub role: String,
+}
+
+/// The roles of a key.
+pub fn role_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::Type::String)
+        .enum_values(Some(["creator", "operator"]))
+        .description(Some("`creator` or `operator`."))
+        .build()
+}
+
+/// An API key just created; `key` is shown only here.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct KeyCreated {
+    pub id: String,
+    pub name: String,
+    #[schema(schema_with = role_schema)]
+    pub role: String,
+    pub key: String,
+}
+
+/// The error body of every failed call.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// What went wrong, for machines (`code`) and for people (`message`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ErrorDetail {
+    /// A stable snake_case identifier, e.g. `alias_taken`.
+    pub code: String,
+    pub message: String,
+}
+
+/// The audit log of one link, oldest first.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct LinkAudit {
+    pub code: String,
+    pub events: Vec<AuditEntry>,
+}
+
+/// One recorded action.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct AuditEntry {
+    /// RFC 3339, UTC.
+    pub at: String,
+    /// The key id that acted.
+    pub actor: String,
+    /// `delete` or `takedown`.
+    pub action: String,
+    pub reason: Option<String>,
+    /// `ok`, `already_down` or `invalidate_failed`.
+    pub outcome: String,
+}
+
+/// The caller's key.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Me {
+    /// The key id: `created_by` of its links, the actor of its takedowns.
+    pub id: String,
+    /// `creator` or `operator`.
+    #[schema(schema_with = role_schema)]
+    pub role: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_leaves_out_what_is_not_given_and_reads_whole_numbers_with_a_fraction() {
+        let req = CreateLinkRequest {
+            long_url: "https://example.com/".into(),
+            custom_alias: None,
+            expires_at: None,
+            ttl_seconds: Some(60),
+            redirect: None,
+            forward_query: None,
+        };
+        assert_eq!(
+            serde_json::to_string(&req).unwrap(),
+            r#"{"long_url":"https://example.com/","ttl_seconds":60}"#
+        );
+        let back: CreateLinkRequest =
+            serde_json::from_str(r#"{"long_url":"https://e.com/","ttl_seconds":60.0,"redirect":null}"#).unwrap();
+        assert_eq!((back.ttl_seconds, back.redirect), (Some(60), None));
+        assert!(serde_json::from_str::<CreateLinkRequest>(r#"{"long_url":"x","redirect":301.5}"#).is_err());
+        assert!(serde_json::from_str::<CreateLinkRequest>(r#"{"long_url":"x","redirect":70000}"#).is_err());
+        assert!(serde_json::from_str::<CreateLinkRequest>(r#"{"long_url":"x","bogus":1}"#).is_err());
+    }
+
+    #[test]
+    fn an_import_outcome_reads_back_as_what_it_was() {
+        let failed: ImportOutcome = serde_json::from_str(r#"{"error":{"code":"invalid_url","message":"no"}}"#).unwrap();
+        assert!(matches!(failed, ImportOutcome::Failed { error } if error.code == "invalid_url"));
+        let created: ImportOutcome = serde_json::from_str(
+            r#"{"code":"abc","short_url":"https://s/abc","long_url":"https://e/","redirect":302,"forward_query":false,"expires_at":null,"created_at":"2026-01-01T00:00:00Z","version":1}"#,
+        )
+        .unwrap();
+        assert!(matches!(created, ImportOutcome::Created(l) if l.code == "abc"));
+    }
+}

@@ -1,0 +1,500 @@
+// The Rebound console: a page per hash route, drawn from the control plane's API with the
+// key the person signed in with. The key lives in sessionStorage (gone with the tab), never
+// in a URL. Errors are shown as the API words them.
+
+const KEY_SLOT = "rebound.apiKey";
+const main = document.getElementById("main");
+const nav = document.getElementById("nav");
+let me = null; // {id, role} of the signed-in key
+
+/** An answer of the API that is not a success, in its own words. */
+class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+async function api(method, path, { body, headers = {}, raw = false } = {}) {
+  const init = { method, headers: { Authorization: `Bearer ${sessionStorage.getItem(KEY_SLOT) || ""}`, ...headers } };
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const res = await fetch(path, init);
+  if (!res.ok) {
+    let code = "http_" + res.status;
+    let message = `${res.status} ${res.statusText}`;
+    try {
+      const e = (await res.json()).error;
+      code = e.code;
+      message = e.message;
+    } catch (_) { /* not the API's error body */ }
+    if (res.status === 401 && path !== "/api/v1/me") signOut();
+    throw new ApiError(res.status, code, message);
+  }
+  if (raw) return res;
+  return res.status === 204 ? null : res.json();
+}
+
+/** Builds an element: h("a", {href: "#/"}, "text", child). `on` holds event handlers. */
+function h(tag, attrs = {}, ...children) {
+  const el = document.createElementNS(
+    tag === "svg" || attrs.svg ? "http://www.w3.org/2000/svg" : "http://www.w3.org/1999/xhtml",
+    tag,
+  );
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "on") for (const [ev, fn] of Object.entries(v)) el.addEventListener(ev, fn);
+    else if (k === "svg" || v === false || v === null || v === undefined) continue;
+    else if (v === true) el.setAttribute(k, "");
+    else el.setAttribute(k, String(v));
+  }
+  for (const c of children.flat()) if (c !== null && c !== undefined && c !== false) el.append(c);
+  return el;
+}
+const svg = (tag, attrs = {}, ...children) => h(tag, { ...attrs, svg: true }, ...children);
+
+let fieldIds = 0;
+/** A labelled control: the label names it, a hint describes it. */
+function field(label, control, hint) {
+  const id = control.id || `f${++fieldIds}`;
+  control.id = id;
+  const hintEl = hint ? h("span", { class: "hint", id: `${id}-hint` }, hint) : null;
+  if (hintEl) control.setAttribute("aria-describedby", hintEl.id);
+  const isCheck = control.type === "checkbox";
+  return isCheck
+    ? h("div", { class: "field check" }, control, h("label", { for: id }, label), hintEl)
+    : h("div", { class: "field" }, h("label", { for: id }, label), control, hintEl);
+}
+
+function errorBox(err) {
+  const text = err instanceof ApiError ? `${err.message} (${err.code})` : String(err.message || err);
+  return h("p", { class: "error", role: "alert" }, text);
+}
+
+function notice(text) {
+  return h("p", { class: "notice", role: "status" }, text);
+}
+
+/** Replaces the page with a heading and content, and moves focus to it. */
+function page(title, ...content) {
+  document.title = `${title} · Rebound console`;
+  main.replaceChildren(h("h1", { tabindex: "-1", id: "page-title" }, title), ...content);
+  document.getElementById("page-title").focus();
+}
+
+const isOperator = () => me && me.role === "operator";
+
+function drawNav(route) {
+  if (!me) {
+    nav.replaceChildren();
+    return;
+  }
+  const item = (href, text, name) =>
+    h("a", { href, "aria-current": route === name ? "page" : false }, text);
+  nav.replaceChildren(...[
+    item("#/links", "Links", "links"),
+    item("#/new", "New link", "new"),
+    isOperator() ? item("#/keys", "API keys", "keys") : null,
+    isOperator() ? item("#/audit", "Audit log", "audit") : null,
+    h("span", { class: "hint" }, `${me.id} (${me.role})`),
+    h("button", { type: "button", on: { click: () => { signOut(); location.hash = "#/signin"; } } }, "Sign out"),
+  ].filter(Boolean));
+}
+
+function signOut() {
+  sessionStorage.removeItem(KEY_SLOT);
+  me = null;
+}
+
+// ---- pages ----------------------------------------------------------------------------
+
+function signInPage(message) {
+  const key = h("input", { type: "password", name: "key", autocomplete: "off", required: true, spellcheck: "false" });
+  const out = h("div");
+  const form = h("form", { class: "stack", on: { submit: async (e) => {
+    e.preventDefault();
+    sessionStorage.setItem(KEY_SLOT, key.value.trim());
+    try {
+      me = await api("GET", "/api/v1/me");
+      if (location.hash === "#/links") route();
+      else location.hash = "#/links";
+    } catch (err) {
+      signOut();
+      out.replaceChildren(errorBox(err));
+      key.focus();
+    }
+  } } },
+    field("API key", key, "An operator or creator key. It is kept in this tab only, until you sign out or close it."),
+    h("div", { class: "actions" }, h("button", { type: "submit", class: "primary" }, "Sign in")),
+  );
+  page("Sign in", message ? notice(message) : null, form, out);
+}
+
+function linkState(link) {
+  if (!link.is_active) return ["deleted", "deleted"];
+  if (link.expires_at && Date.parse(link.expires_at) <= Date.now()) return ["expired", "expired"];
+  return ["active", "active"];
+}
+
+function stateBadge(link) {
+  const [cls, text] = linkState(link);
+  return h("span", { class: `state state-${cls}` }, text);
+}
+
+function linksTable(links) {
+  if (links.length === 0) return h("p", {}, "No links.");
+  return h("div", { class: "scroll" }, h("table", { id: "links-table" },
+    h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Code"), h("th", { scope: "col" }, "Target"),
+      h("th", { scope: "col" }, "Created"), h("th", { scope: "col" }, "State"))),
+    h("tbody", {}, links.map((l) => h("tr", { "data-code": l.code },
+      h("td", {}, h("a", { href: `#/links/${encodeURIComponent(l.code)}` }, l.code)),
+      h("td", { class: "target" }, l.long_url),
+      h("td", {}, new Date(l.created_at).toLocaleString()),
+      h("td", {}, stateBadge(l))))),
+  ));
+}
+
+/** Most pages a search reads through (1,000 links each). */
+const SEARCH_PAGES = 10;
+
+async function linksPage(params) {
+  const query = params.get("q") || "";
+  const limit = Number(params.get("limit")) || 25;
+  const cursor = params.get("cursor") || "";
+  const back = params.get("back") || ""; // the cursors of the pages before, comma-separated
+  const q = h("input", { type: "search", name: "q", value: query, placeholder: "code or part of the target" });
+  const size = h("select", { name: "limit" }, [25, 100, 500].map((n) => h("option", { value: n, selected: n === limit }, String(n))));
+  const form = h("form", { class: "inline", role: "search", on: { submit: (e) => {
+    e.preventDefault();
+    const p = new URLSearchParams();
+    if (q.value.trim()) p.set("q", q.value.trim());
+    p.set("limit", size.value);
+    location.hash = `#/links?${p}`;
+  } } },
+    field("Search by code or target", q),
+    field("Per page", size),
+    h("button", { type: "submit" }, "Search"));
+  const results = h("div", { "aria-live": "polite" }, h("p", {}, "Loading…"));
+  page("Links", form, results);
+  try {
+    if (query) {
+      const needle = query.toLowerCase();
+      let found = [];
+      let next = null;
+      let read = 0;
+      for (let i = 0; i < SEARCH_PAGES; i++) {
+        const p = new URLSearchParams({ limit: "1000" });
+        if (next) p.set("cursor", next);
+        const res = await api("GET", `/api/v1/links?${p}`);
+        read += res.links.length;
+        found = found.concat(res.links.filter((l) =>
+          l.code.toLowerCase().includes(needle) || l.long_url.toLowerCase().includes(needle)));
+        next = res.next_cursor;
+        if (!next) break;
+      }
+      results.replaceChildren(
+        h("p", { class: "hint" }, `${found.length} of the newest ${read} links match “${query}”` +
+          (next ? " (searched the newest links only)." : ".")),
+        linksTable(found.slice(0, limit)),
+      );
+      return;
+    }
+    const p = new URLSearchParams({ limit: String(limit) });
+    if (cursor) p.set("cursor", cursor);
+    const res = await api("GET", `/api/v1/links?${p}`);
+    const pager = h("div", { class: "actions" });
+    const backs = back ? back.split(",") : [];
+    if (cursor) {
+      const prev = new URLSearchParams({ limit: String(limit) });
+      const before = backs.slice(0, -1);
+      if (backs.length && backs[backs.length - 1]) prev.set("cursor", backs[backs.length - 1]);
+      if (before.length) prev.set("back", before.join(","));
+      pager.append(h("a", { class: "button", href: `#/links?${prev}` }, "← Newer"));
+    }
+    if (res.next_cursor) {
+      const nextP = new URLSearchParams({ limit: String(limit), cursor: res.next_cursor, back: [...backs, cursor].join(",") });
+      pager.append(h("a", { class: "button", href: `#/links?${nextP}` }, "Older →"));
+    }
+    results.replaceChildren(linksTable(res.links), pager);
+  } catch (err) {
+    results.replaceChildren(errorBox(err));
+  }
+}
+
+function newLinkPage() {
+  const longUrl = h("input", { type: "url", name: "long_url", required: true, placeholder: "https://example.com/page" });
+  const alias = h("input", { type: "text", name: "custom_alias", pattern: "[A-Za-z0-9_\\-]{3,32}", autocomplete: "off" });
+  const expiry = h("select", { name: "expiry" },
+    h("option", { value: "never" }, "Never"), h("option", { value: "at" }, "At a time"), h("option", { value: "ttl" }, "After a number of seconds"));
+  const expiresAt = h("input", { type: "datetime-local", name: "expires_at" });
+  const ttl = h("input", { type: "number", name: "ttl_seconds", min: 1, max: 315360000, step: 1 });
+  const redirect = h("select", { name: "redirect" }, [302, 301, 307, 308].map((s) =>
+    h("option", { value: s }, { 301: "301 Moved Permanently", 302: "302 Found (default)", 307: "307 Temporary Redirect", 308: "308 Permanent Redirect" }[s])));
+  const forward = h("input", { type: "checkbox", name: "forward_query" });
+  const idem = h("input", { type: "text", name: "idempotency_key", autocomplete: "off", maxlength: 255 });
+  const atField = field("Expires at (your local time)", expiresAt);
+  const ttlField = field("Expires after (seconds)", ttl, "1 to 315,360,000 (10 years).");
+  const showExpiry = () => {
+    atField.hidden = expiry.value !== "at";
+    ttlField.hidden = expiry.value !== "ttl";
+  };
+  expiry.addEventListener("change", showExpiry);
+  const out = h("div");
+  const form = h("form", { class: "stack", on: { submit: async (e) => {
+    e.preventDefault();
+    const body = { long_url: longUrl.value.trim(), redirect: Number(redirect.value), forward_query: forward.checked };
+    if (alias.value.trim()) body.custom_alias = alias.value.trim();
+    if (expiry.value === "at" && expiresAt.value) body.expires_at = new Date(expiresAt.value).toISOString();
+    if (expiry.value === "ttl" && ttl.value) body.ttl_seconds = Number(ttl.value);
+    const headers = idem.value.trim() ? { "Idempotency-Key": idem.value.trim() } : {};
+    try {
+      const link = await api("POST", "/api/v1/links", { body, headers });
+      location.hash = `#/links/${encodeURIComponent(link.code)}`;
+    } catch (err) {
+      out.replaceChildren(errorBox(err));
+    }
+  } } },
+    field("Target URL", longUrl, "An absolute http or https URL."),
+    field("Custom alias (optional)", alias, "3 to 32 letters, digits, _ or -. Empty: a generated code."),
+    field("Expiry", expiry),
+    atField, ttlField,
+    field("Redirect status", redirect),
+    field("Forward the visitor's query string to the target", forward),
+    field("Idempotency key (optional)", idem, "Sending the same key again returns the first answer instead of a second link."),
+    h("div", { class: "actions" }, h("button", { type: "submit", class: "primary" }, "Create link")),
+  );
+  showExpiry();
+  page("New link", form, out);
+}
+
+const isoDay = (d) => d.toISOString().slice(0, 10);
+
+/** Per-day clicks as a bar chart, with the numbers also in a table. */
+function clicksChart(stats) {
+  const w = 640, hgt = 200, pad = 28;
+  const max = Math.max(1, ...stats.days.map((d) => d.clicks));
+  const bw = (w - pad) / stats.days.length;
+  const bars = stats.days.map((d, i) => {
+    const bh = ((hgt - pad) * d.clicks) / max;
+    return svg("rect", { class: "bar-rect", x: pad + i * bw + 1, y: hgt - pad - bh, width: Math.max(1, bw - 2), height: bh,
+      "data-day": d.day, "data-clicks": d.clicks }, svg("title", {}, `${d.day}: ${d.clicks} clicks`));
+  });
+  const first = stats.days[0]?.day || "", last = stats.days[stats.days.length - 1]?.day || "";
+  const chart = svg("svg", { viewBox: `0 0 ${w} ${hgt}`, role: "img", "aria-labelledby": "chart-title", id: "clicks-chart" },
+    svg("title", { id: "chart-title" }, `Clicks per day from ${first} to ${last}: ${stats.total} in all`),
+    svg("line", { class: "axis", x1: pad, y1: hgt - pad, x2: w, y2: hgt - pad }),
+    svg("line", { class: "axis", x1: pad, y1: 0, x2: pad, y2: hgt - pad }),
+    svg("text", { x: 2, y: 12 }, String(max)),
+    svg("text", { x: 2, y: hgt - pad }, "0"),
+    svg("text", { x: pad, y: hgt - 8 }, first),
+    svg("text", { x: w - 70, y: hgt - 8 }, last),
+    bars);
+  const table = h("details", {}, h("summary", {}, "Clicks per day as a table"),
+    h("div", { class: "scroll" }, h("table", {},
+      h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Day"), h("th", { scope: "col" }, "Clicks"))),
+      h("tbody", {}, stats.days.map((d) => h("tr", {}, h("td", {}, d.day), h("td", {}, String(d.clicks))))))));
+  return h("div", { class: "chart" },
+    h("p", { id: "clicks-total" }, `${stats.total} clicks from ${first} to ${last}`), chart, table);
+}
+
+async function linkPage(code) {
+  page(code, h("p", {}, "Loading…"));
+  let link;
+  try {
+    link = await api("GET", `/api/v1/links/${encodeURIComponent(code)}`);
+  } catch (err) {
+    page(code, errorBox(err), h("p", {}, h("a", { href: "#/links" }, "Back to the links")));
+    return;
+  }
+  const copied = h("span", { role: "status", class: "hint" });
+  const copy = h("button", { type: "button", on: { click: async () => {
+    try {
+      await navigator.clipboard.writeText(link.short_url);
+      copied.textContent = "Copied.";
+    } catch (err) {
+      copied.textContent = `Could not copy: ${err.message}`;
+    }
+  } } }, "Copy short URL");
+  const props = h("dl", { class: "props" },
+    h("dt", {}, "Short URL"), h("dd", {}, h("a", { href: link.short_url, id: "short-url" }, link.short_url), " ", copy, " ", copied),
+    h("dt", {}, "Target"), h("dd", {}, link.long_url),
+    h("dt", {}, "State"), h("dd", { id: "link-state" }, stateBadge(link)),
+    h("dt", {}, "Redirect"), h("dd", {}, String(link.redirect)),
+    h("dt", {}, "Forwards query"), h("dd", {}, link.forward_query ? "yes" : "no"),
+    h("dt", {}, "Created"), h("dd", {}, `${new Date(link.created_at).toLocaleString()} by ${link.created_by}`),
+    h("dt", {}, "Expires"), h("dd", {}, link.expires_at ? new Date(link.expires_at).toLocaleString() : "never"),
+    h("dt", {}, "Version"), h("dd", {}, String(link.version)),
+    link.deleted_at ? [h("dt", {}, "Deleted"), h("dd", {}, `${new Date(link.deleted_at).toLocaleString()} by ${link.deleted_by}`)] : null,
+    link.delete_reason ? [h("dt", {}, "Reason"), h("dd", {}, link.delete_reason)] : null,
+  );
+
+  const qr = h("div", { class: "qr" }, h("p", {}, "Loading the QR code…"));
+  api("GET", `/api/v1/links/${encodeURIComponent(code)}/qr.svg`, { raw: true })
+    .then((res) => res.blob())
+    .then((blob) => {
+      const url = URL.createObjectURL(blob);
+      qr.replaceChildren(
+        h("img", { src: url, alt: `QR code of ${link.short_url}`, id: "qr-image" }),
+        h("p", {}, h("a", { class: "button", href: url, download: `${code}.svg`, id: "qr-download" }, "Download QR code (SVG)")));
+    })
+    .catch((err) => qr.replaceChildren(errorBox(err)));
+
+  const today = new Date();
+  const from = h("input", { type: "date", name: "from", value: isoDay(new Date(today.getTime() - 29 * 86400000)) });
+  const to = h("input", { type: "date", name: "to", value: isoDay(today) });
+  const chart = h("div", { "aria-live": "polite" });
+  const drawChart = async () => {
+    const p = new URLSearchParams();
+    if (from.value) p.set("from", from.value);
+    if (to.value) p.set("to", to.value);
+    try {
+      chart.replaceChildren(clicksChart(await api("GET", `/api/v1/links/${encodeURIComponent(code)}/stats?${p}`)));
+    } catch (err) {
+      chart.replaceChildren(errorBox(err));
+    }
+  };
+  const range = h("form", { class: "inline", on: { submit: (e) => { e.preventDefault(); drawChart(); } } },
+    field("From (UTC day)", from), field("To (UTC day)", to), h("button", { type: "submit" }, "Show clicks"));
+
+  const actions = h("div");
+  if (link.is_active) {
+    const out = h("div");
+    const confirmRow = h("div", { class: "actions", hidden: true },
+      h("span", {}, "Delete this link? Visitors will get the not-found page."),
+      h("button", { type: "button", class: "danger", id: "confirm-delete", on: { click: async () => {
+        try {
+          await api("DELETE", `/api/v1/links/${encodeURIComponent(code)}`);
+          location.hash = `#/links/${encodeURIComponent(code)}`;
+          linkPage(code);
+        } catch (err) {
+          out.replaceChildren(errorBox(err));
+        }
+      } } }, "Yes, delete"),
+      h("button", { type: "button", on: { click: () => { confirmRow.hidden = true; } } }, "Cancel"));
+    actions.append(h("h2", {}, "Delete"),
+      h("button", { type: "button", class: "danger", on: { click: () => { confirmRow.hidden = false; confirmRow.querySelector("#confirm-delete").focus(); } } }, "Delete link"),
+      confirmRow, out);
+    if (isOperator()) {
+      const reason = h("textarea", { name: "reason", required: true, maxlength: 1000, rows: 2 });
+      const tdOut = h("div");
+      actions.append(h("h2", {}, "Take down"), h("form", { class: "stack", on: { submit: async (e) => {
+        e.preventDefault();
+        try {
+          await api("POST", `/api/v1/links/${encodeURIComponent(code)}/takedown`, { body: { reason: reason.value } });
+          linkPage(code);
+        } catch (err) {
+          tdOut.replaceChildren(errorBox(err));
+        }
+      } } }, field("Reason", reason, "Recorded in the audit log with your key and the time."),
+        h("div", { class: "actions" }, h("button", { type: "submit", class: "danger" }, "Take down"))), tdOut);
+    }
+  }
+  const audit = h("div");
+  if (isOperator()) {
+    audit.append(h("h2", {}, "Audit log"));
+    api("GET", `/api/v1/links/${encodeURIComponent(code)}/audit`)
+      .then((res) => audit.append(auditTable(res.events)))
+      .catch((err) => audit.append(errorBox(err)));
+  }
+  page(`Link ${code}`,
+    h("div", { class: "grid2" }, props, qr),
+    h("h2", {}, "Clicks"), range, chart, actions, audit);
+  drawChart();
+}
+
+function auditTable(events) {
+  if (events.length === 0) return h("p", {}, "Nothing recorded.");
+  return h("div", { class: "scroll" }, h("table", { class: "audit" },
+    h("thead", {}, h("tr", {}, ["Time", "Action", "Actor", "Reason", "Outcome"].map((t) => h("th", { scope: "col" }, t)))),
+    h("tbody", {}, events.map((e) => h("tr", {},
+      h("td", {}, new Date(e.at).toLocaleString()), h("td", {}, e.action), h("td", {}, e.actor),
+      h("td", {}, e.reason || ""), h("td", {}, e.outcome))))));
+}
+
+function operatorsOnly(title) {
+  page(title, h("p", { class: "error", role: "alert" }, "This page is for operator keys. Sign in with an operator key to use it."));
+}
+
+function keysPage() {
+  if (!isOperator()) return operatorsOnly("API keys");
+  const name = h("input", { type: "text", name: "name", required: true, maxlength: 100 });
+  const role = h("select", { name: "role" }, h("option", { value: "creator" }, "creator"), h("option", { value: "operator" }, "operator"));
+  const created = h("div", { "aria-live": "polite" });
+  const createForm = h("form", { class: "stack", on: { submit: async (e) => {
+    e.preventDefault();
+    try {
+      const k = await api("POST", "/api/v1/keys", { body: { name: name.value, role: role.value } });
+      created.replaceChildren(notice(`Key ${k.id} (${k.role}) created. Copy it now: it is shown only this once.`),
+        h("p", { class: "secret", id: "new-key" }, k.key));
+    } catch (err) {
+      created.replaceChildren(errorBox(err));
+    }
+  } } }, field("Name", name, "Who or what the key is for."), field("Role", role),
+    h("div", { class: "actions" }, h("button", { type: "submit", class: "primary" }, "Create key")));
+  const id = h("input", { type: "text", name: "id", required: true, autocomplete: "off" });
+  const revoked = h("div", { "aria-live": "polite" });
+  const revokeForm = h("form", { class: "stack", on: { submit: async (e) => {
+    e.preventDefault();
+    try {
+      await api("DELETE", `/api/v1/keys/${encodeURIComponent(id.value.trim())}`);
+      revoked.replaceChildren(notice(`Key ${id.value.trim()} revoked; it stopped working at once.`));
+    } catch (err) {
+      revoked.replaceChildren(errorBox(err));
+    }
+  } } }, field("Key id", id, "The id shown when the key was created (not the key itself)."),
+    h("div", { class: "actions" }, h("button", { type: "submit", class: "danger" }, "Revoke key")));
+  page("API keys", h("h2", {}, "Create a key"), createForm, created, h("h2", {}, "Revoke a key"), revokeForm, revoked);
+}
+
+function auditPage(params) {
+  if (!isOperator()) return operatorsOnly("Audit log");
+  const code = h("input", { type: "text", name: "code", required: true, value: params.get("code") || "", autocomplete: "off" });
+  const out = h("div", { "aria-live": "polite" });
+  const form = h("form", { class: "inline", on: { submit: (e) => {
+    e.preventDefault();
+    location.hash = `#/audit?${new URLSearchParams({ code: code.value.trim() })}`;
+  } } }, field("Link code", code), h("button", { type: "submit" }, "Show"));
+  page("Audit log", h("p", {}, "Every delete and takedown of a link: who, when, why and with what outcome."), form, out);
+  if (params.get("code")) {
+    api("GET", `/api/v1/links/${encodeURIComponent(params.get("code"))}/audit`)
+      .then((res) => out.replaceChildren(h("h2", {}, `Link ${res.code}`), auditTable(res.events)))
+      .catch((err) => out.replaceChildren(errorBox(err)));
+  }
+}
+
+// ---- routing --------------------------------------------------------------------------
+
+async function route() {
+  const [path, query] = (location.hash.slice(1) || "/links").split("?");
+  const params = new URLSearchParams(query || "");
+  if (!sessionStorage.getItem(KEY_SLOT)) {
+    drawNav("signin");
+    return signInPage();
+  }
+  if (!me) {
+    try {
+      me = await api("GET", "/api/v1/me");
+    } catch (err) {
+      signOut();
+      drawNav("signin");
+      return signInPage(err.message);
+    }
+  }
+  const parts = path.split("/").filter(Boolean);
+  const name = parts[0] || "links";
+  drawNav(name === "links" && parts[1] ? "" : name);
+  if (name === "links" && parts[1]) return linkPage(decodeURIComponent(parts[1]));
+  if (name === "new") return newLinkPage();
+  if (name === "keys") return keysPage();
+  if (name === "audit") return auditPage(params);
+  if (name === "signin") {
+    location.hash = "#/links";
+    return;
+  }
+  return linksPage(params);
+}
+
+window.addEventListener("hashchange", route);
+route();

@@ -1,0 +1,44 @@
+//! Reading the audit log: `GET /api/v1/links/{code}/audit` (operators), every delete and
+//! takedown of a link with actor, reason, time and outcome.
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ErrorBody};
+use crate::ControlPlane;
+use axum::extract::{Path, State};
+use axum::Json;
+use rebound_api_types::{AuditEntry, LinkAudit};
+use rebound_core::time::to_rfc3339;
+use std::sync::Arc;
+
+#[utoipa::path(get, path = "/api/v1/links/{code}/audit", tag = "links",
+    params(("code" = String, Path, description = "The short code")),
+    responses(
+        (status = 200, description = "Every delete and takedown of the link, oldest first", body = LinkAudit),
+        (status = 401, description = "No valid key", body = ErrorBody),
+        (status = 403, description = "Not an operator", body = ErrorBody),
+        (status = 404, description = "No such link", body = ErrorBody),
+    ),
+    security(("api_key" = [])))]
+pub(crate) async fn link_audit(
+    State(cp): State<Arc<ControlPlane>>,
+    caller: Caller,
+    Path(code): Path<String>,
+) -> Result<Json<LinkAudit>, ApiError> {
+    let principal = caller.principal()?;
+    principal.require_operator()?;
+    let link = cp.visible_link(&principal, &code).await?;
+    let events = cp.store.audit_for(&link.code).await?;
+    Ok(Json(LinkAudit {
+        code: link.code,
+        events: events
+            .into_iter()
+            .map(|e| AuditEntry {
+                at: to_rfc3339(e.at),
+                actor: e.actor,
+                action: e.action,
+                reason: e.reason,
+                outcome: e.outcome,
+            })
+            .collect(),
+    }))
+}

@@ -1,0 +1,309 @@
+"""The console in real headless Chromium (Debian's /usr/bin/chromium, driven by Playwright),
+against the real all-in-one binary on free loopback ports: sign in, create a link, find it,
+click it on the redirect port, see the clicks on its chart, download its QR code and decode
+it back to the short URL (zbarimg), create a creator key, take a link down and read the
+audit log, delete the link and see the dead-link page, and check that a creator key does not
+get the operator pages. A screenshot of every page goes to the results folder it prints.
+
+Usage: python3 tests/browser/console.py BINARY RESULTS_DIR
+"""
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+from playwright.sync_api import expect, sync_playwright
+
+OPERATOR_KEY = "browser-test-operator-key-0001"
+CHROMIUM = os.environ.get("REBOUND_TEST_CHROMIUM", "/usr/bin/chromium")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def visit(url):
+    """GET without following redirects: (status, Location, body)."""
+    opener = urllib.request.build_opener(NoRedirect)
+    try:
+        res = opener.open(url, timeout=10)
+        return res.status, res.headers.get("Location"), res.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("Location"), e.read()
+
+
+def start_rebound(binary, data_dir):
+    api, redirect = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "REBOUND_DATA_DIR": data_dir,
+        "REBOUND_API_ADDR": api,
+        "REBOUND_REDIRECT_ADDR": redirect,
+        "REBOUND_METRICS_ADDR": "127.0.0.1:0",
+        "REBOUND_PUBLIC_BASE_URL": f"http://{redirect}",
+        "REBOUND_BOOTSTRAP_KEY": OPERATOR_KEY,
+        "REBOUND_LOG": "warn",
+    }
+    proc = subprocess.Popen([binary], env=env, stdout=subprocess.DEVNULL)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(f"http://{api}/api/v1/openapi.json", timeout=1)
+            return proc, f"http://{api}", f"http://{redirect}"
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("rebound did not start")
+
+
+class Run:
+    def __init__(self, results):
+        self.results = results
+        self.checks = 0
+        self.shots = []
+
+    def shot(self, page, name):
+        path = os.path.join(self.results, f"{len(self.shots) + 1:02d}-{name}.png")
+        page.screenshot(path=path, full_page=True)
+        self.shots.append(path)
+
+    def check(self, ok, what):
+        self.checks += 1
+        if not ok:
+            raise AssertionError(what)
+
+
+def sign_in(page, console, key):
+    page.goto(console + "/")
+    page.get_by_label("API key").fill(key)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", name="Links", exact=True)).to_be_visible()
+
+
+def main(binary, results):
+    shutil.rmtree(results, ignore_errors=True)
+    os.makedirs(results)
+    run = Run(results)
+    data_dir = tempfile.mkdtemp(prefix="rebound-browser-")
+    proc, console, redirect = start_rebound(binary, data_dir)
+    errors = []
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            context = browser.new_context(viewport={"width": 1100, "height": 800}, accept_downloads=True)
+            context.grant_permissions(["clipboard-read", "clipboard-write"], origin=console)
+            page = context.new_page()
+            # A CSP violation or a script error fails the test (the API's refusals, which the
+            # test provokes, are logged as failed loads: those are expected).
+            page.on("console", lambda m: m.type == "error"
+                    and not m.text.startswith("Failed to load resource") and errors.append(m.text))
+            page.on("pageerror", lambda e: errors.append(str(e)))
+
+            # Sign in.
+            page.goto(console + "/")
+            expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+            run.shot(page, "sign-in")
+            page.get_by_label("API key").fill("not-a-key-of-this-service")
+            page.get_by_role("button", name="Sign in").click()
+            expect(page.get_by_role("alert")).to_contain_text("(unauthorized)")
+            run.shot(page, "sign-in-refused")
+            run.check("apiKey" not in page.url and "not-a-key" not in page.url, "the key never goes into a URL")
+            page.get_by_label("API key").fill(OPERATOR_KEY)
+            page.get_by_role("button", name="Sign in").click()
+            expect(page.get_by_role("heading", name="Links", exact=True)).to_be_visible()
+            run.check(OPERATOR_KEY not in page.url, "the key never goes into a URL")
+            stored = page.evaluate("sessionStorage.getItem('rebound.apiKey')")
+            run.check(stored == OPERATOR_KEY, "the key is kept in sessionStorage")
+
+            # Create a link with options, by keyboard-reachable labelled controls.
+            page.get_by_role("link", name="New link").click()
+            expect(page.get_by_role("heading", name="New link")).to_be_visible()
+            page.get_by_label("Target URL").fill("https://example.com/landing?from=console")
+            page.get_by_label("Custom alias (optional)").fill("console-e2e")
+            page.get_by_label("Redirect status").select_option("301")
+            page.get_by_label("Forward the visitor's query string to the target").check()
+            page.get_by_label("Expiry").select_option("ttl")
+            page.get_by_label("Expires after (seconds)").fill("86400")
+            run.shot(page, "new-link")
+            page.get_by_role("button", name="Create link").click()
+            expect(page.get_by_role("heading", name="Link console-e2e")).to_be_visible()
+            short_url = f"{redirect}/console-e2e"
+            expect(page.locator("#short-url")).to_have_text(short_url)
+
+            # The API's own words for a refused create.
+            page.get_by_role("link", name="New link").click()
+            page.get_by_label("Target URL").fill("https://example.com/again")
+            page.get_by_label("Custom alias (optional)").fill("console-e2e")
+            page.get_by_role("button", name="Create link").click()
+            expect(page.get_by_role("alert")).to_have_text("this alias is already taken (alias_taken)")
+            run.shot(page, "new-link-refused")
+
+            # Find it in the list, by code and by target.
+            page.get_by_role("link", name="Links", exact=True).click()
+            expect(page.locator("#links-table tr[data-code='console-e2e']")).to_be_visible()
+            run.shot(page, "links")
+            page.get_by_label("Search by code or target").fill("landing?from")
+            page.get_by_role("button", name="Search").click()
+            expect(page.locator("#links-table tbody tr")).to_have_count(1)
+            expect(page.locator("#links-table tr[data-code='console-e2e']")).to_be_visible()
+            run.shot(page, "links-search")
+            page.get_by_label("Search by code or target").fill("nothing-like-this")
+            page.get_by_role("button", name="Search").click()
+            expect(page.get_by_text("No links.")).to_be_visible()
+
+            # Click it on the redirect port, several times.
+            for i in range(3):
+                status, location, _ = visit(f"{short_url}?n={i}")
+                run.check(status == 301, f"redirect {status}")
+                run.check(location == f"https://example.com/landing?from=console&n={i}", location)
+
+            # See the clicks on its chart.
+            page.get_by_label("Search by code or target").fill("console-e2e")
+            page.get_by_role("button", name="Search").click()
+            page.get_by_role("link", name="console-e2e").click()
+            expect(page.get_by_role("heading", name="Link console-e2e")).to_be_visible()
+            deadline = time.time() + 10
+            while "3 clicks" not in page.locator("#clicks-total").inner_text():
+                run.check(time.time() < deadline, "the chart shows the 3 clicks within 10 s")
+                page.get_by_role("button", name="Show clicks").click()
+                page.wait_for_timeout(300)
+            today_bar = page.locator("#clicks-chart rect[data-clicks='3']")
+            expect(today_bar).to_have_count(1)
+            expect(page.locator("#clicks-chart rect")).to_have_count(30)
+            # Another range: the chart follows it.
+            page.get_by_label("From (UTC day)").fill("2026-01-01")
+            page.get_by_label("To (UTC day)").fill("2026-01-07")
+            page.get_by_role("button", name="Show clicks").click()
+            expect(page.locator("#clicks-chart rect")).to_have_count(7)
+            expect(page.locator("#clicks-total")).to_have_text("0 clicks from 2026-01-01 to 2026-01-07")
+            page.get_by_label("From (UTC day)").fill("2026-01-08")
+            page.get_by_role("button", name="Show clicks").click()
+            expect(page.get_by_role("alert")).to_have_text("from must not be after to (invalid_date)")
+            page.reload()
+            expect(page.locator("#clicks-chart rect[data-clicks='3']")).to_have_count(1)
+            expect(page.locator("#qr-image")).to_be_visible()
+            run.shot(page, "link")
+
+            # Copy the short URL.
+            page.get_by_role("button", name="Copy short URL").click()
+            expect(page.get_by_text("Copied.")).to_be_visible()
+            run.check(page.evaluate("navigator.clipboard.readText()") == short_url, "the short URL is copied")
+
+            # Download its QR code; Chromium rasterises the SVG; zbarimg reads it back.
+            with page.expect_download() as download:
+                page.locator("#qr-download").click()
+            svg_path = os.path.join(results, "console-e2e.svg")
+            download.value.save_as(svg_path)
+            run.check(download.value.suggested_filename == "console-e2e.svg", download.value.suggested_filename)
+            qr_page = context.new_page()
+            qr_page.set_viewport_size({"width": 400, "height": 400})
+            qr_page.goto("file://" + svg_path)
+            png_path = os.path.join(results, "console-e2e-qr.png")
+            qr_page.screenshot(path=png_path)
+            qr_page.close()
+            decoded = subprocess.run(["zbarimg", "--raw", "-q", png_path], capture_output=True, text=True)
+            run.check(decoded.stdout.strip() == short_url, f"QR decodes to {decoded.stdout!r}, not {short_url}")
+
+            # Keys: create a creator key (shown once).
+            page.get_by_role("link", name="API keys").click()
+            expect(page.get_by_role("heading", name="API keys")).to_be_visible()
+            page.get_by_label("Name").fill("browser creator")
+            page.get_by_label("Role").select_option("creator")
+            page.get_by_role("button", name="Create key").click()
+            expect(page.locator("#new-key")).to_be_visible()
+            creator_key = page.locator("#new-key").inner_text().strip()
+            run.shot(page, "keys")
+            page.get_by_label("Key id").fill("no-such-key-id")
+            page.get_by_role("button", name="Revoke key").click()
+            expect(page.get_by_role("alert")).to_have_text("no such key (not_found)")
+
+            # Take a second link down with a reason; read the audit log.
+            page.get_by_role("link", name="New link").click()
+            page.get_by_label("Target URL").fill("https://example.com/phish")
+            page.get_by_label("Custom alias (optional)").fill("console-takedown")
+            page.get_by_role("button", name="Create link").click()
+            expect(page.get_by_role("heading", name="Link console-takedown")).to_be_visible()
+            page.get_by_label("Reason").fill("phishing, reported by the browser test")
+            page.get_by_role("button", name="Take down").click()
+            expect(page.locator("#link-state")).to_have_text("deleted")
+            page.get_by_role("link", name="Audit log").click()
+            page.get_by_label("Link code").fill("console-takedown")
+            page.get_by_role("button", name="Show").click()
+            expect(page.locator("table.audit tbody tr")).to_have_count(1)
+            expect(page.locator("table.audit")).to_contain_text("phishing, reported by the browser test")
+            expect(page.locator("table.audit")).to_contain_text("takedown")
+            run.shot(page, "audit")
+
+            # Delete the first link; its short URL then shows the dead-link page.
+            page.goto(console + "/#/links/console-e2e")
+            expect(page.get_by_role("heading", name="Link console-e2e")).to_be_visible()
+            page.get_by_role("button", name="Delete link").click()
+            page.get_by_role("button", name="Yes, delete").click()
+            expect(page.locator("#link-state")).to_have_text("deleted")
+            run.shot(page, "link-deleted")
+            status, _, _ = visit(short_url)
+            run.check(status == 404, f"a deleted link is 404, not {status}")
+            dead = context.new_page()
+            res = dead.goto(short_url)
+            run.check(res.status == 404, f"Chromium got {res.status}")
+            expect(dead.get_by_role("heading", name="This link does not exist")).to_be_visible()
+            run.shot(dead, "dead-link-404")
+            dead.close()
+
+            # A creator key does not get the operator pages.
+            creator = browser.new_context(viewport={"width": 390, "height": 844})  # a phone
+            cpage = creator.new_page()
+            cpage.on("pageerror", lambda e: errors.append(str(e)))
+            sign_in(cpage, console, creator_key)
+            run.check(cpage.get_by_role("link", name="API keys").count() == 0, "no keys link for a creator")
+            run.check(cpage.get_by_role("link", name="Audit log").count() == 0, "no audit link for a creator")
+            expect(cpage.get_by_text("No links.")).to_be_visible()  # only its own links
+            run.shot(cpage, "creator-links-phone")
+            for hash_, title in [("#/keys", "API keys"), ("#/audit", "Audit log")]:
+                cpage.goto(console + "/" + hash_)
+                expect(cpage.get_by_role("heading", name=title)).to_be_visible()
+                expect(cpage.get_by_role("alert")).to_contain_text("This page is for operator keys")
+                run.check(cpage.get_by_role("button", name="Create key").count() == 0, "no key form for a creator")
+            run.shot(cpage, "creator-refused")
+            cpage.goto(console + "/#/links/console-takedown")
+            expect(cpage.get_by_role("alert")).to_have_text("this link belongs to another key (forbidden)")
+            # Keyboard: the sign-out button is reachable with Tab and works with Enter.
+            cpage.goto(console + "/#/links")
+            for _ in range(12):
+                cpage.keyboard.press("Tab")
+                if cpage.evaluate("document.activeElement.textContent") == "Sign out":
+                    break
+            cpage.keyboard.press("Enter")
+            expect(cpage.get_by_role("heading", name="Sign in")).to_be_visible()
+            run.check(cpage.evaluate("sessionStorage.getItem('rebound.apiKey')") is None, "sign-out forgets the key")
+            creator.close()
+            browser.close()
+        run.check(not errors, f"the console logged errors: {errors}")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+        shutil.rmtree(data_dir, ignore_errors=True)
+    print(f"browser test: screenshots of every page in {results}")
+    for s in run.shots:
+        print(f"  {os.path.basename(s)}")
+    print(f"browser test: {run.checks} checks, every page passed")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        raise SystemExit(__doc__)
+    main(sys.argv[1], os.path.abspath(sys.argv[2]))
