@@ -652,3 +652,110 @@ async fn wrong_redis_credentials_stop_the_start_with_an_error_naming_the_setting
     let _ = redis.kill();
     let _ = redis.wait();
 }
+
+/// POST /api/v1/links on `cp` with an `Idempotency-Key`; the status and the body.
+async fn create_with_key(cp: &Running, body: &Value, key: &str) -> (StatusCode, Value) {
+    let res = http()
+        .post(format!("{}/api/v1/links", cp.api()))
+        .bearer_auth(OPERATOR_KEY)
+        .header("Idempotency-Key", key)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = res.status();
+    (status, res.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_REDIS_URL and REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
+async fn two_control_planes_on_one_store_issue_no_code_twice_and_count_every_click_once() {
+    let d = Deployment::new(&shared_aws_url(), Some(&shared_redis_url()));
+    let dir = temp_dir();
+    // Small KGS blocks, so the two planes lease many times while racing.
+    let config = dir.path().join("small-blocks.toml");
+    std::fs::write(&config, "[api]\nkgs_block_size = 16\n").unwrap();
+    let lease = [("REBOUND_CONFIG", config.to_str().unwrap())];
+    let cps = [d.control_plane(dir.path(), &lease), d.control_plane(dir.path(), &lease)];
+    let p = d.proxy(dir.path(), &[]).await;
+
+    // Generated codes, concurrently on both: all distinct.
+    let per_plane = 120;
+    let generated = futures_util::future::join_all(cps.iter().enumerate().map(|(n, cp)| async move {
+        let mut codes = Vec::new();
+        for i in 0..per_plane {
+            codes.push(create(cp, json!({"long_url": format!("https://example.com/{n}/{i}")})).await);
+        }
+        codes
+    }))
+    .await;
+    let all: Vec<&String> = generated.iter().flatten().collect();
+    let distinct: std::collections::HashSet<&&String> = all.iter().collect();
+    assert_eq!(distinct.len(), 2 * per_plane, "a code was issued twice");
+
+    // The same alias asked of both at once, twenty times: exactly one 201 each time.
+    for i in 0..20 {
+        let body = json!({"long_url": "https://example.com/alias", "custom_alias": format!("both-{i}-{}", now_millis())});
+        let (ka, kb) = (format!("a-{i}"), format!("b-{i}"));
+        let (a, b) = tokio::join!(
+            create_with_key(&cps[0], &body, &ka),
+            create_with_key(&cps[1], &body, &kb)
+        );
+        let created = [a.0, b.0].iter().filter(|s| **s == StatusCode::CREATED).count();
+        assert_eq!(created, 1, "alias {i}: {a:?} {b:?}");
+        assert!([a.0, b.0].contains(&StatusCode::CONFLICT), "alias {i}: {a:?} {b:?}");
+    }
+
+    // An idempotent retry against the other plane gets the first answer.
+    let body = json!({"long_url": "https://example.com/retry"});
+    let (first, v1) = create_with_key(&cps[0], &body, "retry-1").await;
+    let (again, v2) = create_with_key(&cps[1], &body, "retry-1").await;
+    assert_eq!((first, again), (StatusCode::CREATED, StatusCode::CREATED), "{v1} {v2}");
+    assert_eq!(v1["code"], v2["code"], "the retry made a second link");
+
+    // Deletes on one plane, takedowns on the other: 404 at once on the proxy.
+    for (i, code) in generated[0].iter().take(6).enumerate() {
+        assert_eq!(status(&p, code).await, 302);
+        let cp = &cps[i % 2];
+        let (s, v) = if i % 4 < 2 {
+            api(cp, reqwest::Method::DELETE, &format!("/api/v1/links/{code}"), None).await
+        } else {
+            api(
+                cp,
+                reqwest::Method::POST,
+                &format!("/api/v1/links/{code}/takedown"),
+                Some(json!({"reason": "spam"})),
+            )
+            .await
+        };
+        assert!(s.is_success(), "{s} {v}");
+        assert_eq!(status(&p, code).await, 404);
+    }
+
+    // Clicks through one queue drained by both consumers: each counted once.
+    let clicked = &generated[1][..10];
+    for (i, code) in clicked.iter().enumerate() {
+        for _ in 0..=i {
+            assert_eq!(status(&p, code).await, 302);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut counts = Vec::new();
+        for (i, code) in clicked.iter().enumerate() {
+            counts.push((clicks(&cps[i % 2], code).await, i as u64 + 1));
+        }
+        if counts.iter().all(|(got, want)| got == want) {
+            break;
+        }
+        assert!(
+            counts.iter().all(|(got, want)| got <= want),
+            "a click counted twice: {counts:?}"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "clicks did not all arrive within 60 s: {counts:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
