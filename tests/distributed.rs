@@ -695,7 +695,8 @@ async fn two_control_planes_on_one_store_issue_no_code_twice_and_count_every_cli
 
     // The same alias asked of both at once, twenty times: exactly one 201 each time.
     for i in 0..20 {
-        let body = json!({"long_url": "https://example.com/alias", "custom_alias": format!("both-{i}-{}", now_millis())});
+        let body =
+            json!({"long_url": "https://example.com/alias", "custom_alias": format!("both-{i}-{}", now_millis())});
         let (ka, kb) = (format!("a-{i}"), format!("b-{i}"));
         let (a, b) = tokio::join!(
             create_with_key(&cps[0], &body, &ka),
