@@ -11,6 +11,8 @@
 //! - `redis_cache`: Redis as L2 (the `RecordCache` port and its in-memory fake),
 //!   invalidation channel and creation feed, and `RedisLinkEvents`.
 //! - `sqs`: the click queue on SQS, with its dead-letter queue.
+//! - `call_metrics`: adapter calls counted by operation and outcome, with latency, as
+//!   decorators around any store, L2 or link-event adapter.
 //! - `memory`: an in-memory fake with fault injection, for unit tests.
 //! - `events`: the port through which the control plane tells the data plane's caches
 //!   about creates and deletes (`LinkEvents`, `NoLinkEvents`, and `RecordedLinkEvents`
@@ -19,6 +21,7 @@
 //! - `conformance`: the contract every adapter must pass, run against each of them.
 #![forbid(unsafe_code)]
 
+pub mod call_metrics;
 pub mod conformance;
 pub mod dynamodb;
 pub mod events;

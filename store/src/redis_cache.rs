@@ -115,6 +115,11 @@ impl RedisCache {
     }
 
     /// The client, for connections of its own (pub/sub).
+    /// True while the breaker is open: calls fail at once after a connection failure.
+    pub fn breaker_open(&self) -> bool {
+        now_millis() < self.down_until.load(Ordering::Relaxed)
+    }
+
     pub fn client(&self) -> &redis::Client {
         &self.client
     }
