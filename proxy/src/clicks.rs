@@ -352,14 +352,33 @@ impl ClickSink for StoreClickSink {
     }
 }
 
-/// Distributed mode: sends batches to SQS for the control plane's consumer.
-pub struct SqsClickSink(pub rebound_store::sqs::LazyClickQueue);
+/// Distributed mode: sends batches to SQS for the control plane's consumer, each send
+/// counted and timed as adapter `sqs`.
+pub struct SqsClickSink {
+    queue: rebound_store::sqs::LazyClickQueue,
+    send: rebound_store::call_metrics::OperationMetrics,
+}
+
+impl SqsClickSink {
+    pub fn new(
+        queue: rebound_store::sqs::LazyClickQueue,
+        adapters: &rebound_store::call_metrics::AdapterMetrics,
+    ) -> SqsClickSink {
+        SqsClickSink {
+            queue,
+            send: adapters.operation("sqs", "send_message_batch"),
+        }
+    }
+}
 
 #[async_trait]
 impl ClickSink for SqsClickSink {
     async fn ship(&self, batches: &[ClickBatch]) -> Result<(), String> {
-        let queue = self.0.get().await.map_err(|e| e.to_string())?;
-        queue.send(batches).await.map_err(|e| e.to_string())
+        let send = async {
+            let queue = self.queue.get().await?;
+            queue.send(batches).await
+        };
+        self.send.store_call(send).await.map_err(|e| e.to_string())
     }
 }
 
