@@ -65,7 +65,13 @@ impl ApiMetrics {
                 )?,
             })
         };
-        families().expect("metric names and labels are valid")
+        let metrics = families().expect("metric names and labels are valid");
+        // The rate-limited operations show 0 before their first refusal, so dashboards and
+        // alerts find the series.
+        for operation in ["create", "import"] {
+            metrics.rate_limited.with_label_values(&[operation]);
+        }
+        metrics
     }
 
     /// Declares the families in `registry`.
