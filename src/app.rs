@@ -3,7 +3,10 @@
 //! started the process (a person, a test on port 0) knows where it listens.
 
 use crate::listen::{bind_when_free, check_descriptor_budget, edge_limits, router_edge, serve_router};
+use crate::process_metrics::register_process_metrics;
 use anyhow::Context;
+use rebound_control_plane::consumer::{run_click_consumer, watch_queue_depths, ConsumerCalls, DEPTH_EVERY};
+use rebound_control_plane::metrics::ConsumerMetrics;
 use rebound_control_plane::ControlPlane;
 use rebound_core::config::{QueueChoice, Settings, StoreChoice};
 use rebound_core::{Clock, SystemClock};
@@ -18,16 +21,19 @@ use rebound_proxy::clicks::{
 use rebound_proxy::distributed::{run_creation_feed, run_heartbeat, run_invalidation_listener};
 use rebound_proxy::events::InProcessLinkEvents;
 use rebound_proxy::l1::L1;
-use rebound_proxy::metrics::ProxyMetrics;
+use rebound_proxy::metrics::{ProxyMetrics, TierHealth};
 use rebound_proxy::pages::{DeadEndTargets, DeadEnds};
 use rebound_proxy::path::{InvalidationTrust, RedirectPath};
 use rebound_proxy::server::{
     run_redirect_server, ProcessSignals, RedirectListener, RedirectPort, RedirectServer, Redirects,
 };
 use rebound_redis::acks::{AckMetrics, Acknowledgements};
-use rebound_redis::{RedisCache, RedisLinkEvents};
+use rebound_redis::{RedisBreakerState, RedisCache, RedisLinkEvents};
 use rebound_sqlite::SqliteStore;
 use rebound_sqs::{LazyClickQueue, SqsClickQueue};
+use rebound_store::call_metrics::{
+    AdapterMetrics, MeteredClickSink, MeteredLinkEvents, MeteredRecordCache, MeteredStore,
+};
 use rebound_store::{LinkEvents, NoLinkEvents, Store};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -55,6 +61,15 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
     }
 }
 
+/// The store with every call counted and timed under its adapter's name.
+fn metered(store: Arc<dyn Store>, settings: &Settings, adapters: &AdapterMetrics) -> Arc<dyn Store> {
+    let adapter = match settings.store {
+        StoreChoice::Sqlite => "sqlite",
+        StoreChoice::DynamoDb { .. } => "dynamodb",
+    };
+    Arc::new(MeteredStore::new(store, adapters, adapter))
+}
+
 /// Opens Redis when configured, and checks its settings with one connection: refused
 /// credentials or an untrusted certificate stop the start with an error naming the
 /// setting; an unreachable Redis does not (the cache connects when it can).
@@ -76,16 +91,24 @@ async fn open_redis(settings: &Settings) -> anyhow::Result<Option<Arc<RedisCache
     Ok(Some(Arc::new(cache)))
 }
 
-/// Opens the SQS click queue when configured.
-async fn open_queue(settings: &Settings) -> anyhow::Result<Option<SqsClickQueue>> {
+/// Opens the SQS click queue and its dead-letter queue when configured.
+async fn open_queue(settings: &Settings) -> anyhow::Result<Option<(SqsClickQueue, SqsClickQueue)>> {
     match &settings.queue {
         QueueChoice::Embedded => Ok(None),
         QueueChoice::Sqs { queue_name } => {
             let client = SqsClickQueue::client_from_env().await;
-            let queue = SqsClickQueue::open(client, queue_name)
-                .await
-                .with_context(|| format!("opening the SQS queue {queue_name} (run `rebound provision` first)"))?;
-            Ok(Some(queue))
+            let open = |name: String| {
+                let client = client.clone();
+                async move {
+                    SqsClickQueue::open(client, &name)
+                        .await
+                        .with_context(|| format!("opening the SQS queue {name} (run `rebound provision` first)"))
+                }
+            };
+            Ok(Some((
+                open(queue_name.clone()).await?,
+                open(format!("{queue_name}-dlq")).await?,
+            )))
         }
     }
 }
@@ -166,12 +189,15 @@ fn metrics_router(registry: prometheus::Registry, readiness: Readiness) -> axum:
     use axum::http::StatusCode;
     use axum::routing::get;
     let scrape_readiness = readiness.clone();
+    // Each process builds one metrics router per registry: the name cannot be taken.
+    let ready = crate::process_metrics::register_readiness_gauge(&registry).expect("rebound_ready is declared once");
     axum::Router::new()
         .route(
             "/metrics",
             get(move || {
                 let registry = registry.clone();
                 scrape_readiness.refresh_gauges();
+                ready.set(i64::from(scrape_readiness.is_ready()));
                 async move {
                     let mut out = String::new();
                     match prometheus::TextEncoder::new().encode_utf8(&registry.gather(), &mut out) {
@@ -241,16 +267,21 @@ fn remote_events(
 /// `rebound control-plane`: the API on the configured store, and the click consumer when
 /// clicks come over SQS, with health on the metrics port.
 pub async fn run_control_plane(settings: Settings) -> anyhow::Result<()> {
-    let store = open_store(&settings).await?;
+    let registry = prometheus::Registry::new();
+    register_process_metrics(&registry).context("declaring metrics")?;
+    let adapters = AdapterMetrics::register(&registry).context("declaring metrics")?;
+    let store = metered(open_store(&settings).await?, &settings, &adapters);
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let redis = open_redis(&settings).await?;
+    if let Some(cache) = &redis {
+        RedisBreakerState::register(&registry, cache.clone()).context("declaring metrics")?;
+    }
     let queue = open_queue(&settings).await?;
     announce_initial_key(&settings, store.as_ref(), clock.as_ref()).await?;
     check_descriptor_budget(&settings, 0, true)?;
     let api = TcpListener::from_std(std_bind(settings.api_addr, "API (api_addr)")?)?;
     let metrics = TcpListener::from_std(std_bind(settings.metrics_addr, "metrics (metrics_addr)")?)?;
     let visibility = Duration::from_secs(u64::from(settings.sqs_visibility_secs));
-    let registry = prometheus::Registry::new();
     let edge_metrics = EdgeMetrics::register(&registry).context("declaring metrics")?;
     let api_edge = router_edge(&settings, settings.edge.api_max_connections, edge_metrics.port("api"));
     let metrics_edge = router_edge(
@@ -260,8 +291,16 @@ pub async fn run_control_plane(settings: Settings) -> anyhow::Result<()> {
     );
     let (stop_tx, stop) = watch::channel(false);
     let mut tasks = Vec::new();
-    let events = remote_events(redis, &settings, clock.clone(), &registry, &mut tasks, stop.clone())?;
+    let events: Arc<dyn LinkEvents> = Arc::new(MeteredLinkEvents::new(
+        remote_events(redis, &settings, clock.clone(), &registry, &mut tasks, stop.clone())?,
+        &adapters,
+    ));
     let cp = ControlPlane::new(settings, store.clone(), events, clock).await?;
+    cp.register_metrics(&registry).context("declaring metrics")?;
+    let consumer_metrics = match &queue {
+        Some(_) => Some(ConsumerMetrics::register(&registry).context("declaring metrics")?),
+        None => None,
+    };
     println!("rebound: API listening on {}", api.local_addr()?);
     println!("rebound: metrics listening on {}", metrics.local_addr()?);
     tasks.extend([
@@ -273,11 +312,21 @@ pub async fn run_control_plane(settings: Settings) -> anyhow::Result<()> {
         )),
         tokio::spawn(serve_router(api, rebound_control_plane::router(cp), api_edge, stop)),
     ]);
-    if let Some(queue) = queue {
-        tasks.push(tokio::spawn(rebound_control_plane::consumer::run_click_consumer(
+    if let (Some((queue, dead_letters)), Some(metrics)) = (queue, consumer_metrics) {
+        let calls = ConsumerCalls::new(&adapters);
+        tasks.push(tokio::spawn(watch_queue_depths(
+            [("clicks", queue.clone()), ("dead_letter", dead_letters)],
+            metrics.clone(),
+            calls.clone(),
+            DEPTH_EVERY,
+            stop_tx.subscribe(),
+        )));
+        tasks.push(tokio::spawn(run_click_consumer(
             queue,
             store,
             visibility,
+            metrics,
+            calls,
             stop_tx.subscribe(),
         )));
     }
@@ -345,6 +394,7 @@ const TAKE_OVER_WAIT: Duration = Duration::from_secs(30);
 struct DataPlane {
     registry: prometheus::Registry,
     metrics: ProxyMetrics,
+    adapters: AdapterMetrics,
     edge_metrics: EdgeMetrics,
     l1: Arc<L1>,
     bloom: Arc<BloomGate>,
@@ -362,6 +412,8 @@ impl DataPlane {
         let registry = prometheus::Registry::new();
         let metrics = ProxyMetrics::register(&registry).context("declaring metrics")?;
         let edge_metrics = EdgeMetrics::register(&registry).context("declaring metrics")?;
+        let adapters = AdapterMetrics::register(&registry).context("declaring metrics")?;
+        register_process_metrics(&registry).context("declaring metrics")?;
         check_descriptor_budget(settings, 1 + usize::from(settings.tls.is_some()), api)?;
         let listener = |addr: std::net::SocketAddr, what: &str| -> anyhow::Result<RedirectListener> {
             if options.take_over {
@@ -399,6 +451,7 @@ impl DataPlane {
             bloom: Arc::new(BloomGate::new(settings.redirect.l1_capacity.max(1_000_000) * 2)),
             registry,
             metrics,
+            adapters,
             edge_metrics,
             listeners,
             certificate,
@@ -557,9 +610,10 @@ pub fn run_all_in_one(
             "the all-in-one runs on the embedded store; for DynamoDB run `rebound proxy` and `rebound control-plane`"
         );
     }
-    let store = runtime.block_on(open_store(&settings))?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let dp = DataPlane::new(&settings, options, true, clock.clone())?;
+    let store = metered(runtime.block_on(open_store(&settings))?, &settings, &dp.adapters);
+    TierHealth::register(&dp.registry, dp.bloom.clone(), None).context("declaring metrics")?;
     let api = bind_router_port(settings.api_addr, "API (api_addr)", options)?;
     let metrics_listener = bind_router_port(settings.metrics_addr, "metrics (metrics_addr)", options)?;
 
@@ -576,8 +630,10 @@ pub fn run_all_in_one(
             store: store.clone(),
             clicks: dp.clicks.clone(),
         });
-        let cp = ControlPlane::with_click_counts(settings.clone(), store.clone(), click_counts, events, clock.clone());
-        anyhow::Ok(cp.await?)
+        let cp = ControlPlane::with_click_counts(settings.clone(), store.clone(), click_counts, events, clock.clone())
+            .await?;
+        cp.register_metrics(&dp.registry).context("declaring metrics")?;
+        anyhow::Ok(cp)
     })?;
     dp.announce()?;
     for (l, what) in [(&api, "API"), (&metrics_listener, "metrics")] {
@@ -669,10 +725,13 @@ pub fn run_proxy(settings: Settings, options: RunOptions, runtime: &tokio::runti
              on the embedded SQLite store run `rebound` with no arguments, the all-in-one"
         );
     }
-    let store = runtime.block_on(open_store(&settings))?;
     let redis = runtime.block_on(open_redis(&settings))?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let dp = DataPlane::new(&settings, options, false, clock.clone())?;
+    let store = metered(runtime.block_on(open_store(&settings))?, &settings, &dp.adapters);
+    if let Some(cache) = &redis {
+        RedisBreakerState::register(&dp.registry, cache.clone()).context("declaring metrics")?;
+    }
     let metrics_listener = bind_router_port(settings.metrics_addr, "metrics (metrics_addr)", options)?;
     dp.announce()?;
     if let Some(l) = &metrics_listener {
@@ -686,13 +745,20 @@ pub fn run_proxy(settings: Settings, options: RunOptions, runtime: &tokio::runti
     ));
     let mut path = dp.path(&settings, store.clone(), clock.clone());
     path.trust = Some(trust.clone());
+    let channel = redis.as_ref().map(|_| (trust.clone(), clock.clone()));
+    TierHealth::register(&dp.registry, dp.bloom.clone(), channel).context("declaring metrics")?;
     if redis.is_none() {
         tracing::warn!("no REBOUND_REDIS_URL: no L2 and no invalidation channel, so L1 entries live at most l1_ttl and the Bloom filter is bypassed");
     }
     let sink: Arc<dyn ClickSink> = match &settings.queue {
         QueueChoice::Sqs { queue_name } => {
             let client = runtime.block_on(SqsClickQueue::client_from_env());
-            Arc::new(LazyClickQueue::new(client, queue_name.clone()))
+            Arc::new(MeteredClickSink::new(
+                Arc::new(LazyClickQueue::new(client, queue_name.clone())),
+                &dp.adapters,
+                "sqs",
+                "send_message_batch",
+            ))
         }
         QueueChoice::Embedded => {
             tracing::warn!("REBOUND_QUEUE is not sqs: clicks are added to the rollups directly by this proxy");
@@ -735,7 +801,8 @@ pub fn run_proxy(settings: Settings, options: RunOptions, runtime: &tokio::runti
         ];
         tasks.push(dp.certificate_watcher(stop.clone()));
         if let Some(cache) = &redis {
-            path = path.with_l2(cache.clone(), Duration::from_millis(r.l2_budget_ms), trust.clone());
+            let l2 = Arc::new(MeteredRecordCache::new(cache.clone(), &dp.adapters));
+            path = path.with_l2(l2, Duration::from_millis(r.l2_budget_ms), trust.clone());
             // This process's name in the proxies' registry and in its acknowledgements.
             let proxy: Arc<str> = Arc::from(format!("{:x}{:x}", clock.now_millis(), std::process::id()));
             tasks.push(tokio::spawn(run_invalidation_listener(

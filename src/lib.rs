@@ -7,6 +7,7 @@
 //! - `app`: assembles and runs the processes (the all-in-one, `proxy`, `control-plane`,
 //!   `provision`), and the metrics port's router with `/readyz`.
 //! - `listen`: the API and metrics ports through the edge, and the descriptor budget.
+//! - `process_metrics`: what every process exports: process collector and build info.
 //! - `cli`: the operator CLI that talks HTTP to the control plane.
 #![forbid(unsafe_code)]
 
@@ -14,3 +15,4 @@ pub mod app;
 pub mod cli;
 pub mod config;
 pub mod listen;
+pub mod process_metrics;

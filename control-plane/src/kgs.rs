@@ -3,6 +3,7 @@
 //! the background before the current one runs dry; a value is never reused across
 //! restarts (a crash wastes at most the blocks in memory).
 
+use crate::metrics::KgsLeaseMetrics;
 use rebound_core::base62;
 use rebound_core::code::is_reserved;
 use rebound_core::permute::CodePermutation;
@@ -27,6 +28,7 @@ pub struct KeyRangeLease {
     permutation: CodePermutation,
     block_size: u64,
     leases: Arc<Mutex<Leases>>,
+    lease_metrics: Option<KgsLeaseMetrics>,
 }
 
 impl KeyRangeLease {
@@ -36,6 +38,22 @@ impl KeyRangeLease {
             permutation,
             block_size,
             leases: Arc::new(Mutex::new(Leases::default())),
+            lease_metrics: None,
+        }
+    }
+
+    /// Counts every lease by outcome.
+    pub(crate) fn counting_leases(mut self, metrics: KgsLeaseMetrics) -> Self {
+        self.lease_metrics = Some(metrics);
+        self
+    }
+
+    fn count_lease<T, E>(metrics: &Option<KgsLeaseMetrics>, result: &Result<T, E>) {
+        if let Some(m) = metrics {
+            match result {
+                Ok(_) => m.ok.inc(),
+                Err(_) => m.failed.inc(),
+            }
         }
     }
 
@@ -56,7 +74,11 @@ impl KeyRangeLease {
         if leases.current.is_empty() {
             leases.current = match leases.next.take() {
                 Some(block) => block,
-                None => self.store.lease_block(COUNTER, self.block_size).await?,
+                None => {
+                    let block = self.store.lease_block(COUNTER, self.block_size).await;
+                    Self::count_lease(&self.lease_metrics, &block);
+                    block?
+                }
             };
         }
         let value = leases.current.start;
@@ -66,8 +88,10 @@ impl KeyRangeLease {
         if low && leases.next.is_none() && !leases.refilling {
             leases.refilling = true;
             let (store, shared, size) = (self.store.clone(), self.leases.clone(), self.block_size);
+            let lease_metrics = self.lease_metrics.clone();
             tokio::spawn(async move {
                 let block = store.lease_block(COUNTER, size).await;
+                Self::count_lease(&lease_metrics, &block);
                 let mut leases = shared.lock().await;
                 leases.refilling = false;
                 match block {

@@ -13,6 +13,7 @@
 //! - `error`: the one error type, and the error body.
 //! - `kgs`: generated codes from leased counter blocks.
 //! - `me`: who the caller's key is.
+//! - `metrics`: every metric of the control plane and its click consumer.
 //! - `qr`: a link's QR code as SVG.
 //! - `ratelimit`: creation rate limits.
 #![forbid(unsafe_code)]
@@ -26,6 +27,7 @@ pub mod consumer;
 pub mod error;
 pub mod kgs;
 pub mod me;
+pub mod metrics;
 mod qr;
 pub mod ratelimit;
 
@@ -71,6 +73,7 @@ pub struct ControlPlane {
     pub(crate) codes: kgs::KeyRangeLease,
     pub(crate) limiter: ratelimit::CreateRateLimiter,
     pub(crate) bootstrap_key_hash: Option<String>,
+    pub(crate) metrics: metrics::ApiMetrics,
 }
 
 impl ControlPlane {
@@ -119,11 +122,13 @@ impl ControlPlane {
                     .ok_or(StartError::BadCodeKey)?
             }
         };
+        let metrics = metrics::ApiMetrics::unregistered();
         let codes = kgs::KeyRangeLease::new(
             store.clone(),
             CodePermutation::for_codes(key),
             settings.api.kgs_block_size,
-        );
+        )
+        .counting_leases(metrics.kgs_leases());
         let bootstrap_key_hash = settings.bootstrap_key.as_deref().map(auth::hash_key);
         Ok(Arc::new(ControlPlane {
             settings,
@@ -136,12 +141,18 @@ impl ControlPlane {
             codes,
             limiter: ratelimit::CreateRateLimiter::default(),
             bootstrap_key_hash,
+            metrics,
         }))
     }
 
     /// The settings it runs with.
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// Declares the API's metrics (requests, writes, rate limits, KGS leases) in `registry`.
+    pub fn register_metrics(&self, registry: &prometheus::Registry) -> prometheus::Result<()> {
+        self.metrics.register(registry)
     }
 }
 
@@ -166,7 +177,10 @@ pub async fn ensure_initial_operator_key(store: &dyn Store, clock: &dyn Clock) -
 
 /// The API router.
 pub fn router(cp: Arc<ControlPlane>) -> Router {
-    guard_panics(api::routes().merge(console::routes()).with_state(cp))
+    let metrics = cp.metrics.clone();
+    guard_panics(api::routes().merge(console::routes()).with_state(cp)).layer(axum::middleware::from_fn(
+        move |request, next| metrics::count_request(metrics.clone(), request, next),
+    ))
 }
 
 /// A handler that panics is answered 500 in the API's error shape, and logged, instead of

@@ -1,5 +1,6 @@
 //! Every metric of the data plane, declared in one place with its help text. Handles to
-//! labelled series are resolved once here, so the request path only bumps atomics.
+//! labelled series are resolved once here, so the request path only bumps atomics; the
+//! state of the Bloom filter and of the invalidation channel is read at scrape time.
 
 use prometheus::{Counter, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
@@ -158,5 +159,71 @@ impl ProxyMetrics {
         registry.register(Box::new(requests))?;
         registry.register(Box::new(lookups))?;
         Ok(metrics)
+    }
+}
+
+/// `rebound_bloom_current` and `rebound_invalidation_channel_healthy`, read from the filter
+/// and the channel's heartbeat at scrape time (nothing on the request path).
+pub struct TierHealth {
+    bloom: std::sync::Arc<crate::bloom::BloomGate>,
+    bloom_current: IntGauge,
+    channel: Option<(
+        std::sync::Arc<crate::path::InvalidationTrust>,
+        std::sync::Arc<dyn rebound_core::Clock>,
+        IntGauge,
+    )>,
+}
+
+impl TierHealth {
+    /// Declares the gauges in `registry`; the channel's only where invalidation travels
+    /// over Redis (`trust`), not in process.
+    pub fn register(
+        registry: &Registry,
+        bloom: std::sync::Arc<crate::bloom::BloomGate>,
+        trust: Option<(
+            std::sync::Arc<crate::path::InvalidationTrust>,
+            std::sync::Arc<dyn rebound_core::Clock>,
+        )>,
+    ) -> prometheus::Result<()> {
+        let bloom_current = IntGauge::new(
+            "rebound_bloom_current",
+            "1 while the issued-code filter is known to be current and answers; 0 while it is bypassed",
+        )?;
+        let channel = match trust {
+            Some((trust, clock)) => Some((
+                trust,
+                clock,
+                IntGauge::new(
+                    "rebound_invalidation_channel_healthy",
+                    "1 while a heartbeat was heard on the invalidation channel within invalidation_timeout; 0 while L1 is not trusted",
+                )?,
+            )),
+            None => None,
+        };
+        registry.register(Box::new(TierHealth {
+            bloom,
+            bloom_current,
+            channel,
+        }))
+    }
+}
+
+impl prometheus::core::Collector for TierHealth {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        let mut descs = self.bloom_current.desc();
+        if let Some((_, _, gauge)) = &self.channel {
+            descs.extend(gauge.desc());
+        }
+        descs
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        self.bloom_current.set(i64::from(self.bloom.is_current()));
+        let mut families = self.bloom_current.collect();
+        if let Some((trust, clock, gauge)) = &self.channel {
+            gauge.set(i64::from(trust.is_trusted(clock.now_millis())));
+            families.extend(gauge.collect());
+        }
+        families
     }
 }

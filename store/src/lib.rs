@@ -14,6 +14,8 @@
 //!   invalidation and heartbeat channel and the creation feed (`InvalidationChannel`,
 //!   `CreationFeed`), with in-memory fakes.
 //! - `clicks`: where a data plane ships its click batches (`ClickSink`).
+//! - `call_metrics`: adapter calls counted by operation and outcome, with latency, as
+//!   decorators around any store, L2 or link-event adapter.
 //! - `events`: the port through which the control plane tells the data plane's caches
 //!   about creates and deletes (`LinkEvents`, `NoLinkEvents`, and `RecordedLinkEvents`
 //!   for tests).
@@ -23,6 +25,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cache;
+pub mod call_metrics;
 pub mod clicks;
 #[cfg(any(test, feature = "test-util"))]
 pub mod conformance;

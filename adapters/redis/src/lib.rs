@@ -110,6 +110,34 @@ pub fn decode_invalidation(payload: &str) -> Option<(u64, &str)> {
     rebound_core::code::is_valid_code(code.as_bytes()).then_some((version, code))
 }
 
+/// `rebound_redis_breaker_open`: 1 while Redis calls fail fast after a connection failure,
+/// read from the cache at scrape time.
+pub struct RedisBreakerState {
+    cache: std::sync::Arc<RedisCache>,
+    gauge: prometheus::IntGauge,
+}
+
+impl RedisBreakerState {
+    /// Declares the gauge of `cache` in `registry`.
+    pub fn register(registry: &prometheus::Registry, cache: std::sync::Arc<RedisCache>) -> prometheus::Result<()> {
+        let gauge = prometheus::IntGauge::new(
+            "rebound_redis_breaker_open",
+            "1 while the Redis breaker is open (calls fail at once after a connection failure), else 0.",
+        )?;
+        registry.register(Box::new(RedisBreakerState { cache, gauge }))
+    }
+}
+
+impl prometheus::core::Collector for RedisBreakerState {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        self.gauge.desc()
+    }
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        self.gauge.set(i64::from(self.cache.breaker_open()));
+        self.gauge.collect()
+    }
+}
+
 /// A Redis setting that cannot work, found by [`RedisCache::check_settings`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RedisSettingError {
@@ -226,6 +254,11 @@ impl RedisCache {
             connect_lock: tokio::sync::Mutex::new(()),
             script: redis::Script::new(VERSIONED_SET),
         }
+    }
+
+    /// True while the breaker is open: calls fail at once after a connection failure.
+    pub fn breaker_open(&self) -> bool {
+        now_millis() < self.down_until.load(Ordering::Relaxed)
     }
 
     /// The client, for connections of its own (pub/sub).

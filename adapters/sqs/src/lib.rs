@@ -60,6 +60,16 @@ pub struct Received {
     pub body: String,
     /// How many times it has been received, this time included.
     pub receives: u32,
+    /// When it was first sent (SQS `SentTimestamp`), in Unix milliseconds.
+    pub sent_at: Option<i64>,
+}
+
+/// The message counts SQS reports for a queue (approximate, as SQS says).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueueDepth {
+    pub visible: u64,
+    pub in_flight: u64,
+    pub delayed: u64,
 }
 
 /// One SQS queue of click batches.
@@ -178,6 +188,7 @@ impl SqsClickQueue {
             .wait_time_seconds(wait.as_secs().min(20) as i32)
             .visibility_timeout(visibility.as_secs() as i32)
             .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount)
+            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::SentTimestamp)
             .send()
             .await
             .map_err(sdk_err)?;
@@ -190,10 +201,15 @@ impl SqsClickQueue {
                     .and_then(|a| a.get(&aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount))
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(1);
+                let sent_at = m
+                    .attributes()
+                    .and_then(|a| a.get(&aws_sdk_sqs::types::MessageSystemAttributeName::SentTimestamp))
+                    .and_then(|v| v.parse().ok());
                 Some(Received {
                     receipt: m.receipt_handle()?.to_owned(),
                     body: m.body().unwrap_or_default().to_owned(),
                     receives,
+                    sent_at,
                 })
             })
             .collect())
@@ -213,12 +229,19 @@ impl SqsClickQueue {
 
     /// Messages waiting (approximately), for tests and operators.
     pub async fn approximate_depth(&self) -> Result<u64, StoreError> {
+        let depth = self.depth().await?;
+        Ok(depth.visible + depth.in_flight)
+    }
+
+    /// The queue's message counts, from its attributes.
+    pub async fn depth(&self) -> Result<QueueDepth, StoreError> {
         let out = self
             .client
             .get_queue_attributes()
             .queue_url(&self.queue_url)
             .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
             .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesDelayed)
             .send()
             .await
             .map_err(sdk_err)?;
@@ -228,8 +251,11 @@ impl SqsClickQueue {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0)
         };
-        Ok(get(QueueAttributeName::ApproximateNumberOfMessages)
-            + get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible))
+        Ok(QueueDepth {
+            visible: get(QueueAttributeName::ApproximateNumberOfMessages),
+            in_flight: get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+            delayed: get(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
+        })
     }
 
     /// Sends one raw body (tests use it to plant a poison message).

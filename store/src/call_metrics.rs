@@ -1,0 +1,456 @@
+//! Every adapter call counted by operation and outcome, with its latency: the metric
+//! families, and decorators that put them around any [`Store`] (SQLite, DynamoDB),
+//! [`RecordCache`] (Redis) or [`LinkEvents`] (Redis from a control plane), so the adapters
+//! themselves stay free of metrics. The SQS queue is timed by its callers through
+//! [`AdapterMetrics::operation`].
+//!
+//! A call its caller abandons (a budget ran out and the future was dropped) is counted with
+//! outcome `abandoned`, so a slow backend shows up even though no answer came back.
+
+use crate::{
+    ApiKeyRecord, AuditEvent, AuditLog, BatchOutcome, ClickBatch, ClickSink, CounterStore, EventError,
+    IdempotencyRecord, KeyStore, LinkEvents, LinkPage, LinkReads, LinkStore, RecordCache, RollupStore, Store,
+    StoreError,
+};
+use async_trait::async_trait;
+use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry};
+use rebound_core::cache::CacheRecord;
+use rebound_core::link::Deletion;
+use rebound_core::{Day, Link, UnixMillis};
+use std::future::Future;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The label of a failed call: one per [`StoreError`] variant, so the set is bounded.
+pub fn error_outcome(e: &StoreError) -> &'static str {
+    match e {
+        StoreError::AlreadyExists => "already_exists",
+        StoreError::IdempotencyKeyExists => "idempotency_key_exists",
+        StoreError::ConditionFailed => "condition_failed",
+        StoreError::NotFound => "not_found",
+        StoreError::BadCursor => "bad_cursor",
+        StoreError::Exhausted => "exhausted",
+        StoreError::Unavailable(_) => "unavailable",
+        StoreError::Corrupt(_) => "corrupt",
+        StoreError::Internal(_) => "internal",
+    }
+}
+
+/// The two families every adapter call is counted in, registered once per process.
+#[derive(Clone)]
+pub struct AdapterMetrics {
+    calls: IntCounterVec,
+    latency: HistogramVec,
+}
+
+impl AdapterMetrics {
+    /// Declares the families in `registry`.
+    pub fn register(registry: &Registry) -> prometheus::Result<AdapterMetrics> {
+        let m = AdapterMetrics::unregistered()?;
+        registry.register(Box::new(m.calls.clone()))?;
+        registry.register(Box::new(m.latency.clone()))?;
+        Ok(m)
+    }
+
+    /// The families registered nowhere, for tests.
+    pub fn unregistered() -> prometheus::Result<AdapterMetrics> {
+        Ok(AdapterMetrics {
+            calls: IntCounterVec::new(
+                Opts::new(
+                    "rebound_adapter_calls_total",
+                    "Calls to a backend (sqlite, dynamodb, redis, sqs), by operation and outcome (ok, abandoned, or the error kind).",
+                ),
+                &["adapter", "operation", "outcome"],
+            )?,
+            latency: HistogramVec::new(
+                HistogramOpts::new(
+                    "rebound_adapter_call_duration_seconds",
+                    "Time a backend call took, by adapter and operation (abandoned calls excluded).",
+                )
+                .buckets(vec![
+                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+                ]),
+                &["adapter", "operation"],
+            )?,
+        })
+    }
+
+    /// One operation's handles, resolved once.
+    pub fn operation(&self, adapter: &str, operation: &str) -> OperationMetrics {
+        OperationMetrics {
+            ok: self.calls.with_label_values(&[adapter, operation, "ok"]),
+            latency: self.latency.with_label_values(&[adapter, operation]),
+            calls: self.calls.clone(),
+            adapter: Arc::from(adapter),
+            operation: Arc::from(operation),
+        }
+    }
+}
+
+/// The counters and histogram of one adapter operation.
+#[derive(Clone)]
+pub struct OperationMetrics {
+    ok: IntCounter,
+    latency: Histogram,
+    /// Failures are rare: their series are looked up when they happen.
+    calls: IntCounterVec,
+    adapter: Arc<str>,
+    operation: Arc<str>,
+}
+
+impl OperationMetrics {
+    /// Runs `call`, counting its outcome and timing it; a call dropped before it finished
+    /// counts as `abandoned`.
+    pub async fn time<T, E, F>(&self, classify: impl Fn(&E) -> &'static str, call: F) -> Result<T, E>
+    where
+        F: Future<Output = Result<T, E>>,
+    {
+        let mut pending = PendingCall {
+            metrics: self,
+            started: Instant::now(),
+            done: false,
+        };
+        let result = call.await;
+        pending.done = true;
+        self.latency.observe(pending.started.elapsed().as_secs_f64());
+        match &result {
+            Ok(_) => self.ok.inc(),
+            Err(e) => self.count(classify(e)),
+        }
+        result
+    }
+
+    /// [`OperationMetrics::time`] for calls that fail with a [`StoreError`].
+    pub async fn store_call<T>(&self, call: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+        self.time(error_outcome, call).await
+    }
+
+    fn count(&self, outcome: &str) {
+        self.calls
+            .with_label_values(&[&self.adapter, &self.operation, outcome])
+            .inc();
+    }
+}
+
+/// Counts a call as abandoned when its future is dropped before it finished.
+struct PendingCall<'a> {
+    metrics: &'a OperationMetrics,
+    started: Instant,
+    done: bool,
+}
+
+impl Drop for PendingCall<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.metrics.count("abandoned");
+        }
+    }
+}
+
+/// The handles of every store operation.
+#[derive(Clone)]
+struct StoreOperations {
+    insert_link: OperationMetrics,
+    insert_links: OperationMetrics,
+    get_link: OperationMetrics,
+    deactivate_link: OperationMetrics,
+    list_links: OperationMetrics,
+    scan_codes: OperationMetrics,
+    get_idempotency: OperationMetrics,
+    insert_key: OperationMetrics,
+    find_key_by_hash: OperationMetrics,
+    revoke_key: OperationMetrics,
+    lease_block: OperationMetrics,
+    get_or_init_setting: OperationMetrics,
+    apply_clicks: OperationMetrics,
+    apply_click_batches: OperationMetrics,
+    read_clicks: OperationMetrics,
+    append_audit: OperationMetrics,
+    audit_for: OperationMetrics,
+}
+
+/// A [`Store`] whose every call is counted and timed under `adapter` (`sqlite`, `dynamodb`).
+pub struct MeteredStore {
+    inner: Arc<dyn Store>,
+    ops: StoreOperations,
+}
+
+impl MeteredStore {
+    /// Wraps `inner`; its calls are counted as `adapter`.
+    pub fn new(inner: Arc<dyn Store>, metrics: &AdapterMetrics, adapter: &str) -> MeteredStore {
+        let op = |name: &str| metrics.operation(adapter, name);
+        MeteredStore {
+            inner,
+            ops: StoreOperations {
+                insert_link: op("insert_link"),
+                insert_links: op("insert_links"),
+                get_link: op("get_link"),
+                deactivate_link: op("deactivate_link"),
+                list_links: op("list_links"),
+                scan_codes: op("scan_codes"),
+                get_idempotency: op("get_idempotency"),
+                insert_key: op("insert_key"),
+                find_key_by_hash: op("find_key_by_hash"),
+                revoke_key: op("revoke_key"),
+                lease_block: op("lease_block"),
+                get_or_init_setting: op("get_or_init_setting"),
+                apply_clicks: op("apply_clicks"),
+                apply_click_batches: op("apply_click_batches"),
+                read_clicks: op("read_clicks"),
+                append_audit: op("append_audit"),
+                audit_for: op("audit_for"),
+            },
+        }
+    }
+}
+
+#[async_trait]
+impl LinkReads for MeteredStore {
+    async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError> {
+        self.ops.get_link.store_call(self.inner.get_link(code)).await
+    }
+    async fn scan_codes(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>, StoreError> {
+        self.ops
+            .scan_codes
+            .store_call(self.inner.scan_codes(after, limit))
+            .await
+    }
+}
+
+#[async_trait]
+impl LinkStore for MeteredStore {
+    async fn insert_link(&self, link: &Link, idempotency: Option<&IdempotencyRecord>) -> Result<(), StoreError> {
+        self.ops
+            .insert_link
+            .store_call(self.inner.insert_link(link, idempotency))
+            .await
+    }
+    async fn insert_links(&self, links: &[Link]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        self.ops.insert_links.store_call(self.inner.insert_links(links)).await
+    }
+    async fn deactivate_link(
+        &self,
+        code: &str,
+        expected_version: u64,
+        deletion: &Deletion,
+    ) -> Result<Link, StoreError> {
+        self.ops
+            .deactivate_link
+            .store_call(self.inner.deactivate_link(code, expected_version, deletion))
+            .await
+    }
+    async fn list_links(
+        &self,
+        owner: Option<&str>,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<LinkPage, StoreError> {
+        self.ops
+            .list_links
+            .store_call(self.inner.list_links(owner, limit, cursor))
+            .await
+    }
+    async fn get_idempotency(
+        &self,
+        scope: &str,
+        key: &str,
+        now: UnixMillis,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        self.ops
+            .get_idempotency
+            .store_call(self.inner.get_idempotency(scope, key, now))
+            .await
+    }
+}
+
+#[async_trait]
+impl KeyStore for MeteredStore {
+    async fn insert_key(&self, key: &ApiKeyRecord) -> Result<(), StoreError> {
+        self.ops.insert_key.store_call(self.inner.insert_key(key)).await
+    }
+    async fn find_key_by_hash(&self, key_hash: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+        self.ops
+            .find_key_by_hash
+            .store_call(self.inner.find_key_by_hash(key_hash))
+            .await
+    }
+    async fn revoke_key(&self, id: &str, at: UnixMillis) -> Result<ApiKeyRecord, StoreError> {
+        self.ops.revoke_key.store_call(self.inner.revoke_key(id, at)).await
+    }
+}
+
+#[async_trait]
+impl CounterStore for MeteredStore {
+    async fn lease_block(&self, counter: &str, size: u64) -> Result<Range<u64>, StoreError> {
+        self.ops
+            .lease_block
+            .store_call(self.inner.lease_block(counter, size))
+            .await
+    }
+    async fn get_or_init_setting(&self, name: &str, candidate: &str) -> Result<String, StoreError> {
+        self.ops
+            .get_or_init_setting
+            .store_call(self.inner.get_or_init_setting(name, candidate))
+            .await
+    }
+}
+
+#[async_trait]
+impl RollupStore for MeteredStore {
+    async fn apply_clicks(&self, batch: &ClickBatch) -> Result<BatchOutcome, StoreError> {
+        self.ops.apply_clicks.store_call(self.inner.apply_clicks(batch)).await
+    }
+    async fn apply_click_batches(&self, batches: &[ClickBatch]) -> Result<Vec<BatchOutcome>, StoreError> {
+        self.ops
+            .apply_click_batches
+            .store_call(self.inner.apply_click_batches(batches))
+            .await
+    }
+    async fn read_clicks(&self, code: &str, from: Day, to: Day) -> Result<Vec<(Day, u64)>, StoreError> {
+        self.ops
+            .read_clicks
+            .store_call(self.inner.read_clicks(code, from, to))
+            .await
+    }
+}
+
+#[async_trait]
+impl AuditLog for MeteredStore {
+    async fn append_audit(&self, event: &AuditEvent) -> Result<(), StoreError> {
+        self.ops.append_audit.store_call(self.inner.append_audit(event)).await
+    }
+    async fn audit_for(&self, code: &str) -> Result<Vec<AuditEvent>, StoreError> {
+        self.ops.audit_for.store_call(self.inner.audit_for(code)).await
+    }
+}
+
+/// A [`RecordCache`] (Redis L2) whose reads and writes are counted and timed as `redis`.
+pub struct MeteredRecordCache {
+    inner: Arc<dyn RecordCache>,
+    get_record: OperationMetrics,
+    put_record: OperationMetrics,
+}
+
+impl MeteredRecordCache {
+    pub fn new(inner: Arc<dyn RecordCache>, metrics: &AdapterMetrics) -> MeteredRecordCache {
+        MeteredRecordCache {
+            inner,
+            get_record: metrics.operation("redis", "get_record"),
+            put_record: metrics.operation("redis", "put_record"),
+        }
+    }
+}
+
+#[async_trait]
+impl RecordCache for MeteredRecordCache {
+    async fn get_record(&self, code: &str) -> Result<Option<CacheRecord>, StoreError> {
+        self.get_record.store_call(self.inner.get_record(code)).await
+    }
+    async fn put_record(&self, code: &str, record: &CacheRecord, now: UnixMillis) -> Result<bool, StoreError> {
+        self.put_record
+            .store_call(self.inner.put_record(code, record, now))
+            .await
+    }
+}
+
+/// A control plane's [`LinkEvents`] over Redis (write-through, tombstone, invalidation,
+/// creation feed), counted and timed as `redis`.
+pub struct MeteredLinkEvents {
+    inner: Arc<dyn LinkEvents>,
+    created: OperationMetrics,
+    deactivated: OperationMetrics,
+}
+
+impl MeteredLinkEvents {
+    pub fn new(inner: Arc<dyn LinkEvents>, metrics: &AdapterMetrics) -> MeteredLinkEvents {
+        MeteredLinkEvents {
+            inner,
+            created: metrics.operation("redis", "announce_created"),
+            deactivated: metrics.operation("redis", "write_tombstone"),
+        }
+    }
+}
+
+fn event_outcome(_: &EventError) -> &'static str {
+    "unavailable"
+}
+
+#[async_trait]
+impl LinkEvents for MeteredLinkEvents {
+    async fn created(&self, link: &Link) -> Result<(), EventError> {
+        self.created.time(event_outcome, self.inner.created(link)).await
+    }
+    async fn deactivated(&self, link: &Link) -> Result<(), EventError> {
+        self.deactivated.time(event_outcome, self.inner.deactivated(link)).await
+    }
+}
+
+/// A [`ClickSink`] whose every shipment is counted and timed as one call of `adapter`
+/// (`sqs`: `send_message_batch`).
+pub struct MeteredClickSink {
+    inner: Arc<dyn ClickSink>,
+    ship: OperationMetrics,
+}
+
+impl MeteredClickSink {
+    pub fn new(
+        inner: Arc<dyn ClickSink>,
+        metrics: &AdapterMetrics,
+        adapter: &str,
+        operation: &str,
+    ) -> MeteredClickSink {
+        MeteredClickSink {
+            inner,
+            ship: metrics.operation(adapter, operation),
+        }
+    }
+}
+
+#[async_trait]
+impl ClickSink for MeteredClickSink {
+    async fn ship(&self, batches: &[ClickBatch]) -> Result<(), StoreError> {
+        self.ship.store_call(self.inner.ship(batches)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryStore;
+
+    fn calls(metrics: &AdapterMetrics, adapter: &str, operation: &str, outcome: &str) -> u64 {
+        metrics.calls.with_label_values(&[adapter, operation, outcome]).get()
+    }
+
+    #[tokio::test]
+    async fn calls_are_counted_by_operation_and_outcome_and_timed() {
+        let metrics = AdapterMetrics::unregistered().unwrap();
+        let store = MeteredStore::new(Arc::new(MemoryStore::new()), &metrics, "memory");
+        assert_eq!(store.get_link("nope").await.unwrap(), None);
+        assert!(matches!(
+            store.revoke_key("missing", 1).await,
+            Err(StoreError::NotFound)
+        ));
+        assert_eq!(calls(&metrics, "memory", "get_link", "ok"), 1);
+        assert_eq!(calls(&metrics, "memory", "revoke_key", "not_found"), 1);
+        assert_eq!(calls(&metrics, "memory", "revoke_key", "ok"), 0);
+        let timed = metrics.latency.with_label_values(&["memory", "get_link"]);
+        assert_eq!(timed.get_sample_count(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_call_dropped_by_its_budget_counts_as_abandoned() {
+        let metrics = AdapterMetrics::unregistered().unwrap();
+        let op = metrics.operation("redis", "get_record");
+        let slow = op.store_call(async {
+            tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+            Ok::<_, StoreError>(())
+        });
+        assert!(tokio::time::timeout(std::time::Duration::from_millis(10), slow)
+            .await
+            .is_err());
+        assert_eq!(calls(&metrics, "redis", "get_record", "abandoned"), 1);
+        assert_eq!(calls(&metrics, "redis", "get_record", "ok"), 0);
+    }
+}
