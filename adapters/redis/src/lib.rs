@@ -62,6 +62,10 @@ pub struct RedisCache {
     /// dead server (a breaker: a request never pays for Redis being down twice).
     down_until: AtomicI64,
     connect_lock: tokio::sync::Mutex<()>,
+    /// The connection of the creation feed's blocking reads (one reader per process), kept
+    /// from one read to the next: a new TCP and TLS handshake every read would make a
+    /// distant Redis look stalled.
+    feed_conn: tokio::sync::Mutex<Option<redis::aio::MultiplexedConnection>>,
     script: redis::Script,
 }
 
@@ -252,6 +256,7 @@ impl RedisCache {
             last_attempt: AtomicI64::new(i64::MIN / 2),
             down_until: AtomicI64::new(i64::MIN / 2),
             connect_lock: tokio::sync::Mutex::new(()),
+            feed_conn: tokio::sync::Mutex::new(None),
             script: redis::Script::new(VERSIONED_SET),
         }
     }
@@ -305,7 +310,9 @@ impl RedisCache {
         }
         self.last_attempt.store(now, Ordering::Relaxed);
         let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Duration::from_millis(500))
+            // Room for a TLS handshake and AUTH with a distant Redis (several round trips);
+            // requests never wait on it longer than their L2 budget.
+            .set_connection_timeout(Duration::from_secs(2))
             .set_response_timeout(Duration::from_secs(2))
             .set_number_of_retries(1)
             .set_max_delay(500);
@@ -428,11 +435,15 @@ impl RedisCache {
     /// Feed entries after `after`, waiting up to `block` for one: `(last id, codes)`.
     pub async fn read_feed(&self, after: &str, block: Duration) -> Result<(Option<String>, Vec<String>), StoreError> {
         // A connection of its own: a blocking read must not hold up the shared one.
-        let mut c = self
-            .client
-            .get_multiplexed_async_connection()
-            .await
-            .map_err(|e| self.failed(e))?;
+        let mut held = self.feed_conn.lock().await;
+        let mut c = match held.take() {
+            Some(c) => c,
+            None => self
+                .client
+                .get_multiplexed_async_connection()
+                .await
+                .map_err(|e| self.failed(e))?,
+        };
         type Reply = Option<Vec<(String, Vec<(String, Vec<(String, String)>)>)>>;
         let reply: Reply = redis::cmd("XREAD")
             .arg("COUNT")
@@ -445,6 +456,8 @@ impl RedisCache {
             .query_async(&mut c)
             .await
             .map_err(|e| self.failed(e))?;
+        // Kept only after a read that worked (a cancelled or failed one drops it).
+        *held = Some(c);
         let mut last = None;
         let mut codes = Vec::new();
         for (_, entries) in reply.unwrap_or_default() {
