@@ -5,12 +5,6 @@ use rebound::cli::{self, ClientArgs, ClientCommand, KeysCommand, LinksCommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// mimalloc instead of glibc's malloc: a redirect allocates about three times (the response's
-/// header map, its `Location`), and glibc's malloc and free cost about 160 instructions a
-/// pair under callgrind (see the bench results).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Debug, Parser)]
 #[command(
     name = "rebound",
