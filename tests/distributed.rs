@@ -601,31 +601,9 @@ async fn a_failed_tombstone_write_is_503_audited_and_the_retry_succeeds() {
 #[ignore = "needs REBOUND_TEST_REDIS_URL and REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
 async fn wrong_redis_credentials_stop_the_start_with_an_error_naming_the_setting() {
     // A Redis of this test's own, with a password.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let redis = OwnServer::redis_with(&["--requirepass", "right"]);
+    let port = redis_port(&redis.url());
     let dir = temp_dir();
-    let mut redis = std::process::Command::new("redis-server")
-        .args([
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "--save",
-            "",
-            "--requirepass",
-            "right",
-        ])
-        .arg("--dir")
-        .arg(dir.path())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("redis-server");
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
     let d = Deployment::new(&shared_aws_url(), None);
     for command in ["control-plane", "proxy"] {
         let out = std::process::Command::new(bin())
@@ -649,8 +627,6 @@ async fn wrong_redis_credentials_stop_the_start_with_an_error_naming_the_setting
             "{command}: {stderr}"
         );
     }
-    let _ = redis.kill();
-    let _ = redis.wait();
 }
 
 /// POST /api/v1/links on `cp` with an `Idempotency-Key`; the status and the body.

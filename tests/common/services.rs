@@ -47,10 +47,15 @@ pub struct OwnServer {
 impl OwnServer {
     /// A Redis of this test's own.
     pub fn redis() -> OwnServer {
-        Self::redis_on(free_port())
+        Self::redis_with(&[])
     }
 
-    fn redis_on(port: u16) -> OwnServer {
+    /// A Redis of this test's own, started with `args` too (e.g. `--requirepass`).
+    pub fn redis_with(args: &[&str]) -> OwnServer {
+        Self::redis_on(free_port(), args)
+    }
+
+    fn redis_on(port: u16, args: &[&str]) -> OwnServer {
         let dir = tempfile::tempdir().unwrap();
         let child = Command::new("redis-server")
             .args([
@@ -65,6 +70,7 @@ impl OwnServer {
             ])
             .arg("--dir")
             .arg(dir.path())
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -179,10 +179,8 @@ impl Acknowledgements {
     pub async fn listen(self: Arc<Self>, cache: Arc<RedisCache>, mut shutdown: watch::Receiver<bool>) {
         loop {
             let session = async {
-                let mut pubsub = cache.client().get_async_pubsub().await?;
-                pubsub.subscribe(cache.acks_channel()).await?;
+                let mut messages = cache.subscription(&[cache.acks_channel()]).await?;
                 self.metrics.listening.set(1);
-                let mut messages = pubsub.into_on_message();
                 while let Some(msg) = messages.next().await {
                     let payload: String = msg.get_payload().unwrap_or_default();
                     match decode_ack(&payload) {
@@ -190,7 +188,7 @@ impl Acknowledgements {
                         None => tracing::warn!("ignoring a malformed acknowledgement"),
                     }
                 }
-                redis::RedisResult::Ok(())
+                Ok::<(), rebound_store::StoreError>(())
             };
             tokio::select! {
                 r = session => {

@@ -372,6 +372,16 @@ impl RedisCache {
             .map_err(|e| self.failed(e))
     }
 
+    /// The messages of `channels`, on a connection of their own (a subscribed connection
+    /// can do nothing else).
+    pub async fn subscription(&self, channels: &[String]) -> Result<redis::aio::PubSubStream, StoreError> {
+        let mut pubsub = self.client.get_async_pubsub().await.map_err(|e| self.failed(e))?;
+        for channel in channels {
+            pubsub.subscribe(channel).await.map_err(|e| self.failed(e))?;
+        }
+        Ok(pubsub.into_on_message())
+    }
+
     /// Publishes `proxy`'s acknowledgement of `code` at `version`.
     pub async fn publish_ack(&self, proxy: &str, version: u64, code: &str) -> Result<(), StoreError> {
         let mut c = self.conn().await?;
@@ -504,13 +514,10 @@ impl RecordCache for RedisCache {
 #[async_trait]
 impl InvalidationChannel for RedisCache {
     async fn subscribe(&self) -> Result<BoxStream<'static, ChannelMessage>, StoreError> {
-        // A connection of its own: a subscribed connection can do nothing else.
-        let mut pubsub = self.client.get_async_pubsub().await.map_err(|e| self.failed(e))?;
-        let (invalidate, heartbeat) = (self.invalidate_channel(), self.heartbeat_channel());
-        pubsub.subscribe(&invalidate).await.map_err(|e| self.failed(e))?;
-        pubsub.subscribe(&heartbeat).await.map_err(|e| self.failed(e))?;
-        Ok(pubsub
-            .into_on_message()
+        let invalidate = self.invalidate_channel();
+        Ok(self
+            .subscription(&[invalidate.clone(), self.heartbeat_channel()])
+            .await?
             .map(move |msg| {
                 if msg.get_channel_name() != invalidate {
                     return ChannelMessage::Heartbeat;
