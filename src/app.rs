@@ -4,11 +4,11 @@
 
 use crate::listen::{bind_when_free, check_descriptor_budget, edge_limits, router_edge, serve_router};
 use crate::process_metrics::register_process_metrics;
+use crate::settings::{QueueChoice, Settings, StoreChoice};
 use anyhow::Context;
 use rebound_control_plane::consumer::{run_click_consumer, watch_queue_depths, ConsumerCalls, DEPTH_EVERY};
 use rebound_control_plane::metrics::ConsumerMetrics;
 use rebound_control_plane::ControlPlane;
-use rebound_core::config::{QueueChoice, Settings, StoreChoice};
 use rebound_core::{Clock, SystemClock};
 use rebound_dynamodb::DynamoStore;
 use rebound_edge::tls::{watch_certificate, CertificateFiles, ReloadableCert};
@@ -295,7 +295,7 @@ pub async fn run_control_plane(settings: Settings) -> anyhow::Result<()> {
         remote_events(redis, &settings, clock.clone(), &registry, &mut tasks, stop.clone())?,
         &adapters,
     ));
-    let cp = ControlPlane::new(settings, store.clone(), events, clock).await?;
+    let cp = ControlPlane::new(settings.control_plane(), store.clone(), events, clock).await?;
     cp.register_metrics(&registry).context("declaring metrics")?;
     let consumer_metrics = match &queue {
         Some(_) => Some(ConsumerMetrics::register(&registry).context("declaring metrics")?),
@@ -379,7 +379,7 @@ pub struct RunOptions {
 }
 
 /// How click persistence is paced; `distributed` for `rebound proxy`.
-fn click_pacing(r: &rebound_core::config::RedirectSettings, distributed: bool) -> ClickPacing {
+fn click_pacing(r: &crate::settings::RedirectSettings, distributed: bool) -> ClickPacing {
     ClickPacing {
         every: Duration::from_millis(r.click_flush_ms),
         rows_per_sec: r.click_rows_per_sec,
@@ -630,8 +630,14 @@ pub fn run_all_in_one(
             store: store.clone(),
             clicks: dp.clicks.clone(),
         });
-        let cp = ControlPlane::with_click_counts(settings.clone(), store.clone(), click_counts, events, clock.clone())
-            .await?;
+        let cp = ControlPlane::with_click_counts(
+            settings.control_plane(),
+            store.clone(),
+            click_counts,
+            events,
+            clock.clone(),
+        )
+        .await?;
         cp.register_metrics(&dp.registry).context("declaring metrics")?;
         anyhow::Ok(cp)
     })?;

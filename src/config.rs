@@ -1,7 +1,7 @@
 //! Reads the optional TOML file and the `REBOUND_*` variables into the core's plain
 //! [`Settings`], with errors that name the bad setting. Nothing else sees the file format.
 
-use rebound_core::config::{QueueChoice, Settings, StoreChoice};
+use crate::settings::{QueueChoice, Settings, StoreChoice};
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -367,7 +367,7 @@ pub fn load(file: Option<&str>, env: &HashMap<String, String>) -> Result<Setting
     let tls_key = var("REBOUND_TLS_KEY").map(PathBuf::from).or(f.tls_key);
     s.tls = match (tls_addr, tls_cert, tls_key) {
         (None, None, None) => None,
-        (Some(addr), Some(cert), Some(key)) => Some(rebound_core::config::TlsSettings { addr, cert, key }),
+        (Some(addr), Some(cert), Some(key)) => Some(crate::settings::TlsSettings { addr, cert, key }),
         _ => {
             return Err(ConfigError::Setting(
                 "REBOUND_TLS_ADDR / REBOUND_TLS_CERT / REBOUND_TLS_KEY".into(),

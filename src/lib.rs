@@ -16,3 +16,4 @@ pub mod cli;
 pub mod config;
 pub mod listen;
 pub mod process_metrics;
+pub mod settings;

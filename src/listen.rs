@@ -3,10 +3,10 @@
 //! edge (the same deadlines, caps and lingering close as the redirect port), and the check
 //! that all the ports' connection caps fit under the open-file limit.
 
+use crate::settings::Settings;
 use anyhow::Context;
 use axum::Router;
 use hyper::body::Incoming;
-use rebound_core::config::Settings;
 use rebound_edge::{Edge, EdgeLimits, PortMetrics};
 use std::convert::Infallible;
 use std::future::Future;

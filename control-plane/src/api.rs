@@ -1,9 +1,12 @@
 //! The handlers of SPEC §6 and the OpenAPI document generated from them and from their
-//! request and response types (`rebound_api_types`, shared with the CLI).
+//! request and response types (`rebound_api_types`, shared with the CLI). A handler
+//! extracts the request, calls the links service (`links`) and answers; the rules live
+//! there.
 
-use crate::auth::{generate_key, generate_key_id, hash_key, Caller, Principal};
+use crate::auth::{generate_key, generate_key_id, hash_key, Caller};
 use crate::body::{ApiJson, ImportJson};
 use crate::error::{ApiError, ErrorBody};
+use crate::links::{takedown_reason, Creation};
 use crate::ControlPlane;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -12,25 +15,17 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use rebound_api_types::*;
-use rebound_core::code::{check_alias, check_code, CodeError};
-use rebound_core::link::Deletion;
-use rebound_core::time::{parse_rfc3339, to_rfc3339};
-use rebound_core::{Day, Link, RedirectKind};
-use rebound_store::{ApiKeyRecord, AuditEvent, IdempotencyRecord, Role, StoreError};
+use rebound_core::time::to_rfc3339;
+use rebound_core::Link;
+use rebound_store::{ApiKeyRecord, IdempotencyRecord, Role, StoreError};
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use utoipa::OpenApi;
 
 type Cp = State<Arc<ControlPlane>>;
 
-const MAX_TTL_SECONDS: i64 = 10 * 365 * 86_400;
-const MAX_STATS_DAYS: i32 = 366;
-const DEFAULT_STATS_DAYS: i32 = 30;
 const MAX_LIST_LIMIT: usize = 1000;
 const DEFAULT_LIST_LIMIT: usize = 100;
-/// Attempts at a generated code before giving up (a taken one is skipped).
-const GENERATED_CODE_ATTEMPTS: usize = 16;
 
 pub(crate) fn routes() -> Router<Arc<ControlPlane>> {
     Router::new()
@@ -50,70 +45,10 @@ pub(crate) fn routes() -> Router<Arc<ControlPlane>> {
 }
 
 impl ControlPlane {
-    /// Who a created link belongs to, and the scope of its idempotency keys.
-    fn creator(&self, caller: &Caller) -> Result<(String, String), ApiError> {
-        match caller {
-            Caller::Key(p) => Ok((p.id.clone(), p.id.clone())),
-            Caller::Anonymous { ip } if self.settings.api.anonymous_create => {
-                Ok(("anonymous".to_owned(), format!("anonymous:{ip}")))
-            }
-            Caller::Anonymous { .. } => Err(caller.clone().principal().unwrap_err()),
-        }
-    }
-
-    /// The caller's rate-limit bucket, its rate and its burst; `None` for operators (exempt).
-    fn bucket(&self, caller: &Caller) -> Option<(String, f64, u32)> {
-        let api = &self.settings.api;
-        match caller {
-            Caller::Key(p) if p.role == Role::Operator => None,
-            Caller::Key(p) => Some((p.id.clone(), api.creator_rate_per_sec, api.creator_burst)),
-            Caller::Anonymous { ip } => Some((
-                crate::ratelimit::anonymous_bucket(*ip),
-                api.anonymous_rate_per_sec,
-                api.anonymous_burst,
-            )),
-        }
-    }
-
-    /// Takes one creation from the caller's rate limit.
-    fn charge(&self, caller: &Caller, now: i64) -> Result<(), ApiError> {
-        let Some((who, rate, burst)) = self.bucket(caller) else {
-            return Ok(());
-        };
-        self.limiter
-            .take(&who, rate, burst, now)
-            .map_err(|retry_after_secs| ApiError::RateLimited { retry_after_secs })
-    }
-
-    /// Takes up to `n` creations (a bulk import): how many the rate limit covers now, and,
-    /// when it covers fewer than `n`, the seconds until it covers the rest (or a full
-    /// bucket, when the rest is more than the burst). 429 when it covers none.
-    fn charge_up_to(&self, caller: &Caller, n: usize, now: i64) -> Result<(usize, Option<u64>), ApiError> {
-        let Some((who, rate, burst)) = self.bucket(caller) else {
-            return Ok((n, None));
-        };
-        let n = u32::try_from(n).unwrap_or(u32::MAX);
-        let taken = self
-            .limiter
-            .take_up_to(&who, n, rate, burst, now)
-            .map_err(|retry_after_secs| ApiError::RateLimited { retry_after_secs })?;
-        let rest = n - taken;
-        let retry = (rest > 0).then(|| self.limiter.wait_for(&who, rest, rate, burst, now));
-        Ok((taken as usize, retry))
-    }
-
-    /// A generated code from the KGS.
-    async fn next_code(&self) -> Result<String, ApiError> {
-        self.codes.next_code().await.map_err(|e| match e {
-            StoreError::Exhausted => ApiError::Internal("the code space is exhausted".into()),
-            other => other.into(),
-        })
-    }
-
-    fn view(&self, link: &Link) -> LinkView {
+    pub(crate) fn view(&self, link: &Link) -> LinkView {
         LinkView {
             code: link.code.clone(),
-            short_url: self.settings.short_url(&link.code),
+            short_url: self.config.short_url(&link.code),
             long_url: link.long_url.clone(),
             redirect: link.redirect.status(),
             forward_query: link.forward_query,
@@ -128,10 +63,10 @@ impl ControlPlane {
         }
     }
 
-    fn created_view(&self, link: &Link) -> LinkCreated {
+    pub(crate) fn created_view(&self, link: &Link) -> LinkCreated {
         LinkCreated {
             code: link.code.clone(),
-            short_url: self.settings.short_url(&link.code),
+            short_url: self.config.short_url(&link.code),
             long_url: link.long_url.clone(),
             redirect: link.redirect.status(),
             forward_query: link.forward_query,
@@ -140,96 +75,6 @@ impl ControlPlane {
             version: link.version,
         }
     }
-
-    /// Reads a link the caller may see; a malformed code is simply not found.
-    pub(crate) async fn visible_link(&self, principal: &Principal, code: &str) -> Result<Link, ApiError> {
-        if check_code(code).is_err() {
-            return Err(ApiError::NotFound("no such link"));
-        }
-        let link = self
-            .store
-            .get_link(code)
-            .await?
-            .ok_or(ApiError::NotFound("no such link"))?;
-        principal.require_owner(&link.created_by)?;
-        Ok(link)
-    }
-}
-
-fn code_error(field: &str, e: CodeError) -> ApiError {
-    match e {
-        CodeError::Reserved => ApiError::bad_request("reserved_alias", format!("{field} is a reserved word")),
-        other => ApiError::bad_request("invalid_alias", format!("{field} {other}")),
-    }
-}
-
-/// The validated parts of a create request.
-struct NewLink {
-    long_url: String,
-    alias: Option<String>,
-    expires_at: Option<i64>,
-    redirect: RedirectKind,
-    forward_query: bool,
-}
-
-fn validate_create(cp: &ControlPlane, caller: &Caller, req: CreateLinkRequest, now: i64) -> Result<NewLink, ApiError> {
-    let targets = match caller {
-        Caller::Key(_) => &cp.targets,
-        Caller::Anonymous { .. } => &cp.anonymous_targets,
-    };
-    let long_url = targets
-        .validate(&req.long_url)
-        .map_err(|e| ApiError::bad_request("invalid_url", e.to_string()))?;
-    if let Some(alias) = &req.custom_alias {
-        check_alias(alias).map_err(|e| code_error("custom_alias", e))?;
-    }
-    let expires_at = match (req.expires_at, req.ttl_seconds) {
-        (Some(_), Some(_)) => {
-            return Err(ApiError::bad_request(
-                "invalid_expiry",
-                "give expires_at or ttl_seconds, not both",
-            ));
-        }
-        (Some(at), None) => {
-            let at = parse_rfc3339(&at)
-                .ok_or_else(|| ApiError::bad_request("invalid_expiry", "expires_at must be an RFC 3339 time"))?;
-            if at <= now {
-                return Err(ApiError::bad_request(
-                    "invalid_expiry",
-                    "expires_at must be in the future",
-                ));
-            }
-            if at > now + MAX_TTL_SECONDS * 1000 {
-                return Err(ApiError::bad_request(
-                    "invalid_expiry",
-                    "expires_at must be at most 10 years ahead",
-                ));
-            }
-            Some(at)
-        }
-        (None, Some(ttl)) => {
-            if !(1..=MAX_TTL_SECONDS).contains(&ttl) {
-                return Err(ApiError::bad_request(
-                    "invalid_expiry",
-                    "ttl_seconds must be between 1 and 315360000 (10 years)",
-                ));
-            }
-            Some(now + ttl * 1000)
-        }
-        (None, None) => None,
-    };
-    let redirect = match req.redirect {
-        None => RedirectKind::default(),
-        Some(s) => RedirectKind::from_status(s)
-            .ok_or_else(|| ApiError::bad_request("invalid_redirect", "redirect must be 301, 302, 307 or 308"))?,
-    };
-    Ok(NewLink {
-        long_url,
-        alias: req.custom_alias,
-        expires_at,
-        redirect,
-        forward_query: req.forward_query.unwrap_or(false),
-    })
 }
 
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
@@ -245,21 +90,8 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     }
 }
 
-/// Hash of the request body as JSON (insensitive to spacing and key order).
-fn request_hash(raw: &[u8]) -> String {
-    let canonical = serde_json::from_slice::<serde_json::Value>(raw)
-        .map(|v| v.to_string())
-        .unwrap_or_default();
-    hex::encode(Sha256::digest(canonical.as_bytes()))
-}
-
-fn replay(record: &IdempotencyRecord, hash: &str) -> Result<Response, ApiError> {
-    if record.request_hash != hash {
-        return Err(ApiError::Conflict {
-            code: "idempotency_key_reused",
-            message: "this Idempotency-Key was used with another request body",
-        });
-    }
+/// The stored first answer of an idempotent create, answered again.
+fn replay(record: &IdempotencyRecord) -> Result<Response, ApiError> {
     let status = StatusCode::from_u16(record.status).map_err(|e| ApiError::Internal(e.to_string()))?;
     let mut response = (status, record.body.clone()).into_response();
     response.headers_mut().insert(
@@ -287,73 +119,16 @@ async fn create_link(
     headers: HeaderMap,
     body: Result<ApiJson<CreateLinkRequest>, ApiError>,
 ) -> Result<Response, ApiError> {
-    let now = cp.clock.now_millis();
-    let (owner, scope) = cp.creator(&caller)?;
+    let creator = cp.creator(&caller)?;
     let body = body?;
     let idem_key = idempotency_key(&headers)?;
-    let hash = request_hash(&body.raw);
-    if let Some(key) = &idem_key {
-        if let Some(record) = cp.store.get_idempotency(&scope, key, now).await? {
-            // A replay creates nothing, so it costs nothing: a retry is never refused 429.
-            return replay(&record, &hash);
-        }
+    match cp
+        .create_link(&caller, creator, idem_key, &body.raw, body.value)
+        .await?
+    {
+        Creation::Created(link) => Ok((StatusCode::CREATED, Json(cp.created_view(&link))).into_response()),
+        Creation::Replayed(record) => replay(&record),
     }
-    let new = validate_create(&cp, &caller, body.value, now)?;
-    cp.charge(&caller, now)?;
-    let api = &cp.settings.api;
-    let mut attempts = 0;
-    let link = loop {
-        attempts += 1;
-        let code = match &new.alias {
-            Some(alias) => alias.clone(),
-            None => cp.next_code().await?,
-        };
-        let link = Link::new_active(
-            code,
-            new.long_url.clone(),
-            new.redirect,
-            new.forward_query,
-            now,
-            owner.clone(),
-            new.expires_at,
-        );
-        let record = idem_key.as_ref().map(|key| IdempotencyRecord {
-            scope: scope.clone(),
-            key: key.clone(),
-            request_hash: hash.clone(),
-            status: 201,
-            body: serde_json::to_string(&cp.created_view(&link)).unwrap_or_default(),
-            created_at: now,
-            expires_at: now + (api.idempotency_ttl_secs as i64) * 1000,
-        });
-        match cp.store.insert_link(&link, record.as_ref()).await {
-            Ok(()) => break link,
-            Err(StoreError::AlreadyExists) if new.alias.is_some() => {
-                return Err(ApiError::Conflict {
-                    code: "alias_taken",
-                    message: "this alias is already taken",
-                });
-            }
-            // A generated code an alias took earlier: skip it.
-            Err(StoreError::AlreadyExists) if attempts < GENERATED_CODE_ATTEMPTS => continue,
-            Err(StoreError::IdempotencyKeyExists) => {
-                // A concurrent request with the same key won; answer as it did.
-                let key = idem_key.as_deref().unwrap_or_default();
-                let record = cp
-                    .store
-                    .get_idempotency(&scope, key, now)
-                    .await?
-                    .ok_or_else(|| ApiError::Internal("idempotency record vanished".into()))?;
-                return replay(&record, &hash);
-            }
-            Err(e) => return Err(e.into()),
-        }
-    };
-    if let Err(e) = cp.events.created(&link).await {
-        // The link is stored; proxies that missed the announcement bypass their filter.
-        tracing::warn!(code = %link.code, error = %e, "creation not announced");
-    }
-    Ok((StatusCode::CREATED, Json(cp.created_view(&link))).into_response())
 }
 
 #[utoipa::path(post, path = "/api/v1/links/import", tag = "links", request_body = ImportRequest,
@@ -371,116 +146,9 @@ async fn import_links(
     caller: Caller,
     body: Result<ImportJson<ImportRequest>, ApiError>,
 ) -> Result<Json<ImportResults>, ApiError> {
-    let now = cp.clock.now_millis();
-    let (owner, _) = cp.creator(&caller)?;
+    let creator = cp.creator(&caller)?;
     let requests = body?.0.links;
-    if requests.is_empty() || requests.len() > MAX_IMPORT {
-        return Err(ApiError::bad_request(
-            "invalid_import",
-            "an import holds 1 to 1000 links",
-        ));
-    }
-    let fail = |e: ApiError| {
-        let (_, code) = e.status_and_code();
-        ImportOutcome::Failed {
-            error: ErrorDetail {
-                code: code.to_owned(),
-                message: e.to_string(),
-            },
-        }
-    };
-    let mut outcomes: Vec<Option<ImportOutcome>> = Vec::with_capacity(requests.len());
-    let mut valid: Vec<(usize, NewLink)> = Vec::new();
-    for (i, req) in requests.into_iter().enumerate() {
-        match validate_create(&cp, &caller, req, now) {
-            Ok(new) => {
-                valid.push((i, new));
-                outcomes.push(None);
-            }
-            Err(e) => outcomes.push(Some(fail(e))),
-        }
-    }
-    // Only links that would be written are charged; those the bucket cannot cover now are
-    // answered one by one, so an import larger than the burst still makes progress.
-    let (covered, retry_after_secs) = if valid.is_empty() {
-        (0, None)
-    } else {
-        cp.charge_up_to(&caller, valid.len(), now)?
-    };
-    let mut pending: Vec<(usize, Link, bool)> = Vec::new();
-    for (n, (i, new)) in valid.into_iter().enumerate() {
-        if n >= covered {
-            outcomes[i] = Some(ImportOutcome::Failed {
-                error: ErrorDetail {
-                    code: "rate_limited".to_owned(),
-                    message: "the rate limit did not cover this link; import it again after retry_after_secs"
-                        .to_owned(),
-                },
-            });
-            continue;
-        }
-        let generated = new.alias.is_none();
-        let code = match new.alias {
-            Some(a) => a,
-            None => cp.next_code().await?,
-        };
-        let link = Link::new_active(
-            code,
-            new.long_url,
-            new.redirect,
-            new.forward_query,
-            now,
-            owner.clone(),
-            new.expires_at,
-        );
-        pending.push((i, link, generated));
-    }
-    let links: Vec<Link> = pending.iter().map(|(_, l, _)| l.clone()).collect();
-    let stored = cp.store.insert_links(&links).await?;
-    for ((i, mut link, generated), result) in pending.into_iter().zip(stored) {
-        let result = match result {
-            // A generated code an alias took earlier: retry with fresh codes.
-            Err(StoreError::AlreadyExists) if generated => {
-                let mut retried = Err(StoreError::AlreadyExists);
-                for _ in 1..GENERATED_CODE_ATTEMPTS {
-                    link.code = cp.next_code().await?;
-                    retried = cp.store.insert_link(&link, None).await;
-                    if !matches!(retried, Err(StoreError::AlreadyExists)) {
-                        break;
-                    }
-                }
-                retried
-            }
-            other => other,
-        };
-        outcomes[i] = Some(match result {
-            Ok(()) => {
-                if let Err(e) = cp.events.created(&link).await {
-                    tracing::warn!(code = %link.code, error = %e, "creation not announced");
-                }
-                ImportOutcome::Created(cp.created_view(&link))
-            }
-            Err(StoreError::AlreadyExists) => fail(ApiError::Conflict {
-                code: "alias_taken",
-                message: "this alias is already taken",
-            }),
-            Err(e) => fail(e.into()),
-        });
-    }
-    let results: Vec<ImportOutcome> = outcomes
-        .into_iter()
-        .map(|o| o.expect("every link has an outcome"))
-        .collect();
-    let created = results
-        .iter()
-        .filter(|r| matches!(r, ImportOutcome::Created(_)))
-        .count();
-    Ok(Json(ImportResults {
-        created,
-        failed: results.len() - created,
-        retry_after_secs,
-        results,
-    }))
+    Ok(Json(cp.import_links(&caller, creator, requests).await?))
 }
 
 #[utoipa::path(get, path = "/api/v1/links/{code}", tag = "links",
@@ -554,73 +222,6 @@ async fn list_links(
     }))
 }
 
-impl ControlPlane {
-    /// Delete and takedown (SPEC §5): conditional update, then the tombstone and the
-    /// invalidation, and only then success. A link already down keeps its deletion record
-    /// and gets its tombstone written again.
-    async fn take_down(
-        &self,
-        principal: &Principal,
-        code: &str,
-        reason: Option<String>,
-        action: &'static str,
-    ) -> Result<Link, ApiError> {
-        let mut link = self.visible_link(principal, code).await?;
-        let mut outcome = "already_down";
-        for _ in 0..8 {
-            if !link.is_active {
-                break;
-            }
-            let deletion = Deletion {
-                at: self.clock.now_millis(),
-                by: principal.id.clone(),
-                reason: reason.clone(),
-            };
-            match self.store.deactivate_link(code, link.version, &deletion).await {
-                Ok(down) => {
-                    link = down;
-                    outcome = "ok";
-                }
-                // Someone changed it meanwhile: read again and decide again.
-                Err(StoreError::ConditionFailed) => {
-                    link = self
-                        .store
-                        .get_link(code)
-                        .await?
-                        .ok_or(ApiError::NotFound("no such link"))?;
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-        if link.is_active {
-            return Err(ApiError::Unavailable("the link kept changing; retry".into()));
-        }
-        let delivered = self.events.deactivated(&link).await;
-        let event = AuditEvent {
-            at: self.clock.now_millis(),
-            actor: principal.id.clone(),
-            action: action.to_owned(),
-            code: Some(code.to_owned()),
-            reason,
-            outcome: if delivered.is_ok() {
-                outcome
-            } else {
-                "invalidate_failed"
-            }
-            .to_owned(),
-        };
-        if let Err(e) = self.store.append_audit(&event).await {
-            tracing::error!(code, action, error = %e, "audit event not recorded");
-            return Err(e.into());
-        }
-        if let Err(e) = delivered {
-            tracing::warn!(code, action, error = %e, "tombstone not written; the caller must retry");
-            return Err(ApiError::InvalidationFailed);
-        }
-        Ok(link)
-    }
-}
-
 #[utoipa::path(delete, path = "/api/v1/links/{code}", tag = "links",
     params(("code" = String, Path, description = "The short code")),
     responses(
@@ -658,14 +259,7 @@ async fn take_down_link(
 ) -> Result<Json<LinkView>, ApiError> {
     let principal = caller.principal()?;
     principal.require_operator()?;
-    let raw = body?.value.reason;
-    let reason = raw.trim().to_owned();
-    if reason.is_empty() || raw.chars().count() > 1000 || raw.chars().any(char::is_control) {
-        return Err(ApiError::bad_request(
-            "invalid_reason",
-            "reason must be 1-1000 characters without control characters",
-        ));
-    }
+    let reason = takedown_reason(&body?.value.reason)?;
     let link = cp.take_down(&principal, &code, Some(reason), "takedown").await?;
     Ok(Json(cp.view(&link)))
 }
@@ -692,53 +286,7 @@ async fn link_stats(
 ) -> Result<Json<LinkStats>, ApiError> {
     let principal = caller.principal()?;
     let Query(params) = query.map_err(bad_query)?;
-    let parse = |name: &str, value: &Option<String>| -> Result<Option<Day>, ApiError> {
-        value
-            .as_ref()
-            .map(|s| {
-                Day::parse(s)
-                    .ok_or_else(|| ApiError::bad_request("invalid_date", format!("{name} must be a date YYYY-MM-DD")))
-            })
-            .transpose()
-    };
-    let (from, to) = (parse("from", &params.from)?, parse("to", &params.to)?);
-    let today = Day::of_millis(cp.clock.now_millis());
-    let to = to.unwrap_or(today);
-    let from = from.unwrap_or(to.plus(1 - DEFAULT_STATS_DAYS));
-    // A defaulted `from` can fall before the first day `YYYY-MM-DD` can name.
-    if !from.is_supported() || !to.is_supported() {
-        return Err(ApiError::bad_request(
-            "invalid_date",
-            "dates must be from 0000-01-01 to 9999-12-31",
-        ));
-    }
-    if from > to {
-        return Err(ApiError::bad_request("invalid_date", "from must not be after to"));
-    }
-    if to.0 - from.0 + 1 > MAX_STATS_DAYS {
-        return Err(ApiError::bad_request(
-            "invalid_date",
-            "the range may cover at most 366 days",
-        ));
-    }
-    let link = cp.visible_link(&principal, &code).await?;
-    let counts: std::collections::HashMap<Day, u64> = cp
-        .click_counts
-        .read_clicks(&link.code, from, to)
-        .await?
-        .into_iter()
-        .collect();
-    let days: Vec<DayClicks> = (from.0..=to.0)
-        .map(|d| DayClicks {
-            day: Day(d).to_iso(),
-            clicks: counts.get(&Day(d)).copied().unwrap_or(0),
-        })
-        .collect();
-    Ok(Json(LinkStats {
-        code: link.code,
-        total: days.iter().map(|d| d.clicks).sum(),
-        days,
-    }))
+    Ok(Json(cp.daily_clicks(&principal, &code, params.from, params.to).await?))
 }
 
 #[utoipa::path(post, path = "/api/v1/keys", tag = "keys", request_body = CreateKeyRequest,

@@ -18,7 +18,7 @@ impl<T: DeserializeOwned> FromRequest<Arc<ControlPlane>> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &Arc<ControlPlane>) -> Result<Self, ApiError> {
-        read_json(req, state.settings.api.max_body_bytes).await
+        read_json(req, state.config.api.max_body_bytes).await
     }
 }
 
@@ -29,7 +29,7 @@ impl<T: DeserializeOwned> FromRequest<Arc<ControlPlane>> for ImportJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &Arc<ControlPlane>) -> Result<Self, ApiError> {
-        read_json(req, state.settings.api.max_import_body_bytes)
+        read_json(req, state.config.api.max_import_body_bytes)
             .await
             .map(|b: ApiJson<T>| ImportJson(b.value))
     }

@@ -8,10 +8,13 @@
 //! - `audit`: reading a link's audit log.
 //! - `auth`: API keys and who the caller is.
 //! - `body`: the JSON body extractor (415, 413, 400 in the API's error shape).
+//! - `config`: what the control plane is configured with (`ControlPlaneConfig`).
 //! - `console`: the operator console at `/` (HTML, CSS and JavaScript in the binary).
 //! - `consumer`: the click consumer of distributed mode (SQS → rollups).
 //! - `error`: the one error type, and the error body.
 //! - `kgs`: generated codes from leased counter blocks.
+//! - `links`: the links service the handlers call (create, import, delete, takedown,
+//!   daily clicks).
 //! - `me`: who the caller's key is.
 //! - `metrics`: every metric of the control plane and its click consumer.
 //! - `qr`: a link's QR code as SVG.
@@ -22,17 +25,19 @@ mod api;
 pub mod audit;
 pub mod auth;
 mod body;
+pub mod config;
 mod console;
 pub mod consumer;
 pub mod error;
 pub mod kgs;
+mod links;
 pub mod me;
 pub mod metrics;
 mod qr;
 pub mod ratelimit;
 
 use axum::Router;
-use rebound_core::config::Settings;
+use config::ControlPlaneConfig;
 use rebound_core::permute::CodePermutation;
 use rebound_core::target::TargetPolicy;
 use rebound_core::Clock;
@@ -59,7 +64,7 @@ pub enum StartError {
 
 /// The control plane's runtime: everything a handler needs.
 pub struct ControlPlane {
-    pub(crate) settings: Settings,
+    pub(crate) config: ControlPlaneConfig,
     pub(crate) store: Arc<dyn Store>,
     /// Where the stats read daily clicks: the store's rollups, or (all-in-one) the rollups
     /// plus the clicks still pending in the process.
@@ -77,39 +82,39 @@ pub struct ControlPlane {
 }
 
 impl ControlPlane {
-    /// Assembles the runtime from validated settings and its adapters; the stats read the
+    /// Assembles the runtime from its validated configuration and its adapters; the stats read the
     /// store's rollups.
     pub async fn new(
-        settings: Settings,
+        config: ControlPlaneConfig,
         store: Arc<dyn Store>,
         events: Arc<dyn LinkEvents>,
         clock: Arc<dyn Clock>,
     ) -> Result<Arc<ControlPlane>, StartError> {
         let click_counts: Arc<dyn RollupStore> = store.clone();
-        Self::with_click_counts(settings, store, click_counts, events, clock).await
+        Self::with_click_counts(config, store, click_counts, events, clock).await
     }
 
     /// As [`ControlPlane::new`], with the stats reading daily clicks from `click_counts`.
     pub async fn with_click_counts(
-        settings: Settings,
+        config: ControlPlaneConfig,
         store: Arc<dyn Store>,
         click_counts: Arc<dyn RollupStore>,
         events: Arc<dyn LinkEvents>,
         clock: Arc<dyn Clock>,
     ) -> Result<Arc<ControlPlane>, StartError> {
         let targets = TargetPolicy {
-            max_bytes: settings.api.max_target_bytes,
-            refuse_mixed_script: settings.api.refuse_mixed_script_for_keys,
+            max_bytes: config.api.max_target_bytes,
+            refuse_mixed_script: config.api.refuse_mixed_script_for_keys,
             ..TargetPolicy::default()
         }
-        .with_public_base(&settings.public_base_url)
+        .with_public_base(&config.public_base_url)
         .map_err(StartError::PublicBase)?
-        .with_blocklist(&settings.api.blocked_domains);
+        .with_blocklist(&config.api.blocked_domains);
         let anonymous_targets = TargetPolicy {
             refuse_mixed_script: true,
             ..targets.clone()
         };
-        let key = match settings.api.code_key {
+        let key = match config.api.code_key {
             Some(k) => k,
             None => {
                 let candidate: [u8; 16] = rand::random();
@@ -126,12 +131,12 @@ impl ControlPlane {
         let codes = kgs::KeyRangeLease::new(
             store.clone(),
             CodePermutation::for_codes(key),
-            settings.api.kgs_block_size,
+            config.api.kgs_block_size,
         )
         .counting_leases(metrics.kgs_leases());
-        let bootstrap_key_hash = settings.bootstrap_key.as_deref().map(auth::hash_key);
+        let bootstrap_key_hash = config.bootstrap_key.as_deref().map(auth::hash_key);
         Ok(Arc::new(ControlPlane {
-            settings,
+            config,
             store,
             click_counts,
             events,
@@ -145,9 +150,9 @@ impl ControlPlane {
         }))
     }
 
-    /// The settings it runs with.
-    pub fn settings(&self) -> &Settings {
-        &self.settings
+    /// The configuration it runs with.
+    pub fn config(&self) -> &ControlPlaneConfig {
+        &self.config
     }
 
     /// Declares the API's metrics (requests, writes, rate limits, KGS leases) in `registry`.

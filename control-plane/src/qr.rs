@@ -28,7 +28,7 @@ pub(crate) async fn link_qr(
 ) -> Result<Response, ApiError> {
     let principal = caller.principal()?;
     let link = cp.visible_link(&principal, &code).await?;
-    let svg = qr_svg(&cp.settings.short_url(&link.code))?;
+    let svg = qr_svg(&cp.config.short_url(&link.code))?;
     Ok((
         [
             (header::CONTENT_TYPE, "image/svg+xml"),

@@ -4,8 +4,8 @@
 use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
 use http_body_util::BodyExt;
+use rebound_control_plane::config::ControlPlaneConfig;
 use rebound_control_plane::{router, ControlPlane};
-use rebound_core::config::Settings;
 use rebound_core::{Clock, ManualClock};
 use rebound_store::events::RecordedLinkEvents;
 use rebound_store::{AuditLog, LinkReads, LinkStore, MemoryStore, RollupStore, Store};
@@ -24,18 +24,18 @@ struct Harness {
     clock: ManualClock,
 }
 
-async fn harness_with(change: impl FnOnce(&mut Settings)) -> Harness {
-    let mut settings = Settings {
+async fn harness_with(change: impl FnOnce(&mut ControlPlaneConfig)) -> Harness {
+    let mut config = ControlPlaneConfig {
         bootstrap_key: Some(OPERATOR.into()),
         public_base_url: "https://sho.rt".into(),
-        ..Settings::default()
+        ..ControlPlaneConfig::default()
     };
-    change(&mut settings);
+    change(&mut config);
     let store = Arc::new(MemoryStore::new());
     let events = Arc::new(RecordedLinkEvents::default());
     let clock = ManualClock::at(NOW);
     let cp = ControlPlane::new(
-        settings,
+        config,
         store.clone() as Arc<dyn Store>,
         events.clone(),
         Arc::new(clock.clone()) as Arc<dyn Clock>,

@@ -3,7 +3,6 @@
 //! # Layout
 //!
 //! - `code`: the short-code rule and the reserved words.
-//! - `config`: settings as plain, validated data.
 //! - `base62`: fixed-width base62 for generated codes.
 //! - `permute`: the keyed Feistel permutation that turns counter values into codes.
 //! - `link`: the stored link record and its redirect kind.
@@ -18,7 +17,6 @@
 pub mod base62;
 pub mod cache;
 pub mod code;
-pub mod config;
 pub mod decision;
 pub mod link;
 pub mod permute;

@@ -1,6 +1,9 @@
-//! Rebound's settings as plain data, validated. The file format and the environment are
-//! read elsewhere (the binary's loader) and turned into [`Settings`]; nothing else sees them.
+//! Rebound's settings as plain data, validated: addresses, the data directory, the choice
+//! of backends, the redirect path, the edge, TLS. `config` reads the file format and the
+//! environment into [`Settings`]; the planes receive only their part (the control plane a
+//! [`ControlPlaneConfig`], the data plane what `data_plane` passes on).
 
+pub use rebound_control_plane::config::{ApiSettings, ControlPlaneConfig};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -20,58 +23,6 @@ pub enum QueueChoice {
     Embedded,
     /// An SQS queue (with its dead-letter queue `<name>-dlq`).
     Sqs { queue_name: String },
-}
-
-/// Settings of the control plane's API.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ApiSettings {
-    /// Largest accepted request body.
-    pub max_body_bytes: usize,
-    /// Largest accepted bulk-import body (up to 1,000 links).
-    pub max_import_body_bytes: usize,
-    /// Longest accepted target URL.
-    pub max_target_bytes: usize,
-    /// Whether callers without an API key may create links.
-    pub anonymous_create: bool,
-    /// Sustained creates per second per creator key.
-    pub creator_rate_per_sec: f64,
-    /// Burst of creates per creator key.
-    pub creator_burst: u32,
-    /// Sustained creates per second per anonymous IP.
-    pub anonymous_rate_per_sec: f64,
-    /// Burst of creates per anonymous IP.
-    pub anonymous_burst: u32,
-    /// Target domains refused, with their subdomains.
-    pub blocked_domains: Vec<String>,
-    /// Counter values leased per KGS block.
-    pub kgs_block_size: u64,
-    /// Key of the code permutation; when absent one is generated once and kept in the store.
-    pub code_key: Option<[u8; 16]>,
-    /// How long an idempotency key's first answer is kept.
-    pub idempotency_ttl_secs: u64,
-    /// Whether key holders' targets are refused, as anonymous ones always are, when a host
-    /// label mixes scripts (UTS 39; look-alike names such as Cyrillic `раураl.com`).
-    pub refuse_mixed_script_for_keys: bool,
-}
-
-impl Default for ApiSettings {
-    fn default() -> Self {
-        ApiSettings {
-            max_body_bytes: 64 * 1024,
-            max_import_body_bytes: 4 * 1024 * 1024,
-            max_target_bytes: crate::target::DEFAULT_MAX_TARGET_BYTES,
-            anonymous_create: false,
-            creator_rate_per_sec: 50.0,
-            creator_burst: 200,
-            anonymous_rate_per_sec: 1.0,
-            anonymous_burst: 10,
-            blocked_domains: Vec::new(),
-            kgs_block_size: 10_000,
-            code_key: None,
-            idempotency_ttl_secs: 24 * 3600,
-            refuse_mixed_script_for_keys: false,
-        }
-    }
 }
 
 /// Settings of the redirect path.
@@ -123,11 +74,11 @@ impl RedirectSettings {
     }
 
     /// The lifetimes of cached records.
-    pub fn cache_policy(&self) -> crate::cache::CachePolicy {
-        crate::cache::CachePolicy {
+    pub fn cache_policy(&self) -> rebound_core::cache::CachePolicy {
+        rebound_core::cache::CachePolicy {
             fresh_millis: self.cache_fresh_ms as i64,
             stale_grace_millis: self.stale_grace_ms as i64,
-            ..crate::cache::CachePolicy::default()
+            ..rebound_core::cache::CachePolicy::default()
         }
     }
 }
@@ -459,9 +410,13 @@ impl Settings {
             .unwrap_or_else(|| self.data_dir.join("rebound-upgrade.sock"))
     }
 
-    /// The short URL of `code`.
-    pub fn short_url(&self, code: &str) -> String {
-        format!("{}/{}", self.public_base_url.trim_end_matches('/'), code)
+    /// The control plane's part.
+    pub fn control_plane(&self) -> ControlPlaneConfig {
+        ControlPlaneConfig {
+            api: self.api.clone(),
+            public_base_url: self.public_base_url.clone(),
+            bootstrap_key: self.bootstrap_key.clone(),
+        }
     }
 }
 
@@ -552,10 +507,15 @@ mod tests {
     }
 
     #[test]
-    fn short_urls() {
-        let mut s = Settings::default();
-        assert_eq!(s.short_url("abc"), "http://127.0.0.1:8080/abc");
-        s.public_base_url = "https://sho.rt/".into();
-        assert_eq!(s.short_url("abc"), "https://sho.rt/abc");
+    fn the_control_plane_gets_its_part() {
+        let s = Settings {
+            public_base_url: "https://sho.rt".into(),
+            bootstrap_key: Some("a-key-of-sixteen-chars".into()),
+            ..Settings::default()
+        };
+        let c = s.control_plane();
+        assert_eq!(c.short_url("abc"), "https://sho.rt/abc");
+        assert_eq!(c.bootstrap_key, s.bootstrap_key);
+        assert_eq!(c.api, s.api);
     }
 }
