@@ -119,3 +119,62 @@ pub async fn serve_router(listener: tokio::net::TcpListener, router: Router, edg
     )
     .await
 }
+
+/// How long a process taking over waits for the old one to release the API and metrics ports.
+const TAKE_OVER_WAIT: Duration = Duration::from_secs(30);
+
+/// The listener of an API or metrics port: bound now, or, when this process takes over
+/// from a running one, bound as soon as that one releases the address.
+pub enum RouterPort {
+    Bound(std::net::TcpListener),
+    WhenFree(SocketAddr),
+}
+
+impl RouterPort {
+    /// Binds `addr` now, unless taking over (then it is bound when free).
+    pub fn bind(addr: SocketAddr, what: &str, take_over: bool) -> anyhow::Result<RouterPort> {
+        match take_over {
+            true => Ok(RouterPort::WhenFree(addr)),
+            false => bind(addr, what).map(RouterPort::Bound),
+        }
+    }
+
+    /// Prints where it listens, when bound.
+    pub fn announce(&self, what: &str) -> anyhow::Result<()> {
+        if let RouterPort::Bound(l) = self {
+            println!("rebound: {what} listening on {}", l.local_addr()?);
+        }
+        Ok(())
+    }
+
+    /// Serves `router` through `edge` until `stop` (see [`serve_router`]). Must be called
+    /// inside a tokio runtime.
+    pub fn serve(
+        self,
+        what: &'static str,
+        router: Router,
+        edge: Edge,
+        stop: watch::Receiver<bool>,
+    ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+        let addr = match self {
+            RouterPort::Bound(l) => {
+                let listener = tokio::net::TcpListener::from_std(l)?;
+                return Ok(tokio::spawn(serve_router(listener, router, edge, stop)));
+            }
+            RouterPort::WhenFree(addr) => addr,
+        };
+        Ok(tokio::spawn(async move {
+            let listener = match bind_when_free(addr, what, TAKE_OVER_WAIT).await {
+                Ok(l) => {
+                    println!("rebound: {what} listening on {addr}");
+                    l
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "the {what} port was not released by the process being upgraded");
+                    return;
+                }
+            };
+            serve_router(listener, router, edge, stop).await
+        }))
+    }
+}

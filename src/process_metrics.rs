@@ -30,3 +30,26 @@ pub fn register_readiness_gauge(registry: &Registry) -> prometheus::Result<IntGa
     registry.register(Box::new(ready.clone()))?;
     Ok(ready)
 }
+
+/// A process's registry, with the metric families that every part of the process shares
+/// and that may be declared only once: the process's own, the ports' edges and the
+/// backend calls.
+#[derive(Clone)]
+pub struct ProcessRegistry {
+    pub registry: Registry,
+    pub edge: rebound_edge::EdgeMetrics,
+    pub adapters: rebound_store::call_metrics::AdapterMetrics,
+}
+
+impl ProcessRegistry {
+    /// A new registry with those families declared.
+    pub fn new() -> prometheus::Result<ProcessRegistry> {
+        let registry = Registry::new();
+        register_process_metrics(&registry)?;
+        Ok(ProcessRegistry {
+            edge: rebound_edge::EdgeMetrics::register(&registry)?,
+            adapters: rebound_store::call_metrics::AdapterMetrics::register(&registry)?,
+            registry,
+        })
+    }
+}

@@ -284,40 +284,11 @@ async fn configured_urls_replace_the_pages_with_redirects() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn expiry_is_410_right_after_expires_at_and_caps_max_age() {
-    let dir = temp_dir();
-    let rb = Rebound::start(dir.path(), &[]);
-    let soon = rb
-        .create(json!({"long_url": "https://example.com/soon", "ttl_seconds": 2}))
-        .await;
-    let code = soon["code"].as_str().unwrap();
-    let res = rb.get(&format!("/{code}")).await;
-    assert_eq!(res.status(), StatusCode::FOUND);
-    let max_age: u64 = header(&res, "cache-control")
-        .unwrap()
-        .trim_start_matches("public, max-age=")
-        .parse()
-        .unwrap();
-    assert!(max_age <= 2, "max-age never past expiry, got {max_age}");
-    let expires = rebound_core_time(soon["expires_at"].as_str().unwrap());
-    while now_millis() < expires {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_no_store(rb.get(&format!("/{code}")).await, StatusCode::GONE).await;
-    // Still gone later, from L1 or the store.
-    assert_no_store(rb.get(&format!("/{code}")).await, StatusCode::GONE).await;
-}
-
 fn now_millis() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as i64
-}
-
-fn rebound_core_time(s: &str) -> i64 {
-    rebound_core::time::parse_rfc3339(s).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -379,7 +379,7 @@ pub struct RedirectServer {
 pub fn run_redirect_server(
     server: RedirectServer,
     listeners: Vec<(RedirectListener, RedirectPort)>,
-    shutdown: Box<dyn ShutdownSignalWatch>,
+    shutdown: impl Future<Output = Shutdown> + Send + 'static,
 ) -> std::io::Result<()> {
     let conf = ServerConf {
         threads: server.threads,
@@ -403,45 +403,34 @@ pub fn run_redirect_server(
     // Takes the listeners over from the old process when upgrading.
     pingora.bootstrap();
     pingora.run(RunArgs {
-        shutdown_signal: shutdown,
+        shutdown_signal: Box::new(ShutdownWhen(std::sync::Mutex::new(Some(Box::pin(shutdown))))),
     });
     Ok(())
 }
 
-/// The process's signals for a server run: SIGTERM tells `on_terminate` and drains
-/// gracefully; SIGQUIT hands the listeners to a new process (Pingora's upgrade), tells
-/// `on_terminate` and drains; SIGINT exits at once.
-pub struct ProcessSignals {
-    pub on_terminate: tokio::sync::watch::Sender<bool>,
+/// How a redirect server run ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shutdown {
+    /// Stop accepting, drain the connections, return.
+    Drain,
+    /// Hand the listeners to a new process over the upgrade socket, then drain.
+    HandOver,
 }
 
+/// Pingora's shutdown watch over a future: the server runs until it resolves.
+struct ShutdownWhen(std::sync::Mutex<Option<Pin<Box<dyn Future<Output = Shutdown> + Send>>>>);
+
 #[async_trait]
-impl ShutdownSignalWatch for ProcessSignals {
+impl ShutdownSignalWatch for ShutdownWhen {
     async fn recv(&self) -> pingora::server::ShutdownSignal {
-        use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut term), Ok(mut int), Ok(mut quit)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::quit()),
-        ) else {
-            tracing::error!("cannot listen for signals");
-            return std::future::pending().await;
-        };
-        tokio::select! {
-            _ = term.recv() => {
-                tracing::info!("SIGTERM: draining");
-                let _ = self.on_terminate.send(true);
-                pingora::server::ShutdownSignal::GracefulTerminate
-            }
-            _ = quit.recv() => {
-                tracing::info!("SIGQUIT: handing the listeners to the new process, then draining");
-                let _ = self.on_terminate.send(true);
-                pingora::server::ShutdownSignal::GracefulUpgrade
-            }
-            _ = int.recv() => {
-                tracing::info!("SIGINT: exiting now");
-                std::process::exit(130);
-            }
+        let when = self.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match when {
+            Some(when) => match when.await {
+                Shutdown::Drain => pingora::server::ShutdownSignal::GracefulTerminate,
+                Shutdown::HandOver => pingora::server::ShutdownSignal::GracefulUpgrade,
+            },
+            // Pingora asks once; a second ask never ends the run.
+            None => std::future::pending().await,
         }
     }
 }

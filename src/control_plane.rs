@@ -1,0 +1,186 @@
+//! The control plane as a library: [`ControlPlane::build`] makes the API's runtime from
+//! the settings and the adapters the caller opened (and declares its metrics);
+//! [`ControlPlane::run`] serves the API (and, alone in its process, the metrics port) on
+//! listeners the caller bound, with the click consumer when clicks come over SQS, until
+//! `shutdown` resolves.
+
+use crate::listen::{router_edge, RouterPort};
+use crate::metrics_port::{metrics_router, Readiness};
+use crate::process_metrics::ProcessRegistry;
+use crate::settings::Settings;
+use crate::signals::drain;
+use anyhow::Context;
+use rebound_control_plane::consumer::{run_click_consumer, watch_queue_depths, ConsumerCalls, DEPTH_EVERY};
+use rebound_control_plane::metrics::ConsumerMetrics;
+use rebound_core::Clock;
+use rebound_edge::Edge;
+use rebound_redis::acks::{AckMetrics, Acknowledgements};
+use rebound_redis::{RedisCache, RedisLinkEvents};
+use rebound_sqs::SqsClickQueue;
+use rebound_store::call_metrics::MeteredLinkEvents;
+use rebound_store::{LinkEvents, NoLinkEvents, RollupStore, Store};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// How long the API's connections and the consumer get to finish after `shutdown`.
+const DRAIN_LIMIT: Duration = Duration::from_secs(9);
+
+/// Where creates and deletes are announced.
+pub enum Announce {
+    /// To a data plane in this process (`DataPlane::in_process_events`).
+    InProcess(Arc<dyn LinkEvents>),
+    /// To the proxies over Redis: the write-through, the creation feed, the invalidation
+    /// and its acknowledgements.
+    Redis(Arc<RedisCache>),
+    /// Nowhere (no Redis): proxies' L1 entries expire after `l1_ttl`.
+    Nowhere,
+}
+
+/// What a control plane runs on, opened by the caller.
+pub struct ControlPlaneAdapters {
+    /// The store (counted and timed by the caller).
+    pub store: Arc<dyn Store>,
+    pub clock: Arc<dyn Clock>,
+    pub announce: Announce,
+    /// Where the stats read daily clicks; none: the store's rollups.
+    pub click_counts: Option<Arc<dyn RollupStore>>,
+    /// The SQS click queue and its dead-letter queue, consumed into the rollups here.
+    pub click_queue: Option<(SqsClickQueue, SqsClickQueue)>,
+}
+
+/// The listeners of a control plane: the API port and, when it is alone in its process,
+/// the metrics port.
+pub struct ControlPlaneListeners {
+    pub api: RouterPort,
+    pub metrics: Option<RouterPort>,
+}
+
+/// The click consumer's parts.
+struct Consumer {
+    queue: SqsClickQueue,
+    dead_letters: SqsClickQueue,
+    store: Arc<dyn Store>,
+    visibility: Duration,
+    metrics: ConsumerMetrics,
+    calls: ConsumerCalls,
+}
+
+/// The control plane's parts, built from the settings.
+pub struct ControlPlane {
+    api: Arc<rebound_control_plane::ControlPlane>,
+    registry: prometheus::Registry,
+    api_edge: Edge,
+    metrics_edge: Edge,
+    /// With Redis: the proxies' acknowledgements, listened to while it runs.
+    acks: Option<(Arc<Acknowledgements>, Arc<RedisCache>)>,
+    consumer: Option<Consumer>,
+}
+
+impl ControlPlane {
+    /// Builds the API's runtime on `adapters` and declares its metrics in `metrics`.
+    pub async fn build(
+        settings: &Settings,
+        metrics: &ProcessRegistry,
+        adapters: ControlPlaneAdapters,
+    ) -> anyhow::Result<ControlPlane> {
+        let ControlPlaneAdapters {
+            store,
+            clock,
+            announce,
+            click_counts,
+            click_queue,
+        } = adapters;
+        let registry = &metrics.registry;
+        let mut acks = None;
+        let events: Arc<dyn LinkEvents> = match announce {
+            Announce::InProcess(events) => events,
+            Announce::Redis(cache) => {
+                let listener = Acknowledgements::new(AckMetrics::register(registry).context("declaring metrics")?);
+                acks = Some((listener.clone(), cache.clone()));
+                let r = &settings.redirect;
+                Arc::new(MeteredLinkEvents::new(
+                    Arc::new(RedisLinkEvents {
+                        cache,
+                        clock: clock.clone(),
+                        policy: r.cache_policy(),
+                        acks: listener,
+                        invalidation_bound: Duration::from_millis(r.invalidation_timeout_ms + r.l1_ttl_ms),
+                    }),
+                    &metrics.adapters,
+                ))
+            }
+            Announce::Nowhere => Arc::new(MeteredLinkEvents::new(Arc::new(NoLinkEvents), &metrics.adapters)),
+        };
+        let config = settings.control_plane();
+        let api = match click_counts {
+            Some(counts) => {
+                rebound_control_plane::ControlPlane::with_click_counts(config, store.clone(), counts, events, clock)
+                    .await?
+            }
+            None => rebound_control_plane::ControlPlane::new(config, store.clone(), events, clock).await?,
+        };
+        api.register_metrics(registry).context("declaring metrics")?;
+        let consumer = match click_queue {
+            Some((queue, dead_letters)) => Some(Consumer {
+                queue,
+                dead_letters,
+                store,
+                visibility: Duration::from_secs(u64::from(settings.sqs_visibility_secs)),
+                metrics: ConsumerMetrics::register(registry).context("declaring metrics")?,
+                calls: ConsumerCalls::new(&metrics.adapters),
+            }),
+            None => None,
+        };
+        Ok(ControlPlane {
+            api,
+            registry: registry.clone(),
+            api_edge: router_edge(settings, settings.edge.api_max_connections, metrics.edge.port("api")),
+            metrics_edge: router_edge(
+                settings,
+                settings.edge.metrics_max_connections,
+                metrics.edge.port("metrics"),
+            ),
+            acks,
+            consumer,
+        })
+    }
+
+    /// Serves until `shutdown` resolves, then lets the open requests and the consumer
+    /// finish (at most 9 s). Must be called inside a tokio runtime.
+    pub async fn run(self, listeners: ControlPlaneListeners, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+        let (stop_tx, stop) = watch::channel(false);
+        let mut tasks = Vec::new();
+        if let Some((acks, cache)) = self.acks {
+            tasks.push(tokio::spawn(acks.listen(cache, stop.clone())));
+        }
+        if let Some(port) = listeners.metrics {
+            let router = metrics_router(self.registry, Readiness::bound(None));
+            tasks.push(port.serve("metrics", router, self.metrics_edge, stop.clone())?);
+        }
+        let router = rebound_control_plane::router(self.api);
+        tasks.push(listeners.api.serve("API", router, self.api_edge, stop.clone())?);
+        if let Some(c) = self.consumer {
+            tasks.push(tokio::spawn(watch_queue_depths(
+                [("clicks", c.queue.clone()), ("dead_letter", c.dead_letters)],
+                c.metrics.clone(),
+                c.calls.clone(),
+                DEPTH_EVERY,
+                stop.clone(),
+            )));
+            tasks.push(tokio::spawn(run_click_consumer(
+                c.queue,
+                c.store,
+                c.visibility,
+                c.metrics,
+                c.calls,
+                stop,
+            )));
+        }
+        shutdown.await;
+        let _ = stop_tx.send(true);
+        drain(tasks, DRAIN_LIMIT).await;
+        Ok(())
+    }
+}

@@ -1,0 +1,341 @@
+//! The redirect data plane as a library: [`DataPlane::build`] makes its parts from the
+//! settings (metrics, L1, the issued-code filter, the click queue, the edges and the TLS
+//! certificate), [`DataPlane::run`] serves them on listeners the caller bound, with the
+//! adapters the caller opened, until `shutdown` resolves. The all-in-one and
+//! `rebound proxy` are this with different adapters; so are the in-process tests.
+
+use crate::listen::{bind, edge_limits, router_edge, RouterPort};
+use crate::metrics_port::{metrics_router, Readiness};
+use crate::process_metrics::ProcessRegistry;
+use crate::settings::{RedirectSettings, Settings};
+use crate::signals::{drain, log_hangups};
+use anyhow::Context;
+use rebound_core::Clock;
+use rebound_edge::tls::{watch_certificate, CertificateFiles, ReloadableCert};
+use rebound_edge::Edge;
+use rebound_proxy::bloom::BloomGate;
+use rebound_proxy::clicks::{run_click_shipper, ClickPacing, ClickQueue, ClickWriter, RollupsWithPending};
+use rebound_proxy::distributed::{run_creation_feed, run_heartbeat, run_invalidation_listener};
+use rebound_proxy::events::InProcessLinkEvents;
+use rebound_proxy::l1::L1;
+use rebound_proxy::metrics::{ProxyMetrics, TierHealth};
+use rebound_proxy::pages::{DeadEndTargets, DeadEnds};
+use rebound_proxy::path::{InvalidationTrust, RedirectPath};
+use rebound_proxy::server::{run_redirect_server, RedirectListener, RedirectPort, RedirectServer, Redirects, Shutdown};
+use rebound_redis::RedisCache;
+use rebound_store::call_metrics::MeteredRecordCache;
+use rebound_store::{LinkEvents, LinkReads, RollupStore};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// The listeners of a data plane: the redirect port, its TLS twin when configured, and the
+/// metrics port.
+pub struct DataPlaneListeners {
+    pub redirect: RedirectListener,
+    pub tls: Option<RedirectListener>,
+    pub metrics: RouterPort,
+}
+
+impl DataPlaneListeners {
+    /// Binds the configured addresses, or, taking over from a running process, names the
+    /// redirect listeners to inherit and binds the metrics port once it is released.
+    pub fn bind(settings: &Settings, take_over: bool) -> anyhow::Result<DataPlaneListeners> {
+        let redirect = |addr: std::net::SocketAddr, what: &str| -> anyhow::Result<RedirectListener> {
+            match take_over {
+                true => Ok(RedirectListener::Inherited(addr.to_string())),
+                false => Ok(RedirectListener::Bound(bind(addr, what)?)),
+            }
+        };
+        Ok(DataPlaneListeners {
+            redirect: redirect(settings.redirect_addr, "redirect (redirect_addr)")?,
+            tls: match &settings.tls {
+                Some(tls) => Some(redirect(tls.addr, "redirect TLS (tls_addr)")?),
+                None => None,
+            },
+            metrics: RouterPort::bind(settings.metrics_addr, "metrics (metrics_addr)", take_over)?,
+        })
+    }
+
+    /// Prints where the redirect listeners are.
+    pub fn announce_redirect(&self) -> anyhow::Result<()> {
+        let listeners = std::iter::once(&self.redirect).chain(self.tls.as_ref());
+        for (listener, what) in listeners.zip(["redirect", "redirect TLS"]) {
+            match listener {
+                RedirectListener::Bound(l) => println!("rebound: {what} listening on {}", l.local_addr()?),
+                RedirectListener::Inherited(addr) => println!("rebound: {what} listening on {addr}"),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How this data plane hears of creates and deletes, and whether it has an L2.
+pub enum Fleet {
+    /// The all-in-one: the control plane in this process tells L1 and the filter directly.
+    InProcess,
+    /// A proxy with Redis: L2, the invalidation channel (with heartbeats and
+    /// acknowledgements) and the creation feed.
+    Redis(Arc<RedisCache>),
+    /// A proxy without Redis: no L2 and no channel, so L1 entries live at most `l1_ttl`
+    /// and the filter is bypassed.
+    Alone,
+}
+
+/// What a data plane runs on, opened by the caller.
+pub struct DataPlaneAdapters {
+    /// Where links are read (counted and timed by the caller).
+    pub store: Arc<dyn LinkReads>,
+    /// Where clicks are written, and on which runtime.
+    pub clicks: ClickWriter,
+    pub fleet: Fleet,
+}
+
+/// The data plane's parts, built from the settings.
+pub struct DataPlane {
+    redirect: RedirectSettings,
+    threads: usize,
+    upgrade_sock: std::path::PathBuf,
+    clock: Arc<dyn Clock>,
+    metrics: ProcessRegistry,
+    proxy_metrics: ProxyMetrics,
+    l1: Arc<L1>,
+    bloom: Arc<BloomGate>,
+    clicks: Arc<ClickQueue>,
+    /// The edges of the redirect listener and of its TLS twin, and of the metrics port.
+    edge: Edge,
+    tls_edge: Option<Edge>,
+    metrics_edge: Edge,
+    /// The certificate of the TLS listener, reloaded while it serves.
+    certificate: Option<Arc<ReloadableCert>>,
+}
+
+impl DataPlane {
+    /// Declares the data plane's metrics in `metrics`, builds the caches and the edges, and
+    /// loads the TLS certificate when one is configured.
+    pub fn build(settings: &Settings, metrics: ProcessRegistry, clock: Arc<dyn Clock>) -> anyhow::Result<DataPlane> {
+        let proxy_metrics = ProxyMetrics::register(&metrics.registry).context("declaring metrics")?;
+        let limits = edge_limits(settings, settings.edge.max_connections);
+        let (tls_edge, certificate) = match &settings.tls {
+            Some(tls) => {
+                let cert = ReloadableCert::load(CertificateFiles {
+                    cert: tls.cert.clone(),
+                    key: tls.key.clone(),
+                })
+                .context("loading the TLS certificate and key (REBOUND_TLS_CERT, REBOUND_TLS_KEY)")?;
+                let config = cert.server_config().context("configuring TLS")?;
+                let edge = Edge::tls(limits.clone(), metrics.edge.port("redirect_tls"), config);
+                (Some(edge), Some(cert))
+            }
+            None => (None, None),
+        };
+        let r = &settings.redirect;
+        Ok(DataPlane {
+            clicks: Arc::new(ClickQueue::new(
+                r.click_queue_capacity,
+                proxy_metrics.clone(),
+                clock.clone(),
+            )),
+            l1: Arc::new(L1::new(r.l1_capacity)),
+            bloom: Arc::new(BloomGate::new(r.l1_capacity.max(1_000_000) * 2)),
+            edge: Edge::plain(limits, metrics.edge.port("redirect")),
+            metrics_edge: router_edge(
+                settings,
+                settings.edge.metrics_max_connections,
+                metrics.edge.port("metrics"),
+            ),
+            tls_edge,
+            certificate,
+            redirect: r.clone(),
+            threads: match r.threads {
+                0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+                n => n,
+            },
+            upgrade_sock: settings.upgrade_sock_path(),
+            clock,
+            metrics,
+            proxy_metrics,
+        })
+    }
+
+    /// The link events of a control plane in this process: creates and deletes reach L1
+    /// and the filter directly.
+    pub fn in_process_events(&self) -> Arc<dyn LinkEvents> {
+        Arc::new(InProcessLinkEvents {
+            l1: self.l1.clone(),
+            bloom: self.bloom.clone(),
+            clock: self.clock.clone(),
+            policy: self.redirect.cache_policy(),
+        })
+    }
+
+    /// Daily clicks from `rollups` plus those still pending in this process, for the stats
+    /// of a control plane in this process.
+    pub fn clicks_with_pending(&self, rollups: Arc<dyn RollupStore>) -> Arc<dyn RollupStore> {
+        Arc::new(RollupsWithPending {
+            store: rollups,
+            clicks: self.clicks.clone(),
+        })
+    }
+
+    /// Serves the redirect listeners (on this thread: Pingora owns their runtimes) and the
+    /// metrics port, the click shipper and the fleet's tasks (on `runtime`), until
+    /// `shutdown` resolves; then drains the connections, ships the last clicks and stops
+    /// the tasks. The thread must not be inside a tokio runtime.
+    pub fn run(
+        self,
+        adapters: DataPlaneAdapters,
+        listeners: DataPlaneListeners,
+        shutdown: impl Future<Output = Shutdown> + Send + 'static,
+        runtime: &tokio::runtime::Runtime,
+    ) -> anyhow::Result<()> {
+        let DataPlaneAdapters { store, clicks, fleet } = adapters;
+        let r = &self.redirect;
+        let mut path = RedirectPath::new(
+            self.l1.clone(),
+            self.bloom.clone(),
+            store.clone(),
+            self.clock.clone(),
+            self.proxy_metrics.clone(),
+            Duration::from_millis(r.store_budget_ms),
+        );
+        path.policy = r.cache_policy();
+        let trust = Arc::new(InvalidationTrust::new(
+            Duration::from_millis(r.invalidation_timeout_ms),
+            Duration::from_millis(r.l1_ttl_ms),
+        ));
+        if !matches!(fleet, Fleet::InProcess) {
+            path.trust = Some(trust.clone());
+        }
+        let channel = matches!(fleet, Fleet::Redis(_)).then(|| (trust.clone(), self.clock.clone()));
+        TierHealth::register(&self.metrics.registry, self.bloom.clone(), channel).context("declaring metrics")?;
+        // Without Redis a proxy's filter is never loaded (the creation feed loads it) and
+        // is bypassed: readiness then waits only for the listeners.
+        let readiness = Readiness::bound((!matches!(fleet, Fleet::Alone)).then(|| self.bloom.clone()))
+            .with_gauge(self.proxy_metrics.bloom_loaded_codes.clone());
+        let pacing = click_pacing(r, !matches!(fleet, Fleet::InProcess));
+
+        let (stop_tx, stop) = watch::channel(false);
+        let (clicks_stop_tx, clicks_stop) = watch::channel(false);
+        let tasks = {
+            let _enter = runtime.enter();
+            let mut tasks = vec![
+                listeners.metrics.serve(
+                    "metrics",
+                    metrics_router(self.metrics.registry.clone(), readiness),
+                    self.metrics_edge.clone(),
+                    stop.clone(),
+                )?,
+                tokio::spawn(run_click_shipper(self.clicks.clone(), clicks, pacing, clicks_stop)),
+                self.certificate_watcher(stop.clone()),
+            ];
+            match fleet {
+                Fleet::InProcess => tasks.push(tokio::spawn(load_filter(self.bloom.clone(), store))),
+                Fleet::Redis(cache) => {
+                    let l2 = Arc::new(MeteredRecordCache::new(cache.clone(), &self.metrics.adapters));
+                    path = path.with_l2(l2, Duration::from_millis(r.l2_budget_ms), trust.clone());
+                    // This process's name in the proxies' registry and in its acknowledgements.
+                    let proxy: Arc<str> =
+                        Arc::from(format!("{:x}{:x}", self.clock.now_millis(), std::process::id()));
+                    tasks.push(tokio::spawn(run_invalidation_listener(
+                        cache.clone(),
+                        proxy.clone(),
+                        self.l1.clone(),
+                        trust,
+                        self.clock.clone(),
+                        stop.clone(),
+                    )));
+                    tasks.push(tokio::spawn(run_heartbeat(
+                        cache.clone(),
+                        proxy,
+                        self.clock.clone(),
+                        stop.clone(),
+                    )));
+                    tasks.push(tokio::spawn(run_creation_feed(cache, self.bloom.clone(), store, stop)));
+                }
+                Fleet::Alone => tracing::warn!(
+                    "no REBOUND_REDIS_URL: no L2 and no invalidation channel, so L1 entries live at most l1_ttl and the Bloom filter is bypassed"
+                ),
+            }
+            tasks
+        };
+
+        let dead_ends = DeadEnds::new(&DeadEndTargets {
+            not_found_url: r.not_found_url.clone(),
+            expired_url: r.expired_url.clone(),
+            root_url: r.root_url.clone(),
+        })?;
+        let redirects = Redirects::with_dead_ends(Arc::new(path), self.clicks.clone(), r.cache_max_age_secs, dead_ends);
+        let take_over = matches!(listeners.redirect, RedirectListener::Inherited(_));
+        let mut ports = vec![(listeners.redirect, RedirectPort::new(redirects.clone(), self.edge))];
+        if let (Some(listener), Some(edge)) = (listeners.tls, self.tls_edge) {
+            ports.push((listener, RedirectPort::new(redirects, edge)));
+        }
+        run_redirect_server(
+            RedirectServer {
+                threads: self.threads,
+                upgrade_sock: self.upgrade_sock,
+                take_over,
+            },
+            ports,
+            async move {
+                let how = shutdown.await;
+                let _ = stop_tx.send(true);
+                how
+            },
+        )?;
+        // The redirect server has drained: ship the last clicks, stop the tasks.
+        let _ = clicks_stop_tx.send(true);
+        runtime.block_on(drain(tasks, Duration::from_secs(5)));
+        Ok(())
+    }
+
+    /// The background task that reloads the TLS certificate on SIGHUP or a changed file,
+    /// or, without TLS, logs SIGHUP.
+    fn certificate_watcher(&self, stop: watch::Receiver<bool>) -> JoinHandle<()> {
+        match self.certificate.clone() {
+            Some(cert) => tokio::spawn(watch_certificate(
+                cert,
+                self.metrics.edge.clone(),
+                Duration::from_secs(1),
+                stop,
+            )),
+            None => tokio::spawn(log_hangups(stop)),
+        }
+    }
+}
+
+/// How click persistence is paced; `distributed` for a proxy (whose control plane's stats
+/// do not see what it holds).
+fn click_pacing(r: &RedirectSettings, distributed: bool) -> ClickPacing {
+    ClickPacing {
+        every: Duration::from_millis(r.click_flush_ms),
+        rows_per_sec: r.click_rows_per_sec,
+        max_hold: r.click_max_hold(distributed),
+    }
+}
+
+/// Loads the all-in-one's filter from the store, retrying until it can. In process, every
+/// create reaches the filter directly, so once loaded it is current.
+async fn load_filter(bloom: Arc<BloomGate>, store: Arc<dyn LinkReads>) {
+    let started = std::time::Instant::now();
+    loop {
+        match bloom.load_from(store.as_ref()).await {
+            Ok(n) => {
+                bloom.set_current(true);
+                tracing::info!(
+                    codes = n,
+                    ms = started.elapsed().as_millis() as u64,
+                    "Bloom filter loaded"
+                );
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "loading the Bloom filter failed; retrying (it is bypassed meanwhile)");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
