@@ -10,7 +10,7 @@ use rebound_redis::RedisCache;
 use rebound_sqlite::SqliteStore;
 use rebound_sqs::SqsClickQueue;
 use rebound_store::call_metrics::{AdapterMetrics, MeteredStore};
-use rebound_store::Store;
+use rebound_store::{ClickInbox, Store};
 use std::sync::Arc;
 
 /// The embedded store's file inside the data directory.
@@ -63,7 +63,7 @@ pub async fn open_redis(settings: &Settings) -> anyhow::Result<Option<Arc<RedisC
 }
 
 /// Opens the SQS click queue and its dead-letter queue when configured.
-pub async fn open_queue(settings: &Settings) -> anyhow::Result<Option<(SqsClickQueue, SqsClickQueue)>> {
+pub async fn open_queue(settings: &Settings) -> anyhow::Result<Option<(Arc<dyn ClickInbox>, Arc<dyn ClickInbox>)>> {
     match &settings.queue {
         QueueChoice::Embedded => Ok(None),
         QueueChoice::Sqs { queue_name } => {
@@ -77,8 +77,8 @@ pub async fn open_queue(settings: &Settings) -> anyhow::Result<Option<(SqsClickQ
                 }
             };
             Ok(Some((
-                open(queue_name.clone()).await?,
-                open(format!("{queue_name}-dlq")).await?,
+                Arc::new(open(queue_name.clone()).await?),
+                Arc::new(open(format!("{queue_name}-dlq")).await?),
             )))
         }
     }

@@ -16,9 +16,8 @@ use rebound_core::Clock;
 use rebound_edge::Edge;
 use rebound_redis::acks::{AckMetrics, Acknowledgements};
 use rebound_redis::{RedisCache, RedisLinkEvents};
-use rebound_sqs::SqsClickQueue;
 use rebound_store::call_metrics::MeteredLinkEvents;
-use rebound_store::{LinkEvents, NoLinkEvents, RollupStore, Store};
+use rebound_store::{ClickInbox, LinkEvents, NoLinkEvents, RollupStore, Store};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,8 +45,8 @@ pub struct ControlPlaneAdapters {
     pub announce: Announce,
     /// Where the stats read daily clicks; none: the store's rollups.
     pub click_counts: Option<Arc<dyn RollupStore>>,
-    /// The SQS click queue and its dead-letter queue, consumed into the rollups here.
-    pub click_queue: Option<(SqsClickQueue, SqsClickQueue)>,
+    /// The click queue and its dead-letter queue (SQS), consumed into the rollups here.
+    pub click_queue: Option<(Arc<dyn ClickInbox>, Arc<dyn ClickInbox>)>,
 }
 
 /// The listeners of a control plane: the API port and, when it is alone in its process,
@@ -59,9 +58,9 @@ pub struct ControlPlaneListeners {
 
 /// The click consumer's parts.
 struct Consumer {
-    queue: SqsClickQueue,
-    dead_letters: SqsClickQueue,
-    store: Arc<dyn Store>,
+    queue: Arc<dyn ClickInbox>,
+    dead_letters: Arc<dyn ClickInbox>,
+    store: Arc<dyn RollupStore>,
     visibility: Duration,
     metrics: ConsumerMetrics,
     calls: ConsumerCalls,

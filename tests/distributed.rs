@@ -494,7 +494,7 @@ async fn clicks_reach_the_stats_through_sqs_and_a_poison_message_lands_in_the_dl
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let dead = dlq
-            .receive(Duration::from_secs(1), Duration::from_secs(30))
+            .receive_raw(Duration::from_secs(1), Duration::from_secs(30))
             .await
             .unwrap();
         if let Some(m) = dead.first() {

@@ -1,14 +1,14 @@
-//! The click consumer (distributed mode): long-polls the SQS click queue, adds each batch to
-//! the rollups, and deletes a message only after its adds succeeded. A batch is applied at
+//! The click consumer (distributed mode): long-polls the click queue (a [`ClickInbox`]; SQS
+//! in production), adds each batch to the rollups, and deletes a message only after its
+//! adds succeeded. A batch is applied at
 //! most once (its id is recorded in the same transaction as the adds), so a redelivered
 //! message is not counted twice. A message that keeps failing is left alone and moves to
 //! the dead-letter queue after three receives. Every step is counted (`metrics`), and the
 //! queues' depths are read from their SQS attributes periodically.
 
 use crate::metrics::ConsumerMetrics;
-use rebound_sqs::{decode_batch, SqsClickQueue, MAX_RECEIVES};
 use rebound_store::call_metrics::{AdapterMetrics, OperationMetrics};
-use rebound_store::{BatchOutcome, Store};
+use rebound_store::{BatchOutcome, ClickInbox, RollupStore};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -36,8 +36,8 @@ impl ConsumerCalls {
 
 /// Consumes until `shutdown` flips; a batch in progress is finished first.
 pub async fn run_click_consumer(
-    queue: SqsClickQueue,
-    store: Arc<dyn Store>,
+    queue: Arc<dyn ClickInbox>,
+    store: Arc<dyn RollupStore>,
     visibility: Duration,
     metrics: ConsumerMetrics,
     calls: ConsumerCalls,
@@ -67,8 +67,8 @@ pub async fn run_click_consumer(
             .oldest_message_age
             .set(oldest.map_or(0, |sent| (now - sent).max(0) / 1000));
         for m in messages {
-            let last_try = m.receives >= MAX_RECEIVES;
-            let batch = match decode_batch(&m.body) {
+            let last_try = m.last_try;
+            let batch = match m.batch {
                 Ok(b) => b,
                 Err(e) => {
                     metrics.unreadable.inc();
@@ -108,7 +108,7 @@ pub async fn run_click_consumer(
 /// Reads the depth of the click queue and of its dead-letter queue every `every` into
 /// `rebound_click_queue_messages`, until `shutdown` flips.
 pub async fn watch_queue_depths(
-    queues: [(&'static str, SqsClickQueue); 2],
+    queues: [(&'static str, Arc<dyn ClickInbox>); 2],
     metrics: ConsumerMetrics,
     calls: ConsumerCalls,
     every: Duration,
@@ -133,5 +133,174 @@ pub async fn watch_queue_depths(
             _ = tokio::time::sleep(every) => {}
             _ = shutdown.wait_for(|s| *s) => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rebound_core::Day;
+    use rebound_store::{ClickAdd, ClickBatch, MemoryInbox, MemoryStore};
+
+    fn batch(id: &str, clicks: u64) -> ClickBatch {
+        ClickBatch {
+            id: id.into(),
+            adds: vec![ClickAdd {
+                code: "abc".into(),
+                day: Day(20_000),
+                clicks,
+            }],
+        }
+    }
+
+    struct Running {
+        inbox: Arc<MemoryInbox>,
+        store: Arc<MemoryStore>,
+        metrics: ConsumerMetrics,
+        stop: watch::Sender<bool>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    fn start(inbox: MemoryInbox) -> Running {
+        let registry = prometheus::Registry::new();
+        let metrics = ConsumerMetrics::register(&registry).unwrap();
+        let calls = ConsumerCalls::new(&AdapterMetrics::register(&registry).unwrap());
+        let (inbox, store) = (Arc::new(inbox), Arc::new(MemoryStore::new()));
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(run_click_consumer(
+            inbox.clone(),
+            store.clone(),
+            Duration::from_secs(30),
+            metrics.clone(),
+            calls,
+            stopped,
+        ));
+        Running {
+            inbox,
+            store,
+            metrics,
+            stop,
+            task,
+        }
+    }
+
+    /// Lets the consumer run (time is paused: sleeps advance it) until `done`.
+    async fn until(mut done: impl FnMut() -> bool) {
+        for _ in 0..1000 {
+            if done() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the consumer never got there");
+    }
+
+    async fn total(store: &MemoryStore) -> u64 {
+        let day = Day(20_000);
+        store
+            .read_clicks("abc", day, day)
+            .await
+            .unwrap()
+            .iter()
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_is_applied_then_deleted_and_a_redelivered_one_counts_once() {
+        let inbox = MemoryInbox::new(3);
+        inbox.push(Ok(batch("b1", 5)));
+        inbox.push(Ok(batch("b1", 5)));
+        inbox.push(Ok(batch("b2", 2)));
+        let r = start(inbox);
+        until(|| r.inbox.deleted().len() == 3).await;
+        assert_eq!(total(&r.store).await, 7, "b1 once, b2 once");
+        assert_eq!(r.metrics.applied.get(), 2);
+        assert_eq!(r.metrics.redeliveries_skipped.get(), 1);
+        assert_eq!(r.metrics.received.get(), 3);
+        assert_eq!(r.inbox.pending(), 0);
+        r.stop.send(true).unwrap();
+        r.task.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_the_store_refuses_is_kept_and_applied_when_it_comes_back() {
+        let inbox = MemoryInbox::new(3);
+        inbox.push(Ok(batch("b1", 4)));
+        let r = start(inbox);
+        r.store.set_unavailable(true);
+        until(|| r.metrics.apply_failed.get() == 1).await;
+        assert!(r.inbox.deleted().is_empty(), "not deleted while not applied");
+        assert_eq!(r.inbox.pending(), 1);
+        r.store.set_unavailable(false);
+        r.inbox.redeliver();
+        until(|| r.inbox.deleted().len() == 1).await;
+        assert_eq!(total(&r.store).await, 4);
+        assert_eq!(r.metrics.dead_lettered.get(), 0);
+        r.stop.send(true).unwrap();
+        r.task.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unreadable_message_is_left_for_the_dead_letter_queue_and_counted() {
+        let inbox = MemoryInbox::new(2);
+        inbox.push(Err("not a click batch".into()));
+        let r = start(inbox);
+        until(|| r.metrics.unreadable.get() == 1).await;
+        assert_eq!(r.metrics.dead_lettered.get(), 0, "not its last receive yet");
+        r.inbox.redeliver();
+        until(|| r.metrics.unreadable.get() == 2).await;
+        assert_eq!(r.metrics.dead_lettered.get(), 1, "its last receive");
+        r.inbox.redeliver();
+        assert_eq!(r.inbox.pending(), 0, "moved to the dead-letter queue");
+        assert!(r.inbox.deleted().is_empty(), "never deleted");
+        r.stop.send(true).unwrap();
+        r.task.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_queue_is_retried_and_the_depths_are_read_into_the_gauge() {
+        let inbox = MemoryInbox::new(3);
+        inbox.set_failing(true);
+        let r = start(inbox);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(r.metrics.received.get(), 0);
+        r.inbox.set_failing(false);
+        r.inbox.push(Ok(batch("b1", 1)));
+        until(|| r.inbox.deleted().len() == 1).await;
+
+        let registry = prometheus::Registry::new();
+        let metrics = ConsumerMetrics::register(&registry).unwrap();
+        let calls = ConsumerCalls::new(&AdapterMetrics::register(&registry).unwrap());
+        let dead = Arc::new(MemoryInbox::new(3));
+        dead.push(Ok(batch("x", 1)));
+        dead.push(Ok(batch("y", 1)));
+        let (stop, stopped) = watch::channel(false);
+        let watcher = tokio::spawn(watch_queue_depths(
+            [
+                ("clicks", r.inbox.clone() as Arc<dyn ClickInbox>),
+                ("dead_letter", dead),
+            ],
+            metrics.clone(),
+            calls,
+            DEPTH_EVERY,
+            stopped,
+        ));
+        until(|| {
+            metrics
+                .queue_messages
+                .with_label_values(&["dead_letter", "visible"])
+                .get()
+                == 2
+        })
+        .await;
+        assert_eq!(
+            metrics.queue_messages.with_label_values(&["clicks", "visible"]).get(),
+            0
+        );
+        stop.send(true).unwrap();
+        watcher.await.unwrap();
+        r.stop.send(true).unwrap();
+        r.task.await.unwrap();
     }
 }

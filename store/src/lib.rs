@@ -13,7 +13,8 @@
 //! - `fleet`: what a data plane hears from the others and from the control plane: the
 //!   invalidation and heartbeat channel and the creation feed (`InvalidationChannel`,
 //!   `CreationFeed`), with in-memory fakes.
-//! - `clicks`: where a data plane ships its click batches (`ClickSink`).
+//! - `clicks`: where a data plane ships its click batches (`ClickSink`), and where the
+//!   consumer receives them from the queue (`ClickInbox`, with an in-memory fake).
 //! - `call_metrics`: adapter calls counted by operation and outcome, with latency, as
 //!   decorators around any store, L2 or link-event adapter.
 //! - `events`: the port through which the control plane tells the data plane's caches
@@ -44,7 +45,9 @@ use std::ops::Range;
 #[cfg(any(test, feature = "test-util"))]
 pub use cache::MemoryRecordCache;
 pub use cache::RecordCache;
-pub use clicks::ClickSink;
+#[cfg(any(test, feature = "test-util"))]
+pub use clicks::MemoryInbox;
+pub use clicks::{ClickInbox, ClickSink, InboxMessage, QueueDepth};
 pub use events::{EventError, LinkEvents, NoLinkEvents};
 pub use fleet::{ChannelMessage, CreationFeed, InvalidationChannel};
 #[cfg(any(test, feature = "test-util"))]

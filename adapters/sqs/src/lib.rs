@@ -6,7 +6,7 @@
 use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
 use aws_sdk_sqs::Client;
 use rebound_core::Day;
-use rebound_store::{ClickAdd, ClickBatch, ClickSink, StoreError};
+use rebound_store::{ClickAdd, ClickBatch, ClickInbox, ClickSink, InboxMessage, StoreError};
 use std::time::Duration;
 
 /// SQS's limits on one `SendMessageBatch`.
@@ -64,13 +64,7 @@ pub struct Received {
     pub sent_at: Option<i64>,
 }
 
-/// The message counts SQS reports for a queue (approximate, as SQS says).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct QueueDepth {
-    pub visible: u64,
-    pub in_flight: u64,
-    pub delayed: u64,
-}
+pub use rebound_store::QueueDepth;
 
 /// One SQS queue of click batches.
 #[derive(Debug, Clone)]
@@ -178,8 +172,9 @@ impl SqsClickQueue {
         Ok(())
     }
 
-    /// Waits up to `wait` for up to 10 messages, hiding them for `visibility`.
-    pub async fn receive(&self, wait: Duration, visibility: Duration) -> Result<Vec<Received>, StoreError> {
+    /// Waits up to `wait` for up to 10 messages, hiding them for `visibility`; their
+    /// bodies as sent (the consumer receives them decoded, through [`ClickInbox`]).
+    pub async fn receive_raw(&self, wait: Duration, visibility: Duration) -> Result<Vec<Received>, StoreError> {
         let out = self
             .client
             .receive_message()
@@ -215,8 +210,44 @@ impl SqsClickQueue {
             .collect())
     }
 
+    /// Messages waiting (approximately), for tests and operators.
+    pub async fn approximate_depth(&self) -> Result<u64, StoreError> {
+        let depth = self.depth().await?;
+        Ok(depth.visible + depth.in_flight)
+    }
+
+    /// Sends one raw body (tests use it to plant a poison message).
+    pub async fn send_raw(&self, body: &str) -> Result<(), StoreError> {
+        self.client
+            .send_message()
+            .queue_url(&self.queue_url)
+            .message_body(body)
+            .send()
+            .await
+            .map_err(sdk_err)?;
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl ClickInbox for SqsClickQueue {
+    async fn receive(&self, wait: Duration, visibility: Duration) -> Result<Vec<InboxMessage>, StoreError> {
+        Ok(self
+            .receive_raw(wait, visibility)
+            .await?
+            .into_iter()
+            .map(|m| InboxMessage {
+                batch: decode_batch(&m.body).map_err(|e| e.to_string()),
+                last_try: m.receives >= MAX_RECEIVES,
+                receipt: m.receipt,
+                receives: m.receives,
+                sent_at: m.sent_at,
+            })
+            .collect())
+    }
+
     /// Deletes a message after its batch was applied.
-    pub async fn delete(&self, receipt: &str) -> Result<(), StoreError> {
+    async fn delete(&self, receipt: &str) -> Result<(), StoreError> {
         self.client
             .delete_message()
             .queue_url(&self.queue_url)
@@ -227,14 +258,8 @@ impl SqsClickQueue {
         Ok(())
     }
 
-    /// Messages waiting (approximately), for tests and operators.
-    pub async fn approximate_depth(&self) -> Result<u64, StoreError> {
-        let depth = self.depth().await?;
-        Ok(depth.visible + depth.in_flight)
-    }
-
     /// The queue's message counts, from its attributes.
-    pub async fn depth(&self) -> Result<QueueDepth, StoreError> {
+    async fn depth(&self) -> Result<QueueDepth, StoreError> {
         let out = self
             .client
             .get_queue_attributes()
@@ -256,18 +281,6 @@ impl SqsClickQueue {
             in_flight: get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
             delayed: get(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
         })
-    }
-
-    /// Sends one raw body (tests use it to plant a poison message).
-    pub async fn send_raw(&self, body: &str) -> Result<(), StoreError> {
-        self.client
-            .send_message()
-            .queue_url(&self.queue_url)
-            .message_body(body)
-            .send()
-            .await
-            .map_err(sdk_err)?;
-        Ok(())
     }
 }
 
@@ -374,7 +387,7 @@ mod tests {
                 .await
                 .unwrap()
             {
-                seen.insert(decode_batch(&m.body).unwrap().id);
+                seen.insert(m.batch.unwrap().id);
                 q.delete(&m.receipt).await.unwrap();
             }
             if seen.len() == 25 {
@@ -388,7 +401,11 @@ mod tests {
         let mut receives = 0;
         for _ in 0..20 {
             let got = q.receive(Duration::from_secs(1), Duration::from_secs(1)).await.unwrap();
-            receives += got.len();
+            for m in &got {
+                receives += 1;
+                assert!(m.batch.is_err(), "an unreadable body is received as such");
+                assert_eq!(m.last_try, receives == 3, "the third receive is its last");
+            }
             if got.is_empty() && receives >= 3 {
                 break;
             }
@@ -397,7 +414,7 @@ mod tests {
         assert_eq!(receives, 3);
         let dlq = SqsClickQueue::open(client, &format!("{name}-dlq")).await.unwrap();
         let dead = dlq
-            .receive(Duration::from_secs(1), Duration::from_secs(30))
+            .receive_raw(Duration::from_secs(1), Duration::from_secs(30))
             .await
             .unwrap();
         assert_eq!(dead.len(), 1);
