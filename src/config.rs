@@ -86,6 +86,7 @@ struct FileRedirect {
     click_queue_capacity: Option<usize>,
     click_flush_ms: Option<u64>,
     click_rows_per_sec: Option<u64>,
+    click_write_share: Option<f64>,
     click_max_hold_ms: Option<u64>,
     cache_fresh_ms: Option<u64>,
     stale_grace_ms: Option<u64>,
@@ -302,6 +303,12 @@ pub fn load(file: Option<&str>, env: &HashMap<String, String>) -> Result<Setting
         "REBOUND_CLICK_ROWS_PER_SEC",
         fr.click_rows_per_sec,
         r.click_rows_per_sec,
+    )?;
+    r.click_write_share = env_or_file(
+        env,
+        "REBOUND_CLICK_WRITE_SHARE",
+        fr.click_write_share,
+        r.click_write_share,
     )?;
     r.click_max_hold_ms = match var("REBOUND_CLICK_MAX_HOLD_MS") {
         Some(v) => Some(parse("REBOUND_CLICK_MAX_HOLD_MS", v)?),

@@ -313,6 +313,7 @@ fn click_pacing(r: &RedirectSettings, distributed: bool) -> ClickPacing {
     ClickPacing {
         every: Duration::from_millis(r.click_flush_ms),
         rows_per_sec: r.click_rows_per_sec,
+        write_share: r.click_write_share,
         max_hold: r.click_max_hold(distributed),
     }
 }

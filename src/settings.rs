@@ -52,6 +52,10 @@ pub struct RedirectSettings {
     /// second, on average; counts wait and merge until their rows fit it, up to
     /// `click_max_hold_ms`.
     pub click_rows_per_sec: u64,
+    /// The other cost bound: the most of the time click persistence spends writing (0 to
+    /// 1); after a write, the next starts no sooner than its duration divided by this
+    /// after it began, counts merging meanwhile, up to `click_max_hold_ms`.
+    pub click_write_share: f64,
     /// The longest a click waits in memory before it is written (or sent to SQS): what a
     /// SIGKILL can lose. `None`: 60 s in the all-in-one (its stats add what is pending),
     /// 20 s for `rebound proxy` (its stats are only as fresh as this).
@@ -97,6 +101,7 @@ impl Default for RedirectSettings {
             click_queue_capacity: 65_536,
             click_flush_ms: 1_000,
             click_rows_per_sec: 500,
+            click_write_share: 0.01,
             click_max_hold_ms: None,
             threads: 0,
             not_found_url: None,
@@ -294,6 +299,12 @@ impl Settings {
         if !(1..=24 * 3_600_000).contains(&r.cache_fresh_ms) {
             return Err(bad("redirect.cache_fresh_ms", "must be between 1 and 86400000 (24 h)"));
         }
+        if !(r.click_write_share > 0.0 && r.click_write_share <= 1.0) {
+            return Err(bad(
+                "redirect.click_write_share (REBOUND_CLICK_WRITE_SHARE)",
+                "must be a fraction above 0 and at most 1",
+            ));
+        }
         if r.click_queue_capacity == 0 {
             return Err(bad("redirect.click_queue_capacity", "must be positive"));
         }
@@ -462,6 +473,18 @@ mod tests {
             (
                 Box::new(|s| s.redirect.click_rows_per_sec = 0),
                 "redirect.click_rows_per_sec",
+            ),
+            (
+                Box::new(|s| s.redirect.click_write_share = 0.0),
+                "redirect.click_write_share",
+            ),
+            (
+                Box::new(|s| s.redirect.click_write_share = 1.5),
+                "redirect.click_write_share",
+            ),
+            (
+                Box::new(|s| s.redirect.click_write_share = f64::NAN),
+                "redirect.click_write_share",
             ),
             (
                 Box::new(|s| s.redirect.click_max_hold_ms = Some(0)),

@@ -7,10 +7,14 @@
 //! to a [`ClickSink`] in batches, on the runtime the caller chose (the all-in-one gives it
 //! a low-priority thread, so rollup writes only use CPU the redirects leave idle).
 //!
-//! The cost bound ([`ClickPacing`]): rows are written at most `rows_per_sec` on average —
-//! counts wait, and merge with later clicks of the same codes, until the rows pending fit
-//! the budget since the last write — but no click waits longer than `max_hold` (what a
-//! SIGKILL can lose), and a new UTC day or a shutdown writes at once. In distributed mode
+//! The cost bounds ([`ClickPacing`]): rows are written at most `rows_per_sec` on average,
+//! and writing takes at most `write_share` of the time (a write that took 50 ms, at 1 %,
+//! lets the next one start 5 s after it began) — counts wait, and merge with later clicks
+//! of the same codes, until both budgets allow the next write — but no click waits longer
+//! than `max_hold` (what a SIGKILL can lose), and a new UTC day or a shutdown writes at
+//! once. The time share makes the cost follow the work, not the clock: a machine slowed
+//! down (or one whose writes are slow) writes less often, instead of spending more of its
+//! time on clicks. In distributed mode
 //! a row is one add in an SQS message of up to 99, so messages per second follow the same
 //! bound. The stats stay fresh anyway: in the all-in-one they add what is pending here
 //! ([`RollupsWithPending`]), exactly — a read never counts a click twice or misses one that
@@ -319,16 +323,20 @@ pub struct ClickPacing {
     pub every: Duration,
     /// Rows written per second, on average.
     pub rows_per_sec: u64,
+    /// The most of the time spent writing: the next write starts no sooner than the
+    /// last one's duration divided by this after the last one began.
+    pub write_share: f64,
     /// The longest a click waits in memory.
     pub max_hold: Duration,
 }
 
 impl ClickPacing {
     /// Whether the counts of `codes` pending codes are due, `since_take` after the last
-    /// take, their oldest click having waited `held`.
-    fn due(&self, codes: usize, since_take: Duration, held: Duration) -> bool {
-        let budget = Duration::from_secs_f64(codes as f64 / self.rows_per_sec.max(1) as f64);
-        since_take >= self.every.max(budget) || held >= self.max_hold
+    /// take, whose write took `last_write`, their oldest click having waited `held`.
+    fn due(&self, codes: usize, since_take: Duration, last_write: Duration, held: Duration) -> bool {
+        let rows = Duration::from_secs_f64(codes as f64 / self.rows_per_sec.max(1) as f64);
+        let time = last_write.div_f64(self.write_share.clamp(f64::MIN_POSITIVE, 1.0));
+        since_take >= self.every.max(rows).max(time) || held >= self.max_hold
     }
 }
 
@@ -387,6 +395,8 @@ pub async fn run_click_shipper(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_take = Instant::now();
     let mut writing: Option<JoinHandle<()>> = None;
+    // How long the last take's write took, in nanoseconds (its task records it).
+    let last_write = Arc::new(AtomicU64::new(0));
     loop {
         let stopping = tokio::select! {
             _ = tick.tick() => false,
@@ -399,7 +409,8 @@ pub async fn run_click_shipper(
             let mut s = queue.unpersisted.lock();
             queue.drain_into(&mut s);
             let held = s.oldest.map_or(Duration::ZERO, |o| now - o);
-            let due = writer_idle && pacing.due(s.dirty.len(), now - last_take, held);
+            let wrote = Duration::from_nanos(last_write.load(Ordering::Relaxed));
+            let due = writer_idle && pacing.due(s.dirty.len(), now - last_take, wrote, held);
             let taken = if !s.dirty.is_empty() && (stopping || today != s.day || due) {
                 last_take = now;
                 s.take(&queue.metrics, now)
@@ -417,12 +428,15 @@ pub async fn run_click_shipper(
                 write(&queue, writer.sink.as_ref(), &ids, take).await;
             } else {
                 let (previous, queue, sink, ids) = (writing.take(), queue.clone(), writer.sink.clone(), ids.clone());
+                let took = last_write.clone();
                 writing = Some(writer.runtime.spawn(async move {
                     // One write at a time, in order.
                     if let Some(previous) = previous {
                         let _ = previous.await;
                     }
+                    let started = Instant::now();
                     write(&queue, sink.as_ref(), &ids, take).await;
+                    took.store(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
                 }));
             }
         }
@@ -645,24 +659,31 @@ mod tests {
         let pacing = ClickPacing {
             every: Duration::from_secs(1),
             rows_per_sec: 500,
+            write_share: 0.01,
             max_hold: Duration::from_secs(60),
         };
-        let s = Duration::from_secs;
-        // (codes pending, since the last take, oldest held, due)
+        let (s, ms) = (Duration::from_secs, Duration::from_millis);
+        // (codes pending, since the last take, its write took, oldest held, due)
         let table = [
-            (10, s(0), s(0), false),
-            (10, Duration::from_millis(999), s(0), false),
-            (10, s(1), s(0), true),     // light load: every second
-            (5_000, s(9), s(9), false), // 5,000 rows need 10 s of budget
-            (5_000, s(10), s(10), true),
-            (1_000_000, s(59), s(59), false), // 2,000 s of budget ...
-            (1_000_000, s(10), s(60), true),  // ... but no click waits over a minute
+            (10, s(0), ms(1), s(0), false),
+            (10, ms(999), ms(1), s(0), false),
+            (10, s(1), ms(1), s(0), true),     // light load: every second
+            (5_000, s(9), ms(1), s(9), false), // 5,000 rows need 10 s of row budget
+            (5_000, s(10), ms(1), s(10), true),
+            (10, s(1), ms(50), s(1), false), // a 50 ms write at 1 %: 5 s of time budget
+            (10, ms(4_999), ms(50), s(4), false),
+            (10, s(5), ms(50), s(5), true),
+            (5_000, s(10), s(1), s(10), false), // rows fit, time does not (100 s) ...
+            (5_000, s(59), s(1), s(59), false),
+            (5_000, s(20), s(1), s(60), true), // ... but no click waits over a minute
+            (1_000_000, s(59), ms(1), s(59), false), // 2,000 s of row budget ...
+            (1_000_000, s(10), ms(1), s(60), true), // ... and the same longest hold
         ];
-        for (codes, since, held, want) in table {
+        for (codes, since, wrote, held, want) in table {
             assert_eq!(
-                pacing.due(codes, since, held),
+                pacing.due(codes, since, wrote, held),
                 want,
-                "{codes} codes, {since:?}, {held:?}"
+                "{codes} codes, {since:?} after a take whose write took {wrote:?}, {held:?}"
             );
         }
     }
@@ -714,6 +735,7 @@ mod tests {
             let pacing = ClickPacing {
                 every,
                 rows_per_sec: 1_000_000,
+                write_share: 1.0,
                 max_hold: Duration::from_secs(3600),
             };
             Shipper::paced(q, sink, runtime, pacing)
@@ -900,8 +922,63 @@ mod tests {
         ClickPacing {
             every: Duration::from_millis(every_ms),
             rows_per_sec,
+            write_share: 1.0,
             max_hold: Duration::from_millis(max_hold_ms),
         }
+    }
+
+    /// A sink whose every ship takes `took` (of paused time).
+    struct Slow {
+        took: Duration,
+        kept: Recorded,
+    }
+
+    #[async_trait]
+    impl ClickSink for Slow {
+        async fn ship(&self, batches: &[ClickBatch]) -> Result<(), StoreError> {
+            tokio::time::sleep(self.took).await;
+            self.kept.ship(batches).await
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn slow_writes_stretch_the_window_to_keep_writing_within_its_share_of_the_time() {
+        let metrics = metrics();
+        let q = Arc::new(ClickQueue::new(1_000, metrics.clone(), clock_at(86_400_000)));
+        let sink = Arc::new(Slow {
+            took: Duration::from_millis(500),
+            kept: Recorded::default(),
+        });
+        let runtime = tokio::runtime::Handle::current();
+        // Every second by the interval and the rows, but a 500 ms write at 10 % of the
+        // time lets the next one start only 5 s after it began.
+        let pacing = ClickPacing {
+            write_share: 0.1,
+            ..pacing(1_000, 1_000_000, 60_000)
+        };
+        let shipper = Shipper::paced(&q, sink.clone(), runtime, pacing);
+        let e = entry("abc");
+        q.record(&e);
+        tokio::time::sleep(Duration::from_millis(1_600)).await;
+        assert_eq!(sink.kept.adds().len(), 1, "the first write, after the interval");
+        let first = Instant::now() - Duration::from_millis(600); // when it began, about
+        for _ in 0..4 {
+            q.record(&e);
+        }
+        tokio::time::sleep(Duration::from_millis(2_000)).await;
+        assert_eq!(sink.kept.adds().len(), 1, "the interval passed, the time budget not");
+        assert_eq!(metrics.click_pending_codes.get(), 1);
+        // Due 5 s after the first began, written 500 ms later.
+        let until = first + Duration::from_millis(5_600);
+        tokio::time::sleep_until(until).await;
+        assert_eq!(
+            sink.kept.adds(),
+            vec![("abc".to_owned(), Day(1), 1), ("abc".to_owned(), Day(1), 4)],
+            "the clicks that waited were merged into one row"
+        );
+        // Writing took 1 s of about 6.1 s: within 10 % plus the write in progress.
+        assert!(metrics.click_write_seconds.get() <= 1.0 + 1e-9);
+        shipper.stop().await;
     }
 
     #[tokio::test(start_paused = true)]
