@@ -6,6 +6,8 @@
 //! - `config`: settings as plain, validated data.
 //! - `base62`: fixed-width base62 for generated codes.
 //! - `permute`: the keyed Feistel permutation that turns counter values into codes.
+//! - `generated`: counter value → generated code (the KGS) and back (the data plane's
+//!   check that a code can have been issued).
 //! - `link`: the stored link record and its redirect kind.
 //! - `cache`: the cache record (Redis `url:{code}` and L1) and how it is judged.
 //! - `decision`: the pure redirect decision of a store read, and response details.
@@ -20,6 +22,7 @@ pub mod cache;
 pub mod code;
 pub mod config;
 pub mod decision;
+pub mod generated;
 pub mod link;
 pub mod permute;
 pub mod target;
