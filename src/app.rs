@@ -13,13 +13,13 @@ use rebound_core::{Clock, SystemClock};
 use rebound_dynamodb::DynamoStore;
 use rebound_edge::tls::{watch_certificate, CertificateFiles, ReloadableCert};
 use rebound_edge::{Edge, EdgeMetrics};
-use rebound_proxy::bloom::BloomGate;
 use rebound_proxy::clicks::{
     low_priority_runtime, run_click_shipper, ClickPacing, ClickQueue, ClickSink, ClickWriter, RollupsWithPending,
     StoreClickSink,
 };
-use rebound_proxy::distributed::{run_creation_feed, run_heartbeat, run_invalidation_listener};
+use rebound_proxy::distributed::{run_creation_feed, run_heartbeat, run_invalidation_listener, sync_embedded_filter};
 use rebound_proxy::events::InProcessLinkEvents;
+use rebound_proxy::issued::IssuedCodeGate;
 use rebound_proxy::l1::L1;
 use rebound_proxy::metrics::{ProxyMetrics, TierHealth};
 use rebound_proxy::pages::{DeadEndTargets, DeadEnds};
@@ -148,17 +148,17 @@ pub async fn termination() {
     }
 }
 
-/// What `/readyz` checks: every listener bound and, on a proxy, the Bloom filter loaded.
+/// What `/readyz` checks: every listener bound and, on a proxy, the issued-code filter loaded.
 #[derive(Clone, Default)]
 pub struct Readiness {
     listeners_bound: Arc<AtomicBool>,
-    bloom: Option<Arc<BloomGate>>,
+    bloom: Option<Arc<IssuedCodeGate>>,
     /// Gauges read at scrape time.
     bloom_codes: Option<prometheus::IntGauge>,
 }
 
 impl Readiness {
-    fn bound(bloom: Option<Arc<BloomGate>>) -> Readiness {
+    fn bound(bloom: Option<Arc<IssuedCodeGate>>) -> Readiness {
         Readiness {
             listeners_bound: Arc::new(AtomicBool::new(true)),
             bloom,
@@ -173,7 +173,7 @@ impl Readiness {
 
     fn refresh_gauges(&self) {
         if let (Some(bloom), Some(gauge)) = (&self.bloom, &self.bloom_codes) {
-            gauge.set(bloom.codes() as i64);
+            gauge.set(bloom.aliases() as i64);
         }
     }
 
@@ -397,7 +397,7 @@ struct DataPlane {
     adapters: AdapterMetrics,
     edge_metrics: EdgeMetrics,
     l1: Arc<L1>,
-    bloom: Arc<BloomGate>,
+    bloom: Arc<IssuedCodeGate>,
     clicks: Arc<ClickQueue>,
     /// The redirect listeners (cleartext, then TLS when configured) and their edges.
     listeners: Vec<(RedirectListener, Edge)>,
@@ -448,7 +448,7 @@ impl DataPlane {
                 clock,
             )),
             l1: Arc::new(L1::new(settings.redirect.l1_capacity)),
-            bloom: Arc::new(BloomGate::new(settings.redirect.l1_capacity.max(1_000_000) * 2)),
+            bloom: Arc::new(IssuedCodeGate::new(settings.redirect.l1_capacity.max(1_000_000) * 2)),
             registry,
             metrics,
             adapters,
@@ -619,7 +619,7 @@ pub fn run_all_in_one(
 
     let events: Arc<dyn LinkEvents> = Arc::new(InProcessLinkEvents {
         l1: dp.l1.clone(),
-        bloom: dp.bloom.clone(),
+        issued: dp.bloom.clone(),
         clock: clock.clone(),
         policy: settings.redirect.cache_policy(),
     });
@@ -677,27 +677,7 @@ pub fn run_all_in_one(
                 metrics_edge,
                 stop.clone(),
             ),
-            tokio::spawn(async move {
-                let started = std::time::Instant::now();
-                loop {
-                    match loader_bloom.load_from(loader_store.as_ref()).await {
-                        Ok(n) => {
-                            // In process, every create reaches the filter directly: it is current now.
-                            loader_bloom.set_current(true);
-                            tracing::info!(
-                                codes = n,
-                                ms = started.elapsed().as_millis() as u64,
-                                "Bloom filter loaded"
-                            );
-                            return;
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "loading the Bloom filter failed; retrying (it is bypassed meanwhile)");
-                            tokio::time::sleep(Duration::from_secs(1)).await;
-                        }
-                    }
-                }
-            }),
+            tokio::spawn(sync_embedded_filter(loader_bloom, loader_store, settings.api.code_key)),
             tokio::spawn(run_click_shipper(
                 dp.clicks.clone(),
                 ClickWriter {
@@ -748,7 +728,7 @@ pub fn run_proxy(settings: Settings, options: RunOptions, runtime: &tokio::runti
     let channel = redis.as_ref().map(|_| (trust.clone(), clock.clone()));
     TierHealth::register(&dp.registry, dp.bloom.clone(), channel).context("declaring metrics")?;
     if redis.is_none() {
-        tracing::warn!("no REBOUND_REDIS_URL: no L2 and no invalidation channel, so L1 entries live at most l1_ttl and the Bloom filter is bypassed");
+        tracing::warn!("no REBOUND_REDIS_URL: no L2 and no invalidation channel, so L1 entries live at most l1_ttl and the issued-code filter is bypassed");
     }
     let sink: Arc<dyn ClickSink> = match &settings.queue {
         QueueChoice::Sqs { queue_name } => {
@@ -823,6 +803,7 @@ pub fn run_proxy(settings: Settings, options: RunOptions, runtime: &tokio::runti
                 cache.clone(),
                 dp.bloom.clone(),
                 store,
+                settings.api.code_key,
                 stop,
             )));
         }

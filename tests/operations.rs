@@ -551,7 +551,7 @@ async fn the_cloudformation_template_makes_what_provision_makes_and_rebound_runs
     let from_template = tables_named(&dynamodb, &template_prefix).await;
     let from_provision = tables_named(&dynamodb, &provisioned_prefix).await;
     assert_eq!(from_template, from_provision, "the same tables");
-    assert_eq!(from_template.len(), 7);
+    assert_eq!(from_template.len(), 8);
     let template: serde_yaml::Value =
         serde_yaml::from_str(&std::fs::read_to_string(root.join("deploy/aws/rebound.yaml")).unwrap()).unwrap();
     let declared_ttls = template_ttls(&template);

@@ -305,7 +305,8 @@ async fn create_link(
     let link = loop {
         attempts += 1;
         let code = match &new.alias {
-            Some(alias) => alias.clone(),
+            // Indexed before it exists, so a proxy never takes an alias for a code never issued.
+            Some(alias) => cp.store.record_alias(alias).await.map(|()| alias.clone())?,
             None => cp.next_code().await?,
         };
         let link = Link::new_active(
@@ -421,7 +422,7 @@ async fn import_links(
         }
         let generated = new.alias.is_none();
         let code = match new.alias {
-            Some(a) => a,
+            Some(a) => cp.store.record_alias(&a).await.map(|()| a)?,
             None => cp.next_code().await?,
         };
         let link = Link::new_active(

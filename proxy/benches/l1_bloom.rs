@@ -27,7 +27,7 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use rebound_core::cache::CachePolicy;
 use rebound_core::permute::CodePermutation;
 use rebound_core::{base62, CacheRecord, CachedVerdict, Link, RedirectKind};
-use rebound_proxy::bloom::BloomGate;
+use rebound_proxy::issued::IssuedCodeGate;
 use rebound_proxy::l1::L1;
 
 const NOW: i64 = 1_796_000_000_000;
@@ -79,25 +79,35 @@ fn l1_hit(c: &mut Criterion) {
     });
 }
 
-fn bloom_check(c: &mut Criterion) {
+fn issued_check(c: &mut Criterion) {
     let known = codes(0..BLOOM_CODES);
-    // The permutation is a bijection, so these were never inserted.
-    let unknown = codes(BLOOM_CODES..BLOOM_CODES + 100_000);
-    let gate = BloomGate::new(2_000_000);
-    for code in &known {
-        gate.insert(code);
+    // The permutation is a bijection, so these were never issued below the mark.
+    let far = BLOOM_CODES + rebound_proxy::issued::HIGH_WATER_SLACK;
+    let unknown = codes(far..far + 100_000);
+    let aliases: Vec<String> = (0..10_000).map(|i| format!("alias-{i}")).collect();
+    let unknown_aliases: Vec<String> = (0..100_000).map(|i| format!("nope-{i}")).collect();
+    // Sized as the data plane sizes it by default (2,000,000 aliases).
+    let gate = IssuedCodeGate::new(2_000_000);
+    gate.set_key(*b"0123456789abcdef");
+    gate.raise_high_water(BLOOM_CODES);
+    for a in &aliases {
+        gate.created(a);
     }
     gate.set_current(true);
-    let mut g = c.benchmark_group("bloom_may_contain");
+    let mut g = c.benchmark_group("issued_may_exist");
     let mut rng = 0x9E37_79B9_7F4A_7C15u64;
-    g.bench_function("known", |b| {
-        b.iter(|| gate.may_contain(black_box(&known[next_index(&mut rng, known.len())])))
-    });
-    g.bench_function("unknown", |b| {
-        b.iter(|| gate.may_contain(black_box(&unknown[next_index(&mut rng, unknown.len())])))
-    });
+    for (name, set) in [
+        ("generated_known", &known),
+        ("generated_unknown", &unknown),
+        ("alias_known", &aliases),
+        ("alias_unknown", &unknown_aliases),
+    ] {
+        g.bench_function(name, |b| {
+            b.iter(|| gate.may_exist(black_box(&set[next_index(&mut rng, set.len())])))
+        });
+    }
     g.finish();
 }
 
-criterion_group!(benches, l1_hit, bloom_check);
+criterion_group!(benches, l1_hit, issued_check);
 criterion_main!(benches);
