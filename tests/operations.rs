@@ -188,6 +188,7 @@ async fn every_process_exports_metrics_that_promtool_accepts() {
                 "rebound_api_writes_total",
                 "rebound_kgs_leases_total",
                 "rebound_bloom_current",
+                "rebound_issued_high_water",
             ],
         ),
         (
@@ -210,6 +211,7 @@ async fn every_process_exports_metrics_that_promtool_accepts() {
                 "rebound_invalidation_channel_healthy",
                 "rebound_redis_breaker_open",
                 "rebound_bloom_current",
+                "rebound_issued_high_water",
             ],
         ),
     ];
