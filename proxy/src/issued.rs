@@ -20,8 +20,12 @@ use rebound_store::{LinkReads, StoreError};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{OnceLock, RwLock};
 
-/// False-positive rate the alias filter is sized for.
+/// False-positive rate the alias filters are sized for.
 const FP_RATE: f64 = 0.001;
+/// Aliases that look like generated codes (7 base62 characters) have a filter of their
+/// own, small enough to stay in the CPU's cache: a never-issued 7-character code, the
+/// prober's usual guess, then costs its inverse permutation and a cache hit.
+const CODE_SHAPED_ALIASES: usize = 65_536;
 /// Aliases read from the store per page while loading.
 const LOAD_PAGE: usize = 10_000;
 /// How far above the known high-water mark a generated code still goes to the store:
@@ -44,10 +48,30 @@ pub enum SyncError {
 pub struct IssuedCodeGate {
     codes: OnceLock<GeneratedCodes>,
     high_water: AtomicU64,
-    aliases: RwLock<Bloom<str>>,
+    aliases: RwLock<AliasFilters>,
     alias_count: AtomicU64,
     current: AtomicBool,
     ready: AtomicBool,
+}
+
+/// The aliases, split by shape: 7 base62 characters (like a generated code) or not.
+struct AliasFilters {
+    code_shaped: Bloom<str>,
+    other: Bloom<str>,
+}
+
+impl AliasFilters {
+    fn set(&mut self, code: &str) {
+        match is_code_shaped(code) {
+            true => self.code_shaped.set(code),
+            false => self.other.set(code),
+        }
+    }
+}
+
+#[inline]
+fn is_code_shaped(code: &str) -> bool {
+    rebound_core::base62::decode_bytes(code.as_bytes()).is_some()
 }
 
 impl IssuedCodeGate {
@@ -55,11 +79,15 @@ impl IssuedCodeGate {
     /// filter never fails to answer "maybe" for an alias it holds; past its size it only
     /// lets more unknown codes through to the store.
     pub fn new(expected_aliases: usize) -> IssuedCodeGate {
-        let filter = Bloom::new_for_fp_rate(expected_aliases.max(1000), FP_RATE).expect("a positive size and rate");
+        let filter = |n: usize| Bloom::new_for_fp_rate(n.max(1000), FP_RATE).expect("a positive size and rate");
+        let filters = AliasFilters {
+            code_shaped: filter(CODE_SHAPED_ALIASES.min(expected_aliases)),
+            other: filter(expected_aliases),
+        };
         IssuedCodeGate {
             codes: OnceLock::new(),
             high_water: AtomicU64::new(0),
-            aliases: RwLock::new(filter),
+            aliases: RwLock::new(filters),
             alias_count: AtomicU64::new(0),
             current: AtomicBool::new(false),
             ready: AtomicBool::new(false),
@@ -79,13 +107,20 @@ impl IssuedCodeGate {
             return None;
         }
         let codes = self.codes.get()?;
-        if let Some(value) = codes.value_of(code.as_bytes()) {
-            let high_water = self.high_water.load(Ordering::Acquire);
-            if value < high_water.saturating_add(HIGH_WATER_SLACK) {
-                return Some(true);
+        let shaped = is_code_shaped(code);
+        if shaped {
+            if let Some(value) = codes.value_of(code.as_bytes()) {
+                let high_water = self.high_water.load(Ordering::Acquire);
+                if value < high_water.saturating_add(HIGH_WATER_SLACK) {
+                    return Some(true);
+                }
             }
         }
-        Some(self.aliases.read().unwrap_or_else(|e| e.into_inner()).check(code))
+        let filters = self.aliases.read().unwrap_or_else(|e| e.into_inner());
+        Some(match shaped {
+            true => filters.code_shaped.check(code),
+            false => filters.other.check(code),
+        })
     }
 
     /// Counter values below `high_water` have been leased. The mark only grows.
