@@ -13,10 +13,10 @@ use anyhow::Context;
 use rebound_core::Clock;
 use rebound_edge::tls::{watch_certificate, CertificateFiles, ReloadableCert};
 use rebound_edge::Edge;
-use rebound_proxy::bloom::BloomGate;
 use rebound_proxy::clicks::{run_click_shipper, ClickPacing, ClickQueue, ClickWriter, RollupsWithPending};
-use rebound_proxy::distributed::{run_creation_feed, run_heartbeat, run_invalidation_listener};
+use rebound_proxy::distributed::{run_creation_feed, run_heartbeat, run_invalidation_listener, sync_embedded_filter};
 use rebound_proxy::events::InProcessLinkEvents;
+use rebound_proxy::issued::IssuedCodeGate;
 use rebound_proxy::l1::L1;
 use rebound_proxy::metrics::{ProxyMetrics, TierHealth};
 use rebound_proxy::pages::{DeadEndTargets, DeadEnds};
@@ -98,11 +98,13 @@ pub struct DataPlane {
     redirect: RedirectSettings,
     threads: usize,
     upgrade_sock: std::path::PathBuf,
+    /// The configured key of the code permutation, if any (else the store's).
+    code_key: Option<[u8; 16]>,
     clock: Arc<dyn Clock>,
     metrics: ProcessRegistry,
     proxy_metrics: ProxyMetrics,
     l1: Arc<L1>,
-    bloom: Arc<BloomGate>,
+    issued: Arc<IssuedCodeGate>,
     clicks: Arc<ClickQueue>,
     /// The edges of the redirect listener and of its TLS twin, and of the metrics port.
     edge: Edge,
@@ -139,7 +141,7 @@ impl DataPlane {
                 clock.clone(),
             )),
             l1: Arc::new(L1::new(r.l1_capacity)),
-            bloom: Arc::new(BloomGate::new(r.l1_capacity.max(1_000_000) * 2)),
+            issued: Arc::new(IssuedCodeGate::new(r.l1_capacity.max(1_000_000) * 2)),
             edge: Edge::plain(limits, metrics.edge.port("redirect")),
             metrics_edge: router_edge(
                 settings,
@@ -154,6 +156,7 @@ impl DataPlane {
                 n => n,
             },
             upgrade_sock: settings.upgrade_sock_path(),
+            code_key: settings.api.code_key,
             clock,
             metrics,
             proxy_metrics,
@@ -165,7 +168,7 @@ impl DataPlane {
     pub fn in_process_events(&self) -> Arc<dyn LinkEvents> {
         Arc::new(InProcessLinkEvents {
             l1: self.l1.clone(),
-            bloom: self.bloom.clone(),
+            issued: self.issued.clone(),
             clock: self.clock.clone(),
             policy: self.redirect.cache_policy(),
         })
@@ -195,7 +198,7 @@ impl DataPlane {
         let r = &self.redirect;
         let mut path = RedirectPath::new(
             self.l1.clone(),
-            self.bloom.clone(),
+            self.issued.clone(),
             store.clone(),
             self.clock.clone(),
             self.proxy_metrics.clone(),
@@ -210,10 +213,10 @@ impl DataPlane {
             path.trust = Some(trust.clone());
         }
         let channel = matches!(fleet, Fleet::Redis(_)).then(|| (trust.clone(), self.clock.clone()));
-        TierHealth::register(&self.metrics.registry, self.bloom.clone(), channel).context("declaring metrics")?;
+        TierHealth::register(&self.metrics.registry, self.issued.clone(), channel).context("declaring metrics")?;
         // Without Redis a proxy's filter is never loaded (the creation feed loads it) and
         // is bypassed: readiness then waits only for the listeners.
-        let readiness = Readiness::bound((!matches!(fleet, Fleet::Alone)).then(|| self.bloom.clone()))
+        let readiness = Readiness::bound((!matches!(fleet, Fleet::Alone)).then(|| self.issued.clone()))
             .with_gauge(self.proxy_metrics.bloom_loaded_codes.clone());
         let pacing = click_pacing(r, !matches!(fleet, Fleet::InProcess));
 
@@ -232,7 +235,7 @@ impl DataPlane {
                 self.certificate_watcher(stop.clone()),
             ];
             match fleet {
-                Fleet::InProcess => tasks.push(tokio::spawn(load_filter(self.bloom.clone(), store))),
+                Fleet::InProcess => tasks.push(tokio::spawn(sync_embedded_filter(self.issued.clone(), store, self.code_key))),
                 Fleet::Redis(cache) => {
                     let l2 = Arc::new(MeteredRecordCache::new(cache.clone(), &self.metrics.adapters));
                     path = path.with_l2(l2, Duration::from_millis(r.l2_budget_ms), trust.clone());
@@ -253,10 +256,10 @@ impl DataPlane {
                         self.clock.clone(),
                         stop.clone(),
                     )));
-                    tasks.push(tokio::spawn(run_creation_feed(cache, self.bloom.clone(), store, stop)));
+                    tasks.push(tokio::spawn(run_creation_feed(cache, self.issued.clone(), store, self.code_key, stop)));
                 }
                 Fleet::Alone => tracing::warn!(
-                    "no REBOUND_REDIS_URL: no L2 and no invalidation channel, so L1 entries live at most l1_ttl and the Bloom filter is bypassed"
+                    "no REBOUND_REDIS_URL: no L2 and no invalidation channel, so L1 entries live at most l1_ttl and the issued-code filter is bypassed"
                 ),
             }
             tasks
@@ -315,28 +318,5 @@ fn click_pacing(r: &RedirectSettings, distributed: bool) -> ClickPacing {
         rows_per_sec: r.click_rows_per_sec,
         write_share: r.click_write_share,
         max_hold: r.click_max_hold(distributed),
-    }
-}
-
-/// Loads the all-in-one's filter from the store, retrying until it can. In process, every
-/// create reaches the filter directly, so once loaded it is current.
-async fn load_filter(bloom: Arc<BloomGate>, store: Arc<dyn LinkReads>) {
-    let started = std::time::Instant::now();
-    loop {
-        match bloom.load_from(store.as_ref()).await {
-            Ok(n) => {
-                bloom.set_current(true);
-                tracing::info!(
-                    codes = n,
-                    ms = started.elapsed().as_millis() as u64,
-                    "Bloom filter loaded"
-                );
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "loading the Bloom filter failed; retrying (it is bypassed meanwhile)");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        }
     }
 }

@@ -1,42 +1,42 @@
 //! The metrics port: `/metrics` (the process's registry), `/healthz` and `/readyz`.
 
-use rebound_proxy::bloom::BloomGate;
+use rebound_proxy::issued::IssuedCodeGate;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// What `/readyz` checks: every listener bound and, on a proxy, the Bloom filter loaded.
+/// What `/readyz` checks: every listener bound and, on a proxy, the issued-code filter loaded.
 #[derive(Clone, Default)]
 pub struct Readiness {
     listeners_bound: Arc<AtomicBool>,
-    bloom: Option<Arc<BloomGate>>,
+    issued: Option<Arc<IssuedCodeGate>>,
     /// Gauges read at scrape time.
-    bloom_codes: Option<prometheus::IntGauge>,
+    aliases_gauge: Option<prometheus::IntGauge>,
 }
 
 impl Readiness {
-    pub fn bound(bloom: Option<Arc<BloomGate>>) -> Readiness {
+    pub fn bound(issued: Option<Arc<IssuedCodeGate>>) -> Readiness {
         Readiness {
             listeners_bound: Arc::new(AtomicBool::new(true)),
-            bloom,
-            bloom_codes: None,
+            issued,
+            aliases_gauge: None,
         }
     }
 
     pub fn with_gauge(mut self, gauge: prometheus::IntGauge) -> Readiness {
-        self.bloom_codes = Some(gauge);
+        self.aliases_gauge = Some(gauge);
         self
     }
 
     fn refresh_gauges(&self) {
-        if let (Some(bloom), Some(gauge)) = (&self.bloom, &self.bloom_codes) {
-            gauge.set(bloom.codes() as i64);
+        if let (Some(issued), Some(gauge)) = (&self.issued, &self.aliases_gauge) {
+            gauge.set(issued.aliases() as i64);
         }
     }
 
     fn is_ready(&self) -> bool {
         // A proxy whose filter was loaded once stays ready while the feed reconnects:
         // the filter is bypassed meanwhile, never wrong.
-        self.listeners_bound.load(Ordering::Acquire) && self.bloom.as_ref().is_none_or(|b| b.was_loaded())
+        self.listeners_bound.load(Ordering::Acquire) && self.issued.as_ref().is_none_or(|b| b.was_loaded())
     }
 }
 

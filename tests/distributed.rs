@@ -739,3 +739,117 @@ async fn two_control_planes_on_one_store_issue_no_code_twice_share_aliases_and_c
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
+
+/// 7-character base62 strings from a seeded generator: codes nobody issued, spread over the
+/// whole code space as a prober's would be.
+fn random_codes(n: usize, mut seed: u64) -> Vec<String> {
+    const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    (0..n)
+        .map(|_| {
+            (0..7)
+                .map(|_| {
+                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    ALPHABET[((seed >> 33) % 62) as usize] as char
+                })
+                .collect()
+        })
+        .collect()
+}
+
+const PROXY_STORE_READS: &str = r#"rebound_lookups_total{result="read",tier="store"}"#;
+
+/// SPEC §3 step 4: a proxy knows which codes can exist from the counter's high-water mark
+/// and the alias index, never from the links; it hears every lease on the creation feed;
+/// codes nobody issued are 404 with no store read; and a code of a lease it never heard of
+/// is still served, not 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_REDIS_URL and REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
+async fn never_issued_codes_are_404_without_a_store_read_and_no_proxy_reads_the_links() {
+    use rebound_core::generated::{Generated, GeneratedCodes, CODE_KEY_SETTING, COUNTER};
+    use rebound_store::{CounterStore, LinkReads, LinkStore};
+    let d = Deployment::new(&shared_aws_url(), Some(&shared_redis_url()));
+    let dir = temp_dir();
+    // Small KGS blocks: the creates below lease (and announce) many times.
+    let config = dir.path().join("small-blocks.toml");
+    std::fs::write(&config, "[api]\nkgs_block_size = 16\n").unwrap();
+    let cp = d.control_plane(dir.path(), &[("REBOUND_CONFIG", config.to_str().unwrap())]);
+    let mut codes = Vec::new();
+    for i in 0..40 {
+        codes.push(create(&cp, json!({"long_url": format!("https://example.com/before/{i}")})).await);
+    }
+    let alias = format!("hwm-alias-{}", now_millis());
+    codes.push(create(&cp, json!({"long_url": "https://example.com/a", "custom_alias": alias})).await);
+    let p = d.proxy(dir.path(), &[]).await;
+    for i in 0..40 {
+        codes.push(create(&cp, json!({"long_url": format!("https://example.com/after/{i}")})).await);
+    }
+    let late_alias = format!("hwm-late-{}", now_millis());
+    codes.push(
+        create(
+            &cp,
+            json!({"long_url": "https://example.com/b", "custom_alias": late_alias}),
+        )
+        .await,
+    );
+    for code in &codes {
+        assert_eq!(status(&p, code).await, 302, "{code}");
+    }
+
+    // Every lease reached the proxy on the creation feed.
+    let store = rebound_dynamodb::DynamoStore::new(
+        aws_sdk_dynamodb::Client::new(&aws_conf(&d.aws_url).await),
+        d.prefix.clone(),
+    );
+    let high_water = store.high_water(COUNTER).await.unwrap();
+    assert!(high_water >= 80, "{high_water}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while metric(&p, "rebound_issued_high_water").await < high_water as f64 {
+        assert!(Instant::now() < deadline, "the proxy never heard the last lease");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Probes over the whole code space: no store read (a probe within the slack above the
+    // mark would cost one: 1 in 13,000).
+    let reads = metric(&p, PROXY_STORE_READS).await;
+    for code in random_codes(2_000, now_millis() as u64) {
+        assert_eq!(status(&p, &code).await, 404, "{code}");
+    }
+    let probe_reads = metric(&p, PROXY_STORE_READS).await - reads;
+    assert!(probe_reads <= 2.0, "{probe_reads} store reads for 2,000 probes");
+
+    // A code of a lease the proxy never heard of (as if its announcement was lost), written
+    // straight to the store, so neither L2 nor the feed knows it: served, not 404.
+    let key: [u8; 16] = {
+        let hex = store.read_setting(CODE_KEY_SETTING).await.unwrap().unwrap();
+        let bytes: Vec<u8> = (0..16)
+            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+            .collect();
+        bytes.try_into().unwrap()
+    };
+    let unheard = store.lease_block(COUNTER, 10).await.unwrap();
+    let Generated::Code(unheard_code) = GeneratedCodes::new(key).code_for(unheard.start) else {
+        panic!("value {} is no code", unheard.start)
+    };
+    let link = rebound_core::Link::new_active(
+        unheard_code.clone(),
+        "https://example.com/unheard".into(),
+        rebound_core::RedirectKind::Found,
+        false,
+        now_millis(),
+        "t".into(),
+        None,
+    );
+    store.insert_link(&link, None).await.unwrap();
+    assert_eq!(status(&p, &unheard_code).await, 302);
+
+    // The proxy read the alias index, never the links themselves but one code at a time.
+    let calls =
+        |op: &str| format!(r#"rebound_adapter_calls_total{{adapter="dynamodb",operation="{op}",outcome="ok"}}"#);
+    assert!(metric(&p, &calls("list_aliases")).await >= 1.0);
+    assert!(metric(&p, &calls("high_water")).await >= 1.0);
+    assert_eq!(
+        metric(&p, &calls("get_link")).await,
+        metric(&p, PROXY_STORE_READS).await,
+        "every store call about links was a point read on the redirect path"
+    );
+}

@@ -188,6 +188,7 @@ async fn every_process_exports_metrics_that_promtool_accepts() {
                 "rebound_api_writes_total",
                 "rebound_kgs_leases_total",
                 "rebound_bloom_current",
+                "rebound_issued_high_water",
             ],
         ),
         (
@@ -210,6 +211,7 @@ async fn every_process_exports_metrics_that_promtool_accepts() {
                 "rebound_invalidation_channel_healthy",
                 "rebound_redis_breaker_open",
                 "rebound_bloom_current",
+                "rebound_issued_high_water",
             ],
         ),
     ];
@@ -551,7 +553,7 @@ async fn the_cloudformation_template_makes_what_provision_makes_and_rebound_runs
     let from_template = tables_named(&dynamodb, &template_prefix).await;
     let from_provision = tables_named(&dynamodb, &provisioned_prefix).await;
     assert_eq!(from_template, from_provision, "the same tables");
-    assert_eq!(from_template.len(), 7);
+    assert_eq!(from_template.len(), 8);
     let template: serde_yaml::Value =
         serde_yaml::from_str(&std::fs::read_to_string(root.join("deploy/aws/rebound.yaml")).unwrap()).unwrap();
     let declared_ttls = template_ttls(&template);

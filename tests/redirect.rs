@@ -1,6 +1,6 @@
 //! Black-box tests of the all-in-one `rebound` on port 0: every outcome of SPEC §3 with
 //! its status and headers, the invariants I1–I3 in one process, single-flight and the
-//! Bloom filter seen through the metrics, and clicks reaching the stats.
+//! issued-code filter seen through the metrics, and clicks reaching the stats.
 
 mod common;
 
@@ -408,6 +408,63 @@ async fn unknown_codes_after_the_filter_loaded_make_no_store_reads() {
     assert_eq!(new_reads + new_rejects, 300.0);
     // The filter is sized for a 0.1 % false-positive rate.
     assert!(new_reads <= 3.0, "{new_reads} store reads for unknown codes");
+}
+
+/// 7-character base62 strings from a seeded generator, spread over the whole code space.
+fn random_codes(n: usize, mut seed: u64) -> Vec<String> {
+    const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    (0..n)
+        .map(|_| {
+            (0..7)
+                .map(|_| {
+                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    ALPHABET[((seed >> 33) % 62) as usize] as char
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_every_code_is_served_and_never_issued_ones_cost_no_store_read() {
+    let dir = temp_dir();
+    let mut codes = Vec::new();
+    {
+        let rb = Rebound::start(dir.path(), &[]);
+        for i in 0..30 {
+            let created = rb
+                .create(json!({"long_url": format!("https://example.com/g/{i}")}))
+                .await;
+            codes.push(created["code"].as_str().unwrap().to_owned());
+        }
+        rb.create(json!({"long_url": "https://example.com/a", "custom_alias": "kept-alias"}))
+            .await;
+        codes.push("kept-alias".to_owned());
+    }
+    // A fresh process: its filter comes from the counter and the alias index, L1 is cold.
+    let rb = Rebound::start(dir.path(), &[]);
+    rb.wait_ready().await;
+    assert!(rb.metric("rebound_issued_high_water").await >= 30.0);
+    let reads = rb.metric(STORE_READS).await;
+    for code in random_codes(1_000, 0x5EED) {
+        assert_eq!(
+            rb.get(&format!("/{code}")).await.status(),
+            StatusCode::NOT_FOUND,
+            "{code}"
+        );
+    }
+    let probe_reads = rb.metric(STORE_READS).await - reads;
+    assert!(probe_reads <= 1.0, "{probe_reads} store reads for 1,000 probes");
+    for code in &codes {
+        assert_eq!(rb.get(&format!("/{code}")).await.status(), StatusCode::FOUND, "{code}");
+    }
+    // Created after the start: its lease and its alias reach the filter in process.
+    let fresh = rb.create(json!({"long_url": "https://example.com/fresh"})).await;
+    rb.create(json!({"long_url": "https://example.com/b", "custom_alias": "fresh-alias"}))
+        .await;
+    for code in [fresh["code"].as_str().unwrap(), "fresh-alias"] {
+        assert_eq!(rb.get(&format!("/{code}")).await.status(), StatusCode::FOUND, "{code}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

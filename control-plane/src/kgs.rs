@@ -1,19 +1,18 @@
 //! The key generation service: counter blocks leased from the store, handed out from
 //! memory and turned into codes by the keyed permutation. The next block is fetched in
 //! the background before the current one runs dry; a value is never reused across
-//! restarts (a crash wastes at most the blocks in memory).
+//! restarts (a crash wastes at most the blocks in memory). Every lease announces the
+//! counter's new high-water mark to the proxies before a code of it is handed out, so a
+//! proxy that follows the creation feed can answer 404 for a code above the mark it knows.
 
 use crate::metrics::KgsLeaseMetrics;
-use rebound_core::base62;
-use rebound_core::code::is_reserved;
-use rebound_core::permute::CodePermutation;
-use rebound_store::{Store, StoreError};
+use rebound_core::generated::{Generated, GeneratedCodes};
+use rebound_store::{LinkEvents, Store, StoreError};
 use std::ops::Range;
 use std::sync::Arc;
 use tokio::sync::Mutex;
 
-/// The counter the blocks are leased from.
-pub const COUNTER: &str = "codes";
+pub use rebound_core::generated::COUNTER;
 
 #[derive(Debug, Default)]
 struct Leases {
@@ -25,26 +24,34 @@ struct Leases {
 /// Hands out generated codes.
 pub struct KeyRangeLease {
     store: Arc<dyn Store>,
-    permutation: CodePermutation,
+    codes: GeneratedCodes,
     block_size: u64,
     leases: Arc<Mutex<Leases>>,
     lease_metrics: Option<KgsLeaseMetrics>,
+    events: Option<Arc<dyn LinkEvents>>,
 }
 
 impl KeyRangeLease {
-    pub fn new(store: Arc<dyn Store>, permutation: CodePermutation, block_size: u64) -> Self {
+    pub fn new(store: Arc<dyn Store>, codes: GeneratedCodes, block_size: u64) -> Self {
         KeyRangeLease {
             store,
-            permutation,
+            codes,
             block_size,
             leases: Arc::new(Mutex::new(Leases::default())),
             lease_metrics: None,
+            events: None,
         }
     }
 
     /// Counts every lease by outcome.
     pub(crate) fn counting_leases(mut self, metrics: KgsLeaseMetrics) -> Self {
         self.lease_metrics = Some(metrics);
+        self
+    }
+
+    /// Announces every lease's high-water mark on `events` before using the block.
+    pub fn announcing(mut self, events: Arc<dyn LinkEvents>) -> Self {
+        self.events = Some(events);
         self
     }
 
@@ -57,14 +64,36 @@ impl KeyRangeLease {
         }
     }
 
+    /// Leases a block and announces its end before returning it. An announcement that
+    /// fails does not hold creation up (the block is used anyway, as a create whose
+    /// announcement fails is still answered): proxies that missed it still read the mark
+    /// from the store at their next sync, and never 404 a code within
+    /// `rebound_proxy::issued::HIGH_WATER_SLACK` values above the mark they know.
+    async fn lease(
+        store: &dyn Store,
+        events: &Option<Arc<dyn LinkEvents>>,
+        metrics: &Option<KgsLeaseMetrics>,
+        size: u64,
+    ) -> Result<Range<u64>, StoreError> {
+        let block = store.lease_block(COUNTER, size).await;
+        Self::count_lease(metrics, &block);
+        let block = block?;
+        if let Some(events) = events {
+            if let Err(e) = events.leased(block.end).await {
+                tracing::warn!(high_water = block.end, error = %e, "code block lease not announced");
+            }
+        }
+        Ok(block)
+    }
+
     /// The next generated code: 7 base62 characters, never a reserved word.
     pub async fn next_code(&self) -> Result<String, StoreError> {
         loop {
             let value = self.next_value().await?;
-            let permuted = self.permutation.permute(value).ok_or(StoreError::Exhausted)?;
-            let code = base62::encode(permuted).ok_or(StoreError::Exhausted)?;
-            if !is_reserved(&code) {
-                return Ok(code);
+            match self.codes.code_for(value) {
+                Generated::Code(code) => return Ok(code),
+                Generated::Reserved => continue,
+                Generated::Exhausted => return Err(StoreError::Exhausted),
             }
         }
     }
@@ -74,11 +103,7 @@ impl KeyRangeLease {
         if leases.current.is_empty() {
             leases.current = match leases.next.take() {
                 Some(block) => block,
-                None => {
-                    let block = self.store.lease_block(COUNTER, self.block_size).await;
-                    Self::count_lease(&self.lease_metrics, &block);
-                    block?
-                }
+                None => Self::lease(self.store.as_ref(), &self.events, &self.lease_metrics, self.block_size).await?,
             };
         }
         let value = leases.current.start;
@@ -88,10 +113,9 @@ impl KeyRangeLease {
         if low && leases.next.is_none() && !leases.refilling {
             leases.refilling = true;
             let (store, shared, size) = (self.store.clone(), self.leases.clone(), self.block_size);
-            let lease_metrics = self.lease_metrics.clone();
+            let (lease_metrics, events) = (self.lease_metrics.clone(), self.events.clone());
             tokio::spawn(async move {
-                let block = store.lease_block(COUNTER, size).await;
-                Self::count_lease(&lease_metrics, &block);
+                let block = Self::lease(store.as_ref(), &events, &lease_metrics, size).await;
                 let mut leases = shared.lock().await;
                 leases.refilling = false;
                 match block {
@@ -109,13 +133,14 @@ impl KeyRangeLease {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rebound_store::{CounterStore, MemoryStore};
+    use rebound_store::events::RecordedLinkEvents;
+    use rebound_store::{CounterStore, LinkReads, MemoryStore};
     use std::collections::HashSet;
 
     #[tokio::test]
     async fn codes_are_unique_across_blocks_and_restarts() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-        let perm = CodePermutation::for_codes(*b"0123456789abcdef");
+        let perm = GeneratedCodes::new(*b"0123456789abcdef");
         let mut seen = HashSet::new();
         let kgs = KeyRangeLease::new(store.clone(), perm.clone(), 50);
         for _ in 0..500 {
@@ -134,7 +159,7 @@ mod tests {
     #[tokio::test]
     async fn the_next_block_is_fetched_before_the_current_runs_dry() {
         let store = Arc::new(MemoryStore::new());
-        let kgs = KeyRangeLease::new(store.clone(), CodePermutation::for_codes([7; 16]), 100);
+        let kgs = KeyRangeLease::new(store.clone(), GeneratedCodes::new([7; 16]), 100);
         for _ in 0..95 {
             kgs.next_code().await.unwrap();
         }
@@ -148,5 +173,30 @@ mod tests {
         );
         // The store's counter has moved two blocks.
         assert_eq!(store.lease_block(COUNTER, 1).await.unwrap().start, 200);
+    }
+
+    #[tokio::test]
+    async fn every_lease_is_announced_before_a_code_of_it_is_handed_out() {
+        let store = Arc::new(MemoryStore::new());
+        let events = Arc::new(RecordedLinkEvents::default());
+        let codes = GeneratedCodes::new([9; 16]);
+        let kgs = KeyRangeLease::new(store.clone(), codes.clone(), 10).announcing(events.clone());
+        for _ in 0..35 {
+            let code = kgs.next_code().await.unwrap();
+            let value = codes.value_of(code.as_bytes()).expect("a generated code decodes");
+            let announced = events.leased.lock().unwrap().iter().copied().max().unwrap_or(0);
+            assert!(
+                value < announced,
+                "value {value} handed out above the announced {announced}"
+            );
+            tokio::task::yield_now().await;
+        }
+        let announced = events.leased.lock().unwrap().clone();
+        assert!(announced.windows(2).all(|w| w[0] < w[1]), "{announced:?}");
+        assert_eq!(
+            announced.last().copied(),
+            Some(store.high_water(COUNTER).await.unwrap()),
+            "the last lease announced is the store's mark"
+        );
     }
 }

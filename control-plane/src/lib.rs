@@ -4,6 +4,7 @@
 //!
 //! - this file: `ControlPlane` (the runtime: store, events, clock, policies), the
 //!   router.
+//! - `aliases`: the alias index, and its one-time backfill on a store made before it.
 //! - `api`: the handlers and the OpenAPI document (the bodies are `rebound_api_types`).
 //! - `audit`: reading a link's audit log.
 //! - `auth`: API keys and who the caller is.
@@ -21,6 +22,7 @@
 //! - `ratelimit`: creation rate limits.
 #![forbid(unsafe_code)]
 
+pub mod aliases;
 mod api;
 pub mod audit;
 pub mod auth;
@@ -38,7 +40,7 @@ pub mod ratelimit;
 
 use axum::Router;
 use config::ControlPlaneConfig;
-use rebound_core::permute::CodePermutation;
+use rebound_core::generated::{GeneratedCodes, CODE_KEY_SETTING};
 use rebound_core::target::TargetPolicy;
 use rebound_core::Clock;
 use rebound_store::{ApiKeyRecord, LinkEvents, Role, RollupStore, Store, StoreError};
@@ -46,8 +48,6 @@ use std::sync::Arc;
 
 pub use api::openapi_json;
 
-/// The store setting that keeps the generated permutation key.
-const CODE_KEY_SETTING: &str = "code_permutation_key";
 /// The key id of the operator key generated on first start when none is configured.
 pub const INITIAL_OPERATOR_KEY_ID: &str = "initial-operator";
 
@@ -128,12 +128,11 @@ impl ControlPlane {
             }
         };
         let metrics = metrics::ApiMetrics::unregistered();
-        let codes = kgs::KeyRangeLease::new(
-            store.clone(),
-            CodePermutation::for_codes(key),
-            config.api.kgs_block_size,
-        )
-        .counting_leases(metrics.kgs_leases());
+        let generated = GeneratedCodes::new(key);
+        aliases::complete_the_index(store.as_ref(), &generated).await?;
+        let codes = kgs::KeyRangeLease::new(store.clone(), generated, config.api.kgs_block_size)
+            .counting_leases(metrics.kgs_leases())
+            .announcing(events.clone());
         let bootstrap_key_hash = config.bootstrap_key.as_deref().map(auth::hash_key);
         Ok(Arc::new(ControlPlane {
             config,

@@ -66,7 +66,8 @@ impl ControlPlane {
         let link = loop {
             attempts += 1;
             let code = match &new.alias {
-                Some(alias) => alias.clone(),
+                // Indexed before it exists, so a proxy never takes an alias for a code never issued.
+                Some(alias) => self.store.record_alias(alias).await.map(|()| alias.clone())?,
                 None => self.next_code().await?,
             };
             let link = Link::new_active(
@@ -174,7 +175,7 @@ impl ControlPlane {
             }
             let generated = new.alias.is_none();
             let code = match new.alias {
-                Some(a) => a,
+                Some(a) => self.store.record_alias(&a).await.map(|()| a)?,
                 None => self.next_code().await?,
             };
             let link = Link::new_active(

@@ -25,10 +25,17 @@ pub fn encode(value: u64) -> Option<String> {
 
 /// Decodes 7 base62 characters back to their value.
 pub fn decode(code: &str) -> Option<u64> {
+    decode_bytes(code.as_bytes())
+}
+
+/// [`decode`] over bytes: `None` unless exactly 7 characters of the alphabet. Every such
+/// string is canonical (fixed width), so `encode` gives it back.
+#[inline]
+pub fn decode_bytes(code: &[u8]) -> Option<u64> {
     if code.len() != WIDTH {
         return None;
     }
-    code.bytes().try_fold(0u64, |acc, b| {
+    code.iter().try_fold(0u64, |acc, &b| {
         let digit = match b {
             b'0'..=b'9' => b - b'0',
             b'A'..=b'Z' => b - b'A' + 10,

@@ -5,6 +5,8 @@
 //! - `code`: the short-code rule and the reserved words.
 //! - `base62`: fixed-width base62 for generated codes.
 //! - `permute`: the keyed Feistel permutation that turns counter values into codes.
+//! - `generated`: counter value → generated code (the KGS) and back (the data plane's
+//!   check that a code can have been issued).
 //! - `link`: the stored link record and its redirect kind.
 //! - `cache`: the cache record (Redis `url:{code}` and L1) and how it is judged.
 //! - `decision`: the pure redirect decision of a store read, and response details.
@@ -18,6 +20,7 @@ pub mod base62;
 pub mod cache;
 pub mod code;
 pub mod decision;
+pub mod generated;
 pub mod link;
 pub mod permute;
 pub mod target;

@@ -114,6 +114,30 @@ mod tests {
     const KEY: [u8; 16] = *b"0123456789abcdef";
 
     #[test]
+    fn codes_already_issued_keep_their_values() {
+        // Images the permutation gives today: a change here would re-map every code ever
+        // issued, and the data plane would take issued codes for never-issued ones.
+        let p = CodePermutation::for_codes(KEY);
+        let q = CodePermutation::for_codes([7; 16]);
+        let table: &[(&CodePermutation, u64, u64)] = &[
+            (&p, 0, 2_533_869_963_203),
+            (&q, 0, 746_045_375_878),
+            (&p, 1, 3_083_866_571_050),
+            (&q, 1, 3_185_809_349_355),
+            (&p, 99, 1_871_276_029_513),
+            (&q, 99, 1_791_305_289_830),
+            (&p, 1_000_000, 1_284_420_599_027),
+            (&q, 1_000_000, 817_272_897_257),
+            (&p, 3_521_614_606_207, 2_478_709_618_350),
+            (&q, 3_521_614_606_207, 3_127_320_864_698),
+        ];
+        for (perm, value, image) in table {
+            assert_eq!(perm.permute(*value), Some(*image), "value {value}");
+            assert_eq!(perm.unpermute(*image), Some(*value), "image {image}");
+        }
+    }
+
+    #[test]
     fn exhaustive_bijection_on_small_domains() {
         for domain in [2u64, 3, 1000, 4096, 62 * 62 * 62] {
             let p = CodePermutation::new(KEY, domain);

@@ -1,15 +1,16 @@
 //! The data plane's background tasks in distributed mode, over the fleet ports (Redis in
 //! production, the fakes in the tests below): the invalidation listener (with heartbeats
 //! that tell whether L1 may be trusted), the heartbeat publisher, and the creation feed
-//! that keeps the Bloom filter current. None of them is ever awaited by a request.
+//! that keeps the issued-code filter current. None of them is ever awaited by a request.
 
-use crate::bloom::BloomGate;
+use crate::issued::{IssuedCodeGate, SyncError};
 use crate::l1::L1;
 use crate::path::InvalidationTrust;
 use futures_util::StreamExt;
 use rebound_core::cache::CachePolicy;
+use rebound_core::generated::COUNTER;
 use rebound_core::{CacheRecord, Clock};
-use rebound_store::{ChannelMessage, CreationFeed, InvalidationChannel, LinkReads};
+use rebound_store::{ChannelMessage, CreationFeed, FeedEntry, InvalidationChannel, LinkReads};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -20,6 +21,11 @@ pub const HEARTBEAT_EVERY: Duration = Duration::from_millis(250);
 const RETRY_AFTER: Duration = Duration::from_millis(250);
 /// How long one creation-feed read blocks waiting for entries.
 const FEED_BLOCK: Duration = Duration::from_millis(500);
+/// How often a proxy following the feed reads the high-water mark from the store again,
+/// so a lease announcement lost on the way to Redis is made up for (one point read).
+pub const HIGH_WATER_REFRESH: Duration = Duration::from_secs(30);
+/// Pause before syncing again while the store cannot tell issued codes yet.
+const NOT_YET_RETRY: Duration = Duration::from_secs(5);
 
 async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|s| *s).await;
@@ -95,22 +101,32 @@ pub async fn run_heartbeat(
     }
 }
 
-/// Keeps the Bloom filter current: note the feed's position, load every code from the
-/// store, then follow the feed from that position. Whenever the feed cannot be read the
-/// filter is bypassed, and it is loaded again before it is trusted again.
+/// Keeps the issued-code filter current: note the feed's position, read the high-water
+/// mark and the alias index from the store (never the links: the time this takes does not
+/// grow with the generated links), then follow the feed from that position, raising the
+/// mark with every lease and adding every new alias. Whenever the feed cannot be read the
+/// filter is bypassed, and it is synced again before it is trusted again. `key` is the
+/// configured permutation key (otherwise the one the control planes stored).
 pub async fn run_creation_feed(
     feed: Arc<dyn CreationFeed>,
-    bloom: Arc<BloomGate>,
+    issued: Arc<IssuedCodeGate>,
     store: Arc<dyn LinkReads>,
+    key: Option<[u8; 16]>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
-        bloom.set_current(false);
+        issued.set_current(false);
+        let started = std::time::Instant::now();
         let synced = async {
-            let position = feed.feed_position().await.map_err(|e| e.to_string())?;
-            let loaded = bloom.load_from(store.as_ref()).await.map_err(|e| e.to_string())?;
-            tracing::info!(codes = loaded, "Bloom filter loaded; following the creation feed");
-            Ok::<String, String>(position)
+            let position = feed.feed_position().await.map_err(SyncError::Store)?;
+            let aliases = issued.load_from(store.as_ref(), key).await?;
+            tracing::info!(
+                aliases,
+                high_water = issued.high_water(),
+                ms = started.elapsed().as_millis() as u64,
+                "issued-code filter synced; following the creation feed"
+            );
+            Ok::<String, SyncError>(position)
         };
         let position = tokio::select! {
             p = synced => p,
@@ -119,14 +135,23 @@ pub async fn run_creation_feed(
         let mut last = match position {
             Ok(p) => p,
             Err(e) => {
-                tracing::warn!(error = %e, "cannot sync the Bloom filter yet; it is bypassed");
+                let pause = match e {
+                    SyncError::NotYet(_) => {
+                        // Safe to serve: bypassed, every unknown code is read from the store.
+                        issued.set_ready_bypassed();
+                        NOT_YET_RETRY
+                    }
+                    SyncError::Store(_) => RETRY_AFTER * 4,
+                };
+                tracing::warn!(error = %e, "cannot sync the issued-code filter yet; it is bypassed");
                 tokio::select! {
-                    _ = tokio::time::sleep(RETRY_AFTER * 4) => continue,
+                    _ = tokio::time::sleep(pause) => continue,
                     _ = stopped(&mut shutdown) => return,
                 }
             }
         };
-        bloom.set_current(true);
+        issued.set_current(true);
+        let mut refreshed = tokio::time::Instant::now();
         loop {
             let read = tokio::time::timeout(FEED_BLOCK * 3, feed.read_feed(&last, FEED_BLOCK));
             let result = tokio::select! {
@@ -134,22 +159,59 @@ pub async fn run_creation_feed(
                 _ = stopped(&mut shutdown) => return,
             };
             match result {
-                Ok(Ok((id, codes))) => {
-                    for code in &codes {
-                        bloom.insert(code);
+                Ok(Ok((id, entries))) => {
+                    for entry in &entries {
+                        match entry {
+                            FeedEntry::HighWater(h) => issued.raise_high_water(*h),
+                            FeedEntry::Created(code) => issued.created(code),
+                        }
                     }
                     if let Some(id) = id {
                         last = id;
                     }
                 }
                 Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "creation feed lost; the Bloom filter is bypassed until it is synced again");
+                    tracing::warn!(error = %e, "creation feed lost; the issued-code filter is bypassed until it is synced again");
                     break;
                 }
                 Err(_) => {
-                    tracing::warn!("creation feed stalled; the Bloom filter is bypassed until it is synced again");
+                    tracing::warn!(
+                        "creation feed stalled; the issued-code filter is bypassed until it is synced again"
+                    );
                     break;
                 }
+            }
+            if refreshed.elapsed() >= HIGH_WATER_REFRESH {
+                refreshed = tokio::time::Instant::now();
+                if let Ok(Ok(h)) = tokio::time::timeout(FEED_BLOCK * 2, store.high_water(COUNTER)).await {
+                    issued.raise_high_water(h);
+                }
+            }
+        }
+    }
+}
+
+/// The all-in-one's sync of the issued-code filter: read the high-water mark and the alias
+/// index once (retrying while the store fails), then trust the filter for good, since every
+/// lease and create of the process reaches it directly ([`crate::events`]) and a lease or
+/// create made during the sync only raises the mark or adds an alias.
+pub async fn sync_embedded_filter(issued: Arc<IssuedCodeGate>, store: Arc<dyn LinkReads>, key: Option<[u8; 16]>) {
+    let started = std::time::Instant::now();
+    loop {
+        match issued.load_from(store.as_ref(), key).await {
+            Ok(aliases) => {
+                issued.set_current(true);
+                tracing::info!(
+                    aliases,
+                    high_water = issued.high_water(),
+                    ms = started.elapsed().as_millis() as u64,
+                    "issued-code filter loaded"
+                );
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "loading the issued-code filter failed; retrying (it is bypassed meanwhile)");
+                tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }
     }
@@ -161,7 +223,7 @@ mod tests {
     use rebound_core::cache::CachePolicy;
     use rebound_core::{Link, ManualClock, RedirectKind};
     use rebound_store::fleet::{MemoryChannel, MemoryFeed};
-    use rebound_store::{LinkStore, MemoryStore};
+    use rebound_store::{CounterStore, LinkStore, MemoryStore};
 
     fn link(code: &str, now: i64) -> Link {
         Link::new_active(
@@ -287,40 +349,114 @@ mod tests {
         task.await.unwrap();
     }
 
+    /// A store as a control plane leaves it: the permutation key, a complete alias index.
+    async fn store_with_index() -> Arc<MemoryStore> {
+        use rebound_core::generated::{ALIAS_INDEX_SETTING, CODE_KEY_SETTING};
+        let store = Arc::new(MemoryStore::new());
+        store
+            .get_or_init_setting(CODE_KEY_SETTING, "07070707070707070707070707070707")
+            .await
+            .unwrap();
+        store
+            .get_or_init_setting(ALIAS_INDEX_SETTING, "complete")
+            .await
+            .unwrap();
+        store
+    }
+
+    fn generated(value: u64) -> String {
+        use rebound_core::generated::{Generated, GeneratedCodes};
+        match GeneratedCodes::new([7; 16]).code_for(value) {
+            Generated::Code(c) => c,
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn the_filter_is_current_only_while_the_feed_is_followed() {
-        let (feed, store) = (Arc::new(MemoryFeed::default()), Arc::new(MemoryStore::new()));
+        use crate::issued::HIGH_WATER_SLACK;
+        let feed = Arc::new(MemoryFeed::default());
+        let store = store_with_index().await;
         let now = 1_000_000;
+        store.record_alias("old").await.unwrap();
         store.insert_link(&link("old", now), None).await.unwrap();
+        store.lease_block(COUNTER, 100).await.unwrap();
         feed.announce("old");
-        let bloom = Arc::new(BloomGate::new(1_000));
+        let issued = Arc::new(IssuedCodeGate::new(1_000));
         let (stop, shutdown) = watch::channel(false);
-        let task = tokio::spawn(run_creation_feed(feed.clone(), bloom.clone(), store.clone(), shutdown));
-        until(|| bloom.is_current()).await;
-        assert_eq!(bloom.may_contain("old"), Some(true), "loaded from the store");
-        assert_eq!(bloom.may_contain("new"), Some(false));
+        let task = tokio::spawn(run_creation_feed(
+            feed.clone(),
+            issued.clone(),
+            store.clone(),
+            None,
+            shutdown,
+        ));
+        until(|| issued.is_current()).await;
+        assert!(issued.was_loaded());
+        assert_eq!(issued.may_exist("old"), Some(true), "loaded from the alias index");
+        assert_eq!(issued.may_exist("new"), Some(false));
+        assert_eq!(issued.may_exist(&generated(99)), Some(true), "below the stored mark");
+        let next_lease = generated(100 + HIGH_WATER_SLACK);
+        assert_eq!(issued.may_exist(&next_lease), Some(false));
 
         feed.announce("new");
-        until(|| bloom.may_contain("new") == Some(true)).await;
+        until(|| issued.may_exist("new") == Some(true)).await;
+        feed.announce_high_water(200 + HIGH_WATER_SLACK);
+        until(|| issued.may_exist(&next_lease) == Some(true)).await;
 
         feed.set_failing(true);
-        until(|| !bloom.is_current()).await;
+        until(|| !issued.is_current()).await;
         assert_eq!(
-            bloom.may_contain("other"),
+            issued.may_exist("other"),
             None,
             "bypassed while the feed cannot be read"
         );
-        // Back: loaded again from the store, then followed again.
+        // Back: synced again from the store, then followed again.
+        store.record_alias("meanwhile").await.unwrap();
         store.insert_link(&link("meanwhile", now), None).await.unwrap();
+        store.lease_block(COUNTER, 4 * HIGH_WATER_SLACK).await.unwrap();
         feed.set_failing(false);
-        until(|| bloom.is_current()).await;
+        until(|| issued.is_current()).await;
         assert_eq!(
-            bloom.may_contain("meanwhile"),
+            issued.may_exist("meanwhile"),
             Some(true),
             "created while the feed was lost"
         );
+        assert_eq!(
+            issued.may_exist(&generated(3 * HIGH_WATER_SLACK)),
+            Some(true),
+            "leased while the feed was lost"
+        );
         feed.announce("after");
-        until(|| bloom.may_contain("after") == Some(true)).await;
+        until(|| issued.may_exist("after") == Some(true)).await;
+        assert_eq!(store.link_reads(), 0, "the links themselves are never read");
+        stop.send(true).unwrap();
+        task.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_store_that_cannot_tell_yet_leaves_the_proxy_ready_but_bypassed() {
+        let feed = Arc::new(MemoryFeed::default());
+        let store = Arc::new(MemoryStore::new());
+        let issued = Arc::new(IssuedCodeGate::new(1_000));
+        let (stop, shutdown) = watch::channel(false);
+        let task = tokio::spawn(run_creation_feed(
+            feed.clone(),
+            issued.clone(),
+            store.clone(),
+            Some([7; 16]),
+            shutdown,
+        ));
+        until(|| issued.was_loaded()).await;
+        assert!(!issued.is_current());
+        assert_eq!(issued.may_exist("anything"), None);
+        // A control plane completes the index: the next sync trusts it.
+        store
+            .get_or_init_setting(rebound_core::generated::ALIAS_INDEX_SETTING, "complete")
+            .await
+            .unwrap();
+        until(|| issued.is_current()).await;
+        assert_eq!(issued.may_exist("anything"), Some(false));
         stop.send(true).unwrap();
         task.await.unwrap();
     }

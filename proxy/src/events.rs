@@ -1,8 +1,9 @@
-//! The link-event port carried in process (the all-in-one): a create goes into the Bloom
-//! filter and L1 before the API answers (I2); a delete or takedown puts the tombstone with
-//! its version into L1 before the API answers (I1).
+//! The link-event port carried in process (the all-in-one): a lease raises the issued-code
+//! filter's high-water mark before a code of it is handed out; a create goes into the
+//! filter (an alias) and L1 before the API answers (I2); a delete or takedown puts the
+//! tombstone with its version into L1 before the API answers (I1).
 
-use crate::bloom::BloomGate;
+use crate::issued::IssuedCodeGate;
 use crate::l1::L1;
 use async_trait::async_trait;
 use rebound_core::cache::CachePolicy;
@@ -13,7 +14,7 @@ use std::sync::Arc;
 /// Delivers link events to the caches of the proxy in this process.
 pub struct InProcessLinkEvents {
     pub l1: Arc<L1>,
-    pub bloom: Arc<BloomGate>,
+    pub issued: Arc<IssuedCodeGate>,
     pub clock: Arc<dyn Clock>,
     pub policy: CachePolicy,
 }
@@ -21,10 +22,15 @@ pub struct InProcessLinkEvents {
 #[async_trait]
 impl LinkEvents for InProcessLinkEvents {
     async fn created(&self, link: &Link) -> Result<(), EventError> {
-        self.bloom.insert(&link.code);
+        self.issued.created(&link.code);
         let now = self.clock.now_millis();
         self.l1
             .fill(&link.code, CacheRecord::active(link, now, &self.policy), now);
+        Ok(())
+    }
+
+    async fn leased(&self, high_water: u64) -> Result<(), EventError> {
+        self.issued.raise_high_water(high_water);
         Ok(())
     }
 

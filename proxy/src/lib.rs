@@ -5,10 +5,11 @@
 //! - `server`: the hyper service that answers requests, the Pingora application that
 //!   hands connections to the edge (`rebound_edge`), and how the server is run (pre-bound
 //!   or inherited listeners, signals, upgrade).
-//! - `path`: the lookup tiers: L1 → L2 (Redis, when configured) → Bloom filter → store,
+//! - `path`: the lookup tiers: L1 → L2 (Redis, when configured) → issued-code filter → store,
 //!   one flight per code over L2 and the store, and the stale-on-failure rule.
 //! - `l1`: the in-process cache with the never-a-lower-version fill rule.
-//! - `bloom`: the filter of issued codes and when it may be trusted.
+//! - `issued`: the issued-code filter (the counter's high-water mark and the alias
+//!   filter) and when it may be trusted.
 //! - `flight`: single-flight, one store read per code however many requests miss.
 //! - `clicks`: clicks counted on L1 entries, the lock-free click queue, the paced
 //!   shipper and its sinks (store or SQS), and the stats that add pending clicks.
@@ -20,11 +21,11 @@
 // upgrade hands over by its descriptor number.
 #![deny(unsafe_code)]
 
-pub mod bloom;
 pub mod clicks;
 pub mod distributed;
 pub mod events;
 pub mod flight;
+pub mod issued;
 pub mod l1;
 pub mod metrics;
 pub mod pages;

@@ -1,6 +1,6 @@
 //! Every metric of the data plane, declared in one place with its help text. Handles to
 //! labelled series are resolved once here, so the request path only bumps atomics; the
-//! state of the Bloom filter and of the invalidation channel is read at scrape time.
+//! state of the issued-code filter and of the invalidation channel is read at scrape time.
 
 use prometheus::{Counter, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
@@ -82,11 +82,11 @@ impl ProxyMetrics {
             store_errors: lookups.with_label_values(&["store", "error"]),
             bloom_rejects: counter(
                 "rebound_bloom_rejects_total",
-                "Unknown codes answered 404 by the Bloom filter without a store read",
+                "Unknown codes answered 404 by the issued-code filter (high-water mark and alias filter) without a store read",
             )?,
             bloom_bypassed: counter(
                 "rebound_bloom_bypassed_total",
-                "Lookups that skipped the Bloom filter because it was not known to be current",
+                "Lookups that skipped the issued-code filter because it was not known to be current",
             )?,
             singleflight_waits: counter(
                 "rebound_singleflight_waits_total",
@@ -140,7 +140,10 @@ impl ProxyMetrics {
             )?,
             bloom_loaded_codes: registered(
                 registry,
-                IntGauge::new("rebound_bloom_codes", "Codes inserted into the Bloom filter")?,
+                IntGauge::new(
+                    "rebound_bloom_codes",
+                    "Aliases inserted into the issued-code filter (from the alias index and the creation feed); generated codes are told by the high-water mark",
+                )?,
             )?,
             latency: {
                 let h = Histogram::with_opts(
@@ -162,11 +165,13 @@ impl ProxyMetrics {
     }
 }
 
-/// `rebound_bloom_current` and `rebound_invalidation_channel_healthy`, read from the filter
-/// and the channel's heartbeat at scrape time (nothing on the request path).
+/// `rebound_bloom_current`, `rebound_issued_high_water` and
+/// `rebound_invalidation_channel_healthy`, read from the filter and the channel's heartbeat
+/// at scrape time (nothing on the request path).
 pub struct TierHealth {
-    bloom: std::sync::Arc<crate::bloom::BloomGate>,
+    bloom: std::sync::Arc<crate::issued::IssuedCodeGate>,
     bloom_current: IntGauge,
+    high_water: IntGauge,
     channel: Option<(
         std::sync::Arc<crate::path::InvalidationTrust>,
         std::sync::Arc<dyn rebound_core::Clock>,
@@ -179,7 +184,7 @@ impl TierHealth {
     /// over Redis (`trust`), not in process.
     pub fn register(
         registry: &Registry,
-        bloom: std::sync::Arc<crate::bloom::BloomGate>,
+        bloom: std::sync::Arc<crate::issued::IssuedCodeGate>,
         trust: Option<(
             std::sync::Arc<crate::path::InvalidationTrust>,
             std::sync::Arc<dyn rebound_core::Clock>,
@@ -188,6 +193,10 @@ impl TierHealth {
         let bloom_current = IntGauge::new(
             "rebound_bloom_current",
             "1 while the issued-code filter is known to be current and answers; 0 while it is bypassed",
+        )?;
+        let high_water = IntGauge::new(
+            "rebound_issued_high_water",
+            "The code counter's high-water mark this proxy knows: generated codes of values above it (and its slack) are never issued",
         )?;
         let channel = match trust {
             Some((trust, clock)) => Some((
@@ -203,6 +212,7 @@ impl TierHealth {
         registry.register(Box::new(TierHealth {
             bloom,
             bloom_current,
+            high_water,
             channel,
         }))
     }
@@ -211,6 +221,7 @@ impl TierHealth {
 impl prometheus::core::Collector for TierHealth {
     fn desc(&self) -> Vec<&prometheus::core::Desc> {
         let mut descs = self.bloom_current.desc();
+        descs.extend(self.high_water.desc());
         if let Some((_, _, gauge)) = &self.channel {
             descs.extend(gauge.desc());
         }
@@ -220,6 +231,9 @@ impl prometheus::core::Collector for TierHealth {
     fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
         self.bloom_current.set(i64::from(self.bloom.is_current()));
         let mut families = self.bloom_current.collect();
+        self.high_water
+            .set(i64::try_from(self.bloom.high_water()).unwrap_or(i64::MAX));
+        families.extend(self.high_water.collect());
         if let Some((trust, clock, gauge)) = &self.channel {
             gauge.set(i64::from(trust.is_trusted(clock.now_millis())));
             families.extend(gauge.collect());

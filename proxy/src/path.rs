@@ -1,9 +1,9 @@
 //! The redirect path of SPEC §3 after the request checks: L1 → L2 (Redis, when configured)
-//! → Bloom filter → store, with one flight per code over L2 and the store, the core's pure
+//! → issued-code filter → store, with one flight per code over L2 and the store, the core's pure
 //! decision, and the stale-on-failure rule. Transport-free, so it is tested against fakes.
 
-use crate::bloom::BloomGate;
 use crate::flight::SingleFlight;
+use crate::issued::IssuedCodeGate;
 use crate::l1::{L1Entry, L1};
 use crate::metrics::ProxyMetrics;
 use rebound_core::cache::CachePolicy;
@@ -78,7 +78,7 @@ type StoreRead = Result<Option<Link>, Arc<str>>;
 enum Fetched {
     /// L2 had a usable record (fresh active, tombstone, or expired).
     FromL2(CacheRecord),
-    /// The Bloom filter says the code was never issued.
+    /// The issued-code filter says the code was never issued.
     NeverIssued,
     /// The store's answer, with a stale L2 record to fall back on if it failed.
     FromStore(StoreRead, Option<CacheRecord>),
@@ -87,7 +87,7 @@ enum Fetched {
 /// The lookup tiers and what they share.
 pub struct RedirectPath {
     pub l1: Arc<L1>,
-    pub bloom: Arc<BloomGate>,
+    pub issued: Arc<IssuedCodeGate>,
     pub store: Arc<dyn LinkReads>,
     pub clock: Arc<dyn Clock>,
     pub metrics: ProxyMetrics,
@@ -105,7 +105,7 @@ pub struct RedirectPath {
 impl RedirectPath {
     pub fn new(
         l1: Arc<L1>,
-        bloom: Arc<BloomGate>,
+        issued: Arc<IssuedCodeGate>,
         store: Arc<dyn LinkReads>,
         clock: Arc<dyn Clock>,
         metrics: ProxyMetrics,
@@ -113,7 +113,7 @@ impl RedirectPath {
     ) -> RedirectPath {
         RedirectPath {
             l1,
-            bloom,
+            issued,
             store,
             clock,
             metrics,
@@ -163,7 +163,7 @@ impl RedirectPath {
         }
     }
 
-    /// The tiers that need no waiting: L1 and, without L2, the Bloom filter. `None` means
+    /// The tiers that need no waiting: L1 and, without L2, the issued-code filter. `None` means
     /// the code needs [`RedirectPath::resolve_beyond_memory`].
     pub fn resolve_from_memory(&self, code: &str, now: UnixMillis) -> Option<Resolution> {
         let cached = self.usable_l1(code, now);
@@ -182,9 +182,9 @@ impl RedirectPath {
             }
         }
         self.metrics.l1_misses.inc();
-        // Without L2 the Bloom filter is the next tier: an unknown code stops here, before
+        // Without L2 the issued-code filter is the next tier: an unknown code stops here, before
         // it costs a flight.
-        if self.l2.is_none() && self.bloom_rejects(code) {
+        if self.l2.is_none() && self.never_issued(code) {
             return Some(Resolution::NotFound);
         }
         None
@@ -247,7 +247,7 @@ impl RedirectPath {
         }
     }
 
-    /// Below L1: L2 and then the Bloom filter (when there is an L2; otherwise the caller
+    /// Below L1: L2 and then the issued-code filter (when there is an L2; otherwise the caller
     /// asked the filter already), then the store. One run per code at a time.
     async fn fetch(&self, code: &str) -> Fetched {
         let mut stale_l2 = None;
@@ -277,7 +277,7 @@ impl RedirectPath {
         if self.l2.is_some() {
             if redis_failed {
                 self.metrics.bloom_bypassed.inc();
-            } else if self.bloom_rejects(code) {
+            } else if self.never_issued(code) {
                 return Fetched::NeverIssued;
             }
         }
@@ -290,11 +290,11 @@ impl RedirectPath {
         Fetched::FromStore(read, stale_l2)
     }
 
-    /// True when the Bloom filter says `code` was never issued; a filter not known to be
+    /// True when the issued-code filter says `code` was never issued; a filter not known to be
     /// current is bypassed (counted).
     #[inline]
-    fn bloom_rejects(&self, code: &str) -> bool {
-        match self.bloom.may_contain(code) {
+    fn never_issued(&self, code: &str) -> bool {
+        match self.issued.may_exist(code) {
             Some(false) => {
                 self.metrics.bloom_rejects.inc();
                 true
@@ -369,7 +369,7 @@ mod tests {
         let metrics = ProxyMetrics::register(&prometheus::Registry::new()).unwrap();
         let path = RedirectPath::new(
             Arc::new(L1::new(1000)),
-            Arc::new(BloomGate::new(1000)),
+            Arc::new(IssuedCodeGate::new(1000)),
             store.clone(),
             Arc::new(clock.clone()),
             metrics,
@@ -463,17 +463,39 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_bloom_filter_rejects_only_once_current() {
+    async fn the_filter_rejects_only_once_current() {
+        use rebound_core::generated::{Generated, GeneratedCodes, ALIAS_INDEX_SETTING, COUNTER};
+        use rebound_store::CounterStore;
         let f = fixture();
+        let codes = GeneratedCodes::new([5; 16]);
+        let generated = |v| match codes.code_for(v) {
+            Generated::Code(c) => c,
+            other => panic!("{other:?}"),
+        };
+        f.store.lease_block(COUNTER, 100).await.unwrap();
+        f.store
+            .get_or_init_setting(ALIAS_INDEX_SETTING, "complete")
+            .await
+            .unwrap();
+        add(&f.store, &generated(7), None).await;
+        f.store.record_alias("my-alias").await.unwrap();
+        add(&f.store, "my-alias", None).await;
         f.path.resolve("nothere").await;
         assert_eq!(f.store.link_reads(), 1, "bypassed while not loaded");
-        f.path.bloom.load_from(f.store.as_ref()).await.unwrap();
-        f.path.bloom.set_current(true);
-        for _ in 0..10 {
+        f.path.issued.load_from(f.store.as_ref(), Some([5; 16])).await.unwrap();
+        f.path.issued.set_current(true);
+        let never_issued = generated(1 << 40);
+        for _ in 0..5 {
             assert!(matches!(f.path.resolve("nothere").await, Resolution::NotFound));
+            assert!(matches!(f.path.resolve(&never_issued).await, Resolution::NotFound));
         }
         assert_eq!(f.store.link_reads(), 1, "no store reads for unknown codes");
         assert_eq!(f.path.metrics.bloom_rejects.get(), 10);
+        // A generated code below the mark and an alias of the index are read.
+        assert!(matches!(f.path.resolve(&generated(7)).await, Resolution::Redirect(_)));
+        assert!(matches!(f.path.resolve("my-alias").await, Resolution::Redirect(_)));
+        assert!(matches!(f.path.resolve(&generated(8)).await, Resolution::NotFound));
+        assert_eq!(f.store.link_reads(), 4);
     }
 
     #[tokio::test]
@@ -537,7 +559,7 @@ mod tests {
         ));
         let path = RedirectPath::new(
             Arc::new(L1::new(1000)),
-            Arc::new(BloomGate::new(1000)),
+            Arc::new(IssuedCodeGate::new(1000)),
             f.store.clone(),
             Arc::new(f.clock.clone()),
             ProxyMetrics::register(&prometheus::Registry::new()).unwrap(),

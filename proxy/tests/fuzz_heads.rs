@@ -10,8 +10,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rebound_core::{Link, ManualClock, RedirectKind};
 use rebound_edge::{Edge, EdgeLimits, PortMetrics};
-use rebound_proxy::bloom::BloomGate;
 use rebound_proxy::clicks::ClickQueue;
+use rebound_proxy::issued::IssuedCodeGate;
 use rebound_proxy::l1::L1;
 use rebound_proxy::metrics::ProxyMetrics;
 use rebound_proxy::path::RedirectPath;
@@ -149,7 +149,7 @@ async fn redirects() -> Redirects {
     let clock = Arc::new(ManualClock::at(1_000_000));
     let path = RedirectPath::new(
         Arc::new(L1::new(1000)),
-        Arc::new(BloomGate::new(1000)),
+        Arc::new(IssuedCodeGate::new(1000)),
         store,
         clock.clone(),
         metrics.clone(),

@@ -156,7 +156,10 @@ struct StoreOperations {
     get_link: OperationMetrics,
     deactivate_link: OperationMetrics,
     list_links: OperationMetrics,
-    scan_codes: OperationMetrics,
+    high_water: OperationMetrics,
+    list_aliases: OperationMetrics,
+    read_setting: OperationMetrics,
+    record_alias: OperationMetrics,
     get_idempotency: OperationMetrics,
     insert_key: OperationMetrics,
     find_key_by_hash: OperationMetrics,
@@ -188,7 +191,10 @@ impl MeteredStore {
                 get_link: op("get_link"),
                 deactivate_link: op("deactivate_link"),
                 list_links: op("list_links"),
-                scan_codes: op("scan_codes"),
+                high_water: op("high_water"),
+                list_aliases: op("list_aliases"),
+                read_setting: op("read_setting"),
+                record_alias: op("record_alias"),
                 get_idempotency: op("get_idempotency"),
                 insert_key: op("insert_key"),
                 find_key_by_hash: op("find_key_by_hash"),
@@ -210,11 +216,17 @@ impl LinkReads for MeteredStore {
     async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError> {
         self.ops.get_link.store_call(self.inner.get_link(code)).await
     }
-    async fn scan_codes(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>, StoreError> {
+    async fn high_water(&self, counter: &str) -> Result<u64, StoreError> {
+        self.ops.high_water.store_call(self.inner.high_water(counter)).await
+    }
+    async fn list_aliases(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>, StoreError> {
         self.ops
-            .scan_codes
-            .store_call(self.inner.scan_codes(after, limit))
+            .list_aliases
+            .store_call(self.inner.list_aliases(after, limit))
             .await
+    }
+    async fn read_setting(&self, name: &str) -> Result<Option<String>, StoreError> {
+        self.ops.read_setting.store_call(self.inner.read_setting(name)).await
     }
 }
 
@@ -225,6 +237,9 @@ impl LinkStore for MeteredStore {
             .insert_link
             .store_call(self.inner.insert_link(link, idempotency))
             .await
+    }
+    async fn record_alias(&self, alias: &str) -> Result<(), StoreError> {
+        self.ops.record_alias.store_call(self.inner.record_alias(alias)).await
     }
     async fn insert_links(&self, links: &[Link]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         self.ops.insert_links.store_call(self.inner.insert_links(links)).await
@@ -359,6 +374,7 @@ impl RecordCache for MeteredRecordCache {
 pub struct MeteredLinkEvents {
     inner: Arc<dyn LinkEvents>,
     created: OperationMetrics,
+    leased: OperationMetrics,
     deactivated: OperationMetrics,
 }
 
@@ -367,6 +383,7 @@ impl MeteredLinkEvents {
         MeteredLinkEvents {
             inner,
             created: metrics.operation("redis", "announce_created"),
+            leased: metrics.operation("redis", "announce_high_water"),
             deactivated: metrics.operation("redis", "write_tombstone"),
         }
     }
@@ -380,6 +397,9 @@ fn event_outcome(_: &EventError) -> &'static str {
 impl LinkEvents for MeteredLinkEvents {
     async fn created(&self, link: &Link) -> Result<(), EventError> {
         self.created.time(event_outcome, self.inner.created(link)).await
+    }
+    async fn leased(&self, high_water: u64) -> Result<(), EventError> {
+        self.leased.time(event_outcome, self.inner.leased(high_water)).await
     }
     async fn deactivated(&self, link: &Link) -> Result<(), EventError> {
         self.deactivated.time(event_outcome, self.inner.deactivated(link)).await

@@ -36,7 +36,7 @@ pub async fn run_all<S: Store + ?Sized>(store: &S) {
     versioned_deactivation(store).await;
     listing_newest_first_with_cursor(store).await;
     bad_cursors(store).await;
-    scan_returns_every_code(store).await;
+    aliases_are_listed_from_the_index(store).await;
     keys(store).await;
     counter_blocks_never_overlap(store).await;
     settings_are_written_once(store).await;
@@ -52,7 +52,7 @@ pub async fn run_without_transactions<S: Store + ?Sized>(store: &S) {
     versioned_deactivation(store).await;
     listing_newest_first_with_cursor(store).await;
     bad_cursors(store).await;
-    scan_returns_every_code(store).await;
+    aliases_are_listed_from_the_index(store).await;
     counter_blocks_never_overlap(store).await;
     settings_are_written_once(store).await;
     audit_log(store).await;
@@ -251,15 +251,21 @@ async fn bad_cursors<S: Store + ?Sized>(store: &S) {
     }
 }
 
-async fn scan_returns_every_code<S: Store + ?Sized>(store: &S) {
-    let mine: Vec<String> = (0..5).map(|_| unique("sc")).collect();
+async fn aliases_are_listed_from_the_index<S: Store + ?Sized>(store: &S) {
+    let mine: Vec<String> = (0..5).map(|_| unique("al")).collect();
     for c in &mine {
+        store.record_alias(c).await.unwrap();
         store.insert_link(&link(c, "o", 1), None).await.unwrap();
     }
-    let mut seen = std::collections::HashSet::new();
+    // Recording is idempotent.
+    store.record_alias(&mine[0]).await.unwrap();
+    // A link inserted without being recorded (a generated code) is not listed.
+    let generated = unique("gn");
+    store.insert_link(&link(&generated, "o", 1), None).await.unwrap();
+    let mut seen = Vec::new();
     let mut after: Option<String> = None;
     loop {
-        let page = store.scan_codes(after.as_deref(), 2).await.unwrap();
+        let page = store.list_aliases(after.as_deref(), 2).await.unwrap();
         if page.is_empty() {
             break;
         }
@@ -268,8 +274,9 @@ async fn scan_returns_every_code<S: Store + ?Sized>(store: &S) {
         seen.extend(page);
     }
     for c in &mine {
-        assert!(seen.contains(c), "{c} missing from the scan");
+        assert_eq!(seen.iter().filter(|s| *s == c).count(), 1, "{c} listed once");
     }
+    assert!(!seen.contains(&generated), "only aliases are in the index");
 }
 
 async fn keys<S: Store + ?Sized>(store: &S) {
@@ -308,12 +315,17 @@ async fn counter_blocks_never_overlap<S: Store + ?Sized>(store: &S) {
     assert_eq!(b, 100..200);
     let c = store.lease_block(&name, 1).await.unwrap();
     assert_eq!(c, 200..201);
+    // The high-water mark is the end of the last block; 0 for a counter never leased.
+    assert_eq!(store.high_water(&name).await.unwrap(), 201);
+    assert_eq!(store.high_water(&unique("ctr")).await.unwrap(), 0);
 }
 
 async fn settings_are_written_once<S: Store + ?Sized>(store: &S) {
     let name = unique("set");
     assert_eq!(store.get_or_init_setting(&name, "first").await.unwrap(), "first");
     assert_eq!(store.get_or_init_setting(&name, "second").await.unwrap(), "first");
+    assert_eq!(store.read_setting(&name).await.unwrap().as_deref(), Some("first"));
+    assert_eq!(store.read_setting(&unique("set")).await.unwrap(), None);
 }
 
 async fn click_batches_apply_once<S: Store + ?Sized>(store: &S) {

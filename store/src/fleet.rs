@@ -33,17 +33,27 @@ pub trait InvalidationChannel: Send + Sync {
     async fn acknowledge(&self, proxy: &str, version: u64, code: &str) -> Result<(), StoreError>;
 }
 
-/// A new entry's position and the codes read from the creation feed.
-pub type FeedRead = (Option<String>, Vec<String>);
+/// One entry of the creation feed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FeedEntry {
+    /// A link was created with this code (an alias or a generated code).
+    Created(String),
+    /// A control plane leased counter values up to (not including) this one: announced
+    /// before any code of the lease is handed out.
+    HighWater(u64),
+}
 
-/// The creation feed: every code the control plane issues, in order.
+/// A new entry's position and the entries read from the creation feed.
+pub type FeedRead = (Option<String>, Vec<FeedEntry>);
+
+/// The creation feed: every code the control plane issues and every counter lease, in order.
 #[async_trait]
 pub trait CreationFeed: Send + Sync {
-    /// The position of the newest entry: where a reader that has just loaded every code
-    /// from the store starts.
+    /// The position of the newest entry: where a reader that then reads the high-water mark
+    /// and the alias index from the store starts.
     async fn feed_position(&self) -> Result<String, StoreError>;
     /// Entries after `after`, waiting up to `block` for one: the last entry's position
-    /// (none when nothing came) and the codes.
+    /// (none when nothing came) and the entries.
     async fn read_feed(&self, after: &str, block: Duration) -> Result<FeedRead, StoreError>;
 }
 
@@ -149,18 +159,22 @@ mod fakes {
     /// `set_failing(true)`, every call fails.
     #[derive(Default)]
     pub struct MemoryFeed {
-        codes: Mutex<Vec<String>>,
+        codes: Mutex<Vec<FeedEntry>>,
         appended: Notify,
         failing: AtomicBool,
     }
 
     impl MemoryFeed {
-        /// Appends `code` to the feed.
+        /// Appends the creation of `code` to the feed.
         pub fn announce(&self, code: &str) {
-            self.codes
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(code.to_owned());
+            self.append(FeedEntry::Created(code.to_owned()));
+        }
+        /// Appends a lease up to `high_water` to the feed.
+        pub fn announce_high_water(&self, high_water: u64) {
+            self.append(FeedEntry::HighWater(high_water));
+        }
+        fn append(&self, entry: FeedEntry) {
+            self.codes.lock().unwrap_or_else(|e| e.into_inner()).push(entry);
             self.appended.notify_waiters();
         }
         /// While true, every call fails.

@@ -49,7 +49,7 @@ pub use cache::RecordCache;
 pub use clicks::MemoryInbox;
 pub use clicks::{ClickInbox, ClickSink, InboxMessage, QueueDepth};
 pub use events::{EventError, LinkEvents, NoLinkEvents};
-pub use fleet::{ChannelMessage, CreationFeed, InvalidationChannel};
+pub use fleet::{ChannelMessage, CreationFeed, FeedEntry, InvalidationChannel};
 #[cfg(any(test, feature = "test-util"))]
 pub use memory::MemoryStore;
 
@@ -249,13 +249,22 @@ impl ListCursor {
     }
 }
 
-/// What the data plane reads of the links: one by code, and every code (for its filter).
+/// What the data plane reads of the store: a link by code, and what tells which codes can
+/// exist without reading the links (the counter's high-water mark, the alias index, and the
+/// settings naming the permutation key and whether the index is complete).
 #[async_trait]
 pub trait LinkReads: Send + Sync {
     /// Point read.
     async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError>;
-    /// Every code ever issued, in pages of at most `limit`, after `after` (for the Bloom filter).
-    async fn scan_codes(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>, StoreError>;
+    /// The counter's high-water mark (strongly consistent): every value ever leased from
+    /// `counter` is below it; 0 when nothing was ever leased. It only grows.
+    async fn high_water(&self, counter: &str) -> Result<u64, StoreError>;
+    /// Codes recorded in the alias index, in pages of at most `limit`; `after` is the last
+    /// code of the previous page (an adapter may page in its own order). Never a read of
+    /// the links themselves.
+    async fn list_aliases(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>, StoreError>;
+    /// The stored value of setting `name`, if any (strongly consistent; never writes).
+    async fn read_setting(&self, name: &str) -> Result<Option<String>, StoreError>;
 }
 
 /// Links by code: the reads, and the control plane's writes and listings.
@@ -265,6 +274,10 @@ pub trait LinkStore: LinkReads {
     /// transaction when given. `AlreadyExists` when the code is taken,
     /// `IdempotencyKeyExists` when the key is recorded (and unexpired); nothing is written then.
     async fn insert_link(&self, link: &Link, idempotency: Option<&IdempotencyRecord>) -> Result<(), StoreError>;
+    /// Records `alias` in the alias index (idempotent). Called before the alias's link is
+    /// inserted, so an alias that exists is always indexed; an entry whose insert then
+    /// failed only costs a data plane a store read.
+    async fn record_alias(&self, alias: &str) -> Result<(), StoreError>;
     /// Conditional insert of many links (a bulk import): one outcome per link, in order;
     /// a taken code is `AlreadyExists` for that link alone. The outer error means nothing
     /// is known to be written.

@@ -13,6 +13,7 @@ struct State {
     keys: HashMap<String, ApiKeyRecord>,
     counters: HashMap<String, u64>,
     settings: HashMap<String, String>,
+    aliases: std::collections::BTreeSet<String>,
     rollups: BTreeMap<(String, Day), u64>,
     batches: std::collections::HashSet<String>,
     audit: Vec<AuditEvent>,
@@ -56,17 +57,23 @@ impl LinkReads for MemoryStore {
         Ok(self.state()?.links.get(code).cloned())
     }
 
-    async fn scan_codes(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>, StoreError> {
+    async fn high_water(&self, counter: &str) -> Result<u64, StoreError> {
+        Ok(self.state()?.counters.get(counter).copied().unwrap_or(0))
+    }
+
+    async fn list_aliases(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>, StoreError> {
         let s = self.state()?;
-        let mut codes: Vec<String> = s
-            .links
-            .keys()
-            .filter(|c| after.is_none_or(|a| c.as_str() > a))
-            .cloned()
-            .collect();
-        codes.sort();
-        codes.truncate(limit);
-        Ok(codes)
+        let range = match after {
+            Some(a) => s
+                .aliases
+                .range::<str, _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded)),
+            None => s.aliases.range::<str, _>(..),
+        };
+        Ok(range.take(limit).cloned().collect())
+    }
+
+    async fn read_setting(&self, name: &str) -> Result<Option<String>, StoreError> {
+        Ok(self.state()?.settings.get(name).cloned())
     }
 }
 
@@ -87,6 +94,11 @@ impl LinkStore for MemoryStore {
             s.idempotency.insert((rec.scope.clone(), rec.key.clone()), rec.clone());
         }
         s.links.insert(link.code.clone(), link.clone());
+        Ok(())
+    }
+
+    async fn record_alias(&self, alias: &str) -> Result<(), StoreError> {
+        self.state()?.aliases.insert(alias.to_owned());
         Ok(())
     }
 

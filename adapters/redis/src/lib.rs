@@ -1,12 +1,13 @@
 //! Redis for the distributed mode: the L2 cache of cache records, written only through one
 //! Lua script that refuses a lower version; the invalidation and heartbeat channels
-//! (pub/sub); and the creation feed (a stream), so every proxy's Bloom filter learns new codes.
+//! (pub/sub); and the creation feed (a stream), so every proxy learns new aliases and the
+//! counter's high-water mark.
 //!
 //! Keys and channels all start with a configurable prefix (default `rebound:`):
 //! `url:{code}` (a record: `"<version> <json>"`, TTL = `stale_until`), `invalidate`
 //! (`"<version> <code>"`), `heartbeat`, `acks` (`"<proxy> <version> <code>"`), the sorted
 //! set `proxies` (each proxy scored by its last heartbeat), and the stream `created`
-//! (field `code`).
+//! (field `code` for a created link, field `hwm` for a KGS lease's high-water mark).
 //!
 //! # Layout
 //!
@@ -21,7 +22,7 @@ use async_trait::async_trait;
 use futures_util::stream::BoxStream;
 use futures_util::StreamExt;
 use rebound_core::{CacheRecord, UnixMillis};
-use rebound_store::fleet::FeedRead;
+use rebound_store::fleet::{FeedEntry, FeedRead};
 use rebound_store::{ChannelMessage, CreationFeed, InvalidationChannel, RecordCache, StoreError};
 use redis::aio::ConnectionManager;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -396,6 +397,15 @@ impl RedisCache {
 
     /// Appends `code` to the creation feed.
     pub async fn announce_created(&self, code: &str) -> Result<(), StoreError> {
+        self.append_to_feed("code", code).await
+    }
+
+    /// Appends a KGS lease's high-water mark to the creation feed.
+    pub async fn announce_high_water(&self, high_water: u64) -> Result<(), StoreError> {
+        self.append_to_feed("hwm", &high_water.to_string()).await
+    }
+
+    async fn append_to_feed(&self, field: &str, value: &str) -> Result<(), StoreError> {
         let mut c = self.conn().await?;
         redis::cmd("XADD")
             .arg(self.feed_key())
@@ -403,8 +413,8 @@ impl RedisCache {
             .arg("~")
             .arg(FEED_MAX_LEN)
             .arg("*")
-            .arg("code")
-            .arg(code)
+            .arg(field)
+            .arg(value)
             .query_async::<String>(&mut c)
             .await
             .map_err(|e| self.failed(e))?;
@@ -442,8 +452,8 @@ impl RedisCache {
         Ok(oldest.into_iter().next().map(|(id, _)| id))
     }
 
-    /// Feed entries after `after`, waiting up to `block` for one: `(last id, codes)`.
-    pub async fn read_feed(&self, after: &str, block: Duration) -> Result<(Option<String>, Vec<String>), StoreError> {
+    /// Feed entries after `after`, waiting up to `block` for one: `(last id, entries)`.
+    pub async fn read_feed(&self, after: &str, block: Duration) -> Result<FeedRead, StoreError> {
         // A connection of its own: a blocking read must not hold up the shared one.
         let mut held = self.feed_conn.lock().await;
         let mut c = match held.take() {
@@ -469,14 +479,20 @@ impl RedisCache {
         // Kept only after a read that worked (a cancelled or failed one drops it).
         *held = Some(c);
         let mut last = None;
-        let mut codes = Vec::new();
+        let mut read = Vec::new();
         for (_, entries) in reply.unwrap_or_default() {
             for (id, fields) in entries {
-                codes.extend(fields.into_iter().filter(|(k, _)| k == "code").map(|(_, v)| v));
+                read.extend(fields.into_iter().filter_map(|(k, v)| match k.as_str() {
+                    "code" => Some(FeedEntry::Created(v)),
+                    // A mark this code cannot read is skipped: it only raises a mark, and the
+                    // store's counter is read again at every sync.
+                    "hwm" => v.parse().ok().map(FeedEntry::HighWater),
+                    _ => None,
+                }));
                 last = Some(id);
             }
         }
-        Ok((last, codes))
+        Ok((last, read))
     }
 }
 
@@ -642,9 +658,17 @@ mod tests {
         c.announce_created("first").await.unwrap();
         let pos = c.feed_position().await.unwrap();
         c.announce_created("second").await.unwrap();
+        c.announce_high_water(20_000).await.unwrap();
         c.announce_created("third").await.unwrap();
         let (last, codes) = c.read_feed(&pos, Duration::from_millis(100)).await.unwrap();
-        assert_eq!(codes, ["second", "third"]);
+        assert_eq!(
+            codes,
+            [
+                FeedEntry::Created("second".into()),
+                FeedEntry::HighWater(20_000),
+                FeedEntry::Created("third".into())
+            ]
+        );
         let (none, empty) = c
             .read_feed(last.as_deref().unwrap(), Duration::from_millis(50))
             .await
@@ -691,6 +715,13 @@ impl rebound_store::LinkEvents for RedisLinkEvents {
         // Bounded: proxies that miss the announcement bypass their filter, so a create never
         // waits long on a sick Redis.
         match tokio::time::timeout(CREATE_ANNOUNCE_BUDGET, announce).await {
+            Ok(result) => result.map_err(|e| rebound_store::EventError(e.to_string())),
+            Err(_) => Err(rebound_store::EventError("redis did not answer in time".into())),
+        }
+    }
+
+    async fn leased(&self, high_water: u64) -> Result<(), rebound_store::EventError> {
+        match tokio::time::timeout(CREATE_ANNOUNCE_BUDGET, self.cache.announce_high_water(high_water)).await {
             Ok(result) => result.map_err(|e| rebound_store::EventError(e.to_string())),
             Err(_) => Err(rebound_store::EventError("redis did not answer in time".into())),
         }
@@ -1049,7 +1080,7 @@ mod settings_tests {
         cache.announce_created("tlscode").await.unwrap();
         assert_eq!(
             cache.read_feed("0-0", Duration::from_millis(100)).await.unwrap().1,
-            vec!["tlscode".to_owned()]
+            vec![FeedEntry::Created("tlscode".to_owned())]
         );
 
         // Signed by another authority, or checked against the system's store: refused, and

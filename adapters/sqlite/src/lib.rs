@@ -54,6 +54,9 @@ CREATE TABLE IF NOT EXISTS api_keys (
 );
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+-- The alias index: every custom alias (recorded before its link), so a data plane learns
+-- which codes are aliases without reading the links.
+CREATE TABLE IF NOT EXISTS aliases (code TEXT PRIMARY KEY) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS audit (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     at INTEGER NOT NULL,
@@ -367,16 +370,38 @@ impl LinkReads for SqliteStore {
         self.read(move |conn| get_link_in(conn, &code)).await
     }
 
-    async fn scan_codes(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>, StoreError> {
+    async fn high_water(&self, counter: &str) -> Result<u64, StoreError> {
+        let counter = counter.to_owned();
+        self.read(move |conn| {
+            let value: Option<i64> = conn
+                .query_row("SELECT value FROM counters WHERE name = ?1", [counter], |r| r.get(0))
+                .optional()
+                .map_err(sql_err)?;
+            Ok(value.unwrap_or(0) as u64)
+        })
+        .await
+    }
+
+    async fn list_aliases(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>, StoreError> {
         let after = after.unwrap_or("").to_owned();
         self.read(move |conn| {
             let mut stmt = conn
-                .prepare_cached("SELECT code FROM links WHERE code > ?1 ORDER BY code LIMIT ?2")
+                .prepare_cached("SELECT code FROM aliases WHERE code > ?1 ORDER BY code LIMIT ?2")
                 .map_err(sql_err)?;
             let rows = stmt
                 .query_map(params![after, limit as i64], |r| r.get::<_, String>(0))
                 .map_err(sql_err)?;
             rows.collect::<rusqlite::Result<Vec<_>>>().map_err(sql_err)
+        })
+        .await
+    }
+
+    async fn read_setting(&self, name: &str) -> Result<Option<String>, StoreError> {
+        let name = name.to_owned();
+        self.read(move |conn| {
+            conn.query_row("SELECT value FROM settings WHERE name = ?1", [name], |r| r.get(0))
+                .optional()
+                .map_err(sql_err)
         })
         .await
     }
@@ -415,6 +440,16 @@ impl LinkStore for SqliteStore {
                 .map_err(sql_err)?;
             }
             tx.commit().map_err(sql_err)
+        })
+        .await
+    }
+
+    async fn record_alias(&self, alias: &str) -> Result<(), StoreError> {
+        let alias = alias.to_owned();
+        self.write(move |conn| {
+            conn.execute("INSERT INTO aliases (code) VALUES (?1) ON CONFLICT DO NOTHING", [alias])
+                .map(|_| ())
+                .map_err(sql_err)
         })
         .await
     }

@@ -1,0 +1,365 @@
+//! The issued-code filter (SPEC §3 step 4): which codes can exist, known without reading
+//! the links. A generated code is the permutation of a counter value, so it can exist only
+//! if that value is below the counter's high-water mark; every other code is an alias, kept
+//! in a Bloom filter loaded from the alias index. The gate answers "never issued" only while
+//! it is current, otherwise it is bypassed, so it can never 404 a code that exists.
+//!
+//! The rule for a generated code, and why it is safe: a control plane announces a lease's
+//! high-water mark on the creation feed (in process, straight to this gate) before it hands
+//! out a code of the lease. A gate is current only while it follows the feed from a position
+//! read before it read the mark from the store; so every lease whose codes were handed out
+//! is either below the mark it read or reached it through the feed. On top of that a code is
+//! 404 only at [`HIGH_WATER_SLACK`] or more above the known mark: an announcement that did
+//! not reach Redis (a control plane cut off from it while proxies are not) then still costs
+//! no false 404 until that many values were leased unheard, and the mark is read again from
+//! the store every [`crate::distributed::HIGH_WATER_REFRESH`].
+
+use bloomfilter::Bloom;
+use rebound_core::generated::{GeneratedCodes, ALIAS_INDEX_SETTING, CODE_KEY_SETTING, COUNTER};
+use rebound_store::{LinkReads, StoreError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{OnceLock, RwLock};
+
+/// False-positive rate the alias filters are sized for.
+const FP_RATE: f64 = 0.001;
+/// Aliases that look like generated codes (7 base62 characters) have a filter of their
+/// own, small enough to stay in the CPU's cache: a never-issued 7-character code, the
+/// prober's usual guess, then costs its inverse permutation and a cache hit.
+const CODE_SHAPED_ALIASES: usize = 65_536;
+/// Aliases read from the store per page while loading.
+const LOAD_PAGE: usize = 10_000;
+/// How far above the known high-water mark a generated code still goes to the store:
+/// 2^28 values, 26,843 default blocks. A random 7-character code lands there with
+/// probability 2^28 / 62^7, under 0.008 %.
+pub const HIGH_WATER_SLACK: u64 = 1 << 28;
+
+/// Why the gate could not be synced from the store.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The store cannot tell yet (no control plane of this version has started on it); the
+    /// gate stays bypassed, which is safe, and is synced again later.
+    #[error("the store cannot tell issued codes yet: {0}")]
+    NotYet(&'static str),
+}
+
+/// The high-water mark, the alias filter and whether they may be trusted.
+pub struct IssuedCodeGate {
+    codes: OnceLock<GeneratedCodes>,
+    high_water: AtomicU64,
+    aliases: RwLock<AliasFilters>,
+    alias_count: AtomicU64,
+    current: AtomicBool,
+    ready: AtomicBool,
+}
+
+/// The aliases, split by shape: 7 base62 characters (like a generated code) or not.
+struct AliasFilters {
+    code_shaped: Bloom<str>,
+    other: Bloom<str>,
+}
+
+impl AliasFilters {
+    fn set(&mut self, code: &str) {
+        match is_code_shaped(code) {
+            true => self.code_shaped.set(code),
+            false => self.other.set(code),
+        }
+    }
+}
+
+#[inline]
+fn is_code_shaped(code: &str) -> bool {
+    rebound_core::base62::decode_bytes(code.as_bytes()).is_some()
+}
+
+impl IssuedCodeGate {
+    /// A gate whose alias filter is sized for `expected_aliases`, not yet current. The
+    /// filter never fails to answer "maybe" for an alias it holds; past its size it only
+    /// lets more unknown codes through to the store.
+    pub fn new(expected_aliases: usize) -> IssuedCodeGate {
+        let filter = |n: usize| Bloom::new_for_fp_rate(n.max(1000), FP_RATE).expect("a positive size and rate");
+        let filters = AliasFilters {
+            code_shaped: filter(CODE_SHAPED_ALIASES.min(expected_aliases)),
+            other: filter(expected_aliases),
+        };
+        IssuedCodeGate {
+            codes: OnceLock::new(),
+            high_water: AtomicU64::new(0),
+            aliases: RwLock::new(filters),
+            alias_count: AtomicU64::new(0),
+            current: AtomicBool::new(false),
+            ready: AtomicBool::new(false),
+        }
+    }
+
+    /// Uses the permutation key the control planes generate codes with.
+    pub fn set_key(&self, key: [u8; 16]) {
+        let _ = self.codes.set(GeneratedCodes::new(key));
+    }
+
+    /// `Some(false)` when the code was definitely never issued; `None` while bypassed.
+    /// Allocates nothing.
+    #[inline]
+    pub fn may_exist(&self, code: &str) -> Option<bool> {
+        if !self.current.load(Ordering::Acquire) {
+            return None;
+        }
+        let codes = self.codes.get()?;
+        let shaped = is_code_shaped(code);
+        if shaped {
+            if let Some(value) = codes.value_of(code.as_bytes()) {
+                let high_water = self.high_water.load(Ordering::Acquire);
+                if value < high_water.saturating_add(HIGH_WATER_SLACK) {
+                    return Some(true);
+                }
+            }
+        }
+        let filters = self.aliases.read().unwrap_or_else(|e| e.into_inner());
+        Some(match shaped {
+            true => filters.code_shaped.check(code),
+            false => filters.other.check(code),
+        })
+    }
+
+    /// Counter values below `high_water` have been leased. The mark only grows.
+    pub fn raise_high_water(&self, high_water: u64) {
+        self.high_water.fetch_max(high_water, Ordering::AcqRel);
+    }
+
+    /// A link was created with `code`: an alias goes into the filter; a generated code is
+    /// covered by the mark already (its lease was announced first), and is not stored.
+    pub fn created(&self, code: &str) {
+        let covered = self
+            .codes
+            .get()
+            .and_then(|c| c.value_of(code.as_bytes()))
+            .is_some_and(|v| v < self.high_water());
+        if !covered {
+            self.insert_alias(code);
+        }
+    }
+
+    fn insert_alias(&self, code: &str) {
+        self.aliases.write().unwrap_or_else(|e| e.into_inner()).set(code);
+        self.alias_count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Marks the gate trusted (synced and fed) or not.
+    pub fn set_current(&self, current: bool) {
+        if current {
+            self.ready.store(true, Ordering::Release);
+        }
+        self.current.store(current, Ordering::Release);
+    }
+
+    /// Readiness without trust: the store cannot tell yet, so the gate is bypassed, and the
+    /// proxy serves (every unknown code then costs a store read).
+    pub fn set_ready_bypassed(&self) {
+        self.ready.store(true, Ordering::Release);
+    }
+
+    /// Whether the gate has been synced at least once (or found the store unable to tell):
+    /// readiness.
+    pub fn was_loaded(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// Whether the gate is trusted.
+    pub fn is_current(&self) -> bool {
+        self.current.load(Ordering::Acquire)
+    }
+
+    /// The high-water mark known.
+    pub fn high_water(&self) -> u64 {
+        self.high_water.load(Ordering::Acquire)
+    }
+
+    /// Aliases inserted into the filter so far (a code inserted twice counts twice).
+    pub fn aliases(&self) -> u64 {
+        self.alias_count.load(Ordering::Relaxed)
+    }
+
+    /// Reads from the store what the gate needs: the permutation key (`configured`, or the
+    /// one the control planes stored), the high-water mark and every alias of the index.
+    /// Never reads the links. The caller marks the gate current once it also knows the
+    /// creation feed has been followed from before this began. Returns the aliases loaded.
+    pub async fn load_from(&self, store: &dyn LinkReads, configured: Option<[u8; 16]>) -> Result<u64, SyncError> {
+        if self.codes.get().is_none() {
+            let key = match configured {
+                Some(k) => k,
+                None => {
+                    let stored = store.read_setting(CODE_KEY_SETTING).await?.ok_or(SyncError::NotYet(
+                        "no permutation key stored (no control plane has started)",
+                    ))?;
+                    parse_key(&stored).ok_or(SyncError::Store(StoreError::Corrupt(
+                        "the stored code permutation key is malformed".into(),
+                    )))?
+                }
+            };
+            self.set_key(key);
+        }
+        if store.read_setting(ALIAS_INDEX_SETTING).await?.is_none() {
+            return Err(SyncError::NotYet(
+                "the alias index is not complete (no control plane of this version has started)",
+            ));
+        }
+        self.raise_high_water(store.high_water(COUNTER).await?);
+        let mut after: Option<String> = None;
+        let mut loaded = 0u64;
+        loop {
+            let page = store.list_aliases(after.as_deref(), LOAD_PAGE).await?;
+            if page.is_empty() {
+                break;
+            }
+            {
+                let mut filter = self.aliases.write().unwrap_or_else(|e| e.into_inner());
+                for code in &page {
+                    filter.set(code.as_str());
+                }
+            }
+            loaded += page.len() as u64;
+            self.alias_count.fetch_add(page.len() as u64, Ordering::Relaxed);
+            after = page.last().cloned();
+        }
+        Ok(loaded)
+    }
+}
+
+fn parse_key(hex: &str) -> Option<[u8; 16]> {
+    if hex.len() != 32 {
+        return None;
+    }
+    let mut key = [0u8; 16];
+    for (i, byte) in key.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rebound_core::generated::Generated;
+    use rebound_store::{CounterStore, MemoryStore};
+
+    const KEY: [u8; 16] = *b"0123456789abcdef";
+
+    fn code(value: u64) -> String {
+        match GeneratedCodes::new(KEY).code_for(value) {
+            Generated::Code(c) => c,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    async fn synced_store(leased: u64, aliases: &[&str]) -> MemoryStore {
+        let store = MemoryStore::new();
+        store
+            .get_or_init_setting(CODE_KEY_SETTING, "30313233343536373839616263646566")
+            .await
+            .unwrap();
+        store
+            .get_or_init_setting(ALIAS_INDEX_SETTING, "complete")
+            .await
+            .unwrap();
+        store.lease_block(COUNTER, leased).await.unwrap();
+        for a in aliases {
+            rebound_store::LinkStore::record_alias(&store, a).await.unwrap();
+        }
+        store
+    }
+
+    #[tokio::test]
+    async fn bypassed_until_synced_then_exact_for_generated_codes_and_aliases() {
+        let store = synced_store(25_000, &["my-alias", "promo"]).await;
+        let gate = IssuedCodeGate::new(1000);
+        assert_eq!(gate.may_exist(&code(1)), None, "bypassed before loading");
+        assert_eq!(gate.load_from(&store, None).await.unwrap(), 2);
+        assert_eq!(gate.high_water(), 25_000);
+        assert_eq!(gate.may_exist(&code(1)), None, "still bypassed until marked current");
+        gate.set_current(true);
+        for v in 0..25_000 {
+            assert_eq!(gate.may_exist(&code(v)), Some(true), "never a false negative ({v})");
+        }
+        assert_eq!(gate.may_exist("my-alias"), Some(true));
+        assert_eq!(gate.may_exist("promo"), Some(true));
+        // Far above the mark, and codes that are no generated code nor an alias.
+        let far = 25_000 + HIGH_WATER_SLACK;
+        let rejected = (far..far + 10_000)
+            .filter(|v| gate.may_exist(&code(*v)) == Some(false))
+            .count();
+        assert!(rejected > 9_950, "{rejected} of 10,000 unissued codes rejected");
+        let others = (0..10_000)
+            .filter(|i| gate.may_exist(&format!("nope{i}")) == Some(false))
+            .count();
+        assert!(others > 9_950, "{others} of 10,000 unknown aliases rejected");
+        gate.set_current(false);
+        assert_eq!(gate.may_exist("nope1"), None);
+    }
+
+    #[tokio::test]
+    async fn a_code_just_above_the_known_mark_is_never_rejected() {
+        let store = synced_store(1_000, &[]).await;
+        let gate = IssuedCodeGate::new(1000);
+        gate.load_from(&store, None).await.unwrap();
+        gate.set_current(true);
+        // A lease this gate has not heard of: its codes still go to the store.
+        for v in [1_000, 1_001, 50_000, 1_000 + HIGH_WATER_SLACK - 1] {
+            assert_eq!(gate.may_exist(&code(v)), Some(true), "value {v}");
+        }
+        assert_eq!(gate.may_exist(&code(1_000 + HIGH_WATER_SLACK)), Some(false));
+        gate.raise_high_water(2_000);
+        assert_eq!(
+            gate.may_exist(&code(1_000 + HIGH_WATER_SLACK)),
+            Some(true),
+            "the mark moved up"
+        );
+        gate.raise_high_water(10);
+        assert_eq!(gate.high_water(), 2_000, "the mark never goes down");
+    }
+
+    #[tokio::test]
+    async fn created_aliases_enter_the_filter_and_generated_codes_do_not() {
+        let store = synced_store(100, &[]).await;
+        let gate = IssuedCodeGate::new(1000);
+        gate.load_from(&store, None).await.unwrap();
+        gate.set_current(true);
+        assert_eq!(gate.may_exist("fresh-alias"), Some(false));
+        gate.created("fresh-alias");
+        gate.created(&code(5));
+        assert_eq!(gate.may_exist("fresh-alias"), Some(true));
+        assert_eq!(gate.aliases(), 1, "a generated code below the mark is not stored");
+        // A generated-looking alias far above the mark is kept as an alias.
+        let looks_generated = code(HIGH_WATER_SLACK * 3);
+        assert_eq!(gate.may_exist(&looks_generated), Some(false));
+        gate.created(&looks_generated);
+        assert_eq!(gate.may_exist(&looks_generated), Some(true));
+    }
+
+    #[tokio::test]
+    async fn a_store_that_cannot_tell_yet_keeps_the_gate_bypassed() {
+        let gate = IssuedCodeGate::new(1000);
+        let empty = MemoryStore::new();
+        assert!(matches!(gate.load_from(&empty, None).await, Err(SyncError::NotYet(_))));
+        // A key but no complete alias index (a store made by an older version).
+        let old = MemoryStore::new();
+        old.get_or_init_setting(CODE_KEY_SETTING, "30313233343536373839616263646566")
+            .await
+            .unwrap();
+        assert!(matches!(gate.load_from(&old, None).await, Err(SyncError::NotYet(_))));
+        let down = synced_store(10, &[]).await;
+        down.set_unavailable(true);
+        assert!(matches!(
+            gate.load_from(&down, Some(KEY)).await,
+            Err(SyncError::Store(_))
+        ));
+    }
+
+    #[test]
+    fn keys_are_read_from_hex() {
+        assert_eq!(parse_key("30313233343536373839616263646566"), Some(KEY));
+        assert_eq!(parse_key("3031"), None);
+        assert_eq!(parse_key("zz313233343536373839616263646566"), None);
+    }
+}
