@@ -35,6 +35,15 @@ fn through_relay(url: &str, relay_port: u16) -> String {
 
 impl Deployment {
     fn new(aws_url: &str, redis_url: Option<&str>) -> Deployment {
+        Deployment::build(aws_url, None, redis_url)
+    }
+
+    /// As [`Deployment::new`], with DynamoDB at `dynamodb_url` (dynalite) and SQS at `aws_url`.
+    fn with_dynamodb(aws_url: &str, dynamodb_url: &str, redis_url: Option<&str>) -> Deployment {
+        Deployment::build(aws_url, Some(dynamodb_url), redis_url)
+    }
+
+    fn build(aws_url: &str, dynamodb_url: Option<&str>, redis_url: Option<&str>) -> Deployment {
         let id = format!("{:x}{}", now_millis(), std::process::id() % 1000 + rand_suffix());
         let prefix = format!("d{id}_");
         let queue = format!("d{id}-clicks");
@@ -55,6 +64,9 @@ impl Deployment {
             ("AWS_ACCESS_KEY_ID", "test".to_owned()),
             ("AWS_SECRET_ACCESS_KEY", "test".to_owned()),
         ];
+        if let Some(url) = dynamodb_url {
+            env.push(("AWS_ENDPOINT_URL_DYNAMODB", url.to_owned()));
+        }
         if let Some(r) = redis_url {
             env.push(("REBOUND_REDIS_URL", r.to_owned()));
             // scripts/test runs this suite a second time on a Redis behind TLS and a password.
@@ -71,8 +83,21 @@ impl Deployment {
             prefix,
             queue,
         };
-        d.provision();
+        // dynalite has no TTL API, which `rebound provision` sets: its tables are made
+        // without it (`Deployment::create_tables_without_ttl`).
+        if dynamodb_url.is_none() {
+            d.provision();
+        }
         d
+    }
+
+    /// The tables, without TTL, on the DynamoDB at `url` (dynalite).
+    async fn create_tables_without_ttl(&self, url: &str) {
+        let store = rebound_dynamodb::DynamoStore::new(
+            aws_sdk_dynamodb::Client::new(&aws_conf(url).await),
+            self.prefix.clone(),
+        );
+        store.create_tables(false).await.unwrap();
     }
 
     fn with(&self, extra: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -641,6 +666,50 @@ async fn create_with_key(cp: &Running, body: &Value, key: &str) -> (StatusCode, 
         .unwrap();
     let status = res.status();
     (status, res.json().await.unwrap_or(Value::Null))
+}
+
+/// The race moto cannot referee: one alias asked of two control planes at the same
+/// instant. dynalite (DynamoDB's conditions, evaluated atomically) keeps the links; SQS
+/// stays on moto.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_DYNALITE_URL and REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
+async fn one_alias_asked_of_two_control_planes_at_once_is_created_exactly_once() {
+    let dynalite = std::env::var("REBOUND_TEST_DYNALITE_URL")
+        .expect("REBOUND_TEST_DYNALITE_URL is not set: run scripts/test, which starts dynalite");
+    let d = Deployment::with_dynamodb(&shared_aws_url(), &dynalite, None);
+    d.create_tables_without_ttl(&dynalite).await;
+    let dir = temp_dir();
+    // No click queue: the planes only create (dynalite has no transactions either, so the
+    // creates carry no idempotency key).
+    let embedded = [("REBOUND_QUEUE", "embedded")];
+    let cps = [
+        d.control_plane(dir.path(), &embedded),
+        d.control_plane(dir.path(), &embedded),
+    ];
+    let mut created_by = [0, 0];
+    for i in 0..30 {
+        let body =
+            json!({"long_url": "https://example.com/race", "custom_alias": format!("race-{i}-{}", now_millis())});
+        let post = |cp| api(cp, reqwest::Method::POST, "/api/v1/links", Some(body.clone()));
+        let (a, b) = tokio::join!(post(&cps[0]), post(&cps[1]));
+        let statuses = [a.0, b.0];
+        let created = statuses.iter().filter(|s| **s == StatusCode::CREATED).count();
+        let taken = statuses.iter().filter(|s| **s == StatusCode::CONFLICT).count();
+        assert_eq!((created, taken), (1, 1), "round {i}: {a:?} {b:?}");
+        created_by[usize::from(b.0 == StatusCode::CREATED)] += 1;
+        // The winner's link is the one both planes read back.
+        let winner = if a.0 == StatusCode::CREATED { &a.1 } else { &b.1 };
+        let path = format!("/api/v1/links/{}", winner["code"].as_str().unwrap());
+        for cp in &cps {
+            let (status, link) = api(cp, reqwest::Method::GET, &path, None).await;
+            assert_eq!(status, StatusCode::OK);
+            assert_eq!(link["created_at"], winner["created_at"], "round {i}");
+        }
+    }
+    eprintln!(
+        "the alias race was won {} times by one plane, {} by the other",
+        created_by[0], created_by[1]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
