@@ -260,11 +260,13 @@ fn the_nginx_column_of_the_table_is_what_nginx_answers() {
         d = dir.path().display()
     );
     std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
-    let mut child = Command::new(nginx)
-        .arg("-c")
-        .arg(dir.path().join("nginx.conf"))
-        .spawn()
-        .expect("start nginx");
+    let _nginx = StopsNginx(
+        Command::new(nginx)
+            .arg("-c")
+            .arg(dir.path().join("nginx.conf"))
+            .spawn()
+            .expect("start nginx"),
+    );
     let addr = format!("127.0.0.1:{port}");
     let deadline = Instant::now() + Duration::from_secs(10);
     while TcpStream::connect(&addr).is_err() {
@@ -275,8 +277,17 @@ fn the_nginx_column_of_the_table_is_what_nginx_answers() {
         let (text, end) = exchange(&addr, &case.request, Duration::from_millis(700));
         assert_eq!((statuses(&text).as_slice(), end), case.nginx, "{}: {text}", case.name);
     }
-    let _ = child.kill();
-    let _ = child.wait();
+}
+
+/// nginx's master, stopped with SIGTERM when dropped (also when an assertion fails): a
+/// SIGKILL would leave its worker running, orphaned, after the test.
+struct StopsNginx(std::process::Child);
+
+impl Drop for StopsNginx {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg("-TERM").arg(self.0.id().to_string()).status();
+        let _ = self.0.wait();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
