@@ -809,22 +809,6 @@ async fn two_control_planes_on_one_store_issue_no_code_twice_share_aliases_and_c
     }
 }
 
-/// 7-character base62 strings from a seeded generator: codes nobody issued, spread over the
-/// whole code space as a prober's would be.
-fn random_codes(n: usize, mut seed: u64) -> Vec<String> {
-    const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-    (0..n)
-        .map(|_| {
-            (0..7)
-                .map(|_| {
-                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                    ALPHABET[((seed >> 33) % 62) as usize] as char
-                })
-                .collect()
-        })
-        .collect()
-}
-
 const PROXY_STORE_READS: &str = r#"rebound_lookups_total{result="read",tier="store"}"#;
 
 /// SPEC §3 step 4: a proxy knows which codes can exist from the counter's high-water mark

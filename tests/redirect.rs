@@ -410,21 +410,6 @@ async fn unknown_codes_after_the_filter_loaded_make_no_store_reads() {
     assert!(new_reads <= 3.0, "{new_reads} store reads for unknown codes");
 }
 
-/// 7-character base62 strings from a seeded generator, spread over the whole code space.
-fn random_codes(n: usize, mut seed: u64) -> Vec<String> {
-    const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-    (0..n)
-        .map(|_| {
-            (0..7)
-                .map(|_| {
-                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                    ALPHABET[((seed >> 33) % 62) as usize] as char
-                })
-                .collect()
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_restart_every_code_is_served_and_never_issued_ones_cost_no_store_read() {
     let dir = temp_dir();

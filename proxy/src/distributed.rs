@@ -351,17 +351,7 @@ mod tests {
 
     /// A store as a control plane leaves it: the permutation key, a complete alias index.
     async fn store_with_index() -> Arc<MemoryStore> {
-        use rebound_core::generated::{ALIAS_INDEX_SETTING, CODE_KEY_SETTING};
-        let store = Arc::new(MemoryStore::new());
-        store
-            .get_or_init_setting(CODE_KEY_SETTING, "07070707070707070707070707070707")
-            .await
-            .unwrap();
-        store
-            .get_or_init_setting(ALIAS_INDEX_SETTING, "complete")
-            .await
-            .unwrap();
-        store
+        Arc::new(crate::issued::tests::store_keyed("07070707070707070707070707070707").await)
     }
 
     fn generated(value: u64) -> String {

@@ -239,7 +239,7 @@ fn parse_key(hex: &str) -> Option<[u8; 16]> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use rebound_core::generated::Generated;
     use rebound_store::{CounterStore, MemoryStore};
@@ -253,16 +253,20 @@ mod tests {
         }
     }
 
-    async fn synced_store(leased: u64, aliases: &[&str]) -> MemoryStore {
+    /// A store as a control plane leaves it: the permutation key (hex) and a complete
+    /// alias index.
+    pub(crate) async fn store_keyed(key_hex: &str) -> MemoryStore {
         let store = MemoryStore::new();
-        store
-            .get_or_init_setting(CODE_KEY_SETTING, "30313233343536373839616263646566")
-            .await
-            .unwrap();
+        store.get_or_init_setting(CODE_KEY_SETTING, key_hex).await.unwrap();
         store
             .get_or_init_setting(ALIAS_INDEX_SETTING, "complete")
             .await
             .unwrap();
+        store
+    }
+
+    async fn synced_store(leased: u64, aliases: &[&str]) -> MemoryStore {
+        let store = store_keyed("30313233343536373839616263646566").await;
         store.lease_block(COUNTER, leased).await.unwrap();
         for a in aliases {
             rebound_store::LinkStore::record_alias(&store, a).await.unwrap();

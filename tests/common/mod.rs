@@ -211,3 +211,19 @@ pub async fn wait_ready(p: &Running) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// 7-character base62 strings from a seeded generator: codes nobody issued, spread over the
+/// whole code space as a prober's would be.
+pub fn random_codes(n: usize, mut seed: u64) -> Vec<String> {
+    const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    (0..n)
+        .map(|_| {
+            (0..7)
+                .map(|_| {
+                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    ALPHABET[((seed >> 33) % 62) as usize] as char
+                })
+                .collect()
+        })
+        .collect()
+}
