@@ -47,36 +47,17 @@ impl Deployment {
         let id = format!("{:x}{}", now_millis(), std::process::id() % 1000 + rand_suffix());
         let prefix = format!("d{id}_");
         let queue = format!("d{id}-clicks");
-        let mut env = vec![
-            ("REBOUND_STORE", "dynamodb".to_owned()),
-            ("REBOUND_TABLE_PREFIX", prefix.clone()),
-            ("REBOUND_QUEUE", "sqs".to_owned()),
-            ("REBOUND_SQS_QUEUE", queue.clone()),
-            ("REBOUND_SQS_VISIBILITY_SECS", "1".to_owned()),
-            ("REBOUND_REDIS_PREFIX", format!("d{id}:")),
-            ("REBOUND_INVALIDATION_TIMEOUT_MS", "600".to_owned()),
-            ("REBOUND_L1_TTL_MS", "400".to_owned()),
-            // moto is one Python process shared by every test running at once: slower than
-            // DynamoDB, so the store budget is wider here than in production.
-            ("REBOUND_STORE_BUDGET_MS", "5000".to_owned()),
-            ("AWS_ENDPOINT_URL", aws_url.to_owned()),
-            ("AWS_REGION", "us-east-1".to_owned()),
-            ("AWS_ACCESS_KEY_ID", "test".to_owned()),
-            ("AWS_SECRET_ACCESS_KEY", "test".to_owned()),
-        ];
+        let mut env = distributed_env(aws_url, redis_url, &prefix, &queue);
+        for (k, v) in [
+            ("REBOUND_SQS_VISIBILITY_SECS", "1"),
+            ("REBOUND_INVALIDATION_TIMEOUT_MS", "600"),
+            ("REBOUND_L1_TTL_MS", "400"),
+        ] {
+            env.push((k.to_owned(), v.to_owned()));
+        }
         if let Some(url) = dynamodb_url {
-            env.push(("AWS_ENDPOINT_URL_DYNAMODB", url.to_owned()));
+            env.push(("AWS_ENDPOINT_URL_DYNAMODB".to_owned(), url.to_owned()));
         }
-        if let Some(r) = redis_url {
-            env.push(("REBOUND_REDIS_URL", r.to_owned()));
-            // scripts/test runs this suite a second time on a Redis behind TLS and a password.
-            if let Ok(ca) = std::env::var("REBOUND_TEST_REDIS_CA") {
-                if r.starts_with("rediss://") {
-                    env.push(("REBOUND_REDIS_CA", ca));
-                }
-            }
-        }
-        let env = env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
         let d = Deployment {
             env,
             aws_url: aws_url.to_owned(),
@@ -177,6 +158,17 @@ async fn create(cp: &Running, body: Value) -> String {
     create_link(cp, body).await["code"].as_str().unwrap().to_owned()
 }
 
+/// Deletes `code`, or takes it down as an operator with a reason.
+async fn take_down(cp: &Running, code: &str, takedown: bool) -> (StatusCode, Value) {
+    match takedown {
+        false => api(cp, reqwest::Method::DELETE, &format!("/api/v1/links/{code}"), None).await,
+        true => {
+            let path = format!("/api/v1/links/{code}/takedown");
+            api(cp, reqwest::Method::POST, &path, Some(json!({"reason": "spam"}))).await
+        }
+    }
+}
+
 async fn api(cp: &Running, method: reqwest::Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
     let mut req = http()
         .request(method, format!("{}{}", cp.api(), path))
@@ -247,17 +239,7 @@ async fn strict_i1_rounds(cp: &Running, proxies: &[Running], rounds: usize) {
                 assert_eq!(status(p, &code).await, 302);
                 assert_eq!(status(p, &code).await, 302, "now from L1");
             }
-            let (s, v) = if i % 2 == 0 {
-                api(cp, reqwest::Method::DELETE, &format!("/api/v1/links/{code}"), None).await
-            } else {
-                api(
-                    cp,
-                    reqwest::Method::POST,
-                    &format!("/api/v1/links/{code}/takedown"),
-                    Some(json!({"reason": "spam"})),
-                )
-                .await
-            };
+            let (s, v) = take_down(cp, &code, i % 2 == 1).await;
             assert!(s.is_success(), "{s} {v}");
             for (n, p) in proxies.iter().enumerate() {
                 assert_eq!(
@@ -766,17 +748,7 @@ async fn two_control_planes_on_one_store_issue_no_code_twice_share_aliases_and_c
     for (i, code) in generated[0].iter().take(6).enumerate() {
         assert_eq!(status(&p, code).await, 302);
         let cp = &cps[i % 2];
-        let (s, v) = if i % 4 < 2 {
-            api(cp, reqwest::Method::DELETE, &format!("/api/v1/links/{code}"), None).await
-        } else {
-            api(
-                cp,
-                reqwest::Method::POST,
-                &format!("/api/v1/links/{code}/takedown"),
-                Some(json!({"reason": "spam"})),
-            )
-            .await
-        };
+        let (s, v) = take_down(cp, code, i % 4 >= 2).await;
         assert!(s.is_success(), "{s} {v}");
         assert_eq!(status(&p, code).await, 404);
     }

@@ -28,27 +28,6 @@ fn unique_id() -> String {
     )
 }
 
-/// The environment of distributed processes on `prefix` and `queue`.
-fn distributed_env(aws_url: &str, redis_url: Option<&str>, prefix: &str, queue: &str) -> Vec<(String, String)> {
-    let mut env = vec![
-        ("REBOUND_STORE", "dynamodb".to_owned()),
-        ("REBOUND_TABLE_PREFIX", prefix.to_owned()),
-        ("REBOUND_QUEUE", "sqs".to_owned()),
-        ("REBOUND_SQS_QUEUE", queue.to_owned()),
-        ("REBOUND_REDIS_PREFIX", format!("{prefix}:")),
-        // moto is shared by every test running at once: slower than DynamoDB.
-        ("REBOUND_STORE_BUDGET_MS", "5000".to_owned()),
-        ("AWS_ENDPOINT_URL", aws_url.to_owned()),
-        ("AWS_REGION", "us-east-1".to_owned()),
-        ("AWS_ACCESS_KEY_ID", "test".to_owned()),
-        ("AWS_SECRET_ACCESS_KEY", "test".to_owned()),
-    ];
-    if let Some(r) = redis_url {
-        env.push(("REBOUND_REDIS_URL", r.to_owned()));
-    }
-    env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
-}
-
 fn as_pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
     env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
 }

@@ -8,6 +8,36 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The environment of distributed processes: DynamoDB and SQS at `aws_url` (moto), tables
+/// under `prefix`, clicks on `queue`, Redis (when given) with keys under `{prefix}:`. On a
+/// `rediss://` Redis the test CA of `REBOUND_TEST_REDIS_CA` is trusted (scripts/test runs
+/// the distributed suite a second time on a Redis behind TLS and a password).
+pub fn distributed_env(aws_url: &str, redis_url: Option<&str>, prefix: &str, queue: &str) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("REBOUND_STORE", "dynamodb".to_owned()),
+        ("REBOUND_TABLE_PREFIX", prefix.to_owned()),
+        ("REBOUND_QUEUE", "sqs".to_owned()),
+        ("REBOUND_SQS_QUEUE", queue.to_owned()),
+        ("REBOUND_REDIS_PREFIX", format!("{prefix}:")),
+        // moto is one Python process shared by every test running at once: slower than
+        // DynamoDB, so the store budget is wider here than in production.
+        ("REBOUND_STORE_BUDGET_MS", "5000".to_owned()),
+        ("AWS_ENDPOINT_URL", aws_url.to_owned()),
+        ("AWS_REGION", "us-east-1".to_owned()),
+        ("AWS_ACCESS_KEY_ID", "test".to_owned()),
+        ("AWS_SECRET_ACCESS_KEY", "test".to_owned()),
+    ];
+    if let Some(r) = redis_url {
+        env.push(("REBOUND_REDIS_URL", r.to_owned()));
+        if let Ok(ca) = std::env::var("REBOUND_TEST_REDIS_CA") {
+            if r.starts_with("rediss://") {
+                env.push(("REBOUND_REDIS_CA", ca));
+            }
+        }
+    }
+    env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+}
+
 pub fn env_or_panic(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run scripts/test, which starts Redis and moto"))
 }
