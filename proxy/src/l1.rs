@@ -1,38 +1,55 @@
-//! L1: the in-process cache of cache records (quick_cache). A fill never replaces a newer
-//! version (the Lua rule, in memory), so a late populate can never overwrite the tombstone
-//! a delete wrote; check-and-insert is atomic per code through striped locks.
+//! L1: the in-process cache of cache records. A fill never replaces a newer version (the
+//! Lua rule, in memory), so a late populate can never overwrite the tombstone a delete
+//! wrote; check-and-insert is atomic per code under its shard's write lock.
 //!
-//! Layout, for 1,000,000 cached links in little memory: the cache is keyed by a 64-bit hash
-//! of the code (computed once per lookup, seeded per process), and an entry holds its code
-//! and destination in one allocation next to packed fields. The entry's own copy of the
-//! code settles a hash collision: a lookup whose code differs is a miss, and a fill may
-//! replace the colliding entry (two live codes sharing a seeded 64-bit hash is a ~1e-8
-//! event at a million codes; the store is asked again, as after an eviction).
+//! Built for 1,000,000 cached links in little memory and an L1 hit that costs a read lock,
+//! one probe and one reference-count increment:
+//!
+//! - An entry ([`L1Entry`]) is one allocation: 40 bytes of packed fields (the reference
+//!   count, the clicks and the CLOCK bit, the version, the times, the text's length), then
+//!   the code and the destination. The handle is one pointer: a reference-counted
+//!   allocation written here (the crate's second `unsafe`, each block with its reason),
+//!   since `triomphe`'s thin handle spends a word on the length and another on the count,
+//!   which made the chunk 112 bytes instead of 96.
+//! - The table is sharded; each shard is a `hashbrown` table of those pointers (8 bytes a
+//!   bucket and a control byte) under a `RwLock`, keyed by the code itself: a lookup
+//!   compares the code in the entry, so there are no hash collisions to settle.
+//! - Eviction is CLOCK (second chance): a hit sets the entry's bit, and when a shard is
+//!   full its hand walks the buckets, clearing bits, and evicts the first entry whose bit
+//!   was clear. A fill starts unreferenced, so a code asked once goes before one asked
+//!   again.
+//!
+//! Measured with `cargo run --release -p rebound-proxy --example l1_memory -- 1000000`
+//! (bench-shaped links: 7-character codes, `https://example.com/page/N?ref=bench`, glibc
+//! malloc): quick_cache keyed by a 64-bit hash of the code, with a two-word `triomphe`
+//! handle, took 146.6 bytes of RSS a cached link (a 96-byte entry chunk, 50.5 bytes of slab
+//! and index); these tables take the figures in docs/architecture.md ("Memory").
 
-use quick_cache::sync::Cache;
 use rebound_core::cache::judge;
 use rebound_core::{CacheRecord, CacheState, CachedVerdict, RedirectKind, UnixMillis};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Mutex;
-use triomphe::HeaderSlice;
-
-const STRIPES: usize = 64;
+use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
+use std::ptr::NonNull;
+use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::sync::RwLock;
 
 /// One cached code: what a redirect needs, and the clicks counted on it since the click
-/// shipper last took them. A handle: clones share one allocation holding the fields and,
-/// after them, the code and the destination.
+/// shipper last took them. A handle (one pointer): clones share one allocation holding the
+/// [`Fields`] and, after them, the code and the destination.
 ///
-/// Size, measured with 1,000,000 links cached (`https://example.com/page/N?ref=bench`, 7-
-/// character codes): the allocation is the 8-byte count, the 32-byte [`Fields`] and the
-/// ~44 bytes of text, 88 bytes requested, a 96-byte glibc chunk; with the earlier 48-byte
-/// fields it was 104 bytes requested, a 112-byte chunk. Process RSS of the all-in-one
-/// (one redirect thread) after one request for each of the million codes went from
-/// 247-255 MiB to 208-215 MiB, and once the clicks were shipped from 242-248 to 194-197
-/// MiB (two runs each; glibc also fragments less with the smaller chunks).
-#[derive(Debug, Clone)]
-pub struct L1Entry(triomphe::Arc<HeaderSlice<Fields, str>>);
+/// Size, with 1,000,000 bench-shaped links cached (7-character codes,
+/// `https://example.com/page/N?ref=bench`): 40 bytes of fields and ~44 of text, 88 bytes
+/// requested, a 96-byte glibc chunk (the same chunk as the two-word `triomphe` handle it
+/// replaced, whose count was a full word and whose length was in the handle).
+pub struct L1Entry(NonNull<Fields>);
 
-/// What an entry holds besides its text, packed into 32 bytes (a size test keeps it
+// SAFETY: the allocation is shared read-only except through its atomics (the reference
+// count, the clicks and the CLOCK bit), and is freed once, by the last handle.
+#[allow(unsafe_code)]
+unsafe impl Send for L1Entry {}
+#[allow(unsafe_code)]
+unsafe impl Sync for L1Entry {}
+
+/// What an entry holds before its text, packed into 40 bytes (a size test keeps it
 /// there): the times are 32-bit offsets from `filled_at`, and the code's length, the
 /// redirect kind and `forward_query` share a word with `filled_at`.
 ///
@@ -43,8 +60,14 @@ pub struct L1Entry(triomphe::Arc<HeaderSlice<Fields, str>>);
 /// `Expired` verdict into `Dead` (the store is asked, and answers 410): since
 /// `fresh_until` and `stale_until` stay below `FAR`, a redirect or a stale answer past the
 /// real expiry is impossible.
-#[derive(Debug)]
+#[repr(C)]
 struct Fields {
+    /// Handles to this allocation. 32 bits: a clone past `MAX_REFS` aborts, as `Arc` does
+    /// past `isize::MAX`.
+    refs: AtomicU32,
+    /// Clicks since the last take (bits 0-30) and the CLOCK bit (`REFERENCED`). One code
+    /// would need 2 billion clicks between two takes to reach the bit.
+    clicks: AtomicU32,
     version: u64,
     /// `filled_at` (when this process cached it) in the upper 48 bits (±4,400 years of
     /// milliseconds); below it the code's length, the redirect kind and `forward_query`
@@ -56,9 +79,23 @@ struct Fields {
     stale: i32,
     /// `expires_at - filled_at`, or `FAR` for none (or one beyond the range).
     expires: i32,
-    /// Clicks since the last take. 32 bits: one code would need 4 billion clicks between
-    /// two takes to wrap it.
-    clicks: AtomicU32,
+    /// Bytes of text after the fields: the code, then the destination.
+    text_len: u32,
+}
+
+/// Handles one entry may have; a clone beyond aborts (it can only be a leak).
+const MAX_REFS: u32 = i32::MAX as u32;
+/// `Fields::clicks`: the CLOCK bit, set by a hit, cleared by the hand.
+const REFERENCED: u32 = 1 << 31;
+/// `Fields::clicks`: the count.
+const CLICKS: u32 = REFERENCED - 1;
+
+/// The allocation of an entry with `text_len` bytes of text.
+fn entry_layout(text_len: usize) -> Layout {
+    let text = Layout::array::<u8>(text_len).expect("text length fits a layout");
+    let (layout, offset) = Layout::new::<Fields>().extend(text).expect("entry fits a layout");
+    debug_assert_eq!(offset, std::mem::size_of::<Fields>());
+    layout.pad_to_align()
 }
 
 /// `Fields::expires` of an entry with no expiry (or one too far to hold).
@@ -121,6 +158,7 @@ fn expiry_offset(expires_at: Option<UnixMillis>, base: UnixMillis) -> i32 {
 
 impl L1Entry {
     /// The entry for `code` holding `record`.
+    #[allow(unsafe_code)]
     pub fn new(code: &str, record: CacheRecord, filled_at: UnixMillis) -> L1Entry {
         let (redirect, forward_query, long_url) = match record.state {
             CacheState::Active {
@@ -130,31 +168,60 @@ impl L1Entry {
             } => (Some(redirect), forward_query, long_url),
             CacheState::Deleted => (None, false, String::new()),
         };
-        let mut text = String::with_capacity(code.len() + long_url.len());
-        text.push_str(code);
-        text.push_str(&long_url);
         let stamp = stamp(filled_at, code.len(), redirect, forward_query);
         let base = stamp >> STAMP_SHIFT;
+        let text_len = code.len() + long_url.len();
         let fields = Fields {
+            refs: AtomicU32::new(1),
+            clicks: AtomicU32::new(0),
             version: record.version,
             stamp,
             fresh: offset(record.fresh_until, base),
             stale: offset(record.stale_until, base),
             expires: expiry_offset(record.expires_at, base),
-            clicks: AtomicU32::new(0),
+            text_len: u32::try_from(text_len).expect("a code and a destination fit in 4 GiB"),
         };
-        L1Entry(triomphe::Arc::from_header_and_str(fields, &text))
+        let layout = entry_layout(text_len);
+        // SAFETY: the layout is non-zero (the fields alone are 40 bytes); the fields are
+        // written at the start of the allocation, aligned for them, and the text right
+        // after them, within the allocation's `size_of::<Fields>() + text_len` bytes.
+        unsafe {
+            let Some(ptr) = NonNull::new(alloc(layout).cast::<Fields>()) else {
+                handle_alloc_error(layout)
+            };
+            ptr.as_ptr().write(fields);
+            let text = ptr.as_ptr().cast::<u8>().add(std::mem::size_of::<Fields>());
+            std::ptr::copy_nonoverlapping(code.as_ptr(), text, code.len());
+            std::ptr::copy_nonoverlapping(long_url.as_ptr(), text.add(code.len()), long_url.len());
+            L1Entry(ptr)
+        }
     }
 
     #[inline]
+    #[allow(unsafe_code)]
     fn fields(&self) -> &Fields {
-        &self.0.header
+        // SAFETY: the allocation lives as long as any handle, this one included.
+        unsafe { self.0.as_ref() }
+    }
+
+    /// The code, then the destination, as bytes.
+    #[inline]
+    #[allow(unsafe_code)]
+    fn text_bytes(&self) -> &[u8] {
+        let len = self.fields().text_len as usize;
+        // SAFETY: `new` wrote `text_len` bytes right after the fields, and they never change.
+        unsafe {
+            let text = self.0.as_ptr().cast::<u8>().add(std::mem::size_of::<Fields>());
+            std::slice::from_raw_parts(text, len)
+        }
     }
 
     /// The code, then the destination.
     #[inline]
+    #[allow(unsafe_code)]
     fn text(&self) -> &str {
-        &self.0.slice
+        // SAFETY: the bytes are a `&str`'s followed by another's, copied whole.
+        unsafe { std::str::from_utf8_unchecked(self.text_bytes()) }
     }
 
     #[inline]
@@ -186,13 +253,13 @@ impl L1Entry {
     /// check per comparison; it cost the click shipper's sort most of its time).
     #[inline]
     pub fn code_bytes(&self) -> &[u8] {
-        &self.0.slice.as_bytes()[..self.code_len()]
+        &self.text_bytes()[..self.code_len()]
     }
 
-    /// True when this is `code`'s entry (not another code's with the same hash).
+    /// True when this is `code`'s entry.
     #[inline]
     fn is_for(&self, code: &str) -> bool {
-        self.0.slice.as_bytes().get(..self.code_len()) == Some(code.as_bytes())
+        self.code_bytes() == code.as_bytes()
     }
 
     /// The destination; empty for a tombstone.
@@ -243,91 +310,226 @@ impl L1Entry {
     /// caller then hands the entry to the click shipper).
     #[inline]
     pub fn count_click(&self) -> bool {
-        self.fields().clicks.fetch_add(1, Ordering::Relaxed) == 0
+        self.fields().clicks.fetch_add(1, Ordering::Relaxed) & CLICKS == 0
     }
 
-    /// Takes the clicks counted so far, leaving zero.
+    /// Takes the clicks counted so far, leaving zero (and the CLOCK bit as it was).
     pub fn take_clicks(&self) -> u64 {
-        u64::from(self.fields().clicks.swap(0, Ordering::Relaxed))
+        u64::from(self.fields().clicks.fetch_and(REFERENCED, Ordering::Relaxed) & CLICKS)
     }
 
     /// The clicks counted since the last take.
     pub fn clicks(&self) -> u64 {
-        u64::from(self.fields().clicks.load(Ordering::Relaxed))
+        u64::from(self.fields().clicks.load(Ordering::Relaxed) & CLICKS)
     }
+
+    /// Sets the CLOCK bit: the entry was used since the hand last passed. A load first, so
+    /// a hot entry costs no write.
+    #[inline]
+    fn mark_referenced(&self) {
+        let clicks = &self.fields().clicks;
+        if clicks.load(Ordering::Relaxed) & REFERENCED == 0 {
+            clicks.fetch_or(REFERENCED, Ordering::Relaxed);
+        }
+    }
+
+    /// Clears the CLOCK bit; true when it was set.
+    fn take_referenced(&self) -> bool {
+        self.fields().clicks.fetch_and(!REFERENCED, Ordering::Relaxed) & REFERENCED != 0
+    }
+}
+
+impl Clone for L1Entry {
+    #[inline]
+    fn clone(&self) -> L1Entry {
+        // Relaxed, as `Arc::clone`: a new handle is made from an existing one, which keeps
+        // the allocation alive meanwhile.
+        if self.fields().refs.fetch_add(1, Ordering::Relaxed) > MAX_REFS {
+            std::process::abort();
+        }
+        L1Entry(self.0)
+    }
+}
+
+impl Drop for L1Entry {
+    #[inline]
+    #[allow(unsafe_code)]
+    fn drop(&mut self) {
+        // As `Arc::drop`: release this handle's uses; the last one synchronises with them
+        // all before freeing.
+        if self.fields().refs.fetch_sub(1, Ordering::Release) != 1 {
+            return;
+        }
+        fence(Ordering::Acquire);
+        let layout = entry_layout(self.fields().text_len as usize);
+        // SAFETY: this was the last handle; the allocation was made by `new` with this
+        // layout (`text_len` never changes), and the fields need no drop.
+        unsafe { dealloc(self.0.as_ptr().cast::<u8>(), layout) }
+    }
+}
+
+impl std::fmt::Debug for L1Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("L1Entry")
+            .field("code", &self.code())
+            .field("version", &self.version())
+            .field("redirect", &self.redirect())
+            .field("long_url", &self.long_url())
+            .field("clicks", &self.clicks())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Shards of the table at most: enough that the two redirect threads and the fills rarely
+/// meet on one lock.
+const MAX_SHARDS: usize = 64;
+/// Codes a shard is made for, when there are fewer than `MAX_SHARDS`: 7/8 of 32,768, the
+/// most hashbrown keeps in a table of 32,768 buckets, so a full cache has no bucket to
+/// spare (the shard count need not be a power of two).
+const PER_SHARD: usize = 28_672;
+
+/// The bits of the hash that choose a shard (above bit 32).
+const SHARD_BITS: u64 = (1 << 25) - 1;
+
+/// One shard: the entries, and where the CLOCK hand is (a bucket index).
+struct Shard {
+    table: hashbrown::HashTable<L1Entry>,
+    hand: usize,
 }
 
 /// The cache.
 pub struct L1 {
-    cache: Cache<u64, L1Entry>,
+    shards: Box<[RwLock<Shard>]>,
+    /// Codes one shard holds at most.
+    per_shard: usize,
     hasher: ahash::RandomState,
-    stripes: Vec<Mutex<()>>,
 }
 
 impl L1 {
-    /// A cache holding up to `capacity` codes.
+    /// A cache holding up to `capacity` codes (rounded up to a multiple of the shards).
     pub fn new(capacity: usize) -> L1 {
+        let shards = capacity.div_ceil(PER_SHARD).clamp(1, MAX_SHARDS);
+        let per_shard = capacity.div_ceil(shards).max(1);
         L1 {
-            cache: Cache::new(capacity),
+            shards: (0..shards)
+                .map(|_| {
+                    RwLock::new(Shard {
+                        // Room for a full shard from the start: it never rehashes while
+                        // the redirect path waits on its lock.
+                        table: hashbrown::HashTable::with_capacity(per_shard),
+                        hand: 0,
+                    })
+                })
+                .collect(),
+            per_shard,
             hasher: ahash::RandomState::new(),
-            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
         }
     }
 
     #[inline]
-    fn key(&self, code: &str) -> u64 {
+    fn hash(&self, code: &[u8]) -> u64 {
         self.hasher.hash_one(code)
+    }
+
+    /// The shard of a hash, from bits 32-56, which neither hashbrown's bucket index (the
+    /// low bits) nor its control byte (the top 7) uses: a shard's codes keep the full
+    /// spread of both.
+    #[inline]
+    fn shard(&self, hash: u64) -> &RwLock<Shard> {
+        let spread = (hash >> 32) & SHARD_BITS;
+        &self.shards[((spread * self.shards.len() as u64) >> SHARD_BITS.count_ones()) as usize]
     }
 
     /// The entry for `code`, whatever its state.
     #[inline]
     pub fn get(&self, code: &str) -> Option<L1Entry> {
-        self.cache.get(&self.key(code)).filter(|e| e.is_for(code))
-    }
-
-    fn stripe(&self, key: u64) -> std::sync::MutexGuard<'_, ()> {
-        self.stripes[(key as usize) % STRIPES]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        let hash = self.hash(code.as_bytes());
+        let shard = self.shard(hash).read().unwrap_or_else(|e| e.into_inner());
+        let entry = shard.table.find(hash, |e| e.is_for(code))?;
+        entry.mark_referenced();
+        Some(entry.clone())
     }
 
     /// Stores `record` unless the cache holds a newer version; returns what the cache holds
-    /// for the code afterwards.
+    /// for the code afterwards. A full shard first evicts one entry (CLOCK).
     pub fn fill(&self, code: &str, record: CacheRecord, now: UnixMillis) -> L1Entry {
-        let key = self.key(code);
-        let _guard = self.stripe(key);
-        if let Some(existing) = self.cache.get(&key).filter(|e| e.is_for(code)) {
+        let hash = self.hash(code.as_bytes());
+        let mut shard = self.shard(hash).write().unwrap_or_else(|e| e.into_inner());
+        if let Some(existing) = shard.table.find_mut(hash, |e| e.is_for(code)) {
             if !record.may_replace_version(existing.version()) {
-                return existing;
+                return existing.clone();
             }
+            let entry = L1Entry::new(code, record, now);
+            *existing = entry.clone();
+            return entry;
         }
         let entry = L1Entry::new(code, record, now);
-        self.cache.insert(key, entry.clone());
+        if shard.table.len() >= self.per_shard {
+            shard.evict_one();
+        }
+        let hasher = &self.hasher;
+        shard
+            .table
+            .insert_unique(hash, entry.clone(), |e| hasher.hash_one(e.code_bytes()));
         entry
     }
 
     /// Drops the entry of `code` (used when a proxy cannot trust the version it holds).
     pub fn remove(&self, code: &str) {
-        let key = self.key(code);
-        let _guard = self.stripe(key);
-        if self.cache.get(&key).is_some_and(|e| e.is_for(code)) {
-            self.cache.remove(&key);
+        let hash = self.hash(code.as_bytes());
+        let mut shard = self.shard(hash).write().unwrap_or_else(|e| e.into_inner());
+        if let Ok(found) = shard.table.find_entry(hash, |e| e.is_for(code)) {
+            found.remove();
         }
     }
 
     /// Empties the cache.
     pub fn clear(&self) {
-        self.cache.clear();
+        for shard in self.shards.iter() {
+            let mut shard = shard.write().unwrap_or_else(|e| e.into_inner());
+            shard.table.clear();
+            shard.hand = 0;
+        }
     }
 
     /// Codes held now.
     pub fn len(&self) -> usize {
-        self.cache.len()
+        self.shards
+            .iter()
+            .map(|s| s.read().unwrap_or_else(|e| e.into_inner()).table.len())
+            .sum()
     }
 
     /// True when empty.
     pub fn is_empty(&self) -> bool {
-        self.cache.len() == 0
+        self.len() == 0
+    }
+
+    /// Bytes the tables take (buckets and control bytes), the entries' allocations aside.
+    pub fn table_bytes(&self) -> usize {
+        let bucket = std::mem::size_of::<L1Entry>() + 1;
+        self.shards
+            .iter()
+            .map(|s| s.read().unwrap_or_else(|e| e.into_inner()).table.num_buckets() * bucket)
+            .sum()
+    }
+}
+
+impl Shard {
+    /// Moves the hand until it finds an entry not used since its last pass, and evicts it;
+    /// the entries it passes lose their bit. At most two turns: the first clears every bit.
+    fn evict_one(&mut self) {
+        let buckets = self.table.num_buckets();
+        for _ in 0..2 * buckets {
+            let at = self.hand;
+            self.hand = (at + 1) % buckets;
+            if let Ok(found) = self.table.get_bucket_entry(at) {
+                if !found.get().take_referenced() {
+                    found.remove();
+                    return;
+                }
+            }
+        }
     }
 }
 
@@ -379,10 +581,13 @@ mod tests {
     const T: UnixMillis = 1_796_000_000_000;
 
     #[test]
-    fn the_fields_stay_32_bytes() {
-        // With the 8-byte count and ~44 bytes of text an entry is an 88-byte allocation,
-        // a 96-byte malloc chunk; 8 more bytes here would make it 112.
-        assert_eq!(std::mem::size_of::<Fields>(), 32);
+    fn an_entry_is_one_pointer_and_its_fields_stay_40_bytes() {
+        // With ~44 bytes of text an entry is an 88-byte allocation, a 96-byte malloc chunk;
+        // 8 more bytes here would make it 112.
+        assert_eq!(std::mem::size_of::<Fields>(), 40);
+        assert_eq!(entry_layout(44).size(), 88);
+        assert_eq!(std::mem::size_of::<L1Entry>(), 8);
+        assert_eq!(std::mem::size_of::<Option<L1Entry>>(), 8);
     }
 
     #[test]
@@ -613,17 +818,122 @@ mod tests {
     }
 
     #[test]
-    fn a_colliding_entry_is_a_miss_not_an_answer() {
-        // Force a collision: put another code's entry under abc's key.
-        let l1 = L1::new(100);
-        let key = l1.key("abc");
-        l1.cache.insert(key, L1Entry::new("zzz", active(9), 0));
-        assert!(l1.get("abc").is_none(), "zzz's entry does not answer for abc");
-        l1.remove("abc");
-        assert_eq!(l1.len(), 1, "removing abc leaves zzz's entry alone");
-        // A fill for abc replaces the colliding entry whatever its version.
-        assert_eq!(l1.fill("abc", active(1), 0).version(), 1);
-        assert_eq!(l1.get("abc").unwrap().code(), "abc");
+    fn clicks_and_the_clock_bit_do_not_disturb_each_other() {
+        let e = L1Entry::new("abc", active(1), 0);
+        e.mark_referenced();
+        assert!(
+            e.count_click(),
+            "a referenced entry's first click still asks to be queued"
+        );
+        assert!(!e.count_click());
+        assert_eq!(e.clicks(), 2);
+        assert_eq!(e.take_clicks(), 2, "the bit is not counted as clicks");
+        assert!(e.take_referenced(), "taking the clicks leaves the bit");
+        assert!(!e.take_referenced());
+        assert!(e.count_click());
+        assert!(!e.take_referenced(), "a click alone does not set the bit (a hit does)");
+        assert_eq!(e.take_clicks(), 1);
+    }
+
+    #[test]
+    fn a_handle_outlives_its_eviction_and_clones_share_one_allocation() {
+        let l1 = L1::new(1);
+        let held = l1.fill("abc", active(1), 0);
+        let again = l1.get("abc").unwrap();
+        assert_eq!(held.0, again.0, "one allocation");
+        l1.fill("abd", active(1), 0);
+        assert!(l1.get("abc").is_none(), "a one-code cache holds the newest");
+        assert_eq!(
+            (held.code(), held.long_url(), again.version()),
+            ("abc", "https://e.com/", 1)
+        );
+        assert_eq!(held.fields().refs.load(Ordering::Relaxed), 2);
+        drop(again);
+        assert_eq!(held.fields().refs.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn handles_cloned_and_dropped_on_many_threads_free_the_entry_once() {
+        let l1 = std::sync::Arc::new(L1::new(16));
+        l1.fill("abc", active(1), 0);
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let l1 = l1.clone();
+                std::thread::spawn(move || {
+                    let mut kept = Vec::new();
+                    for i in 0..20_000 {
+                        let e = l1.get("abc").unwrap();
+                        e.count_click();
+                        if i % 7 == 0 {
+                            kept.push(e.clone());
+                        }
+                    }
+                    kept.len()
+                })
+            })
+            .collect();
+        let kept: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        let e = l1.get("abc").unwrap();
+        assert_eq!(kept, 4 * 2858);
+        assert_eq!(e.fields().refs.load(Ordering::Relaxed), 2, "the table's and this one");
+        assert_eq!(e.take_clicks(), 80_000);
+    }
+
+    #[test]
+    fn a_full_cache_evicts_an_entry_not_used_since_the_hand_passed() {
+        let l1 = L1::new(4);
+        for code in ["a1", "a2", "c1", "c2"] {
+            l1.fill(code, active(1), 0);
+        }
+        l1.get("a1").unwrap();
+        l1.get("a2").unwrap();
+        l1.fill("new", active(1), 0);
+        assert_eq!(l1.len(), 4);
+        assert!(
+            l1.get("a1").is_some() && l1.get("a2").is_some(),
+            "used entries had a second chance"
+        );
+        assert!(l1.get("new").is_some());
+        let kept = ["c1", "c2"].iter().filter(|c| l1.get(c).is_some()).count();
+        assert_eq!(kept, 1, "one entry that was not used went");
+    }
+
+    #[test]
+    fn a_code_asked_between_turns_of_the_hand_survives_a_scan_of_codes_asked_once() {
+        let l1 = L1::new(64);
+        l1.fill("hot", active(1), 0);
+        for i in 0..5_000 {
+            l1.fill(&format!("once{i}"), active(1), 0);
+            assert!(l1.get("hot").is_some(), "evicted after {i} codes asked once");
+            assert!(l1.len() <= 64);
+        }
+        assert_eq!(l1.len(), 64);
+    }
+
+    #[test]
+    fn a_cache_is_split_into_at_most_64_full_sized_shards_and_holds_its_capacity() {
+        for (capacity, shards, buckets) in [
+            (1, 1, 4),
+            (100, 1, 128),
+            (28_672, 1, 32_768),
+            (28_673, 2, 32_768),
+            (1_200_000, 42, 32_768),
+            (10_000_000, 64, 262_144),
+        ] {
+            let l1 = L1::new(capacity);
+            assert_eq!(l1.shards.len(), shards, "capacity {capacity}");
+            assert!(l1.per_shard * shards >= capacity);
+            let table = l1.shards[0].read().unwrap().table.num_buckets();
+            assert_eq!(table, buckets, "capacity {capacity}");
+        }
+        let l1 = L1::new(100_000);
+        for i in 0..100_000 {
+            l1.fill(&format!("c{i}"), active(1), 0);
+        }
+        // The codes spread over the 4 shards, a little unevenly; a full one evicts.
+        assert!(l1.len() > 97_000 && l1.len() <= 100_000, "{}", l1.len());
+        let sizes: Vec<usize> = l1.shards.iter().map(|s| s.read().unwrap().table.len()).collect();
+        assert!(sizes.iter().all(|&n| n > 24_000), "{sizes:?}");
     }
 
     #[test]
