@@ -5,6 +5,9 @@ use rebound::cli::{self, ClientArgs, ClientCommand, KeysCommand, LinksCommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "rebound",

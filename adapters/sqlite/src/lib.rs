@@ -214,6 +214,12 @@ impl SqliteStore {
                 let conn = open_conn(&path)?;
                 conn.execute("ATTACH DATABASE ?1 AS clicks", [clicks_name])
                     .map_err(sql_err)?;
+                // A reader looks links up by key: the B-tree's interior pages of a million
+                // links (about 300 KiB) fit in 1 MiB, and the leaves it reads are random
+                // (the OS keeps the file). SQLite's default, 2 MiB a file, cost the proxy
+                // up to 16 MiB of RSS across the readers.
+                conn.execute_batch("PRAGMA main.cache_size = -1024; PRAGMA clicks.cache_size = -512;")
+                    .map_err(sql_err)?;
                 Ok(Mutex::new(conn))
             })
             .collect::<Result<_, StoreError>>()?;
