@@ -23,7 +23,8 @@
 //! (bench-shaped links: 7-character codes, `https://example.com/page/N?ref=bench`, glibc
 //! malloc): quick_cache keyed by a 64-bit hash of the code, with a two-word `triomphe`
 //! handle, took 146.6 bytes of RSS a cached link (a 96-byte entry chunk, 50.5 bytes of slab
-//! and index); these tables take the figures in docs/architecture.md ("Memory").
+//! and index); these tables take 106.9 (the same chunk, 12.4 bytes of table). The whole
+//! process's figures are in docs/architecture.md ("Memory").
 
 use rebound_core::cache::judge;
 use rebound_core::{CacheRecord, CacheState, CachedVerdict, RedirectKind, UnixMillis};
