@@ -3,6 +3,7 @@
 //! `rebound control-plane` and `rebound provision`. Bound addresses are printed on stdout
 //! so that whoever started the process (a person, a test on port 0) knows where it listens.
 
+use crate::all_in_one::{AllInOne, AllInOneListeners};
 use crate::backends::{announce_initial_key, metered, open_queue, open_redis, open_store};
 use crate::control_plane::{Announce, ControlPlane, ControlPlaneAdapters, ControlPlaneListeners};
 use crate::data_plane::{DataPlane, DataPlaneAdapters, DataPlaneListeners, Fleet};
@@ -18,7 +19,6 @@ use rebound_redis::RedisBreakerState;
 use rebound_sqs::{LazyClickQueue, SqsClickQueue};
 use rebound_store::call_metrics::MeteredClickSink;
 use std::sync::Arc;
-use tokio::sync::watch;
 
 /// How a data plane process starts.
 #[derive(Debug, Clone, Copy, Default)]
@@ -46,54 +46,21 @@ pub fn run_all_in_one(
     check_descriptor_budget(&settings, 1 + usize::from(settings.tls.is_some()), true)?;
     let listeners = DataPlaneListeners::bind(&settings, options.take_over)?;
     let api_port = RouterPort::bind(settings.api_addr, "API (api_addr)", options.take_over)?;
-    let dp = DataPlane::build(&settings, metrics.clone(), clock.clone())?;
     let store = metered(runtime.block_on(open_store(&settings))?, &settings, &metrics.adapters);
-    let cp = runtime.block_on(async {
-        announce_initial_key(&settings, store.as_ref(), clock.as_ref()).await?;
-        let adapters = ControlPlaneAdapters {
-            store: store.clone(),
-            clock: clock.clone(),
-            announce: Announce::InProcess(dp.in_process_events()),
-            // The stats add the clicks still pending in this process.
-            click_counts: Some(dp.clicks_with_pending(store.clone())),
-            click_queue: None,
-        };
-        ControlPlane::build(&settings, &metrics, adapters).await
-    })?;
+    let all_in_one = runtime.block_on(AllInOne::build(&settings, metrics.clone(), store, clock))?;
     listeners.announce_redirect()?;
     api_port.announce("API")?;
     listeners.metrics.announce("metrics")?;
-
-    let (stop_tx, mut stop) = watch::channel(false);
-    let api = runtime.spawn(async move {
-        let listeners = ControlPlaneListeners {
+    let click_writes = low_priority_runtime("rebound-clicks").context("starting the click writer")?;
+    all_in_one.run(
+        AllInOneListeners {
+            data: listeners,
             api: api_port,
-            metrics: None,
-        };
-        let stopped = async move {
-            let _ = stop.changed().await;
-        };
-        if let Err(e) = cp.run(listeners, stopped).await {
-            tracing::error!(error = %e, "the API stopped");
-        }
-    });
-    let adapters = DataPlaneAdapters {
-        store: store.clone(),
-        clicks: ClickWriter {
-            runtime: low_priority_runtime("rebound-clicks").context("starting the click writer")?,
-            sink: Arc::new(StoreClickSink(store)),
         },
-        fleet: Fleet::InProcess,
-    };
-    let shutdown = async move {
-        let how = stop_requested(true).await;
-        let _ = stop_tx.send(true);
-        how
-    };
-    dp.run(adapters, listeners, shutdown, runtime)?;
-    // The redirect server has drained and the last clicks are shipped: let the API finish.
-    let _ = runtime.block_on(api);
-    Ok(())
+        click_writes,
+        stop_requested(true),
+        runtime,
+    )
 }
 
 /// `rebound proxy`: a data plane alone, on a store shared with control planes in other

@@ -10,6 +10,9 @@
 //!   listeners, shutdown)`.
 //! - `control_plane`: the control plane, `ControlPlane::build` and `run(listeners,
 //!   shutdown)`.
+//! - `all_in_one`: both planes on one store with the link events and pending clicks in
+//!   process, `AllInOne::build` and `run(listeners, click writes, shutdown)`: the
+//!   all-in-one process and `tests/in_process.rs` both run it.
 //! - `backends`: opening the store, Redis and the SQS queue the settings choose.
 //! - `app`: the processes (the all-in-one, `proxy`, `control-plane`, `provision`), each a
 //!   page that opens the backends, binds the listeners and runs the planes.
@@ -20,6 +23,7 @@
 //! - `cli`: the operator CLI that talks HTTP to the control plane.
 #![forbid(unsafe_code)]
 
+pub mod all_in_one;
 pub mod app;
 pub mod backends;
 pub mod cli;

@@ -3,13 +3,12 @@
 //! millisecond, `max-age` shrinking towards it, pending clicks in the stats, the last
 //! clicks shipped on shutdown) is checked here by moving the clock.
 
-use rebound::control_plane::{Announce, ControlPlane, ControlPlaneAdapters, ControlPlaneListeners};
-use rebound::data_plane::{DataPlane, DataPlaneAdapters, DataPlaneListeners, Fleet};
+use rebound::all_in_one::{AllInOne, AllInOneListeners};
+use rebound::data_plane::DataPlaneListeners;
 use rebound::listen::RouterPort;
 use rebound::process_metrics::ProcessRegistry;
 use rebound::settings::Settings;
 use rebound_core::{Clock, Day, ManualClock};
-use rebound_proxy::clicks::{ClickWriter, StoreClickSink};
 use rebound_proxy::server::{RedirectListener, Shutdown};
 use rebound_store::{MemoryStore, RollupStore, Store};
 use serde_json::{json, Value};
@@ -24,7 +23,7 @@ fn local(listener: &std::net::TcpListener) -> SocketAddr {
     listener.local_addr().unwrap()
 }
 
-/// An all-in-one assembled as `rebound::app::run_all_in_one` does, with fakes.
+/// The all-in-one `rebound::app::run_all_in_one` runs (`AllInOne`), on fakes.
 struct InProcess {
     redirect: SocketAddr,
     api: SocketAddr,
@@ -69,47 +68,25 @@ impl InProcess {
             (RedirectListener::Bound(r), RouterPort::Bound(m)) => (local(r), local(m), local(&api_listener)),
             _ => unreachable!("bound, not inherited"),
         };
-        let dp = DataPlane::build(&settings, metrics.clone(), shared_clock.clone()).unwrap();
-        let cp = runtime
-            .block_on(ControlPlane::build(
+        let all_in_one = runtime
+            .block_on(AllInOne::build(
                 &settings,
-                &metrics,
-                ControlPlaneAdapters {
-                    store: store.clone() as Arc<dyn Store>,
-                    clock: shared_clock,
-                    announce: Announce::InProcess(dp.in_process_events()),
-                    click_counts: Some(dp.clicks_with_pending(store.clone() as Arc<dyn RollupStore>)),
-                    click_queue: None,
-                },
+                metrics,
+                store.clone() as Arc<dyn Store>,
+                shared_clock,
             ))
             .unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let (api_stop, api_stopped) = tokio::sync::oneshot::channel::<()>();
-        let adapters = DataPlaneAdapters {
-            store: store.clone(),
-            clicks: ClickWriter {
-                runtime: runtime.handle().clone(),
-                sink: Arc::new(StoreClickSink(store.clone())),
-            },
-            fleet: Fleet::InProcess,
-        };
         let serving = std::thread::spawn(move || {
-            let api = runtime.spawn(cp.run(
-                ControlPlaneListeners {
-                    api: RouterPort::Bound(api_listener),
-                    metrics: None,
-                },
-                async move {
-                    let _ = api_stopped.await;
-                },
-            ));
+            let listeners = AllInOneListeners {
+                data: listeners,
+                api: RouterPort::Bound(api_listener),
+            };
             let shutdown = async move {
                 let _ = stopped.await;
-                let _ = api_stop.send(());
                 Shutdown::Drain
             };
-            dp.run(adapters, listeners, shutdown, &runtime)?;
-            runtime.block_on(api)?
+            all_in_one.run(listeners, runtime.handle().clone(), shutdown, &runtime)
         });
         let rb = InProcess {
             redirect,
