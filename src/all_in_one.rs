@@ -10,6 +10,7 @@ use crate::data_plane::{DataPlane, DataPlaneAdapters, DataPlaneListeners, Fleet}
 use crate::listen::RouterPort;
 use crate::process_metrics::ProcessRegistry;
 use crate::settings::Settings;
+use anyhow::Context;
 use rebound_core::Clock;
 use rebound_proxy::clicks::{ClickWriter, StoreClickSink};
 use rebound_proxy::server::Shutdown;
@@ -91,12 +92,9 @@ impl AllInOne {
         };
         data.run(adapters, listeners.data, shutdown, runtime)?;
         // The redirect server has drained and the last clicks are shipped: let the API finish.
+        // An error is reported once, by whoever ran the process.
         match runtime.block_on(api) {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => {
-                tracing::error!(error = %e, "the API stopped");
-                Err(e)
-            }
+            Ok(result) => result.context("the API stopped"),
             Err(e) => Err(anyhow::anyhow!("the API task failed: {e}")),
         }
     }

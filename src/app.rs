@@ -47,7 +47,7 @@ pub fn run_all_in_one(
     let listeners = DataPlaneListeners::bind(&settings, options.take_over)?;
     let api_port = RouterPort::bind(settings.api_addr, "API (api_addr)", options.take_over)?;
     let store = metered(runtime.block_on(open_store(&settings))?, &settings, &metrics.adapters);
-    let all_in_one = runtime.block_on(AllInOne::build(&settings, metrics.clone(), store, clock))?;
+    let all_in_one = runtime.block_on(AllInOne::build(&settings, metrics, store, clock))?;
     listeners.announce_redirect()?;
     api_port.announce("API")?;
     listeners.metrics.announce("metrics")?;

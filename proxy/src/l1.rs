@@ -31,7 +31,7 @@ use rebound_core::{CacheRecord, CacheState, CachedVerdict, RedirectKind, UnixMil
 use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicU32, Ordering};
-use std::sync::RwLock;
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// One cached code: what a redirect needs, and the clicks counted on it since the click
 /// shipper last took them. A handle (one pointer): clones share one allocation holding the
@@ -445,7 +445,7 @@ impl L1 {
     #[inline]
     pub fn get(&self, code: &str) -> Option<L1Entry> {
         let hash = self.hash(code.as_bytes());
-        let shard = self.shard(hash).read().unwrap_or_else(|e| e.into_inner());
+        let shard = read(self.shard(hash));
         let entry = shard.table.find(hash, |e| e.is_for(code))?;
         entry.mark_referenced();
         Some(entry.clone())
@@ -455,7 +455,7 @@ impl L1 {
     /// for the code afterwards. A full shard first evicts one entry (CLOCK).
     pub fn fill(&self, code: &str, record: CacheRecord, now: UnixMillis) -> L1Entry {
         let hash = self.hash(code.as_bytes());
-        let mut shard = self.shard(hash).write().unwrap_or_else(|e| e.into_inner());
+        let mut shard = write(self.shard(hash));
         if let Some(existing) = shard.table.find_mut(hash, |e| e.is_for(code)) {
             if !record.may_replace_version(existing.version()) {
                 return existing.clone();
@@ -468,17 +468,16 @@ impl L1 {
         if shard.table.len() >= self.per_shard {
             shard.evict_one();
         }
-        let hasher = &self.hasher;
         shard
             .table
-            .insert_unique(hash, entry.clone(), |e| hasher.hash_one(e.code_bytes()));
+            .insert_unique(hash, entry.clone(), |e| self.hash(e.code_bytes()));
         entry
     }
 
     /// Drops the entry of `code` (used when a proxy cannot trust the version it holds).
     pub fn remove(&self, code: &str) {
         let hash = self.hash(code.as_bytes());
-        let mut shard = self.shard(hash).write().unwrap_or_else(|e| e.into_inner());
+        let mut shard = write(self.shard(hash));
         if let Ok(found) = shard.table.find_entry(hash, |e| e.is_for(code)) {
             found.remove();
         }
@@ -487,7 +486,7 @@ impl L1 {
     /// Empties the cache.
     pub fn clear(&self) {
         for shard in self.shards.iter() {
-            let mut shard = shard.write().unwrap_or_else(|e| e.into_inner());
+            let mut shard = write(shard);
             shard.table.clear();
             shard.hand = 0;
         }
@@ -495,10 +494,7 @@ impl L1 {
 
     /// Codes held now.
     pub fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.read().unwrap_or_else(|e| e.into_inner()).table.len())
-            .sum()
+        self.shards.iter().map(|s| read(s).table.len()).sum()
     }
 
     /// True when empty.
@@ -509,11 +505,19 @@ impl L1 {
     /// Bytes the tables take (buckets and control bytes), the entries' allocations aside.
     pub fn table_bytes(&self) -> usize {
         let bucket = std::mem::size_of::<L1Entry>() + 1;
-        self.shards
-            .iter()
-            .map(|s| s.read().unwrap_or_else(|e| e.into_inner()).table.num_buckets() * bucket)
-            .sum()
+        self.shards.iter().map(|s| read(s).table.num_buckets() * bucket).sum()
     }
+}
+
+/// A shard to read. A poisoned lock is used as is: nothing done under these locks can
+/// panic between two changes to a table (an entry is made before the table is touched).
+fn read(shard: &RwLock<Shard>) -> RwLockReadGuard<'_, Shard> {
+    shard.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A shard to change (see [`read`] on poisoning).
+fn write(shard: &RwLock<Shard>) -> RwLockWriteGuard<'_, Shard> {
+    shard.write().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Shard {
