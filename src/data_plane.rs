@@ -127,8 +127,8 @@ impl DataPlane {
                     key: tls.key.clone(),
                 })
                 .context("loading the TLS certificate and key (REBOUND_TLS_CERT, REBOUND_TLS_KEY)")?;
-                let config = cert.server_config().context("configuring TLS")?;
-                let edge = Edge::tls(limits.clone(), metrics.edge.port("redirect_tls"), config);
+                let tls = cert.server_tls().context("configuring TLS")?;
+                let edge = Edge::tls(limits.clone(), metrics.edge.port("redirect_tls"), tls);
                 (Some(edge), Some(cert))
             }
             None => (None, None),

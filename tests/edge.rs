@@ -504,6 +504,108 @@ async fn tls_sessions_resume() {
     assert!(metric(&run, &resumed("1.3")).await >= 1.0);
 }
 
+/// What `openssl s_client` printed (with `-msg`) for one request on `tls` with `args`.
+fn s_client_session(tls: &str, args: &[&str]) -> String {
+    let mut child = Command::new("openssl")
+        .args(["s_client", "-connect", tls, "-msg", "-ign_eof"])
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _ = child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"GET /abc HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    String::from_utf8_lossy(&child.wait_with_output().unwrap().stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_prefers_aes_128_unless_the_client_puts_chacha_first_and_sends_one_ticket() {
+    let dir = temp_dir();
+    let (cert, key) = self_signed(dir.path(), "rebound-test", "ec");
+    let data = dir.path().join("data");
+    let run = start(
+        &[],
+        &data,
+        &[
+            ("REBOUND_TLS_ADDR", "127.0.0.1:0"),
+            ("REBOUND_TLS_CERT", cert.to_str().unwrap()),
+            ("REBOUND_TLS_KEY", key.to_str().unwrap()),
+        ],
+        &["redirect TLS"],
+    );
+    let tls = run.addrs["redirect TLS"].clone();
+    let (aes_session, chacha_session) = (dir.path().join("aes.pem"), dir.path().join("chacha.pem"));
+    let (aes_session, chacha_session) = (aes_session.to_str().unwrap(), chacha_session.to_str().unwrap());
+    let aes256_first = "TLS_AES_256_GCM_SHA384:TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256";
+    let chacha_first = "TLS_CHACHA20_POLY1305_SHA256:TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384";
+    let cases: &[(&[&str], &str, &str)] = &[
+        // TLS 1.3: OpenSSL's own order, AES-256 first; the session resumes.
+        (
+            &["-tls1_3", "-ciphersuites", aes256_first, "-sess_out", aes_session],
+            "New",
+            "TLS_AES_128_GCM_SHA256",
+        ),
+        (
+            &["-tls1_3", "-ciphersuites", aes256_first, "-sess_in", aes_session],
+            "Reused",
+            "TLS_AES_128_GCM_SHA256",
+        ),
+        // A client without AES hardware.
+        (
+            &["-tls1_3", "-ciphersuites", chacha_first, "-sess_out", chacha_session],
+            "New",
+            "TLS_CHACHA20_POLY1305_SHA256",
+        ),
+        (
+            &["-tls1_3", "-ciphersuites", chacha_first, "-sess_in", chacha_session],
+            "Reused",
+            "TLS_CHACHA20_POLY1305_SHA256",
+        ),
+        // What the client offers alone it gets.
+        (
+            &["-tls1_3", "-ciphersuites", "TLS_AES_256_GCM_SHA384"],
+            "New",
+            "TLS_AES_256_GCM_SHA384",
+        ),
+        // TLS 1.2.
+        (
+            &[
+                "-tls1_2",
+                "-cipher",
+                "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-ECDSA-AES128-GCM-SHA256",
+            ],
+            "New",
+            "ECDHE-ECDSA-AES128-GCM-SHA256",
+        ),
+        (
+            &[
+                "-tls1_2",
+                "-cipher",
+                "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-ECDSA-AES128-GCM-SHA256",
+            ],
+            "New",
+            "ECDHE-ECDSA-CHACHA20-POLY1305",
+        ),
+    ];
+    for (args, kind, suite) in cases {
+        let out = tokio::task::block_in_place(|| s_client_session(&tls, args));
+        assert!(
+            out.contains(&format!("{kind}, TLSv1.")),
+            "{args:?}: a {kind} session\n{out}"
+        );
+        assert!(out.contains(&format!("Cipher is {suite}")), "{args:?}: {suite}\n{out}");
+        assert!(out.contains("HTTP/1.1 404"), "{args:?}: answered\n{out}");
+        if args[0] == "-tls1_3" {
+            let tickets = out.matches("NewSessionTicket").count();
+            assert_eq!(tickets, 1, "{args:?}: one session ticket\n{out}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_certificate_is_served_after_sighup_or_a_file_change_and_a_bad_one_is_refused() {
     let dir = temp_dir();

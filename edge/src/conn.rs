@@ -14,6 +14,7 @@
 use crate::guard::{GuardedIo, Timeouts};
 use crate::limits::{EdgeLimits, MIN_CONNECTION_BUFFER};
 use crate::metrics::{PortMetrics, Refusal};
+use crate::tls::ServerTls;
 use bytes::Bytes;
 use hyper::body::{Body, Incoming};
 use hyper::server::conn::{http1, http2};
@@ -26,7 +27,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::{watch, Semaphore};
-use tokio_rustls::TlsAcceptor;
+use tokio_rustls::LazyConfigAcceptor;
 
 /// How long an HTTP/1 connection still waits for its first request once the port shuts
 /// down (Pingora gives connections one second of grace and two more before it stops).
@@ -70,7 +71,7 @@ pub struct Edge {
     limits: Arc<EdgeLimits>,
     metrics: PortMetrics,
     slots: Arc<Semaphore>,
-    tls: Option<TlsAcceptor>,
+    tls: Option<ServerTls>,
     h1: http1::Builder,
     h2: http2::Builder<TokioExecutor>,
 }
@@ -82,11 +83,11 @@ impl Edge {
     }
 
     /// A TLS port: HTTP/2 when the client offers `h2` by ALPN, HTTP/1.1 otherwise.
-    pub fn tls(limits: EdgeLimits, metrics: PortMetrics, config: Arc<rustls::ServerConfig>) -> Edge {
-        Edge::new(limits, metrics, Some(TlsAcceptor::from(config)))
+    pub fn tls(limits: EdgeLimits, metrics: PortMetrics, tls: ServerTls) -> Edge {
+        Edge::new(limits, metrics, Some(tls))
     }
 
-    fn new(limits: EdgeLimits, metrics: PortMetrics, tls: Option<TlsAcceptor>) -> Edge {
+    fn new(limits: EdgeLimits, metrics: PortMetrics, tls: Option<ServerTls>) -> Edge {
         let mut h1 = http1::Builder::new();
         if tls.is_some() {
             // One buffer per answer, so that it goes out as one TLS record: TLS streams
@@ -162,8 +163,14 @@ impl Edge {
                     self.serve_h1(io, service, shutdown).await
                 }
             }
-            Some(acceptor) => {
-                let accepted = tokio::time::timeout(self.limits.head_timeout, acceptor.accept(io)).await;
+            Some(server_tls) => {
+                // The configuration is chosen from the ClientHello (the cipher suite order).
+                let handshake = async {
+                    let start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), io).await?;
+                    let config = server_tls.config_for(&start.client_hello());
+                    start.into_stream(config).await
+                };
+                let accepted = tokio::time::timeout(self.limits.head_timeout, handshake).await;
                 let mut tls = match accepted {
                     Ok(Ok(tls)) => tls,
                     Ok(Err(e)) => {

@@ -4,13 +4,23 @@
 //! handshake with the pair loaded last; a new pair is loaded on `SIGHUP` or when either
 //! file changes, and a pair that does not load (unreadable, not PEM, key not matching the
 //! certificate) is refused with a log line while the old one keeps serving.
+//!
+//! [`ServerTls`] chooses the cipher suite as BoringSSL and Go do: AES-128-GCM with SHA-256
+//! for a client with AES hardware, whatever its own order, and ChaCha20-Poly1305 for a
+//! client that puts it first (one without). Every suite offered is strong; what differs is
+//! the cost, and most of a short connection's cost is the handshake's key schedule, whose
+//! SHA-256 has hardware instructions where SHA-384 has none. A handshake sends one TLS 1.3
+//! session ticket: the stateless tickets can be used again, and a second one (rustls's
+//! default) only costs every client a message to process.
 
 use crate::metrics::EdgeMetrics;
+use rustls::crypto::aws_lc_rs::cipher_suite as suite;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::{ClientHello, ResolvesServerCert, ServerSessionMemoryCache};
+use rustls::server::{ClientHello, ResolvesServerCert, ServerSessionMemoryCache, StoresServerSessions};
 use rustls::sign::CertifiedKey;
+use rustls::{CipherSuite, ServerConfig, SupportedCipherSuite};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
@@ -83,17 +93,81 @@ impl ReloadableCert {
         *self.seen.lock().unwrap_or_else(|e| e.into_inner()) != seen(&self.files)
     }
 
-    /// The server configuration of a port that answers with this certificate.
-    pub fn server_config(self: &Arc<Self>) -> Result<Arc<rustls::ServerConfig>, TlsError> {
-        let mut config = rustls::ServerConfig::builder_with_provider(self.provider.clone())
-            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
-            .with_no_client_auth()
-            .with_cert_resolver(self.clone());
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        config.session_storage = ServerSessionMemoryCache::new(16 * 1024);
-        config.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()?;
-        Ok(Arc::new(config))
+    /// The TLS of a port that answers with this certificate.
+    pub fn server_tls(self: &Arc<Self>) -> Result<ServerTls, TlsError> {
+        // Both configurations resume each other's sessions: one cache, one ticket key.
+        let sessions = ServerSessionMemoryCache::new(16 * 1024);
+        let ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()?;
+        let config = |suites: &[SupportedCipherSuite], servers_order: bool| -> Result<Arc<ServerConfig>, TlsError> {
+            let provider = CryptoProvider {
+                cipher_suites: suites.to_vec(),
+                ..(*self.provider).clone()
+            };
+            let mut config = ServerConfig::builder_with_provider(Arc::new(provider))
+                .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+                .with_no_client_auth()
+                .with_cert_resolver(self.clone());
+            config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+            config.session_storage = sessions.clone() as Arc<dyn StoresServerSessions>;
+            config.ticketer = ticketer.clone();
+            config.send_tls13_tickets = 1;
+            config.ignore_client_order = servers_order;
+            Ok(Arc::new(config))
+        };
+        Ok(ServerTls {
+            aes_first: config(AES_FIRST, true)?,
+            clients_order: config(AES_FIRST, false)?,
+        })
     }
+}
+
+/// The suites a port offers, in the order it prefers them for a client with AES hardware.
+const AES_FIRST: &[SupportedCipherSuite] = &[
+    suite::TLS13_AES_128_GCM_SHA256,
+    suite::TLS13_AES_256_GCM_SHA384,
+    suite::TLS13_CHACHA20_POLY1305_SHA256,
+    suite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+    suite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+    suite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+    suite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+    suite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+    suite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+];
+
+/// What a TLS port answers a handshake with: the client's first choice when that is
+/// ChaCha20-Poly1305 (the choice of a client without AES hardware), otherwise the port's
+/// order, AES-128-GCM first.
+#[derive(Debug, Clone)]
+pub struct ServerTls {
+    aes_first: Arc<ServerConfig>,
+    clients_order: Arc<ServerConfig>,
+}
+
+impl ServerTls {
+    /// The configuration for the client that sent `hello`.
+    pub fn config_for(&self, hello: &ClientHello<'_>) -> Arc<ServerConfig> {
+        if prefers_chacha(hello.cipher_suites()) {
+            self.clients_order.clone()
+        } else {
+            self.aes_first.clone()
+        }
+    }
+}
+
+/// Whether the first of the `offered` suites that the port supports is a ChaCha20 one
+/// (unknown and GREASE values are skipped).
+fn prefers_chacha(offered: &[CipherSuite]) -> bool {
+    offered
+        .iter()
+        .find(|offered| AES_FIRST.iter().any(|s| s.suite() == **offered))
+        .is_some_and(|first| {
+            matches!(
+                first,
+                CipherSuite::TLS13_CHACHA20_POLY1305_SHA256
+                    | CipherSuite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256
+                    | CipherSuite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256
+            )
+        })
 }
 
 impl ResolvesServerCert for ReloadableCert {
@@ -167,6 +241,70 @@ pub async fn watch_certificate(
                 metrics.reload(false);
                 tracing::error!(error = %e, "TLS certificate reload after {why} refused; the previous certificate keeps serving");
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chacha_is_chosen_only_for_a_client_that_puts_it_before_every_other_suite_of_ours() {
+        use CipherSuite::*;
+        let grease = CipherSuite::from(0x0a0a);
+        let cases: &[(&[CipherSuite], bool)] = &[
+            // A browser with AES hardware, and OpenSSL's default order (AES-256 first).
+            (
+                &[
+                    grease,
+                    TLS13_AES_128_GCM_SHA256,
+                    TLS13_AES_256_GCM_SHA384,
+                    TLS13_CHACHA20_POLY1305_SHA256,
+                ],
+                false,
+            ),
+            (
+                &[
+                    TLS13_AES_256_GCM_SHA384,
+                    TLS13_CHACHA20_POLY1305_SHA256,
+                    TLS13_AES_128_GCM_SHA256,
+                ],
+                false,
+            ),
+            // A client without AES hardware, GREASE and unknown values before it.
+            (
+                &[grease, TLS13_CHACHA20_POLY1305_SHA256, TLS13_AES_128_GCM_SHA256],
+                true,
+            ),
+            (&[CipherSuite::from(0x1305), TLS13_CHACHA20_POLY1305_SHA256], true),
+            // TLS 1.2 only.
+            (
+                &[
+                    TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+                    TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+                ],
+                true,
+            ),
+            (
+                &[
+                    TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+                    TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+                ],
+                false,
+            ),
+            // A suite the port does not offer first: the next one decides.
+            (
+                &[
+                    TLS_RSA_WITH_AES_128_GCM_SHA256,
+                    TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+                ],
+                true,
+            ),
+            (&[], false),
+        ];
+        for (offered, chacha) in cases {
+            assert_eq!(prefers_chacha(offered), *chacha, "{offered:?}");
         }
     }
 }
