@@ -21,6 +21,7 @@ use hyper::server::conn::{http1, http2};
 use hyper::service::Service;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -207,7 +208,7 @@ impl Edge {
         }
     }
 
-    async fn serve_h1<I, S, B>(&self, io: I, service: S, mut shutdown: watch::Receiver<bool>)
+    async fn serve_h1<I, S, B>(&self, io: I, service: S, shutdown: watch::Receiver<bool>)
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
         S: PortService<B>,
@@ -220,21 +221,26 @@ impl Edge {
         // way (and a cleartext one whose first bytes the h2c look has read). So the close
         // is asked for `FIRST_REQUEST_GRACE` after the shutdown: a request read by then is
         // answered (with `Connection: close`), an idle connection is closed.
-        let mut closing = *shutdown.borrow();
+        let mut shutdown = ShutdownSignal::new(shutdown);
+        let mut closing = shutdown.asked();
         let mut close_soon = closing.then(|| Box::pin(tokio::time::sleep(FIRST_REQUEST_GRACE)));
-        let result = loop {
-            tokio::select! {
-                r = std::future::poll_fn(|cx| conn.poll_without_shutdown(cx)) => break r,
-                _ = shutdown.changed(), if !closing => {
-                    closing = true;
-                    close_soon = Some(Box::pin(tokio::time::sleep(FIRST_REQUEST_GRACE)));
-                }
-                _ = async { close_soon.as_mut().expect("guarded").await }, if close_soon.is_some() => {
+        let result = std::future::poll_fn(|cx| loop {
+            if let Poll::Ready(r) = conn.poll_without_shutdown(cx) {
+                return Poll::Ready(r);
+            }
+            if !closing && shutdown.poll(cx).is_ready() {
+                closing = true;
+                close_soon = Some(Box::pin(tokio::time::sleep(FIRST_REQUEST_GRACE)));
+            }
+            match close_soon.as_mut().map(|sleep| sleep.as_mut().poll(cx)) {
+                Some(Poll::Ready(())) => {
                     close_soon = None;
                     Pin::new(&mut conn).graceful_shutdown();
                 }
+                _ => return Poll::Pending,
             }
-        };
+        })
+        .await;
         if let Err(e) = &result {
             // hyper has answered 431 or 400 already; the rest is for the counters.
             if e.is_parse_too_large() {
@@ -247,7 +253,7 @@ impl Edge {
         linger(io, &self.limits).await;
     }
 
-    async fn serve_h2<I, S, B>(&self, io: I, service: S, mut shutdown: watch::Receiver<bool>)
+    async fn serve_h2<I, S, B>(&self, io: I, service: S, shutdown: watch::Receiver<bool>)
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
         S: PortService<B>,
@@ -260,24 +266,66 @@ impl Edge {
         };
         let conn = self.h2.serve_connection(TokioIo::new(io), service);
         tokio::pin!(conn);
-        let mut closing = *shutdown.borrow();
+        let mut shutdown = ShutdownSignal::new(shutdown);
+        let mut closing = shutdown.asked();
         if closing {
             conn.as_mut().graceful_shutdown();
         }
-        let result = loop {
-            tokio::select! {
-                r = conn.as_mut() => break r,
-                _ = shutdown.changed(), if !closing => {
-                    closing = true;
-                    conn.as_mut().graceful_shutdown();
-                }
+        let result = std::future::poll_fn(|cx| loop {
+            if let Poll::Ready(r) = conn.as_mut().poll(cx) {
+                return Poll::Ready(r);
             }
-        };
+            if closing || shutdown.poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            closing = true;
+            conn.as_mut().graceful_shutdown();
+        })
+        .await;
         if let Err(e) = result {
             if !caused_by_io(&e) {
                 self.metrics.refused(Refusal::H2Protocol);
             }
         }
+    }
+}
+
+/// The port's shutdown as one connection sees it. A watch's `changed()` takes, at every
+/// poll, a lock that all the connections of the process share; this one leaves the task's
+/// waker with the watch at its first poll, then reads the watch's version (an atomic load)
+/// at each poll until it moves. (A task's waker stays the same while it lives.)
+struct ShutdownSignal {
+    wait: Pin<Box<dyn Future<Output = ()> + Send>>,
+    version: watch::Receiver<bool>,
+    waiting: bool,
+}
+
+impl ShutdownSignal {
+    fn new(shutdown: watch::Receiver<bool>) -> ShutdownSignal {
+        let mut waits = shutdown.clone();
+        ShutdownSignal {
+            // A dropped sender ends the wait too: nobody can keep the port open any more.
+            wait: Box::pin(async move {
+                let _ = waits.wait_for(|asked| *asked).await;
+            }),
+            version: shutdown,
+            waiting: false,
+        }
+    }
+
+    /// Whether the shutdown was asked already.
+    fn asked(&self) -> bool {
+        *self.version.borrow()
+    }
+
+    /// Ready once the shutdown is asked.
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.waiting && !self.version.has_changed().unwrap_or(true) {
+            return Poll::Pending;
+        }
+        self.version.mark_unchanged();
+        self.waiting = true;
+        self.wait.as_mut().poll(cx)
     }
 }
 
@@ -481,4 +529,62 @@ pub async fn serve_listener_spread<S, B>(
     }
     drop(listener);
     while tasks.join_next().await.is_some() {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::Full;
+    use std::convert::Infallible;
+
+    #[tokio::test]
+    async fn a_shutdown_signal_is_pending_until_asked_and_ready_once_asked_or_abandoned() {
+        let poll = |signal: &mut ShutdownSignal| signal.poll(&mut Context::from_waker(std::task::Waker::noop()));
+        let (tx, rx) = watch::channel(false);
+        let mut signal = ShutdownSignal::new(rx.clone());
+        assert!(!signal.asked());
+        for _ in 0..3 {
+            assert!(poll(&mut signal).is_pending(), "nothing asked yet");
+        }
+        tx.send(true).unwrap();
+        assert!(signal.asked());
+        assert!(
+            poll(&mut signal).is_ready(),
+            "the version moved: the wait is polled and done"
+        );
+
+        let mut abandoned = ShutdownSignal::new(rx);
+        assert!(poll(&mut abandoned).is_ready(), "asked before its first poll");
+        let (tx, rx) = watch::channel(false);
+        let mut abandoned = ShutdownSignal::new(rx);
+        assert!(poll(&mut abandoned).is_pending());
+        drop(tx);
+        assert!(poll(&mut abandoned).is_ready(), "nobody left to keep the port open");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_keep_alive_connection_serves_until_the_shutdown_then_closes() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let edge = Edge::plain(EdgeLimits::default(), PortMetrics::detached());
+        let (mut client, server) = tokio::io::duplex(4096);
+        let (tx, rx) = watch::channel(false);
+        let service = hyper::service::service_fn(|_req: Request<Incoming>| {
+            std::future::ready(Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok")))))
+        });
+        let served = tokio::spawn(async move { edge.serve(server, service, rx).await });
+        let mut buf = vec![0u8; 1024];
+        for _ in 0..3 {
+            client.write_all(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+            let n = client.read(&mut buf).await.unwrap();
+            let answer = String::from_utf8_lossy(&buf[..n]);
+            assert!(answer.starts_with("HTTP/1.1 200") && answer.ends_with("ok"), "{answer}");
+        }
+        let asked = tokio::time::Instant::now();
+        tx.send(true).unwrap();
+        // Idle once the grace is over: closed then (the clock is paused), long before the
+        // keep-alive limit would have closed it.
+        assert_eq!(client.read(&mut buf).await.unwrap(), 0, "closed after the shutdown");
+        assert_eq!(asked.elapsed(), FIRST_REQUEST_GRACE);
+        served.await.unwrap();
+    }
 }

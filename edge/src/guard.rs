@@ -37,12 +37,16 @@ pub struct GuardedIo<S> {
     metrics: PortMetrics,
     timer: Pin<Box<Sleep>>,
     armed_until: Option<Instant>,
-    /// When the first byte of the request not yet answered arrived.
-    head_since: Option<Instant>,
-    /// When the connection last moved bytes.
-    active_at: Instant,
-    /// Since when a write has been waiting for the peer to read.
-    write_blocked_since: Option<Instant>,
+    /// When the request not yet answered is due in full: its first byte's arrival plus
+    /// the head timeout. (Deadlines are kept rather than the times they count from, so
+    /// that checking them at every wait is comparisons, not additions.)
+    head_due: Option<Instant>,
+    /// When an idle connection is due to be closed: its last bytes moved plus the idle
+    /// timeout.
+    idle_due: Instant,
+    /// When a write waiting for the peer to read fails: the start of the wait plus the
+    /// write timeout.
+    write_due: Option<Instant>,
     read_pending: bool,
     /// What happened since the clock was last read, stamped when the connection waits.
     unstamped: Unstamped,
@@ -69,9 +73,9 @@ impl<S> GuardedIo<S> {
             metrics,
             timer: Box::pin(tokio::time::sleep_until(now + timeouts.shortest())),
             armed_until: None,
-            head_since: Some(now),
-            active_at: now,
-            write_blocked_since: None,
+            head_due: Some(now + timeouts.head),
+            idle_due: now + timeouts.idle,
+            write_due: None,
             read_pending: false,
             unstamped: Unstamped::default(),
             waker: None,
@@ -82,7 +86,7 @@ impl<S> GuardedIo<S> {
     /// A request head is due from now on (after a TLS handshake, whose writes would
     /// otherwise count as an answer).
     pub fn expect_head(&mut self) {
-        self.head_since = Some(Instant::now());
+        self.head_due = Some(Instant::now() + self.timeouts.head);
         self.unstamped.head_started = false;
     }
 
@@ -91,13 +95,13 @@ impl<S> GuardedIo<S> {
     fn stamp(&mut self, now: Instant) {
         let u = std::mem::take(&mut self.unstamped);
         if u.moved {
-            self.active_at = now;
+            self.idle_due = now + self.timeouts.idle;
         }
-        if u.head_started {
-            self.head_since.get_or_insert(now);
+        if u.head_started && self.head_due.is_none() {
+            self.head_due = Some(now + self.timeouts.head);
         }
-        if u.write_waits {
-            self.write_blocked_since.get_or_insert(now);
+        if u.write_waits && self.write_due.is_none() {
+            self.write_due = Some(now + self.timeouts.write);
         }
     }
 
@@ -108,18 +112,13 @@ impl<S> GuardedIo<S> {
 
     /// The deadline that has passed, if one has.
     fn expired(&self, now: Instant) -> Option<Refusal> {
-        let t = &self.timeouts;
-        if let Some(since) = self.write_blocked_since {
-            if now >= since + t.write {
-                return Some(Refusal::WriteTimeout);
-            }
+        if self.write_due.is_some_and(|due| now >= due) {
+            return Some(Refusal::WriteTimeout);
         }
         if self.read_pending {
-            match self.head_since {
-                Some(since) if now >= since + t.head => return Some(Refusal::HeadTimeout),
-                None if self.write_blocked_since.is_none() && now >= self.active_at + t.idle => {
-                    return Some(Refusal::IdleTimeout)
-                }
+            match self.head_due {
+                Some(due) if now >= due => return Some(Refusal::HeadTimeout),
+                None if self.write_due.is_none() && now >= self.idle_due => return Some(Refusal::IdleTimeout),
                 _ => {}
             }
         }
@@ -129,16 +128,12 @@ impl<S> GuardedIo<S> {
     /// The earliest deadline that applies now, never further than the shortest limit, so
     /// that a deadline starting later is never earlier than the armed timer.
     fn next_deadline(&self, now: Instant) -> Instant {
-        let t = &self.timeouts;
-        let mut next = now + t.shortest();
-        if let Some(since) = self.write_blocked_since {
-            next = next.min(since + t.write);
+        let mut next = now + self.timeouts.shortest();
+        if let Some(due) = self.write_due {
+            next = next.min(due);
         }
         if self.read_pending {
-            match self.head_since {
-                Some(since) => next = next.min(since + t.head),
-                None => next = next.min(self.active_at + t.idle),
-            }
+            next = next.min(self.head_due.unwrap_or(self.idle_due));
         }
         next
     }
@@ -191,8 +186,8 @@ impl<S> GuardedIo<S> {
 
     fn wrote(&mut self) {
         // Bytes going out mean the request in progress was answered.
-        self.head_since = None;
-        self.write_blocked_since = None;
+        self.head_due = None;
+        self.write_due = None;
         self.unstamped.head_started = false;
         self.unstamped.write_waits = false;
         self.unstamped.moved = true;
@@ -228,7 +223,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for GuardedIo<S> {
                 this.read_pending = false;
                 if buf.filled().len() > before {
                     this.unstamped.moved = true;
-                    if this.head_since.is_none() {
+                    if this.head_due.is_none() {
                         this.unstamped.head_started = true;
                     }
                 }
@@ -271,7 +266,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for GuardedIo<S> {
         this.check_refused()?;
         match Pin::new(&mut this.inner).poll_flush(cx) {
             Poll::Ready(r) => {
-                this.write_blocked_since = None;
+                this.write_due = None;
                 this.unstamped.write_waits = false;
                 Poll::Ready(r)
             }

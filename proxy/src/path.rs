@@ -166,12 +166,11 @@ impl RedirectPath {
     /// The tiers that need no waiting: L1 and, without L2, the issued-code filter. `None` means
     /// the code needs [`RedirectPath::resolve_beyond_memory`].
     pub fn resolve_from_memory(&self, code: &str, now: UnixMillis) -> Option<Resolution> {
-        let cached = self.usable_l1(code, now);
-        if let Some(entry) = &cached {
+        if let Some(entry) = self.usable_l1(code, now) {
             match entry.verdict(now) {
                 CachedVerdict::Redirect => {
                     self.metrics.l1_hits.inc();
-                    return Some(Resolution::Redirect(entry.clone()));
+                    return Some(Resolution::Redirect(entry));
                 }
                 CachedVerdict::Tombstone => {
                     self.metrics.l1_tombstones.inc();
