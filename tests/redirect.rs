@@ -358,6 +358,41 @@ async fn an_alias_probed_then_created_is_served_at_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_answers_that_looked_past_memory_are_timed_and_every_answer_is_counted() {
+    let dir = temp_dir();
+    let code;
+    {
+        let rb = Rebound::start(dir.path(), &[]);
+        code = rb.create(json!({"long_url": "https://example.com/timed"})).await["code"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+    }
+    // A fresh process: the first request reads the store, the next ones are L1 hits.
+    let rb = Rebound::start(dir.path(), &[]);
+    rb.wait_ready().await;
+    const TIMED: &str = "rebound_redirect_lookup_duration_seconds_count";
+    const REDIRECTS: &str = r#"rebound_redirect_requests_total{outcome="redirect"}"#;
+    const BAD_PATHS: &str = r#"rebound_redirect_requests_total{outcome="bad_path"}"#;
+    let (timed, redirects, bad_paths) = (
+        rb.metric(TIMED).await,
+        rb.metric(REDIRECTS).await,
+        rb.metric(BAD_PATHS).await,
+    );
+    for _ in 0..4 {
+        assert_eq!(rb.get(&format!("/{code}")).await.status(), StatusCode::FOUND);
+    }
+    assert_eq!(rb.get("/no!such!code").await.status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        rb.metric(TIMED).await - timed,
+        1.0,
+        "the store read is timed, the L1 hits and the refusal are not"
+    );
+    assert_eq!(rb.metric(REDIRECTS).await - redirects, 4.0, "every redirect is counted");
+    assert_eq!(rb.metric(BAD_PATHS).await - bad_paths, 1.0, "the refusal is counted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_concurrent_requests_for_one_cold_code_make_one_store_read() {
     let dir = temp_dir();
     let code;

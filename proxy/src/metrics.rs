@@ -36,7 +36,8 @@ pub struct ProxyMetrics {
     pub click_batches_written: IntCounter,
     pub click_write_seconds: Counter,
     pub bloom_loaded_codes: IntGauge,
-    pub latency: Histogram,
+    /// Answers that looked past memory (L2, the issued-code filter, the store), timed.
+    pub lookup_latency: Histogram,
 }
 
 impl ProxyMetrics {
@@ -145,11 +146,11 @@ impl ProxyMetrics {
                     "Aliases inserted into the issued-code filter (from the alias index and the creation feed); generated codes are told by the high-water mark",
                 )?,
             )?,
-            latency: {
+            lookup_latency: {
                 let h = Histogram::with_opts(
                     HistogramOpts::new(
-                        "rebound_redirect_duration_seconds",
-                        "Time to answer a request on the redirect port",
+                        "rebound_redirect_lookup_duration_seconds",
+                        "Time to answer a request on the redirect port whose code was looked up past memory (L2, the issued-code filter, the store). Answers from memory and refused requests never wait and are not timed: every request is in rebound_redirect_requests_total",
                     )
                     .buckets(vec![
                         0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0,

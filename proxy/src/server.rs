@@ -156,14 +156,7 @@ impl RedirectAnswers {
     }
 
     /// The answer for what the path decided.
-    fn reply(
-        &self,
-        resolution: Resolution,
-        is_get: bool,
-        query: Option<&str>,
-        now: UnixMillis,
-        started: Instant,
-    ) -> Reply {
+    fn reply(&self, resolution: Resolution, is_get: bool, query: Option<&str>, now: UnixMillis) -> Reply {
         let m = &self.path.metrics;
         let status = match resolution {
             Resolution::Redirect(entry) => match entry.redirect() {
@@ -183,7 +176,6 @@ impl RedirectAnswers {
                         if is_get {
                             self.clicks.record(&entry);
                         }
-                        m.latency.observe(started.elapsed().as_secs_f64());
                         return res;
                     }
                     m.unavailable.inc();
@@ -207,7 +199,6 @@ impl RedirectAnswers {
                 StatusCode::SERVICE_UNAVAILABLE
             }
         };
-        m.latency.observe(started.elapsed().as_secs_f64());
         self.refuse(Refusal::Status(status), !is_get)
     }
 }
@@ -221,32 +212,30 @@ impl hyper::service::Service<Request<Incoming>> for Redirects {
     type Future = Either<Ready<Result<Reply, Infallible>>, Lookup>;
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
-        let started = Instant::now();
         let answers = &self.0;
         let code = match answers.check(&req) {
             Ok(code) => code,
-            Err(refusal) => {
-                answers.path.metrics.latency.observe(started.elapsed().as_secs_f64());
-                return Either::Left(ready(Ok(answers.refuse(refusal, req.method() == Method::HEAD))));
-            }
+            Err(refusal) => return Either::Left(ready(Ok(answers.refuse(refusal, req.method() == Method::HEAD)))),
         };
         let is_get = req.method() == Method::GET;
         let now = answers.path.clock.now_millis();
         match answers.path.resolve_from_memory(code, now) {
-            Some(resolution) => Either::Left(ready(Ok(answers.reply(
-                resolution,
-                is_get,
-                req.uri().query(),
-                now,
-                started,
-            )))),
+            Some(resolution) => Either::Left(ready(Ok(answers.reply(resolution, is_get, req.uri().query(), now)))),
             None => {
                 let (answers, code) = (self.0.clone(), code.to_owned());
                 let query = req.uri().query().map(str::to_owned);
+                // Only what waits is timed: an answer from memory or a refusal never waits.
+                let started = Instant::now();
                 Either::Right(Box::pin(async move {
                     let resolution = answers.path.resolve_beyond_memory(&code).await;
                     let now = answers.path.clock.now_millis();
-                    Ok(answers.reply(resolution, is_get, query.as_deref(), now, started))
+                    let reply = answers.reply(resolution, is_get, query.as_deref(), now);
+                    answers
+                        .path
+                        .metrics
+                        .lookup_latency
+                        .observe(started.elapsed().as_secs_f64());
+                    Ok(reply)
                 }))
             }
         }
