@@ -197,6 +197,78 @@ fn curl_answer(args: &[&str], url: &str) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// The header names of each response in `text` (heads, each after the body before it),
+/// sorted, lower-case.
+fn response_header_names(text: &str) -> Vec<Vec<String>> {
+    text.split("\r\n\r\n")
+        .filter_map(|chunk| chunk.find("HTTP/").map(|at| &chunk[at..]))
+        .map(|head| {
+            let mut names: Vec<String> = head
+                .lines()
+                .skip(1)
+                .filter_map(|line| line.split_once(':'))
+                .map(|(name, _)| name.trim().to_ascii_lowercase())
+                .collect();
+            names.sort();
+            names
+        })
+        .collect()
+}
+
+/// A redirect carries its own headers and never one that a request on its connection sent
+/// (a reflected `Cookie` or `Authorization` would leak it to the destination's logs and
+/// caches), over HTTP/1.1 (pipelined on one connection, a request of many headers among
+/// them) and over h2c. A guard for any reuse of the request's header map for the response,
+/// which hyper's HTTP/1 connection invites by keeping each response's map for the next
+/// request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redirect_carries_none_of_the_headers_of_the_requests_on_its_connection() {
+    let dir = temp_dir();
+    let rb = Rebound::start(dir.path(), &[]);
+    rb.create(json!({"long_url": "https://example.com/b", "custom_alias": "plain"}))
+        .await;
+    let many: String = (0..40).map(|i| format!("X-Pad-{i}: {i}\r\n")).collect();
+    let pipelined = format!(
+        "GET /plain HTTP/1.1\r\nHost: x\r\nCookie: secret=1\r\nAuthorization: Bearer t\r\nX-Echo: no\r\n\r\n\
+         GET /plain HTTP/1.1\r\nHost: x\r\n{many}\r\n\
+         GET /nothere HTTP/1.1\r\nHost: x\r\nX-Echo: no\r\n\r\n\
+         GET /plain HTTP/1.1\r\nHost: x\r\nX-Last: 1\r\nConnection: close\r\n\r\n"
+    );
+    let (text, closed) = raw_exchange(&rb.run.addrs["redirect"], pipelined.as_bytes(), Duration::from_secs(5));
+    assert!(closed, "the last request asked to close: {text}");
+    assert_eq!(text.matches("HTTP/1.1 302 Found").count(), 3, "{text}");
+    assert_eq!(text.matches("location: https://example.com/b\r\n").count(), 3, "{text}");
+    let redirect = ["cache-control", "content-length", "date", "location"];
+    let not_found = [
+        "cache-control",
+        "content-length",
+        "content-security-policy",
+        "content-type",
+        "date",
+    ];
+    let mut last = redirect.to_vec();
+    last.insert(1, "connection");
+    assert_eq!(
+        response_header_names(&text),
+        [&redirect[..], &redirect[..], &not_found[..], &last[..]],
+        "{text}"
+    );
+
+    let out = std::process::Command::new("curl")
+        .args(["-s", "--http2-prior-knowledge", "-D", "-", "-o", "/dev/null"])
+        .args(["-H", "Cookie: secret=1", "-H", "X-Echo: no"])
+        .arg(rb.redirect_url("/plain"))
+        .output()
+        .expect("curl (scripts/test installs it)");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("HTTP/2 302"), "{text}");
+    assert_eq!(
+        response_header_names(&text),
+        [["cache-control", "date", "location"]],
+        "{text}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_links_get_a_page_over_http1_and_h2_and_head_gets_no_body() {
     let dir = temp_dir();
