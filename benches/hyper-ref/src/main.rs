@@ -60,9 +60,22 @@ fn answer(table: &Table, req: &Request<Incoming>) -> Response<Empty<Bytes>> {
     res
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    match run().await {
+/// tokio's multi-threaded runtime (its default, a worker per core), or with
+/// `HYPER_REF_RUNTIME=current_thread` one thread: the cheapest hyper can be per request, the
+/// floor that any server on hyper starts from (benches/results, issue 9's workload).
+fn main() -> ExitCode {
+    let runtime = match std::env::var("HYPER_REF_RUNTIME").as_deref() {
+        Ok("current_thread") => tokio::runtime::Builder::new_current_thread().enable_all().build(),
+        _ => tokio::runtime::Builder::new_multi_thread().enable_all().build(),
+    };
+    let runtime = match runtime {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("hyper-ref: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("hyper-ref: {e}");
