@@ -29,6 +29,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::{watch, Semaphore};
 use tokio_rustls::LazyConfigAcceptor;
+use tokio_util::task::TaskTracker;
 
 /// How long an HTTP/1 connection still waits for its first request once the port shuts
 /// down (Pingora gives connections one second of grace and two more before it stops).
@@ -487,7 +488,9 @@ pub async fn serve_listener_spread<S, B>(
     B: PortBody,
 {
     let here = tokio::runtime::Handle::current().id();
-    let mut tasks = tokio::task::JoinSet::new();
+    // Counts the connections still open, and nothing else: a finished connection's task is
+    // freed as it ends (a JoinSet would keep each one until joined).
+    let open = TaskTracker::new();
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -499,21 +502,18 @@ pub async fn serve_listener_spread<S, B>(
                 let (edge, service, shutdown) = (edge.clone(), make_service(peer), shutdown.clone());
                 let runtime = pick_runtime();
                 if runtime.id() == here {
-                    tasks.spawn(async move { edge.serve(stream, service, shutdown).await });
+                    tokio::spawn(open.track_future(async move { edge.serve(stream, service, shutdown).await }));
                     continue;
                 }
                 // Registered with this runtime's reactor: moved to the other one's, inside it.
                 match stream.into_std() {
                     Ok(stream) => {
-                        tasks.spawn_on(
-                            async move {
-                                match tokio::net::TcpStream::from_std(stream) {
-                                    Ok(stream) => edge.serve(stream, service, shutdown).await,
-                                    Err(e) => tracing::warn!(error = %e, "cannot move a connection to its runtime"),
-                                }
-                            },
-                            &runtime,
-                        );
+                        runtime.spawn(open.track_future(async move {
+                            match tokio::net::TcpStream::from_std(stream) {
+                                Ok(stream) => edge.serve(stream, service, shutdown).await,
+                                Err(e) => tracing::warn!(error = %e, "cannot move a connection to its runtime"),
+                            }
+                        }));
                     }
                     Err(e) => tracing::warn!(error = %e, "cannot move a connection to its runtime"),
                 }
@@ -525,10 +525,10 @@ pub async fn serve_listener_spread<S, B>(
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
         }
-        while tasks.try_join_next().is_some() {}
     }
     drop(listener);
-    while tasks.join_next().await.is_some() {}
+    open.close();
+    open.wait().await;
 }
 
 #[cfg(test)]
