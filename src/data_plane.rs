@@ -14,7 +14,7 @@ use rebound_core::Clock;
 use rebound_edge::tls::{watch_certificate, CertificateFiles, ReloadableCert};
 use rebound_edge::Edge;
 use rebound_proxy::clicks::{run_click_shipper, ClickPacing, ClickQueue, ClickWriter, RollupsWithPending};
-use rebound_proxy::distributed::{run_creation_feed, run_heartbeat, run_invalidation_listener, sync_embedded_filter};
+use rebound_proxy::distributed::{run_creation_feed, run_invalidation_listener, run_keepalive, sync_embedded_filter};
 use rebound_proxy::events::InProcessLinkEvents;
 use rebound_proxy::issued::IssuedCodeGate;
 use rebound_proxy::l1::L1;
@@ -76,7 +76,7 @@ impl DataPlaneListeners {
 pub enum Fleet {
     /// The all-in-one: the control plane in this process tells L1 and the filter directly.
     InProcess,
-    /// A proxy with Redis: L2, the invalidation channel (with heartbeats and
+    /// A proxy with Redis: L2, the invalidation channel (with keepalives and
     /// acknowledgements) and the creation feed.
     Redis(Arc<RedisCache>),
     /// A proxy without Redis: no L2 and no channel, so L1 entries live at most `l1_ttl`
@@ -222,6 +222,11 @@ impl DataPlane {
 
         let (stop_tx, stop) = watch::channel(false);
         let (clicks_stop_tx, clicks_stop) = watch::channel(false);
+        // The fleet's tasks run until the redirect server has drained: a proxy still
+        // serving keeps its invalidations coming and stays in the registry.
+        let (fleet_stop_tx, fleet_stop) = watch::channel(false);
+        let mut fleet_tasks = Vec::new();
+        let mut leaving = None;
         let tasks = {
             let _enter = runtime.enter();
             let mut tasks = vec![
@@ -242,21 +247,26 @@ impl DataPlane {
                     // This process's name in the proxies' registry and in its acknowledgements.
                     let proxy: Arc<str> =
                         Arc::from(format!("{:x}{:x}", self.clock.now_millis(), std::process::id()));
-                    tasks.push(tokio::spawn(run_invalidation_listener(
+                    fleet_tasks.push(tokio::spawn(run_invalidation_listener(
                         cache.clone(),
                         proxy.clone(),
                         self.l1.clone(),
                         trust,
                         self.clock.clone(),
-                        stop.clone(),
+                        // Trust lapses after the timeout without a keepalive; the silent
+                        // subscription is replaced then too.
+                        Duration::from_millis(r.invalidation_timeout_ms),
+                        fleet_stop.clone(),
                     )));
-                    tasks.push(tokio::spawn(run_heartbeat(
+                    fleet_tasks.push(tokio::spawn(run_keepalive(cache.clone(), proxy.clone(), fleet_stop.clone())));
+                    fleet_tasks.push(tokio::spawn(run_creation_feed(
                         cache.clone(),
-                        proxy,
-                        self.clock.clone(),
-                        stop.clone(),
+                        self.issued.clone(),
+                        store,
+                        self.code_key,
+                        fleet_stop,
                     )));
-                    tasks.push(tokio::spawn(run_creation_feed(cache, self.issued.clone(), store, self.code_key, stop)));
+                    leaving = Some((cache, proxy));
                 }
                 Fleet::Alone => tracing::warn!(
                     "no REBOUND_REDIS_URL: no L2 and no invalidation channel, so L1 entries live at most l1_ttl and the issued-code filter is bypassed"
@@ -289,9 +299,20 @@ impl DataPlane {
                 how
             },
         )?;
-        // The redirect server has drained: ship the last clicks, stop the tasks.
+        // The redirect server has drained: leave the registry (the next delete need not wait
+        // for this proxy), ship the last clicks, stop the tasks.
         let _ = clicks_stop_tx.send(true);
-        runtime.block_on(drain(tasks, Duration::from_secs(5)));
+        let _ = fleet_stop_tx.send(true);
+        runtime.block_on(async {
+            drain(fleet_tasks, Duration::from_secs(1)).await;
+            if let Some((channel, proxy)) = leaving {
+                let left = tokio::time::timeout(Duration::from_secs(1), channel.deregister(&proxy)).await;
+                if !matches!(left, Ok(Ok(()))) {
+                    tracing::warn!("could not leave the proxies' registry; deletes wait for this proxy until its registration ages out");
+                }
+            }
+            drain(tasks, Duration::from_secs(5)).await
+        });
         Ok(())
     }
 

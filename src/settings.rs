@@ -32,7 +32,7 @@ pub struct RedirectSettings {
     pub cache_max_age_secs: u64,
     /// How many links L1 holds.
     pub l1_capacity: usize,
-    /// How long without a heartbeat before the invalidation channel counts as broken.
+    /// How long without its own keepalive before a proxy counts its channel as broken.
     pub invalidation_timeout_ms: u64,
     /// Longest life of an L1 entry while the invalidation channel is broken.
     pub l1_ttl_ms: u64,

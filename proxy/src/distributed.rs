@@ -1,6 +1,6 @@
 //! The data plane's background tasks in distributed mode, over the fleet ports (Redis in
-//! production, the fakes in the tests below): the invalidation listener (with heartbeats
-//! that tell whether L1 may be trusted), the heartbeat publisher, and the creation feed
+//! production, the fakes in the tests below): the invalidation listener (whose own
+//! keepalives tell whether L1 may be trusted), the keepalive sender, and the creation feed
 //! that keeps the issued-code filter current. None of them is ever awaited by a request.
 
 use crate::issued::{IssuedCodeGate, SyncError};
@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
-/// How often each proxy publishes a heartbeat on the channel it listens to.
-pub const HEARTBEAT_EVERY: Duration = Duration::from_millis(250);
+/// How often each proxy sends its keepalive through its own subscription (and registers).
+pub const KEEPALIVE_EVERY: Duration = Duration::from_millis(250);
 /// Pause before reconnecting a broken subscription or feed.
 const RETRY_AFTER: Duration = Duration::from_millis(250);
 /// How long one creation-feed read blocks waiting for entries.
@@ -31,22 +31,30 @@ async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|s| *s).await;
 }
 
-/// Listens to the invalidation and heartbeat channels: every message proves the channel
-/// alive; an invalidation puts the tombstone with its version into L1, and is then
-/// acknowledged as `proxy`.
+/// Listens to the invalidations on this proxy's own subscription: an invalidation puts the
+/// tombstone with its version into L1 and is then acknowledged as `proxy`; the proxy's own
+/// keepalive proves the subscription still delivers. Any end of a subscription, and a
+/// subscription silent for `silent_after` (a half-open connection), is a lapse: L1 is not
+/// trusted until a new subscription is heard, and then emptied.
 pub async fn run_invalidation_listener(
     channel: Arc<dyn InvalidationChannel>,
     proxy: Arc<str>,
     l1: Arc<L1>,
     trust: Arc<InvalidationTrust>,
     clock: Arc<dyn Clock>,
+    silent_after: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let policy = CachePolicy::default();
     loop {
         let session = async {
-            let mut messages = channel.subscribe().await?;
-            while let Some(message) = messages.next().await {
+            let mut messages = channel.subscribe(&proxy).await?;
+            loop {
+                let message = match tokio::time::timeout(silent_after, messages.next()).await {
+                    Ok(Some(message)) => message,
+                    Ok(None) => return Ok(Lapse::Ended),
+                    Err(_) => return Ok(Lapse::Silent),
+                };
                 let now = clock.now_millis();
                 trust.heard(now, &l1);
                 match message {
@@ -57,23 +65,28 @@ pub async fn run_invalidation_listener(
                         let (channel, proxy) = (channel.clone(), proxy.clone());
                         tokio::spawn(async move {
                             let ack = channel.acknowledge(&proxy, version, &code);
-                            let _ = tokio::time::timeout(HEARTBEAT_EVERY * 4, ack).await;
+                            let _ = tokio::time::timeout(KEEPALIVE_EVERY * 4, ack).await;
                         });
                     }
-                    ChannelMessage::Heartbeat => {}
+                    ChannelMessage::Keepalive => {}
                     ChannelMessage::Malformed => tracing::warn!("ignoring a malformed invalidation message"),
                 }
             }
-            Ok::<(), rebound_store::StoreError>(())
         };
-        tokio::select! {
-            result = session => {
-                match result {
-                    Err(e) => tracing::warn!(error = %e, "invalidation channel lost; L1 entries now live at most l1_ttl"),
-                    Ok(()) => tracing::warn!("invalidation channel closed; L1 entries now live at most l1_ttl"),
-                }
-            }
+        let ended: Result<Lapse, rebound_store::StoreError> = tokio::select! {
+            result = session => result,
             _ = stopped(&mut shutdown) => return,
+        };
+        // Whatever ended it, invalidations sent from now until the next subscription is
+        // heard are presumed missed.
+        trust.lapse();
+        match ended {
+            Err(e) => tracing::warn!(error = %e, "invalidation channel lost; L1 entries now live at most l1_ttl"),
+            Ok(Lapse::Ended) => tracing::warn!("invalidation channel closed; L1 entries now live at most l1_ttl"),
+            Ok(Lapse::Silent) => tracing::warn!(
+                ms = silent_after.as_millis() as u64,
+                "invalidation channel silent (no keepalive came back); replacing it, L1 entries live at most l1_ttl meanwhile"
+            ),
         }
         tokio::select! {
             _ = tokio::time::sleep(RETRY_AFTER) => {}
@@ -82,19 +95,26 @@ pub async fn run_invalidation_listener(
     }
 }
 
-/// Publishes heartbeats so every proxy can tell a live channel from a silent one; each
-/// registers this proxy (`proxy`) as live, so deletes wait for its acknowledgements.
-pub async fn run_heartbeat(
+/// How a subscription that did not fail ended.
+enum Lapse {
+    /// The stream ended (the connection was closed or cut).
+    Ended,
+    /// Nothing came, not even this proxy's keepalive.
+    Silent,
+}
+
+/// Sends this proxy's keepalives through the channel (each registers it as live, so
+/// deletes wait for its acknowledgements) until `shutdown`.
+pub async fn run_keepalive(
     channel: Arc<dyn InvalidationChannel>,
     proxy: Arc<str>,
-    clock: Arc<dyn Clock>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut tick = tokio::time::interval(HEARTBEAT_EVERY);
+    let mut tick = tokio::time::interval(KEEPALIVE_EVERY);
     loop {
         tokio::select! {
             _ = tick.tick() => {
-                let _ = tokio::time::timeout(HEARTBEAT_EVERY, channel.publish_heartbeat(&proxy, clock.now_millis())).await;
+                let _ = tokio::time::timeout(KEEPALIVE_EVERY, channel.keepalive(&proxy)).await;
             }
             _ = stopped(&mut shutdown) => return,
         }
@@ -245,6 +265,8 @@ mod tests {
         CacheRecord::active(&link, now, &CachePolicy::default())
     }
 
+    const SILENT_AFTER: Duration = Duration::from_secs(2);
+
     /// Runs the listener on a fake channel; returns what it shares and the stop switch.
     async fn listening(
         channel: Arc<MemoryChannel>,
@@ -264,6 +286,7 @@ mod tests {
             l1.clone(),
             trust.clone(),
             clock.clone(),
+            SILENT_AFTER,
             shutdown,
         ));
         while channel.subscribers() == 0 {
@@ -290,11 +313,13 @@ mod tests {
         let (l1, trust, clock, stop, task) = listening(channel.clone()).await;
         let now = clock.now_millis();
         assert!(!trust.is_trusted(now), "nothing heard yet");
-        channel.send(ChannelMessage::Heartbeat);
+        channel.send(ChannelMessage::Keepalive);
         until(|| trust.is_trusted(now)).await;
+        clock.advance(1);
+        let now = clock.now_millis();
         l1.fill("abc", active("abc", 1, now), now);
-        channel.send(ChannelMessage::Heartbeat);
-        // Messages are handled in order: once this one is, the heartbeat before it was.
+        channel.send(ChannelMessage::Keepalive);
+        // Messages are handled in order: once this one is, the keepalive before it was.
         channel.send(ChannelMessage::Invalidate {
             version: 1,
             code: "zzz".into(),
@@ -302,7 +327,7 @@ mod tests {
         until(|| l1.get("zzz").is_some()).await;
         assert!(
             l1.get("abc").is_some_and(|e| e.redirect().is_some()),
-            "a heartbeat invalidates nothing"
+            "a keepalive invalidates nothing"
         );
 
         channel.send(ChannelMessage::Invalidate {
@@ -347,6 +372,74 @@ mod tests {
         until(|| l1.get("abc").is_some_and(|e| e.version() == 5)).await;
         stop.send(true).unwrap();
         task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_cut_subscription_is_a_lapse_at_once_and_l1_is_emptied_when_the_next_one_is_heard() {
+        let channel = Arc::new(MemoryChannel::default());
+        let (l1, trust, clock, stop, task) = listening(channel.clone()).await;
+        channel.send(ChannelMessage::Keepalive);
+        let now = clock.now_millis();
+        until(|| trust.is_trusted(now)).await;
+        clock.advance(1);
+        let filled = clock.now_millis();
+        l1.fill("abc", active("abc", 1, filled), filled);
+        // The connection is cut and remade at once (a failover, a CLIENT KILL): well
+        // within the timeout, but invalidations sent meanwhile are lost.
+        channel.cut();
+        until(|| !trust.is_trusted(clock.now_millis())).await;
+        until(|| channel.subscribers() == 1).await;
+        assert!(l1.get("abc").is_some(), "kept until the channel is heard again");
+        channel.send(ChannelMessage::Keepalive);
+        until(|| trust.is_trusted(clock.now_millis())).await;
+        assert!(l1.get("abc").is_none(), "emptied: an invalidation may have been missed");
+        stop.send(true).unwrap();
+        task.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_subscription_that_hears_nothing_is_replaced_and_is_a_lapse() {
+        let channel = Arc::new(MemoryChannel::default());
+        let (_l1, trust, clock, stop, task) = listening(channel.clone()).await;
+        channel.send(ChannelMessage::Keepalive);
+        until(|| trust.is_trusted(clock.now_millis())).await;
+        // Half-open: the subscription stays, nothing arrives, not even the keepalives.
+        let subscribed = channel.subscriptions();
+        tokio::time::sleep(SILENT_AFTER + Duration::from_millis(10)).await;
+        until(|| channel.subscriptions() > subscribed).await;
+        assert!(!trust.is_trusted(clock.now_millis()), "silent for the timeout: a lapse");
+        stop.send(true).unwrap();
+        task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn keepalives_register_the_proxy_and_reach_only_its_own_subscription() {
+        let channel = Arc::new(MemoryChannel::default());
+        let mut mine = channel.subscribe("p1").await.unwrap();
+        let mut other = channel.subscribe("p2").await.unwrap();
+        let (stop, shutdown) = watch::channel(false);
+        let task = tokio::spawn(run_keepalive(channel.clone(), Arc::from("p1"), shutdown));
+        let heard = tokio::time::timeout(Duration::from_secs(5), mine.next()).await.unwrap();
+        assert_eq!(heard, Some(ChannelMessage::Keepalive));
+        assert!(channel.registrations().iter().any(|(p, _)| p == "p1"));
+        channel.send(ChannelMessage::Invalidate {
+            version: 1,
+            code: "abc".into(),
+        });
+        assert_eq!(
+            tokio::time::timeout(Duration::from_secs(5), other.next())
+                .await
+                .unwrap(),
+            Some(ChannelMessage::Invalidate {
+                version: 1,
+                code: "abc".into()
+            }),
+            "p2 hears the invalidation and none of p1's keepalives"
+        );
+        stop.send(true).unwrap();
+        task.await.unwrap();
+        channel.deregister("p1").await.unwrap();
+        assert!(channel.registrations().is_empty());
     }
 
     /// A store as a control plane leaves it: the permutation key, a complete alias index.

@@ -13,7 +13,7 @@
 //! - `flight`: single-flight, one store read per code however many requests miss.
 //! - `clicks`: clicks counted on L1 entries, the lock-free click queue, the paced
 //!   shipper and its sinks (store or SQS), and the stats that add pending clicks.
-//! - `distributed`: the Redis tasks: invalidation listener, heartbeats, creation feed.
+//! - `distributed`: the Redis tasks: invalidation listener, keepalives, creation feed.
 //! - `events`: the link-event port carried in process (all-in-one).
 //! - `metrics`: every metric of the data plane.
 //! - `pages`: the prebuilt 404, 410 and `/` answers (static pages, or configured redirects).

@@ -26,6 +26,7 @@ pub struct ProxyMetrics {
     pub store_errors: IntCounter,
     pub singleflight_waits: IntCounter,
     pub stale_served: IntCounter,
+    pub fills_dropped: IntCounter,
     pub clicks_queued: IntCounter,
     pub clicks_dropped: IntCounter,
     pub clicks_flushed: IntCounter,
@@ -97,6 +98,10 @@ impl ProxyMetrics {
                 "rebound_stale_served_total",
                 "Redirects served from a stale record because the store failed",
             )?,
+            fills_dropped: counter(
+                "rebound_l1_fills_dropped_total",
+                "Reads whose answer was kept out of L1 because the invalidation channel lapsed while they were in flight",
+            )?,
             clicks_queued: counter(
                 "rebound_clicks_queued_total",
                 "Clicks taken off the redirect path for shipping (counted on the L1 entries, then taken)",
@@ -167,7 +172,7 @@ impl ProxyMetrics {
 }
 
 /// `rebound_bloom_current`, `rebound_issued_high_water` and
-/// `rebound_invalidation_channel_healthy`, read from the filter and the channel's heartbeat
+/// `rebound_invalidation_channel_healthy`, read from the filter and the proxy's own keepalive
 /// at scrape time (nothing on the request path).
 pub struct TierHealth {
     bloom: std::sync::Arc<crate::issued::IssuedCodeGate>,
@@ -205,7 +210,7 @@ impl TierHealth {
                 clock,
                 IntGauge::new(
                     "rebound_invalidation_channel_healthy",
-                    "1 while a heartbeat was heard on the invalidation channel within invalidation_timeout; 0 while L1 is not trusted",
+                    "1 while this proxy heard its own keepalive on the invalidation channel within invalidation_timeout (no lapse since); 0 while L1 is not trusted",
                 )?,
             )),
             None => None,

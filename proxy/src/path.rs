@@ -10,7 +10,7 @@ use rebound_core::cache::CachePolicy;
 use rebound_core::{decide_redirect, CacheRecord, CachedVerdict, Clock, Link, StoreVerdict, UnixMillis};
 use rebound_store::LinkReads;
 use rebound_store::RecordCache;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,14 +27,17 @@ pub enum Resolution {
     Unavailable,
 }
 
-/// Whether this proxy may trust its L1: only while its invalidation channel is healthy
-/// (a heartbeat within `timeout`). Otherwise entries live at most `l1_ttl`, and L1 is
-/// emptied when the channel comes back.
+/// Whether this proxy may trust its L1: only while its own subscription is known to
+/// deliver (its keepalive heard within `timeout`, with no end of the subscription since).
+/// Otherwise entries live at most `l1_ttl`, and L1 is emptied when the channel comes back.
 pub struct InvalidationTrust {
     timeout_ms: i64,
     l1_ttl_ms: i64,
-    last_heartbeat: AtomicI64,
+    last_heard: AtomicI64,
     lapsed: AtomicBool,
+    /// Moves at every lapse and every emptying of L1: a read in flight across a move may
+    /// predate an invalidation that the gap swallowed, so its answer does not go into L1.
+    epoch: AtomicU64,
 }
 
 impl InvalidationTrust {
@@ -43,14 +46,28 @@ impl InvalidationTrust {
         InvalidationTrust {
             timeout_ms: timeout.as_millis() as i64,
             l1_ttl_ms: l1_ttl.as_millis() as i64,
-            last_heartbeat: AtomicI64::new(i64::MIN / 2),
+            last_heard: AtomicI64::new(i64::MIN / 2),
             lapsed: AtomicBool::new(true),
+            epoch: AtomicU64::new(0),
         }
     }
 
-    /// True while a heartbeat was heard within the timeout.
+    /// True while the subscription was heard from within the timeout, with no lapse since.
     pub fn is_trusted(&self, now: UnixMillis) -> bool {
-        now - self.last_heartbeat.load(Ordering::Acquire) <= self.timeout_ms
+        now - self.last_heard.load(Ordering::Acquire) <= self.timeout_ms
+    }
+
+    /// The subscription ended or went silent: invalidations sent from now on may be
+    /// missed, so L1 is not trusted until the next subscription is heard, and then emptied.
+    pub fn lapse(&self) {
+        self.lapsed.store(true, Ordering::Release);
+        self.last_heard.store(i64::MIN / 2, Ordering::Release);
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The number of lapses and emptyings so far: a read compares it before and after.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
     }
 
     /// Records a message from the channel. When the channel had lapsed, L1 is emptied first:
@@ -60,9 +77,11 @@ impl InvalidationTrust {
             self.lapsed.store(true, Ordering::Release);
         }
         if self.lapsed.swap(false, Ordering::AcqRel) {
+            // Before the clear: a read still in flight must not fill L1 after it.
+            self.epoch.fetch_add(1, Ordering::AcqRel);
             l1.clear();
         }
-        self.last_heartbeat.store(now, Ordering::Release);
+        self.last_heard.store(now, Ordering::Release);
     }
 
     /// Whether `entry` may be used at `now`.
@@ -207,11 +226,15 @@ impl RedirectPath {
     /// read. The answer is shared with the callers that waited; `true` with it when it is a
     /// stale record served because the store failed.
     async fn fetch_and_cache(&self, code: &str) -> (Resolution, bool) {
+        // L1 entries are stamped with the start of the read they came from: what they hold
+        // may be as old as that.
+        let read_from = self.clock.now_millis();
+        let epoch = self.trust.as_ref().map(|t| t.epoch());
         let fetched = self.fetch(code).await;
         let now = self.clock.now_millis();
         match fetched {
             Fetched::NeverIssued => (Resolution::NotFound, false),
-            Fetched::FromL2(record) => (self.answer_from(self.l1.fill(code, record, now), now), false),
+            Fetched::FromL2(record) => (self.answer_from(self.fill(code, record, read_from, epoch), now), false),
             Fetched::FromStore(Ok(item), _) => match decide_redirect(item.as_ref(), now) {
                 StoreVerdict::Redirect => {
                     let link = item.as_ref().expect("a redirect has a link");
@@ -219,7 +242,7 @@ impl RedirectPath {
                     self.populate_l2(code, &record, now);
                     // A newer tombstone may have landed while the read was in flight: the
                     // fill keeps it, and the answer follows what L1 holds.
-                    (self.answer_from(self.l1.fill(code, record, now), now), false)
+                    (self.answer_from(self.fill(code, record, read_from, epoch), now), false)
                 }
                 StoreVerdict::NotFound => (Resolution::NotFound, false),
                 StoreVerdict::Gone => (Resolution::Gone, false),
@@ -227,7 +250,7 @@ impl RedirectPath {
                     let version = item.as_ref().map_or(0, |l| l.version);
                     let record = CacheRecord::tombstone(version, now, &self.policy);
                     self.populate_l2(code, &record, now);
-                    self.l1.fill(code, record, now);
+                    self.l1.fill(code, record, read_from);
                     (Resolution::NotFound, false)
                 }
             },
@@ -236,6 +259,17 @@ impl RedirectPath {
                 self.stale_or_unavailable(code, stale_l2, now, &cause)
             }
         }
+    }
+
+    /// Fills L1 with what a read found, unless the channel lapsed while it was in flight
+    /// (`epoch` moved): then the record answers this flight only. A tombstone always goes in.
+    fn fill(&self, code: &str, record: CacheRecord, read_from: UnixMillis, epoch: Option<u64>) -> L1Entry {
+        let lapsed = matches!((&self.trust, epoch), (Some(t), Some(e)) if t.epoch() != e);
+        if lapsed && matches!(record.state, rebound_core::CacheState::Active { .. }) {
+            self.metrics.fills_dropped.inc();
+            return L1Entry::new(code, record, read_from);
+        }
+        self.l1.fill(code, record, read_from)
     }
 
     fn answer_from(&self, held: L1Entry, now: UnixMillis) -> Resolution {
@@ -568,6 +602,89 @@ mod tests {
         (Arc::new(path), l2, trust, f)
     }
 
+    /// A store whose point reads wait until released: a read in flight across an event.
+    struct HeldReads {
+        inner: Arc<MemoryStore>,
+        started: tokio::sync::Notify,
+        release: tokio::sync::Notify,
+    }
+
+    #[async_trait::async_trait]
+    impl LinkReads for HeldReads {
+        async fn get_link(&self, code: &str) -> Result<Option<Link>, rebound_store::StoreError> {
+            self.started.notify_one();
+            self.release.notified().await;
+            self.inner.get_link(code).await
+        }
+        async fn high_water(&self, counter: &str) -> Result<u64, rebound_store::StoreError> {
+            self.inner.high_water(counter).await
+        }
+        async fn list_aliases(
+            &self,
+            after: Option<&str>,
+            limit: usize,
+        ) -> Result<Vec<String>, rebound_store::StoreError> {
+            self.inner.list_aliases(after, limit).await
+        }
+        async fn read_setting(&self, name: &str) -> Result<Option<String>, rebound_store::StoreError> {
+            self.inner.read_setting(name).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_read_in_flight_across_a_lapse_answers_its_request_but_does_not_fill_l1() {
+        let f = fixture();
+        let held = Arc::new(HeldReads {
+            inner: f.store.clone(),
+            started: tokio::sync::Notify::new(),
+            release: tokio::sync::Notify::new(),
+        });
+        let trust = Arc::new(InvalidationTrust::new(
+            Duration::from_millis(2000),
+            Duration::from_millis(1000),
+        ));
+        let path = Arc::new(
+            RedirectPath::new(
+                Arc::new(L1::new(1000)),
+                Arc::new(IssuedCodeGate::new(1000)),
+                held.clone(),
+                Arc::new(f.clock.clone()),
+                ProxyMetrics::register(&prometheus::Registry::new()).unwrap(),
+                Duration::from_secs(1),
+            )
+            .with_l2(
+                Arc::new(rebound_store::MemoryRecordCache::default()),
+                Duration::from_millis(150),
+                trust.clone(),
+            ),
+        );
+        add(&f.store, "race", None).await;
+        trust.heard(f.clock.now_millis(), &path.l1);
+        let p = path.clone();
+        let read = tokio::spawn(async move { p.resolve("race").await });
+        held.started.notified().await;
+        // The subscription is cut and remade while the read is in flight: an invalidation
+        // of the code may have been lost in between, and the read may predate it.
+        trust.lapse();
+        trust.heard(f.clock.now_millis(), &path.l1);
+        held.release.notify_one();
+        assert!(
+            matches!(read.await.unwrap(), Resolution::Redirect(_)),
+            "its request is answered"
+        );
+        assert!(
+            path.l1.get("race").is_none(),
+            "but L1 keeps nothing read before the lapse"
+        );
+        assert_eq!(path.metrics.fills_dropped.get(), 1);
+        held.release.notify_one();
+        assert!(matches!(path.resolve("race").await, Resolution::Redirect(_)));
+        assert!(
+            path.l1.get("race").is_some(),
+            "a read after the lapse fills L1 as usual"
+        );
+    }
+
     #[tokio::test]
     async fn l2_answers_before_the_store() {
         let (path, l2, trust, f) = with_l2(fixture());
@@ -634,7 +751,7 @@ mod tests {
         )
         .await
         .unwrap();
-        // Still within the heartbeat timeout: L1 is trusted.
+        // Still within the keepalive timeout: L1 is trusted.
         f.clock.advance(1_500);
         assert!(matches!(path.resolve("cut").await, Resolution::Redirect(_)));
         // Past timeout + l1_ttl from the fill: the entry is no longer used.

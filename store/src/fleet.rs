@@ -1,11 +1,11 @@
 //! What a data plane hears from the rest of the fleet (Redis in distributed mode,
-//! `rebound-redis`): the channel of invalidations and heartbeats, and the creation feed
-//! that keeps its filter of issued codes current. In-memory fakes for tests.
+//! `rebound-redis`): the channel of invalidations and keepalives with the registry of live
+//! proxies, and the creation feed that keeps its filter of issued codes current.
+//! In-memory fakes for tests.
 
 use crate::StoreError;
 use async_trait::async_trait;
 use futures_util::stream::BoxStream;
-use rebound_core::UnixMillis;
 use std::time::Duration;
 
 /// One message of the invalidation channel.
@@ -13,22 +13,28 @@ use std::time::Duration;
 pub enum ChannelMessage {
     /// `code` changed at `version` (deleted or taken down): drop it from L1.
     Invalidate { version: u64, code: String },
-    /// A proxy's heartbeat: the channel is alive.
-    Heartbeat,
-    /// A message this code cannot read; it still proves the channel alive.
+    /// This proxy's own keepalive, back through its subscription: the subscription still
+    /// delivers, and every message published before the keepalive was delivered before it.
+    Keepalive,
+    /// A message this code cannot read; it still proves the subscription alive.
     Malformed,
 }
 
-/// The channel every data plane listens to and the control plane publishes on.
+/// The channel every data plane listens to and the control plane publishes on, with the
+/// registry of live proxies that a delete waits for.
+///
+/// Liveness is each proxy's own business: it sends keepalives through the channel to
+/// itself alone, so the fleet's traffic grows with the number of proxies, not its square.
 #[async_trait]
 pub trait InvalidationChannel: Send + Sync {
-    /// Subscribes to invalidations and heartbeats. The stream ends when the subscription
-    /// is lost (the caller subscribes again).
-    async fn subscribe(&self) -> Result<BoxStream<'static, ChannelMessage>, StoreError>;
-    /// Publishes a heartbeat, so every listener can tell a live channel from a silent one,
-    /// and registers `proxy` as live at `now` (the control plane waits for the
-    /// acknowledgements of the proxies registered lately).
-    async fn publish_heartbeat(&self, proxy: &str, now: UnixMillis) -> Result<(), StoreError>;
+    /// Subscribes `proxy` to the invalidations and to its own keepalives. The stream ends
+    /// when the subscription is lost (the caller counts that as a lapse and subscribes again).
+    async fn subscribe(&self, proxy: &str) -> Result<BoxStream<'static, ChannelMessage>, StoreError>;
+    /// Sends `proxy`'s keepalive through the channel, to be heard on its own subscription,
+    /// and registers `proxy` as live now, by the channel's clock (never the caller's).
+    async fn keepalive(&self, proxy: &str) -> Result<(), StoreError>;
+    /// Removes `proxy` from the registry: it serves no more, deletes stop waiting for it.
+    async fn deregister(&self, proxy: &str) -> Result<(), StoreError>;
     /// Tells the control plane that `proxy` has dropped `code` at `version` from its L1.
     async fn acknowledge(&self, proxy: &str, version: u64, code: &str) -> Result<(), StoreError>;
 }
@@ -67,12 +73,15 @@ mod fakes {
     use std::sync::Mutex;
     use tokio::sync::{broadcast, Notify};
 
-    /// An in-memory [`InvalidationChannel`]: what is sent reaches every subscriber; while
-    /// `set_failing(true)`, subscribing fails and open subscriptions end.
+    /// An in-memory [`InvalidationChannel`]: what is sent reaches every subscriber (a
+    /// keepalive only its own proxy's); while `set_failing(true)`, subscribing fails and
+    /// open subscriptions end. Registrations are counted in keepalives, its clock.
     pub struct MemoryChannel {
-        sender: broadcast::Sender<Option<ChannelMessage>>,
+        sender: broadcast::Sender<Option<(Option<String>, ChannelMessage)>>,
         failing: AtomicBool,
-        registered: Mutex<Vec<(String, UnixMillis)>>,
+        registered: Mutex<Vec<(String, u64)>>,
+        ticks: std::sync::atomic::AtomicU64,
+        subscribed: std::sync::atomic::AtomicU64,
         acks: Mutex<Vec<(String, u64, String)>>,
     }
 
@@ -82,18 +91,24 @@ mod fakes {
                 sender: broadcast::channel(1024).0,
                 failing: AtomicBool::new(false),
                 registered: Mutex::default(),
+                ticks: std::sync::atomic::AtomicU64::new(0),
+                subscribed: std::sync::atomic::AtomicU64::new(0),
                 acks: Mutex::default(),
             }
         }
     }
 
     impl MemoryChannel {
-        /// Delivers `message` to every subscriber.
+        /// Delivers `message` to every subscriber (a keepalive to every one too).
         pub fn send(&self, message: ChannelMessage) {
-            let _ = self.sender.send(Some(message));
+            let _ = self.sender.send(Some((None, message)));
         }
-        /// The registrations so far: (proxy, when).
-        pub fn registrations(&self) -> Vec<(String, UnixMillis)> {
+        /// Ends every open subscription (a connection cut), without failing the next one.
+        pub fn cut(&self) {
+            let _ = self.sender.send(None);
+        }
+        /// The registrations so far: (proxy, the channel's clock then), deregistered ones gone.
+        pub fn registrations(&self) -> Vec<(String, u64)> {
             self.registered.lock().unwrap_or_else(|e| e.into_inner()).clone()
         }
         /// The acknowledgements so far: (proxy, version, code).
@@ -103,6 +118,10 @@ mod fakes {
         /// Subscribers now connected.
         pub fn subscribers(&self) -> usize {
             self.sender.receiver_count()
+        }
+        /// Subscriptions made so far.
+        pub fn subscriptions(&self) -> u64 {
+            self.subscribed.load(Ordering::SeqCst)
         }
         /// While true, subscribing fails; turning it on ends every open subscription.
         pub fn set_failing(&self, failing: bool) {
@@ -115,31 +134,49 @@ mod fakes {
 
     #[async_trait]
     impl InvalidationChannel for MemoryChannel {
-        async fn subscribe(&self) -> Result<BoxStream<'static, ChannelMessage>, StoreError> {
+        async fn subscribe(&self, proxy: &str) -> Result<BoxStream<'static, ChannelMessage>, StoreError> {
             if self.failing.load(Ordering::SeqCst) {
                 return Err(StoreError::Unavailable("memory channel switched off".into()));
             }
             let receiver = self.sender.subscribe();
-            Ok(Box::pin(futures_util::stream::unfold(receiver, |mut r| async move {
-                loop {
-                    match r.recv().await {
-                        Ok(Some(m)) => return Some((m, r)),
-                        Ok(None) | Err(broadcast::error::RecvError::Closed) => return None,
-                        Err(broadcast::error::RecvError::Lagged(_)) => continue,
+            self.subscribed.fetch_add(1, Ordering::SeqCst);
+            let me = proxy.to_owned();
+            Ok(Box::pin(futures_util::stream::unfold(
+                (receiver, me),
+                |(mut r, me)| async move {
+                    loop {
+                        match r.recv().await {
+                            Ok(Some((Some(to), _))) if to != me => continue,
+                            Ok(Some((_, m))) => return Some((m, (r, me))),
+                            Ok(None) | Err(broadcast::error::RecvError::Closed) => return None,
+                            // Messages were lost: the subscription ends, as a cut connection would.
+                            Err(broadcast::error::RecvError::Lagged(_)) => return None,
+                        }
                     }
-                }
-            })))
+                },
+            )))
         }
 
-        async fn publish_heartbeat(&self, proxy: &str, now: UnixMillis) -> Result<(), StoreError> {
+        async fn keepalive(&self, proxy: &str) -> Result<(), StoreError> {
             if self.failing.load(Ordering::SeqCst) {
                 return Err(StoreError::Unavailable("memory channel switched off".into()));
             }
+            let tick = self.ticks.fetch_add(1, Ordering::SeqCst);
+            let mut registered = self.registered.lock().unwrap_or_else(|e| e.into_inner());
+            registered.retain(|(p, _)| p != proxy);
+            registered.push((proxy.to_owned(), tick));
+            drop(registered);
+            let _ = self
+                .sender
+                .send(Some((Some(proxy.to_owned()), ChannelMessage::Keepalive)));
+            Ok(())
+        }
+
+        async fn deregister(&self, proxy: &str) -> Result<(), StoreError> {
             self.registered
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .push((proxy.to_owned(), now));
-            self.send(ChannelMessage::Heartbeat);
+                .retain(|(p, _)| p != proxy);
             Ok(())
         }
 

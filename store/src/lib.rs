@@ -11,8 +11,8 @@
 //!   writes; keys, counters, rollups and the audit log apart), their records and errors.
 //! - `cache`: the L2 of cache records (`RecordCache`) and its in-memory fake.
 //! - `fleet`: what a data plane hears from the others and from the control plane: the
-//!   invalidation and heartbeat channel and the creation feed (`InvalidationChannel`,
-//!   `CreationFeed`), with in-memory fakes.
+//!   invalidation channel with its keepalives and registry, and the creation feed
+//!   (`InvalidationChannel`, `CreationFeed`), with in-memory fakes.
 //! - `clicks`: where a data plane ships its click batches (`ClickSink`), and where the
 //!   consumer receives them from the queue (`ClickInbox`, with an in-memory fake).
 //! - `call_metrics`: adapter calls counted by operation and outcome, with latency, as

@@ -1,6 +1,8 @@
 //! Starts the real `rebound` binary on port 0 and talks HTTP to it.
 #![allow(dead_code)]
 
+pub mod fleet;
+pub mod history;
 pub mod services;
 
 use std::collections::HashMap;

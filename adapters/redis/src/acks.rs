@@ -3,7 +3,7 @@
 //! the bound `invalidation_timeout + l1_ttl` has passed for those that did not: by then a
 //! proxy that heard nothing has stopped trusting its L1, and what it kept has expired.
 //!
-//! Proxies register with each heartbeat (the sorted set `proxies`, scored by time) and
+//! Proxies register with each keepalive (the sorted set `proxies`, scored by Redis's time) and
 //! acknowledge on the channel `acks` (`"<proxy> <version> <code>"`). The control plane
 //! listens to it from start-up; each delete waits on an [`Expectation`] taken before its
 //! invalidation is published.

@@ -1,13 +1,14 @@
 //! Redis for the distributed mode: the L2 cache of cache records, written only through one
-//! Lua script that refuses a lower version; the invalidation and heartbeat channels
-//! (pub/sub); and the creation feed (a stream), so every proxy learns new aliases and the
-//! counter's high-water mark.
+//! Lua script that refuses a lower version; the invalidation channel (pub/sub) with each
+//! proxy's own keepalives and the registry of live proxies; and the creation feed (a
+//! stream), so every proxy learns new aliases and the counter's high-water mark.
 //!
 //! Keys and channels all start with a configurable prefix (default `rebound:`):
 //! `url:{code}` (a record: `"<version> <json>"`, TTL = `stale_until`), `invalidate`
-//! (`"<version> <code>"`), `heartbeat`, `acks` (`"<proxy> <version> <code>"`), the sorted
-//! set `proxies` (each proxy scored by its last heartbeat), and the stream `created`
-//! (field `code` for a created link, field `hwm` for a KGS lease's high-water mark).
+//! (`"<version> <code>"`), `alive:{proxy}` (each proxy's keepalives, heard by itself
+//! alone), `acks` (`"<proxy> <version> <code>"`), the sorted set `proxies` (each proxy
+//! scored by its last keepalive, in Redis's own time), and the stream `created` (field
+//! `code` for a created link, field `hwm` for a KGS lease's high-water mark).
 //!
 //! # Layout
 //!
@@ -43,6 +44,25 @@ redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return 1
 ";
 
+/// A proxy's keepalive: registers it in `proxies` at Redis's time (never a process's own
+/// clock, which may be skewed), drops registrations older than an hour, and publishes on
+/// the proxy's own channel, which only its subscription hears.
+const KEEPALIVE: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - 3600000)
+redis.call('PUBLISH', ARGV[2], '1')
+return now
+";
+
+/// The proxies registered within the last `ARGV[1]` milliseconds of Redis's time.
+const LIVE_PROXIES: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[1]), '+inf')
+";
+
 /// Longest the creation stream grows (older entries are trimmed).
 const FEED_MAX_LEN: usize = 2_000_000;
 /// Longest a create waits on the write-through and the announcement.
@@ -68,6 +88,8 @@ pub struct RedisCache {
     /// distant Redis look stalled.
     feed_conn: tokio::sync::Mutex<Option<redis::aio::MultiplexedConnection>>,
     script: redis::Script,
+    keepalive: redis::Script,
+    live_proxies: redis::Script,
 }
 
 fn redis_err(e: redis::RedisError) -> StoreError {
@@ -259,6 +281,8 @@ impl RedisCache {
             connect_lock: tokio::sync::Mutex::new(()),
             feed_conn: tokio::sync::Mutex::new(None),
             script: redis::Script::new(VERSIONED_SET),
+            keepalive: redis::Script::new(KEEPALIVE),
+            live_proxies: redis::Script::new(LIVE_PROXIES),
         }
     }
 
@@ -278,8 +302,9 @@ impl RedisCache {
     pub fn invalidate_channel(&self) -> String {
         format!("{}invalidate", self.prefix)
     }
-    pub fn heartbeat_channel(&self) -> String {
-        format!("{}heartbeat", self.prefix)
+    /// The channel of `proxy`'s own keepalives.
+    pub fn alive_channel(&self, proxy: &str) -> String {
+        format!("{}alive:{}", self.prefix, proxy)
     }
     pub fn feed_key(&self) -> String {
         format!("{}created", self.prefix)
@@ -288,7 +313,7 @@ impl RedisCache {
     pub fn acks_channel(&self) -> String {
         format!("{}acks", self.prefix)
     }
-    /// The sorted set of proxies, scored by their last heartbeat (Unix milliseconds).
+    /// The sorted set of proxies, scored by their last keepalive (Redis's Unix milliseconds).
     pub fn proxies_key(&self) -> String {
         format!("{}proxies", self.prefix)
     }
@@ -336,39 +361,39 @@ impl RedisCache {
         Ok(())
     }
 
-    /// Publishes a heartbeat on the channel, and registers `proxy` as live at `now`
-    /// (registrations older than an hour are dropped on the way).
-    pub async fn publish_heartbeat(&self, proxy: &str, now: UnixMillis) -> Result<(), StoreError> {
+    /// Sends `proxy`'s keepalive on its own channel and registers it as live, at Redis's
+    /// time.
+    pub async fn keepalive(&self, proxy: &str) -> Result<(), StoreError> {
         let mut c = self.conn().await?;
-        redis::pipe()
-            .cmd("PUBLISH")
-            .arg(self.heartbeat_channel())
-            .arg("1")
-            .ignore()
-            .cmd("ZADD")
-            .arg(self.proxies_key())
-            .arg(now)
+        self.keepalive
+            .key(self.proxies_key())
             .arg(proxy)
-            .ignore()
-            .cmd("ZREMRANGEBYSCORE")
-            .arg(self.proxies_key())
-            .arg("-inf")
-            .arg(now - 3_600_000)
-            .ignore()
-            .query_async::<()>(&mut c)
+            .arg(self.alive_channel(proxy))
+            .invoke_async::<i64>(&mut c)
             .await
             .map_err(|e| self.failed(e))?;
         Ok(())
     }
 
-    /// The proxies whose last heartbeat is at `since` or later.
-    pub async fn proxies_since(&self, since: UnixMillis) -> Result<Vec<String>, StoreError> {
+    /// Removes `proxy` from the registry.
+    pub async fn deregister(&self, proxy: &str) -> Result<(), StoreError> {
         let mut c = self.conn().await?;
-        redis::cmd("ZRANGEBYSCORE")
+        redis::cmd("ZREM")
             .arg(self.proxies_key())
-            .arg(since)
-            .arg("+inf")
-            .query_async(&mut c)
+            .arg(proxy)
+            .query_async::<i64>(&mut c)
+            .await
+            .map_err(|e| self.failed(e))?;
+        Ok(())
+    }
+
+    /// The proxies whose last keepalive reached Redis within `within`, by Redis's clock.
+    pub async fn live_proxies(&self, within: Duration) -> Result<Vec<String>, StoreError> {
+        let mut c = self.conn().await?;
+        self.live_proxies
+            .key(self.proxies_key())
+            .arg(within.as_millis() as u64)
+            .invoke_async(&mut c)
             .await
             .map_err(|e| self.failed(e))
     }
@@ -529,14 +554,14 @@ impl RecordCache for RedisCache {
 
 #[async_trait]
 impl InvalidationChannel for RedisCache {
-    async fn subscribe(&self) -> Result<BoxStream<'static, ChannelMessage>, StoreError> {
+    async fn subscribe(&self, proxy: &str) -> Result<BoxStream<'static, ChannelMessage>, StoreError> {
         let invalidate = self.invalidate_channel();
         Ok(self
-            .subscription(&[invalidate.clone(), self.heartbeat_channel()])
+            .subscription(&[invalidate.clone(), self.alive_channel(proxy)])
             .await?
             .map(move |msg| {
                 if msg.get_channel_name() != invalidate {
-                    return ChannelMessage::Heartbeat;
+                    return ChannelMessage::Keepalive;
                 }
                 let payload: String = msg.get_payload().unwrap_or_default();
                 match decode_invalidation(&payload) {
@@ -550,8 +575,12 @@ impl InvalidationChannel for RedisCache {
             .boxed())
     }
 
-    async fn publish_heartbeat(&self, proxy: &str, now: UnixMillis) -> Result<(), StoreError> {
-        RedisCache::publish_heartbeat(self, proxy, now).await
+    async fn keepalive(&self, proxy: &str) -> Result<(), StoreError> {
+        RedisCache::keepalive(self, proxy).await
+    }
+
+    async fn deregister(&self, proxy: &str) -> Result<(), StoreError> {
+        RedisCache::deregister(self, proxy).await
     }
 
     async fn acknowledge(&self, proxy: &str, version: u64, code: &str) -> Result<(), StoreError> {
@@ -741,10 +770,10 @@ impl rebound_store::LinkEvents for RedisLinkEvents {
             Ok(result) => result.map_err(|e| rebound_store::EventError(e.to_string()))?,
             Err(_) => return Err(rebound_store::EventError("redis did not answer in time".into())),
         }
-        // Every proxy heard from within the bound may still hold the code. Not knowing
-        // which (the registry unreadable), the bound is waited out for all.
-        let since = now - self.invalidation_bound.as_millis() as i64;
-        let proxies = match tokio::time::timeout(DEACTIVATE_BUDGET, self.cache.proxies_since(since)).await {
+        // Every proxy registered within the bound (by Redis's clock) may still hold the
+        // code. Not knowing which (the registry unreadable), the bound is waited out for all.
+        let registry = self.cache.live_proxies(self.invalidation_bound);
+        let proxies = match tokio::time::timeout(DEACTIVATE_BUDGET, registry).await {
             Ok(Ok(p)) => p,
             Ok(Err(_)) | Err(_) => vec![String::from("(registry unreadable)")],
         };
@@ -769,14 +798,13 @@ mod channel_tests {
 
     #[tokio::test]
     #[ignore = "needs REBOUND_TEST_REDIS_URL (the test services): scripts/test starts them and runs it"]
-    async fn a_subscriber_hears_invalidations_and_heartbeats_in_order() {
+    async fn a_subscriber_hears_invalidations_and_its_own_keepalives_in_order() {
         let url = std::env::var("REBOUND_TEST_REDIS_URL").unwrap();
         let cache = RedisCache::new(&url, &format!("ch{}:", now_millis())).unwrap();
-        let mut messages = InvalidationChannel::subscribe(&cache).await.unwrap();
+        let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
+        let mut other = InvalidationChannel::subscribe(&cache, "p2").await.unwrap();
         cache.publish_invalidation("abc", 7).await.unwrap();
-        InvalidationChannel::publish_heartbeat(&cache, "p1", now_millis())
-            .await
-            .unwrap();
+        InvalidationChannel::keepalive(&cache, "p1").await.unwrap();
         // Garbage on the invalidation channel is heard (the channel is alive), not obeyed.
         let mut c = cache.conn().await.unwrap();
         redis::cmd("PUBLISH")
@@ -800,9 +828,25 @@ mod channel_tests {
                     version: 7,
                     code: "abc".into()
                 }),
-                Some(ChannelMessage::Heartbeat),
+                Some(ChannelMessage::Keepalive),
                 Some(ChannelMessage::Malformed),
             ]
+        );
+        // p2 heard the invalidation and the garbage, never p1's keepalive.
+        let mut theirs = Vec::new();
+        for _ in 0..2 {
+            theirs.push(
+                tokio::time::timeout(Duration::from_secs(5), other.next())
+                    .await
+                    .unwrap(),
+            );
+        }
+        assert_eq!(theirs[1], Some(ChannelMessage::Malformed));
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), other.next())
+                .await
+                .is_err(),
+            "nothing more for p2"
         );
     }
 }
@@ -848,14 +892,16 @@ mod ack_tests {
             acks,
             invalidation_bound: Duration::from_secs(30),
         });
-        // Two live proxies; one heard from long ago is not waited for.
-        let now = now_millis();
-        cache.publish_heartbeat("pa", now).await.unwrap();
-        cache.publish_heartbeat("pb", now).await.unwrap();
-        cache.publish_heartbeat("old", now - 3_600_000 + 60_000).await.unwrap();
-        assert_eq!(cache.proxies_since(now - 30_000).await.unwrap().len(), 2);
+        // Two live proxies; one that left is not waited for.
+        cache.keepalive("pa").await.unwrap();
+        cache.keepalive("pb").await.unwrap();
+        cache.keepalive("gone").await.unwrap();
+        cache.deregister("gone").await.unwrap();
+        let mut live = cache.live_proxies(Duration::from_secs(30)).await.unwrap();
+        live.sort();
+        assert_eq!(live, ["pa", "pb"]);
 
-        let mut invalidations = InvalidationChannel::subscribe(cache.as_ref()).await.unwrap();
+        let mut invalidations = InvalidationChannel::subscribe(cache.as_ref(), "pa").await.unwrap();
         let delete = tokio::spawn({
             let events = events.clone();
             async move { events.deactivated(&link("gone", 4)).await }
@@ -1066,7 +1112,7 @@ mod settings_tests {
         let now = now_millis();
         assert!(cache.put_record("tlscode", &record(3), now).await.unwrap());
         assert_eq!(cache.get_record("tlscode").await.unwrap().map(|r| r.version), Some(3));
-        let mut messages = InvalidationChannel::subscribe(&cache).await.unwrap();
+        let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
         cache.publish_invalidation("tlscode", 4).await.unwrap();
         assert_eq!(
             tokio::time::timeout(Duration::from_secs(5), messages.next())
@@ -1125,15 +1171,13 @@ mod settings_tests {
             assert_eq!(cache.check_settings().await, Ok(None), "{good}");
             let now = now_millis();
             assert!(cache.put_record("tlscode", &record(1), now).await.unwrap(), "{good}");
-            let mut messages = InvalidationChannel::subscribe(&cache).await.unwrap();
-            InvalidationChannel::publish_heartbeat(&cache, "p1", now_millis())
-                .await
-                .unwrap();
+            let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
+            InvalidationChannel::keepalive(&cache, "p1").await.unwrap();
             assert_eq!(
                 tokio::time::timeout(Duration::from_secs(5), messages.next())
                     .await
                     .unwrap(),
-                Some(ChannelMessage::Heartbeat),
+                Some(ChannelMessage::Keepalive),
                 "{good}"
             );
         }

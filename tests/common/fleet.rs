@@ -1,0 +1,213 @@
+//! A distributed deployment for black-box tests: the names and endpoints one test's control
+//! planes and proxies share (tables, queue, Redis prefix), and the calls the tests make to
+//! them.
+#![allow(dead_code)]
+
+use super::services::distributed_env;
+use super::*;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// Names and endpoints one test's processes share.
+#[derive(Clone)]
+pub struct Deployment {
+    pub env: Vec<(String, String)>,
+    pub aws_url: String,
+    pub prefix: String,
+    pub queue: String,
+}
+
+/// The port of a Redis URL (`redis://[user:password@]host:port/`).
+pub fn redis_port(url: &str) -> u16 {
+    url.trim_end_matches('/').rsplit(':').next().unwrap().parse().unwrap()
+}
+
+/// `url` with its host and port replaced by a relay's on 127.0.0.1 (the scheme and the
+/// credentials kept: TLS and AUTH go through the relay too).
+pub fn through_relay(url: &str, relay_port: u16) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let auth = rest.rsplit_once('@').map_or(String::new(), |(a, _)| format!("{a}@"));
+    format!("{scheme}://{auth}127.0.0.1:{relay_port}/")
+}
+
+impl Deployment {
+    pub fn new(aws_url: &str, redis_url: Option<&str>) -> Deployment {
+        Deployment::build(aws_url, None, redis_url)
+    }
+
+    /// As [`Deployment::new`], with DynamoDB at `dynamodb_url` (dynalite) and SQS at `aws_url`.
+    pub fn with_dynamodb(aws_url: &str, dynamodb_url: &str, redis_url: Option<&str>) -> Deployment {
+        Deployment::build(aws_url, Some(dynamodb_url), redis_url)
+    }
+
+    fn build(aws_url: &str, dynamodb_url: Option<&str>, redis_url: Option<&str>) -> Deployment {
+        let id = format!("{:x}{}", now_millis(), std::process::id() % 1000 + rand_suffix());
+        let prefix = format!("d{id}_");
+        let queue = format!("d{id}-clicks");
+        let mut env = distributed_env(aws_url, redis_url, &prefix, &queue);
+        for (k, v) in [
+            ("REBOUND_SQS_VISIBILITY_SECS", "1"),
+            ("REBOUND_INVALIDATION_TIMEOUT_MS", "600"),
+            ("REBOUND_L1_TTL_MS", "400"),
+        ] {
+            env.push((k.to_owned(), v.to_owned()));
+        }
+        if let Some(url) = dynamodb_url {
+            env.push(("AWS_ENDPOINT_URL_DYNAMODB".to_owned(), url.to_owned()));
+        }
+        let d = Deployment {
+            env,
+            aws_url: aws_url.to_owned(),
+            prefix,
+            queue,
+        };
+        // dynalite has no TTL API, which `rebound provision` sets: its tables are made
+        // without it (`Deployment::create_tables_without_ttl`).
+        if dynamodb_url.is_none() {
+            d.provision();
+        }
+        d
+    }
+
+    /// The tables, without TTL, on the DynamoDB at `url` (dynalite).
+    pub async fn create_tables_without_ttl(&self, url: &str) {
+        let store = rebound_dynamodb::DynamoStore::new(
+            aws_sdk_dynamodb::Client::new(&aws_conf(url).await),
+            self.prefix.clone(),
+        );
+        store.create_tables(false).await.unwrap();
+    }
+
+    /// The environment with `extra` set over it.
+    pub fn with(&self, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut env = self.env.clone();
+        for (k, v) in extra {
+            env.retain(|(name, _)| name != k);
+            env.push((k.to_string(), v.to_string()));
+        }
+        env
+    }
+
+    pub fn provision(&self) {
+        let out = std::process::Command::new(bin())
+            .arg("provision")
+            .env_clear()
+            .envs(self.env.clone())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "provision failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    pub fn control_plane(&self, dir: &std::path::Path, extra: &[(&str, &str)]) -> Running {
+        let env = self.with(extra);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        start(&["control-plane"], dir, &env, &["API", "metrics"])
+    }
+
+    pub async fn proxy(&self, dir: &std::path::Path, extra: &[(&str, &str)]) -> Running {
+        let env = self.with(extra);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let p = start(&["proxy"], dir, &env, &["redirect", "metrics"]);
+        wait_ready(&p).await;
+        p
+    }
+
+    pub async fn sqs(&self) -> rebound_sqs::SqsClickQueue {
+        let client = aws_sdk_sqs::Client::new(&aws_conf(&self.aws_url).await);
+        rebound_sqs::SqsClickQueue::open(client, &self.queue).await.unwrap()
+    }
+
+    pub async fn dlq(&self) -> rebound_sqs::SqsClickQueue {
+        let client = aws_sdk_sqs::Client::new(&aws_conf(&self.aws_url).await);
+        rebound_sqs::SqsClickQueue::open(client, &format!("{}-dlq", self.queue))
+            .await
+            .unwrap()
+    }
+
+    pub async fn store(&self) -> rebound_dynamodb::DynamoStore {
+        let client = aws_sdk_dynamodb::Client::new(&aws_conf(&self.aws_url).await);
+        rebound_dynamodb::DynamoStore::new(client, self.prefix.clone())
+    }
+}
+
+fn rand_suffix() -> u32 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    N.fetch_add(1, Ordering::Relaxed) * 1000
+}
+
+pub async fn aws_conf(url: &str) -> aws_config::SdkConfig {
+    rebound_store::testing::local_aws_config(url).await
+}
+
+pub fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// Creates a link through `cp`'s API; returns its code.
+pub async fn create(cp: &Running, body: Value) -> String {
+    create_link(cp, body).await["code"].as_str().unwrap().to_owned()
+}
+
+/// Deletes `code`, or takes it down as an operator with a reason.
+pub async fn take_down(cp: &Running, code: &str, takedown: bool) -> (StatusCode, Value) {
+    match takedown {
+        false => api(cp, reqwest::Method::DELETE, &format!("/api/v1/links/{code}"), None).await,
+        true => {
+            let path = format!("/api/v1/links/{code}/takedown");
+            api(cp, reqwest::Method::POST, &path, Some(json!({"reason": "spam"}))).await
+        }
+    }
+}
+
+pub async fn api(cp: &Running, method: reqwest::Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+    let mut req = http()
+        .request(method, format!("{}{}", cp.api(), path))
+        .bearer_auth(OPERATOR_KEY);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let res = req.send().await.unwrap();
+    let status = res.status();
+    (status, res.json().await.unwrap_or(Value::Null))
+}
+
+pub async fn get(proxy: &Running, code: &str) -> reqwest::Response {
+    http()
+        .get(format!("{}/{}", proxy.addr("redirect"), code))
+        .send()
+        .await
+        .unwrap()
+}
+
+pub async fn status(proxy: &Running, code: &str) -> u16 {
+    get(proxy, code).await.status().as_u16()
+}
+
+/// Polls until `proxy` answers `want` for `code`, for at most `limit`; returns whether it did.
+pub async fn eventually(proxy: &Running, code: &str, want: u16, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if status(proxy, code).await == want {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+pub async fn clicks(cp: &Running, code: &str) -> u64 {
+    let (s, v) = api(cp, reqwest::Method::GET, &format!("/api/v1/links/{code}/stats"), None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    v["total"].as_u64().unwrap()
+}

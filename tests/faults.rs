@@ -1,0 +1,248 @@
+//! The fleet under faults (SPEC §4 I1/I2, §8): real control planes and proxies on a real
+//! Redis and moto, faults injected by the test (subscriptions killed, clocks skewed,
+//! proxies leaving), every operation and probe recorded in a history that a checker reads.
+
+mod common;
+
+use common::fleet::*;
+use common::history::{Event, History, Op};
+use common::services::*;
+use common::*;
+use serde_json::json;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Probes `code` on `proxy` and records the answer.
+async fn probe(history: &History, proxy: &Running, name: &str, code: &str) -> u16 {
+    let start = Instant::now();
+    let answer = http()
+        .get(format!("{}/{}", proxy.addr("redirect"), code))
+        .send()
+        .await
+        .map(|r| r.status().as_u16())
+        .unwrap_or(0);
+    let op = Op::Probe {
+        code: code.to_owned(),
+        proxy: name.to_owned(),
+        status: answer,
+    };
+    history.record(op, start, Instant::now());
+    answer
+}
+
+/// Creates a link and records it; returns its code.
+async fn create_recorded(history: &History, cp: &Running, i: usize) -> String {
+    let start = Instant::now();
+    let code = create(cp, json!({"long_url": format!("https://example.com/fault/{i}")})).await;
+    history.record(
+        Op::Create {
+            code: code.clone(),
+            ok: true,
+        },
+        start,
+        Instant::now(),
+    );
+    code
+}
+
+/// Deletes (or takes down) `code` and records whether the API answered success.
+async fn delete_recorded(history: &History, cp: &Running, code: &str, takedown: bool) -> bool {
+    let start = Instant::now();
+    let (status, _) = take_down(cp, code, takedown).await;
+    let ok = status.is_success();
+    history.record(
+        Op::Delete {
+            code: code.to_owned(),
+            ok,
+        },
+        start,
+        Instant::now(),
+    );
+    ok
+}
+
+/// Kills every pub/sub connection of the Redis on `port` (what a failover, a restart or a
+/// middlebox's idle cut does to subscribers).
+async fn kill_subscriptions(port: u16) -> i64 {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut c)
+        .await
+        .unwrap()
+}
+
+/// libfaketime, which runs a process on a skewed clock (Debian's `faketime`).
+fn faketime_lib() -> String {
+    for path in [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/faketime/libfaketime.so.1",
+    ] {
+        if std::path::Path::new(path).exists() {
+            return path.to_owned();
+        }
+    }
+    panic!("libfaketime not found: install Debian's faketime (scripts/test does)");
+}
+
+#[test]
+fn the_checker_finds_a_redirect_after_a_delete_and_a_404_after_a_create() {
+    let h = History::default();
+    let t = Instant::now();
+    let at = |ms: u64| t + Duration::from_millis(ms);
+    let probe = |code: &str, status: u16| Op::Probe {
+        code: code.into(),
+        proxy: "p".into(),
+        status,
+    };
+    h.record(
+        Op::Create {
+            code: "a".into(),
+            ok: true,
+        },
+        at(0),
+        at(10),
+    );
+    h.record(probe("a", 302), at(20), at(21));
+    h.record(
+        Op::Delete {
+            code: "a".into(),
+            ok: true,
+        },
+        at(30),
+        at(40),
+    );
+    // Overlapping the delete: either answer is right.
+    h.record(probe("a", 302), at(35), at(41));
+    h.record(
+        Op::Create {
+            code: "b".into(),
+            ok: true,
+        },
+        at(0),
+        at(10),
+    );
+    // A failed delete promises nothing.
+    h.record(
+        Op::Delete {
+            code: "c".into(),
+            ok: false,
+        },
+        at(0),
+        at(10),
+    );
+    h.record(probe("c", 302), at(20), at(21));
+    assert!(h.violations().is_empty(), "{:?}", h.violations());
+    h.record(probe("a", 302), at(50), at(51));
+    h.record(probe("b", 404), at(50), at(51));
+    let found: Vec<&str> = h.violations().iter().map(|v| v.what).collect();
+    assert_eq!(
+        found,
+        [
+            "I1: redirected after a successful delete",
+            "I2: 404 after a successful create"
+        ]
+    );
+    let _: Vec<Event> = h.events();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_DYNAMODB_URL and redis-server (the test services): scripts/test starts them and runs it"]
+async fn i1_holds_when_every_subscription_is_killed_right_before_each_delete() {
+    // A Redis of its own: killing its subscribers must not touch other tests'.
+    let redis = OwnServer::redis();
+    let d = Deployment::new(&shared_aws_url(), Some(&redis.url()));
+    let dir = temp_dir();
+    let cp = d.control_plane(dir.path(), &[]);
+    let proxies = [d.proxy(dir.path(), &[]).await, d.proxy(dir.path(), &[]).await];
+    let history = History::default();
+    for i in 0..10 {
+        let code = create_recorded(&history, &cp, i).await;
+        for (n, p) in proxies.iter().enumerate() {
+            for _ in 0..2 {
+                assert_eq!(probe(&history, p, &format!("p{n}"), &code).await, 302, "warmed into L1");
+            }
+        }
+        assert!(kill_subscriptions(redis.port).await >= 2, "the proxies were subscribed");
+        assert!(delete_recorded(&history, &cp, &code, i % 2 == 1).await);
+        for _ in 0..10 {
+            for (n, p) in proxies.iter().enumerate() {
+                probe(&history, p, &format!("p{n}"), &code).await;
+            }
+        }
+    }
+    let probes = history.assert_clean("subscriptions killed before each delete");
+    assert!(probes >= 200, "{probes}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_DYNAMODB_URL and REBOUND_TEST_REDIS_URL (the test services) and faketime: scripts/test runs it"]
+async fn i1_holds_for_proxies_whose_clocks_are_five_seconds_off() {
+    let redis = shared_redis_url();
+    // The proxy behind hears Redis 50 ms late: without waiting for it, a delete would
+    // answer before it had dropped the code.
+    let distant = delayed_relay(redis_port(&redis), Duration::from_millis(50));
+    let d = Deployment::new(&shared_aws_url(), Some(&redis));
+    let dir = temp_dir();
+    let cp = d.control_plane(dir.path(), &[]);
+    let lib = faketime_lib();
+    let far = through_relay(&redis, distant.port);
+    let behind = d
+        .proxy(
+            dir.path(),
+            &[("LD_PRELOAD", &lib), ("FAKETIME", "-5s"), ("REBOUND_REDIS_URL", &far)],
+        )
+        .await;
+    let ahead = d.proxy(dir.path(), &[("LD_PRELOAD", &lib), ("FAKETIME", "+5s")]).await;
+    let proxies = [("behind", behind), ("ahead", ahead)];
+    let history = Arc::new(History::default());
+    for i in 0..20 {
+        let code = create_recorded(&history, &cp, i).await;
+        for (name, p) in &proxies {
+            assert_eq!(probe(&history, p, name, &code).await, 302);
+            assert_eq!(probe(&history, p, name, &code).await, 302);
+        }
+        assert!(delete_recorded(&history, &cp, &code, i % 2 == 0).await);
+        for (name, p) in &proxies {
+            probe(&history, p, name, &code).await;
+        }
+    }
+    history.assert_clean("proxies with skewed clocks");
+    assert_eq!(
+        metric(&cp, "rebound_invalidation_waited_out_total").await,
+        0.0,
+        "both proxies were waited for and acknowledged"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_DYNAMODB_URL and REBOUND_TEST_REDIS_URL (the test services): scripts/test starts them and runs it"]
+async fn a_proxy_that_exits_gracefully_leaves_the_registry_and_deletes_stop_waiting_for_it() {
+    let d = Deployment::new(&shared_aws_url(), Some(&shared_redis_url()));
+    // A long bound, so that a proxy still registered would be waited for long after it left.
+    let slow = [("REBOUND_INVALIDATION_TIMEOUT_MS", "8000")];
+    let dir = temp_dir();
+    let cp = d.control_plane(dir.path(), &slow);
+    let stays = d.proxy(dir.path(), &slow).await;
+    let mut leaves = d.proxy(dir.path(), &slow).await;
+    let code = create(&cp, json!({"long_url": "https://example.com/leaving"})).await;
+    assert_eq!(status(&leaves, &code).await, 302);
+    assert!(leaves.terminate().success());
+    let (s, _) = take_down(&cp, &code, false).await;
+    assert!(s.is_success());
+    assert_eq!(status(&stays, &code).await, 404);
+    assert_eq!(
+        metric(&cp, "rebound_invalidation_waited_out_total").await,
+        0.0,
+        "the delete waited for no proxy that had left"
+    );
+    assert_eq!(
+        metric(&cp, "rebound_invalidation_acks_total").await,
+        1.0,
+        "the remaining proxy acknowledged"
+    );
+}
