@@ -207,9 +207,10 @@ async fn list_links(
     let Query(params) = query.map_err(bad_query)?;
     let limit = match &params.limit {
         None => DEFAULT_LIST_LIMIT,
-        Some(l) => l
-            .parse::<usize>()
-            .ok()
+        // 1*DIGIT: `usize::from_str` would also take a leading `+`.
+        Some(l) => Some(l)
+            .filter(|l| l.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|l| l.parse::<usize>().ok())
             .filter(|n| (1..=MAX_LIST_LIMIT).contains(n))
             .ok_or_else(|| ApiError::bad_request("invalid_limit", "limit must be a whole number from 1 to 1000"))?,
     };

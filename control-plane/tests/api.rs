@@ -1690,3 +1690,26 @@ async fn a_links_qr_code_its_audit_log_and_who_the_key_is() {
         )
     );
 }
+
+#[tokio::test]
+async fn a_limit_is_digits_only() {
+    let h = harness().await;
+    // A query is read as a form: `+` there is a space, %2B the sign that `usize` accepted.
+    for bad in [
+        "limit=%2B5",
+        "limit=+5",
+        "limit=%205",
+        "limit=5%20",
+        "limit=0x5",
+        "limit=",
+    ] {
+        let r = h
+            .call(Method::GET, &format!("/api/v1/links?{bad}"), Some(OPERATOR), None)
+            .await;
+        assert_error(&r, StatusCode::BAD_REQUEST, "invalid_limit");
+    }
+    let r = h
+        .call(Method::GET, "/api/v1/links?limit=005", Some(OPERATOR), None)
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+}
