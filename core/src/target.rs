@@ -35,32 +35,52 @@ pub enum TargetError {
     PortZero,
     #[error("long_url's host mixes scripts in one label, as look-alike names do")]
     MixedScript,
+    #[error("long_url has a '%' that is not followed by two hexadecimal digits")]
+    BadPercentEscape,
+    #[error("long_url's host has an empty label (a leading dot, or two dots in a row)")]
+    EmptyLabel,
 }
 
 /// A host as the network sees it, so that different spellings of one host compare equal.
+/// The own-host check and the blocklist both compare these.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HostIdentity {
     /// This machine: 127.0.0.0/8, ::1, the unspecified 0.0.0.0 and ::, `localhost` and
     /// `*.localhost` (RFC 6761), in any spelling (IPv4-mapped, trailing dot, any case).
     Loopback,
-    /// Any other address (an IPv4-mapped IPv6 address as its IPv4).
+    /// Any other address; an IPv4-mapped (`::ffff:a.b.c.d`) or IPv4-compatible
+    /// (`::a.b.c.d`) IPv6 address as its IPv4.
     Ip(IpAddr),
-    /// Any other name: lower-case punycode, without a trailing dot.
+    /// Any other name: lower-case punycode, without the trailing dot.
     Name(String),
 }
 
 impl HostIdentity {
-    fn of(host: &Host<&str>) -> HostIdentity {
+    /// The identity of a host written alone, as a blocklist entry is: a name in any case,
+    /// Unicode or punycode, with at most one trailing dot; an IPv4 address in any form the
+    /// URL Standard's IPv4 parser reads (`10.1.2.3`, `0x0a.1.2.3`, `012.1.2.3`, `10.66051`,
+    /// `167838211`); or an IPv6 address in brackets.
+    pub fn parse(text: &str) -> Result<HostIdentity, TargetError> {
+        let host = Host::parse(text).map_err(|_| TargetError::Malformed)?;
+        if let Host::Domain(name) = &host {
+            check_labels(name)?;
+        }
+        Ok(HostIdentity::of(&host))
+    }
+
+    fn of<S: AsRef<str>>(host: &Host<S>) -> HostIdentity {
         let ip = match host {
             Host::Domain(d) => {
-                let name = normalise_host(d);
+                let name = normalise_host(d.as_ref());
                 if name == "localhost" || name.ends_with(".localhost") {
                     return HostIdentity::Loopback;
                 }
                 return HostIdentity::Name(name);
             }
             Host::Ipv4(v4) => IpAddr::V4(*v4),
-            Host::Ipv6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(*v6), IpAddr::V4),
+            // `to_ipv4` would read ::1 as 0.0.0.1: loopback and unspecified stay IPv6.
+            Host::Ipv6(v6) if v6.is_loopback() || v6.is_unspecified() => IpAddr::V6(*v6),
+            Host::Ipv6(v6) => v6.to_ipv4().map_or(IpAddr::V6(*v6), IpAddr::V4),
         };
         if ip.is_loopback() || ip.is_unspecified() {
             HostIdentity::Loopback
@@ -81,8 +101,8 @@ pub struct TargetPolicy {
     pub max_bytes: usize,
     /// The service's own short host and port: targets there, in any spelling, are loops.
     pub own_host: Option<(HostIdentity, u16)>,
-    /// Domains refused together with all their subdomains (lower-case, punycode).
-    pub blocked_domains: Vec<String>,
+    /// Hosts refused in any spelling; a name together with all its subdomains.
+    pub blocked_hosts: Vec<HostIdentity>,
     /// Refuse hosts with a label that mixes scripts (UTS 39), as look-alikes of other
     /// names do (`раураl.com`, Cyrillic with a Latin `l`).
     pub refuse_mixed_script: bool,
@@ -93,7 +113,7 @@ impl Default for TargetPolicy {
         TargetPolicy {
             max_bytes: DEFAULT_MAX_TARGET_BYTES,
             own_host: None,
-            blocked_domains: Vec::new(),
+            blocked_hosts: Vec::new(),
             refuse_mixed_script: false,
         }
     }
@@ -109,17 +129,27 @@ impl TargetPolicy {
         Ok(self)
     }
 
-    /// Adds blocked domains (any case, Unicode or punycode).
-    pub fn with_blocklist<I: IntoIterator<Item = S>, S: AsRef<str>>(mut self, domains: I) -> Self {
-        for d in domains {
-            let d = d.as_ref().trim();
-            if d.is_empty() {
+    /// Adds blocked hosts, each read by [`HostIdentity::parse`]. An entry that is no host
+    /// (the settings refuse those at start) is kept as its lower-case text.
+    pub fn with_blocklist<I: IntoIterator<Item = S>, S: AsRef<str>>(mut self, hosts: I) -> Self {
+        for h in hosts {
+            let h = h.as_ref().trim();
+            if h.is_empty() {
                 continue;
             }
-            let ascii = idna_domain(d).unwrap_or_else(|| d.to_ascii_lowercase());
-            self.blocked_domains.push(normalise_host(&ascii));
+            let identity = HostIdentity::parse(h).unwrap_or_else(|_| HostIdentity::Name(h.to_ascii_lowercase()));
+            self.blocked_hosts.push(identity);
         }
         self
+    }
+
+    fn is_blocked(&self, host: &HostIdentity) -> bool {
+        self.blocked_hosts.iter().any(|blocked| match (blocked, host) {
+            (HostIdentity::Name(b), HostIdentity::Name(h)) => h
+                .strip_suffix(b.as_str())
+                .is_some_and(|rest| rest.is_empty() || rest.ends_with('.')),
+            (b, h) => b == h,
+        })
     }
 
     /// Validates `raw` as sent and returns the normalised target.
@@ -145,6 +175,10 @@ impl TargetPolicy {
         if raw.contains('\\') {
             return Err(TargetError::Malformed);
         }
+        // The URL parser keeps a bad escape as it is; RFC 3986 §2.1 does not allow one.
+        if !percent_escapes_are_valid(raw) {
+            return Err(TargetError::BadPercentEscape);
+        }
         let authority_end = after_scheme.find(['/', '?', '#']).unwrap_or(after_scheme.len());
         let authority = &after_scheme[..authority_end];
         if authority.contains('@') {
@@ -161,33 +195,29 @@ impl TargetPolicy {
             return Err(TargetError::UserInfo);
         }
         let parsed_host = url.host().ok_or(TargetError::NoHost)?;
-        let host = match &parsed_host {
-            Host::Domain(d) if !d.is_empty() => normalise_host(d),
-            Host::Domain(_) => return Err(TargetError::NoHost),
-            Host::Ipv4(ip) => ip.to_string(),
-            Host::Ipv6(ip) => format!("[{ip}]"),
-        };
-        if matches!(parsed_host, Host::Domain(_)) {
-            check_dns_lengths(&host)?;
-            if self.refuse_mixed_script && has_mixed_script_label(&host) {
+        if let Host::Domain(d) = parsed_host {
+            if d.is_empty() {
+                return Err(TargetError::NoHost);
+            }
+            check_labels(d)?;
+            let name = normalise_host(d);
+            check_dns_lengths(&name)?;
+            if self.refuse_mixed_script && has_mixed_script_label(&name) {
                 return Err(TargetError::MixedScript);
             }
         }
+        let host = HostIdentity::of(&parsed_host);
         let port = url.port_or_known_default().unwrap_or(0);
         if port == 0 {
             return Err(TargetError::PortZero);
         }
         if let Some((own_host, own_port)) = &self.own_host {
             let both_default = is_default_port(port) && is_default_port(*own_port);
-            if HostIdentity::of(&parsed_host) == *own_host && (port == *own_port || both_default) {
+            if host == *own_host && (port == *own_port || both_default) {
                 return Err(TargetError::OwnHost);
             }
         }
-        if self
-            .blocked_domains
-            .iter()
-            .any(|b| host == *b || host.ends_with(&format!(".{b}")))
-        {
+        if self.is_blocked(&host) {
             return Err(TargetError::Blocked);
         }
         let normalised = String::from(url);
@@ -219,13 +249,28 @@ fn has_mixed_script_label(ascii_host: &str) -> bool {
     result.is_err() || unicode.split('.').any(|label| !label.is_single_script())
 }
 
-fn normalise_host(host: &str) -> String {
-    host.trim_end_matches('.').to_ascii_lowercase()
+/// RFC 3986 §2.1: pct-encoded = "%" HEXDIG HEXDIG, wherever a `%` appears.
+fn percent_escapes_are_valid(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    bytes.iter().enumerate().filter(|(_, b)| **b == b'%').all(|(i, _)| {
+        bytes
+            .get(i + 1..i + 3)
+            .is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit))
+    })
 }
 
-fn idna_domain(domain: &str) -> Option<String> {
-    let url = Url::parse(&format!("http://{domain}/")).ok()?;
-    url.host_str().map(str::to_owned)
+/// A DNS name has no empty label but the root's (RFC 1034 §3.1), so one trailing dot is
+/// allowed and means the same host; the URL Standard would accept `a..b` and `.a`.
+fn check_labels(name: &str) -> Result<(), TargetError> {
+    let name = name.strip_suffix('.').unwrap_or(name);
+    match name.split('.').any(str::is_empty) {
+        true => Err(TargetError::EmptyLabel),
+        false => Ok(()),
+    }
+}
+
+fn normalise_host(host: &str) -> String {
+    host.trim_end_matches('.').to_ascii_lowercase()
 }
 
 #[cfg(test)]
@@ -399,7 +444,12 @@ mod tests {
             ),
             (
                 "http://[::ffff:203.0.113.5]:8080",
-                &["http://203.0.113.5:8080/x", "http://[::ffff:cb00:7105]:8080/x"],
+                &[
+                    "http://203.0.113.5:8080/x",
+                    "http://[::ffff:cb00:7105]:8080/x",
+                    "http://[::203.0.113.5]:8080/x",
+                    "http://0xcb.0.113.5:8080/x",
+                ],
                 &[
                     "http://203.0.113.6:8080/x",
                     "http://localhost:8080/x",
@@ -443,6 +493,230 @@ mod tests {
             ("http://127.0.0.1:0/".to_owned(), TargetError::PortZero),
         ] {
             assert_eq!(p.validate(&raw), Err(want), "{raw}");
+        }
+    }
+
+    #[test]
+    fn the_blocklist_refuses_every_spelling_of_a_blocked_host() {
+        let ten: &[&str] = &[
+            "http://10.1.2.3/x",
+            "http://0x0a.1.2.3/x",
+            "http://012.1.2.3/x",
+            "http://10.1.515/x",
+            "http://10.66051/x",
+            "http://167838211/x",
+            "http://0xa010203/x",
+            "http://10.1.2.3./x",
+            "http://[::ffff:10.1.2.3]/x",
+            "http://[::FFFF:a01:203]:8080/x",
+            "http://[0:0:0:0:0:ffff:0a01:0203]/x",
+            "http://[::10.1.2.3]/x",
+            "http://[::a01:203]/x",
+        ];
+        let not_ten: &[&str] = &[
+            "http://10.1.2.4/x",
+            "http://[::ffff:10.1.2.4]/x",
+            "http://[2001:db8::a01:203]/x",
+            "http://[64:ff9b::a01:203]/x",
+            "http://10.1.2.3.example/x",
+        ];
+        let example: &[&str] = &[
+            "https://example.com/",
+            "https://EXAMPLE.COM./x",
+            "https://a.b.Example.com/x",
+            "https://www.example.com./x",
+        ];
+        let not_example: &[&str] = &[
+            "https://notexample.com/",
+            "https://example.com.evil/",
+            "https://example.co/",
+        ];
+        let cases: &[(&str, &[&str], &[&str])] = &[
+            ("10.1.2.3", ten, not_ten),
+            ("10.1.2.3.", ten, not_ten),
+            ("0x0a.1.2.3", ten, not_ten),
+            ("167838211", ten, not_ten),
+            ("[::ffff:a01:203]", ten, not_ten),
+            ("[::ffff:10.1.2.3]", ten, not_ten),
+            ("example.com", example, not_example),
+            ("EXAMPLE.com", example, not_example),
+            ("example.com.", example, not_example),
+            (
+                "bücher.example",
+                &[
+                    "https://BÜCHER.example/",
+                    "https://xn--bcher-kva.example/",
+                    "https://www.bücher.example./",
+                ],
+                &["https://bucher.example/"],
+            ),
+            (
+                "XN--BCHER-KVA.example",
+                &["https://bücher.example/"],
+                &["https://bucher.example/"],
+            ),
+            (
+                "[2001:DB8::1]",
+                &["http://[2001:db8:0:0::1]/", "http://[2001:db8::0.0.0.1]:81/"],
+                &["http://[2001:db8::2]/", "http://0.0.0.1/"],
+            ),
+            // A loopback entry blocks this machine in every spelling.
+            (
+                "127.0.0.1",
+                &[
+                    "http://localhost/",
+                    "http://[::1]/",
+                    "http://0x7f000001/",
+                    "http://127.0.0.2/",
+                    "http://[::ffff:127.0.0.1]/",
+                ],
+                &["http://128.0.0.1/"],
+            ),
+        ];
+        for (entry, blocked, fine) in cases {
+            let p = TargetPolicy::default().with_blocklist([entry]);
+            for raw in *blocked {
+                assert_eq!(p.validate(raw), Err(TargetError::Blocked), "{raw} with {entry} blocked");
+            }
+            for raw in *fine {
+                assert!(
+                    p.validate(raw).is_ok(),
+                    "{raw} with {entry} blocked: {:?}",
+                    p.validate(raw)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_spelling_of_a_host_has_one_identity() {
+        let ten = HostIdentity::Ip(IpAddr::from([10, 1, 2, 3]));
+        let example = HostIdentity::Name("example.com".into());
+        let cases: &[(&[&str], HostIdentity)] = &[
+            (
+                &[
+                    "10.1.2.3",
+                    "10.1.2.3.",
+                    "0x0a.1.2.3",
+                    "0XA.0x1.0x2.0x3",
+                    "012.1.2.3",
+                    "10.1.515",
+                    "10.66051",
+                    "167838211",
+                    "0xa010203",
+                    "[::ffff:10.1.2.3]",
+                    "[::FFFF:A01:203]",
+                    "[0:0:0:0:0:ffff:a01:203]",
+                    "[::10.1.2.3]",
+                    "[::a01:203]",
+                ],
+                ten.clone(),
+            ),
+            (&["example.com", "EXAMPLE.com", "example.com.", "Example.COM."], example),
+            (
+                &[
+                    "bücher.example",
+                    "BÜCHER.example.",
+                    "xn--bcher-kva.example",
+                    "XN--BCHER-KVA.EXAMPLE",
+                ],
+                HostIdentity::Name("xn--bcher-kva.example".into()),
+            ),
+            (
+                &["[2001:db8::1]", "[2001:DB8:0:0:0:0:0:1]", "[2001:db8::0.0.0.1]"],
+                HostIdentity::Ip("2001:db8::1".parse().unwrap()),
+            ),
+            (
+                &["[64:ff9b::a01:203]"],
+                HostIdentity::Ip("64:ff9b::a01:203".parse().unwrap()),
+            ),
+            (
+                &[
+                    "localhost",
+                    "LOCALHOST.",
+                    "a.localhost",
+                    "127.0.0.1",
+                    "127.1",
+                    "0x7f000001",
+                    "127.9.9.9",
+                    "0.0.0.0",
+                    "0",
+                    "[::1]",
+                    "[::]",
+                    "[::ffff:127.0.0.1]",
+                ],
+                HostIdentity::Loopback,
+            ),
+        ];
+        for (spellings, want) in cases {
+            for text in *spellings {
+                assert_eq!(HostIdentity::parse(text).as_ref(), Ok(want), "{text}");
+            }
+        }
+        assert_ne!(HostIdentity::parse("10.1.2.4"), Ok(ten));
+        for (text, want) in [
+            ("a..b", TargetError::EmptyLabel),
+            (".example.com", TargetError::EmptyLabel),
+            ("example.com..", TargetError::EmptyLabel),
+            (".", TargetError::EmptyLabel),
+            ("", TargetError::Malformed),
+            ("example.com:443", TargetError::Malformed),
+            ("example.com/x", TargetError::Malformed),
+            ("user@example.com", TargetError::Malformed),
+            ("http://example.com", TargetError::Malformed),
+            ("exa mple.com", TargetError::Malformed),
+            ("[::ffff:a01:203", TargetError::Malformed),
+            ("::ffff:a01:203", TargetError::Malformed),
+            ("10.1.2.256", TargetError::Malformed),
+            ("1..2", TargetError::Malformed),
+        ] {
+            assert_eq!(HostIdentity::parse(text), Err(want), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn a_percent_not_followed_by_two_hex_digits_is_refused() {
+        let p = TargetPolicy::default();
+        for raw in [
+            "https://example.com/%zz",
+            "https://example.com/a%2",
+            "https://example.com/a%",
+            "https://example.com/%g0",
+            "https://example.com/?q=%",
+            "https://example.com/?q=100%25%",
+            "https://example.com/#%x1",
+            "https://ex%zzample.com/",
+        ] {
+            assert_eq!(p.validate(raw), Err(TargetError::BadPercentEscape), "{raw}");
+        }
+        for (raw, want) in [
+            ("https://example.com/%2F%2f", "https://example.com/%2F%2f"),
+            ("https://example.com/?q=100%25", "https://example.com/?q=100%25"),
+            ("https://example.com/#%C3%A9", "https://example.com/#%C3%A9"),
+        ] {
+            assert_eq!(p.validate(raw).as_deref(), Ok(want), "{raw}");
+        }
+    }
+
+    #[test]
+    fn empty_dns_labels_are_refused_but_one_trailing_dot_is_the_root() {
+        let p = TargetPolicy::default();
+        for raw in [
+            "https://a..b/",
+            "https://.example.com/",
+            "https://example.com../",
+            "https://./",
+            "https://../",
+            "https://www..example.com:8080/x",
+        ] {
+            assert_eq!(p.validate(raw), Err(TargetError::EmptyLabel), "{raw}");
+        }
+        for raw in [
+            "https://example.com./",
+            "https://a.b.example.com./x",
+            "https://localhost./",
+        ] {
+            assert!(p.validate(raw).is_ok(), "{raw}: {:?}", p.validate(raw));
         }
     }
 
