@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 pub const OPERATOR_KEY: &str = "blackbox-operator-key-0001";
@@ -20,6 +20,9 @@ pub struct Running {
     pub addrs: HashMap<String, String>,
     pub stdout_lines: Vec<String>,
     lines: mpsc::Receiver<String>,
+    /// What the process wrote to stderr (its log), also passed on to the test's stderr.
+    stderr_lines: Arc<Mutex<Vec<String>>>,
+    stderr_reader: Option<std::thread::JoinHandle<()>>,
 }
 
 pub fn bin() -> &'static str {
@@ -39,7 +42,7 @@ pub fn start(args: &[&str], data_dir: &Path, extra_env: &[(&str, &str)], wait_fo
         .env("REBOUND_METRICS_ADDR", "127.0.0.1:0")
         .env("REBOUND_LOG", "warn")
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+        .stderr(Stdio::piped());
     if !extra_env.iter().any(|(k, _)| *k == "REBOUND_BOOTSTRAP_KEY") {
         cmd.env("REBOUND_BOOTSTRAP_KEY", OPERATOR_KEY);
     }
@@ -56,11 +59,22 @@ pub fn start(args: &[&str], data_dir: &Path, extra_env: &[(&str, &str)], wait_fo
             }
         }
     });
+    let stderr = child.stderr.take().unwrap();
+    let stderr_lines = Arc::new(Mutex::new(Vec::new()));
+    let kept = stderr_lines.clone();
+    let stderr_reader = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("{line}");
+            kept.lock().unwrap().push(line);
+        }
+    });
     let mut running = Running {
         child: Some(child),
         addrs: HashMap::new(),
         stdout_lines: Vec::new(),
         lines: rx,
+        stderr_lines,
+        stderr_reader: Some(stderr_reader),
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while !wait_for.iter().all(|w| running.addrs.contains_key(*w)) {
@@ -123,6 +137,16 @@ impl Running {
         }
     }
 
+    /// What the process logged (its stderr) so far; every line of it once it has exited.
+    pub fn log(&mut self) -> Vec<String> {
+        if self.child.is_none() {
+            if let Some(reader) = self.stderr_reader.take() {
+                let _ = reader.join();
+            }
+        }
+        self.stderr_lines.lock().unwrap().clone()
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("running").id()
@@ -136,7 +160,8 @@ impl Running {
         }
     }
 
-    /// Sends SIGTERM and waits for the exit status.
+    /// Sends SIGTERM and waits for the exit status. The 30 s limit catches a hang; it is no
+    /// bound under test (the shared machine is too noisy for one).
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         let pid = self.pid();
         let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
@@ -183,21 +208,116 @@ pub async fn create_link(p: &Running, body: serde_json::Value) -> serde_json::Va
     res.json().await.unwrap()
 }
 
-/// The value of one series on a process's `/metrics` (0 when absent).
-pub async fn metric(p: &Running, name: &str) -> f64 {
-    let text = http()
+/// The value of one series (`name` or `name{label="value",...}`, labels in the order the
+/// scrape prints them) on a process's `/metrics`. A series the process does not export fails
+/// the test, naming the series of the same metric it does export: a renamed metric or label
+/// must not read as a zero.
+pub async fn metric(p: &Running, series: &str) -> f64 {
+    let text = scrape(p).await;
+    series_value(&text, series).unwrap_or_else(|| panic!("{}", missing_series(&text, series)))
+}
+
+/// The value of one labelled series, 0 when it is absent: a labelled counter is printed only
+/// once something touched it. Still fails the test when the series has no labels (those
+/// are always printed), or when the metric is printed with other label names.
+pub async fn metric_absent_or_zero(p: &Running, series: &str) -> f64 {
+    let text = scrape(p).await;
+    if let Some(value) = series_value(&text, series) {
+        return value;
+    }
+    let (family, labels) = split_series(series);
+    assert!(!labels.is_empty(), "{}", missing_series(&text, series));
+    let printed = label_names_printed(&text, family);
+    assert!(
+        printed.is_empty() || printed.contains(&label_names(labels)),
+        "{}",
+        missing_series(&text, series)
+    );
+    0.0
+}
+
+async fn scrape(p: &Running) -> String {
+    let res = http()
         .get(format!("{}/metrics", p.addr("metrics")))
         .send()
         .await
-        .unwrap()
-        .text()
-        .await
         .unwrap();
+    assert_eq!(res.status(), reqwest::StatusCode::OK, "GET /metrics");
+    res.text().await.unwrap()
+}
+
+/// The value of `series` in a Prometheus text scrape.
+fn series_value(text: &str, series: &str) -> Option<f64> {
+    let line = text
+        .lines()
+        .find(|l| l.strip_prefix(series).is_some_and(|rest| rest.starts_with(' ')))?;
+    // The value, then an optional timestamp.
+    let value = line[series.len()..].split_whitespace().next().unwrap_or_default();
+    Some(
+        value
+            .parse()
+            .unwrap_or_else(|e| panic!("{series}: value {value:?}: {e}")),
+    )
+}
+
+/// `name{a="x"}` as (`name`, `a="x"`).
+fn split_series(series: &str) -> (&str, &str) {
+    match series.split_once('{') {
+        Some((family, rest)) => (family, rest.trim_end_matches('}')),
+        None => (series, ""),
+    }
+}
+
+/// The label names of `a="x",b="y"`, in order (a value may hold an escaped quote).
+fn label_names(labels: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = labels;
+    while let Some((name, after)) = rest.split_once("=\"") {
+        names.push(name.trim_start_matches(',').to_owned());
+        let mut escaped = false;
+        let end = after
+            .char_indices()
+            .find(|&(_, c)| {
+                let closes = c == '"' && !escaped;
+                escaped = c == '\\' && !escaped;
+                closes
+            })
+            .map_or(after.len(), |(i, _)| i + 1);
+        rest = &after[end..];
+    }
+    names
+}
+
+/// Every set of label names `family`'s samples are printed with.
+fn label_names_printed(text: &str, family: &str) -> Vec<Vec<String>> {
+    samples(text)
+        .filter(|s| split_series(s).0 == family)
+        .map(|s| label_names(split_series(s).1))
+        .collect()
+}
+
+/// The series of each sample line of a scrape (`name` or `name{...}`).
+fn samples(text: &str) -> impl Iterator<Item = &str> {
     text.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .map(|v| v.parse().unwrap())
-        .unwrap_or(0.0)
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| match l.rfind('}') {
+            Some(end) => &l[..=end],
+            None => l.split(' ').next().unwrap_or(l),
+        })
+}
+
+/// The failure message for a series that is not in the scrape: the series whose name shares
+/// the longest prefix with it.
+fn missing_series(text: &str, series: &str) -> String {
+    let samples: Vec<&str> = samples(text).collect();
+    let (family, _) = split_series(series);
+    let shared = |s: &str| {
+        let (other, _) = split_series(s);
+        family.chars().zip(other.chars()).take_while(|(a, b)| a == b).count()
+    };
+    let best = samples.iter().map(|s| shared(s)).max().unwrap_or(0);
+    let nearby: Vec<&str> = samples.into_iter().filter(|s| shared(s) == best).take(20).collect();
+    format!("the process exports no series {series}; nearest: {nearby:#?}")
 }
 
 /// Waits until the process's `/readyz` answers 200.
