@@ -149,16 +149,6 @@ fn parse_bool(name: &str, value: &str) -> Result<bool, ConfigError> {
     }
 }
 
-/// A URL the redirect port sends visitors to: absolute http(s), fit for a `Location`.
-fn visitor_url(name: &str, value: String) -> Result<String, ConfigError> {
-    let bad = |why: &str| ConfigError::Setting(name.to_owned(), format!("{value:?} {why}"));
-    let parsed = url::Url::parse(&value).map_err(|e| bad(&format!("is not a URL: {e}")))?;
-    if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
-        return Err(bad("is not an absolute http or https URL"));
-    }
-    Ok(parsed.to_string())
-}
-
 fn code_key(name: &str, value: &str) -> Result<[u8; 16], ConfigError> {
     let bytes = (0..value.len())
         .step_by(2)
@@ -318,13 +308,10 @@ pub fn load(file: Option<&str>, env: &HashMap<String, String>) -> Result<Setting
         Some(v) => parse("REBOUND_REDIRECT_THREADS", v)?,
         None => fr.threads.unwrap_or(r.threads),
     };
-    let visitor = |env_name: &str, file_name: &str, file: Option<String>| match var(env_name) {
-        Some(v) => visitor_url(env_name, v.to_owned()).map(Some),
-        None => file.map(|v| visitor_url(file_name, v)).transpose(),
-    };
-    r.not_found_url = visitor("REBOUND_NOT_FOUND_URL", "redirect.not_found_url", fr.not_found_url)?;
-    r.expired_url = visitor("REBOUND_EXPIRED_URL", "redirect.expired_url", fr.expired_url)?;
-    r.root_url = visitor("REBOUND_ROOT_URL", "redirect.root_url", fr.root_url)?;
+    // As written: `Settings::validate` holds them to the rule for a link's target.
+    r.not_found_url = var("REBOUND_NOT_FOUND_URL").map(str::to_owned).or(fr.not_found_url);
+    r.expired_url = var("REBOUND_EXPIRED_URL").map(str::to_owned).or(fr.expired_url);
+    r.root_url = var("REBOUND_ROOT_URL").map(str::to_owned).or(fr.root_url);
     r.cache_fresh_ms = match var("REBOUND_CACHE_FRESH_MS") {
         Some(v) => parse("REBOUND_CACHE_FRESH_MS", v)?,
         None => fr.cache_fresh_ms.unwrap_or(r.cache_fresh_ms),
@@ -385,6 +372,8 @@ pub fn load(file: Option<&str>, env: &HashMap<String, String>) -> Result<Setting
     s.upgrade_sock = var("REBOUND_UPGRADE_SOCK").map(PathBuf::from).or(f.upgrade_sock);
 
     s.validate().map_err(|e| ConfigError::Setting(e.setting, e.problem))?;
+    s.normalise_dead_end_urls()
+        .map_err(|e| ConfigError::Setting(e.setting, e.problem))?;
     Ok(s)
 }
 
@@ -471,6 +460,104 @@ mod tests {
         assert_eq!(s.redirect.not_found_url.as_deref(), Some("https://example.com/missing"));
         assert_eq!(s.redirect.expired_url.as_deref(), Some("https://example.com/expired"));
         assert_eq!(s.redirect.root_url.as_deref(), Some("https://example.com/"));
+    }
+
+    #[test]
+    fn dead_end_urls_are_refused_like_link_targets_naming_the_setting() {
+        for (name, value) in [
+            // Loops: the default public_base_url, http://127.0.0.1:8080, in other spellings.
+            ("REBOUND_ROOT_URL", "http://127.0.0.1:8080/"),
+            ("REBOUND_ROOT_URL", "http://LOCALHOST.:8080/"),
+            ("REBOUND_NOT_FOUND_URL", "http://0x7f.1:8080/x"),
+            ("REBOUND_EXPIRED_URL", "http://[::ffff:127.0.0.1]:8080/gone"),
+            // User information, and control characters the URL parser would strip silently.
+            ("REBOUND_NOT_FOUND_URL", "https://user:pw@example.com/"),
+            ("REBOUND_EXPIRED_URL", "https://@example.com/"),
+            ("REBOUND_ROOT_URL", "https://example.com/\r\nSet-Cookie: a=b"),
+            ("REBOUND_ROOT_URL", "https://exam\tple.com/"),
+            ("REBOUND_ROOT_URL", "https://example.com/\n"),
+            ("REBOUND_ROOT_URL", "https://example.com/%zz"),
+            ("REBOUND_ROOT_URL", "https://a..b/"),
+        ] {
+            let err = load(None, &env(&[(name, value)])).map(|_| ()).unwrap_err().to_string();
+            assert!(err.contains(name), "{value:?}: {err:?} should name {name}");
+        }
+        let file = "public_base_url = \"https://sho.rt\"\n[redirect]\nroot_url = \"http://SHO.RT./\"";
+        let err = load(Some(file), &env(&[])).map(|_| ()).unwrap_err().to_string();
+        assert!(err.contains("redirect.root_url"), "{err:?}");
+        // Another host, or the own host on another port, is no loop.
+        let s = load(
+            Some(file),
+            &env(&[
+                ("REBOUND_ROOT_URL", "https://www.sho.rt/"),
+                ("REBOUND_NOT_FOUND_URL", "https://sho.rt:8443/missing"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(s.redirect.root_url.as_deref(), Some("https://www.sho.rt/"));
+    }
+
+    #[test]
+    fn a_public_base_url_with_user_info_or_controls_is_refused() {
+        for bad in [
+            "https://sho.rt/\r\n",
+            "https://sho.rt\n",
+            "https://sh\to.rt",
+            " https://sho.rt",
+            "https://user@sho.rt",
+            "https://user:pw@sho.rt",
+            "https://sho..rt",
+            "https://sho.rt/%z",
+        ] {
+            let err = load(None, &env(&[("REBOUND_PUBLIC_BASE_URL", bad)]))
+                .map(|_| ())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("REBOUND_PUBLIC_BASE_URL"), "{bad:?}: {err:?}");
+        }
+        for good in [
+            "https://sho.rt",
+            "https://sho.rt/s",
+            "http://127.0.0.1:8080",
+            "https://sho.rt.",
+        ] {
+            let s = load(None, &env(&[("REBOUND_PUBLIC_BASE_URL", good)])).unwrap();
+            assert_eq!(s.public_base_url, good);
+        }
+    }
+
+    #[test]
+    fn blocklist_entries_must_be_hosts() {
+        for bad in [
+            "a..b",
+            ".example.com",
+            "http://example.com/",
+            "example.com:443",
+            "example.com/x",
+            "user@example.com",
+            "[::ffff:a01:203",
+            "exa mple.com",
+        ] {
+            let err = load(None, &env(&[("REBOUND_BLOCKED_DOMAINS", bad)]))
+                .map(|_| ())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("REBOUND_BLOCKED_DOMAINS"), "{bad:?}: {err:?}");
+        }
+        let err = load(Some("[api]\nblocked_domains = [\"a..b\"]"), &env(&[]))
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("api.blocked_domains"), "{err:?}");
+        let s = load(
+            None,
+            &env(&[(
+                "REBOUND_BLOCKED_DOMAINS",
+                "[::ffff:a01:203], 10.1.2.3., 0x0a.1.2.3, EXAMPLE.com, bücher.example.",
+            )]),
+        )
+        .unwrap();
+        assert_eq!(s.api.blocked_domains.len(), 5);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! [`ControlPlaneConfig`], the data plane what `data_plane` passes on).
 
 pub use rebound_control_plane::config::{ApiSettings, ControlPlaneConfig};
+use rebound_core::target::{HostIdentity, TargetError, TargetPolicy};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -62,7 +63,7 @@ pub struct RedirectSettings {
     pub click_max_hold_ms: Option<u64>,
     /// Worker threads of the redirect server; 0 means one per core.
     pub threads: usize,
-    /// Where a 404 redirects (an absolute http(s) URL); none: the built-in page.
+    /// Where a 404 redirects (a URL a link could point to); none: the built-in page.
     pub not_found_url: Option<String>,
     /// Where a 410 (expired link) redirects; none: the built-in page.
     pub expired_url: Option<String>,
@@ -236,22 +237,60 @@ fn bad(setting: &str, problem: impl Into<String>) -> SettingError {
     }
 }
 
+const PUBLIC_BASE_URL: &str = "public_base_url (REBOUND_PUBLIC_BASE_URL)";
+const NOT_FOUND_URL: &str = "redirect.not_found_url (REBOUND_NOT_FOUND_URL)";
+const EXPIRED_URL: &str = "redirect.expired_url (REBOUND_EXPIRED_URL)";
+const ROOT_URL: &str = "redirect.root_url (REBOUND_ROOT_URL)";
+
+/// `url` (as written, before any parser strips a control character) held to the rule for
+/// a link's target, its normalised form returned.
+fn as_target(setting: &str, url: &str, rule: &TargetPolicy) -> Result<String, SettingError> {
+    rule.validate(url).map_err(|e| {
+        bad(
+            setting,
+            format!("{url:?} is refused by the rule for a link's target: {e}"),
+        )
+    })
+}
+
 impl Settings {
     /// Checks ranges and relations between settings.
     pub fn validate(&self) -> Result<(), SettingError> {
-        let base = url::Url::parse(&self.public_base_url)
-            .map_err(|e| bad("public_base_url (REBOUND_PUBLIC_BASE_URL)", format!("not a URL: {e}")))?;
-        if !matches!(base.scheme(), "http" | "https") || base.host_str().is_none() {
-            return Err(bad(
-                "public_base_url (REBOUND_PUBLIC_BASE_URL)",
-                "must be an http or https URL with a host",
-            ));
-        }
+        // The base starts every short URL: a URL a link could point to, less query and fragment.
+        let base = as_target(PUBLIC_BASE_URL, &self.public_base_url, &TargetPolicy::default())?;
+        let base = url::Url::parse(&base).map_err(|e| bad(PUBLIC_BASE_URL, format!("not a URL: {e}")))?;
         if base.query().is_some() || base.fragment().is_some() {
-            return Err(bad(
-                "public_base_url (REBOUND_PUBLIC_BASE_URL)",
-                "must not have a query or fragment",
-            ));
+            return Err(bad(PUBLIC_BASE_URL, "must not have a query or fragment"));
+        }
+        for entry in self
+            .api
+            .blocked_domains
+            .iter()
+            .map(|e| e.trim())
+            .filter(|e| !e.is_empty())
+        {
+            if let Err(e) = HostIdentity::parse(entry) {
+                let why = match e {
+                    TargetError::EmptyLabel => "has an empty label",
+                    _ => "is not a host name, an IPv4 address or an IPv6 address in brackets",
+                };
+                return Err(bad(
+                    "api.blocked_domains (REBOUND_BLOCKED_DOMAINS)",
+                    format!("{entry:?} {why}"),
+                ));
+            }
+        }
+        // Sent to visitors as a `Location`: on this service's own host it would loop.
+        let rule = self.target_policy()?;
+        let r = &self.redirect;
+        for (name, url) in [
+            (NOT_FOUND_URL, &r.not_found_url),
+            (EXPIRED_URL, &r.expired_url),
+            (ROOT_URL, &r.root_url),
+        ] {
+            if let Some(url) = url {
+                as_target(name, url, &rule)?;
+            }
         }
         if let Some(k) = &self.bootstrap_key {
             if k.len() < 16 || !k.bytes().all(|b| b.is_ascii_graphic()) {
@@ -409,6 +448,37 @@ impl Settings {
                     "tls_addr (REBOUND_TLS_ADDR)",
                     "must differ from redirect_addr (REBOUND_REDIRECT_ADDR)",
                 ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The rule a link's target follows here (a keyed caller's): not on the host and port
+    /// of `public_base_url`, not on a blocked host.
+    pub fn target_policy(&self) -> Result<TargetPolicy, SettingError> {
+        let rule = TargetPolicy {
+            max_bytes: self.api.max_target_bytes,
+            refuse_mixed_script: self.api.refuse_mixed_script_for_keys,
+            ..TargetPolicy::default()
+        };
+        Ok(rule
+            .with_public_base(&self.public_base_url)
+            .map_err(|e| bad(PUBLIC_BASE_URL, e.to_string()))?
+            .with_blocklist(&self.api.blocked_domains))
+    }
+
+    /// Puts the visitor redirects in the form a link's target is stored in (punycode host,
+    /// percent-encoded path), ready to be a `Location`.
+    pub fn normalise_dead_end_urls(&mut self) -> Result<(), SettingError> {
+        let rule = self.target_policy()?;
+        let r = &mut self.redirect;
+        for (name, url) in [
+            (NOT_FOUND_URL, &mut r.not_found_url),
+            (EXPIRED_URL, &mut r.expired_url),
+            (ROOT_URL, &mut r.root_url),
+        ] {
+            if let Some(url) = url {
+                *url = as_target(name, url, &rule)?;
             }
         }
         Ok(())
