@@ -4,7 +4,7 @@
 //! so that whoever started the process (a person, a test on port 0) knows where it listens.
 
 use crate::all_in_one::{AllInOne, AllInOneListeners};
-use crate::backends::{announce_initial_key, metered, open_queue, open_redis, open_store};
+use crate::backends::{announce_initial_key, metered, open_queue, open_redis, open_store, store_place, DataDirLock};
 use crate::control_plane::{Announce, ControlPlane, ControlPlaneAdapters, ControlPlaneListeners};
 use crate::data_plane::{DataPlane, DataPlaneAdapters, DataPlaneListeners, Fleet};
 use crate::listen::{check_descriptor_budget, RouterPort};
@@ -15,6 +15,7 @@ use anyhow::Context;
 use rebound_core::{Clock, SystemClock};
 use rebound_dynamodb::DynamoStore;
 use rebound_proxy::clicks::{low_priority_runtime, ClickSink, ClickWriter, StoreClickSink};
+use rebound_proxy::issued::{stored_permutation_key, SyncError};
 use rebound_redis::RedisBreakerState;
 use rebound_sqs::{LazyClickQueue, SqsClickQueue};
 use rebound_store::call_metrics::MeteredClickSink;
@@ -29,7 +30,8 @@ pub struct RunOptions {
 }
 
 /// `rebound`: the data plane, the control plane and click shipping in one process on the
-/// embedded store. The redirect server runs on this thread (Pingora owns its runtimes);
+/// embedded store, whose data directory it holds (a process taking over holds it once the
+/// previous one exits). The redirect server runs on this thread (Pingora owns its runtimes);
 /// everything else runs on `runtime`.
 pub fn run_all_in_one(
     settings: Settings,
@@ -41,13 +43,20 @@ pub fn run_all_in_one(
             "the all-in-one runs on the embedded store; for DynamoDB run `rebound proxy` and `rebound control-plane`"
         );
     }
+    // Held until this function returns, after the drain.
+    let _data_dir = match options.take_over {
+        true => DataDirLock::take_over(&settings.data_dir)?,
+        false => DataDirLock::hold(&settings.data_dir)?,
+    };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let metrics = ProcessRegistry::new().context("declaring metrics")?;
     check_descriptor_budget(&settings, 1 + usize::from(settings.tls.is_some()), true)?;
     let listeners = DataPlaneListeners::bind(&settings, options.take_over)?;
     let api_port = RouterPort::bind(settings.api_addr, "API (api_addr)", options.take_over)?;
     let store = metered(runtime.block_on(open_store(&settings))?, &settings, &metrics.adapters);
-    let all_in_one = runtime.block_on(AllInOne::build(&settings, metrics, store, clock))?;
+    let all_in_one = runtime
+        .block_on(AllInOne::build(&settings, metrics, store, clock))
+        .with_context(|| format!("starting on {}", store_place(&settings)))?;
     listeners.announce_redirect()?;
     api_port.announce("API")?;
     listeners.metrics.announce("metrics")?;
@@ -79,6 +88,7 @@ pub fn run_proxy(settings: Settings, options: RunOptions, runtime: &tokio::runti
     let listeners = DataPlaneListeners::bind(&settings, options.take_over)?;
     let dp = DataPlane::build(&settings, metrics.clone(), clock)?;
     let store = metered(runtime.block_on(open_store(&settings))?, &settings, &metrics.adapters);
+    check_code_key(&settings, store.as_ref(), runtime)?;
     if let Some(cache) = &redis {
         RedisBreakerState::register(&metrics.registry, cache.clone()).context("declaring metrics")?;
     }
@@ -113,9 +123,42 @@ pub fn run_proxy(settings: Settings, options: RunOptions, runtime: &tokio::runti
     dp.run(adapters, listeners, stop_requested(true), runtime)
 }
 
-/// `rebound control-plane`: the API on the configured store, and the click consumer when
-/// clicks come over SQS, with health on the metrics port.
+/// A proxy's start: a configured permutation key other than the one the control planes
+/// recorded stops it. A store that cannot tell yet does not; the filter checks again when it
+/// syncs, and stays bypassed (safe) on a mismatch.
+fn check_code_key(
+    settings: &Settings,
+    store: &dyn rebound_store::LinkReads,
+    runtime: &tokio::runtime::Runtime,
+) -> anyhow::Result<()> {
+    let check = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        stored_permutation_key(store, settings.api.code_key),
+    );
+    match runtime.block_on(check) {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(SyncError::CodeKey(e))) => Err(e).with_context(|| format!("starting on {}", store_place(settings))),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "the code key could not be checked at start; the issued-code filter checks it when it syncs");
+            Ok(())
+        }
+        Err(_) => {
+            tracing::warn!(
+                "the store did not answer in 10 s; the issued-code filter checks the code key when it syncs"
+            );
+            Ok(())
+        }
+    }
+}
+
+/// `rebound control-plane`: the API on the configured store (holding its data directory
+/// when it is the embedded one), and the click consumer when clicks come over SQS, with
+/// health on the metrics port.
 pub async fn run_control_plane(settings: Settings) -> anyhow::Result<()> {
+    let _data_dir = match settings.store {
+        StoreChoice::Sqlite => Some(DataDirLock::hold(&settings.data_dir)?),
+        StoreChoice::DynamoDb { .. } => None,
+    };
     let metrics = ProcessRegistry::new().context("declaring metrics")?;
     let store = metered(open_store(&settings).await?, &settings, &metrics.adapters);
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
@@ -144,7 +187,9 @@ pub async fn run_control_plane(settings: Settings) -> anyhow::Result<()> {
         click_counts: None,
         click_queue,
     };
-    let cp = ControlPlane::build(&settings, &metrics, adapters).await?;
+    let cp = ControlPlane::build(&settings, &metrics, adapters)
+        .await
+        .with_context(|| format!("starting on {}", store_place(&settings)))?;
     listeners.api.announce("API")?;
     if let Some(port) = &listeners.metrics {
         port.announce("metrics")?;

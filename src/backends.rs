@@ -1,6 +1,6 @@
 //! Opening the backends the settings choose: the store (SQLite or DynamoDB, with every
-//! call counted under its adapter's name), Redis, the SQS click queue; and the first
-//! start's operator key.
+//! call counted under its adapter's name, its data directory held by one process at a
+//! time), Redis, the SQS click queue; and the first start's operator key.
 
 use crate::settings::{QueueChoice, Settings, StoreChoice};
 use anyhow::Context;
@@ -11,10 +11,117 @@ use rebound_sqlite::SqliteStore;
 use rebound_sqs::SqsClickQueue;
 use rebound_store::call_metrics::{AdapterMetrics, MeteredStore};
 use rebound_store::{ClickInbox, Store};
+use std::fs::{File, TryLockError};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// The embedded store's file inside the data directory.
 pub const DB_FILE: &str = "rebound.db";
+/// The file whose advisory lock holds the data directory; the holder's pid is written in it.
+pub const LOCK_FILE: &str = "rebound.lock";
+
+/// The data directory, held by this process until it is dropped or the process exits: two
+/// processes on one embedded store would each keep serving from its caches what the other
+/// deleted, and never see the other's new aliases.
+#[derive(Debug)]
+pub struct DataDirLock {
+    file: Arc<File>,
+}
+
+impl DataDirLock {
+    /// Holds `dir` (created if missing), or fails at once naming it and the holder's pid.
+    pub fn hold(dir: &Path) -> anyhow::Result<DataDirLock> {
+        let (path, file) = open_lock_file(dir)?;
+        match file.try_lock() {
+            Ok(()) => {
+                write_pid(&file, &path)?;
+                Ok(DataDirLock { file: Arc::new(file) })
+            }
+            Err(TryLockError::WouldBlock) => anyhow::bail!(
+                "the data directory {} is in use by another rebound (pid {}, holding {}): stop it first, \
+                 or start this one with --upgrade to take over from it",
+                dir.display(),
+                holder(&file),
+                path.display()
+            ),
+            Err(TryLockError::Error(e)) => Err(e).with_context(|| format!("locking {}", path.display())),
+        }
+    }
+
+    /// Holds `dir` for a process taking over from the one holding it (`--upgrade`): that one
+    /// drains while this one starts, so the directory is held once it exits (waited for on a
+    /// thread of its own), or at once when nobody holds it.
+    pub fn take_over(dir: &Path) -> anyhow::Result<DataDirLock> {
+        let (path, file) = open_lock_file(dir)?;
+        match file.try_lock() {
+            Ok(()) => write_pid(&file, &path)?,
+            Err(TryLockError::WouldBlock) => {
+                let file = Arc::new(file);
+                let waiting = file.clone();
+                tracing::info!(dir = %dir.display(), holder = %holder(&file), "taking over the data directory once its holder exits");
+                std::thread::Builder::new()
+                    .name("rebound-data-dir".into())
+                    .spawn(move || match waiting.lock() {
+                        Ok(()) => match write_pid(&waiting, &path) {
+                            Ok(()) => tracing::info!("the previous process exited; this one holds the data directory"),
+                            Err(e) => tracing::warn!(error = %format!("{e:#}"), "holding the data directory without its pid written"),
+                        },
+                        Err(e) => tracing::error!(error = %e, path = %path.display(), "cannot lock the data directory"),
+                    })
+                    .context("starting the thread that waits for the data directory")?;
+                return Ok(DataDirLock { file });
+            }
+            Err(TryLockError::Error(e)) => return Err(e).with_context(|| format!("locking {}", path.display())),
+        }
+        Ok(DataDirLock { file: Arc::new(file) })
+    }
+
+    /// Whether this process holds the directory now (a take-over may still be waiting).
+    pub fn is_held(&self) -> bool {
+        holder(&self.file) == std::process::id().to_string()
+    }
+}
+
+fn open_lock_file(dir: &Path) -> anyhow::Result<(PathBuf, File)> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating the data directory {}", dir.display()))?;
+    let path = dir.join(LOCK_FILE);
+    let file = File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    Ok((path, file))
+}
+
+fn write_pid(mut file: &File, path: &Path) -> anyhow::Result<()> {
+    file.set_len(0)
+        .and_then(|()| file.seek(SeekFrom::Start(0)))
+        .and_then(|_| writeln!(file, "{}", std::process::id()))
+        .with_context(|| format!("writing this process's pid into {}", path.display()))
+}
+
+/// The pid written in the lock file, as written ("unknown" when it cannot be read).
+fn holder(mut file: &File) -> String {
+    let mut text = String::new();
+    match file
+        .seek(SeekFrom::Start(0))
+        .and_then(|_| file.read_to_string(&mut text))
+    {
+        Ok(_) if !text.trim().is_empty() => text.trim().to_owned(),
+        _ => "unknown".to_owned(),
+    }
+}
+
+/// Where the settings' store is, for an error: the data directory or the DynamoDB tables.
+pub fn store_place(settings: &Settings) -> String {
+    match &settings.store {
+        StoreChoice::Sqlite => format!("the data directory {}", settings.data_dir.display()),
+        StoreChoice::DynamoDb { table_prefix } => format!("the DynamoDB tables prefixed {table_prefix:?}"),
+    }
+}
 
 /// Opens the configured store.
 pub async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
@@ -95,4 +202,48 @@ pub async fn announce_initial_key(settings: &Settings, store: &dyn Store, clock:
         println!("rebound:   export REBOUND_API_KEY={key}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // An advisory lock belongs to an open file, so two opens in one process contend as two
+    // processes would.
+    #[test]
+    fn a_held_directory_is_refused_naming_it_and_the_holder_until_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let first = DataDirLock::hold(&data).unwrap();
+        assert!(first.is_held());
+        let refused = DataDirLock::hold(&data).unwrap_err().to_string();
+        assert!(refused.contains(&data.display().to_string()), "{refused}");
+        assert!(refused.contains(&format!("pid {}", std::process::id())), "{refused}");
+        assert!(refused.contains("--upgrade"), "{refused}");
+        drop(first);
+        let again = DataDirLock::hold(&data).unwrap();
+        assert!(again.is_held());
+    }
+
+    #[test]
+    fn a_take_over_starts_beside_the_holder_and_holds_the_directory_once_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = DataDirLock::hold(dir.path()).unwrap();
+        // Pretend the holder is another process: the pid it wrote is not ours.
+        std::fs::write(dir.path().join(LOCK_FILE), "4194305\n").unwrap();
+        let second = DataDirLock::take_over(dir.path()).unwrap();
+        assert!(!second.is_held(), "still the holder's");
+        let refused = DataDirLock::hold(dir.path()).unwrap_err().to_string();
+        assert!(refused.contains("pid 4194305"), "{refused}");
+        drop(first);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !second.is_held() {
+            assert!(std::time::Instant::now() < deadline, "never held after the release");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(DataDirLock::hold(dir.path()).is_err());
+        // Nobody holding it: held at once.
+        drop(second);
+        assert!(DataDirLock::take_over(dir.path()).unwrap().is_held());
+    }
 }

@@ -9,11 +9,50 @@ use crate::permute::CodePermutation;
 
 /// The store counter the KGS leases its blocks from.
 pub const COUNTER: &str = "codes";
-/// The store setting that keeps the generated permutation key (hex), when it is not configured.
+/// The store setting that keeps the permutation key (hex), recorded by the first start of a
+/// control plane on the store (the configured key, or a generated one) and fixed from then on.
 pub const CODE_KEY_SETTING: &str = "code_permutation_key";
 /// The store setting written once the alias index holds every alias (after the one-time
 /// backfill of a store made before the index existed); data planes trust the index only then.
 pub const ALIAS_INDEX_SETTING: &str = "alias_index_complete";
+
+/// A configured permutation key that is not the one the store was created with. It names
+/// the settings, never a key: the key is what makes codes unguessable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the configured code key (REBOUND_CODE_KEY, or api.code_key in the configuration file) is not the \
+     permutation key this store was created with (the store's setting {CODE_KEY_SETTING}): every code \
+     generated so far would answer 404. The key is fixed for the life of a store: unset REBOUND_CODE_KEY \
+     and api.code_key to use the stored key, or set them to it"
+)]
+pub struct CodeKeyMismatch;
+
+/// The key codes are generated and read with: the one the store recorded, which a configured
+/// key must equal.
+pub fn store_permutation_key(configured: Option<[u8; 16]>, stored: [u8; 16]) -> Result<[u8; 16], CodeKeyMismatch> {
+    match configured {
+        Some(k) if k != stored => Err(CodeKeyMismatch),
+        _ => Ok(stored),
+    }
+}
+
+/// A permutation key as the store keeps it: 32 lower-case hex digits.
+pub fn key_to_hex(key: &[u8; 16]) -> String {
+    key.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A stored permutation key read back; `None` unless it is 32 hex digits.
+pub fn key_from_hex(hex: &str) -> Option<[u8; 16]> {
+    // from_str_radix alone would take a sign.
+    if hex.len() != 32 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut key = [0u8; 16];
+    for (i, byte) in key.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(key)
+}
 
 /// What one counter value gives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,6 +171,46 @@ mod tests {
         let perm = CodePermutation::for_codes(KEY);
         let value = perm.unpermute(digits).unwrap();
         assert_eq!(g.code_for(value), Generated::Reserved);
+    }
+
+    #[test]
+    fn the_stored_key_is_used_and_a_configured_one_must_equal_it() {
+        let other = *b"fedcba9876543210";
+        // (configured, what the start runs with)
+        type Case = (Option<[u8; 16]>, Result<[u8; 16], CodeKeyMismatch>);
+        let cases: &[Case] = &[
+            (None, Ok(KEY)),
+            (Some(KEY), Ok(KEY)),
+            (Some(other), Err(CodeKeyMismatch)),
+        ];
+        for (configured, want) in cases {
+            assert_eq!(store_permutation_key(*configured, KEY), *want, "{configured:?}");
+        }
+        let message = CodeKeyMismatch.to_string();
+        for named in ["REBOUND_CODE_KEY", "api.code_key", CODE_KEY_SETTING] {
+            assert!(message.contains(named), "{message}");
+        }
+        for key in [KEY, other] {
+            assert!(!message.contains(&key_to_hex(&key)), "{message}");
+        }
+    }
+
+    #[test]
+    fn keys_are_kept_as_hex() {
+        assert_eq!(key_to_hex(&KEY), "30313233343536373839616263646566");
+        let cases: &[(&str, Option<[u8; 16]>)] = &[
+            ("30313233343536373839616263646566", Some(KEY)),
+            ("30313233343536373839616263646566".to_uppercase().leak(), Some(KEY)),
+            ("3031", None),
+            ("zz313233343536373839616263646566", None),
+            ("3031323334353637383961626364656", None),
+            ("303132333435363738396162636465667", None),
+            ("+0313233343536373839616263646566", None),
+            ("é313233343536373839616263646566", None),
+        ];
+        for (hex, want) in cases {
+            assert_eq!(key_from_hex(hex), *want, "{hex:?}");
+        }
     }
 
     #[test]

@@ -126,7 +126,7 @@ pub async fn run_keepalive(
 /// grow with the generated links), then follow the feed from that position, raising the
 /// mark with every lease and adding every new alias. Whenever the feed cannot be read the
 /// filter is bypassed, and it is synced again before it is trusted again. `key` is the
-/// configured permutation key (otherwise the one the control planes stored).
+/// configured permutation key, checked against the one the control planes stored.
 pub async fn run_creation_feed(
     feed: Arc<dyn CreationFeed>,
     issued: Arc<IssuedCodeGate>,
@@ -156,7 +156,9 @@ pub async fn run_creation_feed(
             Ok(p) => p,
             Err(e) => {
                 let pause = match e {
-                    SyncError::NotYet(_) => {
+                    // A key other than the store's (recorded after this proxy started): as
+                    // safe, and logged until the configuration is fixed.
+                    SyncError::NotYet(_) | SyncError::CodeKey(_) => {
                         // Safe to serve: bypassed, every unknown code is read from the store.
                         issued.set_ready_bypassed();
                         NOT_YET_RETRY

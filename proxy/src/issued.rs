@@ -15,7 +15,10 @@
 //! the store every [`crate::distributed::HIGH_WATER_REFRESH`].
 
 use bloomfilter::Bloom;
-use rebound_core::generated::{GeneratedCodes, ALIAS_INDEX_SETTING, CODE_KEY_SETTING, COUNTER};
+use rebound_core::generated::{
+    key_from_hex, store_permutation_key, CodeKeyMismatch, GeneratedCodes, ALIAS_INDEX_SETTING, CODE_KEY_SETTING,
+    COUNTER,
+};
 use rebound_store::{LinkReads, StoreError};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{OnceLock, RwLock};
@@ -42,6 +45,25 @@ pub enum SyncError {
     /// gate stays bypassed, which is safe, and is synced again later.
     #[error("the store cannot tell issued codes yet: {0}")]
     NotYet(&'static str),
+    /// The configured key is not the store's: the gate stays bypassed (the store still
+    /// answers every code) until the configuration is fixed.
+    #[error(transparent)]
+    CodeKey(#[from] CodeKeyMismatch),
+}
+
+/// The permutation key the control planes recorded in the store, checked against the
+/// `configured` one (which is never used in its place: the store's key is fixed for its life).
+pub async fn stored_permutation_key(
+    store: &dyn LinkReads,
+    configured: Option<[u8; 16]>,
+) -> Result<[u8; 16], SyncError> {
+    let stored = store.read_setting(CODE_KEY_SETTING).await?.ok_or(SyncError::NotYet(
+        "no permutation key stored (no control plane has started)",
+    ))?;
+    let stored = key_from_hex(&stored).ok_or(SyncError::Store(StoreError::Corrupt(
+        "the stored code permutation key is malformed".into(),
+    )))?;
+    Ok(store_permutation_key(configured, stored)?)
 }
 
 /// The high-water mark, the alias filter and whether they may be trusted.
@@ -181,24 +203,13 @@ impl IssuedCodeGate {
         self.alias_count.load(Ordering::Relaxed)
     }
 
-    /// Reads from the store what the gate needs: the permutation key (`configured`, or the
-    /// one the control planes stored), the high-water mark and every alias of the index.
+    /// Reads from the store what the gate needs: the permutation key the control planes
+    /// stored (a `configured` one must equal it), the high-water mark and every alias of the index.
     /// Never reads the links. The caller marks the gate current once it also knows the
     /// creation feed has been followed from before this began. Returns the aliases loaded.
     pub async fn load_from(&self, store: &dyn LinkReads, configured: Option<[u8; 16]>) -> Result<u64, SyncError> {
         if self.codes.get().is_none() {
-            let key = match configured {
-                Some(k) => k,
-                None => {
-                    let stored = store.read_setting(CODE_KEY_SETTING).await?.ok_or(SyncError::NotYet(
-                        "no permutation key stored (no control plane has started)",
-                    ))?;
-                    parse_key(&stored).ok_or(SyncError::Store(StoreError::Corrupt(
-                        "the stored code permutation key is malformed".into(),
-                    )))?
-                }
-            };
-            self.set_key(key);
+            self.set_key(stored_permutation_key(store, configured).await?);
         }
         if store.read_setting(ALIAS_INDEX_SETTING).await?.is_none() {
             return Err(SyncError::NotYet(
@@ -225,17 +236,6 @@ impl IssuedCodeGate {
         }
         Ok(loaded)
     }
-}
-
-fn parse_key(hex: &str) -> Option<[u8; 16]> {
-    if hex.len() != 32 {
-        return None;
-    }
-    let mut key = [0u8; 16];
-    for (i, byte) in key.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(key)
 }
 
 #[cfg(test)]
@@ -360,10 +360,40 @@ pub(crate) mod tests {
         ));
     }
 
-    #[test]
-    fn keys_are_read_from_hex() {
-        assert_eq!(parse_key("30313233343536373839616263646566"), Some(KEY));
-        assert_eq!(parse_key("3031"), None);
-        assert_eq!(parse_key("zz313233343536373839616263646566"), None);
+    #[tokio::test]
+    async fn the_gate_reads_codes_with_the_stored_key_and_refuses_another_configured_one() {
+        let store = synced_store(100, &[]).await;
+        let other = *b"fedcba9876543210";
+        assert_eq!(stored_permutation_key(&store, None).await.unwrap(), KEY);
+        assert_eq!(stored_permutation_key(&store, Some(KEY)).await.unwrap(), KEY);
+        assert!(matches!(
+            stored_permutation_key(&store, Some(other)).await,
+            Err(SyncError::CodeKey(_))
+        ));
+        // A gate configured with another key stays bypassed: it never 404s a stored code.
+        let gate = IssuedCodeGate::new(1000);
+        assert!(matches!(
+            gate.load_from(&store, Some(other)).await,
+            Err(SyncError::CodeKey(_))
+        ));
+        assert_eq!(gate.may_exist(&code(5)), None);
+        // Configured or not, a gate reads codes with the stored key.
+        for configured in [None, Some(KEY)] {
+            let gate = IssuedCodeGate::new(1000);
+            gate.load_from(&store, configured).await.unwrap();
+            gate.set_current(true);
+            assert_eq!(gate.may_exist(&code(5)), Some(true), "{configured:?}");
+        }
+        // No key stored: not yet, even with one configured (the control plane records it).
+        let gate = IssuedCodeGate::new(1000);
+        assert!(matches!(
+            gate.load_from(&MemoryStore::new(), Some(KEY)).await,
+            Err(SyncError::NotYet(_))
+        ));
+        let bad = store_keyed("not hex").await;
+        assert!(matches!(
+            stored_permutation_key(&bad, None).await,
+            Err(SyncError::Store(_))
+        ));
     }
 }
