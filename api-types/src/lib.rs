@@ -65,34 +65,24 @@ where
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ImportRequest {
+    /// Each read as a [`CreateLinkRequest`] on its own: one of the wrong shape (not an
+    /// object, an unknown field, a wrong type) fails alone, as `invalid_json` in `results`.
     #[schema(schema_with = import_links_schema)]
-    pub links: Vec<CreateLinkRequest>,
+    pub links: Vec<serde_json::Value>,
 }
 
-/// The links of an import: 1 to 1,000 objects shaped as `CreateLinkRequest`. Their values
-/// are checked one by one (a link that breaks a rule fails alone, in `results`), so the
-/// request itself states only the shape.
+/// The links of an import: 1 to 1,000 values, each meant as a `CreateLinkRequest`. Their
+/// shapes and values are judged one by one (a link that is not one fails alone, in
+/// `results`), so the request states only that it is an array, of any values.
 pub fn import_links_schema() -> utoipa::openapi::Array {
-    use utoipa::openapi::schema::{AdditionalProperties, SchemaType, Type};
-    use utoipa::openapi::ObjectBuilder;
-    let nullable = |t: Type| ObjectBuilder::new().schema_type(SchemaType::from_iter([t, Type::Null]));
-    let link = ObjectBuilder::new()
-        .property("long_url", ObjectBuilder::new().schema_type(Type::String))
-        .required("long_url")
-        .property("custom_alias", nullable(Type::String))
-        .property("expires_at", nullable(Type::String))
-        .property(
-            "ttl_seconds",
-            nullable(Type::Integer).minimum(Some(i64::MIN)).maximum(Some(i64::MAX)),
-        )
-        .property(
-            "redirect",
-            nullable(Type::Integer).minimum(Some(0)).maximum(Some(u16::MAX)),
-        )
-        .property("forward_query", nullable(Type::Boolean))
-        .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+    use utoipa::openapi::schema::SchemaType;
+    let link = utoipa::openapi::ObjectBuilder::new()
+        .schema_type(SchemaType::AnyValue)
         .description(Some(
-            "A link as in CreateLinkRequest; its values are checked on their own.",
+            "A link as in CreateLinkRequest (`long_url`, and optionally `custom_alias`, `expires_at`, \
+             `ttl_seconds`, `redirect`, `forward_query`). Each is judged on its own: one of another \
+             shape (not an object, an unknown field, a wrong type) or with a bad value fails alone, \
+             in results, as `invalid_json` or as its create would.",
         ));
     utoipa::openapi::ArrayBuilder::new()
         .items(link)
@@ -267,9 +257,11 @@ pub struct LinkAudit {
 pub struct AuditEntry {
     /// RFC 3339, UTC.
     pub at: String,
-    /// The key id that acted.
+    /// The key id that acted (for `propagated`, the control plane that finished it).
     pub actor: String,
-    /// `delete` or `takedown`.
+    /// `delete`, `takedown`, or `propagated`: a control plane finished the propagation of a
+    /// delete or takedown whose own attempt could not confirm it (after an
+    /// `invalidate_failed`).
     pub action: String,
     pub reason: Option<String>,
     /// `ok`, `already_down` or `invalidate_failed`.

@@ -4,7 +4,7 @@
 //! there.
 
 use crate::auth::{generate_key, generate_key_id, hash_key, Caller};
-use crate::body::{ApiJson, ImportJson};
+use crate::body::{one_header, ApiJson, ImportJson};
 use crate::error::{ApiError, ErrorBody};
 use crate::links::{takedown_reason, Creation};
 use crate::ControlPlane;
@@ -77,8 +77,10 @@ impl ControlPlane {
     }
 }
 
+/// The `Idempotency-Key` of a create or an import: at most one, 1-255 visible ASCII characters.
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    let Some(value) = headers.get("idempotency-key") else {
+    let name = axum::http::HeaderName::from_static("idempotency-key");
+    let Some(value) = one_header(headers, &name, "invalid_idempotency_key")? else {
         return Ok(None);
     };
     match value.to_str() {
@@ -132,10 +134,12 @@ async fn create_link(
 }
 
 #[utoipa::path(post, path = "/api/v1/links/import", tag = "links", request_body = ImportRequest,
+    params(("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, pattern = r"^[!-~]+$", description = "1-255 visible ASCII characters; makes a retried import answer each link it created the first time as it did then, and create only the others (docs/http.md)")),
     responses(
         (status = 200, description = "One outcome per link, in order", body = ImportResults),
         (status = 400, description = "Not 1 to 1,000 links, or malformed", body = ErrorBody),
         (status = 401, description = "No valid key", body = ErrorBody),
+        (status = 409, description = "Idempotency key used with another import", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 415, description = "Body is not JSON", body = ErrorBody),
         (status = 429, description = "The rate limit covers not one link now (each valid link counts); see Retry-After. When it covers some, those are created and the rest fail `rate_limited`, with `retry_after_secs`", body = ErrorBody),
@@ -144,11 +148,13 @@ async fn create_link(
 async fn import_links(
     State(cp): Cp,
     caller: Caller,
+    headers: HeaderMap,
     body: Result<ImportJson<ImportRequest>, ApiError>,
 ) -> Result<Json<ImportResults>, ApiError> {
     let creator = cp.creator(&caller)?;
-    let requests = body?.0.links;
-    Ok(Json(cp.import_links(&caller, creator, requests).await?))
+    let links = body?.0.links;
+    let idem_key = idempotency_key(&headers)?;
+    Ok(Json(cp.import_links(&caller, creator, idem_key, links).await?))
 }
 
 #[utoipa::path(get, path = "/api/v1/links/{code}", tag = "links",
@@ -377,7 +383,10 @@ impl utoipa::Modify for CommonResponses {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
         use utoipa::openapi::{Ref, ResponseBuilder};
         let common = [
-            ("400", "More than one Authorization header"),
+            (
+                "400",
+                "More than one Authorization, Idempotency-Key, Content-Type or Content-Length header",
+            ),
             ("500", "Internal error (logged)"),
             ("503", "The store is unavailable; retry"),
         ];

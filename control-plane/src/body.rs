@@ -4,7 +4,7 @@
 use crate::error::ApiError;
 use crate::ControlPlane;
 use axum::extract::{FromRequest, Request};
-use axum::http::header;
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
 use serde::de::DeserializeOwned;
 use std::sync::Arc;
 
@@ -37,9 +37,7 @@ impl<T: DeserializeOwned> FromRequest<Arc<ControlPlane>> for ImportJson<T> {
 
 async fn read_json<T: DeserializeOwned>(req: Request, limit: usize) -> Result<ApiJson<T>, ApiError> {
     {
-        let is_json = req
-            .headers()
-            .get(header::CONTENT_TYPE)
+        let is_json = one_header(req.headers(), &header::CONTENT_TYPE, "invalid_content_type")?
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.split(';').next())
             .map(|mime| {
@@ -47,9 +45,7 @@ async fn read_json<T: DeserializeOwned>(req: Request, limit: usize) -> Result<Ap
                 mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
             })
             .unwrap_or(false);
-        let declared = req
-            .headers()
-            .get(header::CONTENT_LENGTH)
+        let declared = one_header(req.headers(), &header::CONTENT_LENGTH, "invalid_content_length")?
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
         if declared.is_some_and(|n| n > limit as u64) {
@@ -65,17 +61,39 @@ async fn read_json<T: DeserializeOwned>(req: Request, limit: usize) -> Result<Ap
                 ApiError::bad_request("invalid_body", "the request body could not be read")
             }
         })?;
-        let value = serde_json::from_slice(&raw).map_err(|e| {
-            let message = match e.classify() {
-                serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
-                    "request body is not valid JSON".to_owned()
-                }
-                _ => format!("request body is invalid: {}", strip_location(&e.to_string())),
-            };
-            ApiError::bad_request("invalid_json", message)
+        let json: serde_json::Value = serde_json::from_slice(&raw)
+            .map_err(|_| ApiError::bad_request("invalid_json", "request body is not valid JSON"))?;
+        // serde would also read a struct from an array of its fields in order.
+        if !json.is_object() {
+            return Err(ApiError::bad_request(
+                "invalid_json",
+                "request body must be a JSON object",
+            ));
+        }
+        let value = serde_json::from_value(json).map_err(|e| {
+            ApiError::bad_request(
+                "invalid_json",
+                format!("request body is invalid: {}", strip_location(&e.to_string())),
+            )
         })?;
         Ok(ApiJson { value, raw })
     }
+}
+
+/// The value of a header the API reads as one value, if given; 400 `code` when it is given
+/// twice (even twice the same), as for `Authorization`: with two, a proxy in front and this
+/// service might each believe a different one.
+pub(crate) fn one_header<'a>(
+    headers: &'a HeaderMap,
+    name: &HeaderName,
+    code: &'static str,
+) -> Result<Option<&'a HeaderValue>, ApiError> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next();
+    if values.next().is_some() {
+        return Err(ApiError::bad_request(code, format!("send at most one {name} header")));
+    }
+    Ok(first)
 }
 
 /// serde's messages end with " at line 1 column 17"; drop that.

@@ -7,7 +7,7 @@ use crate::auth::{Caller, Principal};
 use crate::error::ApiError;
 use crate::ControlPlane;
 use rebound_api_types::{
-    CreateLinkRequest, DayClicks, ErrorDetail, ImportOutcome, ImportResults, LinkStats, MAX_IMPORT,
+    CreateLinkRequest, DayClicks, ErrorDetail, ImportOutcome, ImportResults, LinkCreated, LinkStats, MAX_IMPORT,
 };
 use rebound_core::code::{check_alias, check_code, CodeError};
 use rebound_core::link::Deletion;
@@ -52,7 +52,7 @@ impl ControlPlane {
     ) -> Result<Creation, ApiError> {
         let now = self.clock.now_millis();
         let Creator { owner, scope } = creator;
-        let hash = request_hash(raw);
+        let hash = RequestHash::of_create(&request, raw);
         if let Some(key) = &idem_key {
             if let Some(record) = self.store.get_idempotency(&scope, key, now).await? {
                 // A replay creates nothing, so it costs nothing: a retry is never refused 429.
@@ -82,7 +82,7 @@ impl ControlPlane {
             let record = idem_key.as_ref().map(|key| IdempotencyRecord {
                 scope: scope.clone(),
                 key: key.clone(),
-                request_hash: hash.clone(),
+                request_hash: hash.current.clone(),
                 status: 201,
                 body: serde_json::to_string(&self.created_view(&link)).unwrap_or_default(),
                 created_at: now,
@@ -118,44 +118,59 @@ impl ControlPlane {
         Ok(Creation::Created(link))
     }
 
-    /// A bulk import (up to 1,000 links): each link validated, charged and created on its
-    /// own, in one store batch; one outcome per link, in order.
+    /// A bulk import (up to 1,000 links): each link read as a create request, validated,
+    /// charged and created on its own; one outcome per link, in order. With an idempotency
+    /// key `K`, link `i` is written with its own record `K#i` in the same transaction (the
+    /// hash of the whole import in it), so a retry, even after a crash halfway, answers
+    /// each link created before as it was and creates only the others (docs/http.md).
     pub(crate) async fn import_links(
         &self,
         caller: &Caller,
         creator: Creator,
-        requests: Vec<CreateLinkRequest>,
+        idem_key: Option<String>,
+        links: Vec<serde_json::Value>,
     ) -> Result<ImportResults, ApiError> {
         let now = self.clock.now_millis();
-        let owner = creator.owner;
-        if requests.is_empty() || requests.len() > MAX_IMPORT {
+        let Creator { owner, scope } = creator;
+        if links.is_empty() || links.len() > MAX_IMPORT {
             return Err(ApiError::bad_request(
                 "invalid_import",
                 "an import holds 1 to 1000 links",
             ));
         }
-        let fail = |e: ApiError| {
-            let (_, code) = e.status_and_code();
-            ImportOutcome::Failed {
-                error: ErrorDetail {
-                    code: code.to_owned(),
-                    message: e.to_string(),
-                },
-            }
+        let requests: Vec<Result<CreateLinkRequest, ApiError>> = links
+            .iter()
+            .map(|v| {
+                // serde would also read a struct from an array of its fields in order.
+                if !v.is_object() {
+                    return Err(ApiError::bad_request("invalid_json", "the link must be a JSON object"));
+                }
+                serde_json::from_value::<CreateLinkRequest>(v.clone())
+                    .map_err(|e| ApiError::bad_request("invalid_json", format!("the link is invalid: {e}")))
+            })
+            .collect();
+        let hash = RequestHash::of_import(&links, &requests);
+        drop(links);
+        let keys: Option<Vec<String>> = idem_key
+            .as_ref()
+            .map(|k| (0..requests.len()).map(|i| format!("{k}#{i}")).collect());
+        let mut outcomes: Vec<Option<ImportOutcome>> = match &keys {
+            Some(keys) => self.replayed_links(&scope, keys, &hash, now).await?,
+            None => vec![None; requests.len()],
         };
-        let mut outcomes: Vec<Option<ImportOutcome>> = Vec::with_capacity(requests.len());
         let mut valid: Vec<(usize, NewLink)> = Vec::new();
         for (i, req) in requests.into_iter().enumerate() {
-            match validate_create(self, caller, req, now) {
-                Ok(new) => {
-                    valid.push((i, new));
-                    outcomes.push(None);
-                }
-                Err(e) => outcomes.push(Some(fail(e))),
+            if outcomes[i].is_some() {
+                continue;
+            }
+            match req.and_then(|req| validate_create(self, caller, req, now)) {
+                Ok(new) => valid.push((i, new)),
+                Err(e) => outcomes[i] = Some(failed(e)),
             }
         }
-        // Only links that would be written are charged; those the bucket cannot cover now are
-        // answered one by one, so an import larger than the burst still makes progress.
+        // Only links that would be written are charged (a replayed one is not); those the
+        // bucket cannot cover now are answered one by one, so an import larger than the
+        // burst still makes progress.
         let (covered, retry_after_secs) = if valid.is_empty() {
             (0, None)
         } else {
@@ -189,8 +204,37 @@ impl ControlPlane {
             );
             pending.push((i, link, generated));
         }
-        let links: Vec<Link> = pending.iter().map(|(_, l, _)| l.clone()).collect();
-        let stored = self.store.insert_links(&links).await?;
+        let record = |i: usize, link: &Link| {
+            keys.as_ref().map(|keys| IdempotencyRecord {
+                scope: scope.clone(),
+                key: keys[i].clone(),
+                request_hash: hash.current.clone(),
+                status: 201,
+                body: serde_json::to_string(&self.created_view(link)).unwrap_or_default(),
+                created_at: now,
+                expires_at: now + (self.config.api.idempotency_ttl_secs as i64) * 1000,
+            })
+        };
+        let stored: Vec<Result<(), StoreError>> = if keys.is_some() {
+            // Each link with its record, in one transaction each, up to 16 at a time.
+            use futures_util::StreamExt;
+            let writes: Vec<(Link, Option<IdempotencyRecord>)> = pending
+                .iter()
+                .map(|(i, link, _)| (link.clone(), record(*i, link)))
+                .collect();
+            let store = self.store.clone();
+            futures_util::stream::iter(writes)
+                .map(move |(link, rec)| {
+                    let store = store.clone();
+                    async move { store.insert_link(&link, rec.as_ref()).await }
+                })
+                .buffered(16)
+                .collect()
+                .await
+        } else {
+            let links: Vec<Link> = pending.iter().map(|(_, l, _)| l.clone()).collect();
+            self.store.insert_links(&links).await?
+        };
         for ((i, mut link, generated), result) in pending.into_iter().zip(stored) {
             let result = match result {
                 // A generated code an alias took earlier: retry with fresh codes.
@@ -198,7 +242,7 @@ impl ControlPlane {
                     let mut retried = Err(StoreError::AlreadyExists);
                     for _ in 1..GENERATED_CODE_ATTEMPTS {
                         link.code = self.next_code().await?;
-                        retried = self.store.insert_link(&link, None).await;
+                        retried = self.store.insert_link(&link, record(i, &link).as_ref()).await;
                         if !matches!(retried, Err(StoreError::AlreadyExists)) {
                             break;
                         }
@@ -214,11 +258,19 @@ impl ControlPlane {
                     }
                     ImportOutcome::Created(self.created_view(&link))
                 }
-                Err(StoreError::AlreadyExists) => fail(ApiError::Conflict {
+                Err(StoreError::AlreadyExists) => failed(ApiError::Conflict {
                     code: "alias_taken",
                     message: "this alias is already taken",
                 }),
-                Err(e) => fail(e.into()),
+                // A concurrent import with the same key wrote this link first.
+                Err(StoreError::IdempotencyKeyExists) => {
+                    let keys = keys.as_deref().unwrap_or_default();
+                    match self.store.get_idempotency(&scope, &keys[i], now).await? {
+                        Some(record) => replayed_link(record, &hash).unwrap_or_else(failed),
+                        None => failed(ApiError::Internal("idempotency record vanished".into())),
+                    }
+                }
+                Err(e) => failed(e.into()),
             });
         }
         let results: Vec<ImportOutcome> = outcomes
@@ -237,9 +289,36 @@ impl ControlPlane {
         })
     }
 
-    /// Delete and takedown (SPEC §5): conditional update, then the tombstone and the
-    /// invalidation, and only then success. A link already down keeps its deletion record
-    /// and gets its tombstone written again.
+    /// The links of a keyed import that an earlier attempt created, answered as then (the
+    /// others `None`); 409 when the key was used with another import.
+    async fn replayed_links(
+        &self,
+        scope: &str,
+        keys: &[String],
+        hash: &RequestHash,
+        now: i64,
+    ) -> Result<Vec<Option<ImportOutcome>>, ApiError> {
+        use futures_util::StreamExt;
+        let (store, scope) = (self.store.clone(), scope.to_owned());
+        let records: Vec<Result<Option<IdempotencyRecord>, StoreError>> = futures_util::stream::iter(keys.to_vec())
+            .map(move |key| {
+                let (store, scope) = (store.clone(), scope.clone());
+                async move { store.get_idempotency(&scope, &key, now).await }
+            })
+            .buffered(16)
+            .collect()
+            .await;
+        records
+            .into_iter()
+            .map(|r| r?.map(|record| replayed_link(record, hash)).transpose())
+            .collect()
+    }
+
+    /// Delete and takedown (SPEC §5): conditional update (recording the propagation
+    /// pending, leased to this control plane), then the tombstone and the invalidation,
+    /// and only then success. Done, the pending record is cleared; failed, its lease is
+    /// given back and a reconciler finishes it (`reconcile`). A link already down keeps
+    /// its deletion record and gets its tombstone written again.
     pub(crate) async fn take_down(
         &self,
         principal: &Principal,
@@ -517,23 +596,101 @@ fn validate_create(cp: &ControlPlane, caller: &Caller, req: CreateLinkRequest, n
     })
 }
 
-/// Hash of the request body as JSON (insensitive to spacing and key order).
-fn request_hash(raw: &[u8]) -> String {
-    let canonical = serde_json::from_slice::<serde_json::Value>(raw)
-        .map(|v| v.to_string())
-        .unwrap_or_default();
-    hex::encode(Sha256::digest(canonical.as_bytes()))
+/// How a request is compared with the one an idempotency record was written for: the
+/// request as this server understood it (`ttl_seconds: 60.0` is `60`, a `null` is an
+/// absent field, key order and spacing do not count), hashed with a version prefix. A
+/// record without the prefix was written by an earlier version from the body's JSON, keys
+/// sorted; it is compared with that (records live a day, so this can go a day after).
+struct RequestHash {
+    current: String,
+    /// The earlier hash of the same body, for records without the prefix; none for an import.
+    legacy: Option<String>,
+}
+
+const REQUEST_HASH_VERSION: &str = "v2:";
+
+impl RequestHash {
+    fn of_create(request: &CreateLinkRequest, raw: &[u8]) -> RequestHash {
+        let canonical = serde_json::to_string(request).unwrap_or_default();
+        let legacy = serde_json::from_slice::<serde_json::Value>(raw)
+            .map(|v| v.to_string())
+            .unwrap_or_default();
+        RequestHash {
+            current: versioned_hash("create", &canonical),
+            legacy: Some(hex::encode(Sha256::digest(legacy.as_bytes()))),
+        }
+    }
+
+    /// An import's links: each as its create request was read, or, when it could not be
+    /// read as one, as the JSON value it is (keys sorted).
+    fn of_import(links: &[serde_json::Value], requests: &[Result<CreateLinkRequest, ApiError>]) -> RequestHash {
+        let canonical: Vec<serde_json::Value> = links
+            .iter()
+            .zip(requests)
+            .map(|(raw, req)| match req {
+                Ok(req) => serde_json::to_value(req).unwrap_or_default(),
+                Err(_) => raw.clone(),
+            })
+            .collect();
+        RequestHash {
+            current: versioned_hash("import", &serde_json::Value::Array(canonical).to_string()),
+            legacy: None,
+        }
+    }
+
+    /// Whether `stored` (a record's hash) was made for this request.
+    fn matches(&self, stored: &str) -> bool {
+        if stored.starts_with(REQUEST_HASH_VERSION) {
+            stored == self.current
+        } else {
+            self.legacy.as_deref() == Some(stored)
+        }
+    }
+}
+
+fn versioned_hash(kind: &str, canonical: &str) -> String {
+    let digest = Sha256::new()
+        .chain_update(kind.as_bytes())
+        .chain_update([0])
+        .chain_update(canonical.as_bytes())
+        .finalize();
+    format!("{REQUEST_HASH_VERSION}{}", hex::encode(digest))
+}
+
+fn key_reused() -> ApiError {
+    ApiError::Conflict {
+        code: "idempotency_key_reused",
+        message: "this Idempotency-Key was used with another request body",
+    }
 }
 
 /// The first answer to an idempotent create, when this request is the same one.
-fn replayed(record: IdempotencyRecord, hash: &str) -> Result<Creation, ApiError> {
-    if record.request_hash != hash {
-        return Err(ApiError::Conflict {
-            code: "idempotency_key_reused",
-            message: "this Idempotency-Key was used with another request body",
-        });
+fn replayed(record: IdempotencyRecord, hash: &RequestHash) -> Result<Creation, ApiError> {
+    if !hash.matches(&record.request_hash) {
+        return Err(key_reused());
     }
     Ok(Creation::Replayed(record))
+}
+
+/// A link of a keyed import as its first attempt created it, when this is the same import.
+fn replayed_link(record: IdempotencyRecord, hash: &RequestHash) -> Result<ImportOutcome, ApiError> {
+    if !hash.matches(&record.request_hash) {
+        return Err(key_reused());
+    }
+    serde_json::from_str::<LinkCreated>(&record.body)
+        .map(ImportOutcome::Created)
+        .map_err(|e| ApiError::Internal(format!("idempotency record {} unreadable: {e}", record.key)))
+}
+
+/// A link of an import that failed, as its outcome.
+fn failed(e: ApiError) -> ImportOutcome {
+    let (_, code) = e.status_and_code();
+    ImportOutcome::Failed {
+        error: ErrorDetail {
+            code: code.to_owned(),
+            message: e.to_string(),
+        },
+    }
 }
 
 /// A takedown's reason, trimmed: 1-1000 characters without control characters.

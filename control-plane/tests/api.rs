@@ -1713,3 +1713,270 @@ async fn a_limit_is_digits_only() {
         .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
 }
+
+/// Idempotent imports, shape errors judged per link, single-valued headers, and requests
+/// compared as the server understood them (issue 28, items 3, 7, 8 and 9).
+mod imports_and_idempotency {
+    use super::*;
+
+    fn keyed(method: Method, uri: &str, keys: &[&str], body: &str) -> Request<Body> {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(header::AUTHORIZATION, format!("Bearer {OPERATOR}"))
+            .header(header::CONTENT_TYPE, "application/json");
+        for k in keys {
+            req = req.header("Idempotency-Key", *k);
+        }
+        req.body(Body::from(body.to_owned())).unwrap()
+    }
+
+    fn import(key: &str, body: &Value) -> Request<Body> {
+        keyed(Method::POST, "/api/v1/links/import", &[key], &body.to_string())
+    }
+
+    #[tokio::test]
+    async fn a_retried_import_with_the_same_key_is_replayed_not_redone() {
+        let h = harness().await;
+        let body = json!({"links": [
+            {"long_url": "https://e.com/1"},
+            {"long_url": "https://e.com/2", "custom_alias": "imp-two"},
+            {"long_url": "ftp://nope"},
+        ]});
+        let first = h.send(import("imp-1", &body)).await;
+        assert_eq!(first.status, StatusCode::OK, "{:?}", first.body);
+        assert_eq!(first.body["created"], 2);
+        let again = h.send(import("imp-1", &body)).await;
+        assert_eq!(again.status, StatusCode::OK, "{:?}", again.body);
+        assert_eq!(again.body, first.body, "the first answer, again");
+        assert_eq!(h.link_count().await, 2, "no link was created twice");
+        assert_eq!(h.events.created.lock().unwrap().len(), 2);
+
+        let other = json!({"links": [{"long_url": "https://e.com/other"}]});
+        assert_error(
+            &h.send(import("imp-1", &other)).await,
+            StatusCode::CONFLICT,
+            "idempotency_key_reused",
+        );
+        assert_eq!(h.link_count().await, 2);
+        // Another key is another import.
+        let r = h.send(import("imp-2", &other)).await;
+        assert_eq!(r.body["created"], 1, "{:?}", r.body);
+        assert_eq!(h.link_count().await, 3);
+    }
+
+    #[tokio::test]
+    async fn an_import_replayed_after_it_stopped_midway_creates_only_the_rest() {
+        // A creator's bucket of 2 stops the first attempt after two links, as a crash
+        // after two committed links would: each committed link has its record.
+        let h = harness_with(|s| {
+            s.api.creator_burst = 2;
+            s.api.creator_rate_per_sec = 1.0;
+        })
+        .await;
+        let creator = h.new_key("creator").await;
+        let body =
+            json!({"links": (0..5).map(|i| json!({"long_url": format!("https://e.com/{i}")})).collect::<Vec<_>>()});
+        let send = |body: &Value| {
+            Request::builder()
+                .method(Method::POST)
+                .uri("/api/v1/links/import")
+                .header(header::AUTHORIZATION, format!("Bearer {creator}"))
+                .header(header::CONTENT_TYPE, "application/json")
+                .header("Idempotency-Key", "chunk-1")
+                .body(Body::from(body.to_string()))
+                .unwrap()
+        };
+        let first = h.send(send(&body)).await;
+        assert_eq!(first.body["created"], 2, "{:?}", first.body);
+        assert_eq!(h.link_count().await, 2);
+        h.clock.advance(3_000);
+        let again = h.send(send(&body)).await;
+        assert_eq!(again.status, StatusCode::OK, "{:?}", again.body);
+        assert_eq!(again.body["created"], 4, "{:?}", again.body);
+        for i in 0..2 {
+            assert_eq!(
+                again.body["results"][i], first.body["results"][i],
+                "a committed link is answered as it was"
+            );
+        }
+        assert_eq!(h.link_count().await, 4, "the committed links were not made again");
+        h.clock.advance(3_000);
+        let last = h.send(send(&body)).await;
+        assert_eq!(last.body["created"], 5, "{:?}", last.body);
+        assert_eq!(h.link_count().await, 5);
+    }
+
+    #[tokio::test]
+    async fn an_import_judges_each_links_shape_on_its_own() {
+        let h = harness().await;
+        let body = json!({"links": [
+            {"long_url": "https://e.com/1"},
+            {"long_url": "https://e.com/2", "bogus": 1},
+            {"long_url": 7},
+            "https://e.com/4",
+            {"long_url": "https://e.com/5", "ttl_seconds": "soon"},
+            {"long_url": "https://e.com/6"},
+            ["https://e.com/7"],
+        ]});
+        let r = h
+            .call(Method::POST, "/api/v1/links/import", Some(OPERATOR), Some(body))
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+        assert_eq!(
+            (r.body["created"].clone(), r.body["failed"].clone()),
+            (json!(2), json!(5))
+        );
+        let results = r.body["results"].as_array().unwrap();
+        assert_eq!(results[0]["long_url"], "https://e.com/1");
+        for i in [1, 2, 3, 4, 6] {
+            assert_eq!(results[i]["error"]["code"], "invalid_json", "{:?}", results[i]);
+        }
+        assert!(
+            results[1]["error"]["message"].as_str().unwrap().contains("bogus"),
+            "{:?}",
+            results[1]
+        );
+        assert_eq!(results[5]["long_url"], "https://e.com/6");
+        assert_eq!(h.link_count().await, 2);
+        // The request itself must still be an object with `links`, an array; a create's
+        // body an object (serde would read a struct from an array of its fields).
+        let r = h
+            .call(
+                Method::POST,
+                "/api/v1/links",
+                Some(OPERATOR),
+                Some(json!(["https://e.com/8"])),
+            )
+            .await;
+        assert_error(&r, StatusCode::BAD_REQUEST, "invalid_json");
+        for bad in [json!({"links": {"long_url": "https://e.com/"}}), json!([1])] {
+            assert_error(
+                &h.call(Method::POST, "/api/v1/links/import", Some(OPERATOR), Some(bad))
+                    .await,
+                StatusCode::BAD_REQUEST,
+                "invalid_json",
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_single_valued_header_given_twice_is_refused() {
+        let h = harness().await;
+        let body = json!({"long_url": "https://e.com/x"}).to_string();
+        for uri in ["/api/v1/links", "/api/v1/links/import"] {
+            let body = if uri.ends_with("import") {
+                format!("{{\"links\": [{body}]}}")
+            } else {
+                body.clone()
+            };
+            for keys in [&["k-a", "k-b"][..], &["k-a", "k-a"][..]] {
+                let r = h.send(keyed(Method::POST, uri, keys, &body)).await;
+                assert_error(&r, StatusCode::BAD_REQUEST, "invalid_idempotency_key");
+            }
+            for (name, values) in [
+                ("content-type", ["application/json", "text/plain"]),
+                ("content-length", ["30", "31"]),
+            ] {
+                let mut req = keyed(Method::POST, uri, &[], &body);
+                for v in values {
+                    req.headers_mut().append(name, v.parse().unwrap());
+                }
+                let r = h.send(req).await;
+                assert_eq!(r.status, StatusCode::BAD_REQUEST, "{name}: {:?}", r.body);
+            }
+        }
+        assert_eq!(h.link_count().await, 0, "nothing was created");
+    }
+
+    #[tokio::test]
+    async fn a_replay_compares_the_request_as_understood_not_its_bytes() {
+        let h = harness().await;
+        let first = h
+            .send(keyed(
+                Method::POST,
+                "/api/v1/links",
+                &["same-number"],
+                r#"{"long_url": "https://e.com/t", "ttl_seconds": 60}"#,
+            ))
+            .await;
+        assert_eq!(first.status, StatusCode::CREATED, "{:?}", first.body);
+        for same in [
+            r#"{"long_url": "https://e.com/t", "ttl_seconds": 60.0}"#,
+            r#"{"ttl_seconds": 6e1, "long_url": "https://e.com/t", "redirect": null}"#,
+        ] {
+            let r = h
+                .send(keyed(Method::POST, "/api/v1/links", &["same-number"], same))
+                .await;
+            assert_eq!(r.status, StatusCode::CREATED, "{same}: {:?}", r.body);
+            assert_eq!(r.body, first.body, "{same}");
+        }
+        let r = h
+            .send(keyed(
+                Method::POST,
+                "/api/v1/links",
+                &["same-number"],
+                r#"{"long_url": "https://e.com/t", "ttl_seconds": 61}"#,
+            ))
+            .await;
+        assert_error(&r, StatusCode::CONFLICT, "idempotency_key_reused");
+        // An import is compared the same way.
+        let a = h
+            .send(keyed(
+                Method::POST,
+                "/api/v1/links/import",
+                &["same-import"],
+                r#"{"links": [{"long_url": "https://e.com/i", "redirect": 301}]}"#,
+            ))
+            .await;
+        let b = h
+            .send(keyed(
+                Method::POST,
+                "/api/v1/links/import",
+                &["same-import"],
+                r#"{"links": [{"redirect": 301.0, "long_url": "https://e.com/i"}]}"#,
+            ))
+            .await;
+        assert_eq!((a.status, &a.body), (StatusCode::OK, &b.body));
+        assert_eq!(h.link_count().await, 2);
+    }
+
+    #[tokio::test]
+    async fn an_idempotency_record_of_the_previous_hash_still_replays() {
+        use sha2::Digest;
+        let h = harness().await;
+        // What the previous version stored: the hash of the body's JSON, keys sorted.
+        let raw = r#"{"long_url": "https://e.com/old", "ttl_seconds": 60}"#;
+        let canonical = serde_json::from_str::<Value>(raw).unwrap().to_string();
+        let link = rebound_core::Link::new_active(
+            "oldcode".into(),
+            "https://e.com/old".into(),
+            rebound_core::RedirectKind::default(),
+            false,
+            NOW,
+            "bootstrap".into(),
+            Some(NOW + 60_000),
+        );
+        let record = rebound_store::IdempotencyRecord {
+            scope: "bootstrap".into(),
+            key: "old-key".into(),
+            request_hash: hex::encode(sha2::Sha256::digest(canonical.as_bytes())),
+            status: 201,
+            body: r#"{"code":"oldcode"}"#.into(),
+            created_at: NOW,
+            expires_at: NOW + 86_400_000,
+        };
+        h.store.insert_link(&link, Some(&record)).await.unwrap();
+        let r = h.send(keyed(Method::POST, "/api/v1/links", &["old-key"], raw)).await;
+        assert_eq!((r.status, &r.body), (StatusCode::CREATED, &json!({"code": "oldcode"})));
+        let r = h
+            .send(keyed(
+                Method::POST,
+                "/api/v1/links",
+                &["old-key"],
+                r#"{"long_url": "https://e.com/else"}"#,
+            ))
+            .await;
+        assert_error(&r, StatusCode::CONFLICT, "idempotency_key_reused");
+    }
+}
