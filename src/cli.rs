@@ -9,6 +9,7 @@ use rebound_api_types::{
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
+use sha2::Digest;
 
 /// Where the control plane is and who we are.
 #[derive(Debug, Clone, Args)]
@@ -54,10 +55,14 @@ pub enum LinksCommand {
         #[arg(long)]
         idempotency_key: Option<String>,
     },
-    /// Create many links from a file: CSV lines `long_url[,alias]` or JSON lines with the
-    /// fields of `create` (`-` reads standard input). Prints `code,short_url,long_url` per
-    /// created link, also when a chunk fails; links over the rate limit are sent again when
-    /// it allows; a chunk refused as a whole is named by its lines and exits non-zero.
+    /// Create many links from a file: CSV (RFC 4180: quote a field holding a comma; columns
+    /// `long_url[,alias]`, or named by a header row among long_url, alias, expires_at,
+    /// ttl_seconds, redirect, forward_query) or JSON lines with the fields of `create` (`-`
+    /// reads standard input). Prints `code,short_url,long_url` per created link, also when a
+    /// chunk fails; a refused line is named by its number; links over the rate limit are
+    /// sent again when it allows; a chunk refused as a whole is named by its lines and exits
+    /// non-zero. Each request carries an Idempotency-Key derived from the file and its
+    /// lines, so running the same file again (same --batch) never creates a link twice.
     Import {
         /// The file (`.csv`, or JSON lines), or `-` for standard input.
         file: String,
@@ -291,10 +296,22 @@ const LINK_FIELDS: &[&str] = &[
     "delete_reason",
 ];
 
-/// Reads an import file into create requests, with the line each came from. JSON lines go
-/// to the server as written (it judges each, as it judges an import's links), CSV lines
-/// as the API's [`CreateLinkRequest`].
-fn read_import(file: &str, format: Option<&str>) -> Result<Vec<(usize, Value)>, CliError> {
+/// An import file as read: what identifies it, and each link with the line it came from,
+/// or why that line cannot be sent.
+struct ImportFile {
+    /// Hex SHA-256 of the whole file: with a chunk's lines, what its idempotency key is
+    /// derived from, so that running the same file again replays instead of creating.
+    identity: String,
+    links: Vec<ImportLine>,
+}
+
+/// A link of an import file and the line it starts on, or why that line cannot be sent.
+type ImportLine = (usize, Result<Value, String>);
+
+/// Reads an import file. JSON lines go to the server as written (it judges each, shape and
+/// values, as it judges an import's links); CSV is read as RFC 4180 says (quoted fields,
+/// `""` inside quotes), its columns named by a header row or, without one, `long_url[,alias]`.
+fn read_import(file: &str, format: Option<&str>) -> Result<ImportFile, CliError> {
     let text = if file == "-" {
         let mut s = String::new();
         std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
@@ -309,37 +326,125 @@ fn read_import(file: &str, format: Option<&str>) -> Result<Vec<(usize, Value)>, 
         Some(other) => return Err(CliError(format!("--format {other}: use csv or jsonl"))),
         None => file.ends_with(".csv"),
     };
+    let links = if csv {
+        read_csv(&text)?
+    } else {
+        text.lines()
+            .enumerate()
+            .filter(|(_, line)| !line.trim().is_empty())
+            .map(|(i, line)| {
+                let value = serde_json::from_str::<Value>(line).map_err(|e| format!("invalid_json: not JSON: {e}"));
+                (i + 1, value)
+            })
+            .collect()
+    };
+    Ok(ImportFile {
+        identity: hex::encode(sha2::Sha256::digest(text.as_bytes())),
+        links,
+    })
+}
+
+/// The columns a CSV header row may name (`alias` is `custom_alias`).
+const CSV_COLUMNS: &[&str] = &[
+    "long_url",
+    "alias",
+    "custom_alias",
+    "expires_at",
+    "ttl_seconds",
+    "redirect",
+    "forward_query",
+];
+
+/// CSV records as create requests. No record may have more fields than the header (or,
+/// without one, the first record, `long_url[,alias]`): an unquoted comma in a URL makes one
+/// more, and that line is refused by its number rather than read as another column.
+fn read_csv(text: &str) -> Result<Vec<ImportLine>, CliError> {
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .trim(csv::Trim::All)
+        .from_reader(text.as_bytes());
+    let mut columns: Option<Vec<String>> = None;
     let mut links = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || (csv && i == 0 && line.starts_with("long_url")) {
+    for record in reader.records() {
+        let record = match record {
+            Ok(r) => r,
+            Err(e) => {
+                let line = e.position().map_or(0, |p| p.line() as usize);
+                links.push((line, Err(format!("invalid_csv: {e}"))));
+                continue;
+            }
+        };
+        let line = record.position().map_or(0, |p| p.line() as usize);
+        let columns = match &columns {
+            Some(c) => c,
+            None if record.iter().any(|f| f.eq_ignore_ascii_case("long_url")) => {
+                let names: Vec<String> = record.iter().map(str::to_ascii_lowercase).collect();
+                if let Some(unknown) = names.iter().find(|n| !CSV_COLUMNS.contains(&n.as_str())) {
+                    return Err(CliError(format!(
+                        "line {line}: unknown column {unknown:?} (the columns are {})",
+                        CSV_COLUMNS.join(", ")
+                    )));
+                }
+                columns = Some(names);
+                continue;
+            }
+            None => columns.insert(
+                ["long_url", "alias"]
+                    .iter()
+                    .take(record.len().clamp(1, 2))
+                    .map(|c| c.to_string())
+                    .collect(),
+            ),
+        };
+        // Fewer is fine (the rest are empty); more is an unquoted comma, never a column.
+        if record.len() > columns.len() {
+            links.push((
+                line,
+                Err(format!(
+                    "invalid_csv: {} fields where the file has {} ({}); quote a field that holds a comma",
+                    record.len(),
+                    columns.len(),
+                    columns.join(",")
+                )),
+            ));
             continue;
         }
-        let value = if csv {
-            // `long_url[,alias]`: the alias is what follows the last comma, when it is a code.
-            match line.rsplit_once(',') {
-                Some((url, alias)) if rebound_core::code::check_code(alias.trim()).is_ok() => {
-                    as_json(&create_request(url.trim(), Some(alias.trim())))
-                }
-                _ => as_json(&create_request(line, None)),
+        let mut link = serde_json::Map::new();
+        for (column, field) in columns.iter().zip(record.iter()) {
+            if field.is_empty() {
+                continue;
             }
-        } else {
-            serde_json::from_str(line).map_err(|e| CliError(format!("line {}: not a JSON object: {e}", i + 1)))?
-        };
-        links.push((i + 1, value));
+            // A value of the wrong type goes as text: the server names what is wrong with it.
+            let value = match column.as_str() {
+                "ttl_seconds" | "redirect" => {
+                    serde_json::from_str::<serde_json::Number>(field).map_or_else(|_| json!(field), Value::Number)
+                }
+                "forward_query" => match field.to_ascii_lowercase().as_str() {
+                    "true" => json!(true),
+                    "false" => json!(false),
+                    _ => json!(field),
+                },
+                _ => json!(field),
+            };
+            let name = if column == "alias" { "custom_alias" } else { column };
+            link.insert(name.to_owned(), value);
+        }
+        links.push((line, Ok(Value::Object(link))));
     }
     Ok(links)
 }
 
-fn create_request(long_url: &str, alias: Option<&str>) -> CreateLinkRequest {
-    CreateLinkRequest {
-        long_url: long_url.to_owned(),
-        custom_alias: alias.map(str::to_owned),
-        expires_at: None,
-        ttl_seconds: None,
-        redirect: None,
-        forward_query: None,
+/// The idempotency key of one import request: the file's identity and the chunk's lines
+/// (numbers and values), so that the same lines of the same file always carry the same key.
+fn chunk_key(identity: &str, lines: &[&(usize, Value)]) -> String {
+    let mut hash = sha2::Sha256::new();
+    hash.update(b"rebound-import\0");
+    hash.update(identity.as_bytes());
+    for (line, value) in lines {
+        hash.update(format!("\0{line}\0{value}").as_bytes());
     }
+    format!("import-{}", hex::encode(hash.finalize()))
 }
 
 /// An import request of lines as read: the API's `ImportRequest` shape, its links as
@@ -369,10 +474,14 @@ fn line_runs(lines: &[usize]) -> String {
         .join(",")
 }
 
-/// Imports in chunks of `batch`. Every outcome that comes back is printed, also when a
-/// later chunk fails; links the rate limit did not cover are sent again once it says they
-/// can be; a chunk refused as a whole (or given up) is named by its lines, and makes the
-/// exit a failure after everything else was tried.
+/// Imports in chunks of `batch`, each request with an `Idempotency-Key` derived from the
+/// file and the chunk's lines: running the same file again (after a crash, a lost answer)
+/// answers the links created before as they were and creates only the others. Every
+/// outcome is printed, also when a later chunk fails; a line that cannot be sent is named
+/// by its number; links the rate limit did not cover are sent again, in the same request
+/// with the same key (the server replays the others without charging them), once it says
+/// they can be; a chunk refused as a whole (or given up) is named by its lines, and makes
+/// the exit a failure after everything else was tried.
 async fn import(
     client: &Client,
     file: &str,
@@ -383,21 +492,46 @@ async fn import(
     if !(1..=1000).contains(&batch) {
         return Err(CliError("--batch must be between 1 and 1000".into()));
     }
-    let links = read_import(file, format)?;
+    let file = read_import(file, format)?;
     let mut out = String::new();
     let (mut created, mut failed) = (0u64, 0u64);
     let mut results = Vec::new();
     let mut failed_chunks = Vec::new();
-    for chunk in links.chunks(batch) {
-        let mut todo: Vec<&(usize, Value)> = chunk.iter().collect();
+    for chunk in file.links.chunks(batch) {
+        let mut sendable: Vec<(usize, &Value)> = Vec::new();
+        for (line, value) in chunk {
+            match value {
+                Ok(v) => sendable.push((*line, v)),
+                Err(why) => {
+                    failed += 1;
+                    eprintln!("line {line}: {why}");
+                    let (code, message) = why.split_once(": ").unwrap_or(("invalid_line", why));
+                    if json_out {
+                        results.push((*line, json!({ "error": { "code": code, "message": message } })));
+                    }
+                }
+            }
+        }
+        if sendable.is_empty() {
+            continue;
+        }
+        let owned: Vec<(usize, Value)> = sendable.iter().map(|(l, v)| (*l, (*v).clone())).collect();
+        let refs: Vec<&(usize, Value)> = owned.iter().collect();
+        let key = chunk_key(&file.identity, &refs);
+        let body = ImportChunk {
+            links: owned.iter().map(|(_, v)| v).collect(),
+        };
+        let body = serde_json::to_string(&body).map_err(|e| CliError(format!("encoding the request: {e}")))?;
+        let mut done = vec![false; owned.len()];
         let mut idle_waits = 0;
-        while !todo.is_empty() {
-            let body = ImportChunk {
-                links: todo.iter().map(|(_, v)| v).collect(),
-            };
-            let body = serde_json::to_string(&body).map_err(|e| CliError(format!("encoding the request: {e}")))?;
+        loop {
             let answer = client
-                .request(reqwest::Method::POST, "/api/v1/links/import", Some(body), &[])
+                .request(
+                    reqwest::Method::POST,
+                    "/api/v1/links/import",
+                    Some(body.clone()),
+                    &[("idempotency-key", key.as_str())],
+                )
                 .await;
             let (wait, refusal) = match answer {
                 Ok(a) if a.status == 429 => (a.retry_after.unwrap_or(1), Some(client.refusal(&a))),
@@ -405,13 +539,11 @@ async fn import(
                 Ok(a) => {
                     let answer: ImportResults = serde_json::from_str(&a.text)
                         .map_err(|e| CliError(format!("the control plane answered what this CLI cannot read: {e}")))?;
-                    let mut rate_limited = Vec::new();
-                    for (item, r) in todo.iter().zip(&answer.results) {
+                    let mut progress = false;
+                    for ((item, r), done) in owned.iter().zip(&answer.results).zip(done.iter_mut()) {
                         match r {
-                            ImportOutcome::Failed { error } if error.code == "rate_limited" => {
-                                rate_limited.push(*item);
-                                continue;
-                            }
+                            _ if *done => continue,
+                            ImportOutcome::Failed { error } if error.code == "rate_limited" => continue,
                             ImportOutcome::Created(link) => {
                                 created += 1;
                                 out.push_str(&format!("{},{},{}\n", link.code, link.short_url, link.long_url));
@@ -421,24 +553,30 @@ async fn import(
                                 eprintln!("line {}: {}: {}", item.0, error.code, error.message);
                             }
                         }
+                        *done = true;
+                        progress = true;
                         if json_out {
-                            results.push(as_json(r));
+                            results.push((item.0, as_json(r)));
                         }
                     }
-                    if rate_limited.len() < todo.len() {
+                    if progress {
                         idle_waits = 0;
                     }
-                    todo = rate_limited;
                     (answer.retry_after_secs.unwrap_or(1), None)
                 }
                 Err(e) => (0, Some(e)),
             };
-            if todo.is_empty() {
+            if done.iter().all(|d| *d) {
                 break;
             }
             let rate_limited = wait > 0;
             if !rate_limited || idle_waits >= IMPORT_IDLE_WAITS {
-                let lines: Vec<usize> = todo.iter().map(|(l, _)| *l).collect();
+                let lines: Vec<usize> = owned
+                    .iter()
+                    .zip(&done)
+                    .filter(|(_, d)| !**d)
+                    .map(|((l, _), _)| *l)
+                    .collect();
                 let why = refusal.map_or_else(|| "the rate limit did not cover them".to_owned(), |e| e.0);
                 let runs = line_runs(&lines);
                 eprintln!("lines {runs} not imported: {why}");
@@ -451,6 +589,9 @@ async fn import(
         }
     }
     eprintln!("imported {created}, failed {failed}");
+    // In line order, whatever order they were answered in (a link the rate limit held back).
+    results.sort_by_key(|(line, _)| *line);
+    let results: Vec<Value> = results.into_iter().map(|(_, r)| r).collect();
     let value = json!({ "created": created, "failed": failed, "results": results, "failed_chunks": failed_chunks });
     if !failed_chunks.is_empty() {
         // What was created must not be lost with the failure exit: print it first.

@@ -638,7 +638,7 @@ async fn the_cli_imports_csv_and_json_lines() {
     let rb = start(&["control-plane"], dir.path(), &[], &["API"]);
     let api = rb.api();
     let csv = dir.path().join("links.csv");
-    std::fs::write(&csv, "long_url,alias\nhttps://example.com/a,import-a\nhttps://example.com/b?x=1,2\nnot a url\nhttps://example.com/c\n").unwrap();
+    std::fs::write(&csv, "long_url,alias\nhttps://example.com/a,import-a\n\"https://example.com/b?x=1,2\"\nnot a url\nhttps://example.com/c\n").unwrap();
     let (ok, out, err) = cli(&api, Some(OPERATOR_KEY), &["links", "import", csv.to_str().unwrap()]);
     assert!(ok, "{err}");
     let lines: Vec<&str> = out.lines().collect();
@@ -646,7 +646,7 @@ async fn the_cli_imports_csv_and_json_lines() {
     assert!(lines[0].starts_with("import-a,http://127.0.0.1:8080/import-a,https://example.com/a"));
     assert!(
         lines[1].ends_with(",https://example.com/b?x=1,2"),
-        "a comma followed by a non-code stays in the URL: {}",
+        "a quoted comma stays in the URL: {}",
         lines[1]
     );
     assert!(
@@ -677,13 +677,21 @@ async fn the_cli_imports_csv_and_json_lines() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_import_keeps_what_earlier_chunks_created_and_names_the_failed_lines() {
     let dir = temp_dir();
-    let rb = start(&["control-plane"], dir.path(), &[], &["API"]);
+    let config = dir.path().join("rebound.toml");
+    std::fs::write(&config, "[api]\nmax_import_body_bytes = 1024\n").unwrap();
+    let rb = start(
+        &["control-plane", "--config", config.to_str().unwrap()],
+        dir.path(),
+        &[],
+        &["API"],
+    );
     let api = rb.api();
     let jsonl = dir.path().join("chunks.jsonl");
-    // The second chunk is refused as a whole (an unknown field makes the request invalid).
+    // The second chunk is refused as a whole (its body is over the import limit).
+    let long = format!("https://example.com/2?{}", "x".repeat(1100));
     std::fs::write(
         &jsonl,
-        "{\"long_url\": \"https://example.com/1\"}\n{\"long_url\": \"https://example.com/2\", \"bogus\": 1}\n{\"long_url\": \"https://example.com/3\"}\n",
+        format!("{{\"long_url\": \"https://example.com/1\"}}\n{{\"long_url\": \"{long}\"}}\n{{\"long_url\": \"https://example.com/3\"}}\n"),
     )
     .unwrap();
     let (ok, out, err) = cli(
@@ -695,7 +703,7 @@ async fn the_cli_import_keeps_what_earlier_chunks_created_and_names_the_failed_l
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 2, "every created link is printed: {out}");
     assert!(lines[0].ends_with(",https://example.com/1") && lines[1].ends_with(",https://example.com/3"));
-    assert!(err.contains("lines 2-2 not imported: 400 invalid_json"), "{err}");
+    assert!(err.contains("lines 2-2 not imported: 413 payload_too_large"), "{err}");
     assert!(err.contains("imported 2, failed 1"), "{err}");
 
     let (ok, out, err) = cli(
@@ -715,8 +723,9 @@ async fn the_cli_import_keeps_what_earlier_chunks_created_and_names_the_failed_l
     let listed: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(
         listed["links"].as_array().unwrap().len(),
-        3,
-        "nothing is lost, nothing doubled"
+        2,
+        "nothing is lost, nothing doubled: line 3 of the same file, alone in its chunk both \
+         times, carried the same Idempotency-Key and was answered, not created again"
     );
 }
 
