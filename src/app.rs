@@ -131,10 +131,14 @@ fn check_code_key(
     store: &dyn rebound_store::LinkReads,
     runtime: &tokio::runtime::Runtime,
 ) -> anyhow::Result<()> {
-    let check = tokio::time::timeout(
-        std::time::Duration::from_secs(10),
-        stored_permutation_key(store, settings.api.code_key),
-    );
+    // The timer needs the runtime: made inside it.
+    let check = async {
+        tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            stored_permutation_key(store, settings.api.code_key),
+        )
+        .await
+    };
     match runtime.block_on(check) {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(SyncError::CodeKey(e))) => Err(e).with_context(|| format!("starting on {}", store_place(settings))),

@@ -186,3 +186,24 @@ async fn an_upgrade_starts_beside_the_holder_and_holds_the_directory_once_it_exi
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
+async fn a_proxy_or_control_plane_with_a_code_key_other_than_the_stored_one_is_refused() {
+    let d = common::fleet::Deployment::new(&common::services::shared_aws_url(), None);
+    let dir = temp_dir();
+    let cp = d.control_plane(dir.path(), &[]);
+    let code = generated_link(&cp).await;
+    let env = d.with(&[("REBOUND_CODE_KEY", KEY)]);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    for args in [["proxy"], ["control-plane"]] {
+        let log = refused_start(&args, dir.path(), &env);
+        for named in ["REBOUND_CODE_KEY", "api.code_key", "code_permutation_key", &d.prefix] {
+            assert!(log.contains(named), "{args:?} names {named}: {log}");
+        }
+        assert!(!log.to_lowercase().contains(KEY), "{args:?} printed the key: {log}");
+    }
+    // Without the variable, a proxy reads the codes with the stored key.
+    let p = d.proxy(dir.path(), &[]).await;
+    assert_eq!(redirect_status(&p, &code).await, StatusCode::FOUND);
+}
