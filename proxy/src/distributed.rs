@@ -535,7 +535,11 @@ mod tests {
         until(|| issued.was_loaded()).await;
         assert!(!issued.is_current());
         assert_eq!(issued.may_exist("anything"), None);
-        // A control plane completes the index: the next sync trusts it.
+        // A control plane records the key and completes the index: the next sync trusts it.
+        store
+            .get_or_init_setting(rebound_core::generated::CODE_KEY_SETTING, &"07".repeat(16))
+            .await
+            .unwrap();
         store
             .get_or_init_setting(rebound_core::generated::ALIAS_INDEX_SETTING, "complete")
             .await

@@ -506,6 +506,11 @@ mod tests {
             other => panic!("{other:?}"),
         };
         f.store.lease_block(COUNTER, 100).await.unwrap();
+        // As a control plane leaves the store: its key recorded, the index complete.
+        f.store
+            .get_or_init_setting(rebound_core::generated::CODE_KEY_SETTING, &"05".repeat(16))
+            .await
+            .unwrap();
         f.store
             .get_or_init_setting(ALIAS_INDEX_SETTING, "complete")
             .await
