@@ -98,7 +98,8 @@ pub struct DataPlane {
     redirect: RedirectSettings,
     threads: usize,
     upgrade_sock: std::path::PathBuf,
-    /// The configured key of the code permutation, if any (else the store's).
+    /// The configured key of the code permutation, if any: checked against the store's, which
+    /// is the one codes are read with.
     code_key: Option<[u8; 16]>,
     clock: Arc<dyn Clock>,
     metrics: ProcessRegistry,
