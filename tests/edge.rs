@@ -100,6 +100,48 @@ fn cases() -> Vec<Case> {
             nginx: (&[400], Closed),
         },
         Case {
+            name: "a Host with a space",
+            request: b"GET /pipe HTTP/1.1\r\nHost: a b\r\n\r\n".to_vec(),
+            rebound: (&[400], Closed),
+            nginx: (&[400], Closed),
+        },
+        Case {
+            name: "a Host with a slash",
+            request: b"GET /pipe HTTP/1.1\r\nHost: a/b\r\n\r\n".to_vec(),
+            rebound: (&[400], Closed),
+            nginx: (&[400], Closed),
+        },
+        Case {
+            name: "a Host with an empty label",
+            request: b"GET /pipe HTTP/1.1\r\nHost: a..b\r\n\r\n".to_vec(),
+            rebound: (&[400], Closed),
+            nginx: (&[400], Closed),
+        },
+        Case {
+            name: "an empty Host",
+            request: b"GET /pipe HTTP/1.1\r\nHost: \r\n\r\n".to_vec(),
+            rebound: (&[400], Closed),
+            nginx: (&[400], Closed),
+        },
+        Case {
+            name: "HTTP/1.0 with a Host with an empty label",
+            request: b"GET /pipe HTTP/1.0\r\nHost: a..b\r\n\r\n".to_vec(),
+            rebound: (&[400], Closed),
+            nginx: (&[400], Closed),
+        },
+        Case {
+            name: "a Host of a name with a trailing dot and a port",
+            request: b"GET /pipe HTTP/1.1\r\nHost: Example.COM.:8080\r\n\r\n".to_vec(),
+            rebound: (&[302], Open),
+            nginx: (&[302], Open),
+        },
+        Case {
+            name: "a Host of an IPv6 literal and a port",
+            request: b"GET /pipe HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n".to_vec(),
+            rebound: (&[302], Open),
+            nginx: (&[302], Open),
+        },
+        Case {
             name: "HTTP/1.0 with Connection: close, keep-alive closes",
             request: b"GET /pipe HTTP/1.0\r\nConnection: close, keep-alive\r\n\r\n".to_vec(),
             rebound: (&[302], Closed),
@@ -1199,4 +1241,99 @@ async fn http2_rapid_reset_and_continuation_floods_are_cut_off() {
         )
     });
     assert_eq!(statuses(&text), [302]);
+}
+
+/// RFC 9112 §3.2 on every port, checked once by the edge: an HTTP/1.1 request carries exactly
+/// one `Host`, and a `Host` is a valid `uri-host [ ":" port ]`.
+mod host {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_port_refuses_a_missing_doubled_or_invalid_host_with_400_and_closes() {
+        let dir = temp_dir();
+        let rb = Rebound::start(dir.path(), &[]);
+        let ports = [
+            ("redirect", "redirect", "/pipe"),
+            ("API", "api", "/healthz"),
+            ("metrics", "metrics", "/healthz"),
+        ];
+        for (name, label, path) in ports {
+            let addr = rb.run.addrs[name].clone();
+            for (what, head) in [
+                ("no Host", String::new()),
+                ("two Host headers", "Host: a\r\nHost: b\r\n".to_owned()),
+                ("a Host with a space", "Host: a b\r\n".to_owned()),
+                ("a Host with a slash", "Host: a/b\r\n".to_owned()),
+                ("a Host with an empty label", "Host: a..b\r\n".to_owned()),
+            ] {
+                let request = format!("GET {path} HTTP/1.1\r\n{head}\r\n");
+                let (text, end) =
+                    tokio::task::block_in_place(|| exchange(&addr, request.as_bytes(), Duration::from_millis(700)));
+                assert_eq!(
+                    (statuses(&text).as_slice(), end),
+                    (&[400u16][..], End::Closed),
+                    "{name} port, {what}: {text}"
+                );
+            }
+            // HTTP/1.0 needs no Host.
+            let request = format!("GET {path} HTTP/1.0\r\n\r\n");
+            let (text, _) =
+                tokio::task::block_in_place(|| exchange(&addr, request.as_bytes(), Duration::from_millis(700)));
+            assert_ne!(statuses(&text), [400], "{name} port, HTTP/1.0 without Host: {text}");
+            assert!(
+                rb.refusals(label, "bad_request").await >= 5.0,
+                "{name} port: the refusals are counted"
+            );
+        }
+    }
+}
+
+/// A HEAD gets the status and headers its GET gets (`Content-Length: 0` included), no body.
+mod head {
+    use super::*;
+
+    /// The head of the one answer to `request`: its status line, then its header lines but
+    /// `Date`, sorted, lower-cased names.
+    fn head_of(addr: &str, request: &str) -> Vec<String> {
+        let (text, _) = exchange(addr, request.as_bytes(), Duration::from_millis(700));
+        let head = text.split("\r\n\r\n").next().unwrap_or_default();
+        let mut lines = head.split("\r\n");
+        let status = lines.next().unwrap_or_default().to_owned();
+        let mut fields: Vec<String> = lines
+            .map(|l| {
+                let (name, value) = l.split_once(':').unwrap_or((l, ""));
+                format!("{}:{}", name.to_ascii_lowercase(), value.trim())
+            })
+            .filter(|l| !l.starts_with("date:"))
+            .collect();
+        fields.sort();
+        [vec![status], fields].concat()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_head_gets_the_headers_of_its_get_on_every_redirect_and_dead_end() {
+        let dir = temp_dir();
+        let rb = Rebound::start(dir.path(), &[]);
+        for status in [301, 302, 307, 308] {
+            rb.create(json!({"long_url": "https://example.com/p", "custom_alias": format!("to-{status}"), "redirect": status}))
+                .await;
+        }
+        let addr = rb.redirect();
+        for (path, status) in [
+            ("/to-301", "301"),
+            ("/to-302", "302"),
+            ("/to-307", "307"),
+            ("/to-308", "308"),
+            ("/no-such-code", "404"),
+            ("/", "404"),
+        ] {
+            let [get, head] = ["GET", "HEAD"].map(|method| {
+                let request = format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+                tokio::task::block_in_place(|| head_of(&addr, &request))
+            });
+            assert!(get[0].contains(status), "{path}: {get:?}");
+            assert!(get.iter().any(|l| l.starts_with("content-length:")), "{path}: {get:?}");
+            assert_eq!(head, get, "HEAD {path} has the headers of its GET");
+        }
+    }
 }

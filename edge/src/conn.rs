@@ -2,7 +2,8 @@
 //! TLS, prior knowledge on cleartext), inside the port's defences. hyper parses and frames
 //! every request (RFC 9112: conflicting lengths, transfer codings, oversized heads); this
 //! file adds what a server on the internet needs around it: the connection cap, the
-//! deadlines of [`GuardedIo`], the HTTP/2 flood limits, and a clean (lingering) close.
+//! deadlines of [`GuardedIo`], the `Host` check of every HTTP/1 request (`host`), the
+//! HTTP/2 flood limits, and a clean (lingering) close.
 //!
 //! hyper-util's `auto::Builder` does the protocol choice too, but it never hands the
 //! stream back, and a lingering close needs it: after a refused request the rest of what
@@ -12,6 +13,7 @@
 //! run with `poll_without_shutdown` and taken apart afterwards.
 
 use crate::guard::{GuardedIo, Timeouts};
+use crate::host::HostChecked;
 use crate::limits::{EdgeLimits, MIN_CONNECTION_BUFFER};
 use crate::metrics::{PortMetrics, Refusal};
 use crate::tls::ServerTls;
@@ -62,10 +64,10 @@ impl<S, B> PortService<B> for S where
 {
 }
 
-/// The body of a port's answers.
-pub trait PortBody: Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static {}
+/// The body of a port's answers; its default is the empty body of the edge's own answers.
+pub trait PortBody: Body<Data = Bytes, Error: Into<BoxError>> + Default + Send + 'static {}
 
-impl<B> PortBody for B where B: Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static {}
+impl<B> PortBody for B where B: Body<Data = Bytes, Error: Into<BoxError>> + Default + Send + 'static {}
 
 /// A listening port's connection handling: its limits, counters, connection slots and TLS.
 #[derive(Clone)]
@@ -216,6 +218,10 @@ impl Edge {
         B: PortBody,
     {
         self.metrics.http1.inc();
+        let service = HostChecked {
+            inner: service,
+            refused: self.metrics.refusal_counter(Refusal::BadRequest),
+        };
         let mut conn = self.h1.serve_connection(TokioIo::new(io), service);
         // Told to close, hyper drops at once a connection it has not read a byte from; one
         // accepted just before the listener stopped would lose the request already on its
@@ -560,6 +566,47 @@ mod tests {
         assert!(poll(&mut abandoned).is_pending());
         drop(tx);
         assert!(poll(&mut abandoned).is_ready(), "nobody left to keep the port open");
+    }
+
+    #[tokio::test]
+    async fn an_http_1_request_without_one_valid_host_is_refused_400_counted_and_closed() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let metrics = PortMetrics::detached();
+        let edge = Edge::plain(EdgeLimits::default(), metrics.clone());
+        let service = hyper::service::service_fn(|_req: Request<Incoming>| {
+            std::future::ready(Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok")))))
+        });
+        let heads: [&[u8]; 4] = [
+            b"GET /a HTTP/1.1\r\n\r\n",
+            b"GET /a HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            b"GET /a HTTP/1.1\r\nHost: a..b\r\n\r\n",
+            b"GET /a HTTP/1.0\r\nHost: a/b\r\n\r\n",
+        ];
+        for head in heads {
+            let (mut client, server) = tokio::io::duplex(4096);
+            let (_tx, rx) = watch::channel(false);
+            let served = tokio::spawn({
+                let (edge, service) = (edge.clone(), service);
+                async move { edge.serve(server, service, rx).await }
+            });
+            // The request after it is never answered: the connection closes after the 400.
+            client
+                .write_all(&[head, b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n"].concat())
+                .await
+                .unwrap();
+            let mut answer = Vec::new();
+            client.read_to_end(&mut answer).await.unwrap();
+            let answer = String::from_utf8_lossy(&answer);
+            assert_eq!(answer.get(8..25), Some(" 400 Bad Request\r"), "{answer}");
+            assert_eq!(
+                answer.matches("HTTP/1.").count(),
+                1,
+                "one answer, then closed: {answer}"
+            );
+            drop(client);
+            served.await.unwrap();
+        }
+        assert_eq!(metrics.refusals(Refusal::BadRequest), 4);
     }
 
     #[tokio::test(start_paused = true)]

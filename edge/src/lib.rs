@@ -7,6 +7,7 @@
 //! - `conn`: `Edge`, one accepted connection served by hyper (HTTP/1.1, HTTP/2, TLS)
 //!   with the connection cap and a lingering close; `serve_listener` for tokio listeners
 //!   (`serve_listener_spread` spreading connections over runtimes).
+//! - `host`: the `Host` check (RFC 9112 §3.2) every HTTP/1 request passes on every port.
 //! - `guard`: `GuardedIo`, the head, idle and write deadlines of a connection.
 //! - `tls`: rustls configuration and the certificate that reloads without a restart.
 //! - `metrics`: every metric of the edge.
@@ -16,6 +17,7 @@
 pub mod conn;
 pub mod fd_limit;
 pub mod guard;
+pub mod host;
 pub mod limits;
 pub mod metrics;
 pub mod tls;

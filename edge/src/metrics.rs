@@ -16,7 +16,8 @@ pub enum Refusal {
     WriteTimeout,
     /// A head over the size or header-count limit (431).
     HeadTooLarge,
-    /// A request HTTP/1 framing rules refuse (400).
+    /// A request HTTP/1 framing rules refuse (400), a missing, doubled or invalid `Host`
+    /// included.
     BadRequest,
     /// A TLS handshake that failed.
     TlsHandshake,
@@ -161,6 +162,11 @@ impl PortMetrics {
     /// Counts one refusal.
     pub fn refused(&self, refusal: Refusal) {
         self.refusals[refusal as usize].inc();
+    }
+
+    /// The counter of one reason, to count on a request path without an index.
+    pub(crate) fn refusal_counter(&self, refusal: Refusal) -> IntCounter {
+        self.refusals[refusal as usize].clone()
     }
 
     /// How many refusals of this reason were counted.

@@ -10,8 +10,8 @@ use crate::path::{RedirectPath, Resolution};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::future::Either;
-use http::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONNECTION, HOST, LOCATION, RETRY_AFTER};
-use http::{Method, Request, Response, StatusCode, Version};
+use http::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_LENGTH, LOCATION, RETRY_AFTER};
+use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use pingora::server::configuration::{Opt, ServerConf};
@@ -48,6 +48,17 @@ pub struct RedirectAnswers {
 pub struct Redirects(Arc<RedirectAnswers>);
 
 const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
+const EMPTY: HeaderValue = HeaderValue::from_static("0");
+
+/// An answer to HEAD with the headers of its GET. hyper states no `Content-Length: 0` for
+/// an empty answer to HEAD (it cannot know what the GET would carry), so every answer
+/// without a length of its own (a page states its length) gets the GET's `0` here.
+fn as_head(mut res: Reply) -> Reply {
+    if !res.headers().contains_key(CONTENT_LENGTH) {
+        res.headers_mut().insert(CONTENT_LENGTH, EMPTY);
+    }
+    res
+}
 
 impl Redirects {
     /// Answers from `path`, counting GET redirects on `clicks`; redirects say
@@ -97,37 +108,16 @@ fn status_reply(status: StatusCode) -> Reply {
         StatusCode::SERVICE_UNAVAILABLE => {
             headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
         }
-        StatusCode::BAD_REQUEST => {
-            headers.insert(CONNECTION, HeaderValue::from_static("close"));
-        }
         _ => {}
     }
     res
 }
 
-/// RFC 9112 §3.2: an HTTP/1.1 request carries exactly one `Host`, an HTTP/1.0 one at most
-/// one. (HTTP/2 carries `:authority` instead.)
-///
-/// Counted by walking the few headers of a request rather than by a lookup: comparing
-/// standard names is cheaper than hashing one (about 100 instructions a redirect under
-/// callgrind with wrk's one header).
-fn host_is_acceptable(req: &Request<Incoming>) -> bool {
-    let hosts = || req.headers().iter().filter(|(name, _)| *name == HOST).take(2).count();
-    match req.version() {
-        Version::HTTP_11 => hosts() == 1,
-        Version::HTTP_10 | Version::HTTP_09 => hosts() <= 1,
-        _ => true,
-    }
-}
-
 impl RedirectAnswers {
     /// The code of a request that may be looked up, or why not.
     fn check<'r>(&self, req: &'r Request<Incoming>) -> Result<&'r str, Refusal> {
+        // `Host` was checked by the edge (RFC 9112 §3.2, the same on every port).
         let m = &self.path.metrics;
-        if !host_is_acceptable(req) {
-            m.bad_request.inc();
-            return Err(Refusal::Status(StatusCode::BAD_REQUEST));
-        }
         if req.method() != Method::GET && req.method() != Method::HEAD {
             m.bad_method.inc();
             return Err(Refusal::Status(StatusCode::METHOD_NOT_ALLOWED));
@@ -147,11 +137,15 @@ impl RedirectAnswers {
 
     /// The answer of a status without a redirect: the 404 and 410 answers are prebuilt.
     fn refuse(&self, refusal: Refusal, head: bool) -> Reply {
-        match refusal {
+        let res = match refusal {
             Refusal::Status(StatusCode::NOT_FOUND) => self.dead_ends.not_found(head),
             Refusal::Status(StatusCode::GONE) => self.dead_ends.gone(head),
             Refusal::Status(status) => status_reply(status),
             Refusal::Root => self.dead_ends.root(head),
+        };
+        match head {
+            true => as_head(res),
+            false => res,
         }
     }
 
@@ -175,8 +169,9 @@ impl RedirectAnswers {
                         m.redirects.inc();
                         if is_get {
                             self.clicks.record(&entry);
+                            return res;
                         }
-                        return res;
+                        return as_head(res);
                     }
                     m.unavailable.inc();
                     StatusCode::SERVICE_UNAVAILABLE
@@ -421,5 +416,122 @@ impl ShutdownSignalWatch for ShutdownWhen {
             // Pingora asks once; a second ask never ends the run.
             None => std::future::pending().await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::issued::IssuedCodeGate;
+    use crate::l1::L1;
+    use crate::metrics::ProxyMetrics;
+    use crate::pages::DeadEndTargets;
+    use rebound_core::{Link, ManualClock, RedirectKind};
+    use rebound_edge::{EdgeLimits, PortMetrics};
+    use rebound_store::{LinkStore, MemoryStore};
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// The status line and the headers but `Date` of the one answer to `request`, served by
+    /// the edge as on the redirect port, sorted.
+    async fn head_of(redirects: &Redirects, request: String) -> Vec<String> {
+        let edge = Edge::plain(EdgeLimits::default(), PortMetrics::detached());
+        let (mut client, server) = tokio::io::duplex(64 * 1024);
+        let (_stop, shutdown) = tokio::sync::watch::channel(false);
+        let served = tokio::spawn({
+            let redirects = redirects.clone();
+            async move { edge.serve(server, redirects, shutdown).await }
+        });
+        client.write_all(request.as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        client.read_to_end(&mut out).await.unwrap();
+        drop(client);
+        served.await.unwrap();
+        let text = String::from_utf8_lossy(&out);
+        let mut lines = text.split("\r\n\r\n").next().unwrap_or_default().split("\r\n");
+        let status = lines.next().unwrap_or_default().to_owned();
+        let mut fields: Vec<String> = lines.filter(|l| !l.starts_with("date:")).map(str::to_owned).collect();
+        fields.sort();
+        [vec![status], fields].concat()
+    }
+
+    #[tokio::test]
+    async fn a_head_gets_the_status_and_headers_of_its_get_on_every_answer() {
+        let store = Arc::new(MemoryStore::new());
+        for (code, kind, expires_at) in [
+            ("s301", RedirectKind::Permanent, None),
+            ("s302", RedirectKind::Found, None),
+            ("s307", RedirectKind::Temporary, None),
+            ("s308", RedirectKind::PermanentKeepMethod, None),
+            ("expired", RedirectKind::Found, Some(500)),
+        ] {
+            let link = Link::new_active(
+                code.into(),
+                "https://example.com/p".into(),
+                kind,
+                false,
+                0,
+                "k".into(),
+                expires_at,
+            );
+            store.insert_link(&link, None).await.unwrap();
+        }
+        let metrics = ProxyMetrics::register(&prometheus::Registry::new()).unwrap();
+        let clock = Arc::new(ManualClock::at(1_000_000));
+        let path = Arc::new(RedirectPath::new(
+            Arc::new(L1::new(1000)),
+            Arc::new(IssuedCodeGate::new(1000)),
+            store.clone(),
+            clock.clone(),
+            metrics.clone(),
+            Duration::from_secs(1),
+        ));
+        let clicks = Arc::new(ClickQueue::new(1024, metrics, clock));
+        let pages = Redirects::new(path.clone(), clicks.clone(), 5);
+        let elsewhere = DeadEnds::new(&DeadEndTargets {
+            not_found_url: Some("https://example.com/404".into()),
+            expired_url: Some("https://example.com/410".into()),
+            root_url: Some("https://example.com/".into()),
+        })
+        .unwrap();
+        let redirected = Redirects::with_dead_ends(path, clicks, 5, elsewhere);
+        let get_and_head = |redirects: &Redirects, path: &str| {
+            let request = |method| format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            let redirects = redirects.clone();
+            let (get, head) = (request("GET"), request("HEAD"));
+            async move { (head_of(&redirects, get).await, head_of(&redirects, head).await) }
+        };
+        for (redirects, path, status) in [
+            (&pages, "/s301", "301"),
+            (&pages, "/s302", "302"),
+            (&pages, "/s307", "307"),
+            (&pages, "/s308", "308"),
+            (&pages, "/unknown", "404"),
+            (&pages, "/a/b", "404"),
+            (&pages, "/", "404"),
+            (&pages, "/expired", "410"),
+            (&redirected, "/unknown", "302"),
+            (&redirected, "/expired", "302"),
+            (&redirected, "/", "302"),
+        ] {
+            let (get, head) = get_and_head(redirects, path).await;
+            assert!(get[0].starts_with(&format!("HTTP/1.1 {status} ")), "{path}: {get:?}");
+            assert!(get.iter().any(|l| l.starts_with("content-length: ")), "{path}: {get:?}");
+            assert_eq!(head, get, "HEAD {path}");
+        }
+        store.set_unavailable(true);
+        let (get, head) = get_and_head(&pages, "/never").await;
+        assert!(get[0].starts_with("HTTP/1.1 503 "), "{get:?}");
+        assert_eq!(head, get, "HEAD of a 503");
+        // 405 answers neither GET nor HEAD; it states its empty length too.
+        let post = head_of(
+            &pages,
+            "POST /s302 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".into(),
+        )
+        .await;
+        assert!(
+            post[0].starts_with("HTTP/1.1 405 ") && post.contains(&"content-length: 0".to_owned()),
+            "{post:?}"
+        );
     }
 }
