@@ -9,8 +9,8 @@
 
 use crate::{
     ApiKeyRecord, AuditEvent, AuditLog, BatchOutcome, ClickBatch, ClickSink, CounterStore, EventError,
-    IdempotencyRecord, KeyStore, LinkEvents, LinkPage, LinkReads, LinkStore, RecordCache, RollupStore, Store,
-    StoreError,
+    IdempotencyRecord, KeyStore, LinkEvents, LinkPage, LinkReads, LinkStore, Propagation, PropagationLease,
+    RecordCache, RollupStore, Store, StoreError,
 };
 use async_trait::async_trait;
 use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry};
@@ -155,6 +155,9 @@ struct StoreOperations {
     insert_links: OperationMetrics,
     get_link: OperationMetrics,
     deactivate_link: OperationMetrics,
+    pending_propagations: OperationMetrics,
+    lease_propagation: OperationMetrics,
+    finish_propagation: OperationMetrics,
     list_links: OperationMetrics,
     high_water: OperationMetrics,
     list_aliases: OperationMetrics,
@@ -190,6 +193,9 @@ impl MeteredStore {
                 insert_links: op("insert_links"),
                 get_link: op("get_link"),
                 deactivate_link: op("deactivate_link"),
+                pending_propagations: op("pending_propagations"),
+                lease_propagation: op("lease_propagation"),
+                finish_propagation: op("finish_propagation"),
                 list_links: op("list_links"),
                 high_water: op("high_water"),
                 list_aliases: op("list_aliases"),
@@ -244,15 +250,44 @@ impl LinkStore for MeteredStore {
     async fn insert_links(&self, links: &[Link]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         self.ops.insert_links.store_call(self.inner.insert_links(links)).await
     }
-    async fn deactivate_link(
+    // Counted as `deactivate_link`, the write it is (the pending record rides along).
+    async fn deactivate_link_pending(
         &self,
         code: &str,
         expected_version: u64,
         deletion: &Deletion,
+        lease: &PropagationLease,
     ) -> Result<Link, StoreError> {
         self.ops
             .deactivate_link
-            .store_call(self.inner.deactivate_link(code, expected_version, deletion))
+            .store_call(
+                self.inner
+                    .deactivate_link_pending(code, expected_version, deletion, lease),
+            )
+            .await
+    }
+    async fn pending_propagations(&self, now: UnixMillis, limit: usize) -> Result<Vec<Propagation>, StoreError> {
+        self.ops
+            .pending_propagations
+            .store_call(self.inner.pending_propagations(now, limit))
+            .await
+    }
+    async fn lease_propagation(
+        &self,
+        code: &str,
+        version: u64,
+        lease: &PropagationLease,
+        now: UnixMillis,
+    ) -> Result<Link, StoreError> {
+        self.ops
+            .lease_propagation
+            .store_call(self.inner.lease_propagation(code, version, lease, now))
+            .await
+    }
+    async fn finish_propagation(&self, code: &str, version: u64) -> Result<(), StoreError> {
+        self.ops
+            .finish_propagation
+            .store_call(self.inner.finish_propagation(code, version))
             .await
     }
     async fn list_links(
@@ -457,6 +492,22 @@ mod tests {
         assert_eq!(calls(&metrics, "memory", "revoke_key", "ok"), 0);
         let timed = metrics.latency.with_label_values(&["memory", "get_link"]);
         assert_eq!(timed.get_sample_count(), 1);
+    }
+
+    #[tokio::test]
+    async fn propagation_calls_are_counted() {
+        let metrics = AdapterMetrics::unregistered().unwrap();
+        let store = MeteredStore::new(Arc::new(MemoryStore::new()), &metrics, "memory");
+        assert_eq!(store.pending_propagations(0, 10).await.unwrap(), vec![]);
+        let lease = PropagationLease {
+            owner: "cp".into(),
+            until: 1,
+        };
+        assert!(store.lease_propagation("nope", 2, &lease, 0).await.is_err());
+        assert!(store.finish_propagation("nope", 2).await.is_err());
+        assert_eq!(calls(&metrics, "memory", "pending_propagations", "ok"), 1);
+        assert_eq!(calls(&metrics, "memory", "lease_propagation", "condition_failed"), 1);
+        assert_eq!(calls(&metrics, "memory", "finish_propagation", "condition_failed"), 1);
     }
 
     #[tokio::test]

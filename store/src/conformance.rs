@@ -34,6 +34,9 @@ pub async fn run_all<S: Store + ?Sized>(store: &S) {
     bulk_insert(store).await;
     idempotency_in_the_same_transaction(store).await;
     versioned_deactivation(store).await;
+    propagation_pending_in_the_deactivating_write(store).await;
+    propagation_leases_are_exclusive(store).await;
+    finishing_a_propagation_is_conditional_on_its_version(store).await;
     listing_newest_first_with_cursor(store).await;
     bad_cursors(store).await;
     aliases_are_listed_from_the_index(store).await;
@@ -50,6 +53,9 @@ pub async fn run_without_transactions<S: Store + ?Sized>(store: &S) {
     conditional_insert(store).await;
     bulk_insert(store).await;
     versioned_deactivation(store).await;
+    propagation_pending_in_the_deactivating_write(store).await;
+    propagation_leases_are_exclusive(store).await;
+    finishing_a_propagation_is_conditional_on_its_version(store).await;
     listing_newest_first_with_cursor(store).await;
     bad_cursors(store).await;
     aliases_are_listed_from_the_index(store).await;
@@ -199,6 +205,168 @@ async fn versioned_deactivation<S: Store + ?Sized>(store: &S) {
     assert!(matches!(
         store.deactivate_link(&unique("nx"), 1, &deletion).await,
         Err(StoreError::NotFound)
+    ));
+}
+
+/// Whether `code` at `version` is among the propagations due at `now` (a large page: the
+/// store may hold others).
+async fn pending_at<S: Store + ?Sized>(store: &S, now: i64, code: &str) -> Option<Propagation> {
+    let page = store.pending_propagations(now, 1_000).await.unwrap();
+    assert!(
+        page.windows(2).all(|w| w[0].lease_until <= w[1].lease_until),
+        "oldest lease first"
+    );
+    assert!(page.iter().all(|p| p.lease_until <= now), "only expired leases");
+    page.into_iter().find(|p| p.code == code)
+}
+
+/// A link taken down, with its propagation pending and leased to `owner` until `until`.
+async fn down_and_pending<S: Store + ?Sized>(store: &S, prefix: &str, owner: &str, until: i64) -> String {
+    let code = unique(prefix);
+    store.insert_link(&link(&code, "owner", 1), None).await.unwrap();
+    let deletion = Deletion {
+        at: 100,
+        by: "op".into(),
+        reason: None,
+    };
+    let lease = PropagationLease {
+        owner: owner.into(),
+        until,
+    };
+    let down = store
+        .deactivate_link_pending(&code, 1, &deletion, &lease)
+        .await
+        .unwrap();
+    assert_eq!((down.is_active, down.version), (false, 2));
+    code
+}
+
+async fn propagation_pending_in_the_deactivating_write<S: Store + ?Sized>(store: &S) {
+    let code = down_and_pending(store, "pp", "cp-a", 1_000).await;
+    assert_eq!(pending_at(store, 999, &code).await, None, "leased to its writer");
+    assert_eq!(
+        pending_at(store, 1_000, &code).await,
+        Some(Propagation {
+            code: code.clone(),
+            version: 2,
+            lease_owner: "cp-a".into(),
+            lease_until: 1_000,
+        })
+    );
+    // A deactivation whose condition fails writes no pending record.
+    let other = unique("pn");
+    store.insert_link(&link(&other, "owner", 1), None).await.unwrap();
+    let deletion = Deletion {
+        at: 100,
+        by: "op".into(),
+        reason: None,
+    };
+    let lease = PropagationLease {
+        owner: "cp-a".into(),
+        until: 10,
+    };
+    assert!(matches!(
+        store.deactivate_link_pending(&other, 7, &deletion, &lease).await,
+        Err(StoreError::ConditionFailed)
+    ));
+    assert!(store.get_link(&other).await.unwrap().unwrap().is_active);
+    assert_eq!(pending_at(store, i64::MAX / 2, &other).await, None);
+    for version in [1, 2, 7, 8] {
+        assert!(matches!(
+            store.lease_propagation(&other, version, &lease, 1_000).await,
+            Err(StoreError::ConditionFailed)
+        ));
+    }
+    assert!(matches!(
+        store.deactivate_link_pending(&unique("px"), 1, &deletion, &lease).await,
+        Err(StoreError::NotFound)
+    ));
+    // A bounded page.
+    for _ in 0..3 {
+        down_and_pending(store, "pb", "cp-a", 5).await;
+    }
+    assert!(store.pending_propagations(1_000, 2).await.unwrap().len() <= 2);
+}
+
+async fn propagation_leases_are_exclusive<S: Store + ?Sized>(store: &S) {
+    let code = down_and_pending(store, "pl", "cp-a", 1_000).await;
+    let lease = |owner: &str, until: i64| PropagationLease {
+        owner: owner.into(),
+        until,
+    };
+    // Held by its writer: another control plane cannot take it before it expires.
+    assert!(matches!(
+        store.lease_propagation(&code, 2, &lease("cp-b", 5_000), 999).await,
+        Err(StoreError::ConditionFailed)
+    ));
+    // Expired: taken over, and the link as stored comes back.
+    let link = store
+        .lease_propagation(&code, 2, &lease("cp-b", 5_000), 1_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        (link.code.as_str(), link.version, link.is_active),
+        (code.as_str(), 2, false)
+    );
+    assert_eq!(pending_at(store, 4_999, &code).await, None);
+    assert!(matches!(
+        store.lease_propagation(&code, 2, &lease("cp-a", 9_000), 2_000).await,
+        Err(StoreError::ConditionFailed)
+    ));
+    // Only at the pending version.
+    assert!(matches!(
+        store.lease_propagation(&code, 1, &lease("cp-b", 9_000), 9_000).await,
+        Err(StoreError::ConditionFailed)
+    ));
+    // Its holder renews it, and gives it back.
+    store
+        .lease_propagation(&code, 2, &lease("cp-b", 6_000), 2_000)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.lease_propagation(&code, 2, &lease("cp-a", 9_000), 5_500).await,
+        Err(StoreError::ConditionFailed)
+    ));
+    store
+        .lease_propagation(&code, 2, &lease("cp-b", 2_500), 2_500)
+        .await
+        .unwrap();
+    let due = pending_at(store, 2_500, &code).await.unwrap();
+    assert_eq!((due.lease_owner.as_str(), due.lease_until), ("cp-b", 2_500));
+    store
+        .lease_propagation(&code, 2, &lease("cp-a", 9_000), 2_500)
+        .await
+        .unwrap();
+}
+
+async fn finishing_a_propagation_is_conditional_on_its_version<S: Store + ?Sized>(store: &S) {
+    let code = down_and_pending(store, "pf", "cp-a", 1_000).await;
+    for version in [1, 3] {
+        assert!(matches!(
+            store.finish_propagation(&code, version).await,
+            Err(StoreError::ConditionFailed)
+        ));
+    }
+    assert!(pending_at(store, 1_000, &code).await.is_some(), "still pending");
+    store.finish_propagation(&code, 2).await.unwrap();
+    assert_eq!(pending_at(store, i64::MAX / 2, &code).await, None);
+    assert!(matches!(
+        store.finish_propagation(&code, 2).await,
+        Err(StoreError::ConditionFailed)
+    ));
+    let lease = PropagationLease {
+        owner: "cp-a".into(),
+        until: 9_000,
+    };
+    assert!(matches!(
+        store.lease_propagation(&code, 2, &lease, 2_000).await,
+        Err(StoreError::ConditionFailed)
+    ));
+    let stored = store.get_link(&code).await.unwrap().unwrap();
+    assert_eq!((stored.is_active, stored.version), (false, 2), "the link is untouched");
+    assert!(matches!(
+        store.finish_propagation(&unique("fx"), 1).await,
+        Err(StoreError::ConditionFailed)
     ));
 }
 

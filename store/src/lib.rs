@@ -160,7 +160,8 @@ pub struct IdempotencyRecord {
 pub struct AuditEvent {
     pub at: UnixMillis,
     pub actor: String,
-    /// `takedown`, `delete`, `key_create`, `key_revoke`.
+    /// `takedown`, `delete`, `propagated` (a reconciler finished a pending propagation),
+    /// `key_create`, `key_revoke`.
     pub action: String,
     pub code: Option<String>,
     pub reason: Option<String>,
@@ -192,6 +193,26 @@ pub const MAX_BATCH_ADDS: usize = 99;
 pub enum BatchOutcome {
     Applied,
     AlreadyApplied,
+}
+
+/// A change durable in the store that every cache has not yet been told about:
+/// "propagate version `version` of link `code`". Written in the same conditional write as
+/// the change (today a delete or takedown; an edit later), removed once the propagation
+/// succeeded. One per link: a newer version replaces an older one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Propagation {
+    pub code: String,
+    pub version: u64,
+    /// The control plane working on it until `lease_until`; nobody after that.
+    pub lease_owner: String,
+    pub lease_until: UnixMillis,
+}
+
+/// Who works on a pending propagation, and until when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PropagationLease {
+    pub owner: String,
+    pub until: UnixMillis,
 }
 
 /// One page of a listing.
@@ -292,10 +313,51 @@ pub trait LinkStore: LinkReads {
         Ok(outcomes)
     }
     /// Conditional versioned update: marks the link inactive if it is still at
-    /// `expected_version`, bumping the version. Returns the new record; `ConditionFailed`
-    /// when the version moved, `NotFound` when there is no such link.
-    async fn deactivate_link(&self, code: &str, expected_version: u64, deletion: &Deletion)
-        -> Result<Link, StoreError>;
+    /// `expected_version`, bumping the version, and in the same write records the
+    /// propagation of the new version pending, leased to `lease` (the writer propagates it
+    /// at once; nobody else before `lease.until`). Returns the new record;
+    /// `ConditionFailed` when the version moved, `NotFound` when there is no such link;
+    /// nothing is written then.
+    async fn deactivate_link_pending(
+        &self,
+        code: &str,
+        expected_version: u64,
+        deletion: &Deletion,
+        lease: &PropagationLease,
+    ) -> Result<Link, StoreError>;
+    /// [`LinkStore::deactivate_link_pending`] with a lease already expired: any control
+    /// plane's reconciler propagates it.
+    async fn deactivate_link(
+        &self,
+        code: &str,
+        expected_version: u64,
+        deletion: &Deletion,
+    ) -> Result<Link, StoreError> {
+        let lease = PropagationLease {
+            owner: deletion.by.clone(),
+            until: deletion.at,
+        };
+        self.deactivate_link_pending(code, expected_version, deletion, &lease)
+            .await
+    }
+    /// Pending propagations whose lease has expired at `now`, oldest lease first, at most
+    /// `limit`: a read of the pending records alone (an index), never of the links.
+    async fn pending_propagations(&self, now: UnixMillis, limit: usize) -> Result<Vec<Propagation>, StoreError>;
+    /// Takes, renews or (with `lease.until <= now`) gives back the lease on the pending
+    /// propagation of `code` at `version`, with a conditional write: it must be pending at
+    /// that version with its lease expired at `now` or held by `lease.owner`. Returns the
+    /// link as stored; `ConditionFailed` otherwise (finished, replaced by a newer version,
+    /// or leased by another).
+    async fn lease_propagation(
+        &self,
+        code: &str,
+        version: u64,
+        lease: &PropagationLease,
+        now: UnixMillis,
+    ) -> Result<Link, StoreError>;
+    /// Removes the pending propagation of `code` if it is at `version`; `ConditionFailed`
+    /// when none is (finished already, or a newer version is pending).
+    async fn finish_propagation(&self, code: &str, version: u64) -> Result<(), StoreError>;
     /// Newest first; only `owner`'s links when given. `BadCursor` for a cursor not issued here.
     async fn list_links(&self, owner: Option<&str>, limit: usize, cursor: Option<&str>)
         -> Result<LinkPage, StoreError>;

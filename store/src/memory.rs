@@ -17,6 +17,7 @@ struct State {
     rollups: BTreeMap<(String, Day), u64>,
     batches: std::collections::HashSet<String>,
     audit: Vec<AuditEvent>,
+    propagations: HashMap<String, Propagation>,
 }
 
 /// The in-memory fake.
@@ -102,11 +103,12 @@ impl LinkStore for MemoryStore {
         Ok(())
     }
 
-    async fn deactivate_link(
+    async fn deactivate_link_pending(
         &self,
         code: &str,
         expected_version: u64,
         deletion: &Deletion,
+        lease: &PropagationLease,
     ) -> Result<Link, StoreError> {
         let mut s = self.state()?;
         let link = s.links.get_mut(code).ok_or(StoreError::NotFound)?;
@@ -114,7 +116,57 @@ impl LinkStore for MemoryStore {
             return Err(StoreError::ConditionFailed);
         }
         *link = link.deactivated(deletion);
-        Ok(link.clone())
+        let down = link.clone();
+        let pending = Propagation {
+            code: code.to_owned(),
+            version: down.version,
+            lease_owner: lease.owner.clone(),
+            lease_until: lease.until,
+        };
+        s.propagations.insert(code.to_owned(), pending);
+        Ok(down)
+    }
+
+    async fn pending_propagations(&self, now: UnixMillis, limit: usize) -> Result<Vec<Propagation>, StoreError> {
+        let s = self.state()?;
+        let mut due: Vec<Propagation> = s
+            .propagations
+            .values()
+            .filter(|p| p.lease_until <= now)
+            .cloned()
+            .collect();
+        due.sort_by(|a, b| (a.lease_until, &a.code).cmp(&(b.lease_until, &b.code)));
+        due.truncate(limit);
+        Ok(due)
+    }
+
+    async fn lease_propagation(
+        &self,
+        code: &str,
+        version: u64,
+        lease: &PropagationLease,
+        now: UnixMillis,
+    ) -> Result<Link, StoreError> {
+        let mut s = self.state()?;
+        let p = s
+            .propagations
+            .get_mut(code)
+            .filter(|p| p.version == version && (p.lease_until <= now || p.lease_owner == lease.owner))
+            .ok_or(StoreError::ConditionFailed)?;
+        p.lease_owner = lease.owner.clone();
+        p.lease_until = lease.until;
+        s.links.get(code).cloned().ok_or(StoreError::NotFound)
+    }
+
+    async fn finish_propagation(&self, code: &str, version: u64) -> Result<(), StoreError> {
+        let mut s = self.state()?;
+        match s.propagations.get(code) {
+            Some(p) if p.version == version => {
+                s.propagations.remove(code);
+                Ok(())
+            }
+            _ => Err(StoreError::ConditionFailed),
+        }
     }
 
     async fn list_links(

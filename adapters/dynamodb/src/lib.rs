@@ -6,7 +6,7 @@
 //!
 //! | table | key | what |
 //! | --- | --- | --- |
-//! | `links` | `code` | links; GSIs `by_owner` (`created_by`, `sort`) and `by_time` (`list`, `sort`); TTL `purge_at` |
+//! | `links` | `code` | links; GSIs `by_owner` (`created_by`, `sort`), `by_time` (`list`, `sort`) and the sparse `pending` (`prop_shard`, `prop_until`: propagations pending); TTL `purge_at` |
 //! | `idempotency` | `pk` = scope + key | first answers of creates; TTL `purge_at` |
 //! | `keys` | `pk` = `hash#…` or `id#…` | API keys by hash (strongly consistent reads) and an id → hash pointer |
 //! | `counters` | `name` | the KGS counter (`ADD`; its value is the high-water mark) and settings |
@@ -32,6 +32,9 @@ type Item = HashMap<String, AttributeValue>;
 
 /// The partition of the `by_time` index: every link, newest first.
 const LIST_PARTITION: &str = "links";
+/// The partition of the sparse `pending` index: only links with a propagation pending
+/// carry it.
+const PENDING_PARTITION: &str = "pending";
 /// How long an applied batch id is remembered (redelivery after that is not expected).
 const BATCH_RETENTION_SECS: i64 = 14 * 86_400;
 
@@ -177,6 +180,16 @@ fn idempotency_pk(scope: &str, key: &str) -> String {
     format!("{scope}\n{key}")
 }
 
+/// A failed `UpdateItem`: `ConditionFailed` when its condition did not hold.
+fn update_refused<R: std::fmt::Debug + Send + Sync + 'static>(
+    e: aws_sdk_dynamodb::error::SdkError<aws_sdk_dynamodb::operation::update_item::UpdateItemError, R>,
+) -> StoreError {
+    match e.as_service_error() {
+        Some(s) if s.is_conditional_check_failed_exception() => StoreError::ConditionFailed,
+        _ => sdk_err(e),
+    }
+}
+
 /// Which items of a cancelled transaction failed their condition.
 fn cancelled_conditions<R>(
     e: &aws_sdk_dynamodb::error::SdkError<
@@ -267,8 +280,18 @@ impl DynamoStore {
             Table {
                 name: "links",
                 keys: vec![("code", KeyType::Hash, S)],
-                extra_attrs: vec![("created_by", S), ("sort", S), ("list", S)],
-                indexes: vec![("by_owner", "created_by", "sort"), ("by_time", "list", "sort")],
+                extra_attrs: vec![
+                    ("created_by", S),
+                    ("sort", S),
+                    ("list", S),
+                    ("prop_shard", S),
+                    ("prop_until", N),
+                ],
+                indexes: vec![
+                    ("by_owner", "created_by", "sort"),
+                    ("by_time", "list", "sort"),
+                    ("pending", "prop_shard", "prop_until"),
+                ],
                 ttl: true,
             },
             Table {
@@ -326,6 +349,18 @@ impl DynamoStore {
         for t in tables {
             let name = self.table(t.name);
             if existing.contains(&name) {
+                // A table made before one of its indexes gets it (the links' `pending`).
+                for (index, hash, range) in &t.indexes {
+                    let defs = t
+                        .extra_attrs
+                        .iter()
+                        .filter(|(a, _)| a == hash || a == range)
+                        .map(|(a, ty)| attr(a, ty.clone()))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    if self.add_index(&name, gsi(index, hash, range)?, defs).await? {
+                        created.push(format!("{name}/{index}"));
+                    }
+                }
                 continue;
             }
             let mut req = self
@@ -366,9 +401,49 @@ impl DynamoStore {
             created.push(name);
         }
         for name in &created {
-            self.wait_active(name).await?;
+            self.wait_active(name.split('/').next().unwrap_or(name)).await?;
         }
         Ok(created)
+    }
+
+    /// Adds `index` to the existing table `name` unless it has it; whether it was added.
+    async fn add_index(
+        &self,
+        name: &str,
+        index: GlobalSecondaryIndex,
+        defs: Vec<AttributeDefinition>,
+    ) -> Result<bool, StoreError> {
+        use aws_sdk_dynamodb::types::{CreateGlobalSecondaryIndexAction, GlobalSecondaryIndexUpdate};
+        let out = self
+            .client
+            .describe_table()
+            .table_name(name)
+            .send()
+            .await
+            .map_err(sdk_err)?;
+        let has = out.table().is_some_and(|t| {
+            t.global_secondary_indexes()
+                .iter()
+                .any(|i| i.index_name() == Some(index.index_name()))
+        });
+        if has {
+            return Ok(false);
+        }
+        let action = CreateGlobalSecondaryIndexAction::builder()
+            .index_name(index.index_name())
+            .set_key_schema(Some(index.key_schema().to_vec()))
+            .set_projection(index.projection().cloned())
+            .build()
+            .map_err(unavailable)?;
+        self.client
+            .update_table()
+            .table_name(name)
+            .set_attribute_definitions(Some(defs))
+            .global_secondary_index_updates(GlobalSecondaryIndexUpdate::builder().create(action).build())
+            .send()
+            .await
+            .map_err(sdk_err)?;
+        Ok(true)
     }
 
     /// Waits until a new table and its indexes are ACTIVE (DynamoDB creates them
@@ -602,23 +677,30 @@ impl LinkStore for DynamoStore {
         Ok(outcomes)
     }
 
-    async fn deactivate_link(
+    // The pending record is attributes of the link item, set by the same conditional
+    // UpdateItem, and found through the sparse `pending` index: one write (plus the index's)
+    // per delete, where a TransactWriteItems of the update and a second item would cost
+    // twice the write units of each, and it needs no transaction (dynalite has none).
+    async fn deactivate_link_pending(
         &self,
         code: &str,
         expected_version: u64,
         deletion: &Deletion,
+        lease: &PropagationLease,
     ) -> Result<Link, StoreError> {
         let current = self.get_link(code).await?.ok_or(StoreError::NotFound)?;
         if current.version != expected_version || !current.is_active {
             return Err(StoreError::ConditionFailed);
         }
         let next = current.deactivated(deletion);
+        let mut update = "SET #active = :false, #version = :next, #dat = :dat, #dby = :dby, #purge = :purge, \
+             #purgems = :purgems, #pshard = :pshard, #pver = :next, #powner = :powner, #puntil = :puntil"
+            .to_owned();
         let mut req = self
             .client
             .update_item()
             .table_name(self.table("links"))
             .key("code", s(code))
-            .update_expression("SET #active = :false, #version = :next, #dat = :dat, #dby = :dby, #purge = :purge, #purgems = :purgems")
             .condition_expression("attribute_exists(#code) AND #version = :expected AND #active = :true")
             .expression_attribute_names("#code", "code")
             .expression_attribute_names("#active", "is_active")
@@ -627,6 +709,10 @@ impl LinkStore for DynamoStore {
             .expression_attribute_names("#dby", "deleted_by")
             .expression_attribute_names("#purge", "purge_at")
             .expression_attribute_names("#purgems", "purge_at_ms")
+            .expression_attribute_names("#pshard", "prop_shard")
+            .expression_attribute_names("#pver", "prop_version")
+            .expression_attribute_names("#powner", "prop_owner")
+            .expression_attribute_names("#puntil", "prop_until")
             .expression_attribute_values(":purgems", n(next.purge_at.unwrap_or(deletion.at)))
             .expression_attribute_values(":false", AttributeValue::Bool(false))
             .expression_attribute_values(":true", AttributeValue::Bool(true))
@@ -634,14 +720,17 @@ impl LinkStore for DynamoStore {
             .expression_attribute_values(":expected", n(expected_version))
             .expression_attribute_values(":dat", n(deletion.at))
             .expression_attribute_values(":dby", s(&deletion.by))
-            .expression_attribute_values(":purge", n(next.purge_at.unwrap_or(deletion.at) / 1000));
+            .expression_attribute_values(":purge", n(next.purge_at.unwrap_or(deletion.at) / 1000))
+            .expression_attribute_values(":pshard", s(PENDING_PARTITION))
+            .expression_attribute_values(":powner", s(&lease.owner))
+            .expression_attribute_values(":puntil", n(lease.until));
         if let Some(reason) = &deletion.reason {
+            update.push_str(", #reason = :reason");
             req = req
-                .update_expression("SET #active = :false, #version = :next, #dat = :dat, #dby = :dby, #purge = :purge, #purgems = :purgems, #reason = :reason")
                 .expression_attribute_names("#reason", "delete_reason")
                 .expression_attribute_values(":reason", s(reason));
         }
-        match req.send().await {
+        match req.update_expression(update).send().await {
             Ok(_) => Ok(next),
             Err(e)
                 if e.as_service_error()
@@ -654,6 +743,81 @@ impl LinkStore for DynamoStore {
             }
             Err(e) => Err(sdk_err(e)),
         }
+    }
+
+    async fn pending_propagations(&self, now: UnixMillis, limit: usize) -> Result<Vec<Propagation>, StoreError> {
+        let out = self
+            .client
+            .query()
+            .table_name(self.table("links"))
+            .index_name("pending")
+            .key_condition_expression("#pshard = :pshard AND #puntil <= :now")
+            .expression_attribute_names("#pshard", "prop_shard")
+            .expression_attribute_names("#puntil", "prop_until")
+            .expression_attribute_values(":pshard", s(PENDING_PARTITION))
+            .expression_attribute_values(":now", n(now))
+            .scan_index_forward(true)
+            .limit(limit.clamp(1, 1_000) as i32)
+            .send()
+            .await
+            .map_err(sdk_err)?;
+        out.items()
+            .iter()
+            .take(limit)
+            .map(|i| {
+                Ok(Propagation {
+                    code: get_s(i, "code")?,
+                    version: get_n(i, "prop_version")?,
+                    lease_owner: get_s(i, "prop_owner")?,
+                    lease_until: get_n(i, "prop_until")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn lease_propagation(
+        &self,
+        code: &str,
+        version: u64,
+        lease: &PropagationLease,
+        now: UnixMillis,
+    ) -> Result<Link, StoreError> {
+        let out = self
+            .client
+            .update_item()
+            .table_name(self.table("links"))
+            .key("code", s(code))
+            .update_expression("SET #powner = :owner, #puntil = :until")
+            .condition_expression("#pver = :version AND (#puntil <= :now OR #powner = :owner)")
+            .expression_attribute_names("#pver", "prop_version")
+            .expression_attribute_names("#powner", "prop_owner")
+            .expression_attribute_names("#puntil", "prop_until")
+            .expression_attribute_values(":owner", s(&lease.owner))
+            .expression_attribute_values(":until", n(lease.until))
+            .expression_attribute_values(":version", n(version))
+            .expression_attribute_values(":now", n(now))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
+            .send()
+            .await;
+        link_from_item(out.map_err(update_refused)?.attributes().ok_or(StoreError::NotFound)?)
+    }
+
+    async fn finish_propagation(&self, code: &str, version: u64) -> Result<(), StoreError> {
+        let out = self
+            .client
+            .update_item()
+            .table_name(self.table("links"))
+            .key("code", s(code))
+            .update_expression("REMOVE #pshard, #pver, #powner, #puntil")
+            .condition_expression("#pver = :version")
+            .expression_attribute_names("#pshard", "prop_shard")
+            .expression_attribute_names("#pver", "prop_version")
+            .expression_attribute_names("#powner", "prop_owner")
+            .expression_attribute_names("#puntil", "prop_until")
+            .expression_attribute_values(":version", n(version))
+            .send()
+            .await;
+        out.map(|_| ()).map_err(update_refused)
     }
 
     async fn list_links(
@@ -1013,6 +1177,30 @@ mod tests {
         assert_eq!(store.provision().await.unwrap(), vec![aliases]);
         store.record_alias("after-upgrade").await.unwrap();
         assert_eq!(store.list_aliases(None, 10).await.unwrap(), ["after-upgrade"]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
+    async fn provisioning_a_links_table_made_before_the_pending_index_adds_it() {
+        use aws_sdk_dynamodb::types::{DeleteGlobalSecondaryIndexAction, GlobalSecondaryIndexUpdate};
+        let store = fresh_store().await;
+        let links = store.table("links");
+        let drop_index = DeleteGlobalSecondaryIndexAction::builder()
+            .index_name("pending")
+            .build()
+            .unwrap();
+        store
+            .client
+            .update_table()
+            .table_name(&links)
+            .global_secondary_index_updates(GlobalSecondaryIndexUpdate::builder().delete(drop_index).build())
+            .send()
+            .await
+            .unwrap();
+        assert!(store.pending_propagations(0, 10).await.is_err(), "no index: no listing");
+        assert_eq!(store.provision().await.unwrap(), vec![format!("{links}/pending")]);
+        assert!(store.provision().await.unwrap().is_empty());
+        assert_eq!(store.pending_propagations(0, 10).await.unwrap(), vec![]);
     }
 
     /// dynalite parses expressions like real DynamoDB (reserved words included), but has

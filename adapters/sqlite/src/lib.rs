@@ -67,6 +67,15 @@ CREATE TABLE IF NOT EXISTS audit (
     outcome TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS audit_by_code ON audit (code, seq);
+-- Propagations pending: a version of a link durable here that the caches may not know yet,
+-- written in the transaction that made it, deleted once propagated; read by lease expiry.
+CREATE TABLE IF NOT EXISTS propagations (
+    code TEXT PRIMARY KEY,
+    version INTEGER NOT NULL,
+    lease_owner TEXT NOT NULL,
+    lease_until INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS propagations_by_lease ON propagations (lease_until, code);
 ";
 
 /// The click rollups live in a second file beside the first, with its own writer: SQLite
@@ -479,14 +488,16 @@ impl LinkStore for SqliteStore {
         .await
     }
 
-    async fn deactivate_link(
+    async fn deactivate_link_pending(
         &self,
         code: &str,
         expected_version: u64,
         deletion: &Deletion,
+        lease: &PropagationLease,
     ) -> Result<Link, StoreError> {
         let code = code.to_owned();
         let deletion = deletion.clone();
+        let lease = lease.clone();
         self.write(move |conn| {
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -514,8 +525,85 @@ impl LinkStore for SqliteStore {
             if changed != 1 {
                 return Err(StoreError::ConditionFailed);
             }
+            tx.execute(
+                "INSERT INTO propagations (code, version, lease_owner, lease_until) VALUES (?1, ?2, ?3, ?4) \
+                 ON CONFLICT (code) DO UPDATE SET version = excluded.version, \
+                 lease_owner = excluded.lease_owner, lease_until = excluded.lease_until",
+                params![code, next.version as i64, lease.owner, lease.until],
+            )
+            .map_err(sql_err)?;
             tx.commit().map_err(sql_err)?;
             Ok(next)
+        })
+        .await
+    }
+
+    async fn pending_propagations(&self, now: UnixMillis, limit: usize) -> Result<Vec<Propagation>, StoreError> {
+        self.read(move |conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT code, version, lease_owner, lease_until FROM propagations \
+                     WHERE lease_until <= ?1 ORDER BY lease_until, code LIMIT ?2",
+                )
+                .map_err(sql_err)?;
+            let rows = stmt
+                .query_map(params![now, limit.min(i64::MAX as usize) as i64], |row| {
+                    Ok(Propagation {
+                        code: row.get(0)?,
+                        version: row.get::<_, i64>(1)? as u64,
+                        lease_owner: row.get(2)?,
+                        lease_until: row.get(3)?,
+                    })
+                })
+                .map_err(sql_err)?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(sql_err)
+        })
+        .await
+    }
+
+    async fn lease_propagation(
+        &self,
+        code: &str,
+        version: u64,
+        lease: &PropagationLease,
+        now: UnixMillis,
+    ) -> Result<Link, StoreError> {
+        let code = code.to_owned();
+        let lease = lease.clone();
+        self.write(move |conn| {
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(sql_err)?;
+            let changed = tx
+                .execute(
+                    "UPDATE propagations SET lease_owner = ?1, lease_until = ?2 \
+                     WHERE code = ?3 AND version = ?4 AND (lease_until <= ?5 OR lease_owner = ?1)",
+                    params![lease.owner, lease.until, code, version as i64, now],
+                )
+                .map_err(sql_err)?;
+            if changed != 1 {
+                return Err(StoreError::ConditionFailed);
+            }
+            let link = get_link_in(&tx, &code)?.ok_or(StoreError::NotFound)?;
+            tx.commit().map_err(sql_err)?;
+            Ok(link)
+        })
+        .await
+    }
+
+    async fn finish_propagation(&self, code: &str, version: u64) -> Result<(), StoreError> {
+        let code = code.to_owned();
+        self.write(move |conn| {
+            let deleted = conn
+                .execute(
+                    "DELETE FROM propagations WHERE code = ?1 AND version = ?2",
+                    params![code, version as i64],
+                )
+                .map_err(sql_err)?;
+            match deleted {
+                1 => Ok(()),
+                _ => Err(StoreError::ConditionFailed),
+            }
         })
         .await
     }
