@@ -1,8 +1,9 @@
 //! The control plane as a library: [`ControlPlane::build`] makes the API's runtime from
 //! the settings and the adapters the caller opened (and declares its metrics);
 //! [`ControlPlane::run`] serves the API (and, alone in its process, the metrics port) on
-//! listeners the caller bound, with the click consumer when clicks come over SQS, until
-//! `shutdown` resolves.
+//! listeners the caller bound, with the click consumer when clicks come over SQS and the
+//! reconciler of pending propagations (also in the all-in-one: cheap, and it clears what a
+//! crash left pending), until `shutdown` resolves.
 
 use crate::listen::{router_edge, RouterPort};
 use crate::metrics_port::{metrics_router, Readiness};
@@ -158,6 +159,7 @@ impl ControlPlane {
             let router = metrics_router(self.registry, Readiness::bound(None));
             tasks.push(port.serve("metrics", router, self.metrics_edge, stop.clone())?);
         }
+        tasks.push(tokio::spawn(self.api.reconciler().run(stop.clone())));
         let router = rebound_control_plane::router(self.api);
         tasks.push(listeners.api.serve("API", router, self.api_edge, stop.clone())?);
         if let Some(c) = self.consumer {

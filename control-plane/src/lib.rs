@@ -20,6 +20,8 @@
 //! - `metrics`: every metric of the control plane and its click consumer.
 //! - `qr`: a link's QR code as SVG.
 //! - `ratelimit`: creation rate limits.
+//! - `reconcile`: pending propagations of deletes and takedowns, finished under a lease
+//!   by every control plane's reconciler.
 #![forbid(unsafe_code)]
 
 pub mod aliases;
@@ -37,6 +39,7 @@ pub mod me;
 pub mod metrics;
 mod qr;
 pub mod ratelimit;
+pub mod reconcile;
 
 use axum::Router;
 use config::ControlPlaneConfig;
@@ -92,6 +95,8 @@ pub struct ControlPlane {
     pub(crate) limiter: ratelimit::CreateRateLimiter,
     pub(crate) bootstrap_key_hash: Option<String>,
     pub(crate) metrics: metrics::ApiMetrics,
+    /// Deletes' pending propagations: cleared by the API path, finished by the reconciler.
+    pub(crate) propagations: reconcile::Propagations,
 }
 
 impl ControlPlane {
@@ -135,6 +140,12 @@ impl ControlPlane {
             .counting_leases(metrics.kgs_leases())
             .announcing(events.clone());
         let bootstrap_key_hash = config.bootstrap_key.as_deref().map(auth::hash_key);
+        let propagations = reconcile::Propagations::new(
+            store.clone(),
+            events.clone(),
+            clock.clone(),
+            metrics::PropagationMetrics::unregistered(),
+        );
         Ok(Arc::new(ControlPlane {
             config,
             store,
@@ -147,6 +158,7 @@ impl ControlPlane {
             limiter: ratelimit::CreateRateLimiter::default(),
             bootstrap_key_hash,
             metrics,
+            propagations,
         }))
     }
 
@@ -155,9 +167,17 @@ impl ControlPlane {
         &self.config
     }
 
-    /// Declares the API's metrics (requests, writes, rate limits, KGS leases) in `registry`.
+    /// Declares the API's metrics (requests, writes, rate limits, KGS leases) and the
+    /// reconciler's in `registry`.
     pub fn register_metrics(&self, registry: &prometheus::Registry) -> prometheus::Result<()> {
-        self.metrics.register(registry)
+        self.metrics.register(registry)?;
+        self.propagations.metrics().register(registry)
+    }
+
+    /// The reconciler of pending propagations, to run beside the API
+    /// ([`reconcile::Propagations::run`]).
+    pub fn reconciler(&self) -> reconcile::Propagations {
+        self.propagations.clone()
     }
 }
 

@@ -337,7 +337,12 @@ impl ControlPlane {
                 by: principal.id.clone(),
                 reason: reason.clone(),
             };
-            match self.store.deactivate_link(code, link.version, &deletion).await {
+            let lease = self.propagations.lease_from(deletion.at);
+            match self
+                .store
+                .deactivate_link_pending(code, link.version, &deletion, &lease)
+                .await
+            {
                 Ok(down) => {
                     link = down;
                     outcome = "ok";
@@ -370,12 +375,18 @@ impl ControlPlane {
             }
             .to_owned(),
         };
-        if let Err(e) = self.store.append_audit(&event).await {
+        let audited = self.store.append_audit(&event).await;
+        // After the audit event, so a reconciler's `propagated` follows `invalidate_failed`.
+        match &delivered {
+            Ok(()) => self.propagations.finished_by_the_api(code, link.version).await,
+            Err(_) => self.propagations.give_back(code, link.version).await,
+        }
+        if let Err(e) = audited {
             tracing::error!(code, action, error = %e, "audit event not recorded");
             return Err(e.into());
         }
         if let Err(e) = delivered {
-            tracing::warn!(code, action, error = %e, "tombstone not written; the caller must retry");
+            tracing::warn!(code, action, error = %e, "tombstone not written; a reconciler finishes it");
             return Err(ApiError::InvalidationFailed);
         }
         Ok(link)

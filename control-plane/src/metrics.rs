@@ -1,6 +1,6 @@
 //! Every metric of the control plane, declared in one place with its help text: requests
 //! by route template, method and status with their latency, writes by outcome, rate-limit
-//! refusals, KGS leases, and the click consumer's. Route labels are the router's templates
+//! refusals, KGS leases, the propagation reconciler's, and the click consumer's. Route labels are the router's templates
 //! (`/api/v1/links/{code}`), never a raw path, so every label set is bounded.
 
 use axum::extract::{MatchedPath, Request};
@@ -165,6 +165,43 @@ fn write_outcome(status: u16) -> &'static str {
         429 => "rate_limited",
         503 => "unavailable",
         _ => "error",
+    }
+}
+
+/// The propagation reconciler's metrics (pending deletes finished by the system).
+#[derive(Clone)]
+pub struct PropagationMetrics {
+    pub finished: IntCounter,
+    pub failed: IntCounter,
+    pub pending: IntGauge,
+}
+
+impl PropagationMetrics {
+    /// The metrics, registered nowhere yet ([`PropagationMetrics::register`] adds them).
+    pub(crate) fn unregistered() -> PropagationMetrics {
+        let metrics = || -> prometheus::Result<PropagationMetrics> {
+            Ok(PropagationMetrics {
+                finished: IntCounter::new(
+                    "rebound_propagations_finished_total",
+                    "Pending propagations (tombstone, invalidation, acknowledgements) this control plane's reconciler finished.",
+                )?,
+                failed: IntCounter::new(
+                    "rebound_propagations_failed_total",
+                    "Attempts of this control plane's reconciler at a pending propagation that failed (retried about a second later).",
+                )?,
+                pending: IntGauge::new(
+                    "rebound_propagations_pending",
+                    "Pending propagations whose lease had expired at the reconciler's last look (at most one page, 16).",
+                )?,
+            })
+        };
+        metrics().expect("the propagation metrics are well-formed")
+    }
+
+    pub(crate) fn register(&self, registry: &Registry) -> prometheus::Result<()> {
+        registry.register(Box::new(self.finished.clone()))?;
+        registry.register(Box::new(self.failed.clone()))?;
+        registry.register(Box::new(self.pending.clone()))
     }
 }
 
