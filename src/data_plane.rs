@@ -254,12 +254,18 @@ impl DataPlane {
                         self.l1.clone(),
                         trust,
                         self.clock.clone(),
-                        // Trust lapses after the timeout without a keepalive; the silent
-                        // subscription is replaced then too.
-                        Duration::from_millis(r.invalidation_timeout_ms),
+                        // Trust lapses after the timeout without a keepalive; a subscription
+                        // silent for twice as long is taken for half-open and replaced (a
+                        // shorter blip then costs no emptying of L1: nothing was lost).
+                        Duration::from_millis(2 * r.invalidation_timeout_ms),
                         fleet_stop.clone(),
                     )));
-                    fleet_tasks.push(tokio::spawn(run_keepalive(cache.clone(), proxy.clone(), fleet_stop.clone())));
+                    fleet_tasks.push(tokio::spawn(run_keepalive(
+                        cache.clone(),
+                        proxy.clone(),
+                        self.clock.clone(),
+                        fleet_stop.clone(),
+                    )));
                     fleet_tasks.push(tokio::spawn(run_creation_feed(
                         cache.clone(),
                         self.issued.clone(),

@@ -246,3 +246,152 @@ async fn a_proxy_that_exits_gracefully_leaves_the_registry_and_deletes_stop_wait
         "the remaining proxy acknowledged"
     );
 }
+
+/// Sends `signal` (STOP, CONT) to process `pid`.
+fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{signal} {pid}");
+}
+
+/// A small generator from a seed (xorshift), so a schedule replays from its seed.
+struct Schedule(u64);
+
+impl Schedule {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn millis(&mut self, from: u64, to: u64) -> Duration {
+        Duration::from_millis(from + self.below(to - from))
+    }
+}
+
+/// Probes with a short timeout: a stopped proxy is recorded as no answer (0).
+async fn probe_quick(history: &History, client: &reqwest::Client, proxy: &str, name: &str, code: &str) {
+    let start = Instant::now();
+    let answer = client
+        .get(format!("{proxy}/{code}"))
+        .send()
+        .await
+        .map(|r| r.status().as_u16())
+        .unwrap_or(0);
+    let op = Op::Probe {
+        code: code.to_owned(),
+        proxy: name.to_owned(),
+        status: answer,
+    };
+    history.record(op, start, Instant::now());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_DYNAMODB_URL and redis-server (the test services): scripts/test starts them and runs it"]
+async fn a_randomized_schedule_of_faults_breaks_neither_i1_nor_i2() {
+    let seconds: u64 = std::env::var("REBOUND_FAULT_SECONDS").map_or(45, |s| s.parse().unwrap());
+    let seed: u64 = std::env::var("REBOUND_FAULT_SEED").map_or_else(
+        |_| (now_millis() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+        |s| s.parse().unwrap(),
+    );
+    eprintln!("fault schedule: seed {seed}, {seconds} s (replay with REBOUND_FAULT_SEED={seed} REBOUND_FAULT_SECONDS={seconds})");
+    let redis = OwnServer::redis();
+    let d = Deployment::new(&shared_aws_url(), Some(&redis.url()));
+    let dir = temp_dir();
+    let cp = d.control_plane(dir.path(), &[]);
+    // Each proxy reaches Redis through a relay of its own, which the schedule can freeze.
+    let relays: Vec<Relay> = (0..3).map(|_| Relay::to(redis.port)).collect();
+    let mut proxies = Vec::new();
+    for relay in &relays {
+        let url = through_relay(&redis.url(), relay.port);
+        proxies.push(d.proxy(dir.path(), &[("REBOUND_REDIS_URL", &url)]).await);
+    }
+    let addrs: Vec<(String, String)> = proxies
+        .iter()
+        .enumerate()
+        .map(|(n, p)| (format!("p{n}"), p.addr("redirect")))
+        .collect();
+    let pids: Vec<u32> = proxies.iter().map(|p| p.pid()).collect();
+    let history = Arc::new(History::default());
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+
+    let cp = &cp;
+    let workers = (0..3).map(|w| {
+        let (history, addrs, client) = (history.clone(), addrs.clone(), client.clone());
+        let mut rng = Schedule(seed.rotate_left(w * 8 + 1) | 1);
+        async move {
+            let mut i = 0usize;
+            while Instant::now() < deadline {
+                i += 1;
+                let code = create_recorded(&history, cp, w as usize * 1_000_000 + i).await;
+                for (name, addr) in &addrs {
+                    for _ in 0..2 {
+                        probe_quick(&history, &client, addr, name, &code).await;
+                    }
+                }
+                if rng.below(3) > 0 {
+                    delete_recorded(&history, cp, &code, rng.below(2) == 0).await;
+                }
+                for _ in 0..3 {
+                    for (name, addr) in &addrs {
+                        probe_quick(&history, &client, addr, name, &code).await;
+                    }
+                }
+            }
+        }
+    });
+    let faults = async {
+        let mut rng = Schedule(seed);
+        let mut injected = Vec::new();
+        while Instant::now() + Duration::from_secs(3) < deadline {
+            tokio::time::sleep(rng.millis(200, 1500)).await;
+            let k = rng.below(3) as usize;
+            match rng.below(3) {
+                0 => {
+                    kill_subscriptions(redis.port).await;
+                    injected.push("subscriptions killed".to_owned());
+                }
+                1 => {
+                    let held = rng.millis(100, 2500);
+                    relays[k].freeze();
+                    tokio::time::sleep(held).await;
+                    relays[k].thaw();
+                    injected.push(format!("p{k}'s Redis frozen {held:?}"));
+                }
+                _ => {
+                    let held = rng.millis(100, 2000);
+                    signal(pids[k], "STOP");
+                    tokio::time::sleep(held).await;
+                    signal(pids[k], "CONT");
+                    injected.push(format!("p{k} stopped {held:?}"));
+                }
+            }
+        }
+        injected
+    };
+    let (injected, _) = tokio::join!(faults, futures_util::future::join_all(workers));
+    let events = history.events();
+    let deletes = events
+        .iter()
+        .filter(|e| matches!(e.op, Op::Delete { ok: true, .. }))
+        .count();
+    eprintln!(
+        "fault schedule seed {seed}: {} faults, {deletes} deletes, {} events",
+        injected.len(),
+        events.len()
+    );
+    history.assert_clean(&format!("seed {seed} (faults: {injected:?})"));
+    assert!(deletes >= 10 && injected.len() >= 5, "too little happened to judge");
+    drop(proxies);
+}

@@ -56,8 +56,8 @@ pub async fn run_invalidation_listener(
                     Err(_) => return Ok(Lapse::Silent),
                 };
                 let now = clock.now_millis();
-                trust.heard(now, &l1);
                 match message {
+                    ChannelMessage::Keepalive { sent } => trust.heard(sent, &l1),
                     ChannelMessage::Invalidate { version, code } => {
                         l1.fill(&code, CacheRecord::tombstone(version, now, &policy), now);
                         // Dropped: the delete waiting for this proxy may answer. Not awaited
@@ -68,7 +68,6 @@ pub async fn run_invalidation_listener(
                             let _ = tokio::time::timeout(KEEPALIVE_EVERY * 4, ack).await;
                         });
                     }
-                    ChannelMessage::Keepalive => {}
                     ChannelMessage::Malformed => tracing::warn!("ignoring a malformed invalidation message"),
                 }
             }
@@ -103,18 +102,20 @@ enum Lapse {
     Silent,
 }
 
-/// Sends this proxy's keepalives through the channel (each registers it as live, so
-/// deletes wait for its acknowledgements) until `shutdown`.
+/// Sends this proxy's keepalives, stamped with its own clock, through the channel (each
+/// registers it as live, so deletes wait for its acknowledgements) until `shutdown`.
 pub async fn run_keepalive(
     channel: Arc<dyn InvalidationChannel>,
     proxy: Arc<str>,
+    clock: Arc<dyn Clock>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut tick = tokio::time::interval(KEEPALIVE_EVERY);
     loop {
         tokio::select! {
             _ = tick.tick() => {
-                let _ = tokio::time::timeout(KEEPALIVE_EVERY, channel.keepalive(&proxy)).await;
+                let sent = clock.now_millis();
+                let _ = tokio::time::timeout(KEEPALIVE_EVERY, channel.keepalive(&proxy, sent)).await;
             }
             _ = stopped(&mut shutdown) => return,
         }
@@ -315,12 +316,16 @@ mod tests {
         let (l1, trust, clock, stop, task) = listening(channel.clone()).await;
         let now = clock.now_millis();
         assert!(!trust.is_trusted(now), "nothing heard yet");
-        channel.send(ChannelMessage::Keepalive);
+        channel.send(ChannelMessage::Keepalive {
+            sent: clock.now_millis(),
+        });
         until(|| trust.is_trusted(now)).await;
         clock.advance(1);
         let now = clock.now_millis();
         l1.fill("abc", active("abc", 1, now), now);
-        channel.send(ChannelMessage::Keepalive);
+        channel.send(ChannelMessage::Keepalive {
+            sent: clock.now_millis(),
+        });
         // Messages are handled in order: once this one is, the keepalive before it was.
         channel.send(ChannelMessage::Invalidate {
             version: 1,
@@ -341,17 +346,27 @@ mod tests {
         // Acknowledged once it is dropped, as this proxy.
         until(|| channel.acks().contains(&("p1".to_owned(), 2, "abc".to_owned()))).await;
 
-        // A malformed message changes no entry, but proves the channel alive.
+        // Silent past the timeout, the subscription is not trusted; a malformed message
+        // changes nothing. A keepalive sent since brings the trust back without emptying L1:
+        // the subscription never ended, so it lost no message.
         clock.advance(3_000);
         let later = clock.now_millis();
         assert!(!trust.is_trusted(later));
         l1.fill("def", active("def", 1, later), later);
         channel.send(ChannelMessage::Malformed);
-        until(|| trust.is_trusted(later)).await;
+        channel.send(ChannelMessage::Keepalive { sent: later - 2_500 });
+        channel.send(ChannelMessage::Invalidate {
+            version: 1,
+            code: "mark".into(),
+        });
+        until(|| l1.get("mark").is_some()).await;
         assert!(
-            l1.get("def").is_none(),
-            "the channel had lapsed: L1 was emptied when it came back"
+            !trust.is_trusted(later),
+            "a keepalive sent long ago proves nothing about now"
         );
+        channel.send(ChannelMessage::Keepalive { sent: later });
+        until(|| trust.is_trusted(later)).await;
+        assert!(l1.get("def").is_some(), "a late subscription is not a lapse");
         stop.send(true).unwrap();
         task.await.unwrap();
     }
@@ -380,7 +395,9 @@ mod tests {
     async fn a_cut_subscription_is_a_lapse_at_once_and_l1_is_emptied_when_the_next_one_is_heard() {
         let channel = Arc::new(MemoryChannel::default());
         let (l1, trust, clock, stop, task) = listening(channel.clone()).await;
-        channel.send(ChannelMessage::Keepalive);
+        channel.send(ChannelMessage::Keepalive {
+            sent: clock.now_millis(),
+        });
         let now = clock.now_millis();
         until(|| trust.is_trusted(now)).await;
         clock.advance(1);
@@ -392,7 +409,9 @@ mod tests {
         until(|| !trust.is_trusted(clock.now_millis())).await;
         until(|| channel.subscribers() == 1).await;
         assert!(l1.get("abc").is_some(), "kept until the channel is heard again");
-        channel.send(ChannelMessage::Keepalive);
+        channel.send(ChannelMessage::Keepalive {
+            sent: clock.now_millis(),
+        });
         until(|| trust.is_trusted(clock.now_millis())).await;
         assert!(l1.get("abc").is_none(), "emptied: an invalidation may have been missed");
         stop.send(true).unwrap();
@@ -403,7 +422,9 @@ mod tests {
     async fn a_subscription_that_hears_nothing_is_replaced_and_is_a_lapse() {
         let channel = Arc::new(MemoryChannel::default());
         let (_l1, trust, clock, stop, task) = listening(channel.clone()).await;
-        channel.send(ChannelMessage::Keepalive);
+        channel.send(ChannelMessage::Keepalive {
+            sent: clock.now_millis(),
+        });
         until(|| trust.is_trusted(clock.now_millis())).await;
         // Half-open: the subscription stays, nothing arrives, not even the keepalives.
         let subscribed = channel.subscriptions();
@@ -420,9 +441,10 @@ mod tests {
         let mut mine = channel.subscribe("p1").await.unwrap();
         let mut other = channel.subscribe("p2").await.unwrap();
         let (stop, shutdown) = watch::channel(false);
-        let task = tokio::spawn(run_keepalive(channel.clone(), Arc::from("p1"), shutdown));
+        let clock = Arc::new(ManualClock::at(77));
+        let task = tokio::spawn(run_keepalive(channel.clone(), Arc::from("p1"), clock, shutdown));
         let heard = tokio::time::timeout(Duration::from_secs(5), mine.next()).await.unwrap();
-        assert_eq!(heard, Some(ChannelMessage::Keepalive));
+        assert_eq!(heard, Some(ChannelMessage::Keepalive { sent: 77 }));
         assert!(channel.registrations().iter().any(|(p, _)| p == "p1"));
         channel.send(ChannelMessage::Invalidate {
             version: 1,

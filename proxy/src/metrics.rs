@@ -13,7 +13,6 @@ pub struct ProxyMetrics {
     pub unavailable: IntCounter,
     pub bad_method: IntCounter,
     pub bad_path: IntCounter,
-    pub bad_request: IntCounter,
     pub l1_hits: IntCounter,
     pub l1_tombstones: IntCounter,
     pub l1_misses: IntCounter,
@@ -27,6 +26,7 @@ pub struct ProxyMetrics {
     pub singleflight_waits: IntCounter,
     pub stale_served: IntCounter,
     pub fills_dropped: IntCounter,
+    pub reads_outdated: IntCounter,
     pub clicks_queued: IntCounter,
     pub clicks_dropped: IntCounter,
     pub clicks_flushed: IntCounter,
@@ -73,7 +73,6 @@ impl ProxyMetrics {
             unavailable: requests.with_label_values(&["unavailable"]),
             bad_method: requests.with_label_values(&["method_not_allowed"]),
             bad_path: requests.with_label_values(&["bad_path"]),
-            bad_request: requests.with_label_values(&["bad_request"]),
             l1_hits: lookups.with_label_values(&["l1", "hit"]),
             l1_tombstones: lookups.with_label_values(&["l1", "tombstone"]),
             l1_misses: lookups.with_label_values(&["l1", "miss"]),
@@ -101,6 +100,10 @@ impl ProxyMetrics {
             fills_dropped: counter(
                 "rebound_l1_fills_dropped_total",
                 "Reads whose answer was kept out of L1 because the invalidation channel lapsed while they were in flight",
+            )?,
+            reads_outdated: counter(
+                "rebound_reads_outdated_total",
+                "Reads made again because they took so long that a delete may have returned meanwhile unheard by this proxy",
             )?,
             clicks_queued: counter(
                 "rebound_clicks_queued_total",

@@ -28,8 +28,9 @@ pub enum Resolution {
 }
 
 /// Whether this proxy may trust its L1: only while its own subscription is known to
-/// deliver (its keepalive heard within `timeout`, with no end of the subscription since).
-/// Otherwise entries live at most `l1_ttl`, and L1 is emptied when the channel comes back.
+/// deliver (a keepalive it sent within `timeout` has come back, with no end of the
+/// subscription since). Otherwise entries live at most `l1_ttl`, and after a lapse L1 is
+/// emptied when the next subscription is heard.
 pub struct InvalidationTrust {
     timeout_ms: i64,
     l1_ttl_ms: i64,
@@ -52,7 +53,8 @@ impl InvalidationTrust {
         }
     }
 
-    /// True while the subscription was heard from within the timeout, with no lapse since.
+    /// True while a keepalive sent within the timeout has come back, with no lapse since:
+    /// every invalidation published before it was sent has been applied.
     pub fn is_trusted(&self, now: UnixMillis) -> bool {
         now - self.last_heard.load(Ordering::Acquire) <= self.timeout_ms
     }
@@ -70,24 +72,31 @@ impl InvalidationTrust {
         self.epoch.load(Ordering::Acquire)
     }
 
-    /// Records a message from the channel. When the channel had lapsed, L1 is emptied first:
-    /// invalidations may have been missed meanwhile.
-    pub fn heard(&self, now: UnixMillis, l1: &L1) {
-        if !self.is_trusted(now) {
-            self.lapsed.store(true, Ordering::Release);
-        }
+    /// Records this proxy's keepalive, sent at `sent` by its own clock, heard back on its
+    /// subscription. After a lapse L1 is emptied first: invalidations may have been
+    /// missed. A keepalive that comes late on a subscription that never ended empties
+    /// nothing: that subscription lost no message, it only delivered them late.
+    pub fn heard(&self, sent: UnixMillis, l1: &L1) {
         if self.lapsed.swap(false, Ordering::AcqRel) {
             // Before the clear: a read still in flight must not fill L1 after it.
             self.epoch.fetch_add(1, Ordering::AcqRel);
             l1.clear();
         }
-        self.last_heard.store(now, Ordering::Release);
+        self.last_heard.fetch_max(sent, Ordering::AcqRel);
     }
 
     /// Whether `entry` may be used at `now`.
     #[inline]
     fn allows(&self, entry: &L1Entry, now: UnixMillis) -> bool {
         self.is_trusted(now) || now - entry.filled_at() <= self.l1_ttl_ms
+    }
+
+    /// Whether an active record read from `read_from` may answer at `now`: a delete that
+    /// returned waited `timeout + l1_ttl` for this proxy unless it acknowledged, so a read
+    /// younger than that, or one made while the channel stayed trusted (no lapse since,
+    /// `epoch_kept`: the invalidation would have reached L1 first), cannot predate it.
+    fn answer_is_current(&self, read_from: UnixMillis, now: UnixMillis, epoch_kept: bool) -> bool {
+        (epoch_kept && self.is_trusted(now)) || now - read_from <= self.timeout_ms + self.l1_ttl_ms
     }
 }
 
@@ -226,15 +235,32 @@ impl RedirectPath {
     /// read. The answer is shared with the callers that waited; `true` with it when it is a
     /// stale record served because the store failed.
     async fn fetch_and_cache(&self, code: &str) -> (Resolution, bool) {
+        // A read that took so long that a delete may have returned meanwhile without this
+        // proxy hearing of it is made again, once; then the code is unavailable.
+        for _ in 0..2 {
+            match self.fetch_once(code).await {
+                Some(answer) => return answer,
+                None => self.metrics.reads_outdated.inc(),
+            }
+        }
+        (Resolution::Unavailable, false)
+    }
+
+    /// One read below L1 and what it means; `None` when its active answer may predate a
+    /// delete that returned while it was in flight.
+    async fn fetch_once(&self, code: &str) -> Option<(Resolution, bool)> {
         // L1 entries are stamped with the start of the read they came from: what they hold
         // may be as old as that.
         let read_from = self.clock.now_millis();
         let epoch = self.trust.as_ref().map(|t| t.epoch());
         let fetched = self.fetch(code).await;
         let now = self.clock.now_millis();
-        match fetched {
+        let answer = match fetched {
             Fetched::NeverIssued => (Resolution::NotFound, false),
-            Fetched::FromL2(record) => (self.answer_from(self.fill(code, record, read_from, epoch), now), false),
+            Fetched::FromL2(record) => {
+                let held = self.fill(code, record, read_from, epoch);
+                (self.current_answer(held, read_from, now, epoch)?, false)
+            }
             Fetched::FromStore(Ok(item), _) => match decide_redirect(item.as_ref(), now) {
                 StoreVerdict::Redirect => {
                     let link = item.as_ref().expect("a redirect has a link");
@@ -242,7 +268,8 @@ impl RedirectPath {
                     self.populate_l2(code, &record, now);
                     // A newer tombstone may have landed while the read was in flight: the
                     // fill keeps it, and the answer follows what L1 holds.
-                    (self.answer_from(self.fill(code, record, read_from, epoch), now), false)
+                    let held = self.fill(code, record, read_from, epoch);
+                    (self.current_answer(held, read_from, now, epoch)?, false)
                 }
                 StoreVerdict::NotFound => (Resolution::NotFound, false),
                 StoreVerdict::Gone => (Resolution::Gone, false),
@@ -258,7 +285,26 @@ impl RedirectPath {
                 self.metrics.store_errors.inc();
                 self.stale_or_unavailable(code, stale_l2, now, &cause)
             }
+        };
+        Some(answer)
+    }
+
+    /// The answer `held` gives at `now`, unless it redirects from a read that may predate a
+    /// delete that has returned since (with the invalidation channel of a proxy with L2).
+    fn current_answer(
+        &self,
+        held: L1Entry,
+        read_from: UnixMillis,
+        now: UnixMillis,
+        epoch: Option<u64>,
+    ) -> Option<Resolution> {
+        let answer = self.answer_from(held, now);
+        if let (Resolution::Redirect(_), Some(trust), Some(_)) = (&answer, &self.trust, &self.l2) {
+            if !trust.answer_is_current(read_from, now, epoch == Some(trust.epoch())) {
+                return None;
+            }
         }
+        Some(answer)
     }
 
     /// Fills L1 with what a read found, unless the channel lapsed while it was in flight
@@ -636,9 +682,8 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn a_read_in_flight_across_a_lapse_answers_its_request_but_does_not_fill_l1() {
-        let f = fixture();
+    /// A path with L2 over a store whose reads wait until released.
+    fn held_path(f: &Fixture) -> (Arc<RedirectPath>, Arc<HeldReads>, Arc<InvalidationTrust>) {
         let held = Arc::new(HeldReads {
             inner: f.store.clone(),
             started: tokio::sync::Notify::new(),
@@ -663,6 +708,50 @@ mod tests {
                 trust.clone(),
             ),
         );
+        (path, held, trust)
+    }
+
+    #[tokio::test]
+    async fn a_read_older_than_the_delete_bound_is_made_again_unless_the_channel_stayed_trusted() {
+        let f = fixture();
+        let (path, held, trust) = held_path(&f);
+        add(&f.store, "slow", None).await;
+        // Untrusted (nothing heard): a read that took longer than timeout + l1_ttl may
+        // predate a delete that returned meanwhile without this proxy's acknowledgement.
+        let p = path.clone();
+        let mut read = tokio::spawn(async move { p.resolve("slow").await });
+        held.started.notified().await;
+        f.clock.advance(3_001);
+        held.release.notify_one();
+        // Read again (from the store, or from L2 where the first read's record went: a
+        // tombstone there would have refused it, being newer).
+        let answer = loop {
+            tokio::select! {
+                answer = &mut read => break answer.unwrap(),
+                _ = held.started.notified() => held.release.notify_one(),
+            }
+        };
+        assert!(matches!(answer, Resolution::Redirect(_)), "{answer:?}");
+        assert_eq!(path.metrics.reads_outdated.get(), 1, "read again");
+        // Trusted throughout, with no lapse: the invalidation would have reached L1 first.
+        add(&f.store, "slow2", None).await;
+        trust.heard(f.clock.now_millis(), &path.l1);
+        let p = path.clone();
+        let read = tokio::spawn(async move { p.resolve("slow2").await });
+        held.started.notified().await;
+        f.clock.advance(1_500);
+        trust.heard(f.clock.now_millis(), &path.l1);
+        f.clock.advance(1_600);
+        trust.heard(f.clock.now_millis(), &path.l1);
+        held.release.notify_one();
+        assert!(matches!(read.await.unwrap(), Resolution::Redirect(_)));
+        assert_eq!(path.metrics.reads_outdated.get(), 1, "not read again");
+    }
+
+    #[tokio::test]
+    async fn a_read_in_flight_across_a_lapse_answers_its_request_but_does_not_fill_l1() {
+        let f = fixture();
+        let (path, held, trust) = held_path(&f);
         add(&f.store, "race", None).await;
         trust.heard(f.clock.now_millis(), &path.l1);
         let p = path.clone();
@@ -776,6 +865,13 @@ mod tests {
         trust.heard(f.clock.now_millis() + 100, &path.l1);
         assert_eq!(path.l1.len(), 1, "a healthy channel keeps L1");
         f.clock.advance(10_000);
+        trust.heard(f.clock.now_millis(), &path.l1);
+        assert_eq!(
+            path.l1.len(),
+            1,
+            "a subscription heard late, but never ended, lost nothing"
+        );
+        trust.lapse();
         trust.heard(f.clock.now_millis(), &path.l1);
         assert!(path.l1.is_empty(), "after a lapse, L1 is emptied");
     }

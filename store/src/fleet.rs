@@ -6,16 +6,24 @@
 use crate::StoreError;
 use async_trait::async_trait;
 use futures_util::stream::BoxStream;
+use rebound_core::UnixMillis;
 use std::time::Duration;
+
+/// How long a proxy stays in the registry after its last keepalive, in multiples of the
+/// delete bound (`invalidation_timeout + l1_ttl`): deletes wait for every proxy
+/// registered within it, even one that stopped sending (a partition from Redis, a crash),
+/// and a proxy that could not register for longer than this less the bound stops serving
+/// anything it cached itself (a delete may no longer wait for it).
+pub const REGISTRY_WINDOW_BOUNDS: u32 = 20;
 
 /// One message of the invalidation channel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChannelMessage {
     /// `code` changed at `version` (deleted or taken down): drop it from L1.
     Invalidate { version: u64, code: String },
-    /// This proxy's own keepalive, back through its subscription: the subscription still
-    /// delivers, and every message published before the keepalive was delivered before it.
-    Keepalive,
+    /// This proxy's own keepalive, sent at `sent` by its own clock, back through its
+    /// subscription: every message published before it was delivered before it.
+    Keepalive { sent: UnixMillis },
     /// A message this code cannot read; it still proves the subscription alive.
     Malformed,
 }
@@ -30,9 +38,10 @@ pub trait InvalidationChannel: Send + Sync {
     /// Subscribes `proxy` to the invalidations and to its own keepalives. The stream ends
     /// when the subscription is lost (the caller counts that as a lapse and subscribes again).
     async fn subscribe(&self, proxy: &str) -> Result<BoxStream<'static, ChannelMessage>, StoreError>;
-    /// Sends `proxy`'s keepalive through the channel, to be heard on its own subscription,
-    /// and registers `proxy` as live now, by the channel's clock (never the caller's).
-    async fn keepalive(&self, proxy: &str) -> Result<(), StoreError>;
+    /// Sends `proxy`'s keepalive, stamped `sent` by the proxy's own clock, through the
+    /// channel to be heard on its own subscription, and registers `proxy` as live now by
+    /// the channel's clock (never the caller's).
+    async fn keepalive(&self, proxy: &str, sent: UnixMillis) -> Result<(), StoreError>;
     /// Removes `proxy` from the registry: it serves no more, deletes stop waiting for it.
     async fn deregister(&self, proxy: &str) -> Result<(), StoreError>;
     /// Tells the control plane that `proxy` has dropped `code` at `version` from its L1.
@@ -157,7 +166,7 @@ mod fakes {
             )))
         }
 
-        async fn keepalive(&self, proxy: &str) -> Result<(), StoreError> {
+        async fn keepalive(&self, proxy: &str, sent: UnixMillis) -> Result<(), StoreError> {
             if self.failing.load(Ordering::SeqCst) {
                 return Err(StoreError::Unavailable("memory channel switched off".into()));
             }
@@ -168,7 +177,7 @@ mod fakes {
             drop(registered);
             let _ = self
                 .sender
-                .send(Some((Some(proxy.to_owned()), ChannelMessage::Keepalive)));
+                .send(Some((Some(proxy.to_owned()), ChannelMessage::Keepalive { sent })));
             Ok(())
         }
 

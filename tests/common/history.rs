@@ -93,18 +93,34 @@ impl History {
     /// Panics with the first violations, if any; returns how many probes were checked.
     pub fn assert_clean(&self, label: &str) -> usize {
         let v = self.violations();
-        let probes = self
-            .events()
+        let events = self.events();
+        let probes = events.iter().filter(|e| matches!(e.op, Op::Probe { .. })).count();
+        if v.is_empty() {
+            return probes;
+        }
+        let zero = events.iter().map(|e| e.start).min().unwrap();
+        let ms = |t: Instant| t.duration_since(zero).as_millis();
+        let shown: Vec<String> = v
             .iter()
-            .filter(|e| matches!(e.op, Op::Probe { .. }))
-            .count();
-        assert!(
-            v.is_empty(),
-            "{label}: {} violations in {probes} probes; first: {:#?}",
+            .take(5)
+            .map(|x| {
+                format!(
+                    "{}: {:?} [{}-{} ms], then {:?} [{}-{} ms]",
+                    x.what,
+                    x.cause.op,
+                    ms(x.cause.start),
+                    ms(x.cause.end),
+                    x.probe.op,
+                    ms(x.probe.start),
+                    ms(x.probe.end)
+                )
+            })
+            .collect();
+        panic!(
+            "{label}: {} violations in {probes} probes; the first:\n{}",
             v.len(),
-            &v[..v.len().min(3)]
+            shown.join("\n")
         );
-        probes
     }
 }
 

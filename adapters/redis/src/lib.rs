@@ -52,7 +52,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZADD', KEYS[1], now, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - 3600000)
-redis.call('PUBLISH', ARGV[2], '1')
+redis.call('PUBLISH', ARGV[2], ARGV[3])
 return now
 ";
 
@@ -361,14 +361,15 @@ impl RedisCache {
         Ok(())
     }
 
-    /// Sends `proxy`'s keepalive on its own channel and registers it as live, at Redis's
-    /// time.
-    pub async fn keepalive(&self, proxy: &str) -> Result<(), StoreError> {
+    /// Sends `proxy`'s keepalive (its own send time `sent`) on its own channel and
+    /// registers it as live, at Redis's time.
+    pub async fn keepalive(&self, proxy: &str, sent: UnixMillis) -> Result<(), StoreError> {
         let mut c = self.conn().await?;
         self.keepalive
             .key(self.proxies_key())
             .arg(proxy)
             .arg(self.alive_channel(proxy))
+            .arg(sent)
             .invoke_async::<i64>(&mut c)
             .await
             .map_err(|e| self.failed(e))?;
@@ -560,10 +561,13 @@ impl InvalidationChannel for RedisCache {
             .subscription(&[invalidate.clone(), self.alive_channel(proxy)])
             .await?
             .map(move |msg| {
-                if msg.get_channel_name() != invalidate {
-                    return ChannelMessage::Keepalive;
-                }
                 let payload: String = msg.get_payload().unwrap_or_default();
+                if msg.get_channel_name() != invalidate {
+                    return match payload.parse() {
+                        Ok(sent) => ChannelMessage::Keepalive { sent },
+                        Err(_) => ChannelMessage::Malformed,
+                    };
+                }
                 match decode_invalidation(&payload) {
                     Some((version, code)) => ChannelMessage::Invalidate {
                         version,
@@ -575,8 +579,8 @@ impl InvalidationChannel for RedisCache {
             .boxed())
     }
 
-    async fn keepalive(&self, proxy: &str) -> Result<(), StoreError> {
-        RedisCache::keepalive(self, proxy).await
+    async fn keepalive(&self, proxy: &str, sent: UnixMillis) -> Result<(), StoreError> {
+        RedisCache::keepalive(self, proxy, sent).await
     }
 
     async fn deregister(&self, proxy: &str) -> Result<(), StoreError> {
@@ -732,6 +736,13 @@ pub struct RedisLinkEvents {
     pub invalidation_bound: Duration,
 }
 
+impl RedisLinkEvents {
+    /// How far back the registry counts a proxy as one a delete must wait for.
+    fn registry_window(&self) -> Duration {
+        self.invalidation_bound * rebound_store::fleet::REGISTRY_WINDOW_BOUNDS
+    }
+}
+
 #[async_trait]
 impl rebound_store::LinkEvents for RedisLinkEvents {
     async fn created(&self, link: &rebound_core::Link) -> Result<(), rebound_store::EventError> {
@@ -758,7 +769,6 @@ impl rebound_store::LinkEvents for RedisLinkEvents {
 
     async fn deactivated(&self, link: &rebound_core::Link) -> Result<(), rebound_store::EventError> {
         let now = self.clock.now_millis();
-        let deadline = tokio::time::Instant::now() + self.invalidation_bound;
         let tomb = CacheRecord::tombstone(link.version, now, &self.policy);
         // Counting before the publish: no acknowledgement can come before it.
         let expectation = self.acks.expect(&link.code, link.version);
@@ -770,9 +780,13 @@ impl rebound_store::LinkEvents for RedisLinkEvents {
             Ok(result) => result.map_err(|e| rebound_store::EventError(e.to_string()))?,
             Err(_) => return Err(rebound_store::EventError("redis did not answer in time".into())),
         }
-        // Every proxy registered within the bound (by Redis's clock) may still hold the
-        // code. Not knowing which (the registry unreadable), the bound is waited out for all.
-        let registry = self.cache.live_proxies(self.invalidation_bound);
+        // The bound counts from the publish: a proxy that missed it stops trusting its L1
+        // within invalidation_timeout of it, and what it kept then lives l1_ttl more.
+        let deadline = tokio::time::Instant::now() + self.invalidation_bound;
+        // Every proxy registered within the window (by Redis's clock) may still hold the
+        // code, even one that stopped sending keepalives (cut off from Redis, it still
+        // serves). Not knowing which (the registry unreadable), the bound is waited out.
+        let registry = self.cache.live_proxies(self.registry_window());
         let proxies = match tokio::time::timeout(DEACTIVATE_BUDGET, registry).await {
             Ok(Ok(p)) => p,
             Ok(Err(_)) | Err(_) => vec![String::from("(registry unreadable)")],
@@ -804,7 +818,7 @@ mod channel_tests {
         let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
         let mut other = InvalidationChannel::subscribe(&cache, "p2").await.unwrap();
         cache.publish_invalidation("abc", 7).await.unwrap();
-        InvalidationChannel::keepalive(&cache, "p1").await.unwrap();
+        InvalidationChannel::keepalive(&cache, "p1", 7).await.unwrap();
         // Garbage on the invalidation channel is heard (the channel is alive), not obeyed.
         let mut c = cache.conn().await.unwrap();
         redis::cmd("PUBLISH")
@@ -828,7 +842,7 @@ mod channel_tests {
                     version: 7,
                     code: "abc".into()
                 }),
-                Some(ChannelMessage::Keepalive),
+                Some(ChannelMessage::Keepalive { sent: 7 }),
                 Some(ChannelMessage::Malformed),
             ]
         );
@@ -893,9 +907,9 @@ mod ack_tests {
             invalidation_bound: Duration::from_secs(30),
         });
         // Two live proxies; one that left is not waited for.
-        cache.keepalive("pa").await.unwrap();
-        cache.keepalive("pb").await.unwrap();
-        cache.keepalive("gone").await.unwrap();
+        cache.keepalive("pa", 1).await.unwrap();
+        cache.keepalive("pb", 1).await.unwrap();
+        cache.keepalive("gone", 1).await.unwrap();
         cache.deregister("gone").await.unwrap();
         let mut live = cache.live_proxies(Duration::from_secs(30)).await.unwrap();
         live.sort();
@@ -1172,12 +1186,12 @@ mod settings_tests {
             let now = now_millis();
             assert!(cache.put_record("tlscode", &record(1), now).await.unwrap(), "{good}");
             let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
-            InvalidationChannel::keepalive(&cache, "p1").await.unwrap();
+            InvalidationChannel::keepalive(&cache, "p1", 9).await.unwrap();
             assert_eq!(
                 tokio::time::timeout(Duration::from_secs(5), messages.next())
                     .await
                     .unwrap(),
-                Some(ChannelMessage::Keepalive),
+                Some(ChannelMessage::Keepalive { sent: 9 }),
                 "{good}"
             );
         }
