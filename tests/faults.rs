@@ -14,9 +14,15 @@ use std::time::{Duration, Instant};
 
 /// Probes `code` on `proxy` and records the answer.
 async fn probe(history: &History, proxy: &Running, name: &str, code: &str) -> u16 {
+    probe_with(history, &http(), &proxy.addr("redirect"), name, code).await
+}
+
+/// Probes `code` at `proxy` (its redirect port's URL) with `client` and records the
+/// answer (0 when none came: a stopped proxy, with a client's short timeout).
+async fn probe_with(history: &History, client: &reqwest::Client, proxy: &str, name: &str, code: &str) -> u16 {
     let start = Instant::now();
-    let answer = http()
-        .get(format!("{}/{}", proxy.addr("redirect"), code))
+    let answer = client
+        .get(format!("{proxy}/{code}"))
         .send()
         .await
         .map(|r| r.status().as_u16())
@@ -275,23 +281,6 @@ impl Schedule {
     }
 }
 
-/// Probes with a short timeout: a stopped proxy is recorded as no answer (0).
-async fn probe_quick(history: &History, client: &reqwest::Client, proxy: &str, name: &str, code: &str) {
-    let start = Instant::now();
-    let answer = client
-        .get(format!("{proxy}/{code}"))
-        .send()
-        .await
-        .map(|r| r.status().as_u16())
-        .unwrap_or(0);
-    let op = Op::Probe {
-        code: code.to_owned(),
-        proxy: name.to_owned(),
-        status: answer,
-    };
-    history.record(op, start, Instant::now());
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs REBOUND_TEST_DYNAMODB_URL and redis-server (the test services): scripts/test starts them and runs it"]
 async fn a_randomized_schedule_of_faults_breaks_neither_i1_nor_i2() {
@@ -337,7 +326,7 @@ async fn a_randomized_schedule_of_faults_breaks_neither_i1_nor_i2() {
                 let code = create_recorded(&history, cp, w as usize * 1_000_000 + i).await;
                 for (name, addr) in &addrs {
                     for _ in 0..2 {
-                        probe_quick(&history, &client, addr, name, &code).await;
+                        probe_with(&history, &client, addr, name, &code).await;
                     }
                 }
                 if rng.below(3) > 0 {
@@ -345,7 +334,7 @@ async fn a_randomized_schedule_of_faults_breaks_neither_i1_nor_i2() {
                 }
                 for _ in 0..3 {
                     for (name, addr) in &addrs {
-                        probe_quick(&history, &client, addr, name, &code).await;
+                        probe_with(&history, &client, addr, name, &code).await;
                     }
                 }
             }

@@ -4,7 +4,6 @@ mod common;
 
 use common::*;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -107,28 +106,10 @@ fn tls_client(cert: &Path) -> (tokio_rustls::TlsConnector, rustls::pki_types::Se
     )
 }
 
-fn self_signed_ec(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
-    let (cert, key) = (dir.join("memory.crt"), dir.join("memory.key"));
-    let out = Command::new("openssl")
-        .args(["req", "-x509", "-nodes", "-days", "2", "-subj", "/CN=localhost"])
-        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
-        // An end entity that is its own trust anchor: webpki refuses a CA as the server's.
-        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
-        .args(["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("openssl");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    (cert, key)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn short_connections_on_every_port_in_clear_and_over_tls_leave_memory_where_it_was() {
     let dir = temp_dir();
-    let (cert, key) = self_signed_ec(dir.path());
+    let (cert, key) = self_signed(dir.path(), "localhost", "ec");
     let run = start(
         &[],
         &dir.path().join("data"),

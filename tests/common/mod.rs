@@ -349,3 +349,27 @@ pub fn random_codes(n: usize, mut seed: u64) -> Vec<String> {
         })
         .collect()
 }
+
+/// Writes a self-signed certificate for `localhost` and 127.0.0.1 (`kind`: `ec` or `rsa`).
+pub fn self_signed(dir: &Path, name: &str, kind: &str) -> (PathBuf, PathBuf) {
+    let (cert, key) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
+    let newkey: &[&str] = match kind {
+        "ec" => &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"],
+        _ => &["-newkey", "rsa:2048"],
+    };
+    let out = Command::new("openssl")
+        .args(["req", "-x509", "-nodes", "-days", "2", "-subj"])
+        .arg(format!("/CN={name}"))
+        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        // An end entity that is its own trust anchor: webpki refuses a CA as the server's.
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+        .args(newkey)
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    (cert, key)
+}
