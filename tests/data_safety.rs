@@ -11,7 +11,6 @@ use rebound_store::LinkReads;
 use reqwest::StatusCode;
 use serde_json::json;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 const ALL: &[&str] = &["redirect", "API", "metrics"];
@@ -155,19 +154,7 @@ async fn an_upgrade_starts_beside_the_holder_and_holds_the_directory_once_it_exi
     let mut old = start(&[], &data, &env, ALL);
     let code = generated_link(&old).await;
 
-    let mut new = start(&["--upgrade"], &data, &env, &["redirect"]);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(Command::new("kill")
-        .args(["-QUIT", &old.pid().to_string()])
-        .status()
-        .unwrap()
-        .success());
-    let status = tokio::task::block_in_place(|| old.wait_exit(Duration::from_secs(30)));
-    assert!(status.success(), "the old process drained and exited: {status:?}");
-    tokio::task::block_in_place(|| {
-        new.wait_for_addr("API", Duration::from_secs(30));
-        new.wait_for_addr("metrics", Duration::from_secs(30));
-    });
+    let new = upgrade(&mut old, &data, &env).await;
     assert_eq!(redirect_status(&new, &code).await, StatusCode::FOUND);
 
     // The new process now holds the directory: a third start is refused, naming it.

@@ -1042,19 +1042,7 @@ async fn a_new_process_takes_the_listeners_over_under_load_with_zero_failed_requ
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     // The new binary asks for the listeners; the old one hands them over on SIGQUIT.
-    let mut new = start(&["--upgrade"], &data, &env, &["redirect"]);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(Command::new("kill")
-        .args(["-QUIT", &old.pid().to_string()])
-        .status()
-        .unwrap()
-        .success());
-    let status = tokio::task::block_in_place(|| old.wait_exit(Duration::from_secs(30)));
-    assert!(status.success(), "the old process drained and exited: {status:?}");
-    tokio::task::block_in_place(|| {
-        new.wait_for_addr("API", Duration::from_secs(30));
-        new.wait_for_addr("metrics", Duration::from_secs(30));
-    });
+    let new = upgrade(&mut old, &data, &env).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (mut ok, mut failed) = (0, Vec::new());

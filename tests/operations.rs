@@ -6,6 +6,7 @@
 
 mod common;
 
+use common::fleet::provision;
 use common::services::*;
 use common::*;
 use reqwest::StatusCode;
@@ -30,22 +31,6 @@ fn unique_id() -> String {
 
 fn as_pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
     env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
-}
-
-/// Runs `rebound provision`; returns its stdout.
-fn provision(env: &[(String, String)]) -> String {
-    let out = std::process::Command::new(bin())
-        .arg("provision")
-        .env_clear()
-        .envs(env.iter().cloned())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "provision failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 async fn scrape(p: &Running) -> String {

@@ -90,17 +90,7 @@ impl Deployment {
     }
 
     pub fn provision(&self) {
-        let out = std::process::Command::new(bin())
-            .arg("provision")
-            .env_clear()
-            .envs(self.env.clone())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "provision failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        provision(&self.env);
     }
 
     pub fn control_plane(&self, dir: &std::path::Path, extra: &[(&str, &str)]) -> Running {
@@ -133,6 +123,22 @@ impl Deployment {
         let client = aws_sdk_dynamodb::Client::new(&aws_conf(&self.aws_url).await);
         rebound_dynamodb::DynamoStore::new(client, self.prefix.clone())
     }
+}
+
+/// Runs `rebound provision` with `env`; returns its stdout.
+pub fn provision(env: &[(String, String)]) -> String {
+    let out = std::process::Command::new(bin())
+        .arg("provision")
+        .env_clear()
+        .envs(env.iter().cloned())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "provision failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn rand_suffix() -> u32 {

@@ -320,6 +320,27 @@ fn missing_series(text: &str, series: &str) -> String {
     format!("the process exports no series {series}; nearest: {nearby:#?}")
 }
 
+/// Starts `rebound --upgrade` beside `old` (same data dir and environment), which then hands
+/// its listeners over on SIGQUIT and drains; returns the new process once `old` exited
+/// successfully and the new one has bound its API and metrics ports. Needs a multi-threaded
+/// runtime (it blocks in place).
+pub async fn upgrade(old: &mut Running, data: &Path, env: &[(&str, &str)]) -> Running {
+    let mut new = start(&["--upgrade"], data, env, &["redirect"]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(Command::new("kill")
+        .args(["-QUIT", &old.pid().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let status = tokio::task::block_in_place(|| old.wait_exit(Duration::from_secs(30)));
+    assert!(status.success(), "the old process drained and exited: {status:?}");
+    tokio::task::block_in_place(|| {
+        new.wait_for_addr("API", Duration::from_secs(30));
+        new.wait_for_addr("metrics", Duration::from_secs(30));
+    });
+    new
+}
+
 /// Waits until the process's `/readyz` answers 200.
 pub async fn wait_ready(p: &Running) {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
