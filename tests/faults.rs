@@ -81,6 +81,70 @@ async fn kill_subscriptions(port: u16) -> i64 {
         .unwrap()
 }
 
+/// Runs one command on the Redis on `port`.
+async fn redis_cmd<T: redis::FromRedisValue>(port: u16, args: &[&str]) -> T {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query_async(&mut c).await.unwrap()
+}
+
+/// Creates six links, warms each into every proxy's L1, runs `before` (a fault that makes
+/// Redis lose what follows), then deletes or takes each down; returns the codes.
+async fn warm_then_delete(
+    history: &History,
+    cp: &Running,
+    proxies: &[Running],
+    before: impl std::future::Future<Output = ()>,
+) -> Vec<String> {
+    let mut codes = Vec::new();
+    for i in 0..6 {
+        let code = create_recorded(history, cp, i).await;
+        for (n, p) in proxies.iter().enumerate() {
+            for _ in 0..2 {
+                assert_eq!(probe(history, p, &format!("p{n}"), &code).await, 302, "warmed into L1");
+            }
+        }
+        codes.push(code);
+    }
+    before.await;
+    for (i, code) in codes.iter().enumerate() {
+        assert!(delete_recorded(history, cp, code, i % 2 == 1).await, "delete {i}");
+    }
+    codes
+}
+
+/// After a fault: starts one more proxy (it knows nothing from before), then for three
+/// seconds probes every deleted code on every proxy and creates links, probing each at
+/// once.
+async fn probe_after_fault(
+    history: &History,
+    d: &Deployment,
+    cp: &Running,
+    mut proxies: Vec<Running>,
+    codes: &[String],
+) {
+    let dir = temp_dir();
+    proxies.push(d.proxy(dir.path(), &[]).await);
+    let until = Instant::now() + Duration::from_secs(3);
+    let mut i = 100;
+    while Instant::now() < until {
+        for code in codes {
+            for (n, p) in proxies.iter().enumerate() {
+                probe(history, p, &format!("p{n}"), code).await;
+            }
+        }
+        i += 1;
+        let created = create_recorded(history, cp, i).await;
+        for (n, p) in proxies.iter().enumerate() {
+            probe(history, p, &format!("p{n}"), &created).await;
+        }
+    }
+}
+
 /// libfaketime, which runs a process on a skewed clock (Debian's `faketime`).
 fn faketime_lib() -> String {
     for path in [
@@ -251,6 +315,49 @@ async fn a_proxy_that_exits_gracefully_leaves_the_registry_and_deletes_stop_wait
         1.0,
         "the remaining proxy acknowledged"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_DYNAMODB_URL and redis-server (the test services): scripts/test starts them and runs it"]
+async fn i1_holds_through_a_failover_to_a_replica_that_missed_the_tombstones() {
+    let primary = OwnServer::redis();
+    let replica = OwnServer::redis_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
+    // Every process reaches Redis at one address, which the failover moves to the replica.
+    let vip = Relay::to(primary.port);
+    let url = through_relay(&primary.url(), vip.port);
+    let d = Deployment::new(&shared_aws_url(), Some(&url));
+    let dir = temp_dir();
+    let cp = d.control_plane(dir.path(), &[]);
+    let proxies = vec![d.proxy(dir.path(), &[]).await, d.proxy(dir.path(), &[]).await];
+    let history = History::default();
+    let codes = warm_then_delete(&history, &cp, &proxies, async {
+        // The replica has every record, then its replication is cut: the deletes' tombstones
+        // reach the primary only.
+        let synced: i64 = redis_cmd(primary.port, &["WAIT", "1", "5000"]).await;
+        assert_eq!(synced, 1, "the replica caught up");
+        let _: String = redis_cmd(replica.port, &["REPLICAOF", "NO", "ONE"]).await;
+    })
+    .await;
+    vip.fail_over_to(replica.port);
+    probe_after_fault(&history, &d, &cp, proxies, &codes).await;
+    history.assert_clean("failover to a replica that missed the tombstones");
+    assert!(metric(&cp, "rebound_redis_identity_changes_total").await >= 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_DYNAMODB_URL and redis-server (the test services): scripts/test starts them and runs it"]
+async fn i1_holds_when_redis_restarts_from_a_snapshot_older_than_the_deletes() {
+    let mut redis = OwnServer::redis();
+    let d = Deployment::new(&shared_aws_url(), Some(&redis.url()));
+    let dir = temp_dir();
+    let cp = d.control_plane(dir.path(), &[]);
+    let proxies = vec![d.proxy(dir.path(), &[]).await, d.proxy(dir.path(), &[]).await];
+    let history = History::default();
+    let mut snapshot = Vec::new();
+    let codes = warm_then_delete(&history, &cp, &proxies, async { snapshot = redis.snapshot() }).await;
+    redis.restart_from(&snapshot);
+    probe_after_fault(&history, &d, &cp, proxies, &codes).await;
+    history.assert_clean("restart from a snapshot taken before the deletes");
 }
 
 /// Sends `signal` (STOP, CONT) to process `pid`.

@@ -165,6 +165,7 @@ async fn every_process_exports_metrics_that_promtool_accepts() {
                 "rebound_click_queue_messages",
                 "rebound_consumer_oldest_message_age_seconds",
                 "rebound_redis_breaker_open",
+                "rebound_redis_identity_changes_total",
             ],
         ),
         (
@@ -174,6 +175,7 @@ async fn every_process_exports_metrics_that_promtool_accepts() {
                 "rebound_redirect_requests_total",
                 "rebound_invalidation_channel_healthy",
                 "rebound_redis_breaker_open",
+                "rebound_redis_identity_changes_total",
                 "rebound_bloom_current",
                 "rebound_issued_high_water",
             ],

@@ -19,6 +19,8 @@ pub struct ProxyMetrics {
     pub l2_hits: IntCounter,
     pub l2_misses: IntCounter,
     pub l2_errors: IntCounter,
+    /// Live L2 records written before Redis last changed identity: read from the store.
+    pub l2_unconfirmed: IntCounter,
     pub bloom_rejects: IntCounter,
     pub bloom_bypassed: IntCounter,
     pub store_reads: IntCounter,
@@ -79,6 +81,7 @@ impl ProxyMetrics {
             l2_hits: lookups.with_label_values(&["l2", "hit"]),
             l2_misses: lookups.with_label_values(&["l2", "miss"]),
             l2_errors: lookups.with_label_values(&["l2", "error"]),
+            l2_unconfirmed: lookups.with_label_values(&["l2", "unconfirmed"]),
             store_reads: lookups.with_label_values(&["store", "read"]),
             store_errors: lookups.with_label_values(&["store", "error"]),
             bloom_rejects: counter(

@@ -9,7 +9,7 @@ use crate::metrics::ProxyMetrics;
 use rebound_core::cache::CachePolicy;
 use rebound_core::{decide_redirect, CacheRecord, CachedVerdict, Clock, Link, StoreVerdict, UnixMillis};
 use rebound_store::LinkReads;
-use rebound_store::RecordCache;
+use rebound_store::{L2Read, RecordCache};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -332,9 +332,12 @@ impl RedirectPath {
         let mut stale_l2 = None;
         // An unreachable Redis means the creation feed cannot be known to be current.
         let mut redis_failed = false;
+        // A record L2 cannot vouch for (written before Redis changed identity) still shows
+        // the code was issued: the filter, which may have missed what Redis lost, is skipped.
+        let mut unconfirmed = false;
         if let Some(l2) = &self.l2 {
             match tokio::time::timeout(self.l2_budget, l2.get_record(code)).await {
-                Ok(Ok(Some(record))) => match record.verdict(self.clock.now_millis()) {
+                Ok(Ok(L2Read::Found(record))) => match record.verdict(self.clock.now_millis()) {
                     CachedVerdict::Redirect | CachedVerdict::Tombstone | CachedVerdict::Expired => {
                         self.metrics.l2_hits.inc();
                         return Fetched::FromL2(record);
@@ -345,7 +348,11 @@ impl RedirectPath {
                     }
                     CachedVerdict::Dead => self.metrics.l2_misses.inc(),
                 },
-                Ok(Ok(None)) => self.metrics.l2_misses.inc(),
+                Ok(Ok(L2Read::Miss)) => self.metrics.l2_misses.inc(),
+                Ok(Ok(L2Read::Unconfirmed)) => {
+                    self.metrics.l2_unconfirmed.inc();
+                    unconfirmed = true;
+                }
                 // An error or a timeout counts as a miss: the store decides.
                 Ok(Err(_)) | Err(_) => {
                     self.metrics.l2_errors.inc();
@@ -356,7 +363,7 @@ impl RedirectPath {
         if self.l2.is_some() {
             if redis_failed {
                 self.metrics.bloom_bypassed.inc();
-            } else if self.never_issued(code) {
+            } else if !unconfirmed && self.never_issued(code) {
                 return Fetched::NeverIssued;
             }
         }
@@ -815,6 +822,45 @@ mod tests {
         assert!(matches!(path.resolve("live").await, Resolution::Redirect(_)));
         assert_eq!(f.store.link_reads(), 1);
         assert_eq!(path.metrics.l2_errors.get(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_live_l2_record_from_before_redis_changed_identity_is_confirmed_by_the_store() {
+        let (path, l2, trust, f) = with_l2(fixture());
+        trust.heard(f.clock.now_millis(), &path.l1);
+        let now = f.clock.now_millis();
+        let policy = CachePolicy::default();
+        // Redis had both links live; then it lost the delete of one (a failover to a replica
+        // that missed the tombstone, a restart from an older snapshot).
+        let kept = add(&f.store, "kept", None).await;
+        let lost = add(&f.store, "lost", None).await;
+        for link in [&kept, &lost] {
+            l2.put_record(&link.code, &CacheRecord::active(link, now, &policy), now)
+                .await
+                .unwrap();
+        }
+        let deletion = rebound_core::link::Deletion {
+            at: 1,
+            by: "op".into(),
+            reason: None,
+        };
+        f.store.deactivate_link("lost", 1, &deletion).await.unwrap();
+        l2.change_identity();
+        assert!(matches!(path.resolve("lost").await, Resolution::NotFound));
+        assert!(matches!(path.resolve("kept").await, Resolution::Redirect(_)));
+        assert_eq!(f.store.link_reads(), 2, "both confirmed by the store");
+        assert_eq!(path.metrics.l2_unconfirmed.get(), 2);
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            l2.peek("lost").unwrap().is_tombstone(),
+            "the store's answer went back to L2"
+        );
+        // Confirmed, the records are used again without the store.
+        path.l1.clear();
+        assert!(matches!(path.resolve("kept").await, Resolution::Redirect(_)));
+        assert_eq!(f.store.link_reads(), 2);
     }
 
     #[tokio::test]

@@ -5,11 +5,25 @@ use crate::StoreError;
 use async_trait::async_trait;
 use rebound_core::{CacheRecord, UnixMillis};
 
+/// What L2 holds for a code.
+#[derive(Debug, Clone, PartialEq)]
+pub enum L2Read {
+    /// Nothing.
+    Miss,
+    /// A record to use: a tombstone (never wrong: a code is never reissued), or a record
+    /// written since this Redis last changed identity.
+    Found(CacheRecord),
+    /// A live record written before this Redis last changed identity (a failover to a
+    /// replica, a restart from a snapshot): it may be older than a tombstone the Redis
+    /// lost, so only the store can confirm it.
+    Unconfirmed,
+}
+
 /// An L2 of cache records.
 #[async_trait]
 pub trait RecordCache: Send + Sync {
-    /// The record of `code`, if cached.
-    async fn get_record(&self, code: &str) -> Result<Option<CacheRecord>, StoreError>;
+    /// What L2 holds for `code`.
+    async fn get_record(&self, code: &str) -> Result<L2Read, StoreError>;
     /// Writes `record` unless a newer version is cached; true when written.
     async fn put_record(&self, code: &str, record: &CacheRecord, now: UnixMillis) -> Result<bool, StoreError>;
 }
@@ -25,7 +39,8 @@ mod fake {
     /// An in-memory [`RecordCache`] with the Lua script's version rule, for unit tests.
     #[derive(Default)]
     pub struct MemoryRecordCache {
-        records: std::sync::Mutex<std::collections::HashMap<String, CacheRecord>>,
+        /// Each record, and whether it was written since the last identity change.
+        records: std::sync::Mutex<std::collections::HashMap<String, (CacheRecord, bool)>>,
         failing: std::sync::atomic::AtomicBool,
         reads: std::sync::atomic::AtomicU64,
     }
@@ -45,7 +60,14 @@ mod fake {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .get(code)
-                .cloned()
+                .map(|(record, _)| record.clone())
+        }
+        /// What a failover or a restore does: every record held so far was written before
+        /// the cache's identity changed.
+        pub fn change_identity(&self) {
+            for (_, confirmed) in self.records.lock().unwrap_or_else(|e| e.into_inner()).values_mut() {
+                *confirmed = false;
+            }
         }
         fn check(&self) -> Result<(), StoreError> {
             if self.failing.load(Ordering::SeqCst) {
@@ -57,10 +79,15 @@ mod fake {
 
     #[async_trait]
     impl RecordCache for MemoryRecordCache {
-        async fn get_record(&self, code: &str) -> Result<Option<CacheRecord>, StoreError> {
+        async fn get_record(&self, code: &str) -> Result<L2Read, StoreError> {
             self.check()?;
             self.reads.fetch_add(1, Ordering::SeqCst);
-            Ok(self.peek(code))
+            let records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+            Ok(match records.get(code) {
+                None => L2Read::Miss,
+                Some((record, confirmed)) if *confirmed || record.is_tombstone() => L2Read::Found(record.clone()),
+                Some(_) => L2Read::Unconfirmed,
+            })
         }
 
         async fn put_record(&self, code: &str, record: &CacheRecord, now: UnixMillis) -> Result<bool, StoreError> {
@@ -69,10 +96,13 @@ mod fake {
                 return Ok(false);
             }
             let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
-            if records.get(code).is_some_and(|existing| !record.may_replace(existing)) {
+            if records
+                .get(code)
+                .is_some_and(|(existing, _)| !record.may_replace(existing))
+            {
                 return Ok(false);
             }
-            records.insert(code.to_owned(), record.clone());
+            records.insert(code.to_owned(), (record.clone(), true));
             Ok(true)
         }
     }

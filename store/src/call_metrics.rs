@@ -394,7 +394,7 @@ impl MeteredRecordCache {
 
 #[async_trait]
 impl RecordCache for MeteredRecordCache {
-    async fn get_record(&self, code: &str) -> Result<Option<CacheRecord>, StoreError> {
+    async fn get_record(&self, code: &str) -> Result<crate::L2Read, StoreError> {
         self.get_record.store_call(self.inner.get_record(code)).await
     }
     async fn put_record(&self, code: &str, record: &CacheRecord, now: UnixMillis) -> Result<bool, StoreError> {

@@ -44,7 +44,7 @@ use std::ops::Range;
 
 #[cfg(any(test, feature = "test-util"))]
 pub use cache::MemoryRecordCache;
-pub use cache::RecordCache;
+pub use cache::{L2Read, RecordCache};
 #[cfg(any(test, feature = "test-util"))]
 pub use clicks::MemoryInbox;
 pub use clicks::{ClickInbox, ClickSink, InboxMessage, QueueDepth};

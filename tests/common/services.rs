@@ -1,10 +1,10 @@
 //! The real services the distributed tests talk to: the shared Redis and moto server that
-//! `scripts/test` started, dedicated ones a test may stop, and a TCP relay that can freeze
-//! a connection silently.
+//! `scripts/test` started, dedicated ones a test may stop or restart from a snapshot, and a
+//! TCP relay that can freeze a connection silently or fail over to another server.
 #![allow(dead_code)]
 
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -87,6 +87,16 @@ impl OwnServer {
 
     fn redis_on(port: u16, args: &[&str]) -> OwnServer {
         let dir = tempfile::tempdir().unwrap();
+        let child = Self::spawn_redis(port, dir.path(), args);
+        OwnServer {
+            child: Some(child),
+            port,
+            kind: "redis",
+            dir: Some(dir),
+        }
+    }
+
+    fn spawn_redis(port: u16, dir: &std::path::Path, args: &[&str]) -> Child {
         let child = Command::new("redis-server")
             .args([
                 "--port",
@@ -99,19 +109,33 @@ impl OwnServer {
                 "no",
             ])
             .arg("--dir")
-            .arg(dir.path())
+            .arg(dir)
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server on PATH (scripts/test installs it)");
         wait_for_port(port, "redis-server");
-        OwnServer {
-            child: Some(child),
-            port,
-            kind: "redis",
-            dir: Some(dir),
-        }
+        child
+    }
+
+    /// Saves this Redis's data set (`SAVE`) and returns a copy of the snapshot file.
+    pub fn snapshot(&self) -> Vec<u8> {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "SAVE"])
+            .output()
+            .expect("redis-cli");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "OK", "SAVE failed");
+        std::fs::read(self.dir.as_ref().unwrap().path().join("dump.rdb")).unwrap()
+    }
+
+    /// Kills this Redis (SIGKILL: nothing saved) and starts it again on the same port from
+    /// `snapshot` (what a restore from a backup, or a restart from an older RDB, does).
+    pub fn restart_from(&mut self, snapshot: &[u8]) {
+        self.stop();
+        let dir = self.dir.as_ref().unwrap().path().to_owned();
+        std::fs::write(dir.join("dump.rdb"), snapshot).unwrap();
+        self.child = Some(Self::spawn_redis(self.port, &dir, &[]));
     }
 
     /// A moto server (DynamoDB + SQS) of this test's own.
@@ -159,10 +183,14 @@ impl Drop for OwnServer {
 }
 
 /// A TCP relay in front of a server. Frozen, it keeps every connection open but moves no
-/// byte in either direction: a connection that broke silently.
+/// byte in either direction: a connection that broke silently. Failed over, it closes every
+/// connection and relays new ones to another server (a virtual address moved to a promoted
+/// replica).
 pub struct Relay {
     pub port: u16,
     frozen: Arc<AtomicBool>,
+    target: Arc<AtomicU16>,
+    cut: tokio::sync::watch::Sender<u64>,
     runtime: Option<tokio::runtime::Runtime>,
 }
 
@@ -193,33 +221,52 @@ impl Relay {
             .build()
             .unwrap();
         let frozen = Arc::new(AtomicBool::new(false));
+        let target = Arc::new(AtomicU16::new(target_port));
+        let (cut, cuts) = tokio::sync::watch::channel(0u64);
         let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = std_listener.local_addr().unwrap().port();
         std_listener.set_nonblocking(true).unwrap();
-        let flag = frozen.clone();
+        let (flag, to) = (frozen.clone(), target.clone());
         runtime.spawn(async move {
             let listener = tokio::net::TcpListener::from_std(std_listener).unwrap();
             loop {
                 let Ok((client, _)) = listener.accept().await else {
                     continue;
                 };
-                let flag = flag.clone();
+                let (flag, mut cuts) = (flag.clone(), cuts.clone());
+                let target_port = to.load(Ordering::SeqCst);
                 tokio::spawn(async move {
                     let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", target_port)).await else {
                         return;
                     };
+                    cuts.mark_unchanged();
                     let (cr, cw) = client.into_split();
                     let (sr, sw) = server.into_split();
-                    tokio::spawn(pump(cr, sw, flag.clone(), delay));
-                    tokio::spawn(pump(sr, cw, flag, delay));
+                    let mut up = tokio::spawn(pump(cr, sw, flag.clone(), delay));
+                    let mut down = tokio::spawn(pump(sr, cw, flag, delay));
+                    // A failover closes the connection: both halves dropped.
+                    tokio::select! {
+                        _ = cuts.changed() => {}
+                        _ = async { let _ = tokio::join!(&mut up, &mut down); } => {}
+                    }
+                    up.abort();
+                    down.abort();
                 });
             }
         });
         Relay {
             port,
             frozen,
+            target,
+            cut,
             runtime: Some(runtime),
         }
+    }
+
+    /// Closes every relayed connection and relays new ones to `port`.
+    pub fn fail_over_to(&self, port: u16) {
+        self.target.store(port, Ordering::SeqCst);
+        self.cut.send_modify(|n| *n += 1);
     }
 
     pub fn freeze(&self) {

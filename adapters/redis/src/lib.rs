@@ -4,7 +4,9 @@
 //! stream), so every proxy learns new aliases and the counter's high-water mark.
 //!
 //! Keys and channels all start with a configurable prefix (default `rebound:`):
-//! `url:{code}` (a record: `"<version> <json>"`, TTL = `stale_until`), `invalidate`
+//! `url:{code}` (a record: `"<version> <json>"`, TTL = `stale_until`, the JSON stamped by
+//! the write script with the epoch it was written in, `{"e":<epoch>,…}`), `identity` (the
+//! epoch: `"<run_id> <epoch>"`, see [`IDENTITY`]), `invalidate`
 //! (`"<version> <code>"`), `alive:{proxy}` (each proxy's keepalives, heard by itself
 //! alone), `acks` (`"<proxy> <version> <code>"`), the sorted set `proxies` (each proxy
 //! scored by its last keepalive, in Redis's own time), and the stream `created` (field
@@ -24,36 +26,68 @@ use futures_util::stream::BoxStream;
 use futures_util::StreamExt;
 use rebound_core::{CacheRecord, UnixMillis};
 use rebound_store::fleet::{FeedEntry, FeedRead};
-use rebound_store::{ChannelMessage, CreationFeed, InvalidationChannel, RecordCache, StoreError};
+use rebound_store::{ChannelMessage, CreationFeed, InvalidationChannel, L2Read, RecordCache, StoreError};
 use redis::aio::ConnectionManager;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::RwLock;
 use std::time::Duration;
 
+/// The epoch of this Redis's data set, a Lua function the scripts below start with. A
+/// Redis that restarted (from a snapshot older than its last writes, say) or a replica
+/// promoted in a failover (that may have missed the last writes) has another `run_id`
+/// than the one recorded in the key `identity` (the key came back from the snapshot, or
+/// was replicated from the old primary): the first script to run there starts a new epoch,
+/// the Redis time of that moment. Records carry the epoch they were written in; a live
+/// record of an earlier epoch may predate a tombstone the Redis lost, and is confirmed by
+/// the store before use.
+const IDENTITY: &str = r"
+local function epoch(key)
+  local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+  local held = redis.call('GET', key)
+  if held then
+    local r, e = string.match(held, '^(%x+) (%d+)$')
+    if r == run then return tonumber(e) end
+  end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('SET', key, run .. ' ' .. now)
+  return now
+end
+";
+
+/// A read: the record and the current epoch.
+const READ: &str = r"
+local e = epoch(KEYS[2])
+return {redis.call('GET', KEYS[1]), e}
+";
+
 /// The versioned write: replaces the record unless the stored one has a higher version
-/// (equal versions overwrite, so retries are idempotent). Returns 1 when written.
-const VERSIONED_SET: &str = r"
+/// (equal versions overwrite, so retries are idempotent), stamping it with the epoch.
+/// Returns 1 when written, and the epoch.
+const VERSIONED_SET: &str = r#"
+local e = epoch(KEYS[2])
 local current = redis.call('GET', KEYS[1])
 if current then
   local v = tonumber(string.match(current, '^(%d+) '))
   if v and v > tonumber(ARGV[1]) then
-    return 0
+    return {0, e}
   end
 end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-return 1
-";
+redis.call('SET', KEYS[1], ARGV[1] .. ' {"e":' .. e .. ',' .. string.sub(ARGV[2], 2), 'PX', ARGV[3])
+return {1, e}
+"#;
 
 /// A proxy's keepalive: registers it in `proxies` at Redis's time (never a process's own
 /// clock, which may be skewed), drops registrations older than an hour, and publishes on
 /// the proxy's own channel, which only its subscription hears.
 const KEEPALIVE: &str = r"
+local e = epoch(KEYS[2])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZADD', KEYS[1], now, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - 3600000)
 redis.call('PUBLISH', ARGV[2], ARGV[3])
-return now
+return {now, e}
 ";
 
 /// The proxies registered within the last `ARGV[1]` milliseconds of Redis's time.
@@ -88,8 +122,12 @@ pub struct RedisCache {
     /// distant Redis look stalled.
     feed_conn: tokio::sync::Mutex<Option<redis::aio::MultiplexedConnection>>,
     script: redis::Script,
+    read: redis::Script,
     keepalive: redis::Script,
     live_proxies: redis::Script,
+    /// The last epoch a script reported (0: none yet), and how often it changed since.
+    epoch: AtomicI64,
+    identity_changes: AtomicU64,
 }
 
 fn redis_err(e: redis::RedisError) -> StoreError {
@@ -137,31 +175,47 @@ pub fn decode_invalidation(payload: &str) -> Option<(u64, &str)> {
     rebound_core::code::is_valid_code(code.as_bytes()).then_some((version, code))
 }
 
-/// `rebound_redis_breaker_open`: 1 while Redis calls fail fast after a connection failure,
-/// read from the cache at scrape time.
+/// The cache's own state, read at scrape time: `rebound_redis_breaker_open` (1 while Redis
+/// calls fail fast after a connection failure) and `rebound_redis_identity_changes_total`.
 pub struct RedisBreakerState {
     cache: std::sync::Arc<RedisCache>,
     gauge: prometheus::IntGauge,
+    identity_changes: prometheus::IntCounter,
 }
 
 impl RedisBreakerState {
-    /// Declares the gauge of `cache` in `registry`.
+    /// Declares the metrics of `cache` in `registry`.
     pub fn register(registry: &prometheus::Registry, cache: std::sync::Arc<RedisCache>) -> prometheus::Result<()> {
         let gauge = prometheus::IntGauge::new(
             "rebound_redis_breaker_open",
             "1 while the Redis breaker is open (calls fail at once after a connection failure), else 0.",
         )?;
-        registry.register(Box::new(RedisBreakerState { cache, gauge }))
+        let identity_changes = prometheus::IntCounter::new(
+            "rebound_redis_identity_changes_total",
+            "Times Redis was seen to change identity (a failover to a replica, a restart): live records written before are confirmed by the store before use.",
+        )?;
+        registry.register(Box::new(RedisBreakerState {
+            cache,
+            gauge,
+            identity_changes,
+        }))
     }
 }
 
 impl prometheus::core::Collector for RedisBreakerState {
     fn desc(&self) -> Vec<&prometheus::core::Desc> {
-        self.gauge.desc()
+        let mut descs = self.gauge.desc();
+        descs.extend(self.identity_changes.desc());
+        descs
     }
     fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
         self.gauge.set(i64::from(self.cache.breaker_open()));
-        self.gauge.collect()
+        let seen = self.cache.identity_changes();
+        self.identity_changes
+            .inc_by(seen.saturating_sub(self.identity_changes.get()));
+        let mut families = self.gauge.collect();
+        families.extend(self.identity_changes.collect());
+        families
     }
 }
 
@@ -209,21 +263,22 @@ fn classify_connect_error(e: &redis::RedisError) -> Option<RedisSettingError> {
     None
 }
 
-/// Encodes a record as stored: version first, so the Lua script reads it without JSON.
-pub fn encode_record(record: &CacheRecord) -> String {
-    format!(
-        "{} {}",
-        record.version,
-        serde_json::to_string(record).unwrap_or_default()
-    )
-}
-
 /// Reads a stored record.
 pub fn decode_record(raw: &str) -> Result<CacheRecord, StoreError> {
+    decode_stamped_record(raw).map(|(record, _)| record)
+}
+
+/// Reads a stored record and the epoch it was written in (none: written by a version
+/// before epochs, or not through the write script).
+pub fn decode_stamped_record(raw: &str) -> Result<(CacheRecord, Option<i64>), StoreError> {
     let (_, json) = raw
         .split_once(' ')
         .ok_or_else(|| StoreError::Corrupt("cache record without version".into()))?;
-    serde_json::from_str(json).map_err(|e| StoreError::Corrupt(format!("cache record: {e}")))
+    let epoch = json
+        .strip_prefix(r#"{"e":"#)
+        .and_then(|rest| rest.split_once(',')?.0.parse().ok());
+    let record = serde_json::from_str(json).map_err(|e| StoreError::Corrupt(format!("cache record: {e}")))?;
+    Ok((record, epoch))
 }
 
 impl RedisCache {
@@ -280,10 +335,31 @@ impl RedisCache {
             down_until: AtomicI64::new(i64::MIN / 2),
             connect_lock: tokio::sync::Mutex::new(()),
             feed_conn: tokio::sync::Mutex::new(None),
-            script: redis::Script::new(VERSIONED_SET),
-            keepalive: redis::Script::new(KEEPALIVE),
+            script: redis::Script::new(&format!("{IDENTITY}{VERSIONED_SET}")),
+            read: redis::Script::new(&format!("{IDENTITY}{READ}")),
+            keepalive: redis::Script::new(&format!("{IDENTITY}{KEEPALIVE}")),
             live_proxies: redis::Script::new(LIVE_PROXIES),
+            epoch: AtomicI64::new(0),
+            identity_changes: AtomicU64::new(0),
         }
+    }
+
+    /// Notes the epoch a script reported; a new one means Redis changed identity.
+    fn saw_epoch(&self, epoch: i64) {
+        let before = self.epoch.swap(epoch, Ordering::Relaxed);
+        if before != 0 && before != epoch {
+            self.identity_changes.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                epoch,
+                "Redis changed identity (a failover or a restart): it may have lost writes, so live records \
+                 written before now are confirmed by the store before use"
+            );
+        }
+    }
+
+    /// Times this process saw Redis change identity (`rebound_redis_identity_changes_total`).
+    pub fn identity_changes(&self) -> u64 {
+        self.identity_changes.load(Ordering::Relaxed)
     }
 
     /// True while the breaker is open: calls fail at once after a connection failure.
@@ -298,6 +374,10 @@ impl RedisCache {
 
     pub fn record_key(&self, code: &str) -> String {
         format!("{}url:{}", self.prefix, code)
+    }
+
+    pub fn identity_key(&self) -> String {
+        format!("{}identity", self.prefix)
     }
     pub fn invalidate_channel(&self) -> String {
         format!("{}invalidate", self.prefix)
@@ -365,14 +445,17 @@ impl RedisCache {
     /// registers it as live, at Redis's time.
     pub async fn keepalive(&self, proxy: &str, sent: UnixMillis) -> Result<(), StoreError> {
         let mut c = self.conn().await?;
-        self.keepalive
+        let (_, epoch) = self
+            .keepalive
             .key(self.proxies_key())
+            .key(self.identity_key())
             .arg(proxy)
             .arg(self.alive_channel(proxy))
             .arg(sent)
-            .invoke_async::<i64>(&mut c)
+            .invoke_async::<(i64, i64)>(&mut c)
             .await
             .map_err(|e| self.failed(e))?;
+        self.saw_epoch(epoch);
         Ok(())
     }
 
@@ -524,14 +607,23 @@ impl RedisCache {
 
 #[async_trait]
 impl RecordCache for RedisCache {
-    async fn get_record(&self, code: &str) -> Result<Option<CacheRecord>, StoreError> {
+    async fn get_record(&self, code: &str) -> Result<L2Read, StoreError> {
         let mut c = self.conn().await?;
-        let raw: Option<String> = redis::cmd("GET")
-            .arg(self.record_key(code))
-            .query_async(&mut c)
+        let (raw, epoch): (Option<String>, i64) = self
+            .read
+            .key(self.record_key(code))
+            .key(self.identity_key())
+            .invoke_async(&mut c)
             .await
             .map_err(|e| self.failed(e))?;
-        raw.as_deref().map(decode_record).transpose()
+        self.saw_epoch(epoch);
+        let Some(raw) = raw else { return Ok(L2Read::Miss) };
+        let (record, written_in) = decode_stamped_record(&raw)?;
+        Ok(if record.is_tombstone() || written_in == Some(epoch) {
+            L2Read::Found(record)
+        } else {
+            L2Read::Unconfirmed
+        })
     }
 
     async fn put_record(&self, code: &str, record: &CacheRecord, now: UnixMillis) -> Result<bool, StoreError> {
@@ -540,15 +632,17 @@ impl RecordCache for RedisCache {
             return Ok(false);
         }
         let mut c = self.conn().await?;
-        let written: i64 = self
+        let (written, epoch): (i64, i64) = self
             .script
             .key(self.record_key(code))
+            .key(self.identity_key())
             .arg(record.version)
-            .arg(encode_record(record))
+            .arg(serde_json::to_string(record).unwrap_or_default())
             .arg(ttl)
             .invoke_async(&mut c)
             .await
             .map_err(|e| self.failed(e))?;
+        self.saw_epoch(epoch);
         Ok(written == 1)
     }
 }
@@ -641,7 +735,7 @@ mod tests {
         let tomb = CacheRecord::tombstone(2, now, &CachePolicy::default());
         assert!(c.put_record("race", &tomb, now).await.unwrap());
         assert!(!c.put_record("race", &active(1, now), now).await.unwrap(), "refused");
-        assert_eq!(c.get_record("race").await.unwrap(), Some(tomb.clone()));
+        assert_eq!(c.get_record("race").await.unwrap(), L2Read::Found(tomb.clone()));
         // The same version again is an idempotent retry.
         assert!(c.put_record("race", &tomb, now).await.unwrap());
         // The TTL is the record's stale_until.
@@ -652,6 +746,51 @@ mod tests {
             .await
             .unwrap();
         assert!(ttl > 0 && ttl <= tomb.ttl_millis(now), "{ttl}");
+    }
+
+    #[tokio::test]
+    #[ignore = "needs REBOUND_TEST_REDIS_URL (the test services): scripts/test starts them and runs it"]
+    async fn live_records_from_before_an_identity_change_need_the_store_and_tombstones_do_not() {
+        let c = cache();
+        let now = now_millis();
+        let policy = CachePolicy::default();
+        assert!(c.put_record("kept", &active(1, now), now).await.unwrap());
+        assert!(c
+            .put_record("gone", &CacheRecord::tombstone(2, now, &policy), now)
+            .await
+            .unwrap());
+        assert_eq!(c.get_record("kept").await.unwrap(), L2Read::Found(active(1, now)));
+        let mut conn = c.conn().await.unwrap();
+        // A record of the format before epochs, as an older version wrote it.
+        let old = format!("1 {}", serde_json::to_string(&active(1, now)).unwrap());
+        let _: () = redis::cmd("SET")
+            .arg(c.record_key("unstamped"))
+            .arg(&old)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(c.get_record("unstamped").await.unwrap(), L2Read::Unconfirmed);
+        assert_eq!(decode_record(&old).unwrap(), active(1, now), "still readable");
+        // What a restart from a snapshot or a promoted replica looks like: the identity key
+        // names another server.
+        let _: () = redis::cmd("SET")
+            .arg(c.identity_key())
+            .arg("0000000000000000000000000000000000000000 5")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(c.get_record("kept").await.unwrap(), L2Read::Unconfirmed);
+        assert_eq!(c.identity_changes(), 1);
+        assert_eq!(
+            c.get_record("gone").await.unwrap(),
+            L2Read::Found(CacheRecord::tombstone(2, now, &policy)),
+            "a tombstone is never wrong"
+        );
+        assert_eq!(c.get_record("nothing").await.unwrap(), L2Read::Miss);
+        // Written again (the store confirmed it), it is found again.
+        assert!(c.put_record("kept", &active(1, now), now).await.unwrap());
+        assert_eq!(c.get_record("kept").await.unwrap(), L2Read::Found(active(1, now)));
+        assert_eq!(c.identity_changes(), 1, "one change, seen once");
     }
 
     #[tokio::test]
@@ -1125,7 +1264,7 @@ mod settings_tests {
         // Records, the channel and the feed all go over the TLS connections.
         let now = now_millis();
         assert!(cache.put_record("tlscode", &record(3), now).await.unwrap());
-        assert_eq!(cache.get_record("tlscode").await.unwrap().map(|r| r.version), Some(3));
+        assert!(matches!(cache.get_record("tlscode").await.unwrap(), L2Read::Found(r) if r.version == 3));
         let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
         cache.publish_invalidation("tlscode", 4).await.unwrap();
         assert_eq!(
