@@ -252,7 +252,7 @@ impl DataPlane {
                         cache.clone(),
                         proxy.clone(),
                         self.l1.clone(),
-                        trust,
+                        trust.clone(),
                         self.clock.clone(),
                         // Trust lapses after the timeout without a keepalive; a subscription
                         // silent for twice as long is taken for half-open and replaced (a
@@ -263,6 +263,7 @@ impl DataPlane {
                     fleet_tasks.push(tokio::spawn(run_keepalive(
                         cache.clone(),
                         proxy.clone(),
+                        trust,
                         self.clock.clone(),
                         fleet_stop.clone(),
                     )));

@@ -9,7 +9,7 @@ use crate::path::InvalidationTrust;
 use futures_util::StreamExt;
 use rebound_core::cache::CachePolicy;
 use rebound_core::generated::COUNTER;
-use rebound_core::{CacheRecord, Clock};
+use rebound_core::{CacheRecord, Clock, UnixMillis};
 use rebound_store::{ChannelMessage, CreationFeed, FeedEntry, InvalidationChannel, LinkReads};
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,7 +35,9 @@ async fn stopped(shutdown: &mut watch::Receiver<bool>) {
 /// tombstone with its version into L1 and is then acknowledged as `proxy`; the proxy's own
 /// keepalive proves the subscription still delivers. Any end of a subscription, and a
 /// subscription silent for `silent_after` (a half-open connection), is a lapse: L1 is not
-/// trusted until a new subscription is heard, and then emptied.
+/// trusted until a new subscription is heard. Once the new subscription is made, what was
+/// published since the last keepalive heard is replayed from the channel's log; when that
+/// cannot be told in full, L1 is emptied when the new subscription is heard.
 pub async fn run_invalidation_listener(
     channel: Arc<dyn InvalidationChannel>,
     proxy: Arc<str>,
@@ -45,10 +47,12 @@ pub async fn run_invalidation_listener(
     silent_after: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let policy = CachePolicy::default();
     loop {
         let session = async {
             let mut messages = channel.subscribe(&proxy).await?;
+            if trust.is_lapsed() {
+                replay(&channel, &proxy, &l1, &trust, clock.now_millis()).await;
+            }
             loop {
                 let message = match tokio::time::timeout(silent_after, messages.next()).await {
                     Ok(Some(message)) => message,
@@ -58,16 +62,7 @@ pub async fn run_invalidation_listener(
                 let now = clock.now_millis();
                 match message {
                     ChannelMessage::Keepalive { sent } => trust.heard(sent, &l1),
-                    ChannelMessage::Invalidate { version, code } => {
-                        l1.fill(&code, CacheRecord::tombstone(version, now, &policy), now);
-                        // Dropped: the delete waiting for this proxy may answer. Not awaited
-                        // here, so the next message is not held up by a round trip.
-                        let (channel, proxy) = (channel.clone(), proxy.clone());
-                        tokio::spawn(async move {
-                            let ack = channel.acknowledge(&proxy, version, &code);
-                            let _ = tokio::time::timeout(KEEPALIVE_EVERY * 4, ack).await;
-                        });
-                    }
+                    ChannelMessage::Invalidate { version, code } => apply(&channel, &proxy, &l1, version, code, now),
                     ChannelMessage::Malformed => tracing::warn!("ignoring a malformed invalidation message"),
                 }
             }
@@ -94,6 +89,60 @@ pub async fn run_invalidation_listener(
     }
 }
 
+/// Puts the tombstone of `code` at `version` into L1, then acknowledges it: the delete
+/// waiting for this proxy may answer. Not awaited, so the next message is not held up by a
+/// round trip.
+fn apply(
+    channel: &Arc<dyn InvalidationChannel>,
+    proxy: &Arc<str>,
+    l1: &L1,
+    version: u64,
+    code: String,
+    now: UnixMillis,
+) {
+    l1.fill(
+        &code,
+        CacheRecord::tombstone(version, now, &CachePolicy::default()),
+        now,
+    );
+    let (channel, proxy) = (channel.clone(), proxy.clone());
+    tokio::spawn(async move {
+        let ack = channel.acknowledge(&proxy, version, &code);
+        let _ = tokio::time::timeout(KEEPALIVE_EVERY * 4, ack).await;
+    });
+}
+
+/// After a lapse, on a new subscription: applies the invalidations logged since the last
+/// keepalive heard, so L1 need not be emptied; when they cannot all be told (no keepalive
+/// heard yet, the log trimmed past it, a Redis that lost writes, an error), L1 will be.
+async fn replay(
+    channel: &Arc<dyn InvalidationChannel>,
+    proxy: &Arc<str>,
+    l1: &L1,
+    trust: &InvalidationTrust,
+    now: UnixMillis,
+) {
+    let Some(position) = trust.applied_position() else {
+        return;
+    };
+    match tokio::time::timeout(KEEPALIVE_EVERY * 4, channel.replay(&position)).await {
+        Ok(Ok(Some(missed))) => {
+            let count = missed.len();
+            for (version, code) in missed {
+                apply(channel, proxy, l1, version, code, now);
+            }
+            trust.replayed();
+            tracing::info!(
+                count,
+                "replayed the invalidations the lapse may have swallowed; L1 is kept"
+            );
+        }
+        Ok(Ok(None)) => tracing::warn!("the invalidations since the lapse cannot all be told; L1 will be emptied"),
+        Ok(Err(e)) => tracing::warn!(error = %e, "cannot replay the invalidations; L1 will be emptied"),
+        Err(_) => tracing::warn!("replaying the invalidations took too long; L1 will be emptied"),
+    }
+}
+
 /// How a subscription that did not fail ended.
 enum Lapse {
     /// The stream ended (the connection was closed or cut).
@@ -107,6 +156,7 @@ enum Lapse {
 pub async fn run_keepalive(
     channel: Arc<dyn InvalidationChannel>,
     proxy: Arc<str>,
+    trust: Arc<InvalidationTrust>,
     clock: Arc<dyn Clock>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -115,7 +165,9 @@ pub async fn run_keepalive(
         tokio::select! {
             _ = tick.tick() => {
                 let sent = clock.now_millis();
-                let _ = tokio::time::timeout(KEEPALIVE_EVERY, channel.keepalive(&proxy, sent)).await;
+                if let Ok(Ok(position)) = tokio::time::timeout(KEEPALIVE_EVERY, channel.keepalive(&proxy, sent)).await {
+                    trust.sent(sent, position);
+                }
             }
             _ = stopped(&mut shutdown) => return,
         }
@@ -418,6 +470,52 @@ mod tests {
         task.await.unwrap();
     }
 
+    /// Sends a keepalive through the channel as the keepalive task does, noting its position.
+    async fn keepalive(channel: &MemoryChannel, trust: &InvalidationTrust, clock: &ManualClock) {
+        let sent = clock.now_millis();
+        let position = channel.keepalive("p1", sent).await.unwrap();
+        trust.sent(sent, position);
+        until(|| trust.is_trusted(clock.now_millis())).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_a_cut_what_was_missed_is_replayed_from_the_log_and_l1_is_kept() {
+        let channel = Arc::new(MemoryChannel::default());
+        let (l1, trust, clock, stop, task) = listening(channel.clone()).await;
+        keepalive(&channel, &trust, &clock).await;
+        assert!(trust.applied_position().is_some());
+        clock.advance(1);
+        let filled = clock.now_millis();
+        l1.fill("kept", active("kept", 1, filled), filled);
+        l1.fill("gone", active("gone", 1, filled), filled);
+        channel.cut();
+        until(|| !trust.is_trusted(clock.now_millis())).await;
+        // Deleted while no subscription listened: only the log has it.
+        channel.send(ChannelMessage::Invalidate {
+            version: 2,
+            code: "gone".into(),
+        });
+        until(|| l1.get("gone").is_some_and(|e| e.is_tombstone())).await;
+        keepalive(&channel, &trust, &clock).await;
+        assert!(
+            l1.get("kept").is_some(),
+            "kept: the log told everything that was missed"
+        );
+        until(|| channel.acks().contains(&("p1".to_owned(), 2, "gone".to_owned()))).await;
+        // A log that cannot tell (trimmed, or a Redis that lost writes): emptied, as before.
+        channel.cut();
+        until(|| !trust.is_trusted(clock.now_millis())).await;
+        channel.lose_log();
+        until(|| channel.subscribers() == 1).await;
+        keepalive(&channel, &trust, &clock).await;
+        assert!(
+            l1.get("kept").is_none(),
+            "emptied: an invalidation may have been missed"
+        );
+        stop.send(true).unwrap();
+        task.await.unwrap();
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_subscription_that_hears_nothing_is_replaced_and_is_a_lapse() {
         let channel = Arc::new(MemoryChannel::default());
@@ -442,7 +540,8 @@ mod tests {
         let mut other = channel.subscribe("p2").await.unwrap();
         let (stop, shutdown) = watch::channel(false);
         let clock = Arc::new(ManualClock::at(77));
-        let task = tokio::spawn(run_keepalive(channel.clone(), Arc::from("p1"), clock, shutdown));
+        let trust = Arc::new(InvalidationTrust::new(Duration::from_secs(2), Duration::from_secs(1)));
+        let task = tokio::spawn(run_keepalive(channel.clone(), Arc::from("p1"), trust, clock, shutdown));
         let heard = tokio::time::timeout(Duration::from_secs(5), mine.next()).await.unwrap();
         assert_eq!(heard, Some(ChannelMessage::Keepalive { sent: 77 }));
         assert!(channel.registrations().iter().any(|(p, _)| p == "p1"));

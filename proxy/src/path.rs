@@ -10,8 +10,9 @@ use rebound_core::cache::CachePolicy;
 use rebound_core::{decide_redirect, CacheRecord, CachedVerdict, Clock, Link, StoreVerdict, UnixMillis};
 use rebound_store::LinkReads;
 use rebound_store::{L2Read, RecordCache};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// What the path decided for a code.
@@ -39,6 +40,14 @@ pub struct InvalidationTrust {
     /// Moves at every lapse and every emptying of L1: a read in flight across a move may
     /// predate an invalidation that the gap swallowed, so its answer does not go into L1.
     epoch: AtomicU64,
+    /// The channel's log positions the keepalives in flight returned, by send time.
+    in_flight: Mutex<VecDeque<(UnixMillis, String)>>,
+    /// The log position up to which every invalidation has been applied: the position of
+    /// the last keepalive heard back.
+    applied: Mutex<Option<String>>,
+    /// Since the last lapse, what it swallowed was replayed from the log: L1 need not be
+    /// emptied when the channel is heard again.
+    replayed: AtomicBool,
 }
 
 impl InvalidationTrust {
@@ -50,7 +59,30 @@ impl InvalidationTrust {
             last_heard: AtomicI64::new(i64::MIN / 2),
             lapsed: AtomicBool::new(true),
             epoch: AtomicU64::new(0),
+            in_flight: Mutex::new(VecDeque::new()),
+            applied: Mutex::new(None),
+            replayed: AtomicBool::new(false),
         }
+    }
+
+    /// Notes the log position a keepalive sent at `sent` returned.
+    pub fn sent(&self, sent: UnixMillis, position: String) {
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        // Keepalives not heard back within a few dozen are lost, and so are their positions.
+        if in_flight.len() >= 64 {
+            in_flight.pop_front();
+        }
+        in_flight.push_back((sent, position));
+    }
+
+    /// The log position up to which every invalidation has been applied, if known.
+    pub fn applied_position(&self) -> Option<String> {
+        self.applied.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// What the last lapse swallowed has been replayed from the log into L1.
+    pub fn replayed(&self) {
+        self.replayed.store(true, Ordering::Release);
     }
 
     /// True while a keepalive sent within the timeout has come back, with no lapse since:
@@ -62,9 +94,15 @@ impl InvalidationTrust {
     /// The subscription ended or went silent: invalidations sent from now on may be
     /// missed, so L1 is not trusted until the next subscription is heard, and then emptied.
     pub fn lapse(&self) {
+        self.replayed.store(false, Ordering::Release);
         self.lapsed.store(true, Ordering::Release);
         self.last_heard.store(i64::MIN / 2, Ordering::Release);
         self.epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// True from a lapse until the next subscription is heard.
+    pub fn is_lapsed(&self) -> bool {
+        self.lapsed.load(Ordering::Acquire)
     }
 
     /// The number of lapses and emptyings so far: a read compares it before and after.
@@ -73,15 +111,27 @@ impl InvalidationTrust {
     }
 
     /// Records this proxy's keepalive, sent at `sent` by its own clock, heard back on its
-    /// subscription. After a lapse L1 is emptied first: invalidations may have been
-    /// missed. A keepalive that comes late on a subscription that never ended empties
-    /// nothing: that subscription lost no message, it only delivered them late.
+    /// subscription. After a lapse L1 is emptied first, unless what the lapse swallowed was
+    /// replayed from the log: invalidations may have been missed. A keepalive that comes
+    /// late on a subscription that never ended empties nothing: that subscription lost no
+    /// message, it only delivered them late.
     pub fn heard(&self, sent: UnixMillis, l1: &L1) {
-        if self.lapsed.swap(false, Ordering::AcqRel) {
+        if self.lapsed.swap(false, Ordering::AcqRel) && !self.replayed.swap(false, Ordering::AcqRel) {
             // Before the clear: a read still in flight must not fill L1 after it.
             self.epoch.fetch_add(1, Ordering::AcqRel);
             l1.clear();
         }
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some((at, position)) = in_flight.pop_front() {
+            if at > sent {
+                in_flight.push_front((at, position));
+                break;
+            }
+            if at == sent {
+                *self.applied.lock().unwrap_or_else(|e| e.into_inner()) = Some(position);
+            }
+        }
+        drop(in_flight);
         self.last_heard.fetch_max(sent, Ordering::AcqRel);
     }
 

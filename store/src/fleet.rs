@@ -40,8 +40,14 @@ pub trait InvalidationChannel: Send + Sync {
     async fn subscribe(&self, proxy: &str) -> Result<BoxStream<'static, ChannelMessage>, StoreError>;
     /// Sends `proxy`'s keepalive, stamped `sent` by the proxy's own clock, through the
     /// channel to be heard on its own subscription, and registers `proxy` as live now by
-    /// the channel's clock (never the caller's).
-    async fn keepalive(&self, proxy: &str, sent: UnixMillis) -> Result<(), StoreError>;
+    /// the channel's clock (never the caller's). Returns the channel's position in its log
+    /// of invalidations at that moment: once the keepalive is heard back, every
+    /// invalidation up to that position has been heard.
+    async fn keepalive(&self, proxy: &str, sent: UnixMillis) -> Result<String, StoreError>;
+    /// The invalidations (version, code) published after `position` (one a keepalive
+    /// returned), in order; `None` when they cannot all be told: the log was trimmed past
+    /// the position, the server lost writes since (its epoch changed), or they are too many.
+    async fn replay(&self, position: &str) -> Result<Option<Vec<(u64, String)>>, StoreError>;
     /// Removes `proxy` from the registry: it serves no more, deletes stop waiting for it.
     async fn deregister(&self, proxy: &str) -> Result<(), StoreError>;
     /// Tells the control plane that `proxy` has dropped `code` at `version` from its L1.
@@ -92,6 +98,8 @@ mod fakes {
         ticks: std::sync::atomic::AtomicU64,
         subscribed: std::sync::atomic::AtomicU64,
         acks: Mutex<Vec<(String, u64, String)>>,
+        /// Every invalidation sent, in order; `None` once lost.
+        log: Mutex<Option<Vec<(u64, String)>>>,
     }
 
     impl Default for MemoryChannel {
@@ -103,14 +111,26 @@ mod fakes {
                 ticks: std::sync::atomic::AtomicU64::new(0),
                 subscribed: std::sync::atomic::AtomicU64::new(0),
                 acks: Mutex::default(),
+                log: Mutex::new(Some(Vec::new())),
             }
         }
     }
 
     impl MemoryChannel {
-        /// Delivers `message` to every subscriber (a keepalive to every one too).
+        /// Delivers `message` to every subscriber (a keepalive to every one too); an
+        /// invalidation goes into the log first.
         pub fn send(&self, message: ChannelMessage) {
+            // Logged and sent under the lock a keepalive takes: a position never counts an
+            // invalidation that is sent after the keepalive.
+            let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+            if let (ChannelMessage::Invalidate { version, code }, Some(log)) = (&message, log.as_mut()) {
+                log.push((*version, code.clone()));
+            }
             let _ = self.sender.send(Some((None, message)));
+        }
+        /// What a Redis that lost writes does: the log can no longer be replayed.
+        pub fn lose_log(&self) {
+            *self.log.lock().unwrap_or_else(|e| e.into_inner()) = None;
         }
         /// Ends every open subscription (a connection cut), without failing the next one.
         pub fn cut(&self) {
@@ -166,7 +186,7 @@ mod fakes {
             )))
         }
 
-        async fn keepalive(&self, proxy: &str, sent: UnixMillis) -> Result<(), StoreError> {
+        async fn keepalive(&self, proxy: &str, sent: UnixMillis) -> Result<String, StoreError> {
             if self.failing.load(Ordering::SeqCst) {
                 return Err(StoreError::Unavailable("memory channel switched off".into()));
             }
@@ -175,10 +195,22 @@ mod fakes {
             registered.retain(|(p, _)| p != proxy);
             registered.push((proxy.to_owned(), tick));
             drop(registered);
+            let log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+            let position = log.as_ref().map_or(0, Vec::len).to_string();
             let _ = self
                 .sender
                 .send(Some((Some(proxy.to_owned()), ChannelMessage::Keepalive { sent })));
-            Ok(())
+            drop(log);
+            Ok(position)
+        }
+
+        async fn replay(&self, position: &str) -> Result<Option<Vec<(u64, String)>>, StoreError> {
+            if self.failing.load(Ordering::SeqCst) {
+                return Err(StoreError::Unavailable("memory channel switched off".into()));
+            }
+            let from: usize = position.parse().map_err(|_| StoreError::Corrupt("position".into()))?;
+            let log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+            Ok(log.as_ref().and_then(|log| log.get(from..).map(<[_]>::to_vec)))
         }
 
         async fn deregister(&self, proxy: &str) -> Result<(), StoreError> {

@@ -4,6 +4,8 @@
 //! stream), so every proxy learns new aliases and the counter's high-water mark.
 //!
 //! Keys and channels all start with a configurable prefix (default `rebound:`):
+//! `invalidations` (a stream: every invalidation, field `i`, so a proxy whose subscription
+//! lapsed replays what it missed instead of emptying its L1),
 //! `url:{code}` (a record: `"<version> <json>"`, TTL = `stale_until`, the JSON stamped by
 //! the write script with the epoch it was written in, `{"e":<epoch>,…}`), `identity` (the
 //! epoch: `"<run_id> <epoch>"`, see [`IDENTITY`]), `invalidate`
@@ -82,13 +84,57 @@ return {1, e}
 /// the proxy's own channel, which only its subscription hears.
 const KEEPALIVE: &str = r"
 local e = epoch(KEYS[2])
+local last = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)
+local position = '0-0'
+if last[1] then position = last[1][1] end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZADD', KEYS[1], now, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - 3600000)
 redis.call('PUBLISH', ARGV[2], ARGV[3])
-return {now, e}
+return {now, e, position}
 ";
+
+/// An invalidation: logged in the stream `invalidations` (trimmed to about `ARGV[3]`
+/// entries) and published, in one step, so the log and the channel agree on the order.
+const INVALIDATE: &str = r"
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', 'i', ARGV[1])
+redis.call('PUBLISH', ARGV[2], ARGV[1])
+return 1
+";
+
+/// The invalidations logged after the stream id `ARGV[2]` of epoch `ARGV[1]`, at most
+/// `ARGV[3]` of them; nil when that cannot be told in full: the epoch changed (the Redis
+/// may have lost entries), entries after the position were trimmed, or there are more.
+const REPLAY: &str = r"
+if epoch(KEYS[1]) ~= tonumber(ARGV[1]) then return false end
+local limit = tonumber(ARGV[3])
+local entries
+if ARGV[2] == '0-0' then
+  -- Nothing was logged then: complete if nothing was ever trimmed.
+  if redis.call('EXISTS', KEYS[2]) == 0 then return {} end
+  local info = redis.call('XINFO', 'STREAM', KEYS[2])
+  local fields = {}
+  for i = 1, #info, 2 do fields[info[i]] = info[i + 1] end
+  if not fields['entries-added'] or fields['entries-added'] ~= fields['length'] then return false end
+  entries = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', limit + 1)
+else
+  -- The log is trimmed from its oldest end only: while the entry at the position is
+  -- still there, everything after it is too.
+  entries = redis.call('XRANGE', KEYS[2], ARGV[2], '+', 'COUNT', limit + 2)
+  if #entries == 0 or entries[1][1] ~= ARGV[2] then return false end
+  table.remove(entries, 1)
+end
+if #entries > limit then return false end
+local out = {}
+for i, entry in ipairs(entries) do out[i] = entry[2][2] end
+return out
+";
+
+/// Invalidations kept in the log (about: trimmed in whole nodes).
+const LOG_LEN: usize = 100_000;
+/// Most invalidations a lapsed proxy replays; past that it empties its L1.
+const REPLAY_MAX: usize = 10_000;
 
 /// The proxies registered within the last `ARGV[1]` milliseconds of Redis's time.
 const LIVE_PROXIES: &str = r"
@@ -125,6 +171,8 @@ pub struct RedisCache {
     read: redis::Script,
     keepalive: redis::Script,
     live_proxies: redis::Script,
+    invalidate: redis::Script,
+    replay: redis::Script,
     /// The last epoch a script reported (0: none yet), and how often it changed since.
     epoch: AtomicI64,
     identity_changes: AtomicU64,
@@ -339,6 +387,8 @@ impl RedisCache {
             read: redis::Script::new(&format!("{IDENTITY}{READ}")),
             keepalive: redis::Script::new(&format!("{IDENTITY}{KEEPALIVE}")),
             live_proxies: redis::Script::new(LIVE_PROXIES),
+            invalidate: redis::Script::new(INVALIDATE),
+            replay: redis::Script::new(&format!("{IDENTITY}{REPLAY}")),
             epoch: AtomicI64::new(0),
             identity_changes: AtomicU64::new(0),
         }
@@ -378,6 +428,10 @@ impl RedisCache {
 
     pub fn identity_key(&self) -> String {
         format!("{}identity", self.prefix)
+    }
+
+    pub fn invalidations_key(&self) -> String {
+        format!("{}invalidations", self.prefix)
     }
     pub fn invalidate_channel(&self) -> String {
         format!("{}invalidate", self.prefix)
@@ -432,31 +486,59 @@ impl RedisCache {
     /// Publishes the invalidation of `code` at `version` to every proxy.
     pub async fn publish_invalidation(&self, code: &str, version: u64) -> Result<(), StoreError> {
         let mut c = self.conn().await?;
-        redis::cmd("PUBLISH")
-            .arg(self.invalidate_channel())
+        self.invalidate
+            .key(self.invalidations_key())
             .arg(encode_invalidation(version, code))
-            .query_async::<i64>(&mut c)
+            .arg(self.invalidate_channel())
+            .arg(LOG_LEN)
+            .invoke_async::<i64>(&mut c)
             .await
             .map_err(|e| self.failed(e))?;
         Ok(())
     }
 
+    /// The invalidations logged after `position` (as [`RedisCache::keepalive`] returned it),
+    /// or `None` when they cannot all be told.
+    pub async fn replay(&self, position: &str) -> Result<Option<Vec<(u64, String)>>, StoreError> {
+        let Some((epoch, id)) = position.split_once(' ') else {
+            return Ok(None);
+        };
+        let mut c = self.conn().await?;
+        let entries: Option<Vec<String>> = self
+            .replay
+            .key(self.identity_key())
+            .key(self.invalidations_key())
+            .arg(epoch)
+            .arg(id)
+            .arg(REPLAY_MAX)
+            .invoke_async(&mut c)
+            .await
+            .map_err(|e| self.failed(e))?;
+        Ok(entries.map(|entries| {
+            entries
+                .iter()
+                .filter_map(|e| decode_invalidation(e).map(|(v, code)| (v, code.to_owned())))
+                .collect()
+        }))
+    }
+
     /// Sends `proxy`'s keepalive (its own send time `sent`) on its own channel and
     /// registers it as live, at Redis's time.
-    pub async fn keepalive(&self, proxy: &str, sent: UnixMillis) -> Result<(), StoreError> {
+    pub async fn keepalive(&self, proxy: &str, sent: UnixMillis) -> Result<String, StoreError> {
         let mut c = self.conn().await?;
-        let (_, epoch) = self
+        let (_, epoch, position) = self
             .keepalive
             .key(self.proxies_key())
             .key(self.identity_key())
+            .key(self.invalidations_key())
             .arg(proxy)
             .arg(self.alive_channel(proxy))
             .arg(sent)
-            .invoke_async::<(i64, i64)>(&mut c)
+            .invoke_async::<(i64, i64, String)>(&mut c)
             .await
             .map_err(|e| self.failed(e))?;
         self.saw_epoch(epoch);
-        Ok(())
+        Ok(format!("{epoch} {position}"))
     }
 
     /// Removes `proxy` from the registry.
@@ -673,8 +755,12 @@ impl InvalidationChannel for RedisCache {
             .boxed())
     }
 
-    async fn keepalive(&self, proxy: &str, sent: UnixMillis) -> Result<(), StoreError> {
+    async fn keepalive(&self, proxy: &str, sent: UnixMillis) -> Result<String, StoreError> {
         RedisCache::keepalive(self, proxy, sent).await
+    }
+
+    async fn replay(&self, position: &str) -> Result<Option<Vec<(u64, String)>>, StoreError> {
+        RedisCache::replay(self, position).await
     }
 
     async fn deregister(&self, proxy: &str) -> Result<(), StoreError> {
@@ -947,6 +1033,45 @@ mod channel_tests {
         for bad in ["x abc", "3 a/b", "3", "", " abc", "-1 abc", "3 "] {
             assert_eq!(decode_invalidation(bad), None, "{bad:?}");
         }
+    }
+
+    #[tokio::test]
+    #[ignore = "needs REBOUND_TEST_REDIS_URL (the test services): scripts/test starts them and runs it"]
+    async fn the_log_replays_what_followed_a_keepalive_unless_redis_changed_identity() {
+        let url = std::env::var("REBOUND_TEST_REDIS_URL").unwrap();
+        let cache = RedisCache::new(&url, &format!("log{}:", now_millis())).unwrap();
+        let empty = InvalidationChannel::keepalive(&cache, "p1", 1).await.unwrap();
+        assert_eq!(cache.replay(&empty).await.unwrap(), Some(vec![]), "nothing logged yet");
+        cache.publish_invalidation("one", 1).await.unwrap();
+        let position = InvalidationChannel::keepalive(&cache, "p1", 2).await.unwrap();
+        cache.publish_invalidation("two", 2).await.unwrap();
+        cache.publish_invalidation("three", 3).await.unwrap();
+        assert_eq!(
+            cache.replay(&position).await.unwrap(),
+            Some(vec![(2, "two".to_owned()), (3, "three".to_owned())])
+        );
+        assert_eq!(cache.replay(&empty).await.unwrap().map(|v| v.len()), Some(3));
+        assert_eq!(cache.replay("garbage").await.unwrap(), None);
+        // Trimmed past the position: cannot be told.
+        let mut c = cache.conn().await.unwrap();
+        let _: i64 = redis::cmd("XTRIM")
+            .arg(cache.invalidations_key())
+            .arg("MAXLEN")
+            .arg(1)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(cache.replay(&position).await.unwrap(), None);
+        let latest = InvalidationChannel::keepalive(&cache, "p1", 3).await.unwrap();
+        assert_eq!(cache.replay(&latest).await.unwrap(), Some(vec![]));
+        // A Redis that changed identity may have lost entries.
+        let _: () = redis::cmd("SET")
+            .arg(cache.identity_key())
+            .arg("0000000000000000000000000000000000000000 5")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(cache.replay(&latest).await.unwrap(), None);
     }
 
     #[tokio::test]
