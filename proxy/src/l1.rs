@@ -1,56 +1,31 @@
-//! L1: the in-process cache of cache records. A fill never replaces a newer version (the
-//! Lua rule, in memory), so a late populate can never overwrite the tombstone a delete
-//! wrote; check-and-insert is atomic per code under its shard's write lock.
-//!
-//! Built for 1,000,000 cached links in little memory and an L1 hit that costs a read lock,
-//! one probe and one reference-count increment:
-//!
-//! - An entry ([`L1Entry`]) is one allocation: 40 bytes of packed fields (the reference
-//!   count, the clicks and the CLOCK bit, the version, the times, the text's length), then
-//!   the code and the destination. The handle is one pointer: a reference-counted
-//!   allocation written here (the crate's second `unsafe`, each block with its reason),
-//!   since `triomphe`'s thin handle spends a word on the length and another on the count,
-//!   which made the chunk 112 bytes instead of 96.
-//! - The table is sharded; each shard is a `hashbrown` table of those pointers (8 bytes a
-//!   bucket and a control byte) under a `RwLock`, keyed by the code itself: a lookup
-//!   compares the code in the entry, so there are no hash collisions to settle.
-//! - Eviction is CLOCK (second chance): a hit sets the entry's bit, and when a shard is
-//!   full its hand walks the buckets, clearing bits, and evicts the first entry whose bit
-//!   was clear. A fill starts unreferenced, so a code asked once goes before one asked
-//!   again.
-//!
-//! Measured with `cargo run --release -p rebound-proxy --example l1_memory -- 1000000`
-//! (bench-shaped links: 7-character codes, `https://example.com/page/N?ref=bench`, glibc
-//! malloc): quick_cache keyed by a 64-bit hash of the code, with a two-word `triomphe`
-//! handle, took 146.6 bytes of RSS a cached link (a 96-byte entry chunk, 50.5 bytes of slab
-//! and index); these tables take 106.9 (the same chunk, 12.4 bytes of table). The whole
-//! process's figures are in docs/architecture.md ("Memory").
+//! L1: the in-process cache of cache records, one entry per code, bounded by CLOCK eviction.
+//! A fill never replaces a newer version (the Lua rule, in memory), so a late populate can
+//! never overwrite the tombstone a delete wrote; check-and-insert is atomic per code under
+//! its shard's write lock. How it is laid out for 1,000,000 links in little memory, and what
+//! that costs a link: docs/architecture.md ("L1").
+
+// The entry's reference count is triomphe's: nothing here may be `unsafe`, not even with
+// an `allow`.
+#![forbid(unsafe_code)]
 
 use rebound_core::cache::judge;
 use rebound_core::{CacheRecord, CacheState, CachedVerdict, RedirectKind, UnixMillis};
-use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
-use std::ptr::NonNull;
-use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use triomphe::HeaderSlice;
 
 /// One cached code: what a redirect needs, and the clicks counted on it since the click
-/// shipper last took them. A handle (one pointer): clones share one allocation holding the
-/// [`Fields`] and, after them, the code and the destination.
+/// shipper last took them. A handle (`triomphe::Arc`, a pointer and the text's length):
+/// clones share one allocation holding the count, the [`Fields`] and, after them, the code
+/// and the destination.
 ///
 /// Size, with 1,000,000 bench-shaped links cached (7-character codes,
-/// `https://example.com/page/N?ref=bench`): 40 bytes of fields and ~44 of text, 88 bytes
-/// requested, a 96-byte glibc chunk (the same chunk as the two-word `triomphe` handle it
-/// replaced, whose count was a full word and whose length was in the handle).
-pub struct L1Entry(NonNull<Fields>);
+/// `https://example.com/page/N?ref=bench`): an 8-byte count, 32 bytes of fields and ~48 of
+/// text, 88 bytes asked for: a 96-byte chunk with glibc's malloc and with jemalloc.
+#[derive(Clone)]
+pub struct L1Entry(triomphe::Arc<HeaderSlice<Fields, str>>);
 
-// SAFETY: the allocation is shared read-only except through its atomics (the reference
-// count, the clicks and the CLOCK bit), and is freed once, by the last handle.
-#[allow(unsafe_code)]
-unsafe impl Send for L1Entry {}
-#[allow(unsafe_code)]
-unsafe impl Sync for L1Entry {}
-
-/// What an entry holds before its text, packed into 40 bytes (a size test keeps it
+/// What an entry holds before its text, packed into 32 bytes (a size test keeps it
 /// there): the times are 32-bit offsets from `filled_at`, and the code's length, the
 /// redirect kind and `forward_query` share a word with `filled_at`.
 ///
@@ -61,11 +36,7 @@ unsafe impl Sync for L1Entry {}
 /// `Expired` verdict into `Dead` (the store is asked, and answers 410): since
 /// `fresh_until` and `stale_until` stay below `FAR`, a redirect or a stale answer past the
 /// real expiry is impossible.
-#[repr(C)]
 struct Fields {
-    /// Handles to this allocation. 32 bits: a clone past `MAX_REFS` aborts, as `Arc` does
-    /// past `isize::MAX`.
-    refs: AtomicU32,
     /// Clicks since the last take (bits 0-30) and the CLOCK bit (`REFERENCED`). One code
     /// would need 2 billion clicks between two takes to reach the bit.
     clicks: AtomicU32,
@@ -80,24 +51,12 @@ struct Fields {
     stale: i32,
     /// `expires_at - filled_at`, or `FAR` for none (or one beyond the range).
     expires: i32,
-    /// Bytes of text after the fields: the code, then the destination.
-    text_len: u32,
 }
 
-/// Handles one entry may have; a clone beyond aborts (it can only be a leak).
-const MAX_REFS: u32 = i32::MAX as u32;
 /// `Fields::clicks`: the CLOCK bit, set by a hit, cleared by the hand.
 const REFERENCED: u32 = 1 << 31;
 /// `Fields::clicks`: the count.
 const CLICKS: u32 = REFERENCED - 1;
-
-/// The allocation of an entry with `text_len` bytes of text.
-fn entry_layout(text_len: usize) -> Layout {
-    let text = Layout::array::<u8>(text_len).expect("text length fits a layout");
-    let (layout, offset) = Layout::new::<Fields>().extend(text).expect("entry fits a layout");
-    debug_assert_eq!(offset, std::mem::size_of::<Fields>());
-    layout.pad_to_align()
-}
 
 /// `Fields::expires` of an entry with no expiry (or one too far to hold).
 const FAR: i32 = i32::MAX;
@@ -159,7 +118,6 @@ fn expiry_offset(expires_at: Option<UnixMillis>, base: UnixMillis) -> i32 {
 
 impl L1Entry {
     /// The entry for `code` holding `record`.
-    #[allow(unsafe_code)]
     pub fn new(code: &str, record: CacheRecord, filled_at: UnixMillis) -> L1Entry {
         let (redirect, forward_query, long_url) = match record.state {
             CacheState::Active {
@@ -171,58 +129,29 @@ impl L1Entry {
         };
         let stamp = stamp(filled_at, code.len(), redirect, forward_query);
         let base = stamp >> STAMP_SHIFT;
-        let text_len = code.len() + long_url.len();
         let fields = Fields {
-            refs: AtomicU32::new(1),
             clicks: AtomicU32::new(0),
             version: record.version,
             stamp,
             fresh: offset(record.fresh_until, base),
             stale: offset(record.stale_until, base),
             expires: expiry_offset(record.expires_at, base),
-            text_len: u32::try_from(text_len).expect("a code and a destination fit in 4 GiB"),
         };
-        let layout = entry_layout(text_len);
-        // SAFETY: the layout is non-zero (the fields alone are 40 bytes); the fields are
-        // written at the start of the allocation, aligned for them, and the text right
-        // after them, within the allocation's `size_of::<Fields>() + text_len` bytes.
-        unsafe {
-            let Some(ptr) = NonNull::new(alloc(layout).cast::<Fields>()) else {
-                handle_alloc_error(layout)
-            };
-            ptr.as_ptr().write(fields);
-            let text = ptr.as_ptr().cast::<u8>().add(std::mem::size_of::<Fields>());
-            std::ptr::copy_nonoverlapping(code.as_ptr(), text, code.len());
-            std::ptr::copy_nonoverlapping(long_url.as_ptr(), text.add(code.len()), long_url.len());
-            L1Entry(ptr)
-        }
+        let mut text = String::with_capacity(code.len() + long_url.len());
+        text.push_str(code);
+        text.push_str(&long_url);
+        L1Entry(triomphe::Arc::from_header_and_str(fields, &text))
     }
 
     #[inline]
-    #[allow(unsafe_code)]
     fn fields(&self) -> &Fields {
-        // SAFETY: the allocation lives as long as any handle, this one included.
-        unsafe { self.0.as_ref() }
-    }
-
-    /// The code, then the destination, as bytes.
-    #[inline]
-    #[allow(unsafe_code)]
-    fn text_bytes(&self) -> &[u8] {
-        let len = self.fields().text_len as usize;
-        // SAFETY: `new` wrote `text_len` bytes right after the fields, and they never change.
-        unsafe {
-            let text = self.0.as_ptr().cast::<u8>().add(std::mem::size_of::<Fields>());
-            std::slice::from_raw_parts(text, len)
-        }
+        &self.0.header
     }
 
     /// The code, then the destination.
     #[inline]
-    #[allow(unsafe_code)]
     fn text(&self) -> &str {
-        // SAFETY: the bytes are a `&str`'s followed by another's, copied whole.
-        unsafe { std::str::from_utf8_unchecked(self.text_bytes()) }
+        &self.0.slice
     }
 
     #[inline]
@@ -254,7 +183,7 @@ impl L1Entry {
     /// check per comparison; it cost the click shipper's sort most of its time).
     #[inline]
     pub fn code_bytes(&self) -> &[u8] {
-        &self.text_bytes()[..self.code_len()]
+        &self.text().as_bytes()[..self.code_len()]
     }
 
     /// True when this is `code`'s entry.
@@ -337,35 +266,6 @@ impl L1Entry {
     /// Clears the CLOCK bit; true when it was set.
     fn take_referenced(&self) -> bool {
         self.fields().clicks.fetch_and(!REFERENCED, Ordering::Relaxed) & REFERENCED != 0
-    }
-}
-
-impl Clone for L1Entry {
-    #[inline]
-    fn clone(&self) -> L1Entry {
-        // Relaxed, as `Arc::clone`: a new handle is made from an existing one, which keeps
-        // the allocation alive meanwhile.
-        if self.fields().refs.fetch_add(1, Ordering::Relaxed) > MAX_REFS {
-            std::process::abort();
-        }
-        L1Entry(self.0)
-    }
-}
-
-impl Drop for L1Entry {
-    #[inline]
-    #[allow(unsafe_code)]
-    fn drop(&mut self) {
-        // As `Arc::drop`: release this handle's uses; the last one synchronises with them
-        // all before freeing.
-        if self.fields().refs.fetch_sub(1, Ordering::Release) != 1 {
-            return;
-        }
-        fence(Ordering::Acquire);
-        let layout = entry_layout(self.fields().text_len as usize);
-        // SAFETY: this was the last handle; the allocation was made by `new` with this
-        // layout (`text_len` never changes), and the fields need no drop.
-        unsafe { dealloc(self.0.as_ptr().cast::<u8>(), layout) }
     }
 }
 
@@ -586,13 +486,12 @@ mod tests {
     const T: UnixMillis = 1_796_000_000_000;
 
     #[test]
-    fn an_entry_is_one_pointer_and_its_fields_stay_40_bytes() {
-        // With ~44 bytes of text an entry is an 88-byte allocation, a 96-byte malloc chunk;
-        // 8 more bytes here would make it 112.
-        assert_eq!(std::mem::size_of::<Fields>(), 40);
-        assert_eq!(entry_layout(44).size(), 88);
-        assert_eq!(std::mem::size_of::<L1Entry>(), 8);
-        assert_eq!(std::mem::size_of::<Option<L1Entry>>(), 8);
+    fn an_entry_is_two_words_and_its_fields_stay_32_bytes() {
+        // With the bench's ~48 bytes of text an entry is an 88-byte allocation (the 8-byte
+        // count, the fields, the text), a 96-byte chunk; 8 more bytes here would make it 112.
+        assert_eq!(std::mem::size_of::<Fields>(), 32);
+        assert_eq!(std::mem::size_of::<L1Entry>(), 16);
+        assert_eq!(std::mem::size_of::<Option<L1Entry>>(), 16);
     }
 
     #[test]
@@ -845,16 +744,16 @@ mod tests {
         let l1 = L1::new(1);
         let held = l1.fill("abc", active(1), 0);
         let again = l1.get("abc").unwrap();
-        assert_eq!(held.0, again.0, "one allocation");
+        assert!(triomphe::Arc::ptr_eq(&held.0, &again.0), "one allocation");
         l1.fill("abd", active(1), 0);
         assert!(l1.get("abc").is_none(), "a one-code cache holds the newest");
         assert_eq!(
             (held.code(), held.long_url(), again.version()),
             ("abc", "https://e.com/", 1)
         );
-        assert_eq!(held.fields().refs.load(Ordering::Relaxed), 2);
+        assert_eq!(triomphe::Arc::strong_count(&held.0), 2);
         drop(again);
-        assert_eq!(held.fields().refs.load(Ordering::Relaxed), 1);
+        assert_eq!(triomphe::Arc::strong_count(&held.0), 1);
     }
 
     #[test]
@@ -880,7 +779,7 @@ mod tests {
         let kept: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
         let e = l1.get("abc").unwrap();
         assert_eq!(kept, 4 * 2858);
-        assert_eq!(e.fields().refs.load(Ordering::Relaxed), 2, "the table's and this one");
+        assert_eq!(triomphe::Arc::strong_count(&e.0), 2, "the table's and this one");
         assert_eq!(e.take_clicks(), 80_000);
     }
 
