@@ -17,9 +17,8 @@
 //! - `events`: the link-event port carried in process (all-in-one).
 //! - `metrics`: every metric of the data plane.
 //! - `pages`: the prebuilt 404, 410 and `/` answers (static pages, or configured redirects).
-// Two exceptions: `server::RedirectService::listener`, adopting the listening socket an
-// upgrade hands over by its descriptor number; and `l1::L1Entry`, the L1 entry's
-// reference-counted allocation (one pointer a handle, see `l1`).
+// One exception: `server::RedirectService::listener`, adopting the listening socket an
+// upgrade hands over by its descriptor number. `l1` forbids it outright.
 #![deny(unsafe_code)]
 
 pub mod clicks;
