@@ -1,0 +1,269 @@
+//! The invalidation channel over Redis ([`InvalidationChannel`]): invalidations published
+//! on `invalidate` and logged in the stream `invalidations` (replayed to a proxy whose
+//! subscription lapsed), each proxy's keepalives on its own `alive:{proxy}` with the
+//! registry `proxies` they keep, and the acknowledgements published on `acks`.
+
+use crate::{decode_invalidation, encode_ack, encode_invalidation, RedisCache};
+use async_trait::async_trait;
+use futures_util::stream::BoxStream;
+use futures_util::StreamExt;
+use rebound_core::UnixMillis;
+use rebound_store::{ChannelMessage, InvalidationChannel, StoreError};
+use std::time::Duration;
+
+/// Invalidations kept in the log (about: trimmed in whole nodes).
+const LOG_LEN: usize = 100_000;
+/// Most invalidations a lapsed proxy replays; past that it empties its L1.
+const REPLAY_MAX: usize = 10_000;
+
+impl RedisCache {
+    /// Publishes the invalidation of `code` at `version` to every proxy.
+    pub async fn publish_invalidation(&self, code: &str, version: u64) -> Result<(), StoreError> {
+        let mut c = self.conn().await?;
+        self.scripts
+            .invalidate
+            .key(self.invalidations_key())
+            .arg(encode_invalidation(version, code))
+            .arg(self.invalidate_channel())
+            .arg(LOG_LEN)
+            .invoke_async::<i64>(&mut c)
+            .await
+            .map_err(|e| self.failed(e))?;
+        Ok(())
+    }
+
+    /// The invalidations logged after `position` (as [`RedisCache::keepalive`] returned it),
+    /// or `None` when they cannot all be told.
+    pub async fn replay(&self, position: &str) -> Result<Option<Vec<(u64, String)>>, StoreError> {
+        let Some((epoch, id)) = position.split_once(' ') else {
+            return Ok(None);
+        };
+        let mut c = self.conn().await?;
+        let entries: Option<Vec<String>> = self
+            .scripts
+            .replay
+            .key(self.identity_key())
+            .key(self.invalidations_key())
+            .arg(epoch)
+            .arg(id)
+            .arg(REPLAY_MAX)
+            .invoke_async(&mut c)
+            .await
+            .map_err(|e| self.failed(e))?;
+        Ok(entries.map(|entries| {
+            entries
+                .iter()
+                .filter_map(|e| decode_invalidation(e).map(|(v, code)| (v, code.to_owned())))
+                .collect()
+        }))
+    }
+
+    /// Sends `proxy`'s keepalive (its own send time `sent`) on its own channel and
+    /// registers it as live, at Redis's time.
+    pub async fn keepalive(&self, proxy: &str, sent: UnixMillis) -> Result<String, StoreError> {
+        let mut c = self.conn().await?;
+        let (_, epoch, position) = self
+            .scripts
+            .keepalive
+            .key(self.proxies_key())
+            .key(self.identity_key())
+            .key(self.invalidations_key())
+            .arg(proxy)
+            .arg(self.alive_channel(proxy))
+            .arg(sent)
+            .invoke_async::<(i64, i64, String)>(&mut c)
+            .await
+            .map_err(|e| self.failed(e))?;
+        self.saw_epoch(epoch);
+        Ok(format!("{epoch} {position}"))
+    }
+
+    /// Removes `proxy` from the registry.
+    pub async fn deregister(&self, proxy: &str) -> Result<(), StoreError> {
+        let mut c = self.conn().await?;
+        redis::cmd("ZREM")
+            .arg(self.proxies_key())
+            .arg(proxy)
+            .query_async::<i64>(&mut c)
+            .await
+            .map_err(|e| self.failed(e))?;
+        Ok(())
+    }
+
+    /// The proxies whose last keepalive reached Redis within `within`, by Redis's clock.
+    pub async fn live_proxies(&self, within: Duration) -> Result<Vec<String>, StoreError> {
+        let mut c = self.conn().await?;
+        self.scripts
+            .live_proxies
+            .key(self.proxies_key())
+            .arg(within.as_millis() as u64)
+            .invoke_async(&mut c)
+            .await
+            .map_err(|e| self.failed(e))
+    }
+
+    /// The messages of `channels`, on a connection of their own (a subscribed connection
+    /// can do nothing else).
+    pub async fn subscription(&self, channels: &[String]) -> Result<redis::aio::PubSubStream, StoreError> {
+        let mut pubsub = self.client.get_async_pubsub().await.map_err(|e| self.failed(e))?;
+        for channel in channels {
+            pubsub.subscribe(channel).await.map_err(|e| self.failed(e))?;
+        }
+        Ok(pubsub.into_on_message())
+    }
+
+    /// Publishes `proxy`'s acknowledgement of `code` at `version`.
+    pub async fn publish_ack(&self, proxy: &str, version: u64, code: &str) -> Result<(), StoreError> {
+        let mut c = self.conn().await?;
+        redis::cmd("PUBLISH")
+            .arg(self.acks_channel())
+            .arg(encode_ack(proxy, version, code))
+            .query_async::<i64>(&mut c)
+            .await
+            .map_err(|e| self.failed(e))?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl InvalidationChannel for RedisCache {
+    async fn subscribe(&self, proxy: &str) -> Result<BoxStream<'static, ChannelMessage>, StoreError> {
+        let invalidate = self.invalidate_channel();
+        Ok(self
+            .subscription(&[invalidate.clone(), self.alive_channel(proxy)])
+            .await?
+            .map(move |msg| {
+                let payload: String = msg.get_payload().unwrap_or_default();
+                if msg.get_channel_name() != invalidate {
+                    return match payload.parse() {
+                        Ok(sent) => ChannelMessage::Keepalive { sent },
+                        Err(_) => ChannelMessage::Malformed,
+                    };
+                }
+                match decode_invalidation(&payload) {
+                    Some((version, code)) => ChannelMessage::Invalidate {
+                        version,
+                        code: code.to_owned(),
+                    },
+                    None => ChannelMessage::Malformed,
+                }
+            })
+            .boxed())
+    }
+
+    async fn keepalive(&self, proxy: &str, sent: UnixMillis) -> Result<String, StoreError> {
+        RedisCache::keepalive(self, proxy, sent).await
+    }
+
+    async fn replay(&self, position: &str) -> Result<Option<Vec<(u64, String)>>, StoreError> {
+        RedisCache::replay(self, position).await
+    }
+
+    async fn deregister(&self, proxy: &str) -> Result<(), StoreError> {
+        RedisCache::deregister(self, proxy).await
+    }
+
+    async fn acknowledge(&self, proxy: &str, version: u64, code: &str) -> Result<(), StoreError> {
+        self.publish_ack(proxy, version, code).await
+    }
+}
+
+#[cfg(test)]
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::connection::now_millis;
+
+    #[tokio::test]
+    #[ignore = "needs REBOUND_TEST_REDIS_URL (the test services): scripts/test starts them and runs it"]
+    async fn the_log_replays_what_followed_a_keepalive_unless_redis_changed_identity() {
+        let url = std::env::var("REBOUND_TEST_REDIS_URL").unwrap();
+        let cache = RedisCache::new(&url, &format!("log{}:", now_millis())).unwrap();
+        let empty = InvalidationChannel::keepalive(&cache, "p1", 1).await.unwrap();
+        assert_eq!(cache.replay(&empty).await.unwrap(), Some(vec![]), "nothing logged yet");
+        cache.publish_invalidation("one", 1).await.unwrap();
+        let position = InvalidationChannel::keepalive(&cache, "p1", 2).await.unwrap();
+        cache.publish_invalidation("two", 2).await.unwrap();
+        cache.publish_invalidation("three", 3).await.unwrap();
+        assert_eq!(
+            cache.replay(&position).await.unwrap(),
+            Some(vec![(2, "two".to_owned()), (3, "three".to_owned())])
+        );
+        assert_eq!(cache.replay(&empty).await.unwrap().map(|v| v.len()), Some(3));
+        assert_eq!(cache.replay("garbage").await.unwrap(), None);
+        // Trimmed past the position: cannot be told.
+        let mut c = cache.conn().await.unwrap();
+        let _: i64 = redis::cmd("XTRIM")
+            .arg(cache.invalidations_key())
+            .arg("MAXLEN")
+            .arg(1)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(cache.replay(&position).await.unwrap(), None);
+        let latest = InvalidationChannel::keepalive(&cache, "p1", 3).await.unwrap();
+        assert_eq!(cache.replay(&latest).await.unwrap(), Some(vec![]));
+        // A Redis that changed identity may have lost entries.
+        let _: () = redis::cmd("SET")
+            .arg(cache.identity_key())
+            .arg("0000000000000000000000000000000000000000 5")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(cache.replay(&latest).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    #[ignore = "needs REBOUND_TEST_REDIS_URL (the test services): scripts/test starts them and runs it"]
+    async fn a_subscriber_hears_invalidations_and_its_own_keepalives_in_order() {
+        let url = std::env::var("REBOUND_TEST_REDIS_URL").unwrap();
+        let cache = RedisCache::new(&url, &format!("ch{}:", now_millis())).unwrap();
+        let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
+        let mut other = InvalidationChannel::subscribe(&cache, "p2").await.unwrap();
+        cache.publish_invalidation("abc", 7).await.unwrap();
+        InvalidationChannel::keepalive(&cache, "p1", 7).await.unwrap();
+        // Garbage on the invalidation channel is heard (the channel is alive), not obeyed.
+        let mut c = cache.conn().await.unwrap();
+        redis::cmd("PUBLISH")
+            .arg(cache.invalidate_channel())
+            .arg("not a message")
+            .query_async::<i64>(&mut c)
+            .await
+            .unwrap();
+        let mut heard = Vec::new();
+        for _ in 0..3 {
+            heard.push(
+                tokio::time::timeout(Duration::from_secs(5), messages.next())
+                    .await
+                    .unwrap(),
+            );
+        }
+        assert_eq!(
+            heard,
+            vec![
+                Some(ChannelMessage::Invalidate {
+                    version: 7,
+                    code: "abc".into()
+                }),
+                Some(ChannelMessage::Keepalive { sent: 7 }),
+                Some(ChannelMessage::Malformed),
+            ]
+        );
+        // p2 heard the invalidation and the garbage, never p1's keepalive.
+        let mut theirs = Vec::new();
+        for _ in 0..2 {
+            theirs.push(
+                tokio::time::timeout(Duration::from_secs(5), other.next())
+                    .await
+                    .unwrap(),
+            );
+        }
+        assert_eq!(theirs[1], Some(ChannelMessage::Malformed));
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), other.next())
+                .await
+                .is_err(),
+            "nothing more for p2"
+        );
+    }
+}

@@ -1,0 +1,70 @@
+//! The wire formats: invalidation messages, acknowledgements and stored cache records.
+
+use rebound_core::CacheRecord;
+use rebound_store::StoreError;
+
+/// The invalidation message of `code` at `version`: `"<version> <code>"`.
+pub fn encode_invalidation(version: u64, code: &str) -> String {
+    format!("{version} {code}")
+}
+
+/// A proxy's acknowledgement of an invalidation: `"<proxy> <version> <code>"`.
+pub fn encode_ack(proxy: &str, version: u64, code: &str) -> String {
+    format!("{proxy} {version} {code}")
+}
+
+/// Reads an acknowledgement that [`encode_ack`] wrote: `(proxy, version, code)`.
+pub fn decode_ack(payload: &str) -> Option<(&str, u64, &str)> {
+    let (proxy, rest) = payload.split_once(' ')?;
+    let (version, code) = decode_invalidation(rest)?;
+    (!proxy.is_empty() && proxy.bytes().all(|b| b.is_ascii_alphanumeric())).then_some((proxy, version, code))
+}
+
+/// Reads an invalidation message that [`encode_invalidation`] wrote; `None` when malformed.
+pub fn decode_invalidation(payload: &str) -> Option<(u64, &str)> {
+    let (version, code) = payload.split_once(' ')?;
+    let version = version.parse().ok()?;
+    rebound_core::code::is_valid_code(code.as_bytes()).then_some((version, code))
+}
+
+/// Reads a stored record.
+pub fn decode_record(raw: &str) -> Result<CacheRecord, StoreError> {
+    decode_stamped_record(raw).map(|(record, _)| record)
+}
+
+/// Reads a stored record and the epoch it was written in (none: written by a version
+/// before epochs, or not through the write script).
+pub fn decode_stamped_record(raw: &str) -> Result<(CacheRecord, Option<i64>), StoreError> {
+    let (_, json) = raw
+        .split_once(' ')
+        .ok_or_else(|| StoreError::Corrupt("cache record without version".into()))?;
+    let epoch = json
+        .strip_prefix(r#"{"e":"#)
+        .and_then(|rest| rest.split_once(',')?.0.parse().ok());
+    let record = serde_json::from_str(json).map_err(|e| StoreError::Corrupt(format!("cache record: {e}")))?;
+    Ok((record, epoch))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invalidation_messages_round_trip_and_garbage_is_refused() {
+        assert_eq!(decode_invalidation(&encode_invalidation(3, "abc")), Some((3, "abc")));
+        for bad in ["x abc", "3 a/b", "3", "", " abc", "-1 abc", "3 "] {
+            assert_eq!(decode_invalidation(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn acknowledgements_round_trip_and_garbage_is_refused() {
+        assert_eq!(
+            decode_ack(&crate::encode_ack("p1a2", 7, "abc")),
+            Some(("p1a2", 7, "abc"))
+        );
+        for bad in ["", "p1", "p1 7", "p1 x abc", " 7 abc", "p-1 7 abc", "p1 7 a/b"] {
+            assert_eq!(decode_ack(bad), None, "{bad:?}");
+        }
+    }
+}

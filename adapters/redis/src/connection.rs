@@ -1,0 +1,512 @@
+//! [`RedisCache`]: one Redis, its connections and the breaker in front of them, TLS and
+//! AUTH, the start-up check that tells a wrong setting from an outage, and the names of the
+//! keys and channels. The ports served over it are in `cache`, `channel` and `feed`.
+
+use crate::scripts::Scripts;
+use rebound_store::StoreError;
+use redis::aio::ConnectionManager;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::RwLock;
+use std::time::Duration;
+
+/// Pause between connection attempts while Redis is unreachable.
+const RECONNECT_EVERY_MS: i64 = 500;
+
+/// A Redis connection made on first use (so a process starts while Redis is down) and
+/// re-made by the connection manager afterwards.
+pub struct RedisCache {
+    pub(crate) client: redis::Client,
+    prefix: String,
+    conn: RwLock<Option<ConnectionManager>>,
+    last_attempt: AtomicI64,
+    /// After a connection failure, calls fail at once until then instead of waiting on a
+    /// dead server (a breaker: a request never pays for Redis being down twice).
+    down_until: AtomicI64,
+    connect_lock: tokio::sync::Mutex<()>,
+    /// The connection of the creation feed's blocking reads (one reader per process), kept
+    /// from one read to the next: a new TCP and TLS handshake every read would make a
+    /// distant Redis look stalled.
+    pub(crate) feed_conn: tokio::sync::Mutex<Option<redis::aio::MultiplexedConnection>>,
+    pub(crate) scripts: Scripts,
+    /// The last epoch a script reported (0: none yet), and how often it changed since.
+    epoch: AtomicI64,
+    identity_changes: AtomicU64,
+}
+
+fn redis_err(e: redis::RedisError) -> StoreError {
+    StoreError::Unavailable(format!("redis: {e}"))
+}
+
+impl RedisCache {
+    /// Classifies a failed call: a connection failure opens the breaker for a moment.
+    pub(crate) fn failed(&self, e: redis::RedisError) -> StoreError {
+        if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
+            self.down_until
+                .store(now_millis() + RECONNECT_EVERY_MS, Ordering::Relaxed);
+        }
+        redis_err(e)
+    }
+}
+
+pub(crate) fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// A Redis setting that cannot work, found by [`RedisCache::check_settings`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisSettingError {
+    /// The server refused the password or the ACL user (`REBOUND_REDIS_URL`).
+    Credentials(String),
+    /// The server's certificate is not signed by a trusted authority, or not for this
+    /// host (`REBOUND_REDIS_CA`, `REBOUND_REDIS_URL`).
+    Certificate(String),
+}
+
+impl std::fmt::Display for RedisSettingError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RedisSettingError::Credentials(e) => write!(
+                f,
+                "REBOUND_REDIS_URL: Redis refused the credentials (the password, or the ACL user and password, in the URL): {e}"
+            ),
+            RedisSettingError::Certificate(e) => write!(
+                f,
+                "REBOUND_REDIS_CA: Redis's TLS certificate is not trusted (set REBOUND_REDIS_CA to the PEM of the authority that signed it, and check the host in REBOUND_REDIS_URL): {e}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RedisSettingError {}
+
+/// A connection failure that is a wrong setting rather than an outage.
+fn classify_connect_error(e: &redis::RedisError) -> Option<RedisSettingError> {
+    let text = e.to_string();
+    if e.kind() == redis::ErrorKind::AuthenticationFailed
+        || e.code().is_some_and(|c| c == "WRONGPASS" || c == "NOAUTH")
+        || text.contains("WRONGPASS")
+        || text.contains("NOAUTH")
+    {
+        return Some(RedisSettingError::Credentials(text));
+    }
+    // rustls' verdicts on the server's certificate ("invalid peer certificate: …").
+    if text.contains("invalid peer certificate") || text.contains("certificate") && text.contains("TLS") {
+        return Some(RedisSettingError::Certificate(text));
+    }
+    None
+}
+
+impl RedisCache {
+    /// A cache on `url` with keys and channels under `prefix`. Does not connect yet.
+    pub fn new(url: &str, prefix: &str) -> Result<RedisCache, StoreError> {
+        let client =
+            redis::Client::open(url).map_err(|e| StoreError::Unavailable(format!("REBOUND_REDIS_URL: {e}")))?;
+        Ok(RedisCache::with_client(client, prefix))
+    }
+
+    /// [`RedisCache::new`] for a `rediss://` URL whose server certificate is signed by one
+    /// of the authorities in `ca_pem` (PEM) instead of the system's trust store.
+    pub fn with_ca(url: &str, prefix: &str, ca_pem: Vec<u8>) -> Result<RedisCache, StoreError> {
+        if !url.starts_with("rediss://") {
+            return Err(StoreError::Unavailable(
+                "REBOUND_REDIS_CA is set but REBOUND_REDIS_URL is not a rediss:// (TLS) URL".into(),
+            ));
+        }
+        let certificates = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(ca_pem),
+        };
+        let client = redis::Client::build_with_tls(url, certificates)
+            .map_err(|e| StoreError::Unavailable(format!("REBOUND_REDIS_URL with REBOUND_REDIS_CA: {e}")))?;
+        Ok(RedisCache::with_client(client, prefix))
+    }
+
+    /// Connects once to tell a wrong setting from an outage: refused credentials or a
+    /// certificate that is not trusted are errors naming the setting to fix (the process
+    /// must not run on them); an unreachable server is not (the cache connects lazily and
+    /// retries, and the process serves meanwhile), and is returned as `Ok(Some(why))`.
+    pub async fn check_settings(&self) -> Result<Option<String>, RedisSettingError> {
+        let attempt = tokio::time::timeout(Duration::from_secs(3), async {
+            let mut c = self.client.get_multiplexed_async_connection().await?;
+            redis::cmd("PING").query_async::<String>(&mut c).await
+        })
+        .await;
+        match attempt {
+            Ok(Ok(_)) => Ok(None),
+            Ok(Err(e)) => match classify_connect_error(&e) {
+                Some(error) => Err(error),
+                None => Ok(Some(e.to_string())),
+            },
+            Err(_) => Ok(Some("no answer within 3 s".into())),
+        }
+    }
+
+    fn with_client(client: redis::Client, prefix: &str) -> RedisCache {
+        RedisCache {
+            client,
+            prefix: prefix.to_owned(),
+            conn: RwLock::new(None),
+            last_attempt: AtomicI64::new(i64::MIN / 2),
+            down_until: AtomicI64::new(i64::MIN / 2),
+            connect_lock: tokio::sync::Mutex::new(()),
+            feed_conn: tokio::sync::Mutex::new(None),
+            scripts: Scripts::new(),
+            epoch: AtomicI64::new(0),
+            identity_changes: AtomicU64::new(0),
+        }
+    }
+
+    /// Notes the epoch a script reported; a new one means Redis changed identity.
+    pub(crate) fn saw_epoch(&self, epoch: i64) {
+        let before = self.epoch.swap(epoch, Ordering::Relaxed);
+        if before != 0 && before != epoch {
+            self.identity_changes.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                epoch,
+                "Redis changed identity (a failover or a restart): it may have lost writes, so live records \
+                 written before now are confirmed by the store before use"
+            );
+        }
+    }
+
+    /// Times this process saw Redis change identity (`rebound_redis_identity_changes_total`).
+    pub fn identity_changes(&self) -> u64 {
+        self.identity_changes.load(Ordering::Relaxed)
+    }
+
+    /// True while the breaker is open: calls fail at once after a connection failure.
+    pub fn breaker_open(&self) -> bool {
+        now_millis() < self.down_until.load(Ordering::Relaxed)
+    }
+
+    /// The client, for connections of its own (pub/sub).
+    pub fn client(&self) -> &redis::Client {
+        &self.client
+    }
+
+    pub fn record_key(&self, code: &str) -> String {
+        format!("{}url:{}", self.prefix, code)
+    }
+
+    pub fn identity_key(&self) -> String {
+        format!("{}identity", self.prefix)
+    }
+
+    pub fn invalidations_key(&self) -> String {
+        format!("{}invalidations", self.prefix)
+    }
+    pub fn invalidate_channel(&self) -> String {
+        format!("{}invalidate", self.prefix)
+    }
+    /// The channel of `proxy`'s own keepalives.
+    pub fn alive_channel(&self, proxy: &str) -> String {
+        format!("{}alive:{}", self.prefix, proxy)
+    }
+    pub fn feed_key(&self) -> String {
+        format!("{}created", self.prefix)
+    }
+    /// The channel on which proxies acknowledge invalidations.
+    pub fn acks_channel(&self) -> String {
+        format!("{}acks", self.prefix)
+    }
+    /// The sorted set of proxies, scored by their last keepalive (Redis's Unix milliseconds).
+    pub fn proxies_key(&self) -> String {
+        format!("{}proxies", self.prefix)
+    }
+
+    /// A connection, making the first one if needed (at most one attempt per 500 ms).
+    pub async fn conn(&self) -> Result<ConnectionManager, StoreError> {
+        if now_millis() < self.down_until.load(Ordering::Relaxed) {
+            return Err(StoreError::Unavailable("redis: down (retrying shortly)".into()));
+        }
+        if let Some(c) = self.conn.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            return Ok(c.clone());
+        }
+        let _one_at_a_time = self.connect_lock.lock().await;
+        if let Some(c) = self.conn.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            return Ok(c.clone());
+        }
+        let now = now_millis();
+        if now - self.last_attempt.load(Ordering::Relaxed) < RECONNECT_EVERY_MS {
+            return Err(StoreError::Unavailable("redis: not connected".into()));
+        }
+        self.last_attempt.store(now, Ordering::Relaxed);
+        let config = redis::aio::ConnectionManagerConfig::new()
+            // Room for a TLS handshake and AUTH with a distant Redis (several round trips);
+            // requests never wait on it longer than their L2 budget.
+            .set_connection_timeout(Duration::from_secs(2))
+            .set_response_timeout(Duration::from_secs(2))
+            .set_number_of_retries(1)
+            .set_max_delay(500);
+        let conn = ConnectionManager::new_with_config(self.client.clone(), config)
+            .await
+            .map_err(|e| self.failed(e))?;
+        *self.conn.write().unwrap_or_else(|e| e.into_inner()) = Some(conn.clone());
+        Ok(conn)
+    }
+}
+
+#[cfg(test)]
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::StreamExt;
+    use rebound_core::CacheRecord;
+    use rebound_store::fleet::FeedEntry;
+    use rebound_store::{ChannelMessage, InvalidationChannel, L2Read, RecordCache};
+    use std::path::Path;
+    use std::process::{Child, Command, Stdio};
+
+    #[tokio::test]
+    async fn an_unreachable_redis_is_an_error_not_a_hang() {
+        let c = RedisCache::new("redis://127.0.0.1:9/", "x:").unwrap();
+        assert!(c.get_record("abc").await.is_err());
+        assert!(
+            c.get_record("abc").await.is_err(),
+            "the second attempt is refused without connecting"
+        );
+    }
+
+    // Redis with TLS and with authentication: servers of the test's own, started from the
+    // `redis-server` that the test services use.
+
+    struct OwnRedis {
+        child: Child,
+        port: u16,
+    }
+
+    impl Drop for OwnRedis {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    /// A `redis-server` with `args`, its port (`--port`, or `--tls-port` when `tls`) ready.
+    async fn start_redis(dir: &Path, tls: bool, args: &[&str]) -> OwnRedis {
+        let port = free_port();
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir);
+        if tls {
+            cmd.args(["--port", "0", "--tls-port", &port.to_string()]);
+        } else {
+            cmd.args(["--port", &port.to_string()]);
+        }
+        let child = cmd
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server");
+        // Owned at once: killed and waited for however the test ends.
+        let redis = OwnRedis { child, port };
+        for _ in 0..200 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+                return redis;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("redis-server did not listen on {port}");
+    }
+
+    fn openssl(args: &[&str], dir: &Path) {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// A test CA (`ca.crt`) and a certificate it signed for localhost and 127.0.0.1
+    /// (`server.crt`, `server.key`); and a second, unrelated CA (`other.crt`).
+    fn certificates(dir: &Path) {
+        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+        for ca in ["ca", "other"] {
+            let (key, crt, subj) = (
+                format!("{ca}.key"),
+                format!("{ca}.crt"),
+                format!("/CN=rebound test {ca}"),
+            );
+            let mut args = vec![
+                "req", "-x509", "-days", "2", "-subj", &subj, "-keyout", &key, "-out", &crt,
+            ];
+            args.extend(ec);
+            openssl(&args, dir);
+        }
+        let mut args = vec![
+            "req",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ];
+        args.extend(ec);
+        openssl(&args, dir);
+        std::fs::write(dir.join("san.ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n").unwrap();
+        openssl(
+            &[
+                "x509",
+                "-req",
+                "-days",
+                "2",
+                "-in",
+                "server.csr",
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-extfile",
+                "san.ext",
+                "-out",
+                "server.crt",
+            ],
+            dir,
+        );
+    }
+
+    fn record(version: u64) -> CacheRecord {
+        let now = now_millis();
+        let link = rebound_core::Link {
+            version,
+            ..rebound_core::Link::new_active(
+                "tlscode".into(),
+                "https://example.com/".into(),
+                rebound_core::RedirectKind::Found,
+                false,
+                now,
+                "t".into(),
+                None,
+            )
+        };
+        CacheRecord::active(&link, now, &rebound_core::cache::CachePolicy::default())
+    }
+
+    #[tokio::test]
+    #[ignore = "needs redis-server and openssl (the test services): scripts/test runs it"]
+    async fn over_tls_with_the_configured_ca_everything_works_and_an_untrusted_certificate_is_a_setting_error() {
+        let dir = tempfile::tempdir().unwrap();
+        certificates(dir.path());
+        let (crt, key, ca) = (
+            dir.path().join("server.crt"),
+            dir.path().join("server.key"),
+            dir.path().join("ca.crt"),
+        );
+        let redis = start_redis(
+            dir.path(),
+            true,
+            &[
+                "--tls-cert-file",
+                crt.to_str().unwrap(),
+                "--tls-key-file",
+                key.to_str().unwrap(),
+                "--tls-ca-cert-file",
+                ca.to_str().unwrap(),
+                "--tls-auth-clients",
+                "no",
+            ],
+        )
+        .await;
+        let url = format!("rediss://localhost:{}/", redis.port);
+        let ca_pem = std::fs::read(&ca).unwrap();
+        let cache = RedisCache::with_ca(&url, "tls:", ca_pem).unwrap();
+        assert_eq!(cache.check_settings().await, Ok(None));
+        // Records, the channel and the feed all go over the TLS connections.
+        let now = now_millis();
+        assert!(cache.put_record("tlscode", &record(3), now).await.unwrap());
+        assert!(matches!(cache.get_record("tlscode").await.unwrap(), L2Read::Found(r) if r.version == 3));
+        let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
+        cache.publish_invalidation("tlscode", 4).await.unwrap();
+        assert_eq!(
+            tokio::time::timeout(Duration::from_secs(5), messages.next())
+                .await
+                .unwrap(),
+            Some(ChannelMessage::Invalidate {
+                version: 4,
+                code: "tlscode".into()
+            })
+        );
+        cache.announce_created("tlscode").await.unwrap();
+        assert_eq!(
+            cache.read_feed("0-0", Duration::from_millis(100)).await.unwrap().1,
+            vec![FeedEntry::Created("tlscode".to_owned())]
+        );
+
+        // Signed by another authority, or checked against the system's store: refused, and
+        // the error names the setting.
+        let other = RedisCache::with_ca(&url, "tls:", std::fs::read(dir.path().join("other.crt")).unwrap()).unwrap();
+        let refused = other.check_settings().await.unwrap_err();
+        assert!(matches!(refused, RedisSettingError::Certificate(_)), "{refused}");
+        assert!(refused.to_string().starts_with("REBOUND_REDIS_CA: "), "{refused}");
+        let system = RedisCache::new(&url, "tls:").unwrap();
+        assert!(matches!(
+            system.check_settings().await,
+            Err(RedisSettingError::Certificate(_))
+        ));
+        // A CA for a cleartext URL is a mistake, said at once.
+        let mixed = RedisCache::with_ca(&format!("redis://127.0.0.1:{}/", redis.port), "tls:", Vec::new());
+        assert!(mixed.err().unwrap().to_string().contains("REBOUND_REDIS_CA"));
+    }
+
+    #[tokio::test]
+    #[ignore = "needs redis-server (the test services): scripts/test runs it"]
+    async fn a_password_or_an_acl_user_is_used_and_wrong_credentials_are_a_setting_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let redis = start_redis(
+            dir.path(),
+            false,
+            &[
+                "--requirepass",
+                "s3cret",
+                "--user",
+                "proxy",
+                "on",
+                ">pr0xy",
+                "~*",
+                "&*",
+                "+@all",
+            ],
+        )
+        .await;
+        let url = |auth: &str| format!("redis://{auth}127.0.0.1:{}/", redis.port);
+        for good in [":s3cret@", "proxy:pr0xy@"] {
+            let cache = RedisCache::new(&url(good), "auth:").unwrap();
+            assert_eq!(cache.check_settings().await, Ok(None), "{good}");
+            let now = now_millis();
+            assert!(cache.put_record("tlscode", &record(1), now).await.unwrap(), "{good}");
+            let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
+            InvalidationChannel::keepalive(&cache, "p1", 9).await.unwrap();
+            assert_eq!(
+                tokio::time::timeout(Duration::from_secs(5), messages.next())
+                    .await
+                    .unwrap(),
+                Some(ChannelMessage::Keepalive { sent: 9 }),
+                "{good}"
+            );
+        }
+        for bad in ["", ":wrong@", "proxy:wrong@", "nobody:s3cret@"] {
+            let cache = RedisCache::new(&url(bad), "auth:").unwrap();
+            let refused = cache.check_settings().await.unwrap_err();
+            assert!(matches!(refused, RedisSettingError::Credentials(_)), "{bad}: {refused}");
+            assert!(refused.to_string().starts_with("REBOUND_REDIS_URL: "), "{refused}");
+        }
+        // Unreachable is an outage, not a setting: the process starts and connects later.
+        let down = RedisCache::new("redis://127.0.0.1:9/", "auth:").unwrap();
+        assert!(matches!(down.check_settings().await, Ok(Some(_))));
+    }
+}

@@ -1,0 +1,190 @@
+//! The control plane's side of Redis: the link events ([`RedisLinkEvents`]) that write
+//! creates through to L2 and the feed, and deletes as tombstones and invalidations that
+//! wait for the proxies' acknowledgements.
+
+use crate::{acks, RedisCache};
+use async_trait::async_trait;
+use rebound_core::CacheRecord;
+use rebound_store::RecordCache;
+use std::time::Duration;
+
+/// Longest a create waits on the write-through and the announcement.
+const CREATE_ANNOUNCE_BUDGET: Duration = Duration::from_millis(300);
+/// Longest a delete or takedown waits on its tombstone and invalidation before answering 503.
+const DEACTIVATE_BUDGET: Duration = Duration::from_secs(1);
+
+/// The link-event port over Redis (the control plane's side): a create is written through
+/// to L2 and appended to the creation feed; a delete or takedown writes the tombstone with
+/// its version (synchronously), publishes the invalidation, and then waits until every
+/// live proxy has acknowledged it, or `invalidation_bound` for those that do not (see
+/// [`acks`](crate::acks)).
+pub struct RedisLinkEvents {
+    pub cache: std::sync::Arc<RedisCache>,
+    pub clock: std::sync::Arc<dyn rebound_core::Clock>,
+    pub policy: rebound_core::cache::CachePolicy,
+    pub acks: std::sync::Arc<acks::Acknowledgements>,
+    /// `invalidation_timeout + l1_ttl`: the longest a proxy that heard nothing may still
+    /// redirect from its L1, and so the longest a delete waits for one.
+    pub invalidation_bound: Duration,
+}
+
+impl RedisLinkEvents {
+    /// How far back the registry counts a proxy as one a delete must wait for.
+    fn registry_window(&self) -> Duration {
+        self.invalidation_bound * rebound_store::fleet::REGISTRY_WINDOW_BOUNDS
+    }
+}
+
+#[async_trait]
+impl rebound_store::LinkEvents for RedisLinkEvents {
+    async fn created(&self, link: &rebound_core::Link) -> Result<(), rebound_store::EventError> {
+        let now = self.clock.now_millis();
+        let record = CacheRecord::active(link, now, &self.policy);
+        let announce = async {
+            self.cache.put_record(&link.code, &record, now).await?;
+            self.cache.announce_created(&link.code).await
+        };
+        // Bounded: proxies that miss the announcement bypass their filter, so a create never
+        // waits long on a sick Redis.
+        match tokio::time::timeout(CREATE_ANNOUNCE_BUDGET, announce).await {
+            Ok(result) => result.map_err(|e| rebound_store::EventError(e.to_string())),
+            Err(_) => Err(rebound_store::EventError("redis did not answer in time".into())),
+        }
+    }
+
+    async fn leased(&self, high_water: u64) -> Result<(), rebound_store::EventError> {
+        match tokio::time::timeout(CREATE_ANNOUNCE_BUDGET, self.cache.announce_high_water(high_water)).await {
+            Ok(result) => result.map_err(|e| rebound_store::EventError(e.to_string())),
+            Err(_) => Err(rebound_store::EventError("redis did not answer in time".into())),
+        }
+    }
+
+    async fn deactivated(&self, link: &rebound_core::Link) -> Result<(), rebound_store::EventError> {
+        let now = self.clock.now_millis();
+        let tomb = CacheRecord::tombstone(link.version, now, &self.policy);
+        // Counting before the publish: no acknowledgement can come before it.
+        let expectation = self.acks.expect(&link.code, link.version);
+        let invalidate = async {
+            self.cache.put_record(&link.code, &tomb, now).await?;
+            self.cache.publish_invalidation(&link.code, link.version).await
+        };
+        match tokio::time::timeout(DEACTIVATE_BUDGET, invalidate).await {
+            Ok(result) => result.map_err(|e| rebound_store::EventError(e.to_string()))?,
+            Err(_) => return Err(rebound_store::EventError("redis did not answer in time".into())),
+        }
+        // The bound counts from the publish: a proxy that missed it stops trusting its L1
+        // within invalidation_timeout of it, and what it kept then lives l1_ttl more.
+        let deadline = tokio::time::Instant::now() + self.invalidation_bound;
+        // Every proxy registered within the window (by Redis's clock) may still hold the
+        // code, even one that stopped sending keepalives (cut off from Redis, it still
+        // serves). Not knowing which (the registry unreadable), the bound is waited out.
+        let registry = self.cache.live_proxies(self.registry_window());
+        let proxies = match tokio::time::timeout(DEACTIVATE_BUDGET, registry).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(_)) | Err(_) => vec![String::from("(registry unreadable)")],
+        };
+        if let acks::WaitOutcome::WaitedOut(missing) = expectation.wait_for(&proxies, deadline).await {
+            tracing::warn!(code = %link.code, proxies = ?missing, "no acknowledgement within invalidation_timeout + l1_ttl; their L1 entries have expired by now");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::connection::now_millis;
+    use futures_util::StreamExt;
+    use rebound_store::LinkEvents;
+    use rebound_store::{ChannelMessage, InvalidationChannel};
+    use std::sync::Arc;
+
+    fn link(code: &str, version: u64) -> rebound_core::Link {
+        rebound_core::Link {
+            version,
+            is_active: false,
+            ..rebound_core::Link::new_active(
+                code.into(),
+                "https://example.com/".into(),
+                rebound_core::RedirectKind::Found,
+                false,
+                now_millis(),
+                "t".into(),
+                None,
+            )
+        }
+    }
+
+    #[tokio::test]
+    #[ignore = "needs REBOUND_TEST_REDIS_URL (the test services): scripts/test starts them and runs it"]
+    async fn a_delete_waits_for_each_live_proxy_to_acknowledge_or_for_the_bound() {
+        let url = std::env::var("REBOUND_TEST_REDIS_URL").unwrap();
+        let cache = Arc::new(RedisCache::new(&url, &format!("ack{}:", now_millis())).unwrap());
+        let metrics = acks::AckMetrics::register(&prometheus::Registry::new()).unwrap();
+        let acks = acks::Acknowledgements::new(metrics.clone());
+        let (stop, shutdown) = tokio::sync::watch::channel(false);
+        let listener = tokio::spawn(acks.clone().listen(cache.clone(), shutdown));
+        while metrics.listening.get() == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let events = Arc::new(RedisLinkEvents {
+            cache: cache.clone(),
+            clock: Arc::new(rebound_core::SystemClock),
+            policy: rebound_core::cache::CachePolicy::default(),
+            acks,
+            invalidation_bound: Duration::from_secs(30),
+        });
+        // Two live proxies; one that left is not waited for.
+        cache.keepalive("pa", 1).await.unwrap();
+        cache.keepalive("pb", 1).await.unwrap();
+        cache.keepalive("gone", 1).await.unwrap();
+        cache.deregister("gone").await.unwrap();
+        let mut live = cache.live_proxies(Duration::from_secs(30)).await.unwrap();
+        live.sort();
+        assert_eq!(live, ["pa", "pb"]);
+
+        let mut invalidations = InvalidationChannel::subscribe(cache.as_ref(), "pa").await.unwrap();
+        let delete = tokio::spawn({
+            let events = events.clone();
+            async move { events.deactivated(&link("gone", 4)).await }
+        });
+        // The invalidation goes out; one acknowledgement is not enough.
+        let heard = tokio::time::timeout(Duration::from_secs(5), invalidations.next())
+            .await
+            .unwrap();
+        assert_eq!(
+            heard,
+            Some(ChannelMessage::Invalidate {
+                version: 4,
+                code: "gone".into()
+            })
+        );
+        cache.publish_ack("pa", 4, "gone").await.unwrap();
+        cache.publish_ack("pb", 3, "gone").await.unwrap(); // an older version
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!delete.is_finished(), "answered before every live proxy acknowledged");
+        cache.publish_ack("pb", 4, "gone").await.unwrap();
+        let answered = tokio::time::timeout(Duration::from_secs(5), delete).await;
+        assert!(matches!(answered, Ok(Ok(Ok(())))), "{answered:?}");
+        assert_eq!(metrics.received.get(), 2);
+        assert_eq!(metrics.waited_out.get(), 0);
+
+        // A proxy that never acknowledges holds a delete for the bound, and no longer.
+        let short = RedisLinkEvents {
+            cache: cache.clone(),
+            clock: Arc::new(rebound_core::SystemClock),
+            policy: rebound_core::cache::CachePolicy::default(),
+            acks: acks::Acknowledgements::new(acks::AckMetrics::register(&prometheus::Registry::new()).unwrap()),
+            invalidation_bound: Duration::from_millis(300),
+        };
+        let started = std::time::Instant::now();
+        short.deactivated(&link("other", 2)).await.unwrap();
+        assert!(
+            started.elapsed() >= Duration::from_millis(300),
+            "the bound was not waited out"
+        );
+        stop.send(true).unwrap();
+        listener.await.unwrap();
+    }
+}

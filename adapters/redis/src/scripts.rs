@@ -1,0 +1,136 @@
+//! The Lua scripts, each one step on Redis: whatever must not interleave with another
+//! client's commands (a versioned write, a keepalive and its registration, an invalidation
+//! and its log entry) runs as one of these.
+
+/// The epoch of this Redis's data set, a Lua function the scripts below start with. A
+/// Redis that restarted (from a snapshot older than its last writes, say) or a replica
+/// promoted in a failover (that may have missed the last writes) has another `run_id`
+/// than the one recorded in the key `identity` (the key came back from the snapshot, or
+/// was replicated from the old primary): the first script to run there starts a new epoch,
+/// the Redis time of that moment. Records carry the epoch they were written in; a live
+/// record of an earlier epoch may predate a tombstone the Redis lost, and is confirmed by
+/// the store before use.
+const IDENTITY: &str = r"
+local function epoch(key)
+  local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+  local held = redis.call('GET', key)
+  if held then
+    local r, e = string.match(held, '^(%x+) (%d+)$')
+    if r == run then return tonumber(e) end
+  end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('SET', key, run .. ' ' .. now)
+  return now
+end
+";
+
+/// A read: the record and the current epoch.
+const READ: &str = r"
+local e = epoch(KEYS[2])
+return {redis.call('GET', KEYS[1]), e}
+";
+
+/// The versioned write: replaces the record unless the stored one has a higher version
+/// (equal versions overwrite, so retries are idempotent), stamping it with the epoch.
+/// Returns 1 when written, and the epoch.
+const VERSIONED_SET: &str = r#"
+local e = epoch(KEYS[2])
+local current = redis.call('GET', KEYS[1])
+if current then
+  local v = tonumber(string.match(current, '^(%d+) '))
+  if v and v > tonumber(ARGV[1]) then
+    return {0, e}
+  end
+end
+redis.call('SET', KEYS[1], ARGV[1] .. ' {"e":' .. e .. ',' .. string.sub(ARGV[2], 2), 'PX', ARGV[3])
+return {1, e}
+"#;
+
+/// A proxy's keepalive: registers it in `proxies` at Redis's time (never a process's own
+/// clock, which may be skewed), drops registrations older than an hour, and publishes on
+/// the proxy's own channel, which only its subscription hears.
+const KEEPALIVE: &str = r"
+local e = epoch(KEYS[2])
+local last = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)
+local position = '0-0'
+if last[1] then position = last[1][1] end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - 3600000)
+redis.call('PUBLISH', ARGV[2], ARGV[3])
+return {now, e, position}
+";
+
+/// An invalidation: logged in the stream `invalidations` (trimmed to about `ARGV[3]`
+/// entries) and published, in one step, so the log and the channel agree on the order.
+const INVALIDATE: &str = r"
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', 'i', ARGV[1])
+redis.call('PUBLISH', ARGV[2], ARGV[1])
+return 1
+";
+
+/// The invalidations logged after the stream id `ARGV[2]` of epoch `ARGV[1]`, at most
+/// `ARGV[3]` of them; nil when that cannot be told in full: the epoch changed (the Redis
+/// may have lost entries), entries after the position were trimmed, or there are more.
+const REPLAY: &str = r"
+if epoch(KEYS[1]) ~= tonumber(ARGV[1]) then return false end
+local limit = tonumber(ARGV[3])
+local entries
+if ARGV[2] == '0-0' then
+  -- Nothing was logged then: complete if nothing was ever trimmed.
+  if redis.call('EXISTS', KEYS[2]) == 0 then return {} end
+  local info = redis.call('XINFO', 'STREAM', KEYS[2])
+  local fields = {}
+  for i = 1, #info, 2 do fields[info[i]] = info[i + 1] end
+  if not fields['entries-added'] or fields['entries-added'] ~= fields['length'] then return false end
+  entries = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', limit + 1)
+else
+  -- The log is trimmed from its oldest end only: while the entry at the position is
+  -- still there, everything after it is too.
+  entries = redis.call('XRANGE', KEYS[2], ARGV[2], '+', 'COUNT', limit + 2)
+  if #entries == 0 or entries[1][1] ~= ARGV[2] then return false end
+  table.remove(entries, 1)
+end
+if #entries > limit then return false end
+local out = {}
+for i, entry in ipairs(entries) do out[i] = entry[2][2] end
+return out
+";
+
+/// The proxies registered within the last `ARGV[1]` milliseconds of Redis's time.
+const LIVE_PROXIES: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[1]), '+inf')
+";
+
+/// The scripts of one cache, the epoch function prepended to those that report it.
+pub(crate) struct Scripts {
+    /// [`VERSIONED_SET`].
+    pub(crate) versioned_set: redis::Script,
+    /// [`READ`].
+    pub(crate) read: redis::Script,
+    /// [`KEEPALIVE`].
+    pub(crate) keepalive: redis::Script,
+    /// [`LIVE_PROXIES`].
+    pub(crate) live_proxies: redis::Script,
+    /// [`INVALIDATE`].
+    pub(crate) invalidate: redis::Script,
+    /// [`REPLAY`].
+    pub(crate) replay: redis::Script,
+}
+
+impl Scripts {
+    pub(crate) fn new() -> Scripts {
+        Scripts {
+            versioned_set: redis::Script::new(&format!("{IDENTITY}{VERSIONED_SET}")),
+            read: redis::Script::new(&format!("{IDENTITY}{READ}")),
+            keepalive: redis::Script::new(&format!("{IDENTITY}{KEEPALIVE}")),
+            live_proxies: redis::Script::new(LIVE_PROXIES),
+            invalidate: redis::Script::new(INVALIDATE),
+            replay: redis::Script::new(&format!("{IDENTITY}{REPLAY}")),
+        }
+    }
+}
