@@ -1,0 +1,374 @@
+//! The links ([`LinkReads`], [`LinkStore`]): the links table with its idempotency records,
+//! the alias index, and the propagations pending that a delete writes in its transaction.
+
+use crate::store::sql_err;
+use crate::SqliteStore;
+use async_trait::async_trait;
+use rebound_core::link::Deletion;
+use rebound_core::RedirectKind;
+use rebound_core::{Link, UnixMillis};
+use rebound_store::{
+    IdempotencyRecord, LinkPage, LinkReads, LinkStore, ListCursor, Propagation, PropagationLease, StoreError,
+};
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+
+const LINK_COLUMNS: &str = "code, long_url, redirect, forward_query, created_at, created_by, is_active, \
+     version, expires_at, deleted_at, deleted_by, delete_reason, purge_at";
+
+fn link_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Link, StoreError>> {
+    let redirect: u16 = row.get(2)?;
+    let version: i64 = row.get(7)?;
+    let Some(redirect) = RedirectKind::from_status(redirect) else {
+        return Ok(Err(StoreError::Corrupt(format!("redirect {redirect}"))));
+    };
+    Ok(Ok(Link {
+        code: row.get(0)?,
+        long_url: row.get(1)?,
+        redirect,
+        forward_query: row.get(3)?,
+        created_at: row.get(4)?,
+        created_by: row.get(5)?,
+        is_active: row.get(6)?,
+        version: version as u64,
+        expires_at: row.get(8)?,
+        deleted_at: row.get(9)?,
+        deleted_by: row.get(10)?,
+        delete_reason: row.get(11)?,
+        purge_at: row.get(12)?,
+    }))
+}
+
+fn get_link_in(conn: &Connection, code: &str) -> Result<Option<Link>, StoreError> {
+    conn.prepare_cached(&format!("SELECT {LINK_COLUMNS} FROM links WHERE code = ?1"))
+        .map_err(sql_err)?
+        .query_row([code], link_from_row)
+        .optional()
+        .map_err(sql_err)?
+        .transpose()
+}
+
+/// Inserts a link unless its code is taken; true when inserted.
+fn insert_link_in(conn: &Connection, link: &Link) -> Result<bool, StoreError> {
+    let n = conn
+        .prepare_cached(&format!(
+            "INSERT INTO links ({LINK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) \
+             ON CONFLICT (code) DO NOTHING"
+        ))
+        .map_err(sql_err)?
+        .execute(params![
+            link.code,
+            link.long_url,
+            link.redirect.status(),
+            link.forward_query,
+            link.created_at,
+            link.created_by,
+            link.is_active,
+            link.version as i64,
+            link.expires_at,
+            link.deleted_at,
+            link.deleted_by,
+            link.delete_reason,
+            link.purge_at,
+        ])
+        .map_err(sql_err)?;
+    Ok(n == 1)
+}
+
+#[async_trait]
+impl LinkReads for SqliteStore {
+    async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError> {
+        let code = code.to_owned();
+        self.read(move |conn| get_link_in(conn, &code)).await
+    }
+
+    async fn high_water(&self, counter: &str) -> Result<u64, StoreError> {
+        let counter = counter.to_owned();
+        self.read(move |conn| {
+            let value: Option<i64> = conn
+                .query_row("SELECT value FROM counters WHERE name = ?1", [counter], |r| r.get(0))
+                .optional()
+                .map_err(sql_err)?;
+            Ok(value.unwrap_or(0) as u64)
+        })
+        .await
+    }
+
+    async fn list_aliases(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>, StoreError> {
+        let after = after.unwrap_or("").to_owned();
+        self.read(move |conn| {
+            let mut stmt = conn
+                .prepare_cached("SELECT code FROM aliases WHERE code > ?1 ORDER BY code LIMIT ?2")
+                .map_err(sql_err)?;
+            let rows = stmt
+                .query_map(params![after, limit as i64], |r| r.get::<_, String>(0))
+                .map_err(sql_err)?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(sql_err)
+        })
+        .await
+    }
+
+    async fn read_setting(&self, name: &str) -> Result<Option<String>, StoreError> {
+        let name = name.to_owned();
+        self.read(move |conn| {
+            conn.query_row("SELECT value FROM settings WHERE name = ?1", [name], |r| r.get(0))
+                .optional()
+                .map_err(sql_err)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl LinkStore for SqliteStore {
+    async fn insert_link(&self, link: &Link, idempotency: Option<&IdempotencyRecord>) -> Result<(), StoreError> {
+        let link = link.clone();
+        let idem = idempotency.cloned();
+        self.write(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql_err)?;
+            if let Some(rec) = &idem {
+                let taken: Option<i64> = tx
+                    .query_row(
+                        "SELECT 1 FROM idempotency WHERE scope = ?1 AND key = ?2 AND expires_at > ?3",
+                        params![rec.scope, rec.key, rec.created_at],
+                        |r| r.get(0),
+                    )
+                    .optional()
+                    .map_err(sql_err)?;
+                if taken.is_some() {
+                    return Err(StoreError::IdempotencyKeyExists);
+                }
+            }
+            let inserted = insert_link_in(&tx, &link)?;
+            if !inserted {
+                return Err(StoreError::AlreadyExists);
+            }
+            if let Some(rec) = &idem {
+                tx.execute(
+                    "INSERT OR REPLACE INTO idempotency (scope, key, request_hash, status, body, created_at, expires_at) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    params![rec.scope, rec.key, rec.request_hash, rec.status, rec.body, rec.created_at, rec.expires_at],
+                )
+                .map_err(sql_err)?;
+            }
+            tx.commit().map_err(sql_err)
+        })
+        .await
+    }
+
+    async fn record_alias(&self, alias: &str) -> Result<(), StoreError> {
+        let alias = alias.to_owned();
+        self.write(move |conn| {
+            conn.execute("INSERT INTO aliases (code) VALUES (?1) ON CONFLICT DO NOTHING", [alias])
+                .map(|_| ())
+                .map_err(sql_err)
+        })
+        .await
+    }
+
+    async fn insert_links(&self, links: &[Link]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        let links = links.to_vec();
+        self.write(move |conn| {
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(sql_err)?;
+            let mut outcomes = Vec::with_capacity(links.len());
+            for link in &links {
+                outcomes.push(match insert_link_in(&tx, link)? {
+                    true => Ok(()),
+                    false => Err(StoreError::AlreadyExists),
+                });
+            }
+            tx.commit().map_err(sql_err)?;
+            Ok(outcomes)
+        })
+        .await
+    }
+
+    async fn deactivate_link_pending(
+        &self,
+        code: &str,
+        expected_version: u64,
+        deletion: &Deletion,
+        lease: &PropagationLease,
+    ) -> Result<Link, StoreError> {
+        let code = code.to_owned();
+        let deletion = deletion.clone();
+        let lease = lease.clone();
+        self.write(move |conn| {
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(sql_err)?;
+            let current = get_link_in(&tx, &code)?.ok_or(StoreError::NotFound)?;
+            if current.version != expected_version || !current.is_active {
+                return Err(StoreError::ConditionFailed);
+            }
+            let next = current.deactivated(&deletion);
+            let changed = tx
+                .execute(
+                    "UPDATE links SET is_active = 0, version = ?1, deleted_at = ?2, deleted_by = ?3, \
+                     delete_reason = ?4, purge_at = ?5 WHERE code = ?6 AND version = ?7 AND is_active = 1",
+                    params![
+                        next.version as i64,
+                        next.deleted_at,
+                        next.deleted_by,
+                        next.delete_reason,
+                        next.purge_at,
+                        code,
+                        expected_version as i64
+                    ],
+                )
+                .map_err(sql_err)?;
+            if changed != 1 {
+                return Err(StoreError::ConditionFailed);
+            }
+            tx.execute(
+                "INSERT INTO propagations (code, version, lease_owner, lease_until) VALUES (?1, ?2, ?3, ?4) \
+                 ON CONFLICT (code) DO UPDATE SET version = excluded.version, \
+                 lease_owner = excluded.lease_owner, lease_until = excluded.lease_until",
+                params![code, next.version as i64, lease.owner, lease.until],
+            )
+            .map_err(sql_err)?;
+            tx.commit().map_err(sql_err)?;
+            Ok(next)
+        })
+        .await
+    }
+
+    async fn pending_propagations(&self, now: UnixMillis, limit: usize) -> Result<Vec<Propagation>, StoreError> {
+        self.read(move |conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT code, version, lease_owner, lease_until FROM propagations \
+                     WHERE lease_until <= ?1 ORDER BY lease_until, code LIMIT ?2",
+                )
+                .map_err(sql_err)?;
+            let rows = stmt
+                .query_map(params![now, limit.min(i64::MAX as usize) as i64], |row| {
+                    Ok(Propagation {
+                        code: row.get(0)?,
+                        version: row.get::<_, i64>(1)? as u64,
+                        lease_owner: row.get(2)?,
+                        lease_until: row.get(3)?,
+                    })
+                })
+                .map_err(sql_err)?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(sql_err)
+        })
+        .await
+    }
+
+    async fn lease_propagation(
+        &self,
+        code: &str,
+        version: u64,
+        lease: &PropagationLease,
+        now: UnixMillis,
+    ) -> Result<Link, StoreError> {
+        let code = code.to_owned();
+        let lease = lease.clone();
+        self.write(move |conn| {
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(sql_err)?;
+            let changed = tx
+                .execute(
+                    "UPDATE propagations SET lease_owner = ?1, lease_until = ?2 \
+                     WHERE code = ?3 AND version = ?4 AND (lease_until <= ?5 OR lease_owner = ?1)",
+                    params![lease.owner, lease.until, code, version as i64, now],
+                )
+                .map_err(sql_err)?;
+            if changed != 1 {
+                return Err(StoreError::ConditionFailed);
+            }
+            let link = get_link_in(&tx, &code)?.ok_or(StoreError::NotFound)?;
+            tx.commit().map_err(sql_err)?;
+            Ok(link)
+        })
+        .await
+    }
+
+    async fn finish_propagation(&self, code: &str, version: u64) -> Result<(), StoreError> {
+        let code = code.to_owned();
+        self.write(move |conn| {
+            let deleted = conn
+                .execute(
+                    "DELETE FROM propagations WHERE code = ?1 AND version = ?2",
+                    params![code, version as i64],
+                )
+                .map_err(sql_err)?;
+            match deleted {
+                1 => Ok(()),
+                _ => Err(StoreError::ConditionFailed),
+            }
+        })
+        .await
+    }
+
+    async fn list_links(
+        &self,
+        owner: Option<&str>,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<LinkPage, StoreError> {
+        let after = cursor.map(ListCursor::decode).transpose()?;
+        let owner = owner.map(str::to_owned);
+        self.read(move |conn| {
+            let (at, code) = after.map_or((i64::MAX, String::new()), |c| (c.created_at, c.code));
+            // Without a cursor every row qualifies: (created_at, code) < (MAX, '') holds for all.
+            let mut sql =
+                format!("SELECT {LINK_COLUMNS} FROM links WHERE (created_at < ?1 OR (created_at = ?1 AND code < ?2))");
+            if owner.is_some() {
+                sql.push_str(" AND created_by = ?4");
+            }
+            sql.push_str(" ORDER BY created_at DESC, code DESC LIMIT ?3");
+            let mut stmt = conn.prepare_cached(&sql).map_err(sql_err)?;
+            let fetch = (limit + 1) as i64;
+            let rows: Vec<rusqlite::Result<Result<Link, StoreError>>> = match &owner {
+                Some(o) => stmt
+                    .query_map(params![at, code, fetch, o], link_from_row)
+                    .map_err(sql_err)?
+                    .collect(),
+                None => stmt
+                    .query_map(params![at, code, fetch], link_from_row)
+                    .map_err(sql_err)?
+                    .collect(),
+            };
+            let links = rows
+                .into_iter()
+                .map(|r| r.map_err(sql_err)?)
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(LinkPage::from_overfetch(links, limit))
+        })
+        .await
+    }
+
+    async fn get_idempotency(
+        &self,
+        scope: &str,
+        key: &str,
+        now: UnixMillis,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        let (scope, key) = (scope.to_owned(), key.to_owned());
+        self.read(move |conn| {
+            conn.query_row(
+                "SELECT scope, key, request_hash, status, body, created_at, expires_at FROM idempotency \
+                 WHERE scope = ?1 AND key = ?2 AND expires_at > ?3",
+                params![scope, key, now],
+                |r| {
+                    Ok(IdempotencyRecord {
+                        scope: r.get(0)?,
+                        key: r.get(1)?,
+                        request_hash: r.get(2)?,
+                        status: r.get(3)?,
+                        body: r.get(4)?,
+                        created_at: r.get(5)?,
+                        expires_at: r.get(6)?,
+                    })
+                },
+            )
+            .optional()
+            .map_err(sql_err)
+        })
+        .await
+    }
+}

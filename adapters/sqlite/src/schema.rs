@@ -1,0 +1,163 @@
+//! The schemas of the two files, and the one migration: the rollups moved out of the main
+//! file into a file of their own.
+
+use crate::store::sql_err;
+use rebound_store::StoreError;
+use rusqlite::{Connection, TransactionBehavior};
+
+pub(crate) const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS links (
+    code TEXT PRIMARY KEY,
+    long_url TEXT NOT NULL,
+    redirect INTEGER NOT NULL,
+    forward_query INTEGER NOT NULL,
+    created_at INTEGER NOT NULL,
+    created_by TEXT NOT NULL,
+    is_active INTEGER NOT NULL,
+    version INTEGER NOT NULL,
+    expires_at INTEGER,
+    deleted_at INTEGER,
+    deleted_by TEXT,
+    delete_reason TEXT,
+    purge_at INTEGER
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS links_by_owner ON links (created_by, created_at DESC, code DESC);
+CREATE INDEX IF NOT EXISTS links_by_time ON links (created_at DESC, code DESC);
+CREATE TABLE IF NOT EXISTS idempotency (
+    scope TEXT NOT NULL,
+    key TEXT NOT NULL,
+    request_hash TEXT NOT NULL,
+    status INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL,
+    PRIMARY KEY (scope, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS api_keys (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    role TEXT NOT NULL,
+    key_hash TEXT NOT NULL UNIQUE,
+    created_at INTEGER NOT NULL,
+    revoked_at INTEGER
+);
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+-- The alias index: every custom alias (recorded before its link), so a data plane learns
+-- which codes are aliases without reading the links.
+CREATE TABLE IF NOT EXISTS aliases (code TEXT PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS audit (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    at INTEGER NOT NULL,
+    actor TEXT NOT NULL,
+    action TEXT NOT NULL,
+    code TEXT,
+    reason TEXT,
+    outcome TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_by_code ON audit (code, seq);
+-- Propagations pending: a version of a link durable here that the caches may not know yet,
+-- written in the transaction that made it, deleted once propagated; read by lease expiry.
+CREATE TABLE IF NOT EXISTS propagations (
+    code TEXT PRIMARY KEY,
+    version INTEGER NOT NULL,
+    lease_owner TEXT NOT NULL,
+    lease_until INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS propagations_by_lease ON propagations (lease_until, code);
+";
+
+/// The click rollups live in a second file beside the first, with its own writer: SQLite
+/// allows one writer per file, so a long rollup write never holds up link creation.
+pub(crate) const CLICKS_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS rollups (
+    code TEXT NOT NULL,
+    day INTEGER NOT NULL,
+    clicks INTEGER NOT NULL,
+    PRIMARY KEY (code, day)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS applied_batches (id TEXT PRIMARY KEY, applied_at INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS applied_batches_by_time ON applied_batches (applied_at);
+";
+
+/// Data directories written before the rollups had a file of their own keep them in the
+/// main file: move them over once, at open, before anything else writes clicks. Replacing
+/// (not adding) makes a retry after a crash between the two files' commits harmless.
+pub(crate) fn move_rollups_out_of_the_main_file(main: &mut Connection, clicks_file: &str) -> Result<(), StoreError> {
+    let has_old: i64 = main
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('rollups', 'applied_batches')",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(sql_err)?;
+    if has_old == 0 {
+        return Ok(());
+    }
+    main.execute("ATTACH DATABASE ?1 AS clicks", [clicks_file])
+        .map_err(sql_err)?;
+    let moved = (|| {
+        let tx = main.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        if has_old == 2 {
+            tx.execute_batch(
+                "INSERT OR REPLACE INTO clicks.rollups (code, day, clicks) SELECT code, day, clicks FROM main.rollups;
+                 INSERT OR IGNORE INTO clicks.applied_batches (id, applied_at) SELECT id, applied_at FROM main.applied_batches;",
+            )?;
+        }
+        tx.execute_batch("DROP TABLE IF EXISTS main.rollups; DROP TABLE IF EXISTS main.applied_batches;")?;
+        tx.commit()
+    })();
+    main.execute("DETACH DATABASE clicks", []).map_err(sql_err)?;
+    moved.map_err(sql_err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SqliteStore;
+    use rebound_store::{BatchOutcome, ClickAdd, ClickBatch, RollupStore};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn rollups_in_the_main_file_move_to_the_clicks_file_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rebound.db");
+        {
+            // A data directory from before the split.
+            let old = Connection::open(&path).unwrap();
+            old.execute_batch(
+                "CREATE TABLE rollups (code TEXT NOT NULL, day INTEGER NOT NULL, clicks INTEGER NOT NULL,
+                    PRIMARY KEY (code, day)) WITHOUT ROWID;
+                 CREATE TABLE applied_batches (id TEXT PRIMARY KEY, applied_at INTEGER NOT NULL);
+                 INSERT INTO rollups VALUES ('old1', 3, 7), ('old1', 4, 2);
+                 INSERT INTO applied_batches VALUES ('batch-a', 1);",
+            )
+            .unwrap();
+        }
+        let day = rebound_core::Day;
+        for _ in 0..2 {
+            let store = SqliteStore::open(&path).unwrap();
+            assert_eq!(
+                store.read_clicks("old1", day(1), day(9)).await.unwrap(),
+                vec![(day(3), 7), (day(4), 2)],
+                "the history is kept, and moved once"
+            );
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        let replay = ClickBatch {
+            id: "batch-a".into(),
+            adds: vec![ClickAdd {
+                code: "old1".into(),
+                day: day(3),
+                clicks: 5,
+            }],
+        };
+        assert_eq!(store.apply_clicks(&replay).await.unwrap(), BatchOutcome::AlreadyApplied);
+        let main = Connection::open(&path).unwrap();
+        let left: i64 = main
+            .query_row("SELECT count(*) FROM sqlite_master WHERE name = 'rollups'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(left, 0, "the main file no longer has rollups");
+    }
+}
