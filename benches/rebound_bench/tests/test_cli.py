@@ -1,0 +1,44 @@
+"""The command line stays the one the README and the results name."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from rebound_bench.cli import SCENARIOS, options
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+def test_quick_only() -> None:
+    o = options(["--no-build", "--quick", "--only", "side,tls"])
+    assert (o.no_build, o.quick, o.only) == (True, True, "side,tls")
+    assert (o.links, o.runs, o.duration, o.list_size, o.redis_links) == (100_000, 3, 5, 200_000, 5_000)
+
+
+def test_defaults() -> None:
+    o = options([])
+    assert (o.links, o.runs, o.duration, o.connections, o.list_size, o.redis_links) == (
+        1_000_000, 5, 10, 64, 1_000_000, 20_000)
+    assert (o.rebound_threads, o.rebound_env, o.only, o.no_build) == (1, [], None, False)
+    assert (o.cap, o.no_cap, o.no_oha, o.out) == ("2500/10000", False, False, None)
+
+
+def test_every_option() -> None:
+    o = options(["--links", "5000", "--runs", "2", "--duration", "3", "--connections", "16", "--list-size", "900",
+                 "--redis-links", "70", "--rebound-threads", "0", "--rebound-env", "A=1", "--rebound-env", "B=2",
+                 "--cap", "2500/10000", "--no-oha", "--out", "/tmp/x.md"])
+    assert (o.links, o.runs, o.duration, o.connections, o.list_size, o.redis_links, o.rebound_threads) == (
+        5000, 2, 3, 16, 900, 70, 0)
+    assert (o.rebound_env, o.cap, o.no_oha, o.out) == (["A=1", "B=2"], "2500/10000", True, "/tmp/x.md")
+
+
+def test_scripts_bench_help() -> None:
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench"), "--help"], capture_output=True,
+                         text=True, check=True, env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1")).stdout
+    assert out.startswith("usage: scripts/bench")
+    for scenario in SCENARIOS.split(","):
+        assert scenario in out
+    for flag in ["--no-build", "--quick", "--only", "--cap", "--no-oha"]:
+        assert flag in out

@@ -1,0 +1,43 @@
+"""Prometheus' text format, as Rebound's /metrics serves it: one sample, one histogram."""
+
+from __future__ import annotations
+
+import urllib.request
+
+
+def fetch(url: str) -> str:
+    text: str = urllib.request.urlopen(url, timeout=5).read().decode()
+    return text
+
+
+def parse_metric(text: str, name: str) -> float:
+    """The value of the sample `name` (with its labels, exactly as written: `a{b="c"}`),
+    0 when absent."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def parse_histogram_quantile(text: str, name: str, q: float) -> tuple[float, float]:
+    """The upper bound of the first bucket of histogram `name` holding quantile `q`, and
+    the count (Prometheus' `le` buckets)."""
+    buckets: list[tuple[float, float]] = []
+    for line in text.splitlines():
+        if line.startswith(name + "_bucket{"):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            buckets.append((float("inf") if le == "+Inf" else float(le), float(line.rsplit(" ", 1)[1])))
+    buckets.sort()
+    total = buckets[-1][1] if buckets else 0.0
+    for bound, count in buckets:
+        if total and count >= q * total:
+            return bound, total
+    return float("nan"), total
+
+
+def metric(url: str, name: str) -> float:
+    return parse_metric(fetch(url), name)
+
+
+def histogram_quantile(url: str, name: str, q: float) -> tuple[float, float]:
+    return parse_histogram_quantile(fetch(url), name, q)
