@@ -1,0 +1,142 @@
+//! The item codec: links, API keys and idempotency keys as DynamoDB items, and the typed
+//! reads of an item's attributes.
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use rebound_core::RedirectKind;
+use rebound_core::{Link, UnixMillis};
+use rebound_store::{ApiKeyRecord, Role, StoreError};
+use std::collections::HashMap;
+
+pub(crate) type Item = HashMap<String, AttributeValue>;
+
+/// The partition of the `by_time` index: every link, newest first.
+pub(crate) const LIST_PARTITION: &str = "links";
+
+pub(crate) fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+pub(crate) fn n(v: impl ToString) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+pub(crate) fn get_s(item: &Item, k: &str) -> Result<String, StoreError> {
+    match item.get(k) {
+        Some(AttributeValue::S(v)) => Ok(v.clone()),
+        _ => Err(StoreError::Corrupt(format!("attribute {k} missing or not a string"))),
+    }
+}
+
+pub(crate) fn opt_s(item: &Item, k: &str) -> Option<String> {
+    match item.get(k) {
+        Some(AttributeValue::S(v)) => Some(v.clone()),
+        _ => None,
+    }
+}
+
+pub(crate) fn get_n<T: std::str::FromStr>(item: &Item, k: &str) -> Result<T, StoreError> {
+    opt_n(item, k)?.ok_or_else(|| StoreError::Corrupt(format!("attribute {k} missing")))
+}
+
+pub(crate) fn opt_n<T: std::str::FromStr>(item: &Item, k: &str) -> Result<Option<T>, StoreError> {
+    match item.get(k) {
+        Some(AttributeValue::N(v)) => v
+            .parse()
+            .map(Some)
+            .map_err(|_| StoreError::Corrupt(format!("attribute {k} is not a number"))),
+        None | Some(AttributeValue::Null(_)) => Ok(None),
+        _ => Err(StoreError::Corrupt(format!("attribute {k} is not a number"))),
+    }
+}
+
+pub(crate) fn get_bool(item: &Item, k: &str) -> Result<bool, StoreError> {
+    match item.get(k) {
+        Some(AttributeValue::Bool(b)) => Ok(*b),
+        _ => Err(StoreError::Corrupt(format!("attribute {k} missing or not a boolean"))),
+    }
+}
+
+/// Sort key of the listing indexes: newest first when read backwards.
+pub(crate) fn sort_key(created_at: UnixMillis, code: &str) -> String {
+    format!("{:015}#{}", created_at.max(0), code)
+}
+
+pub(crate) fn link_item(link: &Link) -> Item {
+    let mut item = HashMap::from([
+        ("code".to_owned(), s(&link.code)),
+        ("long_url".to_owned(), s(&link.long_url)),
+        ("redirect".to_owned(), n(link.redirect.status())),
+        ("forward_query".to_owned(), AttributeValue::Bool(link.forward_query)),
+        ("created_at".to_owned(), n(link.created_at)),
+        ("created_by".to_owned(), s(&link.created_by)),
+        ("is_active".to_owned(), AttributeValue::Bool(link.is_active)),
+        ("version".to_owned(), n(link.version)),
+        ("list".to_owned(), s(LIST_PARTITION)),
+        ("sort".to_owned(), s(sort_key(link.created_at, &link.code))),
+    ]);
+    let mut opt = |k: &str, v: Option<AttributeValue>| {
+        if let Some(v) = v {
+            item.insert(k.to_owned(), v);
+        }
+    };
+    opt("expires_at", link.expires_at.map(n));
+    opt("deleted_at", link.deleted_at.map(n));
+    opt("deleted_by", link.deleted_by.as_ref().map(s));
+    opt("delete_reason", link.delete_reason.as_ref().map(s));
+    // DynamoDB's TTL reads epoch seconds.
+    opt("purge_at", link.purge_at.map(|p| n(p / 1000)));
+    opt("purge_at_ms", link.purge_at.map(n));
+    item
+}
+
+pub(crate) fn link_from_item(item: &Item) -> Result<Link, StoreError> {
+    let redirect: u16 = get_n(item, "redirect")?;
+    Ok(Link {
+        code: get_s(item, "code")?,
+        long_url: get_s(item, "long_url")?,
+        redirect: RedirectKind::from_status(redirect)
+            .ok_or_else(|| StoreError::Corrupt(format!("redirect {redirect}")))?,
+        forward_query: get_bool(item, "forward_query")?,
+        created_at: get_n(item, "created_at")?,
+        created_by: get_s(item, "created_by")?,
+        is_active: get_bool(item, "is_active")?,
+        version: get_n(item, "version")?,
+        expires_at: opt_n(item, "expires_at")?,
+        deleted_at: opt_n(item, "deleted_at")?,
+        deleted_by: opt_s(item, "deleted_by"),
+        delete_reason: opt_s(item, "delete_reason"),
+        purge_at: opt_n(item, "purge_at_ms")?,
+    })
+}
+
+pub(crate) fn key_item(key: &ApiKeyRecord) -> Item {
+    let mut item = HashMap::from([
+        ("pk".to_owned(), s(format!("hash#{}", key.key_hash))),
+        ("id".to_owned(), s(&key.id)),
+        ("name".to_owned(), s(&key.name)),
+        ("role".to_owned(), s(key.role.as_str())),
+        ("key_hash".to_owned(), s(&key.key_hash)),
+        ("created_at".to_owned(), n(key.created_at)),
+    ]);
+    if let Some(r) = key.revoked_at {
+        item.insert("revoked_at".to_owned(), n(r));
+    }
+    item
+}
+
+pub(crate) fn key_from_item(item: &Item) -> Result<ApiKeyRecord, StoreError> {
+    let role = get_s(item, "role")?;
+    Ok(ApiKeyRecord {
+        id: get_s(item, "id")?,
+        name: get_s(item, "name")?,
+        role: Role::parse(&role).ok_or_else(|| StoreError::Corrupt(format!("role {role}")))?,
+        key_hash: get_s(item, "key_hash")?,
+        created_at: get_n(item, "created_at")?,
+        revoked_at: opt_n(item, "revoked_at")?,
+    })
+}
+
+pub(crate) fn idempotency_pk(scope: &str, key: &str) -> String {
+    // Scopes never contain a newline; keys are visible ASCII.
+    format!("{scope}\n{key}")
+}

@@ -1,0 +1,385 @@
+//! The links ([`LinkReads`], [`LinkStore`]): the links table and its listing indexes, the
+//! idempotency records, the alias index, and the propagations pending, which are attributes
+//! of the link item found through the sparse `pending` index.
+
+use crate::item::{get_n, get_s, idempotency_pk, link_from_item, link_item, n, s, sort_key, LIST_PARTITION};
+use crate::store::{cancelled_conditions, sdk_err, unavailable, update_refused};
+use crate::DynamoStore;
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
+use rebound_core::link::Deletion;
+use rebound_core::{Link, UnixMillis};
+use rebound_store::{
+    IdempotencyRecord, LinkPage, LinkReads, LinkStore, ListCursor, Propagation, PropagationLease, StoreError,
+};
+use std::collections::HashMap;
+
+/// The partition of the sparse `pending` index: only links with a propagation pending
+/// carry it.
+const PENDING_PARTITION: &str = "pending";
+
+impl DynamoStore {
+    async fn query_links(
+        &self,
+        owner: Option<&str>,
+        limit: usize,
+        before: Option<&ListCursor>,
+    ) -> Result<LinkPage, StoreError> {
+        let (index, pk_attr, pk_value) = match owner {
+            Some(o) => ("by_owner", "created_by", o.to_owned()),
+            None => ("by_time", "list", LIST_PARTITION.to_owned()),
+        };
+        let mut condition = "#pk = :pk".to_owned();
+        let mut req = self
+            .client
+            .query()
+            .table_name(self.table("links"))
+            .index_name(index)
+            .expression_attribute_names("#pk", pk_attr)
+            .expression_attribute_values(":pk", s(pk_value))
+            .scan_index_forward(false)
+            .limit((limit + 1).min(10_000) as i32);
+        if let Some(c) = before {
+            condition.push_str(" AND #sort < :sort");
+            req = req
+                .expression_attribute_names("#sort", "sort")
+                .expression_attribute_values(":sort", s(sort_key(c.created_at, &c.code)));
+        }
+        let out = req.key_condition_expression(condition).send().await.map_err(sdk_err)?;
+        let links = out.items().iter().map(link_from_item).collect::<Result<Vec<_>, _>>()?;
+        Ok(LinkPage::from_overfetch(links, limit))
+    }
+}
+
+#[async_trait]
+impl LinkReads for DynamoStore {
+    async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(self.table("links"))
+            .key("code", s(code))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(sdk_err)?;
+        out.item().map(link_from_item).transpose()
+    }
+
+    async fn high_water(&self, counter: &str) -> Result<u64, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(self.table("counters"))
+            .key("name", s(format!("counter#{counter}")))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(sdk_err)?;
+        Ok(out.item().map(|i| get_n(i, "value")).transpose()?.unwrap_or(0))
+    }
+
+    async fn list_aliases(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>, StoreError> {
+        // A scan of the alias index alone, never of the links.
+        let out = self
+            .client
+            .scan()
+            .table_name(self.table("aliases"))
+            .consistent_read(true)
+            .set_exclusive_start_key(after.map(|a| HashMap::from([("code".to_owned(), s(a))])))
+            .limit(limit.min(i32::MAX as usize) as i32)
+            .send()
+            .await
+            .map_err(sdk_err)?;
+        out.items().iter().map(|i| get_s(i, "code")).collect()
+    }
+
+    async fn read_setting(&self, name: &str) -> Result<Option<String>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(self.table("counters"))
+            .key("name", s(format!("setting#{name}")))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(sdk_err)?;
+        out.item().map(|i| get_s(i, "text")).transpose()
+    }
+}
+
+#[async_trait]
+impl LinkStore for DynamoStore {
+    async fn insert_link(&self, link: &Link, idempotency: Option<&IdempotencyRecord>) -> Result<(), StoreError> {
+        let put_link = Put::builder()
+            .table_name(self.table("links"))
+            .set_item(Some(link_item(link)))
+            .condition_expression("attribute_not_exists(#code)")
+            .expression_attribute_names("#code", "code")
+            .build()
+            .map_err(unavailable)?;
+        let Some(rec) = idempotency else {
+            return match self
+                .client
+                .put_item()
+                .table_name(self.table("links"))
+                .set_item(Some(link_item(link)))
+                .condition_expression("attribute_not_exists(#code)")
+                .expression_attribute_names("#code", "code")
+                .send()
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+                {
+                    Err(StoreError::AlreadyExists)
+                }
+                Err(e) => Err(sdk_err(e)),
+            };
+        };
+        let idem_item = HashMap::from([
+            ("pk".to_owned(), s(idempotency_pk(&rec.scope, &rec.key))),
+            ("scope".to_owned(), s(&rec.scope)),
+            ("key".to_owned(), s(&rec.key)),
+            ("request_hash".to_owned(), s(&rec.request_hash)),
+            ("status".to_owned(), n(rec.status)),
+            ("body".to_owned(), s(&rec.body)),
+            ("created_at".to_owned(), n(rec.created_at)),
+            ("expires_at".to_owned(), n(rec.expires_at)),
+            ("purge_at".to_owned(), n(rec.expires_at / 1000 + 1)),
+        ]);
+        let put_idem = Put::builder()
+            .table_name(self.table("idempotency"))
+            .set_item(Some(idem_item))
+            .condition_expression("attribute_not_exists(#pk) OR #exp <= :now")
+            .expression_attribute_names("#pk", "pk")
+            .expression_attribute_names("#exp", "expires_at")
+            .expression_attribute_values(":now", n(rec.created_at))
+            .build()
+            .map_err(unavailable)?;
+        let result = self
+            .client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().put(put_link).build())
+            .transact_items(TransactWriteItem::builder().put(put_idem).build())
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) => match cancelled_conditions(&e) {
+                Some(failed) if failed.get(1) == Some(&true) => Err(StoreError::IdempotencyKeyExists),
+                Some(failed) if failed.first() == Some(&true) => Err(StoreError::AlreadyExists),
+                _ => Err(sdk_err(e)),
+            },
+        }
+    }
+
+    async fn record_alias(&self, alias: &str) -> Result<(), StoreError> {
+        self.client
+            .put_item()
+            .table_name(self.table("aliases"))
+            .item("code", s(alias))
+            .send()
+            .await
+            .map_err(sdk_err)?;
+        Ok(())
+    }
+
+    async fn insert_links(&self, links: &[Link]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        // DynamoDB's batch writes cannot be conditional: conditional puts, 16 at a time.
+        use futures_util::StreamExt;
+        let this = self.clone();
+        let outcomes: Vec<Result<(), StoreError>> = futures_util::stream::iter(links.to_vec())
+            .map(move |link| {
+                let this = this.clone();
+                async move { this.insert_link(&link, None).await }
+            })
+            .buffered(16)
+            .collect()
+            .await;
+        Ok(outcomes)
+    }
+
+    // The pending record is attributes of the link item, set by the same conditional
+    // UpdateItem, and found through the sparse `pending` index: one write (plus the index's)
+    // per delete, where a TransactWriteItems of the update and a second item would cost
+    // twice the write units of each, and it needs no transaction (dynalite has none).
+    async fn deactivate_link_pending(
+        &self,
+        code: &str,
+        expected_version: u64,
+        deletion: &Deletion,
+        lease: &PropagationLease,
+    ) -> Result<Link, StoreError> {
+        let current = self.get_link(code).await?.ok_or(StoreError::NotFound)?;
+        if current.version != expected_version || !current.is_active {
+            return Err(StoreError::ConditionFailed);
+        }
+        let next = current.deactivated(deletion);
+        let mut update = "SET #active = :false, #version = :next, #dat = :dat, #dby = :dby, #purge = :purge, \
+             #purgems = :purgems, #pshard = :pshard, #pver = :next, #powner = :powner, #puntil = :puntil"
+            .to_owned();
+        let mut req = self
+            .client
+            .update_item()
+            .table_name(self.table("links"))
+            .key("code", s(code))
+            .condition_expression("attribute_exists(#code) AND #version = :expected AND #active = :true")
+            .expression_attribute_names("#code", "code")
+            .expression_attribute_names("#active", "is_active")
+            .expression_attribute_names("#version", "version")
+            .expression_attribute_names("#dat", "deleted_at")
+            .expression_attribute_names("#dby", "deleted_by")
+            .expression_attribute_names("#purge", "purge_at")
+            .expression_attribute_names("#purgems", "purge_at_ms")
+            .expression_attribute_names("#pshard", "prop_shard")
+            .expression_attribute_names("#pver", "prop_version")
+            .expression_attribute_names("#powner", "prop_owner")
+            .expression_attribute_names("#puntil", "prop_until")
+            .expression_attribute_values(":purgems", n(next.purge_at.unwrap_or(deletion.at)))
+            .expression_attribute_values(":false", AttributeValue::Bool(false))
+            .expression_attribute_values(":true", AttributeValue::Bool(true))
+            .expression_attribute_values(":next", n(next.version))
+            .expression_attribute_values(":expected", n(expected_version))
+            .expression_attribute_values(":dat", n(deletion.at))
+            .expression_attribute_values(":dby", s(&deletion.by))
+            .expression_attribute_values(":purge", n(next.purge_at.unwrap_or(deletion.at) / 1000))
+            .expression_attribute_values(":pshard", s(PENDING_PARTITION))
+            .expression_attribute_values(":powner", s(&lease.owner))
+            .expression_attribute_values(":puntil", n(lease.until));
+        if let Some(reason) = &deletion.reason {
+            update.push_str(", #reason = :reason");
+            req = req
+                .expression_attribute_names("#reason", "delete_reason")
+                .expression_attribute_values(":reason", s(reason));
+        }
+        match req.update_expression(update).send().await {
+            Ok(_) => Ok(next),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                match self.get_link(code).await? {
+                    None => Err(StoreError::NotFound),
+                    Some(_) => Err(StoreError::ConditionFailed),
+                }
+            }
+            Err(e) => Err(sdk_err(e)),
+        }
+    }
+
+    async fn pending_propagations(&self, now: UnixMillis, limit: usize) -> Result<Vec<Propagation>, StoreError> {
+        let out = self
+            .client
+            .query()
+            .table_name(self.table("links"))
+            .index_name("pending")
+            .key_condition_expression("#pshard = :pshard AND #puntil <= :now")
+            .expression_attribute_names("#pshard", "prop_shard")
+            .expression_attribute_names("#puntil", "prop_until")
+            .expression_attribute_values(":pshard", s(PENDING_PARTITION))
+            .expression_attribute_values(":now", n(now))
+            .scan_index_forward(true)
+            .limit(limit.clamp(1, 1_000) as i32)
+            .send()
+            .await
+            .map_err(sdk_err)?;
+        out.items()
+            .iter()
+            .take(limit)
+            .map(|i| {
+                Ok(Propagation {
+                    code: get_s(i, "code")?,
+                    version: get_n(i, "prop_version")?,
+                    lease_owner: get_s(i, "prop_owner")?,
+                    lease_until: get_n(i, "prop_until")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn lease_propagation(
+        &self,
+        code: &str,
+        version: u64,
+        lease: &PropagationLease,
+        now: UnixMillis,
+    ) -> Result<Link, StoreError> {
+        let out = self
+            .client
+            .update_item()
+            .table_name(self.table("links"))
+            .key("code", s(code))
+            .update_expression("SET #powner = :owner, #puntil = :until")
+            .condition_expression("#pver = :version AND (#puntil <= :now OR #powner = :owner)")
+            .expression_attribute_names("#pver", "prop_version")
+            .expression_attribute_names("#powner", "prop_owner")
+            .expression_attribute_names("#puntil", "prop_until")
+            .expression_attribute_values(":owner", s(&lease.owner))
+            .expression_attribute_values(":until", n(lease.until))
+            .expression_attribute_values(":version", n(version))
+            .expression_attribute_values(":now", n(now))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
+            .send()
+            .await;
+        link_from_item(out.map_err(update_refused)?.attributes().ok_or(StoreError::NotFound)?)
+    }
+
+    async fn finish_propagation(&self, code: &str, version: u64) -> Result<(), StoreError> {
+        let out = self
+            .client
+            .update_item()
+            .table_name(self.table("links"))
+            .key("code", s(code))
+            .update_expression("REMOVE #pshard, #pver, #powner, #puntil")
+            .condition_expression("#pver = :version")
+            .expression_attribute_names("#pshard", "prop_shard")
+            .expression_attribute_names("#pver", "prop_version")
+            .expression_attribute_names("#powner", "prop_owner")
+            .expression_attribute_names("#puntil", "prop_until")
+            .expression_attribute_values(":version", n(version))
+            .send()
+            .await;
+        out.map(|_| ()).map_err(update_refused)
+    }
+
+    async fn list_links(
+        &self,
+        owner: Option<&str>,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<LinkPage, StoreError> {
+        let before = cursor.map(ListCursor::decode).transpose()?;
+        self.query_links(owner, limit, before.as_ref()).await
+    }
+
+    async fn get_idempotency(
+        &self,
+        scope: &str,
+        key: &str,
+        now: UnixMillis,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(self.table("idempotency"))
+            .key("pk", s(idempotency_pk(scope, key)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(sdk_err)?;
+        let Some(item) = out.item() else { return Ok(None) };
+        let rec = IdempotencyRecord {
+            scope: get_s(item, "scope")?,
+            key: get_s(item, "key")?,
+            request_hash: get_s(item, "request_hash")?,
+            status: get_n(item, "status")?,
+            body: get_s(item, "body")?,
+            created_at: get_n(item, "created_at")?,
+            expires_at: get_n(item, "expires_at")?,
+        };
+        Ok((rec.expires_at > now).then_some(rec))
+    }
+}

@@ -1,0 +1,108 @@
+//! [`DynamoStore`]: the client, the table names, and how the SDK's errors are read.
+
+use aws_sdk_dynamodb::Client;
+use rebound_store::StoreError;
+
+pub(crate) use rebound_store::sdk_error as sdk_err;
+
+/// The DynamoDB adapter.
+#[derive(Clone, Debug)]
+pub struct DynamoStore {
+    pub(crate) client: Client,
+    prefix: String,
+}
+
+pub(crate) fn unavailable<E: std::fmt::Display>(e: E) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+/// A failed `UpdateItem`: `ConditionFailed` when its condition did not hold.
+pub(crate) fn update_refused<R: std::fmt::Debug + Send + Sync + 'static>(
+    e: aws_sdk_dynamodb::error::SdkError<aws_sdk_dynamodb::operation::update_item::UpdateItemError, R>,
+) -> StoreError {
+    match e.as_service_error() {
+        Some(s) if s.is_conditional_check_failed_exception() => StoreError::ConditionFailed,
+        _ => sdk_err(e),
+    }
+}
+
+/// Which items of a cancelled transaction failed their condition.
+pub(crate) fn cancelled_conditions<R>(
+    e: &aws_sdk_dynamodb::error::SdkError<
+        aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError,
+        R,
+    >,
+) -> Option<Vec<bool>> {
+    match e.as_service_error()? {
+        aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(c) => {
+            Some(
+                c.cancellation_reasons()
+                    .iter()
+                    .map(|r| r.code() == Some("ConditionalCheckFailed"))
+                    .collect(),
+            )
+        }
+        _ => None,
+    }
+}
+
+impl DynamoStore {
+    /// A store on `client`, with tables named `<prefix><table>`.
+    pub fn new(client: Client, prefix: impl Into<String>) -> DynamoStore {
+        DynamoStore {
+            client,
+            prefix: prefix.into(),
+        }
+    }
+
+    /// A client from the standard AWS configuration (environment, profile, credential
+    /// chain, `AWS_ENDPOINT_URL`), with short timeouts: the redirect path budgets 1 s.
+    pub async fn client_from_env() -> Client {
+        let timeouts = aws_config::timeout::TimeoutConfig::builder()
+            .connect_timeout(std::time::Duration::from_millis(500))
+            .operation_attempt_timeout(std::time::Duration::from_secs(2))
+            .build();
+        let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .timeout_config(timeouts)
+            .load()
+            .await;
+        Client::new(&conf)
+    }
+
+    pub(crate) fn table(&self, name: &str) -> String {
+        format!("{}{}", self.prefix, name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tables::tests::fresh_store;
+
+    /// dynalite parses expressions like real DynamoDB (reserved words included), but has
+    /// neither transactions nor TTL: it runs the rest of the contract.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs REBOUND_TEST_DYNALITE_URL (the test services): scripts/test starts them and runs it"]
+    async fn expressions_pass_a_strict_dynamodb_engine() {
+        let conf =
+            rebound_store::testing::local_aws_config(&rebound_store::testing::endpoint("REBOUND_TEST_DYNALITE_URL"))
+                .await;
+        let prefix = format!(
+            "s{}_",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        );
+        let store = DynamoStore::new(Client::new(&conf), prefix);
+        assert_eq!(store.create_tables(false).await.unwrap().len(), 8);
+        rebound_store::conformance::run_without_transactions(&store).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
+    async fn dynamodb_store_passes_the_contract() {
+        let store = fresh_store().await;
+        rebound_store::conformance::run_all(&store).await;
+    }
+}
