@@ -14,11 +14,11 @@ use crate::signals::stop_requested;
 use anyhow::Context;
 use rebound_core::{Clock, SystemClock};
 use rebound_dynamodb::DynamoStore;
+use rebound_metering::MeteredClickSink;
 use rebound_proxy::clicks::{low_priority_runtime, ClickSink, ClickWriter, StoreClickSink};
 use rebound_proxy::issued::{stored_permutation_key, SyncError};
 use rebound_redis::RedisBreakerState;
 use rebound_sqs::{LazyClickQueue, SqsClickQueue};
-use rebound_store::call_metrics::MeteredClickSink;
 use std::sync::Arc;
 
 /// How a data plane process starts.

@@ -15,9 +15,9 @@ use rebound_control_plane::consumer::{run_click_consumer, watch_queue_depths, Co
 use rebound_control_plane::metrics::ConsumerMetrics;
 use rebound_core::Clock;
 use rebound_edge::Edge;
+use rebound_metering::MeteredLinkEvents;
 use rebound_redis::acks::{AckMetrics, Acknowledgements};
 use rebound_redis::{RedisCache, RedisLinkEvents};
-use rebound_store::call_metrics::MeteredLinkEvents;
 use rebound_store::{ClickInbox, LinkEvents, NoLinkEvents, RollupStore, Store};
 use std::future::Future;
 use std::sync::Arc;

@@ -38,7 +38,7 @@ pub fn register_readiness_gauge(registry: &Registry) -> prometheus::Result<IntGa
 pub struct ProcessRegistry {
     pub registry: Registry,
     pub edge: rebound_edge::EdgeMetrics,
-    pub adapters: rebound_store::call_metrics::AdapterMetrics,
+    pub adapters: rebound_metering::AdapterMetrics,
 }
 
 impl ProcessRegistry {
@@ -48,7 +48,7 @@ impl ProcessRegistry {
         register_process_metrics(&registry)?;
         Ok(ProcessRegistry {
             edge: rebound_edge::EdgeMetrics::register(&registry)?,
-            adapters: rebound_store::call_metrics::AdapterMetrics::register(&registry)?,
+            adapters: rebound_metering::AdapterMetrics::register(&registry)?,
             registry,
         })
     }

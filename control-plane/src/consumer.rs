@@ -7,7 +7,7 @@
 //! queues' depths are read from their SQS attributes periodically.
 
 use crate::metrics::ConsumerMetrics;
-use rebound_store::call_metrics::{AdapterMetrics, OperationMetrics};
+use rebound_metering::{AdapterMetrics, OperationMetrics};
 use rebound_store::{BatchOutcome, ClickInbox, RollupStore};
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,6 +1,7 @@
 //! Rebound's storage ports: the traits the planes call and the records they exchange. The
 //! adapters are crates of their own (`rebound-sqlite`, `rebound-dynamodb`, `rebound-redis`,
-//! `rebound-sqs`); only the binary wires them in.
+//! `rebound-sqs`); only the binary wires them in, their calls counted and timed by the
+//! decorators of `rebound-metering`.
 //!
 //! # Layout
 //!
@@ -15,8 +16,6 @@
 //!   (`InvalidationChannel`, `CreationFeed`), with in-memory fakes.
 //! - `clicks`: where a data plane ships its click batches (`ClickSink`), and where the
 //!   consumer receives them from the queue (`ClickInbox`, with an in-memory fake).
-//! - `call_metrics`: adapter calls counted by operation and outcome, with latency, as
-//!   decorators around any store, L2 or link-event adapter.
 //! - `events`: the port through which the control plane tells the data plane's caches
 //!   about creates and deletes (`LinkEvents`, `NoLinkEvents`, and `RecordedLinkEvents`
 //!   for tests).
@@ -26,7 +25,6 @@
 #![forbid(unsafe_code)]
 
 pub mod cache;
-pub mod call_metrics;
 pub mod clicks;
 #[cfg(any(test, feature = "test-util"))]
 pub mod conformance;

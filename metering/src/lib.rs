@@ -1,22 +1,23 @@
 //! Every adapter call counted by operation and outcome, with its latency: the metric
 //! families, and decorators that put them around any [`Store`] (SQLite, DynamoDB),
-//! [`RecordCache`] (Redis) or [`LinkEvents`] (Redis from a control plane), so the adapters
-//! themselves stay free of metrics. The SQS queue is timed by its callers through
-//! [`AdapterMetrics::operation`].
+//! [`RecordCache`] (Redis), [`LinkEvents`] (Redis from a control plane) or [`ClickSink`]
+//! (SQS), so the adapters and the ports of `rebound-store` stay free of metrics. The click
+//! consumer times its SQS calls itself through [`AdapterMetrics::operation`].
 //!
 //! A call its caller abandons (a budget ran out and the future was dropped) is counted with
 //! outcome `abandoned`, so a slow backend shows up even though no answer came back.
+#![forbid(unsafe_code)]
 
-use crate::{
-    ApiKeyRecord, AuditEvent, AuditLog, BatchOutcome, ClickBatch, ClickSink, CounterStore, EventError,
-    IdempotencyRecord, KeyStore, LinkEvents, LinkPage, LinkReads, LinkStore, Propagation, PropagationLease,
-    RecordCache, RollupStore, Store, StoreError,
-};
 use async_trait::async_trait;
 use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry};
 use rebound_core::cache::CacheRecord;
 use rebound_core::link::Deletion;
 use rebound_core::{Day, Link, UnixMillis};
+use rebound_store::{
+    ApiKeyRecord, AuditEvent, AuditLog, BatchOutcome, ClickBatch, ClickSink, CounterStore, EventError,
+    IdempotencyRecord, KeyStore, L2Read, LinkEvents, LinkPage, LinkReads, LinkStore, Propagation, PropagationLease,
+    RecordCache, RollupStore, Store, StoreError,
+};
 use std::future::Future;
 use std::ops::Range;
 use std::sync::Arc;
@@ -394,7 +395,7 @@ impl MeteredRecordCache {
 
 #[async_trait]
 impl RecordCache for MeteredRecordCache {
-    async fn get_record(&self, code: &str) -> Result<crate::L2Read, StoreError> {
+    async fn get_record(&self, code: &str) -> Result<L2Read, StoreError> {
         self.get_record.store_call(self.inner.get_record(code)).await
     }
     async fn put_record(&self, code: &str, record: &CacheRecord, now: UnixMillis) -> Result<bool, StoreError> {
@@ -472,7 +473,7 @@ impl ClickSink for MeteredClickSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::MemoryStore;
+    use rebound_store::MemoryStore;
 
     fn calls(metrics: &AdapterMetrics, adapter: &str, operation: &str, outcome: &str) -> u64 {
         metrics.calls.with_label_values(&[adapter, operation, outcome]).get()
