@@ -1,0 +1,150 @@
+//! The operator CLI: `rebound links …`, `rebound takedown …`, `rebound keys …`, talking
+//! HTTP to the control plane. Readable tables by default, the API's JSON with `--json`.
+//!
+//! - this file: the commands and their flags (clap), and [`run`].
+//! - `client`: the HTTP calls to the API, and a refusal as one clear line.
+//! - `output`: tables, field lists and what `--json` prints instead.
+//! - `links`, `import`, `takedown`, `keys`: the commands, a file per group.
+
+mod client;
+mod import;
+mod keys;
+mod links;
+mod output;
+mod takedown;
+
+use clap::{Args, Subcommand};
+use client::Client;
+
+/// Where the control plane is and who we are.
+#[derive(Debug, Clone, Args)]
+pub struct ClientArgs {
+    /// Base URL of the control-plane API.
+    #[arg(
+        long,
+        env = "REBOUND_API_URL",
+        default_value = "http://127.0.0.1:8081",
+        global = true
+    )]
+    pub api_url: String,
+    /// API key (sent as a Bearer token).
+    #[arg(long, env = "REBOUND_API_KEY", hide_env_values = true, global = true)]
+    pub api_key: Option<String>,
+    /// Print the API's JSON instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LinksCommand {
+    /// Create a short link.
+    Create {
+        /// The target URL.
+        long_url: String,
+        /// A custom code instead of a generated one.
+        #[arg(long)]
+        alias: Option<String>,
+        /// Expire after this many seconds.
+        #[arg(long, conflicts_with = "expires_at")]
+        ttl: Option<i64>,
+        /// Expire at this RFC 3339 time.
+        #[arg(long)]
+        expires_at: Option<String>,
+        /// 301, 302 (default), 307 or 308.
+        #[arg(long)]
+        redirect: Option<u16>,
+        /// Append the visitor's query string to the target.
+        #[arg(long)]
+        forward_query: bool,
+        /// Makes a retried create return the first answer.
+        #[arg(long)]
+        idempotency_key: Option<String>,
+    },
+    /// Create many links from a file: CSV (RFC 4180: quote a field holding a comma; columns
+    /// `long_url[,alias]`, or named by a header row among long_url, alias, expires_at,
+    /// ttl_seconds, redirect, forward_query) or JSON lines with the fields of `create` (`-`
+    /// reads standard input). Prints `code,short_url,long_url` per created link, also when a
+    /// chunk fails; a refused line is named by its number; links over the rate limit are
+    /// sent again when it allows; a chunk refused as a whole is named by its lines and exits
+    /// non-zero. Each request carries an Idempotency-Key derived from the file and its
+    /// lines, so running the same file again (same --batch) never creates a link twice.
+    Import {
+        /// The file (`.csv`, or JSON lines), or `-` for standard input.
+        file: String,
+        /// `csv` or `jsonl` (default: from the file name; standard input is JSON lines).
+        #[arg(long)]
+        format: Option<String>,
+        /// Links per request (1 to 1000).
+        #[arg(long, default_value_t = 1000)]
+        batch: usize,
+    },
+    /// Show one link.
+    Get { code: String },
+    /// List links, newest first.
+    List {
+        #[arg(long)]
+        limit: Option<u32>,
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+    /// Delete a link.
+    Delete { code: String },
+    /// The QR code of a link's short URL, as SVG on standard output
+    /// (`rebound links qr CODE > code.svg`).
+    Qr { code: String },
+    /// Daily clicks of a link.
+    Stats {
+        code: String,
+        /// First day, YYYY-MM-DD (default: 29 days before --to).
+        #[arg(long)]
+        from: Option<String>,
+        /// Last day, YYYY-MM-DD (default: today, UTC).
+        #[arg(long)]
+        to: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Create an API key (shown once).
+    Create {
+        #[arg(long)]
+        name: String,
+        /// creator or operator.
+        #[arg(long)]
+        role: String,
+    },
+    /// Revoke an API key; it stops working at once.
+    Revoke { id: String },
+}
+
+/// What the CLI was asked to do.
+#[derive(Debug)]
+pub enum ClientCommand {
+    Links(LinksCommand),
+    Takedown { code: String, reason: String },
+    Keys(KeysCommand),
+}
+
+/// A failed CLI call, printed as one clear line.
+#[derive(Debug)]
+pub struct CliError(pub String);
+
+impl std::fmt::Display for CliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for CliError {}
+
+/// Runs one CLI command and returns what to print.
+pub async fn run(args: &ClientArgs, command: ClientCommand) -> Result<String, CliError> {
+    let client = Client::new(args)?;
+    let printed = match command {
+        ClientCommand::Links(command) => links::run(&client, command, args.json).await?,
+        ClientCommand::Takedown { code, reason } => takedown::run(&client, code, reason).await?,
+        ClientCommand::Keys(command) => keys::run(&client, command).await?,
+    };
+    Ok(printed.render(args.json))
+}
