@@ -1,5 +1,6 @@
 //! The limits one listening port enforces on its connections: plain data, with the
-//! defaults of SPEC §3a. Every limit has a counter for what it refused (see `metrics`).
+//! defaults of SPEC §3a, written only here (the binary's settings refer to them). Every
+//! limit has a counter for what it refused (see `metrics`).
 
 use std::time::Duration;
 
@@ -48,7 +49,7 @@ impl Default for EdgeLimits {
             head_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             write_timeout: Duration::from_secs(10),
-            max_connections: 10_000,
+            max_connections: 8_192,
             max_head_bytes: 8 * 1024,
             max_headers: 100,
             h2c: true,

@@ -22,6 +22,7 @@
 #![deny(unsafe_code)]
 
 pub mod clicks;
+pub mod config;
 pub mod distributed;
 pub mod events;
 pub mod flight;
