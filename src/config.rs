@@ -1,380 +1,161 @@
-//! Reads the optional TOML file and the `REBOUND_*` variables into the core's plain
-//! [`Settings`], with errors that name the bad setting. Nothing else sees the file format.
+//! Reads the optional TOML file and the `REBOUND_*` variables into the plain [`Settings`],
+//! driven by the declarations in `declared`; nothing else sees the file format. Also
+//! writes docs/configuration.md from the same declarations (`rebound config docs`).
 
-use crate::settings::{QueueChoice, Settings, StoreChoice};
-use serde::Deserialize;
-use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::path::PathBuf;
+mod declared;
+mod document;
+mod setting;
+
+pub use declared::*;
+pub use document::document;
+pub use setting::{Check, Setting, Value};
+
+use crate::settings::Settings;
+use rebound_core::target::{HostIdentity, TargetError, TargetPolicy};
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
 
 /// A configuration that cannot be used, with the setting it concerns.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file could not be read or parsed.
+    /// The file cannot be read or parsed, or has a key that no setting declares.
+    #[error("configuration file: {0}")]
     File(String),
-    /// A setting (its name first) has an unusable value.
-    Setting(String, String),
+    /// A value that is not one of the setting's type, where it was written.
+    #[error("{setting}, in {origin}: {problem}")]
+    Unreadable {
+        setting: String,
+        origin: Origin,
+        problem: String,
+    },
+    /// A value that the setting's check, or another setting, refuses.
+    #[error("{setting}: {problem}")]
+    Setting { setting: String, problem: String },
 }
 
-impl std::fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ConfigError::File(m) => write!(f, "configuration file: {m}"),
-            ConfigError::Setting(name, m) => write!(f, "{name}: {m}"),
+/// Where a value was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    File,
+    Environment,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Origin::File => "the configuration file",
+            Origin::Environment => "the environment",
+        })
+    }
+}
+
+/// Where settings come from: the file and the variables, or the declared defaults.
+pub trait Source {
+    /// The value of `setting` as written (or its default), not yet checked.
+    fn written<T: Value>(&mut self, setting: &Setting<T>) -> Result<T, ConfigError>;
+
+    /// The value of `setting`, checked.
+    fn get<T: Value>(&mut self, setting: &Setting<T>) -> Result<T, ConfigError> {
+        let value = self.written(setting)?;
+        setting.verify(&value)?;
+        Ok(value)
+    }
+}
+
+/// The file's values under the variables': a variable that is set and not empty wins (a
+/// list adds to the file's). The keys are taken out as they are read: what is left, no
+/// setting declares.
+struct Layers<'a> {
+    file: toml::Table,
+    env: &'a HashMap<String, String>,
+    tables: BTreeSet<&'static str>,
+}
+
+impl Layers<'_> {
+    fn take(&mut self, key: &'static str) -> Result<Option<toml::Value>, ConfigError> {
+        let Some((table, leaf)) = key.split_once('.') else {
+            return Ok(self.file.remove(key));
+        };
+        self.tables.insert(table);
+        match self.file.get_mut(table) {
+            None => Ok(None),
+            Some(toml::Value::Table(t)) => Ok(t.remove(leaf)),
+            Some(_) => Err(ConfigError::File(format!("`{table}` must be a table ([{table}])"))),
         }
     }
-}
 
-impl std::error::Error for ConfigError {}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    redirect_addr: Option<String>,
-    api_addr: Option<String>,
-    metrics_addr: Option<String>,
-    data_dir: Option<PathBuf>,
-    public_base_url: Option<String>,
-    bootstrap_key: Option<String>,
-    store: Option<String>,
-    table_prefix: Option<String>,
-    redis_url: Option<String>,
-    redis_ca: Option<PathBuf>,
-    redis_prefix: Option<String>,
-    queue: Option<String>,
-    sqs_visibility_secs: Option<u32>,
-    sqs_queue: Option<String>,
-    tls_addr: Option<String>,
-    tls_cert: Option<PathBuf>,
-    tls_key: Option<PathBuf>,
-    upgrade_sock: Option<PathBuf>,
-    #[serde(default)]
-    edge: FileEdge,
-    #[serde(default)]
-    api: FileApi,
-    #[serde(default)]
-    redirect: FileRedirect,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileApi {
-    max_body_bytes: Option<usize>,
-    max_import_body_bytes: Option<usize>,
-    max_target_bytes: Option<usize>,
-    anonymous_create: Option<bool>,
-    creator_rate_per_sec: Option<f64>,
-    creator_burst: Option<u32>,
-    anonymous_rate_per_sec: Option<f64>,
-    anonymous_burst: Option<u32>,
-    blocked_domains: Option<Vec<String>>,
-    kgs_block_size: Option<u64>,
-    code_key: Option<String>,
-    idempotency_ttl_secs: Option<u64>,
-    refuse_mixed_script_for_keys: Option<bool>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileRedirect {
-    cache_max_age_secs: Option<u64>,
-    l1_capacity: Option<usize>,
-    invalidation_timeout_ms: Option<u64>,
-    l1_ttl_ms: Option<u64>,
-    l2_budget_ms: Option<u64>,
-    store_budget_ms: Option<u64>,
-    click_queue_capacity: Option<usize>,
-    click_flush_ms: Option<u64>,
-    click_rows_per_sec: Option<u64>,
-    click_write_share: Option<f64>,
-    click_max_hold_ms: Option<u64>,
-    cache_fresh_ms: Option<u64>,
-    stale_grace_ms: Option<u64>,
-    threads: Option<usize>,
-    not_found_url: Option<String>,
-    expired_url: Option<String>,
-    root_url: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileEdge {
-    head_timeout_ms: Option<u64>,
-    idle_timeout_ms: Option<u64>,
-    write_timeout_ms: Option<u64>,
-    max_connections: Option<usize>,
-    api_max_connections: Option<usize>,
-    metrics_max_connections: Option<usize>,
-    max_head_bytes: Option<usize>,
-    max_headers: Option<usize>,
-    h2_max_concurrent_streams: Option<u32>,
-    h2c: Option<bool>,
-}
-
-fn parse<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, ConfigError>
-where
-    T::Err: std::fmt::Display,
-{
-    value
-        .trim()
-        .parse::<T>()
-        .map_err(|e| ConfigError::Setting(name.to_owned(), format!("{value:?} is not valid: {e}")))
-}
-
-/// The variable `name` parsed when it is set (and not empty), else the file's value, else
-/// `default`.
-fn env_or_file<T: std::str::FromStr>(
-    env: &HashMap<String, String>,
-    name: &str,
-    file: Option<T>,
-    default: T,
-) -> Result<T, ConfigError>
-where
-    T::Err: std::fmt::Display,
-{
-    match env.get(name).map(String::as_str).filter(|v| !v.is_empty()) {
-        Some(v) => parse(name, v),
-        None => Ok(file.unwrap_or(default)),
+    /// Refuses the first key left over.
+    fn finish(self) -> Result<(), ConfigError> {
+        let unknown =
+            |key: String| ConfigError::File(format!("unknown key `{key}` (docs/configuration.md lists them)"));
+        for (key, value) in self.file {
+            match value {
+                toml::Value::Table(t) if self.tables.contains(key.as_str()) => {
+                    if let Some(leaf) = t.keys().next() {
+                        return Err(unknown(format!("{key}.{leaf}")));
+                    }
+                }
+                _ => return Err(unknown(key)),
+            }
+        }
+        Ok(())
     }
 }
 
-fn parse_bool(name: &str, value: &str) -> Result<bool, ConfigError> {
-    match value.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => Ok(true),
-        "0" | "false" | "no" | "off" => Ok(false),
-        _ => Err(ConfigError::Setting(
-            name.to_owned(),
-            format!("{value:?} is not true or false"),
-        )),
+impl Source for Layers<'_> {
+    fn written<T: Value>(&mut self, setting: &Setting<T>) -> Result<T, ConfigError> {
+        let unreadable = |origin, problem| ConfigError::Unreadable {
+            setting: setting.name(),
+            origin,
+            problem,
+        };
+        let file = match self.take(setting.key)? {
+            Some(v) => Some(T::from_file(v).map_err(|p| unreadable(Origin::File, p))?),
+            None => None,
+        };
+        let var = match setting
+            .var
+            .and_then(|name| self.env.get(name))
+            .filter(|v| !v.is_empty())
+        {
+            Some(text) => Some(T::from_var(text).map_err(|p| unreadable(Origin::Environment, p))?),
+            None => None,
+        };
+        Ok(T::layer(file, var).unwrap_or_else(setting.default))
     }
 }
 
-fn code_key(name: &str, value: &str) -> Result<[u8; 16], ConfigError> {
-    let bytes = (0..value.len())
-        .step_by(2)
-        .map(|i| value.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
-        .collect::<Option<Vec<u8>>>();
-    bytes
-        .and_then(|b| b.try_into().ok())
-        .ok_or_else(|| ConfigError::Setting(name.to_owned(), "must be 32 hexadecimal characters (16 bytes)".into()))
+/// Every setting at its default.
+struct Defaults;
+
+impl Source for Defaults {
+    fn written<T: Value>(&mut self, setting: &Setting<T>) -> Result<T, ConfigError> {
+        Ok((setting.default)())
+    }
+}
+
+impl Default for Settings {
+    /// Every setting at its declared default.
+    fn default() -> Self {
+        declared::read(&mut Defaults).expect("the defaults are complete")
+    }
 }
 
 /// Builds the settings from an optional TOML text and the environment (the variables win).
 pub fn load(file: Option<&str>, env: &HashMap<String, String>) -> Result<Settings, ConfigError> {
-    let f: FileConfig = match file {
+    let file = match file {
         Some(text) => toml::from_str(text).map_err(|e| ConfigError::File(e.to_string()))?,
-        None => FileConfig::default(),
+        None => toml::Table::new(),
     };
-    let var = |name: &str| env.get(name).map(String::as_str).filter(|v| !v.is_empty());
-    let mut s = Settings::default();
-
-    let addr = |file: &Option<String>,
-                env_name: &str,
-                file_name: &str,
-                default: SocketAddr|
-     -> Result<SocketAddr, ConfigError> {
-        match (var(env_name), file) {
-            (Some(v), _) => parse(env_name, v),
-            (None, Some(v)) => parse(file_name, v),
-            (None, None) => Ok(default),
-        }
-    };
-    s.redirect_addr = addr(
-        &f.redirect_addr,
-        "REBOUND_REDIRECT_ADDR",
-        "redirect_addr",
-        s.redirect_addr,
-    )?;
-    s.api_addr = addr(&f.api_addr, "REBOUND_API_ADDR", "api_addr", s.api_addr)?;
-    s.metrics_addr = addr(&f.metrics_addr, "REBOUND_METRICS_ADDR", "metrics_addr", s.metrics_addr)?;
-    if let Some(d) = var("REBOUND_DATA_DIR").map(PathBuf::from).or(f.data_dir) {
-        s.data_dir = d;
-    }
-    if let Some(u) = var("REBOUND_PUBLIC_BASE_URL").map(str::to_owned).or(f.public_base_url) {
-        s.public_base_url = u;
-    }
-    s.bootstrap_key = var("REBOUND_BOOTSTRAP_KEY").map(str::to_owned).or(f.bootstrap_key);
-    let table_prefix = var("REBOUND_TABLE_PREFIX")
-        .map(str::to_owned)
-        .or(f.table_prefix)
-        .unwrap_or_else(|| "rebound_".into());
-    s.store = match var("REBOUND_STORE").map(str::to_owned).or(f.store).as_deref() {
-        None | Some("sqlite") => StoreChoice::Sqlite,
-        Some("dynamodb") => StoreChoice::DynamoDb { table_prefix },
-        Some(other) => {
-            return Err(ConfigError::Setting(
-                "store (REBOUND_STORE)".into(),
-                format!("{other:?} is not sqlite or dynamodb"),
-            ))
-        }
-    };
-    s.redis_url = var("REBOUND_REDIS_URL").map(str::to_owned).or(f.redis_url);
-    s.redis_ca = var("REBOUND_REDIS_CA").map(PathBuf::from).or(f.redis_ca);
-    if let Some(p) = var("REBOUND_REDIS_PREFIX").map(str::to_owned).or(f.redis_prefix) {
-        s.redis_prefix = p;
-    }
-    s.sqs_visibility_secs = match var("REBOUND_SQS_VISIBILITY_SECS") {
-        Some(v) => parse("REBOUND_SQS_VISIBILITY_SECS", v)?,
-        None => f.sqs_visibility_secs.unwrap_or(s.sqs_visibility_secs),
-    };
-    let queue_name = var("REBOUND_SQS_QUEUE")
-        .map(str::to_owned)
-        .or(f.sqs_queue)
-        .unwrap_or_else(|| "rebound-clicks".into());
-    s.queue = match var("REBOUND_QUEUE").map(str::to_owned).or(f.queue).as_deref() {
-        None | Some("embedded") => QueueChoice::Embedded,
-        Some("sqs") => QueueChoice::Sqs { queue_name },
-        Some(other) => {
-            return Err(ConfigError::Setting(
-                "queue (REBOUND_QUEUE)".into(),
-                format!("{other:?} is not embedded or sqs"),
-            ))
-        }
-    };
-
-    let a = &mut s.api;
-    let fa = f.api;
-    a.max_body_bytes = match var("REBOUND_MAX_BODY_BYTES") {
-        Some(v) => parse("REBOUND_MAX_BODY_BYTES", v)?,
-        None => fa.max_body_bytes.unwrap_or(a.max_body_bytes),
-    };
-    a.max_import_body_bytes = fa.max_import_body_bytes.unwrap_or(a.max_import_body_bytes);
-    a.max_target_bytes = fa.max_target_bytes.unwrap_or(a.max_target_bytes);
-    a.anonymous_create = match var("REBOUND_ANONYMOUS_CREATE") {
-        Some(v) => parse_bool("REBOUND_ANONYMOUS_CREATE", v)?,
-        None => fa.anonymous_create.unwrap_or(a.anonymous_create),
-    };
-    a.creator_rate_per_sec = fa.creator_rate_per_sec.unwrap_or(a.creator_rate_per_sec);
-    a.creator_burst = fa.creator_burst.unwrap_or(a.creator_burst);
-    a.anonymous_rate_per_sec = fa.anonymous_rate_per_sec.unwrap_or(a.anonymous_rate_per_sec);
-    a.anonymous_burst = fa.anonymous_burst.unwrap_or(a.anonymous_burst);
-    a.blocked_domains = fa.blocked_domains.unwrap_or_default();
-    if let Some(v) = var("REBOUND_BLOCKED_DOMAINS") {
-        a.blocked_domains
-            .extend(v.split(',').map(|d| d.trim().to_owned()).filter(|d| !d.is_empty()));
-    }
-    a.kgs_block_size = fa.kgs_block_size.unwrap_or(a.kgs_block_size);
-    a.code_key = match (var("REBOUND_CODE_KEY"), fa.code_key) {
-        (Some(v), _) => Some(code_key("REBOUND_CODE_KEY", v)?),
-        (None, Some(v)) => Some(code_key("api.code_key", &v)?),
-        (None, None) => None,
-    };
-    a.idempotency_ttl_secs = fa.idempotency_ttl_secs.unwrap_or(a.idempotency_ttl_secs);
-    a.refuse_mixed_script_for_keys = fa
-        .refuse_mixed_script_for_keys
-        .unwrap_or(a.refuse_mixed_script_for_keys);
-
-    let r = &mut s.redirect;
-    let fr = f.redirect;
-    r.cache_max_age_secs = fr.cache_max_age_secs.unwrap_or(r.cache_max_age_secs);
-    r.l1_capacity = fr.l1_capacity.unwrap_or(r.l1_capacity);
-    r.invalidation_timeout_ms = match var("REBOUND_INVALIDATION_TIMEOUT_MS") {
-        Some(v) => parse("REBOUND_INVALIDATION_TIMEOUT_MS", v)?,
-        None => fr.invalidation_timeout_ms.unwrap_or(r.invalidation_timeout_ms),
-    };
-    r.l1_ttl_ms = match var("REBOUND_L1_TTL_MS") {
-        Some(v) => parse("REBOUND_L1_TTL_MS", v)?,
-        None => fr.l1_ttl_ms.unwrap_or(r.l1_ttl_ms),
-    };
-    r.l2_budget_ms = fr.l2_budget_ms.unwrap_or(r.l2_budget_ms);
-    r.store_budget_ms = match var("REBOUND_STORE_BUDGET_MS") {
-        Some(v) => parse("REBOUND_STORE_BUDGET_MS", v)?,
-        None => fr.store_budget_ms.unwrap_or(r.store_budget_ms),
-    };
-    r.click_queue_capacity = env_or_file(
+    let mut layers = Layers {
+        file,
         env,
-        "REBOUND_CLICK_QUEUE_CAPACITY",
-        fr.click_queue_capacity,
-        r.click_queue_capacity,
-    )?;
-    r.click_flush_ms = env_or_file(env, "REBOUND_CLICK_FLUSH_MS", fr.click_flush_ms, r.click_flush_ms)?;
-    r.click_rows_per_sec = env_or_file(
-        env,
-        "REBOUND_CLICK_ROWS_PER_SEC",
-        fr.click_rows_per_sec,
-        r.click_rows_per_sec,
-    )?;
-    r.click_write_share = env_or_file(
-        env,
-        "REBOUND_CLICK_WRITE_SHARE",
-        fr.click_write_share,
-        r.click_write_share,
-    )?;
-    r.click_max_hold_ms = match var("REBOUND_CLICK_MAX_HOLD_MS") {
-        Some(v) => Some(parse("REBOUND_CLICK_MAX_HOLD_MS", v)?),
-        None => fr.click_max_hold_ms.or(r.click_max_hold_ms),
+        tables: BTreeSet::new(),
     };
-    r.threads = match var("REBOUND_REDIRECT_THREADS") {
-        Some(v) => parse("REBOUND_REDIRECT_THREADS", v)?,
-        None => fr.threads.unwrap_or(r.threads),
-    };
-    // As written: `Settings::validate` holds them to the rule for a link's target.
-    r.not_found_url = var("REBOUND_NOT_FOUND_URL").map(str::to_owned).or(fr.not_found_url);
-    r.expired_url = var("REBOUND_EXPIRED_URL").map(str::to_owned).or(fr.expired_url);
-    r.root_url = var("REBOUND_ROOT_URL").map(str::to_owned).or(fr.root_url);
-    r.cache_fresh_ms = match var("REBOUND_CACHE_FRESH_MS") {
-        Some(v) => parse("REBOUND_CACHE_FRESH_MS", v)?,
-        None => fr.cache_fresh_ms.unwrap_or(r.cache_fresh_ms),
-    };
-    r.stale_grace_ms = match var("REBOUND_STALE_GRACE_MS") {
-        Some(v) => parse("REBOUND_STALE_GRACE_MS", v)?,
-        None => fr.stale_grace_ms.unwrap_or(r.stale_grace_ms),
-    };
-
-    let e = &mut s.edge;
-    let fe = f.edge;
-    e.head_timeout_ms = env_or_file(env, "REBOUND_HEAD_TIMEOUT_MS", fe.head_timeout_ms, e.head_timeout_ms)?;
-    e.idle_timeout_ms = env_or_file(env, "REBOUND_IDLE_TIMEOUT_MS", fe.idle_timeout_ms, e.idle_timeout_ms)?;
-    e.write_timeout_ms = env_or_file(env, "REBOUND_WRITE_TIMEOUT_MS", fe.write_timeout_ms, e.write_timeout_ms)?;
-    e.max_connections = env_or_file(env, "REBOUND_MAX_CONNECTIONS", fe.max_connections, e.max_connections)?;
-    e.api_max_connections = env_or_file(
-        env,
-        "REBOUND_API_MAX_CONNECTIONS",
-        fe.api_max_connections,
-        e.api_max_connections,
-    )?;
-    e.metrics_max_connections = env_or_file(
-        env,
-        "REBOUND_METRICS_MAX_CONNECTIONS",
-        fe.metrics_max_connections,
-        e.metrics_max_connections,
-    )?;
-    e.max_head_bytes = env_or_file(env, "REBOUND_MAX_HEAD_BYTES", fe.max_head_bytes, e.max_head_bytes)?;
-    e.max_headers = env_or_file(env, "REBOUND_MAX_HEADERS", fe.max_headers, e.max_headers)?;
-    e.h2_max_concurrent_streams = env_or_file(
-        env,
-        "REBOUND_H2_MAX_STREAMS",
-        fe.h2_max_concurrent_streams,
-        e.h2_max_concurrent_streams,
-    )?;
-    e.h2c = match var("REBOUND_H2C") {
-        Some(v) => parse_bool("REBOUND_H2C", v)?,
-        None => fe.h2c.unwrap_or(e.h2c),
-    };
-
-    let tls_addr = match (var("REBOUND_TLS_ADDR"), &f.tls_addr) {
-        (Some(v), _) => Some(parse::<SocketAddr>("REBOUND_TLS_ADDR", v)?),
-        (None, Some(v)) => Some(parse::<SocketAddr>("tls_addr", v)?),
-        (None, None) => None,
-    };
-    let tls_cert = var("REBOUND_TLS_CERT").map(PathBuf::from).or(f.tls_cert);
-    let tls_key = var("REBOUND_TLS_KEY").map(PathBuf::from).or(f.tls_key);
-    s.tls = match (tls_addr, tls_cert, tls_key) {
-        (None, None, None) => None,
-        (Some(addr), Some(cert), Some(key)) => Some(crate::settings::TlsSettings { addr, cert, key }),
-        _ => {
-            return Err(ConfigError::Setting(
-                "REBOUND_TLS_ADDR / REBOUND_TLS_CERT / REBOUND_TLS_KEY".into(),
-                "set all three (address, PEM certificate chain, PEM private key) or none".into(),
-            ))
-        }
-    };
-    s.upgrade_sock = var("REBOUND_UPGRADE_SOCK").map(PathBuf::from).or(f.upgrade_sock);
-
-    s.validate().map_err(|e| ConfigError::Setting(e.setting, e.problem))?;
-    s.normalise_dead_end_urls()
-        .map_err(|e| ConfigError::Setting(e.setting, e.problem))?;
-    Ok(s)
+    let mut settings = declared::read(&mut layers)?;
+    layers.finish()?;
+    check_relations(&mut settings)?;
+    Ok(settings)
 }
 
 /// Reads `path` (if given) and the process environment.
@@ -386,9 +167,63 @@ pub fn load_from_process(path: Option<&std::path::Path>) -> Result<Settings, Con
     load(text.as_deref(), &env)
 }
 
+/// `url` (as written, before any parser strips a control character) held to the rule for
+/// a link's target, its normalised form returned.
+fn as_target(setting: &Setting<impl Value>, url: &str, rule: &TargetPolicy) -> Result<String, ConfigError> {
+    rule.validate(url)
+        .map_err(|e| setting.refused(format!("{url:?} is refused by the rule for a link's target: {e}")))
+}
+
+/// The checks that involve more than one setting, or more than a value's form; the
+/// visitor redirects are put in the form a link's target is stored in (punycode host,
+/// percent-encoded path), ready to be a `Location`.
+fn check_relations(s: &mut Settings) -> Result<(), ConfigError> {
+    // The base starts every short URL: a URL a link could point to, less query and fragment.
+    let base = as_target(&PUBLIC_BASE_URL, &s.public_base_url, &TargetPolicy::default())?;
+    let base = url::Url::parse(&base).map_err(|e| PUBLIC_BASE_URL.refused(format!("not a URL: {e}")))?;
+    if base.query().is_some() || base.fragment().is_some() {
+        return Err(PUBLIC_BASE_URL.refused("must not have a query or fragment"));
+    }
+    for entry in s.api.blocked_domains.iter().map(|e| e.trim()).filter(|e| !e.is_empty()) {
+        if let Err(e) = HostIdentity::parse(entry) {
+            let why = match e {
+                TargetError::EmptyLabel => "has an empty label",
+                _ => "is not a host name, an IPv4 address or an IPv6 address in brackets",
+            };
+            return Err(BLOCKED_DOMAINS.refused(format!("{entry:?} {why}")));
+        }
+    }
+    // Sent to visitors as a `Location`: on this service's own host it would loop.
+    let rule = TargetPolicy {
+        max_bytes: s.api.max_target_bytes,
+        refuse_mixed_script: s.api.refuse_mixed_script_for_keys,
+        ..TargetPolicy::default()
+    }
+    .with_public_base(&s.public_base_url)
+    .map_err(|e| PUBLIC_BASE_URL.refused(e.to_string()))?
+    .with_blocklist(&s.api.blocked_domains);
+    let r = &mut s.redirect;
+    for (setting, url) in [
+        (&NOT_FOUND_URL, &mut r.not_found_url),
+        (&EXPIRED_URL, &mut r.expired_url),
+        (&ROOT_URL, &mut r.root_url),
+    ] {
+        if let Some(url) = url {
+            *url = as_target(setting, url, &rule)?;
+        }
+    }
+    if let Some(t) = &s.tls {
+        if t.addr == s.redirect_addr && t.addr.port() != 0 {
+            return Err(TLS_ADDR.refused(format!("must differ from {}", REDIRECT_ADDR.name())));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::settings::{QueueChoice, StoreChoice};
 
     fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
@@ -633,5 +468,155 @@ mod tests {
             let err = load(file, &env(&vars)).unwrap_err().to_string();
             assert!(err.contains(name), "{err:?} should name {name}");
         }
+    }
+
+    #[test]
+    fn every_check_names_its_setting() {
+        for (file, vars, name) in [
+            (
+                "public_base_url = \"nope\"",
+                &[][..],
+                "public_base_url (REBOUND_PUBLIC_BASE_URL)",
+            ),
+            ("public_base_url = \"ftp://x.example\"", &[], "public_base_url"),
+            ("public_base_url = \"https://x.example/?a\"", &[], "public_base_url"),
+            (
+                "bootstrap_key = \"short\"",
+                &[],
+                "bootstrap_key (REBOUND_BOOTSTRAP_KEY)",
+            ),
+            (
+                "[api]\nmax_body_bytes = 10",
+                &[],
+                "api.max_body_bytes (REBOUND_MAX_BODY_BYTES)",
+            ),
+            ("[api]\ncreator_rate_per_sec = -1.0", &[], "api.creator_rate_per_sec"),
+            ("[api]\nanonymous_rate_per_sec = nan", &[], "api.anonymous_rate_per_sec"),
+            ("[api]\nanonymous_burst = 0", &[], "api.anonymous_burst"),
+            ("[api]\nidempotency_ttl_secs = 0", &[], "api.idempotency_ttl_secs"),
+            ("[redirect]\nl1_capacity = 0", &[], "redirect.l1_capacity"),
+            (
+                "[redirect]\ncache_max_age_secs = 86401",
+                &[],
+                "redirect.cache_max_age_secs",
+            ),
+            ("[redirect]\ncache_fresh_ms = 86400001", &[], "redirect.cache_fresh_ms"),
+            (
+                "",
+                &[("REBOUND_L1_TTL_MS", "0")],
+                "redirect.l1_ttl_ms (REBOUND_L1_TTL_MS)",
+            ),
+            ("[redirect]\nclick_rows_per_sec = 0", &[], "redirect.click_rows_per_sec"),
+            ("[redirect]\nclick_write_share = 0.0", &[], "redirect.click_write_share"),
+            ("", &[("REBOUND_CLICK_WRITE_SHARE", "1.5")], "REBOUND_CLICK_WRITE_SHARE"),
+            ("", &[("REBOUND_CLICK_WRITE_SHARE", "NaN")], "REBOUND_CLICK_WRITE_SHARE"),
+            ("[redirect]\nclick_max_hold_ms = 0", &[], "redirect.click_max_hold_ms"),
+            (
+                "[edge]\nhead_timeout_ms = 0",
+                &[],
+                "edge.head_timeout_ms (REBOUND_HEAD_TIMEOUT_MS)",
+            ),
+            ("[edge]\nmax_head_bytes = 100", &[], "edge.max_head_bytes"),
+            ("", &[("REBOUND_API_MAX_CONNECTIONS", "0")], "edge.api_max_connections"),
+            ("redis_prefix = \"\"", &[], "redis_prefix (REBOUND_REDIS_PREFIX)"),
+            ("sqs_visibility_secs = 43201", &[], "sqs_visibility_secs"),
+            (
+                "store = \"dynamodb\"\ntable_prefix = \"bad prefix\"",
+                &[],
+                "table_prefix",
+            ),
+            (
+                "queue = \"sqs\"\nsqs_queue = \"\"",
+                &[],
+                "sqs_queue (REBOUND_SQS_QUEUE)",
+            ),
+            (
+                "redirect_addr = \"127.0.0.1:8080\"",
+                &[
+                    ("REBOUND_TLS_ADDR", "127.0.0.1:8080"),
+                    ("REBOUND_TLS_CERT", "/c.pem"),
+                    ("REBOUND_TLS_KEY", "/k.pem"),
+                ],
+                "tls_addr (REBOUND_TLS_ADDR): must differ from redirect_addr (REBOUND_REDIRECT_ADDR)",
+            ),
+        ] {
+            let err = load(Some(file), &env(vars)).map(|_| ()).unwrap_err().to_string();
+            assert!(err.contains(name), "{file:?} {vars:?}: {err:?} should name {name}");
+        }
+    }
+
+    #[test]
+    fn a_value_not_of_its_type_says_where_it_was_written() {
+        let err = load(Some("api_addr = 5"), &env(&[])).unwrap_err().to_string();
+        assert!(
+            err.starts_with("api_addr (REBOUND_API_ADDR), in the configuration file: "),
+            "{err}"
+        );
+        let err = load(None, &env(&[("REBOUND_H2C", "perhaps")])).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "edge.h2c (REBOUND_H2C), in the environment: \"perhaps\" is not true or false"
+        );
+        let err = load(Some("[api]\ncode_key = \"a-secret-value\""), &env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("api.code_key (REBOUND_CODE_KEY)") && !err.contains("secret"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn unknown_keys_and_tables_are_refused_by_name() {
+        for (file, key) in [
+            ("[edge]\nmax_conections = 5", "`edge.max_conections`"),
+            ("[nosuch]\na = 1", "`nosuch`"),
+            ("[nosuch]", "`nosuch`"),
+            ("edge = 5", "`edge`"),
+            ("max_connections = 5", "`max_connections`"),
+        ] {
+            let err = load(Some(file), &env(&[])).unwrap_err().to_string();
+            assert!(
+                err.starts_with("configuration file: ") && err.contains(key),
+                "{file:?}: {err}"
+            );
+        }
+        let s = load(Some("[edge]\n[api]\n[redirect]"), &env(&[])).unwrap();
+        assert_eq!(s, Settings::default());
+    }
+
+    #[test]
+    fn an_empty_variable_is_unset_and_a_prefix_is_checked_only_where_used() {
+        let s = load(
+            Some("[edge]\nmax_connections = 10"),
+            &env(&[("REBOUND_MAX_CONNECTIONS", ""), ("REBOUND_TABLE_PREFIX", "bad prefix")]),
+        )
+        .unwrap();
+        assert_eq!((s.edge.max_connections, s.store), (10, StoreChoice::Sqlite));
+        let s = load(
+            None,
+            &env(&[("REBOUND_STORE", "dynamodb"), ("REBOUND_TABLE_PREFIX", "t-1.")]),
+        )
+        .unwrap();
+        assert_eq!(
+            s.store,
+            StoreChoice::DynamoDb {
+                table_prefix: "t-1.".into()
+            }
+        );
+    }
+
+    #[test]
+    fn defaults_come_from_the_crates_that_own_them() {
+        let s = Settings::default();
+        let edge = rebound_edge::EdgeLimits::default();
+        assert_eq!(s.edge.max_connections, edge.max_connections);
+        assert_eq!(s.edge.head_timeout_ms, edge.head_timeout.as_millis() as u64);
+        assert_eq!(s.redirect, crate::settings::RedirectSettings::default());
+        assert_eq!(s.api, crate::settings::ApiSettings::default());
+        assert_eq!(
+            s.public_base_url,
+            crate::settings::ControlPlaneConfig::default().public_base_url
+        );
     }
 }

@@ -3,6 +3,7 @@
 //! edge (the same deadlines, caps and lingering close as the redirect port), and the check
 //! that all the ports' connection caps fit under the open-file limit.
 
+use crate::config::{API_MAX_CONNECTIONS, MAX_CONNECTIONS, METRICS_MAX_CONNECTIONS};
 use crate::settings::Settings;
 use anyhow::Context;
 use axum::Router;
@@ -52,10 +53,12 @@ pub fn check_descriptor_budget(settings: &Settings, redirect_listeners: usize, a
         + e.metrics_max_connections) as u64;
     if !rebound_edge::fd_limit::caps_fit(caps, limit) {
         anyhow::bail!(
-            "edge.max_connections (REBOUND_MAX_CONNECTIONS) x {redirect_listeners} redirect listener(s) + \
-             edge.api_max_connections + edge.metrics_max_connections = {caps} connections, \
+            "{} x {redirect_listeners} redirect listener(s) + {} + {} = {caps} connections, \
              plus {} descriptors kept for the process, exceed the open-file limit of {limit}: \
              lower the caps or raise the hard limit (ulimit -Hn)",
+            MAX_CONNECTIONS.name(),
+            API_MAX_CONNECTIONS.key,
+            METRICS_MAX_CONNECTIONS.key,
             rebound_edge::fd_limit::RESERVED_DESCRIPTORS
         );
     }

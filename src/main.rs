@@ -48,6 +48,15 @@ enum Command {
     /// Manage API keys (operators).
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// About the configuration.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Print docs/configuration.md: every setting's key, variable, default and range.
+    Docs,
 }
 
 /// What this invocation runs.
@@ -84,6 +93,10 @@ fn main() -> ExitCode {
         Some(Command::Links(c)) => Process::Client(ClientCommand::Links(c)),
         Some(Command::Takedown { code, reason }) => Process::Client(ClientCommand::Takedown { code, reason }),
         Some(Command::Keys(c)) => Process::Client(ClientCommand::Keys(c)),
+        Some(Command::Config(ConfigCommand::Docs)) => {
+            print!("{}", rebound::config::document());
+            return ExitCode::SUCCESS;
+        }
     };
     if let Process::Client(command) = process {
         return match runtime.block_on(cli::run(&cli.client, command)) {

@@ -1,0 +1,443 @@
+//! Every setting, declared once: file key, variable, default, check and doc. [`read`]
+//! puts each in its place in [`Settings`], in the order docs/configuration.md lists them.
+//! A default owned by another crate is referred to, never repeated: the edge's is
+//! `EdgeLimits::default()`, the data plane's `rebound_proxy::config::Config::default()`,
+//! the control plane's `ApiSettings::default()` and `ControlPlaneConfig::default()`.
+
+use super::setting::{Check, Setting};
+use super::{ConfigError, Source};
+use crate::settings::{
+    ApiSettings, ControlPlaneConfig, EdgeSettings, QueueChoice, RedirectSettings, Settings, StoreChoice, TlsSettings,
+    UPGRADE_SOCK_FILE,
+};
+use rebound_edge::EdgeLimits;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+use Check::*;
+
+fn edge() -> EdgeLimits {
+    EdgeLimits::default()
+}
+fn ms(d: Duration) -> u64 {
+    d.as_millis() as u64
+}
+fn api() -> ApiSettings {
+    ApiSettings::default()
+}
+fn redirect() -> RedirectSettings {
+    RedirectSettings::default()
+}
+fn visible_ascii(text: &str) -> bool {
+    text.bytes().all(|b| b.is_ascii_graphic())
+}
+
+// Top level.
+
+pub const REDIRECT_ADDR: Setting<SocketAddr> = Setting::new("redirect_addr", || ([127, 0, 0, 1], 8080).into())
+    .var("REBOUND_REDIRECT_ADDR")
+    .doc("the cleartext redirect listener (all-in-one, `rebound proxy`)");
+pub const API_ADDR: Setting<SocketAddr> = Setting::new("api_addr", || ([127, 0, 0, 1], 8081).into())
+    .var("REBOUND_API_ADDR")
+    .doc("the API (all-in-one, `rebound control-plane`)");
+pub const METRICS_ADDR: Setting<SocketAddr> = Setting::new("metrics_addr", || ([127, 0, 0, 1], 9090).into())
+    .var("REBOUND_METRICS_ADDR")
+    .doc("`/metrics`, `/healthz`, `/readyz` (every serving process)");
+pub const DATA_DIR: Setting<PathBuf> = Setting::new("data_dir", || "./data".into())
+    .var("REBOUND_DATA_DIR")
+    .doc(
+        "the embedded store's directory: `rebound.db` and `rebound-clicks.db`; also the default place of the \
+         upgrade socket. Held by one process at a time (the all-in-one, or `rebound control-plane` on the embedded \
+         store): an advisory lock on `rebound.lock` there, which holds the holder's pid. A second start on a \
+         directory in use fails at once, naming the directory and that pid; a start with `--upgrade` runs beside \
+         the holder it takes over from and holds the directory once that one exits.",
+    );
+pub const PUBLIC_BASE_URL: Setting<String> =
+    Setting::new("public_base_url", || ControlPlaneConfig::default().public_base_url)
+        .var("REBOUND_PUBLIC_BASE_URL")
+        .check(Elsewhere("an `http` or `https` URL"))
+        .doc(
+            "the base of every `short_url`; targets on its host and port are refused as loops. Held to the rule for \
+             a link's target as written (no user information, no whitespace or control characters: a CR/LF is \
+             refused, not stripped), without query or fragment.",
+        );
+pub const BOOTSTRAP_KEY: Setting<Option<String>> =
+    Setting::new("bootstrap_key", || ControlPlaneConfig::default().bootstrap_key)
+        .var("REBOUND_BOOTSTRAP_KEY")
+        .check(Text("at least 16 visible ASCII characters", |k| {
+            k.len() >= 16 && visible_ascii(k)
+        }))
+        .doc(
+            "an operator key accepted from start-up (principal `bootstrap`). Unset: on the first start of a store, \
+             an operator key is generated, stored as `initial-operator` and printed once on stdout.",
+        );
+pub const STORE: Setting<String> = Setting::new("store", || "sqlite".into())
+    .var("REBOUND_STORE")
+    .check(OneOf(&["sqlite", "dynamodb"]))
+    .doc(
+        "which backend keeps links, rollups, counters, keys and the audit log. The all-in-one needs `sqlite`, \
+         `rebound proxy` needs `dynamodb`.",
+    );
+/// Checked only with `store = "dynamodb"`.
+pub const TABLE_PREFIX: Setting<String> = Setting::new("table_prefix", || "rebound_".into())
+    .var("REBOUND_TABLE_PREFIX")
+    .check(Text("letters, digits, '_', '-' and '.' only", |p| {
+        p.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+    }))
+    .doc("prefix of the DynamoDB table names; used only with `store = \"dynamodb\"`");
+pub const REDIS_URL: Setting<Option<String>> = Setting::new("redis_url", || None)
+    .var("REBOUND_REDIS_URL")
+    .check(Elsewhere("a `redis://` or `rediss://` URL"))
+    .doc(
+        "Redis for L2, the invalidation channel and the creation feed (`rebound proxy`, `rebound control-plane`; the \
+     all-in-one does not use it). Unset: no L2. `rediss://` connects over TLS (rustls); a password or an ACL user \
+     goes in the URL: `redis://:password@host:6379/`, `rediss://user:password@host:6379/`. Refused credentials or \
+     an untrusted certificate stop the start with an error naming the setting; an unreachable Redis does not (it \
+     is connected to when it answers).",
+    );
+pub const REDIS_CA: Setting<Option<PathBuf>> = Setting::new("redis_ca", || None).var("REBOUND_REDIS_CA").doc(
+    "PEM file of the certificate authorities that sign Redis's TLS certificate (only with `rediss://`); unset: the \
+     system's trust store",
+);
+pub const REDIS_PREFIX: Setting<String> = Setting::new("redis_prefix", || "rebound:".into())
+    .var("REBOUND_REDIS_PREFIX")
+    .check(Text("1 to 64 visible ASCII characters", |p| {
+        (1..=64).contains(&p.len()) && visible_ascii(p)
+    }))
+    .doc("prefix of every Redis key and channel");
+pub const QUEUE: Setting<String> = Setting::new("queue", || "embedded".into())
+    .var("REBOUND_QUEUE")
+    .check(OneOf(&["embedded", "sqs"]))
+    .doc(
+        "where `rebound proxy` sends clicks, and whether `rebound control-plane` runs the click consumer. The \
+         all-in-one always writes its own rollups.",
+    );
+/// Checked only with `queue = "sqs"`.
+pub const SQS_QUEUE: Setting<String> = Setting::new("sqs_queue", || "rebound-clicks".into())
+    .var("REBOUND_SQS_QUEUE")
+    .check(Text("1 to 76 letters, digits, '_' or '-'", |q| {
+        (1..=76).contains(&q.len()) && q.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-".contains(&b))
+    }))
+    .doc("the SQS queue; its dead-letter queue is `<name>-dlq`; used only with `queue = \"sqs\"`");
+pub const SQS_VISIBILITY_SECS: Setting<u32> = Setting::new("sqs_visibility_secs", || 30)
+    .var("REBOUND_SQS_VISIBILITY_SECS")
+    .check(Between(1, 43_200))
+    .doc(
+        "seconds a received click message stays hidden before it is delivered again; set on the queue by \
+         `rebound provision` and used by the consumer",
+    );
+pub const TLS_ADDR: Setting<Option<SocketAddr>> = Setting::new("tls_addr", || None)
+    .var("REBOUND_TLS_ADDR")
+    .doc("the TLS redirect listener; must differ from `redirect_addr`. Set all three TLS settings or none.");
+pub const TLS_CERT: Setting<Option<PathBuf>> = Setting::new("tls_cert", || None)
+    .var("REBOUND_TLS_CERT")
+    .doc("PEM certificate chain, leaf first; reloaded on `SIGHUP` or when the file changes");
+pub const TLS_KEY: Setting<Option<PathBuf>> = Setting::new("tls_key", || None)
+    .var("REBOUND_TLS_KEY")
+    .doc("PEM private key (ECDSA, RSA or Ed25519; PKCS#8, PKCS#1 or SEC1)");
+pub const UPGRADE_SOCK: Setting<Option<PathBuf>> = Setting::new("upgrade_sock", || None)
+    .var("REBOUND_UPGRADE_SOCK")
+    .shown(|| format!("`{UPGRADE_SOCK_FILE}` in `data_dir`"))
+    .doc("the Unix socket over which `--upgrade` takes the redirect listeners over");
+
+// [edge]: the defences of every port.
+
+pub const HEAD_TIMEOUT_MS: Setting<u64> = Setting::new("edge.head_timeout_ms", || ms(edge().head_timeout))
+    .var("REBOUND_HEAD_TIMEOUT_MS")
+    .check(Between(1, 3_600_000))
+    .doc("a request head (and a TLS handshake) must arrive within this, from its first byte");
+pub const IDLE_TIMEOUT_MS: Setting<u64> = Setting::new("edge.idle_timeout_ms", || ms(edge().idle_timeout))
+    .var("REBOUND_IDLE_TIMEOUT_MS")
+    .check(Between(1, 3_600_000))
+    .doc("a keep-alive connection with no request in progress is closed after this");
+pub const WRITE_TIMEOUT_MS: Setting<u64> = Setting::new("edge.write_timeout_ms", || ms(edge().write_timeout))
+    .var("REBOUND_WRITE_TIMEOUT_MS")
+    .check(Between(1, 3_600_000))
+    .doc("a client that stops reading is cut off once a write has waited this long");
+pub const MAX_CONNECTIONS: Setting<usize> = Setting::new("edge.max_connections", || edge().max_connections)
+    .var("REBOUND_MAX_CONNECTIONS")
+    .check(Between(1, 10_000_000))
+    .doc("open connections per redirect listener; one more is closed at once");
+pub const API_MAX_CONNECTIONS: Setting<usize> = Setting::new("edge.api_max_connections", || 1_024)
+    .var("REBOUND_API_MAX_CONNECTIONS")
+    .check(Between(1, 10_000_000))
+    .doc("open connections on the API port");
+pub const METRICS_MAX_CONNECTIONS: Setting<usize> = Setting::new("edge.metrics_max_connections", || 64)
+    .var("REBOUND_METRICS_MAX_CONNECTIONS")
+    .check(Between(1, 10_000_000))
+    .doc("open connections on the metrics port");
+pub const MAX_HEAD_BYTES: Setting<usize> = Setting::new("edge.max_head_bytes", || edge().max_head_bytes)
+    .var("REBOUND_MAX_HEAD_BYTES")
+    .check(Between(1024, 65_536))
+    .doc("largest request head, 431 beyond; also what one HTTP/1 connection buffers");
+pub const MAX_HEADERS: Setting<usize> = Setting::new("edge.max_headers", || edge().max_headers)
+    .var("REBOUND_MAX_HEADERS")
+    .check(Between(8, 1000))
+    .doc("most header fields in a request, 431 beyond");
+pub const H2_MAX_STREAMS: Setting<u32> =
+    Setting::new("edge.h2_max_concurrent_streams", || edge().h2_max_concurrent_streams)
+        .var("REBOUND_H2_MAX_STREAMS")
+        .check(Between(1, 10_000))
+        .doc("concurrent HTTP/2 streams per connection");
+pub const H2C: Setting<bool> = Setting::new("edge.h2c", || edge().h2c)
+    .var("REBOUND_H2C")
+    .doc("HTTP/2 with prior knowledge on the cleartext redirect port (the API and metrics ports never speak HTTP/2)");
+
+// [api]: the control plane.
+
+pub const MAX_BODY_BYTES: Setting<usize> = Setting::new("api.max_body_bytes", || api().max_body_bytes)
+    .var("REBOUND_MAX_BODY_BYTES")
+    .check(Between(1024, 16 * 1024 * 1024))
+    .doc("largest request body, 413 beyond");
+pub const MAX_IMPORT_BODY_BYTES: Setting<usize> =
+    Setting::new("api.max_import_body_bytes", || api().max_import_body_bytes)
+        .check(Between(1024, 64 * 1024 * 1024))
+        .doc("largest body of `POST /api/v1/links/import`");
+pub const MAX_TARGET_BYTES: Setting<usize> = Setting::new("api.max_target_bytes", || api().max_target_bytes)
+    .check(Between(32, 65_536))
+    .doc("longest `long_url`, in bytes, as sent and after normalisation");
+pub const ANONYMOUS_CREATE: Setting<bool> = Setting::new("api.anonymous_create", || api().anonymous_create)
+    .var("REBOUND_ANONYMOUS_CREATE")
+    .doc("let callers without a key create links (rate limited per IPv4 address or IPv6 /64)");
+pub const CREATOR_RATE_PER_SEC: Setting<f64> = Setting::new("api.creator_rate_per_sec", || api().creator_rate_per_sec)
+    .check(Positive)
+    .doc("creates per second per creator key, sustained");
+pub const CREATOR_BURST: Setting<u32> = Setting::new("api.creator_burst", || api().creator_burst)
+    .check(Positive)
+    .doc("burst of creates per creator key");
+pub const ANONYMOUS_RATE_PER_SEC: Setting<f64> =
+    Setting::new("api.anonymous_rate_per_sec", || api().anonymous_rate_per_sec)
+        .check(Positive)
+        .doc("creates per second per anonymous network");
+pub const ANONYMOUS_BURST: Setting<u32> = Setting::new("api.anonymous_burst", || api().anonymous_burst)
+    .check(Positive)
+    .doc("burst of creates per anonymous network");
+pub const BLOCKED_DOMAINS: Setting<Vec<String>> = Setting::new("api.blocked_domains", || api().blocked_domains)
+    .var("REBOUND_BLOCKED_DOMAINS")
+    .check(Elsewhere("a list of host names and IP addresses"))
+    .doc(
+        "target hosts refused in any spelling (`invalid_url`): a name with all its subdomains (any case, Unicode \
+         or punycode, one trailing dot), or an IP address (IPv4 in any form, `[IPv6]`; `10.1.2.3` also blocks \
+         `[::ffff:10.1.2.3]`; a loopback address blocks every loopback spelling). An entry that is no host \
+         (`a..b`, `.example.com`, a URL, a port) stops the start. The variable is comma-separated and adds to the \
+         file's list.",
+    );
+pub const KGS_BLOCK_SIZE: Setting<u64> = Setting::new("api.kgs_block_size", || api().kgs_block_size)
+    .check(Between(1, 10_000_000))
+    .doc("counter values leased per block for generated codes; the next block is fetched when a tenth is left");
+pub const CODE_KEY: Setting<Option<[u8; 16]>> = Setting::new("api.code_key", || api().code_key)
+    .var("REBOUND_CODE_KEY")
+    .doc(
+        "the key of the code permutation. It is fixed for the life of a store: the \
+         first start records it in the store (setting `code_permutation_key`), the configured one or, unset, a \
+         generated one, and every later start uses the recorded key. Set to another key, it stops the start \
+         (all-in-one, `rebound control-plane`, `rebound proxy`) with an error naming both settings, never a key: \
+         every code generated so far would be a 404. Unset later, the recorded key is used. Keep it secret: it is \
+         what makes codes unguessable.",
+    );
+pub const IDEMPOTENCY_TTL_SECS: Setting<u64> = Setting::new("api.idempotency_ttl_secs", || api().idempotency_ttl_secs)
+    .check(Positive)
+    .doc("how long an `Idempotency-Key`'s first answer is replayed");
+pub const REFUSE_MIXED_SCRIPT_FOR_KEYS: Setting<bool> = Setting::new("api.refuse_mixed_script_for_keys", || {
+    api().refuse_mixed_script_for_keys
+})
+.doc(
+    "also refuse key holders' targets whose host has a label mixing scripts; anonymous targets are always \
+         refused so",
+);
+
+// [redirect]: the data plane.
+
+pub const CACHE_MAX_AGE_SECS: Setting<u64> =
+    Setting::new("redirect.cache_max_age_secs", || redirect().cache_max_age_secs)
+        .check(AtMost(86_400))
+        .doc(
+            "`max-age` of redirects, never past a link's expiry. At most a day: the redirect service builds one \
+             `Cache-Control` value per second from 0 to this at start (`Redirects::new`).",
+        );
+pub const L1_CAPACITY: Setting<usize> = Setting::new("redirect.l1_capacity", || redirect().l1_capacity)
+    .check(Positive)
+    .doc(
+        "links held in L1. The issued-code filter's Bloom filter of aliases is sized from it too: for twice the \
+         larger of this and 1,000,000 aliases, at a 0.1 % false-positive rate (generated codes need no room in it: \
+         they are told by the counter's high-water mark).",
+    );
+pub const INVALIDATION_TIMEOUT_MS: Setting<u64> = Setting::new("redirect.invalidation_timeout_ms", || {
+    redirect().invalidation_timeout_ms
+})
+.var("REBOUND_INVALIDATION_TIMEOUT_MS")
+.check(Positive)
+.doc("without a message on the invalidation channel for this long, a proxy stops trusting L1 (`rebound proxy`)");
+pub const L1_TTL_MS: Setting<u64> = Setting::new("redirect.l1_ttl_ms", || redirect().l1_ttl_ms)
+    .var("REBOUND_L1_TTL_MS")
+    .check(Positive)
+    .doc("the longest an L1 entry is used while L1 is not trusted (`rebound proxy`)");
+pub const L2_BUDGET_MS: Setting<u64> = Setting::new("redirect.l2_budget_ms", || redirect().l2_budget_ms)
+    .check(Positive)
+    .doc("budget of one Redis read; also bounds the populate of L2 after a store read");
+pub const STORE_BUDGET_MS: Setting<u64> = Setting::new("redirect.store_budget_ms", || redirect().store_budget_ms)
+    .var("REBOUND_STORE_BUDGET_MS")
+    .check(Positive)
+    .doc("budget of one store read on the redirect path");
+pub const CACHE_FRESH_MS: Setting<u64> = Setting::new("redirect.cache_fresh_ms", || redirect().cache_fresh_ms)
+    .var("REBOUND_CACHE_FRESH_MS")
+    .check(Between(1, 86_400_000))
+    .doc(
+        "how long a cached active record is fresh (at most 24 h). Also read by the control plane when it writes \
+         records through to Redis: give every process of a deployment the same value.",
+    );
+pub const STALE_GRACE_MS: Setting<u64> = Setting::new("redirect.stale_grace_ms", || redirect().stale_grace_ms)
+    .var("REBOUND_STALE_GRACE_MS")
+    .doc("how long past freshness a record may still be served while the store fails (same remark)");
+pub const CLICK_QUEUE_CAPACITY: Setting<usize> =
+    Setting::new("redirect.click_queue_capacity", || redirect().click_queue_capacity)
+        .var("REBOUND_CLICK_QUEUE_CAPACITY")
+        .check(Positive)
+        .doc(
+            "slots of the click queue: codes clicked between two drains (10 ms); beyond, clicks are dropped and \
+             counted",
+        );
+pub const CLICK_FLUSH_MS: Setting<u64> = Setting::new("redirect.click_flush_ms", || redirect().click_flush_ms)
+    .var("REBOUND_CLICK_FLUSH_MS")
+    .check(Positive)
+    .doc("how often clicks are written under light load");
+pub const CLICK_ROWS_PER_SEC: Setting<u64> =
+    Setting::new("redirect.click_rows_per_sec", || redirect().click_rows_per_sec)
+        .var("REBOUND_CLICK_ROWS_PER_SEC")
+        .check(Positive)
+        .doc(
+            "a cost bound: rollup rows (one per code and day) written per second, on average (in distributed \
+             mode, adds sent to SQS)",
+        );
+pub const CLICK_WRITE_SHARE: Setting<f64> = Setting::new("redirect.click_write_share", || redirect().click_write_share)
+    .var("REBOUND_CLICK_WRITE_SHARE")
+    .check(Fraction)
+    .doc(
+        "the other cost bound: the most of the time spent writing clicks; after a write the next starts no \
+             sooner than its duration divided by this after it began (a 50 ms write at 1 %: 5 s)",
+    );
+pub const CLICK_MAX_HOLD_MS: Setting<Option<u64>> =
+    Setting::new("redirect.click_max_hold_ms", || redirect().click_max_hold_ms)
+        .var("REBOUND_CLICK_MAX_HOLD_MS")
+        .check(Positive)
+        .shown(|| {
+            format!(
+                "unset: `{}` in the all-in-one, `{}` for `rebound proxy`",
+                RedirectSettings::CLICK_MAX_HOLD_MS,
+                RedirectSettings::CLICK_MAX_HOLD_DISTRIBUTED_MS
+            )
+        })
+        .doc("the longest a click waits in memory before it is written or sent: what a SIGKILL can lose");
+pub const THREADS: Setting<usize> = Setting::new("redirect.threads", || redirect().threads)
+    .var("REBOUND_REDIRECT_THREADS")
+    .doc("worker threads of the redirect server; 0 means one per core");
+pub const NOT_FOUND_URL: Setting<Option<String>> = Setting::new("redirect.not_found_url", || redirect().not_found_url)
+    .var("REBOUND_NOT_FOUND_URL")
+    .check(Elsewhere("an `http` or `https` URL"))
+    .doc(
+        "where a 404 on the redirect port sends the visitor (`302`, `Cache-Control: no-store`): unknown, deleted \
+         and taken-down codes and paths that are no code. Held to the rule for a link's target (`docs/http.md`): \
+         an absolute `http`/`https` URL, no user information or control characters, not on `public_base_url`'s \
+         host and port (a loop), not on a blocked host. Unset: a small static HTML page with status 404",
+    );
+pub const EXPIRED_URL: Setting<Option<String>> = Setting::new("redirect.expired_url", || redirect().expired_url)
+    .var("REBOUND_EXPIRED_URL")
+    .check(Elsewhere("an `http` or `https` URL"))
+    .doc(
+        "where an expired link (410) sends the visitor (`302`); the same rule as `not_found_url`. Unset: a static \
+         page with status 410",
+    );
+pub const ROOT_URL: Setting<Option<String>> = Setting::new("redirect.root_url", || redirect().root_url)
+    .var("REBOUND_ROOT_URL")
+    .check(Elsewhere("an `http` or `https` URL"))
+    .doc(
+        "where `GET /` on the redirect port sends the visitor (`302`); the same rule as `not_found_url`. Unset: the \
+         404 answer (the page, or `not_found_url`)",
+    );
+
+/// Reads every setting from `src` into its place, in the order of the docs.
+pub(super) fn read(src: &mut impl Source) -> Result<Settings, ConfigError> {
+    Ok(Settings {
+        redirect_addr: src.get(&REDIRECT_ADDR)?,
+        api_addr: src.get(&API_ADDR)?,
+        metrics_addr: src.get(&METRICS_ADDR)?,
+        data_dir: src.get(&DATA_DIR)?,
+        public_base_url: src.get(&PUBLIC_BASE_URL)?,
+        bootstrap_key: src.get(&BOOTSTRAP_KEY)?,
+        store: match (src.get(&STORE)?.as_str(), src.written(&TABLE_PREFIX)?) {
+            ("dynamodb", table_prefix) => {
+                TABLE_PREFIX.verify(&table_prefix)?;
+                StoreChoice::DynamoDb { table_prefix }
+            }
+            _ => StoreChoice::Sqlite,
+        },
+        redis_url: src.get(&REDIS_URL)?,
+        redis_ca: src.get(&REDIS_CA)?,
+        redis_prefix: src.get(&REDIS_PREFIX)?,
+        queue: match (src.get(&QUEUE)?.as_str(), src.written(&SQS_QUEUE)?) {
+            ("sqs", queue_name) => {
+                SQS_QUEUE.verify(&queue_name)?;
+                QueueChoice::Sqs { queue_name }
+            }
+            _ => QueueChoice::Embedded,
+        },
+        sqs_visibility_secs: src.get(&SQS_VISIBILITY_SECS)?,
+        tls: match (src.get(&TLS_ADDR)?, src.get(&TLS_CERT)?, src.get(&TLS_KEY)?) {
+            (None, None, None) => None,
+            (Some(addr), Some(cert), Some(key)) => Some(TlsSettings { addr, cert, key }),
+            _ => {
+                return Err(ConfigError::Setting {
+                    setting: [TLS_ADDR.name(), TLS_CERT.name(), TLS_KEY.name()].join(" / "),
+                    problem: "set all three (address, PEM certificate chain, PEM private key) or none".into(),
+                })
+            }
+        },
+        upgrade_sock: src.get(&UPGRADE_SOCK)?,
+        edge: EdgeSettings {
+            head_timeout_ms: src.get(&HEAD_TIMEOUT_MS)?,
+            idle_timeout_ms: src.get(&IDLE_TIMEOUT_MS)?,
+            write_timeout_ms: src.get(&WRITE_TIMEOUT_MS)?,
+            max_connections: src.get(&MAX_CONNECTIONS)?,
+            api_max_connections: src.get(&API_MAX_CONNECTIONS)?,
+            metrics_max_connections: src.get(&METRICS_MAX_CONNECTIONS)?,
+            max_head_bytes: src.get(&MAX_HEAD_BYTES)?,
+            max_headers: src.get(&MAX_HEADERS)?,
+            h2_max_concurrent_streams: src.get(&H2_MAX_STREAMS)?,
+            h2c: src.get(&H2C)?,
+        },
+        api: ApiSettings {
+            max_body_bytes: src.get(&MAX_BODY_BYTES)?,
+            max_import_body_bytes: src.get(&MAX_IMPORT_BODY_BYTES)?,
+            max_target_bytes: src.get(&MAX_TARGET_BYTES)?,
+            anonymous_create: src.get(&ANONYMOUS_CREATE)?,
+            creator_rate_per_sec: src.get(&CREATOR_RATE_PER_SEC)?,
+            creator_burst: src.get(&CREATOR_BURST)?,
+            anonymous_rate_per_sec: src.get(&ANONYMOUS_RATE_PER_SEC)?,
+            anonymous_burst: src.get(&ANONYMOUS_BURST)?,
+            blocked_domains: src.get(&BLOCKED_DOMAINS)?,
+            kgs_block_size: src.get(&KGS_BLOCK_SIZE)?,
+            code_key: src.get(&CODE_KEY)?,
+            idempotency_ttl_secs: src.get(&IDEMPOTENCY_TTL_SECS)?,
+            refuse_mixed_script_for_keys: src.get(&REFUSE_MIXED_SCRIPT_FOR_KEYS)?,
+        },
+        redirect: RedirectSettings {
+            cache_max_age_secs: src.get(&CACHE_MAX_AGE_SECS)?,
+            l1_capacity: src.get(&L1_CAPACITY)?,
+            invalidation_timeout_ms: src.get(&INVALIDATION_TIMEOUT_MS)?,
+            l1_ttl_ms: src.get(&L1_TTL_MS)?,
+            l2_budget_ms: src.get(&L2_BUDGET_MS)?,
+            store_budget_ms: src.get(&STORE_BUDGET_MS)?,
+            cache_fresh_ms: src.get(&CACHE_FRESH_MS)?,
+            stale_grace_ms: src.get(&STALE_GRACE_MS)?,
+            click_queue_capacity: src.get(&CLICK_QUEUE_CAPACITY)?,
+            click_flush_ms: src.get(&CLICK_FLUSH_MS)?,
+            click_rows_per_sec: src.get(&CLICK_ROWS_PER_SEC)?,
+            click_write_share: src.get(&CLICK_WRITE_SHARE)?,
+            click_max_hold_ms: src.get(&CLICK_MAX_HOLD_MS)?,
+            threads: src.get(&THREADS)?,
+            not_found_url: src.get(&NOT_FOUND_URL)?,
+            expired_url: src.get(&EXPIRED_URL)?,
+            root_url: src.get(&ROOT_URL)?,
+        },
+    })
+}
