@@ -5,7 +5,7 @@
 
 use crate::issued::{IssuedCodeGate, SyncError};
 use crate::l1::L1;
-use crate::path::InvalidationTrust;
+use crate::trust::InvalidationTrust;
 use futures_util::StreamExt;
 use rebound_core::cache::CachePolicy;
 use rebound_core::generated::COUNTER;

@@ -13,6 +13,7 @@
 //! - `flight`: single-flight, one store read per code however many requests miss.
 //! - `clicks`: clicks counted on L1 entries, the lock-free click queue, the paced
 //!   shipper and its sinks (store or SQS), and the stats that add pending clicks.
+//! - `trust`: whether L1 may be trusted, from the invalidation channel's own keepalives.
 //! - `distributed`: the Redis tasks: invalidation listener, keepalives, creation feed.
 //! - `events`: the link-event port carried in process (all-in-one).
 //! - `metrics`: every metric of the data plane.
@@ -32,3 +33,4 @@ pub mod metrics;
 pub mod pages;
 pub mod path;
 pub mod server;
+pub mod trust;

@@ -2,7 +2,11 @@
 //! labelled series are resolved once here, so the request path only bumps atomics; the
 //! state of the issued-code filter and of the invalidation channel is read at scrape time.
 
+use crate::issued::IssuedCodeGate;
+use crate::trust::InvalidationTrust;
 use prometheus::{Counter, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+use rebound_core::Clock;
+use std::sync::Arc;
 
 /// The data plane's metrics.
 #[derive(Clone)]
@@ -181,14 +185,10 @@ impl ProxyMetrics {
 /// `rebound_invalidation_channel_healthy`, read from the filter and the proxy's own keepalive
 /// at scrape time (nothing on the request path).
 pub struct TierHealth {
-    bloom: std::sync::Arc<crate::issued::IssuedCodeGate>,
+    bloom: Arc<IssuedCodeGate>,
     bloom_current: IntGauge,
     high_water: IntGauge,
-    channel: Option<(
-        std::sync::Arc<crate::path::InvalidationTrust>,
-        std::sync::Arc<dyn rebound_core::Clock>,
-        IntGauge,
-    )>,
+    channel: Option<(Arc<InvalidationTrust>, Arc<dyn Clock>, IntGauge)>,
 }
 
 impl TierHealth {
@@ -196,11 +196,8 @@ impl TierHealth {
     /// over Redis (`trust`), not in process.
     pub fn register(
         registry: &Registry,
-        bloom: std::sync::Arc<crate::issued::IssuedCodeGate>,
-        trust: Option<(
-            std::sync::Arc<crate::path::InvalidationTrust>,
-            std::sync::Arc<dyn rebound_core::Clock>,
-        )>,
+        bloom: Arc<IssuedCodeGate>,
+        trust: Option<(Arc<InvalidationTrust>, Arc<dyn Clock>)>,
     ) -> prometheus::Result<()> {
         let bloom_current = IntGauge::new(
             "rebound_bloom_current",

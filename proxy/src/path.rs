@@ -6,13 +6,14 @@ use crate::flight::SingleFlight;
 use crate::issued::IssuedCodeGate;
 use crate::l1::{L1Entry, L1};
 use crate::metrics::ProxyMetrics;
+/// At its old path too, for the crates that name it there.
+pub use crate::trust::InvalidationTrust;
 use rebound_core::cache::CachePolicy;
 use rebound_core::{decide_redirect, CacheRecord, CachedVerdict, Clock, Link, StoreVerdict, UnixMillis};
 use rebound_store::LinkReads;
 use rebound_store::{L2Read, RecordCache};
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What the path decided for a code.
@@ -26,128 +27,6 @@ pub enum Resolution {
     Gone,
     /// 503: the store failed and nothing may be served instead.
     Unavailable,
-}
-
-/// Whether this proxy may trust its L1: only while its own subscription is known to
-/// deliver (a keepalive it sent within `timeout` has come back, with no end of the
-/// subscription since). Otherwise entries live at most `l1_ttl`, and after a lapse L1 is
-/// emptied when the next subscription is heard.
-pub struct InvalidationTrust {
-    timeout_ms: i64,
-    l1_ttl_ms: i64,
-    last_heard: AtomicI64,
-    lapsed: AtomicBool,
-    /// Moves at every lapse and every emptying of L1: a read in flight across a move may
-    /// predate an invalidation that the gap swallowed, so its answer does not go into L1.
-    epoch: AtomicU64,
-    /// The channel's log positions the keepalives in flight returned, by send time.
-    in_flight: Mutex<VecDeque<(UnixMillis, String)>>,
-    /// The log position up to which every invalidation has been applied: the position of
-    /// the last keepalive heard back.
-    applied: Mutex<Option<String>>,
-    /// Since the last lapse, what it swallowed was replayed from the log: L1 need not be
-    /// emptied when the channel is heard again.
-    replayed: AtomicBool,
-}
-
-impl InvalidationTrust {
-    /// Starts untrusted: nothing has been heard yet.
-    pub fn new(timeout: Duration, l1_ttl: Duration) -> InvalidationTrust {
-        InvalidationTrust {
-            timeout_ms: timeout.as_millis() as i64,
-            l1_ttl_ms: l1_ttl.as_millis() as i64,
-            last_heard: AtomicI64::new(i64::MIN / 2),
-            lapsed: AtomicBool::new(true),
-            epoch: AtomicU64::new(0),
-            in_flight: Mutex::new(VecDeque::new()),
-            applied: Mutex::new(None),
-            replayed: AtomicBool::new(false),
-        }
-    }
-
-    /// Notes the log position a keepalive sent at `sent` returned.
-    pub fn sent(&self, sent: UnixMillis, position: String) {
-        let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
-        // Keepalives not heard back within a few dozen are lost, and so are their positions.
-        if in_flight.len() >= 64 {
-            in_flight.pop_front();
-        }
-        in_flight.push_back((sent, position));
-    }
-
-    /// The log position up to which every invalidation has been applied, if known.
-    pub fn applied_position(&self) -> Option<String> {
-        self.applied.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    /// What the last lapse swallowed has been replayed from the log into L1.
-    pub fn replayed(&self) {
-        self.replayed.store(true, Ordering::Release);
-    }
-
-    /// True while a keepalive sent within the timeout has come back, with no lapse since:
-    /// every invalidation published before it was sent has been applied.
-    pub fn is_trusted(&self, now: UnixMillis) -> bool {
-        now - self.last_heard.load(Ordering::Acquire) <= self.timeout_ms
-    }
-
-    /// The subscription ended or went silent: invalidations sent from now on may be
-    /// missed, so L1 is not trusted until the next subscription is heard, and then emptied.
-    pub fn lapse(&self) {
-        self.replayed.store(false, Ordering::Release);
-        self.lapsed.store(true, Ordering::Release);
-        self.last_heard.store(i64::MIN / 2, Ordering::Release);
-        self.epoch.fetch_add(1, Ordering::AcqRel);
-    }
-
-    /// True from a lapse until the next subscription is heard.
-    pub fn is_lapsed(&self) -> bool {
-        self.lapsed.load(Ordering::Acquire)
-    }
-
-    /// The number of lapses and emptyings so far: a read compares it before and after.
-    pub fn epoch(&self) -> u64 {
-        self.epoch.load(Ordering::Acquire)
-    }
-
-    /// Records this proxy's keepalive, sent at `sent` by its own clock, heard back on its
-    /// subscription. After a lapse L1 is emptied first, unless what the lapse swallowed was
-    /// replayed from the log: invalidations may have been missed. A keepalive that comes
-    /// late on a subscription that never ended empties nothing: that subscription lost no
-    /// message, it only delivered them late.
-    pub fn heard(&self, sent: UnixMillis, l1: &L1) {
-        if self.lapsed.swap(false, Ordering::AcqRel) && !self.replayed.swap(false, Ordering::AcqRel) {
-            // Before the clear: a read still in flight must not fill L1 after it.
-            self.epoch.fetch_add(1, Ordering::AcqRel);
-            l1.clear();
-        }
-        let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
-        while let Some((at, position)) = in_flight.pop_front() {
-            if at > sent {
-                in_flight.push_front((at, position));
-                break;
-            }
-            if at == sent {
-                *self.applied.lock().unwrap_or_else(|e| e.into_inner()) = Some(position);
-            }
-        }
-        drop(in_flight);
-        self.last_heard.fetch_max(sent, Ordering::AcqRel);
-    }
-
-    /// Whether `entry` may be used at `now`.
-    #[inline]
-    fn allows(&self, entry: &L1Entry, now: UnixMillis) -> bool {
-        self.is_trusted(now) || now - entry.filled_at() <= self.l1_ttl_ms
-    }
-
-    /// Whether an active record read from `read_from` may answer at `now`: a delete that
-    /// returned waited `timeout + l1_ttl` for this proxy unless it acknowledged, so a read
-    /// younger than that, or one made while the channel stayed trusted (no lapse since,
-    /// `epoch_kept`: the invalidation would have reached L1 first), cannot predate it.
-    fn answer_is_current(&self, read_from: UnixMillis, now: UnixMillis, epoch_kept: bool) -> bool {
-        (epoch_kept && self.is_trusted(now)) || now - read_from <= self.timeout_ms + self.l1_ttl_ms
-    }
 }
 
 type StoreRead = Result<Option<Link>, Arc<str>>;
@@ -949,27 +828,6 @@ mod tests {
         assert!(!trust.is_trusted(f.clock.now_millis()));
         assert!(matches!(path.resolve("cut").await, Resolution::NotFound));
         let _ = link;
-    }
-
-    #[tokio::test]
-    async fn l1_is_emptied_when_the_channel_comes_back() {
-        let (path, _l2, trust, f) = with_l2(fixture());
-        trust.heard(f.clock.now_millis(), &path.l1);
-        add(&f.store, "keep", None).await;
-        path.resolve("keep").await;
-        assert_eq!(path.l1.len(), 1);
-        trust.heard(f.clock.now_millis() + 100, &path.l1);
-        assert_eq!(path.l1.len(), 1, "a healthy channel keeps L1");
-        f.clock.advance(10_000);
-        trust.heard(f.clock.now_millis(), &path.l1);
-        assert_eq!(
-            path.l1.len(),
-            1,
-            "a subscription heard late, but never ended, lost nothing"
-        );
-        trust.lapse();
-        trust.heard(f.clock.now_millis(), &path.l1);
-        assert!(path.l1.is_empty(), "after a lapse, L1 is emptied");
     }
 
     #[tokio::test]
