@@ -9,7 +9,7 @@ use crate::metrics::ProxyMetrics;
 /// At its old path too, for the crates that name it there.
 pub use crate::trust::InvalidationTrust;
 use rebound_core::cache::CachePolicy;
-use rebound_core::{decide_redirect, CacheRecord, CachedVerdict, Clock, Link, StoreVerdict, UnixMillis};
+use rebound_core::{decide_redirect, CacheRecord, CacheState, CachedVerdict, Clock, Link, StoreVerdict, UnixMillis};
 use rebound_store::LinkReads;
 use rebound_store::{L2Read, RecordCache};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -29,16 +29,21 @@ pub enum Resolution {
     Unavailable,
 }
 
-type StoreRead = Result<Option<Link>, Arc<str>>;
-
-/// What one flight found below L1.
-enum Fetched {
-    /// L2 had a usable record (fresh active, tombstone, or expired).
-    FromL2(CacheRecord),
+/// What one read below L1 learned, before anything is cached or answered:
+/// [`RedirectPath::fetch`] finds it, [`RedirectPath::apply`] alone turns it into what L1 and
+/// L2 hold and the answer.
+enum Learned {
     /// The issued-code filter says the code was never issued.
     NeverIssued,
-    /// The store's answer, with a stale L2 record to fall back on if it failed.
-    FromStore(StoreRead, Option<CacheRecord>),
+    /// L2 had a usable record (fresh active, tombstone, or expired).
+    FromL2(CacheRecord),
+    /// The store's item (`None`: no such code).
+    FromStore(Option<Link>),
+    /// The store failed or timed out; a stale L2 record may stand in.
+    StoreFailed {
+        cause: Arc<str>,
+        stale_l2: Option<CacheRecord>,
+    },
 }
 
 /// The lookup tiers and what they share.
@@ -182,40 +187,66 @@ impl RedirectPath {
         // may be as old as that.
         let read_from = self.clock.now_millis();
         let epoch = self.trust.as_ref().map(|t| t.epoch());
-        let fetched = self.fetch(code).await;
-        let now = self.clock.now_millis();
-        let answer = match fetched {
-            Fetched::NeverIssued => (Resolution::NotFound, false),
-            Fetched::FromL2(record) => {
-                let held = self.fill(code, record, read_from, epoch);
-                (self.current_answer(held, read_from, now, epoch)?, false)
-            }
-            Fetched::FromStore(Ok(item), _) => match decide_redirect(item.as_ref(), now) {
+        let learned = self.fetch(code).await;
+        self.apply(code, learned, read_from, epoch, self.clock.now_millis())
+    }
+
+    /// What a read learned, kept and answered: the one place a miss fills L1 and populates L2.
+    ///
+    /// - L1 takes the record stamped `read_from` (never over a newer version), except an
+    ///   active record read across a lapse (`epoch` moved), which answers this flight only.
+    /// - L2 takes what the store said (an active record or a tombstone), off the request path.
+    /// - The answer follows what L1 then holds (a newer tombstone wins), `None` when it
+    ///   redirects from a read that may predate a delete that returned since; the store's
+    ///   tombstone answers 404 whatever L1 holds.
+    /// - A store failure answers from the newer of L1 and the stale L2 record, which goes
+    ///   into L1 stamped `now` ([`RedirectPath::stale_or_unavailable`]).
+    fn apply(
+        &self,
+        code: &str,
+        learned: Learned,
+        read_from: UnixMillis,
+        epoch: Option<u64>,
+        now: UnixMillis,
+    ) -> Option<(Resolution, bool)> {
+        let (record, from_store) = match learned {
+            Learned::NeverIssued => return Some((Resolution::NotFound, false)),
+            Learned::FromL2(record) => (record, false),
+            Learned::FromStore(item) => match decide_redirect(item.as_ref(), now) {
                 StoreVerdict::Redirect => {
                     let link = item.as_ref().expect("a redirect has a link");
-                    let record = CacheRecord::active(link, now, &self.policy);
-                    self.populate_l2(code, &record, now);
-                    // A newer tombstone may have landed while the read was in flight: the
-                    // fill keeps it, and the answer follows what L1 holds.
-                    let held = self.fill(code, record, read_from, epoch);
-                    (self.current_answer(held, read_from, now, epoch)?, false)
+                    (CacheRecord::active(link, now, &self.policy), true)
                 }
-                StoreVerdict::NotFound => (Resolution::NotFound, false),
-                StoreVerdict::Gone => (Resolution::Gone, false),
                 StoreVerdict::Tombstone => {
                     let version = item.as_ref().map_or(0, |l| l.version);
-                    let record = CacheRecord::tombstone(version, now, &self.policy);
-                    self.populate_l2(code, &record, now);
-                    self.l1.fill(code, record, read_from);
-                    (Resolution::NotFound, false)
+                    (CacheRecord::tombstone(version, now, &self.policy), true)
                 }
+                StoreVerdict::NotFound => return Some((Resolution::NotFound, false)),
+                StoreVerdict::Gone => return Some((Resolution::Gone, false)),
             },
-            Fetched::FromStore(Err(cause), stale_l2) => {
-                self.metrics.store_errors.inc();
-                self.stale_or_unavailable(code, stale_l2, now, &cause)
+            Learned::StoreFailed { cause, stale_l2 } => {
+                // Look again: a tombstone may have arrived while the store was failing.
+                let from_l1 = self.usable_l1(code, now);
+                let from_l2 = stale_l2.map(|record| self.l1.fill(code, record, now));
+                return Some(self.stale_or_unavailable(from_l1, from_l2, now, &cause));
             }
         };
-        Some(answer)
+        if from_store {
+            self.populate_l2(code, &record, now);
+        }
+        let store_tombstone = from_store && record.is_tombstone();
+        // Read across a lapse: it may predate an invalidation that the gap swallowed.
+        let lapsed = matches!((&self.trust, epoch), (Some(t), Some(e)) if t.epoch() != e);
+        let held = if lapsed && matches!(record.state, CacheState::Active { .. }) {
+            self.metrics.fills_dropped.inc();
+            L1Entry::new(code, record, read_from)
+        } else {
+            self.l1.fill(code, record, read_from)
+        };
+        if store_tombstone {
+            return Some((Resolution::NotFound, false));
+        }
+        Some((self.current_answer(held, read_from, now, epoch)?, false))
     }
 
     /// The answer `held` gives at `now`, unless it redirects from a read that may predate a
@@ -236,17 +267,6 @@ impl RedirectPath {
         Some(answer)
     }
 
-    /// Fills L1 with what a read found, unless the channel lapsed while it was in flight
-    /// (`epoch` moved): then the record answers this flight only. A tombstone always goes in.
-    fn fill(&self, code: &str, record: CacheRecord, read_from: UnixMillis, epoch: Option<u64>) -> L1Entry {
-        let lapsed = matches!((&self.trust, epoch), (Some(t), Some(e)) if t.epoch() != e);
-        if lapsed && matches!(record.state, rebound_core::CacheState::Active { .. }) {
-            self.metrics.fills_dropped.inc();
-            return L1Entry::new(code, record, read_from);
-        }
-        self.l1.fill(code, record, read_from)
-    }
-
     fn answer_from(&self, held: L1Entry, now: UnixMillis) -> Resolution {
         match held.verdict(now) {
             CachedVerdict::Redirect => Resolution::Redirect(held),
@@ -257,7 +277,7 @@ impl RedirectPath {
 
     /// Below L1: L2 and then the issued-code filter (when there is an L2; otherwise the caller
     /// asked the filter already), then the store. One run per code at a time.
-    async fn fetch(&self, code: &str) -> Fetched {
+    async fn fetch(&self, code: &str) -> Learned {
         let mut stale_l2 = None;
         // An unreachable Redis means the creation feed cannot be known to be current.
         let mut redis_failed = false;
@@ -269,7 +289,7 @@ impl RedirectPath {
                 Ok(Ok(L2Read::Found(record))) => match record.verdict(self.clock.now_millis()) {
                     CachedVerdict::Redirect | CachedVerdict::Tombstone | CachedVerdict::Expired => {
                         self.metrics.l2_hits.inc();
-                        return Fetched::FromL2(record);
+                        return Learned::FromL2(record);
                     }
                     CachedVerdict::Stale => {
                         self.metrics.l2_misses.inc();
@@ -293,16 +313,17 @@ impl RedirectPath {
             if redis_failed {
                 self.metrics.bloom_bypassed.inc();
             } else if !unconfirmed && self.never_issued(code) {
-                return Fetched::NeverIssued;
+                return Learned::NeverIssued;
             }
         }
         self.metrics.store_reads.inc();
-        let read = match tokio::time::timeout(self.store_budget, self.store.get_link(code)).await {
-            Ok(Ok(item)) => Ok(item),
-            Ok(Err(e)) => Err(Arc::from(e.to_string())),
-            Err(_) => Err(Arc::from("store read timed out")),
+        let cause: Arc<str> = match tokio::time::timeout(self.store_budget, self.store.get_link(code)).await {
+            Ok(Ok(item)) => return Learned::FromStore(item),
+            Ok(Err(e)) => Arc::from(e.to_string()),
+            Err(_) => Arc::from("store read timed out"),
         };
-        Fetched::FromStore(read, stale_l2)
+        self.metrics.store_errors.inc();
+        Learned::StoreFailed { cause, stale_l2 }
     }
 
     /// True when the issued-code filter says `code` was never issued; a filter not known to be
@@ -331,18 +352,16 @@ impl RedirectPath {
         });
     }
 
-    /// Store failure: a stale active record inside its grace window and before expiry may be
-    /// served (`true` with the answer); a tombstone always wins; otherwise 503.
+    /// Store failure: the newer of L1's entry and the stale L2 record answers. A tombstone
+    /// always wins; a stale active record inside its grace window and before expiry may be
+    /// served (`true` with the answer); an expired one is 410; otherwise 503.
     fn stale_or_unavailable(
         &self,
-        code: &str,
-        stale_l2: Option<CacheRecord>,
+        from_l1: Option<L1Entry>,
+        from_l2: Option<L1Entry>,
         now: UnixMillis,
         cause: &str,
     ) -> (Resolution, bool) {
-        // Look again: a tombstone may have arrived while the store was failing.
-        let from_l1 = self.usable_l1(code, now);
-        let from_l2 = stale_l2.map(|record| self.l1.fill(code, record, now));
         let newest = match (from_l1, from_l2) {
             (Some(a), Some(b)) => Some(if b.version() > a.version() { b } else { a }),
             (a, b) => a.or(b),
