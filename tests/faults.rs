@@ -360,6 +360,49 @@ async fn i1_holds_when_redis_restarts_from_a_snapshot_older_than_the_deletes() {
     history.assert_clean("restart from a snapshot taken before the deletes");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_DYNAMODB_URL and redis-server (the test services): scripts/test starts them and runs it"]
+async fn deletes_wait_for_the_proxies_a_redis_that_lost_writes_dropped_from_the_registry() {
+    // Proxies cut off from Redis (their trust lapsed, their registrations no longer
+    // refreshed) still serve, from the store, entries a few hundred milliseconds old; then
+    // Redis loses its data (a failover to a replica that had not synced, a restore): the
+    // registry no longer lists them, and a delete must still wait for them.
+    let redis = OwnServer::redis();
+    let d = Deployment::new(&shared_aws_url(), Some(&redis.url()));
+    let dir = temp_dir();
+    let cp = d.control_plane(dir.path(), &[]);
+    let relays = [Relay::to(redis.port), Relay::to(redis.port)];
+    let mut proxies = Vec::new();
+    for relay in &relays {
+        let url = through_relay(&redis.url(), relay.port);
+        proxies.push(d.proxy(dir.path(), &[("REBOUND_REDIS_URL", &url)]).await);
+    }
+    let history = History::default();
+    for round in 0..4 {
+        let code = create_recorded(&history, &cp, round).await;
+        for relay in &relays {
+            relay.freeze();
+        }
+        // Past invalidation_timeout: the proxies no longer trust their L1 and are not heard.
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let _: () = redis_cmd(redis.port, &["FLUSHALL"]).await;
+        for (n, p) in proxies.iter().enumerate() {
+            assert_eq!(probe(&history, p, &format!("p{n}"), &code).await, 302);
+        }
+        assert!(delete_recorded(&history, &cp, &code, round % 2 == 1).await);
+        for _ in 0..5 {
+            for (n, p) in proxies.iter().enumerate() {
+                probe(&history, p, &format!("p{n}"), &code).await;
+            }
+        }
+        for relay in &relays {
+            relay.thaw();
+        }
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+    history.assert_clean("a Redis that lost the registry");
+}
+
 /// Sends `signal` (STOP, CONT) to process `pid`.
 fn signal(pid: u32, signal: &str) {
     let status = std::process::Command::new("kill")
@@ -388,6 +431,68 @@ impl Schedule {
     }
 }
 
+/// Creates a link through the API at `api` and records it; `None` when the control plane
+/// did not answer success (killed by the schedule, say).
+async fn create_at(history: &History, client: &reqwest::Client, api: &str, i: usize) -> Option<String> {
+    let start = Instant::now();
+    let res = client
+        .post(format!("{api}/api/v1/links"))
+        .bearer_auth(OPERATOR_KEY)
+        .json(&json!({"long_url": format!("https://example.com/fault/{i}")}))
+        .send()
+        .await
+        .ok()?;
+    if !res.status().is_success() {
+        return None;
+    }
+    let code = res.json::<serde_json::Value>().await.ok()?["code"].as_str()?.to_owned();
+    history.record(
+        Op::Create {
+            code: code.clone(),
+            ok: true,
+        },
+        start,
+        Instant::now(),
+    );
+    Some(code)
+}
+
+/// How a delete through the schedule ended.
+enum Deleted {
+    Ok,
+    /// 503 `invalidation_failed`: durable in the store, its propagation left to the
+    /// reconcilers.
+    Pending,
+    /// Anything else (no answer from a killed control plane, say).
+    Unknown,
+}
+
+/// Deletes (or takes down) `code` through the API at `api` and records whether it answered
+/// success.
+async fn delete_at(history: &History, client: &reqwest::Client, api: &str, code: &str, takedown: bool) -> Deleted {
+    let start = Instant::now();
+    let req = match takedown {
+        false => client.delete(format!("{api}/api/v1/links/{code}")),
+        true => client
+            .post(format!("{api}/api/v1/links/{code}/takedown"))
+            .json(&json!({"reason": "spam"})),
+    };
+    let answer = match req.bearer_auth(OPERATOR_KEY).send().await {
+        Ok(res) if res.status().is_success() => Deleted::Ok,
+        Ok(res) => match res.json::<serde_json::Value>().await {
+            Ok(v) if v["error"]["code"] == "invalidation_failed" => Deleted::Pending,
+            _ => Deleted::Unknown,
+        },
+        Err(_) => Deleted::Unknown,
+    };
+    let op = Op::Delete {
+        code: code.to_owned(),
+        ok: matches!(answer, Deleted::Ok),
+    };
+    history.record(op, start, Instant::now());
+    answer
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs REBOUND_TEST_DYNAMODB_URL and redis-server (the test services): scripts/test starts them and runs it"]
 async fn a_randomized_schedule_of_faults_breaks_neither_i1_nor_i2() {
@@ -397,15 +502,23 @@ async fn a_randomized_schedule_of_faults_breaks_neither_i1_nor_i2() {
         |s| s.parse().unwrap(),
     );
     eprintln!("fault schedule: seed {seed}, {seconds} s (replay with REBOUND_FAULT_SEED={seed} REBOUND_FAULT_SECONDS={seconds})");
-    let redis = OwnServer::redis();
-    let d = Deployment::new(&shared_aws_url(), Some(&redis.url()));
+    // A primary and a replica behind one address, which a failover moves.
+    let first = OwnServer::redis();
+    let replica = OwnServer::redis_with(&["--replicaof", "127.0.0.1", &first.port.to_string()]);
+    let servers = [first, replica];
+    let vip = Relay::to(servers[0].port);
+    let url = through_relay(&servers[0].url(), vip.port);
+    let d = Deployment::new(&shared_aws_url(), Some(&url));
     let dir = temp_dir();
-    let cp = d.control_plane(dir.path(), &[]);
-    // Each proxy reaches Redis through a relay of its own, which the schedule can freeze.
-    let relays: Vec<Relay> = (0..3).map(|_| Relay::to(redis.port)).collect();
+    // Two control planes, either of which the schedule may kill and start again.
+    let mut cps = [d.control_plane(dir.path(), &[]), d.control_plane(dir.path(), &[])];
+    let apis: Arc<Vec<std::sync::Mutex<String>>> =
+        Arc::new(cps.iter().map(|cp| std::sync::Mutex::new(cp.api())).collect());
+    // Each proxy reaches that address through a relay of its own, which the schedule can freeze.
+    let relays: Vec<Relay> = (0..3).map(|_| Relay::to(vip.port)).collect();
     let mut proxies = Vec::new();
     for relay in &relays {
-        let url = through_relay(&redis.url(), relay.port);
+        let url = through_relay(&url, relay.port);
         proxies.push(d.proxy(dir.path(), &[("REBOUND_REDIS_URL", &url)]).await);
     }
     let addrs: Vec<(String, String)> = proxies
@@ -415,29 +528,42 @@ async fn a_randomized_schedule_of_faults_breaks_neither_i1_nor_i2() {
         .collect();
     let pids: Vec<u32> = proxies.iter().map(|p| p.pid()).collect();
     let history = Arc::new(History::default());
+    let pending = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
-        .timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(3))
         .build()
         .unwrap();
 
-    let cp = &cp;
     let workers = (0..3).map(|w| {
-        let (history, addrs, client) = (history.clone(), addrs.clone(), client.clone());
+        let (history, addrs, client, apis, pending) = (
+            history.clone(),
+            addrs.clone(),
+            client.clone(),
+            apis.clone(),
+            pending.clone(),
+        );
         let mut rng = Schedule(seed.rotate_left(w * 8 + 1) | 1);
         async move {
             let mut i = 0usize;
             while Instant::now() < deadline {
                 i += 1;
-                let code = create_recorded(&history, cp, w as usize * 1_000_000 + i).await;
+                let api = apis[rng.below(2) as usize].lock().unwrap().clone();
+                let Some(code) = create_at(&history, &client, &api, w as usize * 1_000_000 + i).await else {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
                 for (name, addr) in &addrs {
                     for _ in 0..2 {
                         probe_with(&history, &client, addr, name, &code).await;
                     }
                 }
                 if rng.below(3) > 0 {
-                    delete_recorded(&history, cp, &code, rng.below(2) == 0).await;
+                    let api = apis[rng.below(2) as usize].lock().unwrap().clone();
+                    if let Deleted::Pending = delete_at(&history, &client, &api, &code, rng.below(2) == 0).await {
+                        pending.lock().unwrap().push(code.clone());
+                    }
                 }
                 for _ in 0..3 {
                     for (name, addr) in &addrs {
@@ -450,12 +576,14 @@ async fn a_randomized_schedule_of_faults_breaks_neither_i1_nor_i2() {
     let faults = async {
         let mut rng = Schedule(seed);
         let mut injected = Vec::new();
+        let mut primary = 0usize;
         while Instant::now() + Duration::from_secs(3) < deadline {
             tokio::time::sleep(rng.millis(200, 1500)).await;
             let k = rng.below(3) as usize;
-            match rng.below(3) {
+            let began = Instant::now();
+            match rng.below(5) {
                 0 => {
-                    kill_subscriptions(redis.port).await;
+                    kill_subscriptions(servers[primary].port).await;
                     injected.push("subscriptions killed".to_owned());
                 }
                 1 => {
@@ -465,14 +593,40 @@ async fn a_randomized_schedule_of_faults_breaks_neither_i1_nor_i2() {
                     relays[k].thaw();
                     injected.push(format!("p{k}'s Redis frozen {held:?}"));
                 }
-                _ => {
+                2 => {
                     let held = rng.millis(100, 2000);
                     signal(pids[k], "STOP");
                     tokio::time::sleep(held).await;
                     signal(pids[k], "CONT");
                     injected.push(format!("p{k} stopped {held:?}"));
                 }
+                3 => {
+                    // A control plane crashes (between any two steps of whatever it was
+                    // doing) and another starts in its place.
+                    let k = k % 2;
+                    cps[k].kill();
+                    tokio::time::sleep(rng.millis(0, 1000)).await;
+                    cps[k] = tokio::task::block_in_place(|| d.control_plane(dir.path(), &[]));
+                    *apis[k].lock().unwrap() = cps[k].api();
+                    injected.push(format!("cp{k} killed"));
+                }
+                _ => {
+                    // A failover: the replica (in sync or not) is promoted, the address
+                    // moves to it, and the old primary follows it.
+                    let (old, new) = (primary, 1 - primary);
+                    let _: String = redis_cmd(servers[new].port, &["REPLICAOF", "NO", "ONE"]).await;
+                    vip.fail_over_to(servers[new].port);
+                    let _: String = redis_cmd(
+                        servers[old].port,
+                        &["REPLICAOF", "127.0.0.1", &servers[new].port.to_string()],
+                    )
+                    .await;
+                    primary = new;
+                    injected.push(format!("failover to r{new}"));
+                }
             }
+            let what = injected.last().cloned().unwrap_or_default();
+            history.record(Op::Fault { what }, began, Instant::now());
         }
         injected
     };
@@ -483,11 +637,31 @@ async fn a_randomized_schedule_of_faults_breaks_neither_i1_nor_i2() {
         .filter(|e| matches!(e.op, Op::Delete { ok: true, .. }))
         .count();
     eprintln!(
-        "fault schedule seed {seed}: {} faults, {deletes} deletes, {} events",
+        "fault schedule seed {seed}: {} faults, {deletes} deletes, {} events; faults: {injected:?}",
         injected.len(),
         events.len()
     );
     history.assert_clean(&format!("seed {seed} (faults: {injected:?})"));
     assert!(deletes >= 10 && injected.len() >= 5, "too little happened to judge");
+    // Deletes that answered 503 were durable: the reconcilers finish them, with no retry.
+    let pending = pending.lock().unwrap().clone();
+    let started = Instant::now();
+    for code in &pending {
+        for (name, addr) in &addrs {
+            let limit = Duration::from_secs(20);
+            while probe_with(&history, &client, addr, name, code).await != 404 {
+                assert!(
+                    started.elapsed() < limit,
+                    "seed {seed}: {code} still redirects on {name} after {limit:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    eprintln!(
+        "fault schedule seed {seed}: {} deletes answered 503, all 404 everywhere {:?} after the schedule ended",
+        pending.len(),
+        started.elapsed()
+    );
     drop(proxies);
 }

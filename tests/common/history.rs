@@ -15,6 +15,8 @@ pub enum Op {
     Delete { code: String, ok: bool },
     /// A request of `code` on proxy `proxy`, answered `status` (0: no answer).
     Probe { code: String, proxy: String, status: u16 },
+    /// A fault the test injected, from its start to its end.
+    Fault { what: String },
 }
 
 #[derive(Debug, Clone)]
@@ -116,10 +118,18 @@ impl History {
                 )
             })
             .collect();
+        let faults: Vec<String> = events
+            .iter()
+            .filter_map(|e| match &e.op {
+                Op::Fault { what } => Some(format!("{what} [{}-{} ms]", ms(e.start), ms(e.end))),
+                _ => None,
+            })
+            .collect();
         panic!(
-            "{label}: {} violations in {probes} probes; the first:\n{}",
+            "{label}: {} violations in {probes} probes; the first:\n{}\nfaults: {}",
             v.len(),
-            shown.join("\n")
+            shown.join("\n"),
+            faults.join(", ")
         );
     }
 }

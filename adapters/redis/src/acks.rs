@@ -8,7 +8,7 @@
 //! listens to it from start-up; each delete waits on an [`Expectation`] taken before its
 //! invalidation is published.
 
-use crate::{decode_ack, RedisCache};
+use crate::{decode_ack, RedisCache, RegistryRead};
 use futures_util::StreamExt;
 use prometheus::{Histogram, HistogramOpts, IntCounter, IntGauge, Opts, Registry};
 use std::collections::{HashMap, HashSet};
@@ -74,7 +74,16 @@ type Invalidated = (String, u64);
 pub struct Acknowledgements {
     waiting: Mutex<HashMap<Invalidated, Vec<Arc<Waiting>>>>,
     metrics: AckMetrics,
+    /// Each proxy seen in a registry read: the epoch of that read and when. A Redis that
+    /// lost writes lost registrations too; the proxies seen in an earlier epoch are waited
+    /// for until the registry is as old as its window again.
+    seen: Mutex<HashMap<String, (i64, Instant)>>,
 }
+
+/// How often a control plane reads the registry to remember the proxies in it.
+const REMEMBER_EVERY: Duration = Duration::from_secs(1);
+/// How far back [`Acknowledgements::listen`] reads the registry.
+const REMEMBER_WITHIN: Duration = Duration::from_secs(3600);
 
 /// One delete's wait; taken before its invalidation is published, so no acknowledgement
 /// can come before it is counted.
@@ -137,7 +146,34 @@ impl Acknowledgements {
         Arc::new(Acknowledgements {
             waiting: Mutex::new(HashMap::new()),
             metrics,
+            seen: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Notes the proxies a registry read found.
+    pub fn remember(&self, registry: &RegistryRead) {
+        let now = Instant::now();
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        for proxy in &registry.proxies {
+            seen.insert(proxy.clone(), (registry.epoch, now));
+        }
+    }
+
+    /// The proxies a delete waits for, from a registry read over `window`: those it lists
+    /// and, when it is younger than the window (the Redis lost its data), those seen in an
+    /// earlier epoch within the window and not re-registered since.
+    pub fn to_wait_for(&self, registry: &RegistryRead, window: Duration) -> Vec<String> {
+        self.remember(registry);
+        let mut proxies = registry.proxies.clone();
+        if !registry.complete {
+            let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            for (proxy, (epoch, at)) in seen.iter() {
+                if *epoch != registry.epoch && at.elapsed() <= window && !proxies.contains(proxy) {
+                    proxies.push(proxy.clone());
+                }
+            }
+        }
+        proxies
     }
 
     /// Starts counting the acknowledgements of `code` at `version`.
@@ -175,8 +211,31 @@ impl Acknowledgements {
     }
 
     /// Listens to the acknowledgements until `shutdown`, subscribing again when the
-    /// subscription is lost (meanwhile deletes wait their bound out, which is safe).
+    /// subscription is lost (meanwhile deletes wait their bound out, which is safe), and
+    /// remembers the proxies in the registry every [`REMEMBER_EVERY`].
     pub async fn listen(self: Arc<Self>, cache: Arc<RedisCache>, mut shutdown: watch::Receiver<bool>) {
+        let remembering = {
+            let (me, cache, mut shutdown) = (self.clone(), cache.clone(), shutdown.clone());
+            async move {
+                let mut tick = tokio::time::interval(REMEMBER_EVERY);
+                loop {
+                    tokio::select! {
+                        _ = tick.tick() => {
+                            if let Ok(Ok(registry)) = tokio::time::timeout(REMEMBER_EVERY, cache.registry(REMEMBER_WITHIN)).await {
+                                me.remember(&registry);
+                            }
+                        }
+                        _ = async { let _ = shutdown.wait_for(|s| *s).await; } => return,
+                    }
+                }
+            }
+        };
+        let remembering = tokio::spawn(remembering);
+        self.listen_to_acks(cache, &mut shutdown).await;
+        remembering.abort();
+    }
+
+    async fn listen_to_acks(&self, cache: Arc<RedisCache>, shutdown: &mut watch::Receiver<bool>) {
         loop {
             let session = async {
                 let mut messages = cache.subscription(&[cache.acks_channel()]).await?;
@@ -247,6 +306,28 @@ mod tests {
         );
         assert_eq!(a.metrics.waited_out.get(), 1);
         assert_eq!(a.metrics.received.get(), 2);
+    }
+
+    #[test]
+    fn after_redis_lost_its_data_the_proxies_seen_before_are_waited_for_too() {
+        let a = acks();
+        let window = Duration::from_secs(60);
+        let read = |epoch: i64, complete: bool, proxies: &[&str]| RegistryRead {
+            proxies: proxies.iter().map(|p| p.to_string()).collect(),
+            epoch,
+            complete,
+        };
+        a.remember(&read(1, true, &["p1", "p2", "left"]));
+        // The same epoch: a proxy missing from the registry left it (deregistered).
+        assert_eq!(a.to_wait_for(&read(1, false, &["p1", "p2"]), window), ["p1", "p2"]);
+        // A new epoch, younger than the window: whoever was seen before may still serve.
+        let mut waited = a.to_wait_for(&read(2, false, &["p1"]), window);
+        waited.sort();
+        assert_eq!(waited, ["left", "p1", "p2"]);
+        // Once the new epoch is as old as the window, the registry alone counts.
+        assert_eq!(a.to_wait_for(&read(2, true, &["p1"]), window), ["p1"]);
+        // Seen longer ago than the window: not waited for.
+        assert_eq!(a.to_wait_for(&read(3, false, &["p1"]), Duration::ZERO), ["p1"]);
     }
 
     #[tokio::test]

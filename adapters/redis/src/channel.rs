@@ -11,6 +11,17 @@ use rebound_core::UnixMillis;
 use rebound_store::{ChannelMessage, InvalidationChannel, StoreError};
 use std::time::Duration;
 
+/// The proxies registered within a window, as one read of the registry saw them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistryRead {
+    pub proxies: Vec<String>,
+    /// The epoch of the Redis they were read from.
+    pub epoch: i64,
+    /// False when the epoch is younger than the window: proxies registered before it (in
+    /// a data set the Redis lost) may be missing.
+    pub complete: bool,
+}
+
 /// Invalidations kept in the log (about: trimmed in whole nodes).
 const LOG_LEN: usize = 100_000;
 /// Most invalidations a lapsed proxy replays; past that it empties its L1.
@@ -92,14 +103,28 @@ impl RedisCache {
 
     /// The proxies whose last keepalive reached Redis within `within`, by Redis's clock.
     pub async fn live_proxies(&self, within: Duration) -> Result<Vec<String>, StoreError> {
+        Ok(self.registry(within).await?.proxies)
+    }
+
+    /// [`RedisCache::live_proxies`], with the epoch they were read in and its age: a
+    /// registry younger than `within` may miss proxies registered in the epoch before.
+    pub async fn registry(&self, within: Duration) -> Result<RegistryRead, StoreError> {
         let mut c = self.conn().await?;
-        self.scripts
+        let (epoch, age_ms, proxies): (i64, i64, Vec<String>) = self
+            .scripts
             .live_proxies
             .key(self.proxies_key())
+            .key(self.identity_key())
             .arg(within.as_millis() as u64)
             .invoke_async(&mut c)
             .await
-            .map_err(|e| self.failed(e))
+            .map_err(|e| self.failed(e))?;
+        self.saw_epoch(epoch);
+        Ok(RegistryRead {
+            proxies,
+            epoch,
+            complete: age_ms >= within.as_millis() as i64,
+        })
     }
 
     /// The messages of `channels`, on a connection of their own (a subscribed connection

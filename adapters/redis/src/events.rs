@@ -78,9 +78,11 @@ impl rebound_store::LinkEvents for RedisLinkEvents {
         // Every proxy registered within the window (by Redis's clock) may still hold the
         // code, even one that stopped sending keepalives (cut off from Redis, it still
         // serves). Not knowing which (the registry unreadable), the bound is waited out.
-        let registry = self.cache.live_proxies(self.registry_window());
+        // A Redis that lost its data (a failover to a replica that had not synced, a
+        // restore) lost registrations: the proxies seen before are waited for too.
+        let registry = self.cache.registry(self.registry_window());
         let proxies = match tokio::time::timeout(DEACTIVATE_BUDGET, registry).await {
-            Ok(Ok(p)) => p,
+            Ok(Ok(registry)) => self.acks.to_wait_for(&registry, self.registry_window()),
             Ok(Err(_)) | Err(_) => vec![String::from("(registry unreadable)")],
         };
         if let acks::WaitOutcome::WaitedOut(missing) = expectation.wait_for(&proxies, deadline).await {

@@ -38,6 +38,7 @@ mod feed;
 mod metrics;
 mod scripts;
 
+pub use channel::RegistryRead;
 pub use codec::{
     decode_ack, decode_invalidation, decode_record, decode_stamped_record, encode_ack, encode_invalidation,
 };

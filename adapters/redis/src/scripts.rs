@@ -99,11 +99,13 @@ for i, entry in ipairs(entries) do out[i] = entry[2][2] end
 return out
 ";
 
-/// The proxies registered within the last `ARGV[1]` milliseconds of Redis's time.
+/// The epoch, its age in milliseconds, and the proxies registered within the last `ARGV[1]`
+/// milliseconds of Redis's time (those registered in an earlier epoch may be missing).
 const LIVE_PROXIES: &str = r"
+local e = epoch(KEYS[2])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-return redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[1]), '+inf')
+return {e, now - e, redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[1]), '+inf')}
 ";
 
 /// The scripts of one cache, the epoch function prepended to those that report it.
@@ -128,7 +130,7 @@ impl Scripts {
             versioned_set: redis::Script::new(&format!("{IDENTITY}{VERSIONED_SET}")),
             read: redis::Script::new(&format!("{IDENTITY}{READ}")),
             keepalive: redis::Script::new(&format!("{IDENTITY}{KEEPALIVE}")),
-            live_proxies: redis::Script::new(LIVE_PROXIES),
+            live_proxies: redis::Script::new(&format!("{IDENTITY}{LIVE_PROXIES}")),
             invalidate: redis::Script::new(INVALIDATE),
             replay: redis::Script::new(&format!("{IDENTITY}{REPLAY}")),
         }
