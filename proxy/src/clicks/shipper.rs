@@ -1,0 +1,445 @@
+//! The shipper: empties the queue every few milliseconds, takes the counts when they are
+//! due, and has a writer hand them to a [`ClickSink`] in batches, one write at a time; and
+//! the sink of the embedded mode, the store's rollups.
+
+use super::pacing::ClickPacing;
+use super::queue::ClickQueue;
+use async_trait::async_trait;
+use rebound_core::Day;
+use rebound_store::{ClickAdd, ClickBatch, ClickSink, RollupStore, StoreError, MAX_BATCH_ADDS};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// Batches handed to the sink at once (10 is also SQS's limit per call).
+const SHIP_GROUP: usize = 10;
+/// How often the shipper empties the queue: short enough that a full queue means more
+/// distinct codes clicked in this time than it has slots.
+const DRAIN_EVERY: Duration = Duration::from_millis(10);
+
+/// Embedded mode: adds batches to the store's rollups.
+pub struct StoreClickSink(pub Arc<dyn RollupStore>);
+
+#[async_trait]
+impl ClickSink for StoreClickSink {
+    async fn ship(&self, batches: &[ClickBatch]) -> Result<(), StoreError> {
+        self.0.apply_click_batches(batches).await.map(|_| ())
+    }
+}
+
+/// Unique batch ids: this process's start time and pid, and a sequence.
+struct BatchIds {
+    prefix: String,
+    seq: AtomicU64,
+}
+
+impl BatchIds {
+    fn new() -> BatchIds {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        BatchIds {
+            prefix: format!("{:x}-{}", nanos, std::process::id()),
+            seq: AtomicU64::new(0),
+        }
+    }
+    fn next(&self) -> String {
+        format!("{}-{}", self.prefix, self.seq.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// Where the shipper's writes run, and what it shares with them.
+pub struct ClickWriter {
+    /// The runtime the writes run on.
+    pub runtime: tokio::runtime::Handle,
+    pub sink: Arc<dyn ClickSink>,
+}
+
+/// Empties the queue every few milliseconds; takes the counts and has them written when
+/// `pacing` says they are due, once the previous write is done; and at once when the UTC
+/// day changes (so clicks count for the day they happened, give or take a drain) and when
+/// `shutdown` flips (that last write runs on the caller's runtime), after which it waits
+/// for any write still in flight.
+pub async fn run_click_shipper(
+    queue: Arc<ClickQueue>,
+    writer: ClickWriter,
+    pacing: ClickPacing,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let ids = Arc::new(BatchIds::new());
+    let mut tick = tokio::time::interval(DRAIN_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_take = Instant::now();
+    let mut writing: Option<JoinHandle<()>> = None;
+    // How long the last take's write took, in nanoseconds (its task records it).
+    let last_write = Arc::new(AtomicU64::new(0));
+    loop {
+        let stopping = tokio::select! {
+            _ = tick.tick() => false,
+            _ = shutdown.changed() => true,
+        } || *shutdown.borrow();
+        let now = Instant::now();
+        let today = Day::of_millis(queue.clock.now_millis());
+        let writer_idle = writing.as_ref().is_none_or(|w| w.is_finished());
+        let taken = {
+            let mut s = queue.unpersisted.lock();
+            queue.drain_into(&mut s);
+            let held = s.oldest.map_or(Duration::ZERO, |o| now - o);
+            let wrote = Duration::from_nanos(last_write.load(Ordering::Relaxed));
+            let due = writer_idle && pacing.due(s.dirty.len(), now - last_take, wrote, held);
+            let taken = if !s.dirty.is_empty() && (stopping || today != s.day || due) {
+                last_take = now;
+                s.take(&queue.metrics, now)
+            } else {
+                None
+            };
+            s.report(&queue.metrics, now);
+            taken
+        };
+        if let Some(take) = taken {
+            if stopping {
+                // The last counts are written here, at this runtime's priority: the writer's
+                // may get no CPU at all on a busy machine. Adds commute, so this write need
+                // not wait for one still in flight.
+                write(&queue, writer.sink.as_ref(), &ids, take).await;
+            } else {
+                let (previous, queue, sink, ids) = (writing.take(), queue.clone(), writer.sink.clone(), ids.clone());
+                let took = last_write.clone();
+                writing = Some(writer.runtime.spawn(async move {
+                    // One write at a time, in order.
+                    if let Some(previous) = previous {
+                        let _ = previous.await;
+                    }
+                    let started = Instant::now();
+                    write(&queue, sink.as_ref(), &ids, take).await;
+                    took.store(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                }));
+            }
+        }
+        if stopping {
+            if let Some(in_flight) = writing {
+                let _ = in_flight.await;
+            }
+            queue.unpersisted.lock().report(&queue.metrics, Instant::now());
+            return;
+        }
+    }
+}
+
+/// Hands the rows of take `id` to the sink, `SHIP_GROUP` batches at a time, marking each
+/// group as being written, then written, so that stats reads stay exact.
+async fn write(queue: &ClickQueue, sink: &dyn ClickSink, ids: &BatchIds, id: u64) {
+    let (u, metrics) = (&queue.unpersisted, &queue.metrics);
+    loop {
+        let (batches, rows, clicks) = {
+            let mut s = u.lock();
+            let Some(t) = s.takes.iter_mut().find(|t| t.id == id) else {
+                return;
+            };
+            let group = t.done..(t.done + MAX_BATCH_ADDS * SHIP_GROUP).min(t.rows.len());
+            t.writing = group.end;
+            let rows = &t.rows[group];
+            let batches: Vec<ClickBatch> = rows
+                .chunks(MAX_BATCH_ADDS)
+                .map(|chunk| ClickBatch {
+                    id: ids.next(),
+                    adds: chunk
+                        .iter()
+                        .map(|(entry, clicks)| ClickAdd {
+                            code: entry.code().to_owned(),
+                            day: t.day,
+                            clicks: *clicks,
+                        })
+                        .collect(),
+                })
+                .collect();
+            (batches, rows.len(), rows.iter().map(|(_, n)| n).sum::<u64>())
+        };
+        let started = Instant::now();
+        let shipped = sink.ship(&batches).await;
+        metrics.click_write_seconds.inc_by(started.elapsed().as_secs_f64());
+        metrics.click_rows_written.inc_by(rows as u64);
+        metrics.click_batches_written.inc_by(batches.len() as u64);
+        match shipped {
+            Ok(()) => metrics.clicks_flushed.inc_by(clicks),
+            Err(e) => {
+                metrics.click_batches_failed.inc_by(batches.len() as u64);
+                tracing::warn!(error = %e, clicks, "click batches not shipped; their clicks are lost");
+            }
+        }
+        let finished = {
+            let mut s = u.lock();
+            let finished = match s.takes.iter_mut().find(|t| t.id == id) {
+                Some(t) => {
+                    t.done = t.writing;
+                    t.done == t.rows.len()
+                }
+                None => true,
+            };
+            if finished {
+                s.takes.retain(|t| t.id != id);
+            }
+            finished
+        };
+        u.written.notify_waiters();
+        if finished {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clicks::test_util::{clock_at, entry, metrics, pacing, Recorded, Shipper};
+    use rebound_core::ManualClock;
+    use rebound_store::MemoryStore;
+
+    /// Ships what `q` holds at shutdown (the interval never passes).
+    async fn run_until_stopped(q: Arc<ClickQueue>, sink: Arc<dyn ClickSink>) {
+        let runtime = tokio::runtime::Handle::current();
+        Shipper::start(&q, sink, runtime, Duration::from_secs(3600))
+            .stop()
+            .await;
+    }
+
+    #[tokio::test]
+    async fn shipped_clicks_land_in_the_rollups_aggregated() {
+        let metrics = metrics();
+        let q = Arc::new(ClickQueue::new(10_000, metrics.clone(), clock_at(5 * 86_400_000 + 1)));
+        let entries: Vec<_> = (0..150).map(|i| entry(&format!("c{i:02}"))).collect();
+        for i in 0..300 {
+            q.record(&entries[i % 150]);
+        }
+        let store = Arc::new(MemoryStore::new());
+        run_until_stopped(q, Arc::new(StoreClickSink(store.clone()))).await;
+        assert_eq!(metrics.clicks_flushed.get(), 300);
+        assert_eq!(
+            store.read_clicks("c07", Day(5), Day(5)).await.unwrap(),
+            vec![(Day(5), 2)]
+        );
+    }
+
+    #[tokio::test]
+    async fn the_last_write_at_shutdown_does_not_wait_for_the_writer_runtime() {
+        // A writer runtime that never gets to run anything, as an idle-class thread on a
+        // machine kept busy.
+        let stalled = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let q = Arc::new(ClickQueue::new(100, metrics(), clock_at(0)));
+        q.record(&entry("abc"));
+        let sink = Arc::new(Recorded::default());
+        let shipper = Shipper::start(&q, sink.clone(), stalled.handle().clone(), Duration::from_secs(3600));
+        tokio::time::timeout(Duration::from_secs(5), shipper.stop())
+            .await
+            .expect("the shipper stopped without the writer runtime");
+        assert_eq!(sink.adds(), vec![("abc".to_owned(), Day(0), 1)]);
+        tokio::task::spawn_blocking(move || drop(stalled)).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn counts_are_written_in_code_order_one_add_per_code() {
+        let q = Arc::new(ClickQueue::new(100, metrics(), clock_at(0)));
+        // Two entries for bbb, as after a refill of the code: one add with both counts.
+        let (bbb, bbb_again) = (entry("bbb"), entry("bbb"));
+        for e in [
+            entry("ccc"),
+            entry("aaa"),
+            bbb.clone(),
+            entry("aab"),
+            bbb_again.clone(),
+            bbb,
+        ] {
+            q.record(&e);
+        }
+        q.record(&bbb_again);
+        let sink = Arc::new(Recorded::default());
+        run_until_stopped(q, sink.clone()).await;
+        let written: Vec<(String, u64)> = sink
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .flat_map(|b| b.adds.iter().map(|a| (a.code.clone(), a.clicks)))
+            .collect();
+        let want = [("aaa", 1), ("aab", 1), ("bbb", 4), ("ccc", 1)].map(|(c, n)| (c.to_owned(), n));
+        assert_eq!(written, want);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn clicks_count_for_the_day_they_happened_across_midnight() {
+        let metrics = metrics();
+        let clock = ManualClock::at(2 * 86_400_000 - 1_000);
+        let q = Arc::new(ClickQueue::new(100, metrics.clone(), Arc::new(clock.clone())));
+        let sink = Arc::new(Recorded::default());
+        let runtime = tokio::runtime::Handle::current();
+        // A long flush interval: only the day change may ship before the stop.
+        let shipper = Shipper::start(&q, sink.clone(), runtime, Duration::from_secs(3600));
+        let e = entry("abc");
+        for _ in 0..3 {
+            q.record(&e);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        clock.advance(2_000); // past midnight
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        for _ in 0..2 {
+            q.record(&e);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        shipper.stop().await;
+        assert_eq!(
+            sink.adds(),
+            vec![("abc".to_owned(), Day(1), 3), ("abc".to_owned(), Day(2), 2)]
+        );
+        assert_eq!(metrics.clicks_flushed.get(), 5);
+    }
+
+    /// A sink whose writes wait for permits.
+    struct Gated {
+        permits: tokio::sync::Semaphore,
+        kept: Recorded,
+    }
+
+    #[async_trait]
+    impl ClickSink for Gated {
+        async fn ship(&self, batches: &[ClickBatch]) -> Result<(), StoreError> {
+            self.permits.acquire().await.unwrap().forget();
+            self.kept.ship(batches).await
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn light_load_ships_every_interval_and_one_write_at_a_time() {
+        let metrics = metrics();
+        let q = Arc::new(ClickQueue::new(100, metrics.clone(), clock_at(86_400_000)));
+        let sink = Arc::new(Gated {
+            permits: tokio::sync::Semaphore::new(1),
+            kept: Recorded::default(),
+        });
+        let runtime = tokio::runtime::Handle::current();
+        let _shipper = Shipper::start(&q, sink.clone(), runtime, Duration::from_secs(1));
+        let e = entry("abc");
+        q.record(&e);
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        assert_eq!(
+            sink.kept.adds(),
+            vec![("abc".to_owned(), Day(1), 1)],
+            "shipped within the interval"
+        );
+        // The next write blocks in the sink.
+        q.record(&e);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(metrics.clicks_queued.get(), 1, "not taken before the interval");
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(metrics.clicks_queued.get(), 2, "taken after the interval");
+        // While that write waits, new clicks stay counted on the entry: no second take.
+        for _ in 0..3 {
+            q.record(&e);
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(metrics.clicks_queued.get(), 2, "one write at a time");
+        assert_eq!(metrics.clicks_flushed.get(), 1);
+        sink.permits.add_permits(2);
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        assert_eq!(metrics.clicks_flushed.get(), 5);
+        assert_eq!(
+            sink.kept.adds(),
+            vec![
+                ("abc".to_owned(), Day(1), 1),
+                ("abc".to_owned(), Day(1), 1),
+                ("abc".to_owned(), Day(1), 3)
+            ],
+            "the clicks made during the slow write were merged into one row"
+        );
+    }
+
+    /// A sink whose every ship takes `took` (of paused time).
+    struct Slow {
+        took: Duration,
+        kept: Recorded,
+    }
+
+    #[async_trait]
+    impl ClickSink for Slow {
+        async fn ship(&self, batches: &[ClickBatch]) -> Result<(), StoreError> {
+            tokio::time::sleep(self.took).await;
+            self.kept.ship(batches).await
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn slow_writes_stretch_the_window_to_keep_writing_within_its_share_of_the_time() {
+        let metrics = metrics();
+        let q = Arc::new(ClickQueue::new(1_000, metrics.clone(), clock_at(86_400_000)));
+        let sink = Arc::new(Slow {
+            took: Duration::from_millis(500),
+            kept: Recorded::default(),
+        });
+        let runtime = tokio::runtime::Handle::current();
+        // Every second by the interval and the rows, but a 500 ms write at 10 % of the
+        // time lets the next one start only 5 s after it began.
+        let pacing = ClickPacing {
+            write_share: 0.1,
+            ..pacing(1_000, 1_000_000, 60_000)
+        };
+        let shipper = Shipper::paced(&q, sink.clone(), runtime, pacing);
+        let e = entry("abc");
+        q.record(&e);
+        tokio::time::sleep(Duration::from_millis(1_600)).await;
+        assert_eq!(sink.kept.adds().len(), 1, "the first write, after the interval");
+        let first = Instant::now() - Duration::from_millis(600); // when it began, about
+        for _ in 0..4 {
+            q.record(&e);
+        }
+        tokio::time::sleep(Duration::from_millis(2_000)).await;
+        assert_eq!(sink.kept.adds().len(), 1, "the interval passed, the time budget not");
+        assert_eq!(metrics.click_pending_codes.get(), 1);
+        // Due 5 s after the first began, written 500 ms later.
+        let until = first + Duration::from_millis(5_600);
+        tokio::time::sleep_until(until).await;
+        assert_eq!(
+            sink.kept.adds(),
+            vec![("abc".to_owned(), Day(1), 1), ("abc".to_owned(), Day(1), 4)],
+            "the clicks that waited were merged into one row"
+        );
+        // Writing took 1 s of about 6.1 s: within 10 % plus the write in progress.
+        assert!(metrics.click_write_seconds.get() <= 1.0 + 1e-9);
+        shipper.stop().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rows_wait_for_the_row_budget_but_never_longer_than_the_longest_hold() {
+        let metrics = metrics();
+        let q = Arc::new(ClickQueue::new(1_000, metrics.clone(), clock_at(86_400_000)));
+        let entries: Vec<_> = (0..50).map(|i| entry(&format!("c{i:02}"))).collect();
+        let sink = Arc::new(Recorded::default());
+        let runtime = tokio::runtime::Handle::current();
+        // 50 rows at 10 a second: due 5 s after the last take.
+        let shipper = Shipper::paced(&q, sink.clone(), runtime.clone(), pacing(1_000, 10, 60_000));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        entries.iter().for_each(|e| q.record(e));
+        tokio::time::sleep(Duration::from_millis(4_800)).await;
+        assert!(sink.adds().is_empty(), "50 rows at 10 per second wait 5 s");
+        assert_eq!(metrics.click_pending_codes.get(), 50);
+        assert!(metrics.click_persist_lag.get() >= 4.5);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(sink.adds().len(), 50);
+        assert_eq!(metrics.click_rows_written.get(), 50);
+        assert_eq!(metrics.click_pending_codes.get(), 0);
+        assert_eq!(metrics.click_persist_lag.get(), 0.0);
+        shipper.stop().await;
+
+        // The same with a 2 s longest hold: written after 2 s although the budget says 5.
+        let sink = Arc::new(Recorded::default());
+        let shipper = Shipper::paced(&q, sink.clone(), runtime, pacing(1_000, 10, 2_000));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        entries.iter().for_each(|e| q.record(e));
+        tokio::time::sleep(Duration::from_millis(1_800)).await;
+        assert!(sink.adds().is_empty());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(sink.adds().len(), 50, "no click waits longer than the longest hold");
+        shipper.stop().await;
+    }
+}
