@@ -2,17 +2,9 @@
 //! the links. A generated code is the permutation of a counter value, so it can exist only
 //! if that value is below the counter's high-water mark; every other code is an alias, kept
 //! in a Bloom filter loaded from the alias index. The gate answers "never issued" only while
-//! it is current, otherwise it is bypassed, so it can never 404 a code that exists.
-//!
-//! The rule for a generated code, and why it is safe: a control plane announces a lease's
-//! high-water mark on the creation feed (in process, straight to this gate) before it hands
-//! out a code of the lease. A gate is current only while it follows the feed from a position
-//! read before it read the mark from the store; so every lease whose codes were handed out
-//! is either below the mark it read or reached it through the feed. On top of that a code is
-//! 404 only at [`HIGH_WATER_SLACK`] or more above the known mark: an announcement that did
-//! not reach Redis (a control plane cut off from it while proxies are not) then still costs
-//! no false 404 until that many values were leased unheard, and the mark is read again from
-//! the store every [`crate::distributed::HIGH_WATER_REFRESH`].
+//! it is current, otherwise it is bypassed, so it can never 404 a code that exists. The
+//! rule, the slack above the mark and why they are safe: docs/records-and-invariants.md,
+//! "Issued codes: known without reading the links".
 
 use bloomfilter::Bloom;
 use rebound_core::generated::{
