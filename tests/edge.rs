@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::rebound::{exchange, End, Rebound};
 use common::services::free_port;
 use common::*;
 use serde_json::json;
@@ -17,36 +18,6 @@ use std::time::{Duration, Instant};
 const ALL: &[&str] = &["redirect", "API", "metrics"];
 
 /// How a raw exchange ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum End {
-    /// The server closed the connection cleanly (FIN).
-    Closed,
-    /// The server reset the connection.
-    Reset,
-    /// Still open when we stopped waiting.
-    Open,
-}
-
-/// Sends `request` on a new connection and reads until the server closes it or `wait`
-/// passes without data.
-fn exchange(addr: &str, request: &[u8], wait: Duration) -> (String, End) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(wait)).unwrap();
-    // The server may refuse before reading everything: a failed write is part of the story.
-    let _ = s.write_all(request);
-    let mut got = Vec::new();
-    let mut buf = [0u8; 16 * 1024];
-    let end = loop {
-        match s.read(&mut buf) {
-            Ok(0) => break End::Closed,
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break End::Reset,
-            Err(_) => break End::Open,
-        }
-    };
-    (String::from_utf8_lossy(&got).into_owned(), end)
-}
-
 /// The status codes of the responses in `text`, in order.
 fn statuses(text: &str) -> Vec<u16> {
     text.split("\r\n")
@@ -235,38 +206,6 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-struct Rebound {
-    run: Running,
-}
-
-impl Rebound {
-    fn start(dir: &Path, env: &[(&str, &str)]) -> Rebound {
-        Rebound {
-            run: start(&[], dir, env, ALL),
-        }
-    }
-
-    fn redirect(&self) -> String {
-        self.run.addrs["redirect"].clone()
-    }
-
-    async fn create(&self, body: serde_json::Value) {
-        create_link(&self.run, body).await;
-    }
-
-    async fn refusals(&self, port: &str, reason: &str) -> f64 {
-        metric(
-            &self.run,
-            &format!(r#"rebound_edge_refusals_total{{port="{port}",reason="{reason}"}}"#),
-        )
-        .await
-    }
-
-    async fn open_connections(&self, port: &str) -> f64 {
-        metric(&self.run, &format!(r#"rebound_edge_open_connections{{port="{port}"}}"#)).await
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_heads_are_refused_as_rfc_9112_says_and_the_connection_closed_cleanly() {
     let dir = temp_dir();
@@ -420,7 +359,7 @@ async fn every_protocol_gets_the_same_redirect_h1_h2c_and_tls_with_ecdsa_and_rsa
             ],
             &["redirect", "redirect TLS", "API", "metrics"],
         );
-        let rb = Rebound { run };
+        let rb = Rebound { run, http: http() };
         rb.create(json!({"long_url": "https://example.com/t?a=1", "custom_alias": "proto", "forward_query": true}))
             .await;
         let plain = format!("http://{}/proto?q=1", rb.redirect());
@@ -1015,7 +954,7 @@ async fn a_new_process_takes_the_listeners_over_under_load_with_zero_failed_requ
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let data = dir.path().join("data");
     let mut old = start(&[], &data, &env, ALL);
-    let rb = Rebound { run: old };
+    let rb = Rebound { run: old, http: http() };
     rb.create(json!({"long_url": "https://example.com/u", "custom_alias": "upgrade-me"}))
         .await;
     old = rb.run;

@@ -4,68 +4,12 @@
 
 mod common;
 
+use common::fleet::now_millis;
+use common::rebound::{exchange, End, Rebound};
 use common::*;
 use reqwest::StatusCode;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::time::{Duration, Instant};
-
-const ALL: &[&str] = &["redirect", "API", "metrics"];
-
-struct Rebound {
-    run: Running,
-    http: reqwest::Client,
-}
-
-impl Rebound {
-    fn start(dir: &std::path::Path, env: &[(&str, &str)]) -> Rebound {
-        Rebound {
-            run: start(&[], dir, env, ALL),
-            http: http(),
-        }
-    }
-
-    fn redirect_url(&self, path: &str) -> String {
-        format!("{}{}", self.run.addr("redirect"), path)
-    }
-
-    async fn create(&self, body: Value) -> Value {
-        create_link(&self.run, body).await
-    }
-
-    async fn api(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
-        let mut req = self
-            .http
-            .request(method, format!("{}{}", self.run.api(), path))
-            .bearer_auth(OPERATOR_KEY);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let res = req.send().await.unwrap();
-        let status = res.status();
-        let text = res.text().await.unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
-    }
-
-    async fn get(&self, path: &str) -> reqwest::Response {
-        self.http.get(self.redirect_url(path)).send().await.unwrap()
-    }
-
-    async fn metric(&self, name: &str) -> f64 {
-        metric(&self.run, name).await
-    }
-
-    async fn wait_ready(&self) {
-        wait_ready(&self.run).await
-    }
-
-    async fn clicks(&self, code: &str) -> u64 {
-        let (s, v) = self
-            .api(reqwest::Method::GET, &format!("/api/v1/links/{code}/stats"), None)
-            .await;
-        assert_eq!(s, StatusCode::OK);
-        v["total"].as_u64().unwrap()
-    }
-}
 
 const STORE_READS: &str = r#"rebound_lookups_total{result="read",tier="store"}"#;
 
@@ -234,8 +178,8 @@ async fn a_redirect_carries_none_of_the_headers_of_the_requests_on_its_connectio
          GET /nothere HTTP/1.1\r\nHost: x\r\nX-Echo: no\r\n\r\n\
          GET /plain HTTP/1.1\r\nHost: x\r\nX-Last: 1\r\nConnection: close\r\n\r\n"
     );
-    let (text, closed) = raw_exchange(&rb.run.addrs["redirect"], pipelined.as_bytes(), Duration::from_secs(5));
-    assert!(closed, "the last request asked to close: {text}");
+    let (text, end) = exchange(&rb.redirect(), pipelined.as_bytes(), Duration::from_secs(5));
+    assert_eq!(end, End::Closed, "the last request asked to close: {text}");
     assert_eq!(text.matches("HTTP/1.1 302 Found").count(), 3, "{text}");
     assert_eq!(text.matches("location: https://example.com/b\r\n").count(), 3, "{text}");
     let redirect = ["cache-control", "content-length", "date", "location"];
@@ -353,13 +297,6 @@ async fn configured_urls_replace_the_pages_with_redirects() {
             assert_eq!(res.text().await.unwrap(), "");
         }
     }
-}
-
-fn now_millis() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -594,7 +531,7 @@ async fn a_tiny_click_queue_drops_and_counts_without_failing_redirects() {
         .collect();
     let addr = rb.run.addrs["redirect"].clone();
     for _ in 0..3 {
-        let (text, _) = raw_exchange(&addr, round.as_bytes(), Duration::from_millis(700));
+        let (text, _) = exchange(&addr, round.as_bytes(), Duration::from_millis(700));
         assert_eq!(
             text.matches("HTTP/1.1 302 Found").count(),
             200,
@@ -741,22 +678,4 @@ fn proxy_alone_refuses_the_embedded_store() {
         err.contains("REBOUND_STORE=dynamodb") && err.contains("all-in-one"),
         "{err}"
     );
-}
-
-/// Sends raw bytes on one connection and reads until the server closes it or `wait` passes.
-fn raw_exchange(addr: &str, request: &[u8], wait: Duration) -> (String, bool) {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(wait)).unwrap();
-    s.write_all(request).unwrap();
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    let closed = loop {
-        match s.read(&mut buf) {
-            Ok(0) => break true,
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-            Err(_) => break false,
-        }
-    };
-    (String::from_utf8_lossy(&got).into_owned(), closed)
 }

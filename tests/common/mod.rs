@@ -3,6 +3,7 @@
 
 pub mod fleet;
 pub mod history;
+pub mod rebound;
 pub mod services;
 
 use std::collections::HashMap;

@@ -1,0 +1,119 @@
+//! One all-in-one `rebound` on port 0 with its every port, and the calls the black-box
+//! tests make to it; and raw exchanges of bytes with a port, for what an HTTP client would
+//! not send.
+#![allow(dead_code)]
+
+use super::*;
+use reqwest::StatusCode;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::time::Duration;
+
+/// The ports an all-in-one opens.
+pub const ALL_PORTS: &[&str] = &["redirect", "API", "metrics"];
+
+/// An all-in-one process and a client for it.
+pub struct Rebound {
+    pub run: Running,
+    pub http: reqwest::Client,
+}
+
+impl Rebound {
+    /// Starts the all-in-one with `env` on a data directory in `dir`, every port on port 0.
+    pub fn start(dir: &Path, env: &[(&str, &str)]) -> Rebound {
+        Rebound {
+            run: start(&[], dir, env, ALL_PORTS),
+            http: http(),
+        }
+    }
+
+    /// The redirect port's address (`host:port`).
+    pub fn redirect(&self) -> String {
+        self.run.addrs["redirect"].clone()
+    }
+
+    pub fn redirect_url(&self, path: &str) -> String {
+        format!("{}{}", self.run.addr("redirect"), path)
+    }
+
+    pub async fn create(&self, body: Value) -> Value {
+        create_link(&self.run, body).await
+    }
+
+    /// An API call as the operator: the status and the JSON body (null when none).
+    pub async fn api(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let mut req = self
+            .http
+            .request(method, format!("{}{}", self.run.api(), path))
+            .bearer_auth(OPERATOR_KEY);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let res = req.send().await.unwrap();
+        let status = res.status();
+        let text = res.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.http.get(self.redirect_url(path)).send().await.unwrap()
+    }
+
+    pub async fn metric(&self, name: &str) -> f64 {
+        metric(&self.run, name).await
+    }
+
+    pub async fn wait_ready(&self) {
+        wait_ready(&self.run).await
+    }
+
+    /// The total clicks the stats report for `code`.
+    pub async fn clicks(&self, code: &str) -> u64 {
+        let (s, v) = self
+            .api(reqwest::Method::GET, &format!("/api/v1/links/{code}/stats"), None)
+            .await;
+        assert_eq!(s, StatusCode::OK);
+        v["total"].as_u64().unwrap()
+    }
+
+    /// Connections the edge refused on `port` for `reason`.
+    pub async fn refusals(&self, port: &str, reason: &str) -> f64 {
+        let series = format!(r#"rebound_edge_refusals_total{{port="{port}",reason="{reason}"}}"#);
+        metric(&self.run, &series).await
+    }
+
+    pub async fn open_connections(&self, port: &str) -> f64 {
+        metric(&self.run, &format!(r#"rebound_edge_open_connections{{port="{port}"}}"#)).await
+    }
+}
+
+/// How a raw exchange ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// The server closed the connection cleanly (FIN).
+    Closed,
+    /// The server reset the connection.
+    Reset,
+    /// Still open when we stopped waiting.
+    Open,
+}
+
+/// Sends `request` on a new connection and reads until the server closes it or `wait`
+/// passes without data.
+pub fn exchange(addr: &str, request: &[u8], wait: Duration) -> (String, End) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(wait)).unwrap();
+    // The server may refuse before reading everything: a failed write is part of the story.
+    let _ = s.write_all(request);
+    let mut got = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    let end = loop {
+        match s.read(&mut buf) {
+            Ok(0) => break End::Closed,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break End::Reset,
+            Err(_) => break End::Open,
+        }
+    };
+    (String::from_utf8_lossy(&got).into_owned(), end)
+}
