@@ -194,16 +194,13 @@ impl InvalidationChannel for RedisCache {
 }
 
 #[cfg(test)]
-#[cfg(test)]
 mod tests {
     use super::*;
-    use crate::connection::now_millis;
 
     #[tokio::test]
     #[ignore = "needs REBOUND_TEST_REDIS_URL (the test services): scripts/test starts them and runs it"]
     async fn the_log_replays_what_followed_a_keepalive_unless_redis_changed_identity() {
-        let url = std::env::var("REBOUND_TEST_REDIS_URL").unwrap();
-        let cache = RedisCache::new(&url, &format!("log{}:", now_millis())).unwrap();
+        let cache = crate::connection::test_cache("log");
         let empty = InvalidationChannel::keepalive(&cache, "p1", 1).await.unwrap();
         assert_eq!(cache.replay(&empty).await.unwrap(), Some(vec![]), "nothing logged yet");
         cache.publish_invalidation("one", 1).await.unwrap();
@@ -241,8 +238,7 @@ mod tests {
     #[tokio::test]
     #[ignore = "needs REBOUND_TEST_REDIS_URL (the test services): scripts/test starts them and runs it"]
     async fn a_subscriber_hears_invalidations_and_its_own_keepalives_in_order() {
-        let url = std::env::var("REBOUND_TEST_REDIS_URL").unwrap();
-        let cache = RedisCache::new(&url, &format!("ch{}:", now_millis())).unwrap();
+        let cache = crate::connection::test_cache("ch");
         let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
         let mut other = InvalidationChannel::subscribe(&cache, "p2").await.unwrap();
         cache.publish_invalidation("abc", 7).await.unwrap();

@@ -54,6 +54,18 @@ pub(crate) fn now_millis() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// For the tests against a real Redis: a cache on `REBOUND_TEST_REDIS_URL` whose keys and
+/// channels are this call's alone (its prefix is `what`, the time, the process and a count).
+#[cfg(test)]
+pub(crate) fn test_cache(what: &str) -> RedisCache {
+    static MADE: AtomicU64 = AtomicU64::new(0);
+    let url = std::env::var("REBOUND_TEST_REDIS_URL")
+        .expect("REBOUND_TEST_REDIS_URL is not set: run scripts/test, which starts a Redis server");
+    let n = MADE.fetch_add(1, Ordering::Relaxed);
+    let prefix = format!("{what}{}-{}-{n}:", now_millis(), std::process::id());
+    RedisCache::new(&url, &prefix).unwrap()
+}
+
 /// A Redis setting that cannot work, found by [`RedisCache::check_settings`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RedisSettingError {
@@ -248,7 +260,6 @@ impl RedisCache {
     }
 }
 
-#[cfg(test)]
 #[cfg(test)]
 mod tests {
     use super::*;

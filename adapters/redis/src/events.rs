@@ -93,7 +93,6 @@ impl rebound_store::LinkEvents for RedisLinkEvents {
 }
 
 #[cfg(test)]
-#[cfg(test)]
 mod tests {
     use super::*;
     use crate::connection::now_millis;
@@ -121,8 +120,7 @@ mod tests {
     #[tokio::test]
     #[ignore = "needs REBOUND_TEST_REDIS_URL (the test services): scripts/test starts them and runs it"]
     async fn a_delete_waits_for_each_live_proxy_to_acknowledge_or_for_the_bound() {
-        let url = std::env::var("REBOUND_TEST_REDIS_URL").unwrap();
-        let cache = Arc::new(RedisCache::new(&url, &format!("ack{}:", now_millis())).unwrap());
+        let cache = Arc::new(crate::connection::test_cache("ack"));
         let metrics = acks::AckMetrics::register(&prometheus::Registry::new()).unwrap();
         let acks = acks::Acknowledgements::new(metrics.clone());
         let (stop, shutdown) = tokio::sync::watch::channel(false);

@@ -124,16 +124,11 @@ impl CreationFeed for RedisCache {
 }
 
 #[cfg(test)]
-#[cfg(test)]
 mod tests {
     use super::*;
-    use crate::connection::now_millis;
 
     fn cache() -> RedisCache {
-        let url = std::env::var("REBOUND_TEST_REDIS_URL")
-            .expect("REBOUND_TEST_REDIS_URL is not set: run scripts/test, which starts a Redis server");
-        let prefix = format!("t{}:", now_millis() * 1000 + (std::process::id() as i64 % 1000));
-        RedisCache::new(&url, &prefix).unwrap()
+        crate::connection::test_cache("t")
     }
 
     #[tokio::test]
