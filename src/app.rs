@@ -19,6 +19,7 @@ use rebound_proxy::clicks::{low_priority_runtime, ClickSink, ClickWriter, StoreC
 use rebound_proxy::issued::{stored_permutation_key, SyncError};
 use rebound_redis::RedisBreakerState;
 use rebound_sqs::{LazyClickQueue, SqsClickQueue};
+use rebound_store::Causes;
 use std::sync::Arc;
 
 /// How a data plane process starts.
@@ -143,7 +144,7 @@ fn check_code_key(
         Ok(Ok(_)) => Ok(()),
         Ok(Err(SyncError::CodeKey(e))) => Err(e).with_context(|| format!("starting on {}", store_place(settings))),
         Ok(Err(e)) => {
-            tracing::warn!(error = %e, "the code key could not be checked at start; the issued-code filter checks it when it syncs");
+            tracing::warn!(error = %Causes(&e), "the code key could not be checked at start; the issued-code filter checks it when it syncs");
             Ok(())
         }
         Err(_) => {

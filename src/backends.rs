@@ -2,15 +2,16 @@
 //! call counted under its adapter's name, its data directory held by one process at a
 //! time), Redis, the SQS click queue; and the first start's operator key.
 
+use crate::config::{Setting, REDIS_CA, REDIS_URL};
 use crate::settings::{QueueChoice, Settings, StoreChoice};
 use anyhow::Context;
 use rebound_core::Clock;
 use rebound_dynamodb::DynamoStore;
 use rebound_metering::{AdapterMetrics, MeteredStore};
-use rebound_redis::RedisCache;
+use rebound_redis::{RedisCache, RedisSettingError};
 use rebound_sqlite::SqliteStore;
 use rebound_sqs::SqsClickQueue;
-use rebound_store::{ClickInbox, Store};
+use rebound_store::{Causes, ClickInbox, Store};
 use std::fs::{File, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -157,16 +158,37 @@ pub async fn open_redis(settings: &Settings) -> anyhow::Result<Option<Arc<RedisC
     };
     let cache = match &settings.redis_ca {
         Some(path) => {
-            let pem = std::fs::read(path).with_context(|| format!("REBOUND_REDIS_CA: reading {}", path.display()))?;
-            RedisCache::with_ca(url, &settings.redis_prefix, pem)?
+            let pem = std::fs::read(path).with_context(|| format!("{}: reading {}", var(&REDIS_CA), path.display()))?;
+            RedisCache::with_ca(url, &settings.redis_prefix, pem).map_err(named)?
         }
-        None => RedisCache::new(url, &settings.redis_prefix).context("REBOUND_REDIS_URL")?,
+        None => RedisCache::new(url, &settings.redis_prefix).map_err(named)?,
     };
-    match cache.check_settings().await? {
+    match cache.check_settings().await.map_err(named)? {
         None => tracing::info!("connected to Redis"),
-        Some(why) => tracing::warn!(error = %why, "Redis is not reachable yet; connecting when it is"),
+        Some(why) => tracing::warn!(error = %Causes(&why), "Redis is not reachable yet; connecting when it is"),
     }
     Ok(Some(Arc::new(cache)))
+}
+
+/// A setting's variable, as an error names it.
+fn var<T>(setting: &Setting<T>) -> &'static str {
+    setting.var.unwrap_or(setting.key)
+}
+
+/// A wrong Redis setting, under the name of the setting to fix: the adapter tells what is
+/// wrong with the values it was given, only the binary knows where they were set.
+fn named(e: RedisSettingError) -> anyhow::Error {
+    let setting = match &e {
+        RedisSettingError::Url(_) | RedisSettingError::Credentials(_) => var(&REDIS_URL).to_owned(),
+        RedisSettingError::Ca(_) => var(&REDIS_CA).to_owned(),
+        RedisSettingError::CaWithoutTls => format!("{} with {}", var(&REDIS_CA), var(&REDIS_URL)),
+        RedisSettingError::Certificate(_) => format!(
+            "{} (the authorities that sign Redis's certificate), or the host in {}",
+            var(&REDIS_CA),
+            var(&REDIS_URL)
+        ),
+    };
+    anyhow::Error::new(e).context(setting)
 }
 
 /// Opens the SQS click queue and its dead-letter queue when configured.

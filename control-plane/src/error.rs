@@ -3,7 +3,7 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use rebound_store::StoreError;
+use rebound_store::{Causes, StoreError};
 
 /// An API failure, classified once, where the response is chosen.
 #[derive(Debug, thiserror::Error)]
@@ -65,7 +65,8 @@ impl ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::Unavailable(cause) => ApiError::Unavailable(cause),
+            // The log line gets the whole chain of causes: the client's verdict is under it.
+            StoreError::Unavailable { .. } => ApiError::Unavailable(Causes(&e).to_string()),
             StoreError::BadCursor => ApiError::bad_request("invalid_cursor", "cursor is not valid"),
             StoreError::NotFound => ApiError::NotFound("no such item (it was removed meanwhile)"),
             StoreError::AlreadyExists | StoreError::IdempotencyKeyExists | StoreError::ConditionFailed => {
@@ -139,7 +140,7 @@ mod tests {
     #[test]
     fn store_errors_are_classified_once_an_outage_a_503_and_a_bug_a_500() {
         let table = [
-            (StoreError::Unavailable("timeout".into()), 503, "unavailable"),
+            (StoreError::unavailable("DynamoDB", "timeout"), 503, "unavailable"),
             (StoreError::Exhausted, 500, "internal"),
             (StoreError::BadCursor, 400, "invalid_cursor"),
             (StoreError::NotFound, 404, "not_found"),
@@ -153,6 +154,15 @@ mod tests {
             let shown = e.to_string();
             let (s, c) = ApiError::from(e).status_and_code();
             assert_eq!((s.as_u16(), c), (status, code), "{shown}");
+        }
+    }
+
+    #[test]
+    fn an_outage_is_logged_with_its_causes() {
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+        match ApiError::from(StoreError::unavailable("DynamoDB", refused)) {
+            ApiError::Unavailable(cause) => assert_eq!(cause, "DynamoDB is unavailable: connection refused"),
+            other => panic!("{other:?}"),
         }
     }
 }

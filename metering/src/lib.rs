@@ -32,7 +32,7 @@ pub fn error_outcome(e: &StoreError) -> &'static str {
         StoreError::NotFound => "not_found",
         StoreError::BadCursor => "bad_cursor",
         StoreError::Exhausted => "exhausted",
-        StoreError::Unavailable(_) => "unavailable",
+        StoreError::Unavailable { .. } => "unavailable",
         StoreError::Corrupt(_) => "corrupt",
         StoreError::Internal(_) => "internal",
     }

@@ -71,7 +71,7 @@ mod fake {
         }
         fn check(&self) -> Result<(), StoreError> {
             if self.failing.load(Ordering::SeqCst) {
-                return Err(StoreError::Unavailable("memory cache switched off".into()));
+                return Err(StoreError::unavailable("the memory cache", "switched off"));
             }
             Ok(())
         }

@@ -134,7 +134,7 @@ mod fake {
             {
                 let mut s = self.lock();
                 if s.failing {
-                    return Err(StoreError::Unavailable("memory inbox: failing".into()));
+                    return Err(StoreError::unavailable("the memory inbox", "failing"));
                 }
                 if !s.waiting.is_empty() {
                     let max = s.max_receives.max(1);
@@ -157,7 +157,7 @@ mod fake {
         async fn delete(&self, receipt: &str) -> Result<(), StoreError> {
             let mut s = self.lock();
             if s.failing {
-                return Err(StoreError::Unavailable("memory inbox: failing".into()));
+                return Err(StoreError::unavailable("the memory inbox", "failing"));
             }
             s.in_flight.retain(|m| m.receipt != receipt);
             s.deleted.push(receipt.to_owned());
@@ -167,7 +167,7 @@ mod fake {
         async fn depth(&self) -> Result<QueueDepth, StoreError> {
             let s = self.lock();
             if s.failing {
-                return Err(StoreError::Unavailable("memory inbox: failing".into()));
+                return Err(StoreError::unavailable("the memory inbox", "failing"));
             }
             Ok(QueueDepth {
                 visible: s.waiting.len() as u64,

@@ -12,6 +12,13 @@ use rebound_core::Link;
 #[error("link event not delivered: {0}")]
 pub struct EventError(pub String);
 
+/// A store error as an undelivered event, with its causes in the text.
+impl From<crate::StoreError> for EventError {
+    fn from(e: crate::StoreError) -> Self {
+        EventError(crate::Causes(&e).to_string())
+    }
+}
+
 /// Receives link lifecycle events from the control plane.
 #[async_trait]
 pub trait LinkEvents: Send + Sync {

@@ -165,7 +165,7 @@ mod fakes {
     impl InvalidationChannel for MemoryChannel {
         async fn subscribe(&self, proxy: &str) -> Result<BoxStream<'static, ChannelMessage>, StoreError> {
             if self.failing.load(Ordering::SeqCst) {
-                return Err(StoreError::Unavailable("memory channel switched off".into()));
+                return Err(StoreError::unavailable("the memory channel", "switched off"));
             }
             let receiver = self.sender.subscribe();
             self.subscribed.fetch_add(1, Ordering::SeqCst);
@@ -188,7 +188,7 @@ mod fakes {
 
         async fn keepalive(&self, proxy: &str, sent: UnixMillis) -> Result<String, StoreError> {
             if self.failing.load(Ordering::SeqCst) {
-                return Err(StoreError::Unavailable("memory channel switched off".into()));
+                return Err(StoreError::unavailable("the memory channel", "switched off"));
             }
             let tick = self.ticks.fetch_add(1, Ordering::SeqCst);
             let mut registered = self.registered.lock().unwrap_or_else(|e| e.into_inner());
@@ -206,7 +206,7 @@ mod fakes {
 
         async fn replay(&self, position: &str) -> Result<Option<Vec<(u64, String)>>, StoreError> {
             if self.failing.load(Ordering::SeqCst) {
-                return Err(StoreError::Unavailable("memory channel switched off".into()));
+                return Err(StoreError::unavailable("the memory channel", "switched off"));
             }
             let from: usize = position.parse().map_err(|_| StoreError::Corrupt("position".into()))?;
             let log = self.log.lock().unwrap_or_else(|e| e.into_inner());
@@ -223,7 +223,7 @@ mod fakes {
 
         async fn acknowledge(&self, proxy: &str, version: u64, code: &str) -> Result<(), StoreError> {
             if self.failing.load(Ordering::SeqCst) {
-                return Err(StoreError::Unavailable("memory channel switched off".into()));
+                return Err(StoreError::unavailable("the memory channel", "switched off"));
             }
             self.acks
                 .lock()
@@ -262,7 +262,7 @@ mod fakes {
         }
         fn check(&self) -> Result<(), StoreError> {
             if self.failing.load(Ordering::SeqCst) {
-                return Err(StoreError::Unavailable("memory feed switched off".into()));
+                return Err(StoreError::unavailable("the memory feed", "switched off"));
             }
             Ok(())
         }

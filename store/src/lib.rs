@@ -73,9 +73,17 @@ pub enum StoreError {
     /// The counter has no values left.
     #[error("the code counter is exhausted")]
     Exhausted,
-    /// The store could not be reached or did not answer in time.
-    #[error("the store is unavailable: {0}")]
-    Unavailable(String),
+    /// The store could not be reached or did not answer in time: `what` names it ("Redis",
+    /// "DynamoDB"), `source` tells why, kept whole as its client said it (a
+    /// `redis::RedisError`, an SDK error with its own causes, an `io::Error`, or a text).
+    /// Printed alone it names only what is down; [`Causes`] (or anyhow's `{:#}`, or
+    /// tracing's `error = &e as &dyn Error`) prints the why after it.
+    #[error("{what} is unavailable")]
+    Unavailable {
+        what: &'static str,
+        #[source]
+        source: BoxError,
+    },
     /// The store answered with something this code cannot read.
     #[error("the store returned a malformed item: {0}")]
     Corrupt(String),
@@ -85,17 +93,42 @@ pub enum StoreError {
     Internal(String),
 }
 
-/// An AWS SDK error as `Unavailable`, with its whole chain of causes (an SDK error's own
-/// text is only "service error"); for the adapters.
-pub fn sdk_error<E: std::error::Error>(e: E) -> StoreError {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
+/// The cause an error keeps: any error of a client or of the system, or a text.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+impl StoreError {
+    /// `what` is unavailable because of `cause`: the client's error, kept whole, or a text
+    /// when there is no error to keep (`"switched off"`).
+    pub fn unavailable(what: &'static str, cause: impl Into<BoxError>) -> StoreError {
+        StoreError::Unavailable {
+            what,
+            source: cause.into(),
+        }
     }
-    StoreError::Unavailable(text)
+}
+
+/// An error followed by its causes, as anyhow's `{:#}` prints them: "DynamoDB is
+/// unavailable: dispatch failure: connection refused". A cause that only repeats the text
+/// of the one before it is left out (a `redis::RedisError` of I/O prints its `io::Error`,
+/// and returns it as its source too).
+#[derive(Clone, Copy)]
+pub struct Causes<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for Causes<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut before = self.0.to_string();
+        f.write_str(&before)?;
+        let mut cause = self.0.source();
+        while let Some(e) = cause {
+            let text = e.to_string();
+            if text != before {
+                write!(f, ": {text}")?;
+            }
+            before = text;
+            cause = e.source();
+        }
+        Ok(())
+    }
 }
 
 /// The role an API key grants.
@@ -304,7 +337,7 @@ pub trait LinkStore: LinkReads {
         let mut outcomes = Vec::with_capacity(links.len());
         for link in links {
             match self.insert_link(link, None).await {
-                Err(StoreError::Unavailable(e)) if outcomes.is_empty() => return Err(StoreError::Unavailable(e)),
+                Err(e @ StoreError::Unavailable { .. }) if outcomes.is_empty() => return Err(e),
                 other => outcomes.push(other),
             }
         }
@@ -417,3 +450,55 @@ pub trait AuditLog: Send + Sync {
 /// Everything a control plane or data plane needs from one backend.
 pub trait Store: LinkStore + KeyStore + CounterStore + RollupStore + AuditLog {}
 impl<T: LinkStore + KeyStore + CounterStore + RollupStore + AuditLog> Store for T {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error;
+
+    /// An error with a cause of its own, like an SDK error ("service error" and, below it,
+    /// what the service said).
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn an_outage_keeps_its_cause_whole_and_prints_it_once() {
+        let io = || std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let cases: [(StoreError, &str, &str); 3] = [
+            (
+                StoreError::unavailable("Redis", io()),
+                "Redis is unavailable",
+                "Redis is unavailable: refused",
+            ),
+            (
+                StoreError::unavailable("DynamoDB", Outer(io())),
+                "DynamoDB is unavailable",
+                "DynamoDB is unavailable: outer: refused",
+            ),
+            (
+                StoreError::unavailable("the memory store", "switched off"),
+                "the memory store is unavailable",
+                "the memory store is unavailable: switched off",
+            ),
+        ];
+        for (e, alone, with_causes) in cases {
+            assert_eq!(e.to_string(), alone);
+            assert_eq!(Causes(&e).to_string(), with_causes);
+            assert!(e.source().is_some(), "{alone}");
+        }
+        let e = StoreError::unavailable("DynamoDB", Outer(io()));
+        let outer = e.source().and_then(|s| s.downcast_ref::<Outer>()).unwrap();
+        assert_eq!(outer.0.kind(), std::io::ErrorKind::ConnectionRefused);
+    }
+
+    #[test]
+    fn a_cause_that_repeats_the_text_before_it_is_printed_once() {
+        /// Prints its cause's text as its own and returns it as its source too.
+        #[derive(Debug, thiserror::Error)]
+        #[error("{0}")]
+        struct Echo(#[source] std::io::Error);
+        let e = StoreError::unavailable("Redis", Echo(std::io::Error::other("reset")));
+        assert_eq!(Causes(&e).to_string(), "Redis is unavailable: reset");
+    }
+}

@@ -45,7 +45,7 @@ impl MemoryStore {
 
     fn state(&self) -> Result<std::sync::MutexGuard<'_, State>, StoreError> {
         if self.unavailable.load(Ordering::SeqCst) {
-            return Err(StoreError::Unavailable("memory store switched off".into()));
+            return Err(StoreError::unavailable("the memory store", "switched off"));
         }
         Ok(self.state.lock().unwrap_or_else(|e| e.into_inner()))
     }
@@ -305,7 +305,7 @@ mod tests {
     async fn switched_off_it_fails() {
         let s = MemoryStore::new();
         s.set_unavailable(true);
-        assert!(matches!(s.get_link("abc").await, Err(StoreError::Unavailable(_))));
+        assert!(matches!(s.get_link("abc").await, Err(StoreError::Unavailable { .. })));
         s.set_unavailable(false);
         assert!(s.get_link("abc").await.unwrap().is_none());
         assert_eq!(s.link_reads(), 2);

@@ -2,7 +2,7 @@
 //! `batches` and an `ADD` per code and day.
 
 use crate::item::{get_n, n, s, Item};
-use crate::store::{cancelled_conditions, sdk_err, unavailable};
+use crate::store::{cancelled_conditions, sdk_err, unbuilt};
 use crate::DynamoStore;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
@@ -31,7 +31,7 @@ impl RollupStore for DynamoStore {
             .condition_expression("attribute_not_exists(#id)")
             .expression_attribute_names("#id", "id")
             .build()
-            .map_err(unavailable)?;
+            .map_err(unbuilt)?;
         let mut tx = self
             .client
             .transact_write_items()
@@ -45,7 +45,7 @@ impl RollupStore for DynamoStore {
                 .expression_attribute_names("#clicks", "clicks")
                 .expression_attribute_values(":n", n(add.clicks))
                 .build()
-                .map_err(unavailable)?;
+                .map_err(unbuilt)?;
             tx = tx.transact_items(TransactWriteItem::builder().update(update).build());
         }
         match tx.send().await {

@@ -2,7 +2,7 @@
 //! pointer, written in one transaction.
 
 use crate::item::{get_s, key_from_item, key_item, n, s, Item};
-use crate::store::{cancelled_conditions, sdk_err, unavailable};
+use crate::store::{cancelled_conditions, sdk_err, unbuilt};
 use crate::DynamoStore;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
@@ -24,7 +24,7 @@ impl KeyStore for DynamoStore {
                 .condition_expression("attribute_not_exists(#pk)")
                 .expression_attribute_names("#pk", "pk")
                 .build()
-                .map_err(unavailable)
+                .map_err(unbuilt)
         };
         let result = self
             .client

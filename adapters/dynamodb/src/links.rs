@@ -3,7 +3,7 @@
 //! of the link item found through the sparse `pending` index.
 
 use crate::item::{get_n, get_s, idempotency_pk, link_from_item, link_item, n, s, sort_key, LIST_PARTITION};
-use crate::store::{cancelled_conditions, sdk_err, unavailable, update_refused};
+use crate::store::{cancelled_conditions, sdk_err, unbuilt, update_refused};
 use crate::DynamoStore;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
@@ -117,7 +117,7 @@ impl LinkStore for DynamoStore {
             .condition_expression("attribute_not_exists(#code)")
             .expression_attribute_names("#code", "code")
             .build()
-            .map_err(unavailable)?;
+            .map_err(unbuilt)?;
         let Some(rec) = idempotency else {
             return match self
                 .client
@@ -158,7 +158,7 @@ impl LinkStore for DynamoStore {
             .expression_attribute_names("#exp", "expires_at")
             .expression_attribute_values(":now", n(rec.created_at))
             .build()
-            .map_err(unavailable)?;
+            .map_err(unbuilt)?;
         let result = self
             .client
             .transact_write_items()

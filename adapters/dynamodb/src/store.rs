@@ -3,8 +3,6 @@
 use aws_sdk_dynamodb::Client;
 use rebound_store::StoreError;
 
-pub(crate) use rebound_store::sdk_error as sdk_err;
-
 /// The DynamoDB adapter.
 #[derive(Clone, Debug)]
 pub struct DynamoStore {
@@ -12,8 +10,15 @@ pub struct DynamoStore {
     prefix: String,
 }
 
-pub(crate) fn unavailable<E: std::fmt::Display>(e: E) -> StoreError {
-    StoreError::Unavailable(e.to_string())
+/// A failed call as `Unavailable`, the SDK's error kept whole: its own text is only "service
+/// error" or "dispatch failure", what DynamoDB or the connection said is among its causes.
+pub(crate) fn sdk_err<E: std::error::Error + Send + Sync + 'static>(e: E) -> StoreError {
+    StoreError::unavailable("DynamoDB", e)
+}
+
+/// A request this code built without a field it requires: a bug, not an outage.
+pub(crate) fn unbuilt(e: aws_sdk_dynamodb::error::BuildError) -> StoreError {
+    StoreError::Internal(format!("a DynamoDB request built incomplete: {e}"))
 }
 
 /// A failed `UpdateItem`: `ConditionFailed` when its condition did not hold.

@@ -1,7 +1,7 @@
 //! The tables, their indexes and TTL: created by `rebound provision` when missing, and an
 //! index added to a table made before it.
 
-use crate::store::{sdk_err, unavailable};
+use crate::store::{sdk_err, unbuilt};
 use crate::DynamoStore;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection, ProjectionType,
@@ -24,14 +24,14 @@ impl DynamoStore {
                 .attribute_name(name)
                 .key_type(kind)
                 .build()
-                .map_err(unavailable)
+                .map_err(unbuilt)
         };
         let attr = |name: &str, t: ScalarAttributeType| {
             AttributeDefinition::builder()
                 .attribute_name(name)
                 .attribute_type(t)
                 .build()
-                .map_err(unavailable)
+                .map_err(unbuilt)
         };
         let gsi = |name: &str, hash: &str, range: &str| -> Result<GlobalSecondaryIndex, StoreError> {
             GlobalSecondaryIndex::builder()
@@ -40,7 +40,7 @@ impl DynamoStore {
                 .key_schema(key(range, KeyType::Range)?)
                 .projection(Projection::builder().projection_type(ProjectionType::All).build())
                 .build()
-                .map_err(unavailable)
+                .map_err(unbuilt)
         };
         struct Table {
             name: &'static str,
@@ -162,7 +162,7 @@ impl DynamoStore {
                     .enabled(true)
                     .attribute_name("purge_at")
                     .build()
-                    .map_err(unavailable)?;
+                    .map_err(unbuilt)?;
                 self.client
                     .update_time_to_live()
                     .table_name(&name)
@@ -207,7 +207,7 @@ impl DynamoStore {
             .set_key_schema(Some(index.key_schema().to_vec()))
             .set_projection(index.projection().cloned())
             .build()
-            .map_err(unavailable)?;
+            .map_err(unbuilt)?;
         self.client
             .update_table()
             .table_name(name)
@@ -242,7 +242,10 @@ impl DynamoStore {
                 }
             }
             if std::time::Instant::now() > deadline {
-                return Err(StoreError::Unavailable(format!("table {name} did not become active")));
+                return Err(StoreError::unavailable(
+                    "DynamoDB",
+                    format!("table {name} did not become active"),
+                ));
             }
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }

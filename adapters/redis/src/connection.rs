@@ -34,7 +34,7 @@ pub struct RedisCache {
 }
 
 fn redis_err(e: redis::RedisError) -> StoreError {
-    StoreError::Unavailable(format!("redis: {e}"))
+    StoreError::unavailable("Redis", e)
 }
 
 impl RedisCache {
@@ -66,80 +66,96 @@ pub(crate) fn test_cache(what: &str) -> RedisCache {
     RedisCache::new(&url, &prefix).unwrap()
 }
 
-/// A Redis setting that cannot work, found by [`RedisCache::check_settings`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A Redis setting that cannot work: found when the cache is made, or by
+/// [`RedisCache::check_settings`]. It names no setting (this crate is given values, not
+/// told where they came from): the binary adds the setting's name.
+#[derive(Debug, thiserror::Error)]
 pub enum RedisSettingError {
-    /// The server refused the password or the ACL user (`REBOUND_REDIS_URL`).
-    Credentials(String),
+    /// The URL is not one of a Redis.
+    #[error("not a Redis URL")]
+    Url(#[source] redis::RedisError),
+    /// Certificate authorities given for a URL that is not TLS.
+    #[error("certificate authorities are given but the URL is not a rediss:// (TLS) URL")]
+    CaWithoutTls,
+    /// The certificate authorities are not PEM certificates. Redis's error is printed, not
+    /// returned as the source: it is one of I/O, whose text is its `io::Error`'s and whose
+    /// source is that `io::Error` again, so a chain of causes would print it twice.
+    #[error("the certificate authorities are not readable as PEM certificates: {0}")]
+    Ca(redis::RedisError),
+    /// The server refused the password or the ACL user.
+    #[error("Redis refused the credentials (the password, or the ACL user and password, in the URL)")]
+    Credentials(#[source] redis::RedisError),
     /// The server's certificate is not signed by a trusted authority, or not for this
-    /// host (`REBOUND_REDIS_CA`, `REBOUND_REDIS_URL`).
-    Certificate(String),
+    /// host: rustls' verdict.
+    #[error(
+        "Redis's TLS certificate is not trusted (it must be signed by the given certificate authorities, or by \
+         the system's when none are given, and be for the URL's host)"
+    )]
+    Certificate(#[source] rustls::Error),
 }
 
-impl std::fmt::Display for RedisSettingError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            RedisSettingError::Credentials(e) => write!(
-                f,
-                "REBOUND_REDIS_URL: Redis refused the credentials (the password, or the ACL user and password, in the URL): {e}"
-            ),
-            RedisSettingError::Certificate(e) => write!(
-                f,
-                "REBOUND_REDIS_CA: Redis's TLS certificate is not trusted (set REBOUND_REDIS_CA to the PEM of the authority that signed it, and check the host in REBOUND_REDIS_URL): {e}"
-            ),
+/// A connection failure that is a wrong setting rather than an outage, told by what the
+/// error is, never by its text.
+fn classify_connect_error(e: redis::RedisError) -> Result<RedisSettingError, redis::RedisError> {
+    // The client's own kind, or the code the server answered with (`-WRONGPASS …` to AUTH
+    // with wrong credentials, `-NOAUTH …` to a command before any AUTH).
+    if e.kind() == redis::ErrorKind::AuthenticationFailed || matches!(e.code(), Some("WRONGPASS" | "NOAUTH")) {
+        return Ok(RedisSettingError::Credentials(e));
+    }
+    match certificate_verdict(&e) {
+        Some(verdict) => Ok(RedisSettingError::Certificate(verdict.clone())),
+        None => Err(e),
+    }
+}
+
+/// rustls' verdict on the server's certificate, when that is why `e` failed. tokio-rustls
+/// wraps it in the handshake's `io::Error`, whose `source()` skips it (an `io::Error`
+/// prints its inner error as its own text): `get_ref` reaches it.
+fn certificate_verdict(e: &redis::RedisError) -> Option<&rustls::Error> {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        let inner = c.downcast_ref::<std::io::Error>().and_then(std::io::Error::get_ref);
+        let found = c
+            .downcast_ref::<rustls::Error>()
+            .or_else(|| inner.and_then(|i| i.downcast_ref::<rustls::Error>()));
+        if let Some(verdict @ rustls::Error::InvalidCertificate(_)) = found {
+            return Some(verdict);
         }
-    }
-}
-
-impl std::error::Error for RedisSettingError {}
-
-/// A connection failure that is a wrong setting rather than an outage.
-fn classify_connect_error(e: &redis::RedisError) -> Option<RedisSettingError> {
-    let text = e.to_string();
-    if e.kind() == redis::ErrorKind::AuthenticationFailed
-        || e.code().is_some_and(|c| c == "WRONGPASS" || c == "NOAUTH")
-        || text.contains("WRONGPASS")
-        || text.contains("NOAUTH")
-    {
-        return Some(RedisSettingError::Credentials(text));
-    }
-    // rustls' verdicts on the server's certificate ("invalid peer certificate: …").
-    if text.contains("invalid peer certificate") || text.contains("certificate") && text.contains("TLS") {
-        return Some(RedisSettingError::Certificate(text));
+        cause = c.source();
     }
     None
 }
 
 impl RedisCache {
     /// A cache on `url` with keys and channels under `prefix`. Does not connect yet.
-    pub fn new(url: &str, prefix: &str) -> Result<RedisCache, StoreError> {
-        let client =
-            redis::Client::open(url).map_err(|e| StoreError::Unavailable(format!("REBOUND_REDIS_URL: {e}")))?;
+    pub fn new(url: &str, prefix: &str) -> Result<RedisCache, RedisSettingError> {
+        let client = redis::Client::open(url).map_err(RedisSettingError::Url)?;
         Ok(RedisCache::with_client(client, prefix))
     }
 
     /// [`RedisCache::new`] for a `rediss://` URL whose server certificate is signed by one
     /// of the authorities in `ca_pem` (PEM) instead of the system's trust store.
-    pub fn with_ca(url: &str, prefix: &str, ca_pem: Vec<u8>) -> Result<RedisCache, StoreError> {
+    pub fn with_ca(url: &str, prefix: &str, ca_pem: Vec<u8>) -> Result<RedisCache, RedisSettingError> {
         if !url.starts_with("rediss://") {
-            return Err(StoreError::Unavailable(
-                "REBOUND_REDIS_CA is set but REBOUND_REDIS_URL is not a rediss:// (TLS) URL".into(),
-            ));
+            return Err(RedisSettingError::CaWithoutTls);
         }
         let certificates = redis::TlsCertificates {
             client_tls: None,
             root_cert: Some(ca_pem),
         };
-        let client = redis::Client::build_with_tls(url, certificates)
-            .map_err(|e| StoreError::Unavailable(format!("REBOUND_REDIS_URL with REBOUND_REDIS_CA: {e}")))?;
+        let client = redis::Client::build_with_tls(url, certificates).map_err(|e| match e.kind() {
+            // The PEM is read into `io::Error`s; the URL's faults are the client's own kind.
+            redis::ErrorKind::IoError => RedisSettingError::Ca(e),
+            _ => RedisSettingError::Url(e),
+        })?;
         Ok(RedisCache::with_client(client, prefix))
     }
 
     /// Connects once to tell a wrong setting from an outage: refused credentials or a
-    /// certificate that is not trusted are errors naming the setting to fix (the process
+    /// certificate that is not trusted are errors telling what to fix (the process
     /// must not run on them); an unreachable server is not (the cache connects lazily and
-    /// retries, and the process serves meanwhile), and is returned as `Ok(Some(why))`.
-    pub async fn check_settings(&self) -> Result<Option<String>, RedisSettingError> {
+    /// retries, and the process serves meanwhile), and is returned as `Ok(Some(outage))`.
+    pub async fn check_settings(&self) -> Result<Option<StoreError>, RedisSettingError> {
         let attempt = tokio::time::timeout(Duration::from_secs(3), async {
             let mut c = self.client.get_multiplexed_async_connection().await?;
             redis::cmd("PING").query_async::<String>(&mut c).await
@@ -147,11 +163,11 @@ impl RedisCache {
         .await;
         match attempt {
             Ok(Ok(_)) => Ok(None),
-            Ok(Err(e)) => match classify_connect_error(&e) {
-                Some(error) => Err(error),
-                None => Ok(Some(e.to_string())),
+            Ok(Err(e)) => match classify_connect_error(e) {
+                Ok(setting) => Err(setting),
+                Err(outage) => Ok(Some(redis_err(outage))),
             },
-            Err(_) => Ok(Some("no answer within 3 s".into())),
+            Err(_) => Ok(Some(StoreError::unavailable("Redis", "no answer within 3 s"))),
         }
     }
 
@@ -231,7 +247,7 @@ impl RedisCache {
     /// A connection, making the first one if needed (at most one attempt per 500 ms).
     pub async fn conn(&self) -> Result<ConnectionManager, StoreError> {
         if now_millis() < self.down_until.load(Ordering::Relaxed) {
-            return Err(StoreError::Unavailable("redis: down (retrying shortly)".into()));
+            return Err(StoreError::unavailable("Redis", "down (retrying shortly)"));
         }
         if let Some(c) = self.conn.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
             return Ok(c.clone());
@@ -242,7 +258,7 @@ impl RedisCache {
         }
         let now = now_millis();
         if now - self.last_attempt.load(Ordering::Relaxed) < RECONNECT_EVERY_MS {
-            return Err(StoreError::Unavailable("redis: not connected".into()));
+            return Err(StoreError::unavailable("Redis", "not connected"));
         }
         self.last_attempt.store(now, Ordering::Relaxed);
         let config = redis::aio::ConnectionManagerConfig::new()
@@ -278,6 +294,77 @@ mod tests {
             c.get_record("abc").await.is_err(),
             "the second attempt is refused without connecting"
         );
+    }
+
+    #[test]
+    fn connection_errors_are_told_apart_by_what_they_are_not_by_their_text() {
+        use redis::{make_extension_error, ErrorKind, RedisError};
+        use std::io;
+        let tls = |e: rustls::Error| RedisError::from(io::Error::new(io::ErrorKind::InvalidData, e));
+        let server = |code: &str| make_extension_error(code.to_owned(), Some("whatever the server says".into()));
+        let unknown_issuer = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let table: Vec<(RedisError, &str)> = vec![
+            (
+                RedisError::from((ErrorKind::AuthenticationFailed, "Password authentication failed")),
+                "credentials",
+            ),
+            (server("WRONGPASS"), "credentials"),
+            (server("NOAUTH"), "credentials"),
+            // Texts that would have fooled a match on words are outages.
+            (
+                RedisError::from((
+                    ErrorKind::ResponseError,
+                    "An error was signalled by the server",
+                    "WRONGPASS".into(),
+                )),
+                "outage",
+            ),
+            (
+                RedisError::from(io::Error::other("invalid peer certificate: TLS says no")),
+                "outage",
+            ),
+            (tls(unknown_issuer.clone()), "certificate"),
+            (
+                tls(rustls::Error::InvalidCertificate(
+                    rustls::CertificateError::NotValidForName,
+                )),
+                "certificate",
+            ),
+            (tls(rustls::Error::HandshakeNotComplete), "outage"),
+            (
+                RedisError::from(io::Error::from(io::ErrorKind::ConnectionRefused)),
+                "outage",
+            ),
+            (RedisError::from(io::Error::from(io::ErrorKind::TimedOut)), "outage"),
+        ];
+        for (e, expected) in table {
+            let shown = e.to_string();
+            let told = match classify_connect_error(e) {
+                Ok(RedisSettingError::Credentials(_)) => "credentials",
+                Ok(RedisSettingError::Certificate(_)) => "certificate",
+                Ok(other) => panic!("{shown}: {other}"),
+                Err(_) => "outage",
+            };
+            assert_eq!(told, expected, "{shown}");
+        }
+        // The cause is kept: rustls' verdict under the certificate error, Redis's error under
+        // the refusal, both reachable as `source()`.
+        let verdict = classify_connect_error(tls(unknown_issuer.clone())).unwrap();
+        let cause = std::error::Error::source(&verdict).and_then(|c| c.downcast_ref::<rustls::Error>());
+        assert_eq!(cause, Some(&unknown_issuer));
+        let refusal = classify_connect_error(server("WRONGPASS")).unwrap();
+        let cause = std::error::Error::source(&refusal).and_then(|c| c.downcast_ref::<RedisError>());
+        assert_eq!(cause.and_then(RedisError::code), Some("WRONGPASS"));
+    }
+
+    #[test]
+    fn an_outage_keeps_redis_s_error() {
+        let e = redis_err(redis::RedisError::from(std::io::Error::from(
+            std::io::ErrorKind::ConnectionRefused,
+        )));
+        assert!(matches!(e, StoreError::Unavailable { what: "Redis", .. }));
+        let kept = std::error::Error::source(&e).and_then(|c| c.downcast_ref::<redis::RedisError>());
+        assert!(kept.is_some_and(redis::RedisError::is_connection_refusal), "{e}");
     }
 
     // Redis with TLS and with authentication: servers of the test's own, started from the
@@ -436,7 +523,7 @@ mod tests {
         let url = format!("rediss://localhost:{}/", redis.port);
         let ca_pem = std::fs::read(&ca).unwrap();
         let cache = RedisCache::with_ca(&url, "tls:", ca_pem).unwrap();
-        assert_eq!(cache.check_settings().await, Ok(None));
+        assert!(matches!(cache.check_settings().await, Ok(None)));
         // Records, the channel and the feed all go over the TLS connections.
         let now = now_millis();
         assert!(cache.put_record("tlscode", &record(3), now).await.unwrap());
@@ -458,20 +545,29 @@ mod tests {
             vec![FeedEntry::Created("tlscode".to_owned())]
         );
 
-        // Signed by another authority, or checked against the system's store: refused, and
-        // the error names the setting.
+        // Signed by another authority, or checked against the system's store: refused, with
+        // rustls' verdict as the cause.
         let other = RedisCache::with_ca(&url, "tls:", std::fs::read(dir.path().join("other.crt")).unwrap()).unwrap();
         let refused = other.check_settings().await.unwrap_err();
-        assert!(matches!(refused, RedisSettingError::Certificate(_)), "{refused}");
-        assert!(refused.to_string().starts_with("REBOUND_REDIS_CA: "), "{refused}");
+        assert!(
+            matches!(
+                refused,
+                RedisSettingError::Certificate(rustls::Error::InvalidCertificate(
+                    rustls::CertificateError::UnknownIssuer
+                ))
+            ),
+            "{refused}"
+        );
         let system = RedisCache::new(&url, "tls:").unwrap();
         assert!(matches!(
             system.check_settings().await,
             Err(RedisSettingError::Certificate(_))
         ));
-        // A CA for a cleartext URL is a mistake, said at once.
+        // A CA for a cleartext URL is a mistake, said at once; so is one that is no PEM.
         let mixed = RedisCache::with_ca(&format!("redis://127.0.0.1:{}/", redis.port), "tls:", Vec::new());
-        assert!(mixed.err().unwrap().to_string().contains("REBOUND_REDIS_CA"));
+        assert!(matches!(mixed.err(), Some(RedisSettingError::CaWithoutTls)));
+        let garbled = RedisCache::with_ca(&url, "tls:", b"-----BEGIN CERTIFICATE-----\nnot base64!\n".to_vec());
+        assert!(matches!(garbled.err(), Some(RedisSettingError::Ca(_))));
     }
 
     #[tokio::test]
@@ -497,7 +593,7 @@ mod tests {
         let url = |auth: &str| format!("redis://{auth}127.0.0.1:{}/", redis.port);
         for good in [":s3cret@", "proxy:pr0xy@"] {
             let cache = RedisCache::new(&url(good), "auth:").unwrap();
-            assert_eq!(cache.check_settings().await, Ok(None), "{good}");
+            assert!(matches!(cache.check_settings().await, Ok(None)), "{good}");
             let now = now_millis();
             assert!(cache.put_record("tlscode", &record(1), now).await.unwrap(), "{good}");
             let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
@@ -514,7 +610,6 @@ mod tests {
             let cache = RedisCache::new(&url(bad), "auth:").unwrap();
             let refused = cache.check_settings().await.unwrap_err();
             assert!(matches!(refused, RedisSettingError::Credentials(_)), "{bad}: {refused}");
-            assert!(refused.to_string().starts_with("REBOUND_REDIS_URL: "), "{refused}");
         }
         // Unreachable is an outage, not a setting: the process starts and connects later.
         let down = RedisCache::new("redis://127.0.0.1:9/", "auth:").unwrap();

@@ -47,14 +47,14 @@ impl rebound_store::LinkEvents for RedisLinkEvents {
         // Bounded: proxies that miss the announcement bypass their filter, so a create never
         // waits long on a sick Redis.
         match tokio::time::timeout(CREATE_ANNOUNCE_BUDGET, announce).await {
-            Ok(result) => result.map_err(|e| rebound_store::EventError(e.to_string())),
+            Ok(result) => result.map_err(rebound_store::EventError::from),
             Err(_) => Err(rebound_store::EventError("redis did not answer in time".into())),
         }
     }
 
     async fn leased(&self, high_water: u64) -> Result<(), rebound_store::EventError> {
         match tokio::time::timeout(CREATE_ANNOUNCE_BUDGET, self.cache.announce_high_water(high_water)).await {
-            Ok(result) => result.map_err(|e| rebound_store::EventError(e.to_string())),
+            Ok(result) => result.map_err(rebound_store::EventError::from),
             Err(_) => Err(rebound_store::EventError("redis did not answer in time".into())),
         }
     }
@@ -69,7 +69,7 @@ impl rebound_store::LinkEvents for RedisLinkEvents {
             self.cache.publish_invalidation(&link.code, link.version).await
         };
         match tokio::time::timeout(DEACTIVATE_BUDGET, invalidate).await {
-            Ok(result) => result.map_err(|e| rebound_store::EventError(e.to_string()))?,
+            Ok(result) => result.map_err(rebound_store::EventError::from)?,
             Err(_) => return Err(rebound_store::EventError("redis did not answer in time".into())),
         }
         // The bound counts from the publish: a proxy that missed it stops trusting its L1

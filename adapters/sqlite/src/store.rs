@@ -57,7 +57,7 @@ pub(crate) fn sql_err(e: rusqlite::Error) -> StoreError {
         _ => false,
     };
     if outage {
-        StoreError::Unavailable(e.to_string())
+        StoreError::unavailable("SQLite", e)
     } else {
         StoreError::Internal(e.to_string())
     }
@@ -88,7 +88,7 @@ impl SqliteStore {
     pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
         let path = path.as_ref().to_path_buf();
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| StoreError::Unavailable(format!("{}: {e}", dir.display())))?;
+            std::fs::create_dir_all(dir).map_err(|e| StoreError::unavailable("the database's directory", e))?;
         }
         let mut writer = open_conn(&path)?;
         writer.execute_batch(SCHEMA).map_err(sql_err)?;
@@ -97,7 +97,7 @@ impl SqliteStore {
         clicks_writer.execute_batch(CLICKS_SCHEMA).map_err(sql_err)?;
         let clicks_name = clicks_path
             .to_str()
-            .ok_or_else(|| StoreError::Unavailable(format!("{}: not UTF-8", clicks_path.display())))?;
+            .ok_or_else(|| StoreError::unavailable("SQLite", format!("{}: not UTF-8", clicks_path.display())))?;
         move_rollups_out_of_the_main_file(&mut writer, clicks_name)?;
         let readers = (0..READERS)
             .map(|_| {
@@ -194,10 +194,17 @@ mod tests {
     #[test]
     fn sqlite_errors_are_an_outage_only_when_the_database_or_machine_failed() {
         let failure = |code: i32| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None);
-        let outage = |e: rusqlite::Error| matches!(sql_err(e), StoreError::Unavailable(_));
+        let outage = |e: rusqlite::Error| matches!(sql_err(e), StoreError::Unavailable { .. });
         assert!(outage(failure(rusqlite::ffi::SQLITE_BUSY)));
         assert!(outage(failure(rusqlite::ffi::SQLITE_IOERR)));
         assert!(outage(failure(rusqlite::ffi::SQLITE_FULL)));
+        // An outage keeps SQLite's error whole, for whoever looks at its code.
+        let busy = sql_err(failure(rusqlite::ffi::SQLITE_BUSY));
+        let kept = std::error::Error::source(&busy).and_then(|s| s.downcast_ref::<rusqlite::Error>());
+        assert_eq!(
+            kept.and_then(rusqlite::Error::sqlite_error_code),
+            Some(rusqlite::ErrorCode::DatabaseBusy)
+        );
         assert!(!outage(failure(rusqlite::ffi::SQLITE_CONSTRAINT)));
         assert!(!outage(failure(rusqlite::ffi::SQLITE_MISUSE)));
         assert!(!outage(rusqlite::Error::InvalidColumnType(

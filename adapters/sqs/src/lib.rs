@@ -15,7 +15,11 @@ const MAX_BATCH_BYTES: usize = 256 * 1024;
 /// Receives before a message moves to the dead-letter queue.
 pub const MAX_RECEIVES: u32 = 3;
 
-use rebound_store::sdk_error as sdk_err;
+/// A failed call as `Unavailable`, the SDK's error kept whole: its own text is only "service
+/// error" or "dispatch failure", what SQS or the connection said is among its causes.
+fn sdk_err<E: std::error::Error + Send + Sync + 'static>(e: E) -> StoreError {
+    StoreError::unavailable("SQS", e)
+}
 
 /// The wire form of a batch: `{"id":…,"adds":[[code, day, clicks], …]}`.
 pub fn encode_batch(batch: &ClickBatch) -> String {
@@ -85,7 +89,7 @@ impl SqsClickQueue {
         let out = client.get_queue_url().queue_name(name).send().await.map_err(sdk_err)?;
         let queue_url = out
             .queue_url()
-            .ok_or_else(|| StoreError::Unavailable(format!("queue {name} has no URL")))?
+            .ok_or_else(|| StoreError::unavailable("SQS", format!("queue {name} has no URL")))?
             .to_owned();
         Ok(SqsClickQueue { client, queue_url })
     }
@@ -119,7 +123,7 @@ impl SqsClickQueue {
         let arn = attrs
             .attributes()
             .and_then(|a| a.get(&QueueAttributeName::QueueArn))
-            .ok_or_else(|| StoreError::Unavailable("the dead-letter queue has no ARN".into()))?
+            .ok_or_else(|| StoreError::unavailable("SQS", "the dead-letter queue has no ARN"))?
             .clone();
         if !exists(name.to_owned()).await {
             let redrive =
@@ -157,15 +161,16 @@ impl SqsClickQueue {
                     .id(i.to_string())
                     .message_body(body)
                     .build()
-                    .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+                    // A field this code left out: a bug, not an outage.
+                    .map_err(|e| StoreError::Internal(format!("an SQS message built incomplete: {e}")))?;
                 req = req.entries(entry);
             }
             let out = req.send().await.map_err(sdk_err)?;
             if !out.failed().is_empty() {
-                return Err(StoreError::Unavailable(format!(
-                    "{} click messages refused",
-                    out.failed().len()
-                )));
+                return Err(StoreError::unavailable(
+                    "SQS",
+                    format!("{} click messages refused", out.failed().len()),
+                ));
             }
             start = end;
         }
