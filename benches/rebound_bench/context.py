@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import datetime
 import itertools
+import json
 import os
 import random
 import subprocess
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -117,6 +119,27 @@ class Bench:
         with open(out) as f:
             table = parse_import_csv(f.read())
         return table, took
+
+    def import_links_unkeyed(self, name: str, count: int, api_port: int) -> tuple[Table, float]:
+        """As import_links, but straight to the API without an idempotency key (one batch
+        write per 1,000 links): moto's TransactWriteItems, which a keyed import makes per
+        link, deep-copies the whole table each time, so keyed imports into moto slow down
+        with the table and fail under concurrency."""
+        started = time.time()
+        table: Table = []
+        for first in range(0, count, 1000):
+            links = [{"long_url": f"https://example.com/page/{i}?ref=bench"}
+                     for i in range(first, min(count, first + 1000))]
+            req = urllib.request.Request(f"http://127.0.0.1:{api_port}/api/v1/links/import",
+                                         data=json.dumps({"links": links}).encode(), method="POST",
+                                         headers={"Authorization": f"Bearer {KEY}",
+                                                  "Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=120) as res:
+                answer = json.load(res)
+            table += [(r["code"], r["long_url"]) for r in answer["results"] if "code" in r]
+        if len(table) != count:
+            raise RuntimeError(f"{name}: {count - len(table)} of {count} links not imported")
+        return table, time.time() - started
 
     def load_links(self, data_dir: str, count: int, name: str) -> tuple[Table, float]:
         """Imports `count` links into the all-in-one on `data_dir`."""

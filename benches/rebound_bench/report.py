@@ -200,6 +200,16 @@ def render(b: Bench) -> str:
         lines += ["", "Deletes go through moto's DynamoDB (a Python process on the same 2 cores): "
                   "most of each delete is the store and the audit write, not the wait for the proxies.", ""]
         lines.append("")
+    if "blip" in r:
+        v = r["blip"]
+        lines += [f"## A {v['blip_s']:.0f} s Redis blip under load: {v['proxies']} proxies, {v['hot_links']:,} hot "
+                  "links warm in L1", "",
+                  "| phase | requests/s | L1 hits/s | Redis reads/s | store reads/s |", "| --- | --- | --- | --- | --- |"]
+        for phase, rates in v["rates"].items():
+            lines.append(f"| {phase.replace('_', ' ')} | {rates['requests']:,.0f} | {rates['l1_hits']:,.0f} | "
+                         f"{rates['l2_reads']:,.0f} | {rates['store_reads']:,.0f} |")
+        lines += ["", f"Both proxies together; wrk saw {v['non_2xx_3xx']} answers that were not 2xx or 3xx and a "
+                  f"p99 of {v['p99_ms']:.0f} ms at most. Redis frozen with SIGSTOP; the store is moto.", ""]
     if "short_connections" in r:
         lines += ["## Memory after short connections (one request each, then closed)", "",
                   "| server | port | connections | connections/s | RSS before MiB | RSS after MiB | growth MiB |",

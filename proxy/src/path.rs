@@ -197,10 +197,12 @@ impl RedirectPath {
     ///   active record read across a lapse (`epoch` moved), which answers this flight only.
     /// - L2 takes what the store said (an active record or a tombstone), off the request path.
     /// - The answer follows what L1 then holds (a newer tombstone wins), `None` when it
-    ///   redirects from a read that may predate a delete that returned since; the store's
-    ///   tombstone answers 404 whatever L1 holds.
+    ///   redirects from a read that may predate a delete that returned since.
     /// - A store failure answers from the newer of L1 and the stale L2 record, which goes
-    ///   into L1 stamped `now` ([`RedirectPath::stale_or_unavailable`]).
+    ///   into L1 stamped `now` ([`RedirectPath::stale_or_unavailable`]) unless it was read
+    ///   across a lapse, like any other record.
+    /// - A tombstone is final (a deleted code is never active again), so the store's
+    ///   tombstone answers 404 whatever L1 holds.
     fn apply(
         &self,
         code: &str,
@@ -227,7 +229,7 @@ impl RedirectPath {
             Learned::StoreFailed { cause, stale_l2 } => {
                 // Look again: a tombstone may have arrived while the store was failing.
                 let from_l1 = self.usable_l1(code, now);
-                let from_l2 = stale_l2.map(|record| self.l1.fill(code, record, now));
+                let from_l2 = stale_l2.map(|record| self.keep(code, record, now, epoch));
                 return Some(self.stale_or_unavailable(from_l1, from_l2, now, &cause));
             }
         };
@@ -235,18 +237,24 @@ impl RedirectPath {
             self.populate_l2(code, &record, now);
         }
         let store_tombstone = from_store && record.is_tombstone();
-        // Read across a lapse: it may predate an invalidation that the gap swallowed.
-        let lapsed = matches!((&self.trust, epoch), (Some(t), Some(e)) if t.epoch() != e);
-        let held = if lapsed && matches!(record.state, CacheState::Active { .. }) {
-            self.metrics.fills_dropped.inc();
-            L1Entry::new(code, record, read_from)
-        } else {
-            self.l1.fill(code, record, read_from)
-        };
+        let held = self.keep(code, record, read_from, epoch);
         if store_tombstone {
             return Some((Resolution::NotFound, false));
         }
         Some((self.current_answer(held, read_from, now, epoch)?, false))
+    }
+
+    /// `record`, read from `read_from`, into L1 (never over a newer version); an active
+    /// record read across a lapse (`epoch` moved: it may predate an invalidation that the
+    /// gap swallowed) answers this flight only.
+    fn keep(&self, code: &str, record: CacheRecord, read_from: UnixMillis, epoch: Option<u64>) -> L1Entry {
+        let lapsed = matches!((&self.trust, epoch), (Some(t), Some(e)) if t.epoch() != e);
+        if lapsed && matches!(record.state, CacheState::Active { .. }) {
+            self.metrics.fills_dropped.inc();
+            L1Entry::new(code, record, read_from)
+        } else {
+            self.l1.fill(code, record, read_from)
+        }
     }
 
     /// The answer `held` gives at `now`, unless it redirects from a read that may predate a
@@ -639,6 +647,14 @@ mod tests {
 
     /// A path with L2 over a store whose reads wait until released.
     fn held_path(f: &Fixture) -> (Arc<RedirectPath>, Arc<HeldReads>, Arc<InvalidationTrust>) {
+        held_path_over(f, Arc::new(rebound_store::MemoryRecordCache::default()))
+    }
+
+    /// [`held_path`] over `l2`.
+    fn held_path_over(
+        f: &Fixture,
+        l2: Arc<rebound_store::MemoryRecordCache>,
+    ) -> (Arc<RedirectPath>, Arc<HeldReads>, Arc<InvalidationTrust>) {
         let held = Arc::new(HeldReads {
             inner: f.store.clone(),
             started: tokio::sync::Notify::new(),
@@ -657,11 +673,7 @@ mod tests {
                 ProxyMetrics::register(&prometheus::Registry::new()).unwrap(),
                 Duration::from_secs(1),
             )
-            .with_l2(
-                Arc::new(rebound_store::MemoryRecordCache::default()),
-                Duration::from_millis(150),
-                trust.clone(),
-            ),
+            .with_l2(l2, Duration::from_millis(150), trust.clone()),
         );
         (path, held, trust)
     }
@@ -732,6 +744,40 @@ mod tests {
             path.l1.get("race").is_some(),
             "a read after the lapse fills L1 as usual"
         );
+    }
+
+    #[tokio::test]
+    async fn a_stale_record_read_across_a_lapse_answers_a_failing_store_but_does_not_fill_l1() {
+        let f = fixture();
+        let l2 = Arc::new(rebound_store::MemoryRecordCache::default());
+        let (path, held, trust) = held_path_over(&f, l2.clone());
+        let link = add(&f.store, "old", None).await;
+        let policy = CachePolicy::default();
+        let now = f.clock.now_millis();
+        l2.put_record("old", &CacheRecord::active(&link, now, &policy), now)
+            .await
+            .unwrap();
+        // Past its freshness, inside its grace window: L2's record is stale, the store is asked.
+        f.clock.advance(policy.fresh_millis + 1);
+        trust.heard(f.clock.now_millis(), &path.l1);
+        let p = path.clone();
+        let read = tokio::spawn(async move { p.resolve("old").await });
+        held.started.notified().await;
+        // A lapse while the store read is in flight, and the store fails.
+        trust.lapse();
+        trust.heard(f.clock.now_millis(), &path.l1);
+        f.store.set_unavailable(true);
+        held.release.notify_one();
+        assert!(
+            matches!(read.await.unwrap(), Resolution::Redirect(_)),
+            "the stale record answers its request (SPEC §3 step 6)"
+        );
+        assert_eq!(path.metrics.stale_served.get(), 1);
+        assert!(
+            path.l1.get("old").is_none(),
+            "but L1 keeps nothing read before the lapse"
+        );
+        assert_eq!(path.metrics.fills_dropped.get(), 1);
     }
 
     #[tokio::test]

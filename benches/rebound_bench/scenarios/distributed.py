@@ -81,11 +81,11 @@ def run_redis(b: Bench) -> None:
         cp.start(b.path("redis-control-plane.log"))
         try:
             cp.wait_ready("/readyz", 120)
-            table, took = b.import_links("redis", a.redis_links, cp.port)
+            table, took = b.import_links_unkeyed("redis", a.redis_links, cp.port)
         finally:
             cp.stop()
         log(f"imported {len(table)} links into DynamoDB (moto) and Redis in {took:.1f} s")
-        b.commands.append(f"rebound provision; rebound control-plane; rebound links import redis.jsonl  "
+        b.commands.append(f"rebound provision; rebound control-plane; POST /api/v1/links/import x{len(table) // 1000}  "
                           f"# {len(table)} links, DynamoDB and SQS on moto, Redis")
         ready_full = [ready_time(f"proxy-ready-full-{i}") for i in range(3)]
         request_file, distinct = b.zipf_list(table, a.list_size, "redis")
@@ -165,7 +165,7 @@ def run_fleet(b: Bench, sizes: tuple[int, ...] = (4, 50), deletes: int = 100, wi
         cp.start(b.path("fleet-control-plane.log"))
         try:
             cp.wait_ready("/readyz", 120)
-            table, _ = b.import_links("fleet", deletes * len(sizes), cp.port)
+            table, _ = b.import_links_unkeyed("fleet", deletes * len(sizes), cp.port)
         finally:
             cp.stop()
         codes = [c for c, _ in table]

@@ -232,3 +232,24 @@ def test_links_import_csv() -> None:
     table = parse_import_csv(fixture("links-import.csv"))
     assert table[0] == ("4rRFtx3", "https://example.com/page/0?ref=bench")
     assert len(table) == 5
+
+
+# -- the blip scenario's samples -----------------------------------------------------------
+
+
+def test_blip_counts_sum_each_series_over_its_labels() -> None:
+    from rebound_bench.scenarios.blip import counts
+    c = counts(fixture("metrics.txt"))
+    assert c["l1_hits"] == 391838
+    assert c["store_reads"] == 1000
+    assert c["l2_reads"] == 0  # error, hit, miss and unconfirmed, all 0 in this scrape
+    assert c["requests"] > 0
+
+
+def test_blip_phase_rates_span_the_samples_inside_each_phase() -> None:
+    from rebound_bench.scenarios.blip import phase_rates
+    samples = [(float(t), {"store_reads": 10.0 * t * t}) for t in range(10)]
+    rates = phase_rates(samples, {"a": (1, 3), "b": (3.5, 9), "empty": (20, 30)})
+    assert rates["a"] == {"store_reads": (90 - 10) / 2}
+    assert rates["b"] == {"store_reads": (810 - 160) / 5}
+    assert "empty" not in rates
