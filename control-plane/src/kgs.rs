@@ -80,7 +80,7 @@ impl KeyRangeLease {
         let block = block?;
         if let Some(events) = events {
             if let Err(e) = events.leased(block.end).await {
-                tracing::warn!(high_water = block.end, error = %e, "code block lease not announced");
+                tracing::warn!(high_water = block.end, error = %rebound_store::Causes(&e), "code block lease not announced");
             }
         }
         Ok(block)
@@ -121,7 +121,7 @@ impl KeyRangeLease {
                 match block {
                     Ok(b) => leases.next = Some(b),
                     Err(e) => {
-                        tracing::warn!(error = %e, "could not lease the next code block; will retry on demand")
+                        tracing::warn!(error = %rebound_store::Causes(&e), "could not lease the next code block; will retry on demand")
                     }
                 }
             });

@@ -113,7 +113,7 @@ impl ControlPlane {
         };
         if let Err(e) = self.events.created(&link).await {
             // The link is stored; proxies that missed the announcement bypass their filter.
-            tracing::warn!(code = %link.code, error = %e, "creation not announced");
+            tracing::warn!(code = %link.code, error = %rebound_store::Causes(&e), "creation not announced");
         }
         Ok(Creation::Created(link))
     }
@@ -254,7 +254,7 @@ impl ControlPlane {
             outcomes[i] = Some(match result {
                 Ok(()) => {
                     if let Err(e) = self.events.created(&link).await {
-                        tracing::warn!(code = %link.code, error = %e, "creation not announced");
+                        tracing::warn!(code = %link.code, error = %rebound_store::Causes(&e), "creation not announced");
                     }
                     ImportOutcome::Created(self.created_view(&link))
                 }
@@ -382,11 +382,11 @@ impl ControlPlane {
             Err(_) => self.propagations.give_back(code, link.version).await,
         }
         if let Err(e) = audited {
-            tracing::error!(code, action, error = %e, "audit event not recorded");
+            tracing::error!(code, action, error = %rebound_store::Causes(&e), "audit event not recorded");
             return Err(e.into());
         }
         if let Err(e) = delivered {
-            tracing::warn!(code, action, error = %e, "tombstone not written; a reconciler finishes it");
+            tracing::warn!(code, action, error = %rebound_store::Causes(&e), "tombstone not written; a reconciler finishes it");
             return Err(ApiError::InvalidationFailed);
         }
         Ok(link)

@@ -327,7 +327,7 @@ impl RedirectPath {
         self.metrics.store_reads.inc();
         let cause: Arc<str> = match tokio::time::timeout(self.store_budget, self.store.get_link(code)).await {
             Ok(Ok(item)) => return Learned::FromStore(item),
-            Ok(Err(e)) => Arc::from(e.to_string()),
+            Ok(Err(e)) => Arc::from(rebound_store::Causes(&e).to_string()),
             Err(_) => Arc::from("store read timed out"),
         };
         self.metrics.store_errors.inc();

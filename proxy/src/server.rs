@@ -325,7 +325,7 @@ impl Service for RedirectService {
             Err(e) => {
                 // A process that cannot serve its redirect port must not look alive (Pingora's
                 // own listening service panics here).
-                tracing::error!(error = %e, listener = %self.key, "cannot serve the redirect listener; exiting");
+                tracing::error!(error = %rebound_store::Causes(&e), listener = %self.key, "cannot serve the redirect listener; exiting");
                 eprintln!("rebound: cannot serve the redirect listener {}: {e}", self.key);
                 std::process::exit(1);
             }

@@ -48,10 +48,13 @@ impl Client {
         if let Some(b) = body {
             req = req.header("content-type", "application/json").body(b);
         }
-        let res = req
-            .send()
-            .await
-            .map_err(|e| CliError(format!("cannot reach the control plane at {}: {e}", self.base)))?;
+        let res = req.send().await.map_err(|e| {
+            CliError(format!(
+                "cannot reach the control plane at {}: {}",
+                self.base,
+                rebound_store::Causes(&e)
+            ))
+        })?;
         let status = res.status().as_u16();
         let retry_after = res
             .headers()
