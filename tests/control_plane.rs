@@ -32,6 +32,31 @@ async fn call(
     (status, headers, value)
 }
 
+/// A new creator key, made with the operator key through the API at `api`.
+async fn new_creator_key(api: &str) -> String {
+    let (s, _, v) = call(
+        reqwest::Method::POST,
+        format!("{api}/api/v1/keys"),
+        Some(OPERATOR_KEY),
+        Some(json!({"name": "c", "role": "creator"})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    v["key"].as_str().unwrap().to_owned()
+}
+
+/// Starts a control plane on `dir` with `toml` as its configuration file.
+fn control_plane_with_config(dir: &std::path::Path, toml: &str) -> Running {
+    let config = dir.join("rebound.toml");
+    std::fs::write(&config, toml).unwrap();
+    start(
+        &["control-plane", "--config", config.to_str().unwrap()],
+        dir,
+        &[],
+        &["API"],
+    )
+}
+
 fn error_code(v: &Value) -> &str {
     v["error"]["code"]
         .as_str()
@@ -337,23 +362,9 @@ async fn every_row_of_the_contract_over_http() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rate_limit_answers_429_with_retry_after() {
     let dir = temp_dir();
-    let config = dir.path().join("rebound.toml");
-    std::fs::write(&config, "[api]\ncreator_burst = 2\ncreator_rate_per_sec = 0.5\n").unwrap();
-    let rb = start(
-        &["control-plane", "--config", config.to_str().unwrap()],
-        dir.path(),
-        &[],
-        &["API"],
-    );
+    let rb = control_plane_with_config(dir.path(), "[api]\ncreator_burst = 2\ncreator_rate_per_sec = 0.5\n");
     let api = rb.api();
-    let (_, _, v) = call(
-        reqwest::Method::POST,
-        format!("{api}/api/v1/keys"),
-        Some(OPERATOR_KEY),
-        Some(json!({"name": "c", "role": "creator"})),
-    )
-    .await;
-    let key = v["key"].as_str().unwrap().to_owned();
+    let key = new_creator_key(&api).await;
     let mut statuses = Vec::new();
     let mut retry_after = None;
     for _ in 0..4 {
@@ -414,14 +425,7 @@ async fn a_restart_keeps_links_keys_and_the_counter() {
     {
         let mut rb = start(&["control-plane"], dir.path(), &[], &["API"]);
         let api = rb.api();
-        let (_, _, v) = call(
-            reqwest::Method::POST,
-            format!("{api}/api/v1/keys"),
-            Some(OPERATOR_KEY),
-            Some(json!({"name": "c", "role": "creator"})),
-        )
-        .await;
-        creator_key = v["key"].as_str().unwrap().to_owned();
+        creator_key = new_creator_key(&api).await;
         for i in 0..20 {
             let (s, _, v) = call(
                 reqwest::Method::POST,
@@ -525,20 +529,6 @@ fn a_bad_setting_is_named_and_refused() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("REBOUND_API_ADDR"), "{err}");
-}
-
-fn cli(api: &str, key: Option<&str>, args: &[&str]) -> (bool, String, String) {
-    let mut cmd = std::process::Command::new(bin());
-    cmd.args(args).env_clear().env("REBOUND_API_URL", api);
-    if let Some(k) = key {
-        cmd.env("REBOUND_API_KEY", k);
-    }
-    let out = cmd.output().unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -677,14 +667,7 @@ async fn the_cli_imports_csv_and_json_lines() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_import_keeps_what_earlier_chunks_created_and_names_the_failed_lines() {
     let dir = temp_dir();
-    let config = dir.path().join("rebound.toml");
-    std::fs::write(&config, "[api]\nmax_import_body_bytes = 1024\n").unwrap();
-    let rb = start(
-        &["control-plane", "--config", config.to_str().unwrap()],
-        dir.path(),
-        &[],
-        &["API"],
-    );
+    let rb = control_plane_with_config(dir.path(), "[api]\nmax_import_body_bytes = 1024\n");
     let api = rb.api();
     let jsonl = dir.path().join("chunks.jsonl");
     // The second chunk is refused as a whole (its body is over the import limit).
@@ -732,23 +715,9 @@ async fn the_cli_import_keeps_what_earlier_chunks_created_and_names_the_failed_l
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_imports_more_lines_than_a_creators_burst() {
     let dir = temp_dir();
-    let config = dir.path().join("rebound.toml");
-    std::fs::write(&config, "[api]\ncreator_burst = 2\ncreator_rate_per_sec = 50\n").unwrap();
-    let rb = start(
-        &["control-plane", "--config", config.to_str().unwrap()],
-        dir.path(),
-        &[],
-        &["API"],
-    );
+    let rb = control_plane_with_config(dir.path(), "[api]\ncreator_burst = 2\ncreator_rate_per_sec = 50\n");
     let api = rb.api();
-    let (_, _, v) = call(
-        reqwest::Method::POST,
-        format!("{api}/api/v1/keys"),
-        Some(OPERATOR_KEY),
-        Some(json!({"name": "c", "role": "creator"})),
-    )
-    .await;
-    let key = v["key"].as_str().unwrap().to_owned();
+    let key = new_creator_key(&api).await;
     let csv = dir.path().join("many.csv");
     let text: String = (0..5).map(|i| format!("https://example.com/{i}\n")).collect();
     std::fs::write(&csv, text).unwrap();

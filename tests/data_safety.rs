@@ -5,7 +5,8 @@
 
 mod common;
 
-use common::services::free_port;
+use common::fleet::{create, get};
+use common::rebound::ALL_PORTS;
 use common::*;
 use rebound_store::LinkReads;
 use reqwest::StatusCode;
@@ -13,35 +14,19 @@ use serde_json::json;
 use std::path::Path;
 use std::time::Duration;
 
-const ALL: &[&str] = &["redirect", "API", "metrics"];
 const KEY: &str = "00112233445566778899aabbccddeeff";
 const OTHER_KEY: &str = "ffeeddccbbaa99887766554433221100";
 
 /// Creates a link with a generated code; returns the code.
 async fn generated_link(p: &Running) -> String {
-    let created = create_link(p, json!({"long_url": "https://example.com/kept"})).await;
-    created["code"].as_str().expect("a code").to_owned()
+    create(p, json!({"long_url": "https://example.com/kept"})).await
 }
 
 /// What the redirect port answers for `/code`, once the process is ready (its issued-code
 /// filter loaded, so a code it believes never issued is a 404).
 async fn redirect_status(p: &Running, code: &str) -> StatusCode {
     wait_ready(p).await;
-    http()
-        .get(format!("{}/{code}", p.addr("redirect")))
-        .send()
-        .await
-        .unwrap()
-        .status()
-}
-
-/// Starts `rebound <args>` expecting it to refuse: returns its log once it has exited with
-/// a failure (a start that serves instead fails the test after 20 s).
-fn refused_start(args: &[&str], data: &Path, env: &[(&str, &str)]) -> String {
-    let mut p = start(args, data, env, &[]);
-    let status = p.wait_exit(Duration::from_secs(20));
-    assert!(!status.success(), "the start was refused: {status:?}");
-    p.log().join("\n")
+    get(p, code).await.status()
 }
 
 /// The permutation key the store of `data` keeps (hex), read with no process running.
@@ -58,7 +43,7 @@ async fn stored_key(data: &Path) -> String {
 async fn a_code_key_other_than_the_stored_one_stops_the_start_without_printing_a_key() {
     let dir = temp_dir();
     let data = data_path(&dir);
-    let mut first = start(&[], &data, &[], ALL);
+    let mut first = start(&[], &data, &[], ALL_PORTS);
     let code = generated_link(&first).await;
     assert_eq!(redirect_status(&first, &code).await, StatusCode::FOUND);
     assert!(first.terminate().success());
@@ -82,7 +67,7 @@ async fn a_code_key_other_than_the_stored_one_stops_the_start_without_printing_a
     }
 
     // Without the variable, the stored key still finds every code.
-    let again = start(&[], &data, &[], ALL);
+    let again = start(&[], &data, &[], ALL_PORTS);
     assert_eq!(redirect_status(&again, &code).await, StatusCode::FOUND);
 }
 
@@ -90,11 +75,11 @@ async fn a_code_key_other_than_the_stored_one_stops_the_start_without_printing_a
 async fn a_store_made_with_a_code_key_keeps_its_codes_when_started_without_it() {
     let dir = temp_dir();
     let data = data_path(&dir);
-    let mut first = start(&[], &data, &[("REBOUND_CODE_KEY", KEY)], ALL);
+    let mut first = start(&[], &data, &[("REBOUND_CODE_KEY", KEY)], ALL_PORTS);
     let code = generated_link(&first).await;
     assert!(first.terminate().success());
 
-    let mut without = start(&[], &data, &[], ALL);
+    let mut without = start(&[], &data, &[], ALL_PORTS);
     assert_eq!(redirect_status(&without, &code).await, StatusCode::FOUND);
     // A code generated now is under the same key: the first key still finds both.
     let later = generated_link(&without).await;
@@ -104,7 +89,7 @@ async fn a_store_made_with_a_code_key_keeps_its_codes_when_started_without_it() 
         KEY,
         "the first start recorded the configured key"
     );
-    let with = start(&[], &data, &[("REBOUND_CODE_KEY", KEY)], ALL);
+    let with = start(&[], &data, &[("REBOUND_CODE_KEY", KEY)], ALL_PORTS);
     for c in [&code, &later] {
         assert_eq!(redirect_status(&with, c).await, StatusCode::FOUND, "code {c}");
     }
@@ -119,7 +104,7 @@ async fn a_store_made_with_a_code_key_keeps_its_codes_when_started_without_it() 
 async fn a_second_process_on_a_data_directory_in_use_fails_at_once_naming_the_holder() {
     let dir = temp_dir();
     let data = data_path(&dir);
-    let first = start(&[], &data, &[], ALL);
+    let first = start(&[], &data, &[], ALL_PORTS);
     let code = generated_link(&first).await;
 
     for args in [&[][..], &["control-plane"][..]] {
@@ -144,14 +129,9 @@ async fn an_upgrade_starts_beside_the_holder_and_holds_the_directory_once_it_exi
     let dir = temp_dir();
     let data = dir.path().join("data");
     let sock = dir.path().join("upgrade.sock");
-    let env = [
-        ("REBOUND_REDIRECT_ADDR", format!("127.0.0.1:{}", free_port())),
-        ("REBOUND_API_ADDR", format!("127.0.0.1:{}", free_port())),
-        ("REBOUND_METRICS_ADDR", format!("127.0.0.1:{}", free_port())),
-        ("REBOUND_UPGRADE_SOCK", sock.to_string_lossy().into_owned()),
-    ];
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let mut old = start(&[], &data, &env, ALL);
+    let env = upgradable_env(&sock);
+    let env = as_pairs(&env);
+    let mut old = start(&[], &data, &env, ALL_PORTS);
     let code = generated_link(&old).await;
 
     let new = upgrade(&mut old, &data, &env).await;
@@ -161,7 +141,7 @@ async fn an_upgrade_starts_beside_the_holder_and_holds_the_directory_once_it_exi
     let holder = format!("pid {}", new.pid());
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let other = [("REBOUND_UPGRADE_SOCK", env[3].1)];
+        let other = [("REBOUND_UPGRADE_SOCK", sock.to_str().unwrap())];
         let log = refused_start(&[], &data, &other);
         if log.contains(&holder) {
             break;
@@ -177,14 +157,13 @@ async fn an_upgrade_starts_beside_the_holder_and_holds_the_directory_once_it_exi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
 async fn a_proxy_or_control_plane_with_a_code_key_other_than_the_stored_one_is_refused() {
-    let d = common::fleet::Deployment::new(&common::services::shared_aws_url(), None);
+    let d = common::fleet::Deployment::new(&shared_aws_url(), None);
     let dir = temp_dir();
     let cp = d.control_plane(dir.path(), &[]);
     let code = generated_link(&cp).await;
     let env = d.with(&[("REBOUND_CODE_KEY", KEY)]);
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     for args in [["proxy"], ["control-plane"]] {
-        let log = refused_start(&args, dir.path(), &env);
+        let log = refused_start(&args, dir.path(), &as_pairs(&env));
         for named in ["REBOUND_CODE_KEY", "api.code_key", "code_permutation_key", &d.prefix] {
             assert!(log.contains(named), "{args:?} names {named}: {log}");
         }

@@ -418,23 +418,9 @@ async fn wrong_redis_credentials_stop_the_start_with_an_error_naming_the_setting
     let port = redis_port(&redis.url());
     let dir = temp_dir();
     let d = Deployment::new(&shared_aws_url(), None);
+    let env = d.with(&[("REBOUND_REDIS_URL", &format!("redis://:wrong@127.0.0.1:{port}/"))]);
     for command in ["control-plane", "proxy"] {
-        let out = std::process::Command::new(bin())
-            .arg(command)
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .envs(d.with(&[
-                ("REBOUND_REDIS_URL", &format!("redis://:wrong@127.0.0.1:{port}/")),
-                ("REBOUND_DATA_DIR", dir.path().to_str().unwrap()),
-                ("REBOUND_API_ADDR", "127.0.0.1:0"),
-                ("REBOUND_REDIRECT_ADDR", "127.0.0.1:0"),
-                ("REBOUND_METRICS_ADDR", "127.0.0.1:0"),
-                ("REBOUND_BOOTSTRAP_KEY", OPERATOR_KEY),
-            ]))
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{command} started on a wrong password");
+        let stderr = refused_start(&[command], dir.path(), &as_pairs(&env));
         assert!(
             stderr.contains("REBOUND_REDIS_URL: Redis refused the credentials"),
             "{command}: {stderr}"
@@ -462,8 +448,7 @@ async fn create_with_key(cp: &Running, body: &Value, key: &str) -> (StatusCode, 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs REBOUND_TEST_DYNALITE_URL and REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
 async fn one_alias_asked_of_two_control_planes_at_once_is_created_exactly_once() {
-    let dynalite = std::env::var("REBOUND_TEST_DYNALITE_URL")
-        .expect("REBOUND_TEST_DYNALITE_URL is not set: run scripts/test, which starts dynalite");
+    let dynalite = shared_dynalite_url();
     let d = Deployment::with_dynamodb(&shared_aws_url(), &dynalite, None);
     d.create_tables_without_ttl(&dynalite).await;
     let dir = temp_dir();
@@ -587,8 +572,6 @@ async fn two_control_planes_on_one_store_issue_no_code_twice_share_aliases_and_c
     }
 }
 
-const PROXY_STORE_READS: &str = r#"rebound_lookups_total{result="read",tier="store"}"#;
-
 /// SPEC §3 step 4: a proxy knows which codes can exist from the counter's high-water mark
 /// and the alias index, never from the links; it hears every lease on the creation feed;
 /// codes nobody issued are 404 with no store read; and a code of a lease it never heard of
@@ -627,10 +610,7 @@ async fn never_issued_codes_are_404_without_a_store_read_and_no_proxy_reads_the_
     }
 
     // Every lease reached the proxy on the creation feed.
-    let store = rebound_dynamodb::DynamoStore::new(
-        aws_sdk_dynamodb::Client::new(&aws_conf(&d.aws_url).await),
-        d.prefix.clone(),
-    );
+    let store = d.store().await;
     let high_water = store.high_water(COUNTER).await.unwrap();
     assert!(high_water >= 80, "{high_water}");
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -641,11 +621,11 @@ async fn never_issued_codes_are_404_without_a_store_read_and_no_proxy_reads_the_
 
     // Probes over the whole code space: no store read (a probe within the slack above the
     // mark would cost one: 1 in 13,000).
-    let reads = metric(&p, PROXY_STORE_READS).await;
+    let reads = metric(&p, STORE_READS).await;
     for code in random_codes(2_000, now_millis() as u64) {
         assert_eq!(status(&p, &code).await, 404, "{code}");
     }
-    let probe_reads = metric(&p, PROXY_STORE_READS).await - reads;
+    let probe_reads = metric(&p, STORE_READS).await - reads;
     assert!(probe_reads <= 2.0, "{probe_reads} store reads for 2,000 probes");
 
     // A code of a lease the proxy never heard of (as if its announcement was lost), written
@@ -680,7 +660,7 @@ async fn never_issued_codes_are_404_without_a_store_read_and_no_proxy_reads_the_
     assert!(metric(&p, &calls("high_water")).await >= 1.0);
     assert_eq!(
         metric(&p, &calls("get_link")).await,
-        metric(&p, PROXY_STORE_READS).await,
+        metric(&p, STORE_READS).await,
         "every store call about links was a point read on the redirect path"
     );
 }

@@ -5,8 +5,8 @@
 
 mod common;
 
-use common::rebound::{exchange, End, Rebound};
-use common::services::free_port;
+use common::rebound::{exchange, trickle, End, Rebound};
+use common::services::{free_port, wait_for_port};
 use common::*;
 use serde_json::json;
 use std::io::{Read, Write};
@@ -15,9 +15,6 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const ALL: &[&str] = &["redirect", "API", "metrics"];
-
-/// How a raw exchange ended.
 /// The status codes of the responses in `text`, in order.
 fn statuses(text: &str) -> Vec<u16> {
     text.split("\r\n")
@@ -225,8 +222,7 @@ async fn hostile_heads_are_refused_as_rfc_9112_says_and_the_connection_closed_cl
 #[test]
 #[ignore = "needs REBOUND_TEST_NGINX (an nginx binary): scripts/test installs nginx and runs it"]
 fn the_nginx_column_of_the_table_is_what_nginx_answers() {
-    let nginx = std::env::var("REBOUND_TEST_NGINX")
-        .unwrap_or_else(|_| panic!("REBOUND_TEST_NGINX is not set: run scripts/test, which names its nginx binary"));
+    let nginx = env_or_panic("REBOUND_TEST_NGINX");
     let dir = temp_dir();
     let port = free_port();
     let conf = format!(
@@ -246,12 +242,8 @@ fn the_nginx_column_of_the_table_is_what_nginx_answers() {
             .spawn()
             .expect("start nginx"),
     );
+    wait_for_port(port, "nginx");
     let addr = format!("127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(&addr).is_err() {
-        assert!(Instant::now() < deadline, "nginx did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
     for case in cases() {
         let (text, end) = exchange(&addr, &case.request, Duration::from_millis(700));
         assert_eq!((statuses(&text).as_slice(), end), case.nginx, "{}: {text}", case.name);
@@ -314,19 +306,8 @@ async fn nothing_from_the_request_becomes_a_header_but_the_forwarded_query() {
 }
 
 /// `curl` with `args`, returning `<http version> <status> <location>`.
-fn curl(args: &[&str]) -> String {
-    let out = Command::new("curl")
-        .args([
-            "-s",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_version} %{http_code} %{redirect_url}",
-        ])
-        .args(args)
-        .output()
-        .expect("curl");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+fn curl_redirect(args: &[&str]) -> String {
+    curl("%{http_version} %{http_code} %{redirect_url}", args)
 }
 
 /// The subject of the certificate the TLS port serves now.
@@ -352,14 +333,10 @@ async fn every_protocol_gets_the_same_redirect_h1_h2c_and_tls_with_ecdsa_and_rsa
         let run = start(
             &[],
             &data,
-            &[
-                ("REBOUND_TLS_ADDR", "127.0.0.1:0"),
-                ("REBOUND_TLS_CERT", cert.to_str().unwrap()),
-                ("REBOUND_TLS_KEY", key.to_str().unwrap()),
-            ],
+            &tls_env(&cert, &key),
             &["redirect", "redirect TLS", "API", "metrics"],
         );
-        let rb = Rebound { run, http: http() };
+        let rb = Rebound::from(run);
         rb.create(json!({"long_url": "https://example.com/t?a=1", "custom_alias": "proto", "forward_query": true}))
             .await;
         let plain = format!("http://{}/proto?q=1", rb.redirect());
@@ -370,12 +347,12 @@ async fn every_protocol_gets_the_same_redirect_h1_h2c_and_tls_with_ecdsa_and_rsa
         let cacert = cert.to_str().unwrap();
         let answers = tokio::task::block_in_place(|| {
             [
-                curl(&["--http1.1", &plain]),
-                curl(&["--http1.0", &plain]),
-                curl(&["--http2-prior-knowledge", &plain]),
-                curl(&["--http2", "--cacert", cacert, "--resolve", &resolve, &tls]),
-                curl(&["--http1.1", "--cacert", cacert, "--resolve", &resolve, &tls]),
-                curl(&[
+                curl_redirect(&["--http1.1", &plain]),
+                curl_redirect(&["--http1.0", &plain]),
+                curl_redirect(&["--http2-prior-knowledge", &plain]),
+                curl_redirect(&["--http2", "--cacert", cacert, "--resolve", &resolve, &tls]),
+                curl_redirect(&["--http1.1", "--cacert", cacert, "--resolve", &resolve, &tls]),
+                curl_redirect(&[
                     "--http1.1",
                     "--tlsv1.2",
                     "--tls-max",
@@ -386,7 +363,7 @@ async fn every_protocol_gets_the_same_redirect_h1_h2c_and_tls_with_ecdsa_and_rsa
                     &resolve,
                     &tls,
                 ]),
-                curl(&["--http2", "--tlsv1.3", "--cacert", cacert, "--resolve", &resolve, &tls]),
+                curl_redirect(&["--http2", "--tlsv1.3", "--cacert", cacert, "--resolve", &resolve, &tls]),
             ]
         });
         // curl spells HTTP/1.0 "1".
@@ -412,39 +389,16 @@ async fn tls_sessions_resume() {
     let dir = temp_dir();
     let (cert, key) = self_signed(dir.path(), "rebound-test", "ec");
     let data = dir.path().join("data");
-    let run = start(
-        &[],
-        &data,
-        &[
-            ("REBOUND_TLS_ADDR", "127.0.0.1:0"),
-            ("REBOUND_TLS_CERT", cert.to_str().unwrap()),
-            ("REBOUND_TLS_KEY", key.to_str().unwrap()),
-        ],
-        &["redirect TLS", "metrics"],
-    );
+    let run = start(&[], &data, &tls_env(&cert, &key), &["redirect TLS", "metrics"]);
     let tls = run.addrs["redirect TLS"].clone();
     let session = dir.path().join("session.pem");
+    let session = session.to_str().unwrap();
     for version in ["-tls1_2", "-tls1_3"] {
         let reused = tokio::task::block_in_place(|| {
             (0..2)
                 .map(|i| {
-                    let mut cmd = Command::new("openssl");
-                    cmd.args(["s_client", "-connect", &tls, version, "-ign_eof"]);
-                    cmd.arg(if i == 0 { "-sess_out" } else { "-sess_in" }).arg(&session);
-                    let mut child = cmd
-                        .stdin(std::process::Stdio::piped())
-                        .stdout(std::process::Stdio::piped())
-                        .stderr(std::process::Stdio::null())
-                        .spawn()
-                        .unwrap();
-                    // A request, so that TLS 1.3's ticket (sent after the handshake) arrives.
-                    let _ = child
-                        .stdin
-                        .take()
-                        .unwrap()
-                        .write_all(b"GET /abc HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-                    let out = child.wait_with_output().unwrap();
-                    String::from_utf8_lossy(&out.stdout).contains("Reused, TLS")
+                    let store = if i == 0 { "-sess_out" } else { "-sess_in" };
+                    s_client_session(&tls, &[version, store, session]).contains("Reused, TLS")
                 })
                 .collect::<Vec<_>>()
         });
@@ -461,7 +415,8 @@ async fn tls_sessions_resume() {
     assert!(metric(&run, &resumed("1.3")).await >= 1.0);
 }
 
-/// What `openssl s_client` printed (with `-msg`) for one request on `tls` with `args`.
+/// What `openssl s_client` printed (with `-msg`) for one request on `tls` with `args` (a
+/// request, so that TLS 1.3's ticket, sent after the handshake, arrives).
 fn s_client_session(tls: &str, args: &[&str]) -> String {
     let mut child = Command::new("openssl")
         .args(["s_client", "-connect", tls, "-msg", "-ign_eof"])
@@ -484,16 +439,7 @@ async fn tls_prefers_aes_128_unless_the_client_puts_chacha_first_and_sends_one_t
     let dir = temp_dir();
     let (cert, key) = self_signed(dir.path(), "rebound-test", "ec");
     let data = dir.path().join("data");
-    let run = start(
-        &[],
-        &data,
-        &[
-            ("REBOUND_TLS_ADDR", "127.0.0.1:0"),
-            ("REBOUND_TLS_CERT", cert.to_str().unwrap()),
-            ("REBOUND_TLS_KEY", key.to_str().unwrap()),
-        ],
-        &["redirect TLS"],
-    );
+    let run = start(&[], &data, &tls_env(&cert, &key), &["redirect TLS"]);
     let tls = run.addrs["redirect TLS"].clone();
     let (aes_session, chacha_session) = (dir.path().join("aes.pem"), dir.path().join("chacha.pem"));
     let (aes_session, chacha_session) = (aes_session.to_str().unwrap(), chacha_session.to_str().unwrap());
@@ -565,17 +511,7 @@ async fn tls_prefers_aes_128_unless_the_client_puts_chacha_first_and_sends_one_t
 
 /// A TLS connection to `tls` for `localhost` that trusts only `cert`.
 fn tls_connection(tls: &str, cert: &Path) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(rustls::pki_types::CertificateDer::from_pem_file(cert).expect("certificate"))
-        .unwrap();
-    let config =
-        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+    let config = trusting(cert);
     let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
     let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
     let tcp = TcpStream::connect(tls).unwrap();
@@ -628,16 +564,12 @@ async fn a_new_certificate_is_served_after_sighup_or_a_file_change_and_a_bad_one
     std::fs::copy(dir.path().join("first.crt"), &cert).unwrap();
     std::fs::copy(dir.path().join("first.key"), &key).unwrap();
     let data = dir.path().join("data");
+    // Far beyond the test: only a reload could close the kept connection.
+    let idle = [("REBOUND_IDLE_TIMEOUT_MS", "600000")];
     let run = start(
         &[],
         &data,
-        &[
-            ("REBOUND_TLS_ADDR", "127.0.0.1:0"),
-            ("REBOUND_TLS_CERT", cert.to_str().unwrap()),
-            ("REBOUND_TLS_KEY", key.to_str().unwrap()),
-            // Far beyond the test: only a reload could close the kept connection.
-            ("REBOUND_IDLE_TIMEOUT_MS", "600000"),
-        ],
+        &[&tls_env(&cert, &key)[..], &idle].concat(),
         &["redirect TLS", "API", "metrics"],
     );
     let tls = run.addrs["redirect TLS"].clone();
@@ -667,7 +599,7 @@ async fn a_new_certificate_is_served_after_sighup_or_a_file_change_and_a_bad_one
             let (mut ok, mut failed) = (0u32, 0u32);
             while !stop.load(std::sync::atomic::Ordering::Relaxed) && ok + failed < 5_000 {
                 let url = format!("https://127.0.0.1:{port}/some-code");
-                if curl(&["-k", "--max-time", "5", &url]).ends_with(" 404 ") {
+                if curl_redirect(&["-k", "--max-time", "5", &url]).ends_with(" 404 ") {
                     ok += 1;
                 } else {
                     failed += 1;
@@ -697,12 +629,7 @@ async fn a_new_certificate_is_served_after_sighup_or_a_file_change_and_a_bad_one
     // SIGHUP reloads; the process does not die of it.
     std::fs::copy(dir.path().join("first.key"), &key).unwrap();
     std::fs::copy(dir.path().join("first.crt"), &cert).unwrap();
-    let pid = run.pid();
-    assert!(Command::new("kill")
-        .args(["-HUP", &pid.to_string()])
-        .status()
-        .unwrap()
-        .success());
+    signal(run.pid(), "HUP");
     tokio::task::block_in_place(|| subject("CN = first"));
     assert!(metric(&run, r#"rebound_edge_tls_reloads_total{outcome="loaded"}"#).await >= 2.0);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -745,17 +672,10 @@ async fn slow_idle_and_non_reading_clients_are_cut_off_and_counted() {
     // A head trickled one byte every 100 ms: cut off long before it is complete (the
     // trickle would take 6 s), although every read brings a byte.
     let trickled = tokio::task::block_in_place(|| {
-        let mut s = TcpStream::connect(&addr).unwrap();
-        for (i, b) in b"GET /longtarget HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n"
-            .iter()
-            .enumerate()
-        {
-            if s.write_all(&[*b]).is_err() {
-                return i;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        usize::MAX
+        trickle(
+            &addr,
+            b"GET /longtarget HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n",
+        )
     });
     assert!(trickled < 60, "the trickling head was cut off ({trickled} bytes sent)");
     assert!(rb.refusals("redirect", "head_timeout").await >= 1.0);
@@ -905,17 +825,10 @@ async fn the_api_port_refuses_slow_heads_and_a_413_reaches_a_client_that_sends_i
     assert_ne!(end, End::Reset);
     // A head trickled to the API port is cut off too.
     let cut = tokio::task::block_in_place(|| {
-        let mut s = TcpStream::connect(&api).unwrap();
-        for (i, b) in b"GET /api/v1/openapi.json HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaa\r\n\r\n"
-            .iter()
-            .enumerate()
-        {
-            if s.write_all(&[*b]).is_err() {
-                return i;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        usize::MAX
+        trickle(
+            &api,
+            b"GET /api/v1/openapi.json HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaa\r\n\r\n",
+        )
     });
     assert!(cut < 70, "the API's trickling head was cut off ({cut} bytes sent)");
     assert!(rb.refusals("api", "head_timeout").await >= 1.0);
@@ -943,25 +856,17 @@ fn one_redirect(addr: &str) -> Result<(), String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_process_takes_the_listeners_over_under_load_with_zero_failed_requests() {
     let dir = temp_dir();
-    let (redirect, api, metrics) = (free_port(), free_port(), free_port());
-    let sock = dir.path().join("upgrade.sock");
-    let env = [
-        ("REBOUND_REDIRECT_ADDR", format!("127.0.0.1:{redirect}")),
-        ("REBOUND_API_ADDR", format!("127.0.0.1:{api}")),
-        ("REBOUND_METRICS_ADDR", format!("127.0.0.1:{metrics}")),
-        ("REBOUND_UPGRADE_SOCK", sock.to_string_lossy().into_owned()),
-    ];
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let env = upgradable_env(&dir.path().join("upgrade.sock"));
+    let env = as_pairs(&env);
     let data = dir.path().join("data");
-    let mut old = start(&[], &data, &env, ALL);
-    let rb = Rebound { run: old, http: http() };
+    let rb = Rebound::from(start(&[], &data, &env, common::rebound::ALL_PORTS));
     rb.create(json!({"long_url": "https://example.com/u", "custom_alias": "upgrade-me"}))
         .await;
-    old = rb.run;
+    let addr = rb.redirect();
+    let mut old = rb.run;
 
     // A bounded, constant load: four clients, one request per connection, until told to stop.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let addr = format!("127.0.0.1:{redirect}");
     let clients: Vec<_> = (0..4)
         .map(|_| {
             let (stop, addr) = (stop.clone(), addr.clone());
@@ -1024,12 +929,7 @@ async fn a_connection_accepted_before_the_drain_gets_its_first_request_answered(
         assert!(Instant::now() < deadline, "the connection was accepted");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let pid = rb.run.pid();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap()
-        .success());
+    signal(rb.run.pid(), "TERM");
     // Well inside the 500 ms the drain leaves a fresh connection, even on a busy machine.
     tokio::time::sleep(Duration::from_millis(50)).await;
     s.write_all(b"GET /late-one HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();

@@ -7,24 +7,12 @@ mod common;
 use common::*;
 use serde_json::Value;
 
-fn cli(api: &str, args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new(bin())
-        .args(args)
-        .env_clear()
-        .env("REBOUND_API_URL", api)
-        .env("REBOUND_API_KEY", OPERATOR_KEY)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+/// The CLI runs as the operator.
+const OP: Option<&str> = Some(OPERATOR_KEY);
 
 /// Every stored link's target, as the API lists them.
 fn targets(api: &str) -> Vec<String> {
-    let (ok, out, err) = cli(api, &["links", "list", "--limit", "1000", "--json"]);
+    let (ok, out, err) = cli(api, OP, &["links", "list", "--limit", "1000", "--json"]);
     assert!(ok, "{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
     let mut t: Vec<String> = v["links"]
@@ -47,19 +35,19 @@ fn rerunning_an_import_of_the_same_file_creates_no_link_twice() {
         .map(|i| format!("{{\"long_url\": \"https://example.com/{i}\"}}\n"))
         .collect();
     std::fs::write(&file, text).unwrap();
-    let (ok, first, err) = cli(&api, &["links", "import", file.to_str().unwrap(), "--batch", "3"]);
+    let (ok, first, err) = cli(&api, OP, &["links", "import", file.to_str().unwrap(), "--batch", "3"]);
     assert!(ok, "{err}");
     assert_eq!(targets(&api).len(), 7);
     // The same file again, as after a run killed before its answers came back: each chunk
     // carries the same Idempotency-Key, so the first answers come back and nothing is made.
-    let (ok, again, err) = cli(&api, &["links", "import", file.to_str().unwrap(), "--batch", "3"]);
+    let (ok, again, err) = cli(&api, OP, &["links", "import", file.to_str().unwrap(), "--batch", "3"]);
     assert!(ok, "{err}");
     assert_eq!(targets(&api).len(), 7, "no link was created twice");
     assert_eq!(again, first, "the same codes are reported again");
     // The same lines in another file are another import.
     let other = dir.path().join("other.jsonl");
     std::fs::write(&other, "{\"long_url\": \"https://example.com/0\"}\n").unwrap();
-    let (ok, _, err) = cli(&api, &["links", "import", other.to_str().unwrap()]);
+    let (ok, _, err) = cli(&api, OP, &["links", "import", other.to_str().unwrap()]);
     assert!(ok, "{err}");
     assert_eq!(targets(&api).len(), 8);
 }
@@ -78,7 +66,7 @@ fn csv_fields_are_read_as_rfc_4180_quotes_them_and_a_line_with_too_many_is_refus
          \"https://example.com/say?q=\"\"hi\"\"\"\n",
     )
     .unwrap();
-    let (ok, out, err) = cli(&api, &["links", "import", file.to_str().unwrap()]);
+    let (ok, out, err) = cli(&api, OP, &["links", "import", file.to_str().unwrap()]);
     assert!(ok, "{err}");
     assert_eq!(out.lines().count(), 3, "{out}\n{err}");
     assert!(err.contains("line 3:"), "the line with a stray comma is named: {err}");
@@ -108,7 +96,7 @@ fn a_csv_header_row_names_the_columns() {
          hdr-three,https://example.com/3,301,extra\n",
     )
     .unwrap();
-    let (ok, out, err) = cli(&api, &["links", "import", file.to_str().unwrap(), "--json"]);
+    let (ok, out, err) = cli(&api, OP, &["links", "import", file.to_str().unwrap(), "--json"]);
     assert!(ok, "{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["created"], 2, "{v}");
@@ -134,7 +122,7 @@ fn a_json_line_of_the_wrong_shape_fails_alone_and_is_named() {
         });
     }
     std::fs::write(&file, text).unwrap();
-    let (ok, out, err) = cli(&api, &["links", "import", file.to_str().unwrap()]);
+    let (ok, out, err) = cli(&api, OP, &["links", "import", file.to_str().unwrap()]);
     assert!(ok, "{err}");
     assert_eq!(out.lines().count(), 7, "{out}\n{err}");
     for line in [4, 7, 9] {

@@ -3,6 +3,8 @@
 //! millisecond, `max-age` shrinking towards it, pending clicks in the stats, the last
 //! clicks shipped on shutdown) is checked here by moving the clock.
 
+mod common;
+
 use rebound::all_in_one::{AllInOne, AllInOneListeners};
 use rebound::data_plane::DataPlaneListeners;
 use rebound::listen::RouterPort;
@@ -14,7 +16,6 @@ use rebound_store::{MemoryStore, RollupStore, Store};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 const KEY: &str = "in-process-operator-key-0001";
 const NOW: i64 = 1_790_000_000_000; // 2026-09-21T...Z
@@ -39,7 +40,7 @@ struct InProcess {
 
 impl InProcess {
     fn start() -> InProcess {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = common::temp_dir();
         let any = SocketAddr::from(([127, 0, 0, 1], 0));
         let mut settings = Settings {
             redirect_addr: any,
@@ -96,10 +97,7 @@ impl InProcess {
             store,
             stop: Some(stop),
             serving: Some(serving),
-            client: reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .unwrap(),
+            client: common::http(),
             requests: tokio::runtime::Runtime::new().unwrap(),
         };
         rb.wait_until_ready();
@@ -108,17 +106,8 @@ impl InProcess {
 
     /// Waits for `/readyz` (the listeners serve, the filter is loaded).
     fn wait_until_ready(&self) {
-        for _ in 0..500 {
-            let ready = self.requests.block_on(async {
-                let url = format!("http://{}/readyz", self.metrics);
-                matches!(self.client.get(url).send().await, Ok(r) if r.status() == 200)
-            });
-            if ready {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!("the in-process all-in-one never became ready");
+        let metrics = format!("http://{}", self.metrics);
+        self.requests.block_on(common::wait_ready_at(&metrics));
     }
 
     fn create(&self, body: Value) -> Value {

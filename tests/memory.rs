@@ -88,17 +88,7 @@ async fn connections(
 
 /// A TLS client that trusts `cert` and makes a full handshake every time.
 fn tls_client(cert: &Path) -> (tokio_rustls::TlsConnector, rustls::pki_types::ServerName<'static>) {
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(rustls::pki_types::CertificateDer::from_pem_file(cert).expect("certificate"))
-        .unwrap();
-    let mut config =
-        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+    let mut config = trusting(cert);
     config.resumption = rustls::client::Resumption::disabled();
     (
         tokio_rustls::TlsConnector::from(Arc::new(config)),
@@ -110,18 +100,16 @@ fn tls_client(cert: &Path) -> (tokio_rustls::TlsConnector, rustls::pki_types::Se
 async fn short_connections_on_every_port_in_clear_and_over_tls_leave_memory_where_it_was() {
     let dir = temp_dir();
     let (cert, key) = self_signed(dir.path(), "localhost", "ec");
+    let settings = [
+        ("REBOUND_REDIRECT_THREADS", "1"),
+        // Freed pages go back to the system at once, so that RSS shows what is still
+        // allocated rather than what the allocator keeps for later.
+        ("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0"),
+    ];
     let run = start(
         &[],
         &dir.path().join("data"),
-        &[
-            ("REBOUND_TLS_ADDR", "127.0.0.1:0"),
-            ("REBOUND_TLS_CERT", cert.to_str().unwrap()),
-            ("REBOUND_TLS_KEY", key.to_str().unwrap()),
-            ("REBOUND_REDIRECT_THREADS", "1"),
-            // Freed pages go back to the system at once, so that RSS shows what is still
-            // allocated rather than what the allocator keeps for later.
-            ("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0"),
-        ],
+        &[&tls_env(&cert, &key)[..], &settings].concat(),
         &["redirect", "redirect TLS", "API", "metrics"],
     );
     wait_ready(&run).await;

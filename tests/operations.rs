@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::fleet::provision;
+use common::fleet::{aws_conf, clicks, get, provision, start_control_plane, start_proxy};
 use common::services::*;
 use common::*;
 use reqwest::StatusCode;
@@ -14,43 +14,6 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
-
-fn unique_id() -> String {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static N: AtomicU32 = AtomicU32::new(0);
-    let millis = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis();
-    format!(
-        "{millis:x}{}{}",
-        std::process::id() % 1000,
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-fn as_pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
-    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
-}
-
-async fn scrape(p: &Running) -> String {
-    let res = http()
-        .get(format!("{}/metrics", p.addr("metrics")))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::OK);
-    res.text().await.unwrap()
-}
-
-/// The metric names of a scrape's samples (histograms' `_bucket`, `_sum`, `_count` included).
-fn sample_names(scrape: &str) -> BTreeSet<String> {
-    scrape
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .map(|l| l.split(['{', ' ']).next().unwrap().to_owned())
-        .collect()
-}
 
 /// Waits until `check` holds for `p`'s scrape, at most `limit`.
 async fn wait_for_scrape(p: &Running, what: &str, limit: Duration, check: impl Fn(&str) -> bool) -> String {
@@ -79,12 +42,7 @@ async fn fleet() -> Fleet {
     wait_ready(&all_in_one).await;
     let link = create_link(&all_in_one, json!({"long_url": "https://example.com/aio"})).await;
     let code = link["code"].as_str().unwrap();
-    let hit = http()
-        .get(format!("{}/{code}", all_in_one.addr("redirect")))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(hit.status(), StatusCode::FOUND);
+    assert_eq!(get(&all_in_one, code).await.status(), StatusCode::FOUND);
 
     let id = unique_id();
     let env = distributed_env(
@@ -94,28 +52,19 @@ async fn fleet() -> Fleet {
         &format!("m{id}-clicks"),
     );
     provision(&env);
-    let control_plane = start(&["control-plane"], cp_dir.path(), &as_pairs(&env), &["API", "metrics"]);
-    let proxy = start(&["proxy"], proxy_dir.path(), &as_pairs(&env), &["redirect", "metrics"]);
-    wait_ready(&proxy).await;
+    let control_plane = start_control_plane(cp_dir.path(), &env);
+    let proxy = start_proxy(proxy_dir.path(), &env).await;
     let link = create_link(&control_plane, json!({"long_url": "https://example.com/fleet"})).await;
     let code = link["code"].as_str().unwrap();
     for _ in 0..2 {
-        let hit = http()
-            .get(format!("{}/{code}", proxy.addr("redirect")))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(hit.status(), StatusCode::FOUND);
+        assert_eq!(get(&proxy, code).await.status(), StatusCode::FOUND);
     }
     // The click travels proxy → SQS → consumer: every consumer metric has a sample then.
     wait_for_scrape(
         &control_plane,
         "an applied click batch",
         Duration::from_secs(40),
-        |text| {
-            text.lines()
-                .any(|l| l.starts_with("rebound_consumer_batches_applied_total ") && !l.ends_with(" 0"))
-        },
+        |text| metric_in(text, "rebound_consumer_batches_applied_total") > 0.0,
     )
     .await;
     Fleet {
@@ -208,23 +157,24 @@ async fn every_process_exports_metrics_that_promtool_accepts() {
         );
     }
     // Each adapter is counted where it runs.
-    let calls = |text: &str, adapter: &str, operation: &str| {
-        let series =
-            format!("rebound_adapter_calls_total{{adapter=\"{adapter}\",operation=\"{operation}\",outcome=\"ok\"}}");
-        text.lines()
-            .find(|l| l.starts_with(&series))
-            .and_then(|l| l.rsplit(' ').next())
-            .map_or(0.0, |v| v.parse::<f64>().unwrap())
+    let calls = |adapter: &str, operation: &str| {
+        format!("rebound_adapter_calls_total{{adapter=\"{adapter}\",operation=\"{operation}\",outcome=\"ok\"}}")
     };
     let aio = scrape(&fleet.all_in_one).await;
-    assert!(calls(&aio, "sqlite", "insert_link") >= 1.0, "{aio}");
+    assert!(metric_in(&aio, &calls("sqlite", "insert_link")) >= 1.0);
     let cp = scrape(&fleet.control_plane).await;
-    assert!(calls(&cp, "dynamodb", "insert_link") >= 1.0);
-    assert!(calls(&cp, "redis", "announce_created") >= 1.0);
-    assert!(calls(&cp, "sqs", "receive_message") >= 1.0);
+    assert!(metric_in(&cp, &calls("dynamodb", "insert_link")) >= 1.0);
+    assert!(metric_in(&cp, &calls("redis", "announce_created")) >= 1.0);
+    assert!(metric_in(&cp, &calls("sqs", "receive_message")) >= 1.0);
     let proxy = scrape(&fleet.proxy).await;
-    assert!(calls(&proxy, "redis", "get_record") >= 1.0 || calls(&proxy, "dynamodb", "get_link") >= 1.0);
-    assert!(calls(&proxy, "sqs", "send_message_batch") >= 1.0);
+    // Every operation's `ok` series is printed from the start (0 until called): the proxy
+    // found the link in Redis or read it from DynamoDB.
+    assert!(
+        metric_in(&proxy, &calls("redis", "get_record")) >= 1.0
+            || metric_in(&proxy, &calls("dynamodb", "get_link")) >= 1.0,
+        "the proxy read the link from Redis or DynamoDB"
+    );
+    assert!(metric_in(&proxy, &calls("sqs", "send_message_batch")) >= 1.0);
 }
 
 /// The metric names a PromQL expression reads (label names, functions, keywords left out).
@@ -514,7 +464,7 @@ async fn the_cloudformation_template_makes_what_provision_makes_and_rebound_runs
         &provisioned_queue,
     ));
 
-    let conf = rebound_store::testing::local_aws_config(&aws_url).await;
+    let conf = aws_conf(&aws_url).await;
     let dynamodb = aws_sdk_dynamodb::Client::new(&conf);
     let from_template = tables_named(&dynamodb, &template_prefix).await;
     let from_provision = tables_named(&dynamodb, &provisioned_prefix).await;
@@ -553,44 +503,21 @@ async fn the_cloudformation_template_makes_what_provision_makes_and_rebound_runs
         "provision created something the template lacks: {again}"
     );
     let (cp_dir, proxy_dir) = (temp_dir(), temp_dir());
-    let cp = start(
-        &["control-plane"],
-        cp_dir.path(),
-        &as_pairs(&template_env),
-        &["API", "metrics"],
-    );
-    let proxy = start(
-        &["proxy"],
-        proxy_dir.path(),
-        &as_pairs(&template_env),
-        &["redirect", "metrics"],
-    );
-    wait_ready(&proxy).await;
+    let cp = start_control_plane(cp_dir.path(), &template_env);
+    let proxy = start_proxy(proxy_dir.path(), &template_env).await;
     let link = create_link(&cp, json!({"long_url": "https://example.com/on-the-stack"})).await;
     let code = link["code"].as_str().unwrap();
-    let hit = http()
-        .get(format!("{}/{code}", proxy.addr("redirect")))
-        .send()
-        .await
-        .unwrap();
+    let hit = get(&proxy, code).await;
     assert_eq!(hit.status(), StatusCode::FOUND);
     assert_eq!(hit.headers()["location"], "https://example.com/on-the-stack");
     // The click goes through the stack's queue to the stack's rollups.
     let deadline = Instant::now() + Duration::from_secs(40);
     loop {
-        let stats: Value = http()
-            .get(format!("{}/api/v1/links/{code}/stats", cp.api()))
-            .bearer_auth(OPERATOR_KEY)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if stats["total"] == 1 {
+        let total = clicks(&cp, code).await;
+        if total == 1 {
             break;
         }
-        assert!(Instant::now() < deadline, "the click never reached the stats: {stats}");
+        assert!(Instant::now() < deadline, "the click never reached the stats: {total}");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }

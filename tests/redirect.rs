@@ -4,14 +4,11 @@
 
 mod common;
 
-use common::fleet::now_millis;
 use common::rebound::{exchange, End, Rebound};
 use common::*;
 use reqwest::StatusCode;
 use serde_json::json;
 use std::time::{Duration, Instant};
-
-const STORE_READS: &str = r#"rebound_lookups_total{result="read",tier="store"}"#;
 
 fn header<'a>(res: &'a reqwest::Response, name: &str) -> Option<&'a str> {
     res.headers().get(name).map(|v| v.to_str().unwrap())
@@ -126,19 +123,10 @@ async fn every_outcome_with_its_status_and_headers() {
 /// `curl` on the redirect port: status, `location`, `content-type` and body length, for
 /// HEAD and GET over HTTP/1.1 and h2c.
 fn curl_answer(args: &[&str], url: &str) -> String {
-    let out = std::process::Command::new("curl")
-        .args([
-            "-s",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_version} %{http_code} %{redirect_url} %{content_type} %{size_download}",
-        ])
-        .args(args)
-        .arg(url)
-        .output()
-        .expect("curl (scripts/test installs it)");
-    String::from_utf8(out.stdout).unwrap()
+    curl(
+        "%{http_version} %{http_code} %{redirect_url} %{content_type} %{size_download}",
+        &[args, &[url]].concat(),
+    )
 }
 
 /// The header names of each response in `text` (heads, each after the body before it),
@@ -212,18 +200,21 @@ async fn a_redirect_carries_none_of_the_headers_of_the_requests_on_its_connectio
     );
 }
 
+/// Creates a link that expires 1.5 s later and waits until it has; returns its code.
+async fn expired_link(rb: &Rebound) -> String {
+    let expires_at = rebound_core::time::to_rfc3339(now_millis() + 1500);
+    let code = rb
+        .create_code(json!({"long_url": "https://example.com/soon", "expires_at": expires_at}))
+        .await;
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    code
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_links_get_a_page_over_http1_and_h2_and_head_gets_no_body() {
     let dir = temp_dir();
     let rb = Rebound::start(dir.path(), &[]);
-    let expires_at = rebound_core::time::to_rfc3339(now_millis() + 1500);
-    let code = rb
-        .create(json!({"long_url": "https://example.com/soon", "expires_at": expires_at}))
-        .await["code"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    tokio::time::sleep(Duration::from_millis(1600)).await;
+    let code = expired_link(&rb).await;
     let html = "text/html; charset=utf-8";
     let (nf, gone) = (NOT_FOUND_PAGE.len(), GONE_PAGE.len());
     let url = |path: &str| rb.redirect_url(path);
@@ -273,14 +264,7 @@ async fn configured_urls_replace_the_pages_with_redirects() {
             ("REBOUND_ROOT_URL", "https://example.com/home"),
         ],
     );
-    let expires_at = rebound_core::time::to_rfc3339(now_millis() + 1500);
-    let code = rb
-        .create(json!({"long_url": "https://example.com/soon", "expires_at": expires_at}))
-        .await["code"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    tokio::time::sleep(Duration::from_millis(1600)).await;
+    let code = expired_link(&rb).await;
     for (path, location) in [
         ("/unknown1", "https://example.com/missing"),
         ("/a/b", "https://example.com/missing"),
@@ -365,20 +349,22 @@ async fn an_alias_probed_then_created_is_served_at_once() {
     }
 }
 
+/// Creates a link to `long_url` in a first process on `dir`, then starts a fresh one there
+/// (its L1 cold) and waits until it is ready; returns it and the code.
+async fn a_link_then_a_fresh_process(dir: &std::path::Path, long_url: &str) -> (Rebound, String) {
+    let code = Rebound::start(dir, &[])
+        .create_code(json!({"long_url": long_url}))
+        .await;
+    let rb = Rebound::start(dir, &[]);
+    rb.wait_ready().await;
+    (rb, code)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_answers_that_looked_past_memory_are_timed_and_every_answer_is_counted() {
     let dir = temp_dir();
-    let code;
-    {
-        let rb = Rebound::start(dir.path(), &[]);
-        code = rb.create(json!({"long_url": "https://example.com/timed"})).await["code"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-    }
     // A fresh process: the first request reads the store, the next ones are L1 hits.
-    let rb = Rebound::start(dir.path(), &[]);
-    rb.wait_ready().await;
+    let (rb, code) = a_link_then_a_fresh_process(dir.path(), "https://example.com/timed").await;
     const TIMED: &str = "rebound_redirect_lookup_duration_seconds_count";
     const REDIRECTS: &str = r#"rebound_redirect_requests_total{outcome="redirect"}"#;
     const BAD_PATHS: &str = r#"rebound_redirect_requests_total{outcome="bad_path"}"#;
@@ -403,17 +389,8 @@ async fn only_answers_that_looked_past_memory_are_timed_and_every_answer_is_coun
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_concurrent_requests_for_one_cold_code_make_one_store_read() {
     let dir = temp_dir();
-    let code;
-    {
-        let rb = Rebound::start(dir.path(), &[]);
-        code = rb.create(json!({"long_url": "https://example.com/cold"})).await["code"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-    }
     // A fresh process: L1 is cold.
-    let rb = Rebound::start(dir.path(), &[]);
-    rb.wait_ready().await;
+    let (rb, code) = a_link_then_a_fresh_process(dir.path(), "https://example.com/cold").await;
     let before = rb.metric(STORE_READS).await;
     let url = rb.redirect_url(&format!("/{code}"));
     let tasks: Vec<_> = (0..64)
@@ -667,13 +644,8 @@ async fn no_click_waits_longer_than_the_hold_so_a_sigkill_after_it_loses_none() 
 
 #[test]
 fn proxy_alone_refuses_the_embedded_store() {
-    let out = std::process::Command::new(bin())
-        .arg("proxy")
-        .env_clear()
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let dir = temp_dir();
+    let err = refused_start(&["proxy"], dir.path(), &[]);
     assert!(
         err.contains("REBOUND_STORE=dynamodb") && err.contains("all-in-one"),
         "{err}"

@@ -7,6 +7,7 @@ use super::services::distributed_env;
 use super::*;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Names and endpoints one test's processes share.
@@ -42,7 +43,7 @@ impl Deployment {
     }
 
     fn build(aws_url: &str, dynamodb_url: Option<&str>, redis_url: Option<&str>) -> Deployment {
-        let id = format!("{:x}{}", now_millis(), std::process::id() % 1000 + rand_suffix());
+        let id = unique_id();
         let prefix = format!("d{id}_");
         let queue = format!("d{id}-clicks");
         let mut env = distributed_env(aws_url, redis_url, &prefix, &queue);
@@ -93,18 +94,12 @@ impl Deployment {
         provision(&self.env);
     }
 
-    pub fn control_plane(&self, dir: &std::path::Path, extra: &[(&str, &str)]) -> Running {
-        let env = self.with(extra);
-        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        start(&["control-plane"], dir, &env, &["API", "metrics"])
+    pub fn control_plane(&self, dir: &Path, extra: &[(&str, &str)]) -> Running {
+        start_control_plane(dir, &self.with(extra))
     }
 
-    pub async fn proxy(&self, dir: &std::path::Path, extra: &[(&str, &str)]) -> Running {
-        let env = self.with(extra);
-        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        let p = start(&["proxy"], dir, &env, &["redirect", "metrics"]);
-        wait_ready(&p).await;
-        p
+    pub async fn proxy(&self, dir: &Path, extra: &[(&str, &str)]) -> Running {
+        start_proxy(dir, &self.with(extra)).await
     }
 
     pub async fn sqs(&self) -> rebound_sqs::SqsClickQueue {
@@ -125,6 +120,19 @@ impl Deployment {
     }
 }
 
+/// Starts `rebound control-plane` with `env`, its API and metrics ports on port 0.
+pub fn start_control_plane(dir: &Path, env: &[(String, String)]) -> Running {
+    start(&["control-plane"], dir, &as_pairs(env), &["API", "metrics"])
+}
+
+/// Starts `rebound proxy` with `env`, its redirect and metrics ports on port 0, and waits
+/// until it is ready.
+pub async fn start_proxy(dir: &Path, env: &[(String, String)]) -> Running {
+    let p = start(&["proxy"], dir, &as_pairs(env), &["redirect", "metrics"]);
+    wait_ready(&p).await;
+    p
+}
+
 /// Runs `rebound provision` with `env`; returns its stdout.
 pub fn provision(env: &[(String, String)]) -> String {
     let out = std::process::Command::new(bin())
@@ -141,21 +149,8 @@ pub fn provision(env: &[(String, String)]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn rand_suffix() -> u32 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static N: AtomicU32 = AtomicU32::new(0);
-    N.fetch_add(1, Ordering::Relaxed) * 1000
-}
-
 pub async fn aws_conf(url: &str) -> aws_config::SdkConfig {
     rebound_store::testing::local_aws_config(url).await
-}
-
-pub fn now_millis() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
 }
 
 /// Creates a link through `cp`'s API; returns its code.

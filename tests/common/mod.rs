@@ -1,10 +1,22 @@
-//! Starts the real `rebound` binary on port 0 and talks HTTP to it.
+//! Starts the real `rebound` binary on port 0 and talks HTTP to it. One module a concern:
+//! the environment and unique names (`env`), scrapes (`metrics`), certificates (`tls`),
+//! the all-in-one and raw exchanges (`rebound`), a distributed deployment (`fleet`), the
+//! servers it runs on (`services`) and a fault test's history (`history`).
 #![allow(dead_code)]
 
+pub mod env;
 pub mod fleet;
 pub mod history;
+pub mod metrics;
 pub mod rebound;
 pub mod services;
+pub mod tls;
+
+pub use env::*;
+pub use metrics::*;
+// Not every test binary has a TLS port.
+#[allow(unused_imports)]
+pub use tls::*;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -30,9 +42,9 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_rebound")
 }
 
-/// Starts `rebound <args>` with a data dir and the bootstrap key, every listener on port 0,
-/// and waits until it has printed the addresses named in `wait_for` (e.g. "API").
-pub fn start(args: &[&str], data_dir: &Path, extra_env: &[(&str, &str)], wait_for: &[&str]) -> Running {
+/// `rebound <args>` in an environment of its own: a data dir, the bootstrap key, every
+/// listener on port 0 and the log at `warn`, with `extra_env` set over them.
+pub fn command(args: &[&str], data_dir: &Path, extra_env: &[(&str, &str)]) -> Command {
     let mut cmd = Command::new(bin());
     cmd.args(args)
         .env_clear()
@@ -42,15 +54,21 @@ pub fn start(args: &[&str], data_dir: &Path, extra_env: &[(&str, &str)], wait_fo
         .env("REBOUND_REDIRECT_ADDR", "127.0.0.1:0")
         .env("REBOUND_METRICS_ADDR", "127.0.0.1:0")
         .env("REBOUND_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    if !extra_env.iter().any(|(k, _)| *k == "REBOUND_BOOTSTRAP_KEY") {
-        cmd.env("REBOUND_BOOTSTRAP_KEY", OPERATOR_KEY);
-    }
+        .env("REBOUND_BOOTSTRAP_KEY", OPERATOR_KEY);
     for (k, v) in extra_env {
         cmd.env(k, v);
     }
-    let mut child = cmd.spawn().expect("start rebound");
+    cmd
+}
+
+/// Starts `rebound <args>` as [`command`] sets it up, and waits until it has printed the
+/// addresses named in `wait_for` (e.g. "API").
+pub fn start(args: &[&str], data_dir: &Path, extra_env: &[(&str, &str)], wait_for: &[&str]) -> Running {
+    let mut child = command(args, data_dir, extra_env)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start rebound");
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -164,8 +182,7 @@ impl Running {
     /// Sends SIGTERM and waits for the exit status. The 30 s limit catches a hang; it is no
     /// bound under test (the shared machine is too noisy for one).
     pub fn terminate(&mut self) -> std::process::ExitStatus {
-        let pid = self.pid();
-        let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
+        signal(self.pid(), "TERM");
         self.wait_exit(Duration::from_secs(30))
     }
 }
@@ -177,6 +194,52 @@ impl Drop for Running {
             let _ = c.wait();
         }
     }
+}
+
+/// Starts `rebound <args>` expecting it to refuse: returns its log (stderr) once it has
+/// exited with a failure. A start that serves instead fails the test after 20 s.
+pub fn refused_start(args: &[&str], data_dir: &Path, extra_env: &[(&str, &str)]) -> String {
+    let mut p = start(args, data_dir, extra_env, &[]);
+    let status = p.wait_exit(Duration::from_secs(20));
+    assert!(!status.success(), "the start was refused: {status:?}");
+    p.log().join("\n")
+}
+
+/// Sends `signal` (`TERM`, `HUP`, `QUIT`, `STOP`…) to process `pid`.
+pub fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{signal} {pid}");
+}
+
+/// Runs the CLI `rebound <args>` against the API at `api`, with `key` as its API key;
+/// whether it succeeded, its stdout and its stderr.
+pub fn cli(api: &str, key: Option<&str>, args: &[&str]) -> (bool, String, String) {
+    let mut cmd = Command::new(bin());
+    cmd.args(args).env_clear().env("REBOUND_API_URL", api);
+    if let Some(k) = key {
+        cmd.env("REBOUND_API_KEY", k);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `curl -s -o /dev/null -w <write_out> <args>`: what `write_out` asked for (e.g.
+/// `%{http_code}`) about the answer.
+pub fn curl(write_out: &str, args: &[&str]) -> String {
+    let out = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", write_out])
+        .args(args)
+        .output()
+        .expect("curl (scripts/test installs it)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 pub fn temp_dir() -> tempfile::TempDir {
@@ -209,118 +272,6 @@ pub async fn create_link(p: &Running, body: serde_json::Value) -> serde_json::Va
     res.json().await.unwrap()
 }
 
-/// The value of one series (`name` or `name{label="value",...}`, labels in the order the
-/// scrape prints them) on a process's `/metrics`. A series the process does not export fails
-/// the test, naming the series of the same metric it does export: a renamed metric or label
-/// must not read as a zero.
-pub async fn metric(p: &Running, series: &str) -> f64 {
-    let text = scrape(p).await;
-    series_value(&text, series).unwrap_or_else(|| panic!("{}", missing_series(&text, series)))
-}
-
-/// The value of one labelled series, 0 when it is absent: a labelled counter is printed only
-/// once something touched it. Still fails the test when the series has no labels (those
-/// are always printed), or when the metric is printed with other label names.
-pub async fn metric_absent_or_zero(p: &Running, series: &str) -> f64 {
-    let text = scrape(p).await;
-    if let Some(value) = series_value(&text, series) {
-        return value;
-    }
-    let (family, labels) = split_series(series);
-    assert!(!labels.is_empty(), "{}", missing_series(&text, series));
-    let printed = label_names_printed(&text, family);
-    assert!(
-        printed.is_empty() || printed.contains(&label_names(labels)),
-        "{}",
-        missing_series(&text, series)
-    );
-    0.0
-}
-
-async fn scrape(p: &Running) -> String {
-    let res = http()
-        .get(format!("{}/metrics", p.addr("metrics")))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), reqwest::StatusCode::OK, "GET /metrics");
-    res.text().await.unwrap()
-}
-
-/// The value of `series` in a Prometheus text scrape.
-fn series_value(text: &str, series: &str) -> Option<f64> {
-    let line = text
-        .lines()
-        .find(|l| l.strip_prefix(series).is_some_and(|rest| rest.starts_with(' ')))?;
-    // The value, then an optional timestamp.
-    let value = line[series.len()..].split_whitespace().next().unwrap_or_default();
-    Some(
-        value
-            .parse()
-            .unwrap_or_else(|e| panic!("{series}: value {value:?}: {e}")),
-    )
-}
-
-/// `name{a="x"}` as (`name`, `a="x"`).
-fn split_series(series: &str) -> (&str, &str) {
-    match series.split_once('{') {
-        Some((family, rest)) => (family, rest.trim_end_matches('}')),
-        None => (series, ""),
-    }
-}
-
-/// The label names of `a="x",b="y"`, in order (a value may hold an escaped quote).
-fn label_names(labels: &str) -> Vec<String> {
-    let mut names = Vec::new();
-    let mut rest = labels;
-    while let Some((name, after)) = rest.split_once("=\"") {
-        names.push(name.trim_start_matches(',').to_owned());
-        let mut escaped = false;
-        let end = after
-            .char_indices()
-            .find(|&(_, c)| {
-                let closes = c == '"' && !escaped;
-                escaped = c == '\\' && !escaped;
-                closes
-            })
-            .map_or(after.len(), |(i, _)| i + 1);
-        rest = &after[end..];
-    }
-    names
-}
-
-/// Every set of label names `family`'s samples are printed with.
-fn label_names_printed(text: &str, family: &str) -> Vec<Vec<String>> {
-    samples(text)
-        .filter(|s| split_series(s).0 == family)
-        .map(|s| label_names(split_series(s).1))
-        .collect()
-}
-
-/// The series of each sample line of a scrape (`name` or `name{...}`).
-fn samples(text: &str) -> impl Iterator<Item = &str> {
-    text.lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .map(|l| match l.rfind('}') {
-            Some(end) => &l[..=end],
-            None => l.split(' ').next().unwrap_or(l),
-        })
-}
-
-/// The failure message for a series that is not in the scrape: the series whose name shares
-/// the longest prefix with it.
-fn missing_series(text: &str, series: &str) -> String {
-    let samples: Vec<&str> = samples(text).collect();
-    let (family, _) = split_series(series);
-    let shared = |s: &str| {
-        let (other, _) = split_series(s);
-        family.chars().zip(other.chars()).take_while(|(a, b)| a == b).count()
-    };
-    let best = samples.iter().map(|s| shared(s)).max().unwrap_or(0);
-    let nearby: Vec<&str> = samples.into_iter().filter(|s| shared(s) == best).take(20).collect();
-    format!("the process exports no series {series}; nearest: {nearby:#?}")
-}
-
 /// Starts `rebound --upgrade` beside `old` (same data dir and environment), which then hands
 /// its listeners over on SIGQUIT and drains; returns the new process once `old` exited
 /// successfully and the new one has bound its API and metrics ports. Needs a multi-threaded
@@ -328,11 +279,7 @@ fn missing_series(text: &str, series: &str) -> String {
 pub async fn upgrade(old: &mut Running, data: &Path, env: &[(&str, &str)]) -> Running {
     let mut new = start(&["--upgrade"], data, env, &["redirect"]);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(Command::new("kill")
-        .args(["-QUIT", &old.pid().to_string()])
-        .status()
-        .unwrap()
-        .success());
+    signal(old.pid(), "QUIT");
     let status = tokio::task::block_in_place(|| old.wait_exit(Duration::from_secs(30)));
     assert!(status.success(), "the old process drained and exited: {status:?}");
     tokio::task::block_in_place(|| {
@@ -342,11 +289,31 @@ pub async fn upgrade(old: &mut Running, data: &Path, env: &[(&str, &str)]) -> Ru
     new
 }
 
+/// The environment of a process that a later `rebound --upgrade` takes over: its ports
+/// fixed (free ones, so that the new process binds the same) and the hand-over socket at
+/// `sock`.
+pub fn upgradable_env(sock: &Path) -> Vec<(String, String)> {
+    let port = || format!("127.0.0.1:{}", services::free_port());
+    [
+        ("REBOUND_REDIRECT_ADDR", port()),
+        ("REBOUND_API_ADDR", port()),
+        ("REBOUND_METRICS_ADDR", port()),
+        ("REBOUND_UPGRADE_SOCK", sock.to_string_lossy().into_owned()),
+    ]
+    .map(|(k, v)| (k.to_owned(), v))
+    .to_vec()
+}
+
 /// Waits until the process's `/readyz` answers 200.
 pub async fn wait_ready(p: &Running) {
+    wait_ready_at(&p.addr("metrics")).await
+}
+
+/// Waits until `/readyz` under `metrics` (a metrics port's URL) answers 200.
+pub async fn wait_ready_at(metrics: &str) {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
-        if let Ok(res) = http().get(format!("{}/readyz", p.addr("metrics"))).send().await {
+        if let Ok(res) = http().get(format!("{metrics}/readyz")).send().await {
             if res.status() == reqwest::StatusCode::OK {
                 return;
             }
@@ -370,28 +337,4 @@ pub fn random_codes(n: usize, mut seed: u64) -> Vec<String> {
                 .collect()
         })
         .collect()
-}
-
-/// Writes a self-signed certificate for `localhost` and 127.0.0.1 (`kind`: `ec` or `rsa`).
-pub fn self_signed(dir: &Path, name: &str, kind: &str) -> (PathBuf, PathBuf) {
-    let (cert, key) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
-    let newkey: &[&str] = match kind {
-        "ec" => &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"],
-        _ => &["-newkey", "rsa:2048"],
-    };
-    let out = Command::new("openssl")
-        .args(["req", "-x509", "-nodes", "-days", "2", "-subj"])
-        .arg(format!("/CN={name}"))
-        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
-        // An end entity that is its own trust anchor: webpki refuses a CA as the server's.
-        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
-        .args(newkey)
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("openssl");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    (cert, key)
 }

@@ -18,13 +18,17 @@ pub struct Rebound {
     pub http: reqwest::Client,
 }
 
+impl From<Running> for Rebound {
+    /// A client for an all-in-one started otherwise (other settings, other ports).
+    fn from(run: Running) -> Rebound {
+        Rebound { run, http: http() }
+    }
+}
+
 impl Rebound {
     /// Starts the all-in-one with `env` on a data directory in `dir`, every port on port 0.
     pub fn start(dir: &Path, env: &[(&str, &str)]) -> Rebound {
-        Rebound {
-            run: start(&[], dir, env, ALL_PORTS),
-            http: http(),
-        }
+        Rebound::from(start(&[], dir, env, ALL_PORTS))
     }
 
     /// The redirect port's address (`host:port`).
@@ -40,19 +44,14 @@ impl Rebound {
         create_link(&self.run, body).await
     }
 
+    /// Creates a link; returns its code.
+    pub async fn create_code(&self, body: Value) -> String {
+        fleet::create(&self.run, body).await
+    }
+
     /// An API call as the operator: the status and the JSON body (null when none).
     pub async fn api(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
-        let mut req = self
-            .http
-            .request(method, format!("{}{}", self.run.api(), path))
-            .bearer_auth(OPERATOR_KEY);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let res = req.send().await.unwrap();
-        let status = res.status();
-        let text = res.text().await.unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+        fleet::api(&self.run, method, path, body).await
     }
 
     pub async fn get(&self, path: &str) -> reqwest::Response {
@@ -69,11 +68,7 @@ impl Rebound {
 
     /// The total clicks the stats report for `code`.
     pub async fn clicks(&self, code: &str) -> u64 {
-        let (s, v) = self
-            .api(reqwest::Method::GET, &format!("/api/v1/links/{code}/stats"), None)
-            .await;
-        assert_eq!(s, StatusCode::OK);
-        v["total"].as_u64().unwrap()
+        fleet::clicks(&self.run, code).await
     }
 
     /// Connections the edge refused on `port` for `reason`.
@@ -116,4 +111,17 @@ pub fn exchange(addr: &str, request: &[u8], wait: Duration) -> (String, End) {
         }
     };
     (String::from_utf8_lossy(&got).into_owned(), end)
+}
+
+/// Sends `head` on a new connection one byte every 100 ms, as a slow client would; returns
+/// how many bytes went out before the server cut the connection (`usize::MAX`: never cut).
+pub fn trickle(addr: &str, head: &[u8]) -> usize {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    for (i, b) in head.iter().enumerate() {
+        if s.write_all(&[*b]).is_err() {
+            return i;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    usize::MAX
 }

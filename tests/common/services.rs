@@ -1,6 +1,7 @@
-//! The real services the distributed tests talk to: the shared Redis and moto server that
-//! `scripts/test` started, dedicated ones a test may stop or restart from a snapshot, and a
-//! TCP relay that can freeze a connection silently or fail over to another server.
+//! The real services the distributed tests talk to: their environment for a process,
+//! servers of a test's own that it may stop or restart from a snapshot (the shared ones
+//! that `scripts/test` started are named in `env`), and a TCP relay that can freeze a
+//! connection silently or fail over to another server.
 #![allow(dead_code)]
 
 use std::process::{Child, Command, Stdio};
@@ -38,18 +39,7 @@ pub fn distributed_env(aws_url: &str, redis_url: Option<&str>, prefix: &str, que
     env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
 }
 
-pub fn env_or_panic(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run scripts/test, which starts Redis and moto"))
-}
-
-pub fn shared_redis_url() -> String {
-    env_or_panic("REBOUND_TEST_REDIS_URL")
-}
-
-pub fn shared_aws_url() -> String {
-    env_or_panic("REBOUND_TEST_DYNAMODB_URL")
-}
-
+/// A port nothing listens on now (for a process whose port must be known before it starts).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -58,7 +48,8 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-fn wait_for_port(port: u16, what: &str) {
+/// Waits until something accepts connections on `port` (a server just spawned), at most 30 s.
+pub fn wait_for_port(port: u16, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < deadline, "{what} did not start on port {port}");
@@ -86,7 +77,7 @@ impl OwnServer {
     }
 
     fn redis_on(port: u16, args: &[&str]) -> OwnServer {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = super::temp_dir();
         let child = Self::spawn_redis(port, dir.path(), args);
         OwnServer {
             child: Some(child),
