@@ -391,16 +391,6 @@ async fn deletes_wait_for_the_proxies_a_redis_that_lost_writes_dropped_from_the_
     history.assert_clean("a Redis that lost the registry");
 }
 
-/// Sends `signal` (STOP, CONT) to process `pid`.
-fn signal(pid: u32, signal: &str) {
-    let status = std::process::Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg(pid.to_string())
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill -{signal} {pid}");
-}
-
 /// A small generator from a seed (xorshift), so a schedule replays from its seed.
 struct Schedule(u64);
 

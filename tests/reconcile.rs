@@ -1,7 +1,9 @@
 //! A delete finished by the system (SPEC §4 I1, §8): real control planes and proxies on a
 //! real Redis and moto; the control plane's path to Redis is cut through a relay, so its
 //! tombstone fails while the proxies still read the active record from Redis, then it is
-//! killed, and a new control plane must finish the delete with no client retry.
+//! killed, and a new control plane must finish the delete with no client retry; or Redis
+//! stays away from a control plane that stays up, and its reconciler finishes the delete
+//! once Redis is back.
 
 mod common;
 
@@ -109,4 +111,59 @@ async fn a_delete_whose_control_plane_lost_redis_and_died_is_finished_by_the_nex
 #[ignore = "needs REBOUND_TEST_DYNAMODB_URL and redis-server (the test services): scripts/test starts them and runs it"]
 async fn a_takedown_whose_control_plane_lost_redis_and_died_is_finished_by_the_next_one() {
     a_delete_is_finished_after_its_control_plane_lost_redis_and_died(true).await;
+}
+
+/// The control plane stays up but loses Redis for a while: its delete answers 503, its
+/// reconciler's attempts fail while Redis is away, and once Redis is back the next attempt
+/// finishes the delete on every proxy, with no client retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_DYNAMODB_URL and redis-server (the test services): scripts/test starts them and runs it"]
+async fn a_delete_made_while_redis_was_away_is_finished_once_it_is_back() {
+    let redis = OwnServer::redis();
+    let d = Deployment::new(&shared_aws_url(), Some(&redis.url()));
+    let dir = temp_dir();
+    let relay = Relay::to(redis.port);
+    let cp = d.control_plane(
+        dir.path(),
+        &[("REBOUND_REDIS_URL", &through_relay(&redis.url(), relay.port))],
+    );
+    let proxies = [d.proxy(dir.path(), &[]).await, d.proxy(dir.path(), &[]).await];
+    let code = create(&cp, json!({"long_url": "https://example.com/away"})).await;
+    for p in &proxies {
+        assert_eq!(status(p, &code).await, 302, "warmed into L1");
+    }
+    relay.freeze();
+    let (s, body) = take_down(&cp, &code, false).await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    // Redis stays away for a few of the reconciler's attempts; what they and the delete
+    // sent is dropped with their connections, so only an attempt made after Redis is back
+    // can finish the delete.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    relay.fail_over_to(redis.port);
+    for p in &proxies {
+        assert_eq!(status(p, &code).await, 302, "nothing propagated while Redis is away");
+    }
+    relay.thaw();
+    let back = Instant::now();
+    for (n, p) in proxies.iter().enumerate() {
+        let left = FINISHED_WITHIN.saturating_sub(back.elapsed());
+        assert!(
+            eventually(p, &code, 404, left).await,
+            "proxy {n} still redirects {:?} after Redis came back, with no client retry",
+            back.elapsed()
+        );
+    }
+    eprintln!("404 on both proxies {:?} after Redis came back", back.elapsed());
+    let mut log = audit(&cp, &code).await;
+    while log.len() < 2 && back.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        log = audit(&cp, &code).await;
+    }
+    assert_eq!(
+        log,
+        [
+            ("delete".to_owned(), "invalidate_failed".to_owned()),
+            ("propagated".to_owned(), "ok".to_owned())
+        ]
+    );
 }
