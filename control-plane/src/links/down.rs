@@ -1,0 +1,101 @@
+//! Delete and takedown: the versioned write with the propagation pending, then the
+//! tombstone and the invalidation, then the audit event.
+
+use crate::auth::Principal;
+use crate::error::ApiError;
+use crate::ControlPlane;
+use rebound_core::link::Deletion;
+use rebound_core::Link;
+use rebound_store::{AuditEvent, StoreError};
+
+impl ControlPlane {
+    /// Delete and takedown (SPEC §5): conditional update (recording the propagation
+    /// pending, leased to this control plane), then the tombstone and the invalidation,
+    /// and only then success. Done, the pending record is cleared; failed, its lease is
+    /// given back and a reconciler finishes it (`reconcile`). A link already down keeps
+    /// its deletion record and gets its tombstone written again.
+    pub(crate) async fn take_down(
+        &self,
+        principal: &Principal,
+        code: &str,
+        reason: Option<String>,
+        action: &'static str,
+    ) -> Result<Link, ApiError> {
+        let mut link = self.visible_link(principal, code).await?;
+        let mut outcome = "already_down";
+        for _ in 0..8 {
+            if !link.is_active {
+                break;
+            }
+            let deletion = Deletion {
+                at: self.clock.now_millis(),
+                by: principal.id.clone(),
+                reason: reason.clone(),
+            };
+            let lease = self.propagations.lease_from(deletion.at);
+            match self
+                .store
+                .deactivate_link_pending(code, link.version, &deletion, &lease)
+                .await
+            {
+                Ok(down) => {
+                    link = down;
+                    outcome = "ok";
+                }
+                // Someone changed it meanwhile: read again and decide again.
+                Err(StoreError::ConditionFailed) => {
+                    link = self
+                        .store
+                        .get_link(code)
+                        .await?
+                        .ok_or(ApiError::NotFound("no such link"))?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if link.is_active {
+            return Err(ApiError::Unavailable("the link kept changing; retry".into()));
+        }
+        let delivered = self.events.deactivated(&link).await;
+        let event = AuditEvent {
+            at: self.clock.now_millis(),
+            actor: principal.id.clone(),
+            action: action.to_owned(),
+            code: Some(code.to_owned()),
+            reason,
+            outcome: if delivered.is_ok() {
+                outcome
+            } else {
+                "invalidate_failed"
+            }
+            .to_owned(),
+        };
+        let audited = self.store.append_audit(&event).await;
+        // After the audit event, so a reconciler's `propagated` follows `invalidate_failed`.
+        match &delivered {
+            Ok(()) => self.propagations.finished_by_the_api(code, link.version).await,
+            Err(_) => self.propagations.give_back(code, link.version).await,
+        }
+        if let Err(e) = audited {
+            tracing::error!(code, action, error = %rebound_store::Causes(&e), "audit event not recorded");
+            return Err(e.into());
+        }
+        if let Err(e) = delivered {
+            tracing::warn!(code, action, error = %rebound_store::Causes(&e), "tombstone not written; a reconciler finishes it");
+            return Err(ApiError::InvalidationFailed);
+        }
+        Ok(link)
+    }
+}
+
+/// A takedown's reason, trimmed: 1-1000 characters without control characters.
+pub(crate) fn takedown_reason(raw: &str) -> Result<String, ApiError> {
+    let reason = raw.trim().to_owned();
+    if reason.is_empty() || raw.chars().count() > 1000 || raw.chars().any(char::is_control) {
+        return Err(ApiError::bad_request(
+            "invalid_reason",
+            "reason must be 1-1000 characters without control characters",
+        ));
+    }
+    Ok(reason)
+}

@@ -1,0 +1,202 @@
+//! The links service: what the link handlers of `api` do, apart from HTTP; every rule of
+//! SPEC §5 lives here. This module creates links (rate limits, KGS codes with retries,
+//! aliases, idempotency); `import` imports up to 1,000 at once, `down` deletes and takes
+//! down (the versioned write, then the invalidation, then the audit event), `stats` reads
+//! daily clicks, `validate` checks a create request, and `idempotency` compares a retried
+//! request with the first.
+
+mod down;
+mod idempotency;
+mod import;
+mod stats;
+mod validate;
+
+pub(crate) use down::takedown_reason;
+
+use crate::auth::{Caller, Principal};
+use crate::error::ApiError;
+use crate::ControlPlane;
+use idempotency::{replayed, RequestHash};
+use rebound_api_types::CreateLinkRequest;
+use rebound_core::code::check_code;
+use rebound_core::Link;
+use rebound_store::{IdempotencyRecord, Role, StoreError};
+use validate::validate_create;
+
+/// Attempts at a generated code before giving up (a taken one is skipped).
+const GENERATED_CODE_ATTEMPTS: usize = 16;
+
+/// Who creates: the owner of the new links and the scope of their idempotency keys.
+pub(crate) struct Creator {
+    pub(super) owner: String,
+    pub(super) scope: String,
+}
+
+/// What a create did.
+pub(crate) enum Creation {
+    /// A new link.
+    Created(Link),
+    /// The first answer to the same request with the same idempotency key.
+    Replayed(IdempotencyRecord),
+}
+
+impl ControlPlane {
+    /// Creates a link (SPEC §5): the rate limit, a generated code from the KGS (skipping
+    /// one an alias took) or the alias, the conditional insert with its idempotency record
+    /// in one write, then the announcement. A retried request with the same key and body
+    /// gets the first answer back; with another body, 409.
+    pub(crate) async fn create_link(
+        &self,
+        caller: &Caller,
+        creator: Creator,
+        idem_key: Option<String>,
+        raw: &[u8],
+        request: CreateLinkRequest,
+    ) -> Result<Creation, ApiError> {
+        let now = self.clock.now_millis();
+        let Creator { owner, scope } = creator;
+        let hash = RequestHash::of_create(&request, raw);
+        if let Some(key) = &idem_key {
+            if let Some(record) = self.store.get_idempotency(&scope, key, now).await? {
+                // A replay creates nothing, so it costs nothing: a retry is never refused 429.
+                return replayed(record, &hash);
+            }
+        }
+        let new = validate_create(self, caller, request, now)?;
+        self.charge(caller, now)?;
+        let api = &self.config.api;
+        let mut attempts = 0;
+        let link = loop {
+            attempts += 1;
+            let code = match &new.alias {
+                // Indexed before it exists, so a proxy never takes an alias for a code never issued.
+                Some(alias) => self.store.record_alias(alias).await.map(|()| alias.clone())?,
+                None => self.next_code().await?,
+            };
+            let link = Link::new_active(
+                code,
+                new.long_url.clone(),
+                new.redirect,
+                new.forward_query,
+                now,
+                owner.clone(),
+                new.expires_at,
+            );
+            let record = idem_key.as_ref().map(|key| IdempotencyRecord {
+                scope: scope.clone(),
+                key: key.clone(),
+                request_hash: hash.current.clone(),
+                status: 201,
+                body: serde_json::to_string(&self.created_view(&link)).unwrap_or_default(),
+                created_at: now,
+                expires_at: now + (api.idempotency_ttl_secs as i64) * 1000,
+            });
+            match self.store.insert_link(&link, record.as_ref()).await {
+                Ok(()) => break link,
+                Err(StoreError::AlreadyExists) if new.alias.is_some() => {
+                    return Err(ApiError::Conflict {
+                        code: "alias_taken",
+                        message: "this alias is already taken",
+                    });
+                }
+                // A generated code an alias took earlier: skip it.
+                Err(StoreError::AlreadyExists) if attempts < GENERATED_CODE_ATTEMPTS => continue,
+                Err(StoreError::IdempotencyKeyExists) => {
+                    // A concurrent request with the same key won; answer as it did.
+                    let key = idem_key.as_deref().unwrap_or_default();
+                    let record = self
+                        .store
+                        .get_idempotency(&scope, key, now)
+                        .await?
+                        .ok_or_else(|| ApiError::Internal("idempotency record vanished".into()))?;
+                    return replayed(record, &hash);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        if let Err(e) = self.events.created(&link).await {
+            // The link is stored; proxies that missed the announcement bypass their filter.
+            tracing::warn!(code = %link.code, error = %rebound_store::Causes(&e), "creation not announced");
+        }
+        Ok(Creation::Created(link))
+    }
+
+    /// Who a created link belongs to, and the scope of its idempotency keys; 401 when the
+    /// caller may not create. Handlers ask first, before they read the body.
+    pub(crate) fn creator(&self, caller: &Caller) -> Result<Creator, ApiError> {
+        match caller {
+            Caller::Key(p) => Ok(Creator {
+                owner: p.id.clone(),
+                scope: p.id.clone(),
+            }),
+            Caller::Anonymous { ip } if self.config.api.anonymous_create => Ok(Creator {
+                owner: "anonymous".to_owned(),
+                scope: format!("anonymous:{ip}"),
+            }),
+            Caller::Anonymous { .. } => Err(caller.clone().principal().unwrap_err()),
+        }
+    }
+
+    /// The caller's rate-limit bucket, its rate and its burst; `None` for operators (exempt).
+    pub(super) fn bucket(&self, caller: &Caller) -> Option<(String, f64, u32)> {
+        let api = &self.config.api;
+        match caller {
+            Caller::Key(p) if p.role == Role::Operator => None,
+            Caller::Key(p) => Some((p.id.clone(), api.creator_rate_per_sec, api.creator_burst)),
+            Caller::Anonymous { ip } => Some((
+                crate::ratelimit::anonymous_bucket(*ip),
+                api.anonymous_rate_per_sec,
+                api.anonymous_burst,
+            )),
+        }
+    }
+
+    /// Takes one creation from the caller's rate limit.
+    pub(super) fn charge(&self, caller: &Caller, now: i64) -> Result<(), ApiError> {
+        let Some((who, rate, burst)) = self.bucket(caller) else {
+            return Ok(());
+        };
+        self.limiter
+            .take(&who, rate, burst, now)
+            .map_err(|retry_after_secs| ApiError::RateLimited { retry_after_secs })
+    }
+
+    /// Takes up to `n` creations (a bulk import): how many the rate limit covers now, and,
+    /// when it covers fewer than `n`, the seconds until it covers the rest (or a full
+    /// bucket, when the rest is more than the burst). 429 when it covers none.
+    pub(super) fn charge_up_to(&self, caller: &Caller, n: usize, now: i64) -> Result<(usize, Option<u64>), ApiError> {
+        let Some((who, rate, burst)) = self.bucket(caller) else {
+            return Ok((n, None));
+        };
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        let taken = self
+            .limiter
+            .take_up_to(&who, n, rate, burst, now)
+            .map_err(|retry_after_secs| ApiError::RateLimited { retry_after_secs })?;
+        let rest = n - taken;
+        let retry = (rest > 0).then(|| self.limiter.wait_for(&who, rest, rate, burst, now));
+        Ok((taken as usize, retry))
+    }
+
+    /// A generated code from the KGS.
+    pub(super) async fn next_code(&self) -> Result<String, ApiError> {
+        self.codes.next_code().await.map_err(|e| match e {
+            StoreError::Exhausted => ApiError::Internal("the code space is exhausted".into()),
+            other => other.into(),
+        })
+    }
+
+    /// Reads a link the caller may see; a malformed code is simply not found.
+    pub(crate) async fn visible_link(&self, principal: &Principal, code: &str) -> Result<Link, ApiError> {
+        if check_code(code).is_err() {
+            return Err(ApiError::NotFound("no such link"));
+        }
+        let link = self
+            .store
+            .get_link(code)
+            .await?
+            .ok_or(ApiError::NotFound("no such link"))?;
+        principal.require_owner(&link.created_by)?;
+        Ok(link)
+    }
+}

@@ -1,0 +1,71 @@
+//! A link's daily clicks.
+
+use crate::auth::Principal;
+use crate::error::ApiError;
+use crate::ControlPlane;
+use rebound_api_types::{DayClicks, LinkStats};
+use rebound_core::Day;
+
+const MAX_STATS_DAYS: i32 = 366;
+const DEFAULT_STATS_DAYS: i32 = 30;
+
+impl ControlPlane {
+    /// A link's daily clicks over `from..=to` (UTC days; defaults: the 30 days to today),
+    /// every day of the range, from the rollups (and, all-in-one, what is still pending).
+    pub(crate) async fn daily_clicks(
+        &self,
+        principal: &Principal,
+        code: &str,
+        from: Option<String>,
+        to: Option<String>,
+    ) -> Result<LinkStats, ApiError> {
+        let parse = |name: &str, value: &Option<String>| -> Result<Option<Day>, ApiError> {
+            value
+                .as_ref()
+                .map(|s| {
+                    Day::parse(s).ok_or_else(|| {
+                        ApiError::bad_request("invalid_date", format!("{name} must be a date YYYY-MM-DD"))
+                    })
+                })
+                .transpose()
+        };
+        let (from, to) = (parse("from", &from)?, parse("to", &to)?);
+        let today = Day::of_millis(self.clock.now_millis());
+        let to = to.unwrap_or(today);
+        let from = from.unwrap_or(to.plus(1 - DEFAULT_STATS_DAYS));
+        // A defaulted `from` can fall before the first day `YYYY-MM-DD` can name.
+        if !from.is_supported() || !to.is_supported() {
+            return Err(ApiError::bad_request(
+                "invalid_date",
+                "dates must be from 0000-01-01 to 9999-12-31",
+            ));
+        }
+        if from > to {
+            return Err(ApiError::bad_request("invalid_date", "from must not be after to"));
+        }
+        if to.0 - from.0 + 1 > MAX_STATS_DAYS {
+            return Err(ApiError::bad_request(
+                "invalid_date",
+                "the range may cover at most 366 days",
+            ));
+        }
+        let link = self.visible_link(principal, code).await?;
+        let counts: std::collections::HashMap<Day, u64> = self
+            .click_counts
+            .read_clicks(&link.code, from, to)
+            .await?
+            .into_iter()
+            .collect();
+        let days: Vec<DayClicks> = (from.0..=to.0)
+            .map(|d| DayClicks {
+                day: Day(d).to_iso(),
+                clicks: counts.get(&Day(d)).copied().unwrap_or(0),
+            })
+            .collect();
+        Ok(LinkStats {
+            code: link.code,
+            total: days.iter().map(|d| d.clicks).sum(),
+            days,
+        })
+    }
+}

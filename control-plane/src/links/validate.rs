@@ -1,0 +1,92 @@
+//! A create request checked: the target, the alias, the expiry and the redirect.
+
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::ControlPlane;
+use rebound_api_types::CreateLinkRequest;
+use rebound_core::code::{check_alias, CodeError};
+use rebound_core::time::parse_rfc3339;
+use rebound_core::RedirectKind;
+
+pub(super) const MAX_TTL_SECONDS: i64 = 10 * 365 * 86_400;
+
+pub(super) fn code_error(field: &str, e: CodeError) -> ApiError {
+    match e {
+        CodeError::Reserved => ApiError::bad_request("reserved_alias", format!("{field} is a reserved word")),
+        other => ApiError::bad_request("invalid_alias", format!("{field} {other}")),
+    }
+}
+
+/// The validated parts of a create request.
+pub(super) struct NewLink {
+    pub(super) long_url: String,
+    pub(super) alias: Option<String>,
+    pub(super) expires_at: Option<i64>,
+    pub(super) redirect: RedirectKind,
+    pub(super) forward_query: bool,
+}
+
+pub(super) fn validate_create(
+    cp: &ControlPlane,
+    caller: &Caller,
+    req: CreateLinkRequest,
+    now: i64,
+) -> Result<NewLink, ApiError> {
+    let targets = match caller {
+        Caller::Key(_) => &cp.targets,
+        Caller::Anonymous { .. } => &cp.anonymous_targets,
+    };
+    let long_url = targets
+        .validate(&req.long_url)
+        .map_err(|e| ApiError::bad_request("invalid_url", e.to_string()))?;
+    if let Some(alias) = &req.custom_alias {
+        check_alias(alias).map_err(|e| code_error("custom_alias", e))?;
+    }
+    let expires_at = match (req.expires_at, req.ttl_seconds) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request(
+                "invalid_expiry",
+                "give expires_at or ttl_seconds, not both",
+            ));
+        }
+        (Some(at), None) => {
+            let at = parse_rfc3339(&at)
+                .ok_or_else(|| ApiError::bad_request("invalid_expiry", "expires_at must be an RFC 3339 time"))?;
+            if at <= now {
+                return Err(ApiError::bad_request(
+                    "invalid_expiry",
+                    "expires_at must be in the future",
+                ));
+            }
+            if at > now + MAX_TTL_SECONDS * 1000 {
+                return Err(ApiError::bad_request(
+                    "invalid_expiry",
+                    "expires_at must be at most 10 years ahead",
+                ));
+            }
+            Some(at)
+        }
+        (None, Some(ttl)) => {
+            if !(1..=MAX_TTL_SECONDS).contains(&ttl) {
+                return Err(ApiError::bad_request(
+                    "invalid_expiry",
+                    "ttl_seconds must be between 1 and 315360000 (10 years)",
+                ));
+            }
+            Some(now + ttl * 1000)
+        }
+        (None, None) => None,
+    };
+    let redirect = match req.redirect {
+        None => RedirectKind::default(),
+        Some(s) => RedirectKind::from_status(s)
+            .ok_or_else(|| ApiError::bad_request("invalid_redirect", "redirect must be 301, 302, 307 or 308"))?,
+    };
+    Ok(NewLink {
+        long_url,
+        alias: req.custom_alias,
+        expires_at,
+        redirect,
+        forward_query: req.forward_query.unwrap_or(false),
+    })
+}
