@@ -199,6 +199,13 @@ def render(b: Bench) -> str:
                          f"{v['waited_out']:.0f} | {v['redirected_after']} |")
         lines += ["", "Deletes go through moto's DynamoDB (a Python process on the same 2 cores): "
                   "most of each delete is the store and the audit write, not the wait for the proxies.", ""]
+        if all("store_p99_ms" in v for v in r["fleet"]):
+            ops = list(r["fleet"][0]["store_p99_ms"])
+            lines += ["The store's calls in those deletes (the control plane's, all operations of the run), p99 (histogram bucket, ms):", "",
+                      "| proxies | " + " | ".join(ops) + " |", "| --- |" + " --- |" * len(ops)]
+            for v in r["fleet"]:
+                lines.append(f"| {v['proxies']} | " + " | ".join(f"<= {v['store_p99_ms'][op]:g}" for op in ops) + " |")
+            lines.append("")
         lines.append("")
     if "blip" in r:
         v = r["blip"]

@@ -148,6 +148,9 @@ def delete_latency(b: Bench, base: Mapping[str, str], table: Table, first: Serve
         cp.stop()
 
 
+STORE_CALLS_OF_A_DELETE = ("get_link", "deactivate_link", "finish_propagation", "append_audit")
+
+
 def run_fleet(b: Bench, sizes: tuple[int, ...] = (4, 50), deletes: int = 100, window: int = 20) -> None:
     """The fleet's own bookkeeping as it grows: N idle proxies on one Redis (moto for the
     store); Redis's commands, bytes sent and CPU over `window` seconds at rest, divided
@@ -200,11 +203,16 @@ def run_fleet(b: Bench, sizes: tuple[int, ...] = (4, 50), deletes: int = 100, wi
                 ack_p50, _ = histogram_quantile(cp_url, "rebound_invalidation_ack_wait_seconds", 0.5)
                 ack_p99, _ = histogram_quantile(cp_url, "rebound_invalidation_ack_wait_seconds", 0.99)
                 waited_out = metric(cp_url, "rebound_invalidation_waited_out_total")
+                # The store's part: each delete's read and three writes (the conditional update, the
+                # pending propagation cleared, the audit event), p99 of each.
+                store_p99 = {op: 1000 * histogram_quantile(cp_url, "rebound_adapter_call_duration_seconds", 0.99,
+                                                           f'operation="{op}"')[0]
+                             for op in STORE_CALLS_OF_A_DELETE}
                 cp.stop()
                 row: dict[str, Any] = dict(at_rest, proxies=size, deletes=len(mine), p50_ms=took[len(took) // 2],
                                            p99_ms=took[min(len(took) - 1, int(len(took) * 0.99))], max_ms=took[-1],
                                            redirected_after=redirected, ack_p50_ms=ack_p50 * 1000,
-                                           ack_p99_ms=ack_p99 * 1000, waited_out=waited_out)
+                                           ack_p99_ms=ack_p99 * 1000, waited_out=waited_out, store_p99_ms=store_p99)
                 out.append(row)
                 log(f"fleet {size} proxies: {row['commands_per_proxy_s']:.1f} commands/s, "
                     f"{row['bytes_sent_per_proxy_s'] / 1024:.2f} KiB/s sent, "

@@ -222,6 +222,15 @@ def test_prometheus_histogram() -> None:
     assert math.isnan(nan) and zero == 0.0
 
 
+def test_prometheus_histogram_of_one_series() -> None:
+    text = fixture("metrics.txt")
+    name = "rebound_adapter_call_duration_seconds"
+    # get_link: 614 <= 0.5 ms, 694 <= 1 ms, 914 <= 2.5 ms, all 1,000 <= 5 ms.
+    assert metrics.parse_histogram_quantile(text, name, 0.5, 'operation="get_link"') == (0.0005, 1000)
+    assert metrics.parse_histogram_quantile(text, name, 0.9, 'operation="get_link"') == (0.0025, 1000)
+    assert metrics.parse_histogram_quantile(text, name, 0.99, 'operation="get_link"') == (0.005, 1000)
+
+
 def test_openssl_negotiated() -> None:
     assert openssl.parse_negotiated(fixture("s_client-rebound.txt")) == "TLSv1.3 TLS_AES_128_GCM_SHA256"
     assert openssl.parse_negotiated(fixture("s_client-nginx.txt")) == "TLSv1.3 TLS_AES_256_GCM_SHA384"

@@ -19,12 +19,13 @@ def parse_metric(text: str, name: str) -> float:
     return 0.0
 
 
-def parse_histogram_quantile(text: str, name: str, q: float) -> tuple[float, float]:
+def parse_histogram_quantile(text: str, name: str, q: float, labels: str = "") -> tuple[float, float]:
     """The upper bound of the first bucket of histogram `name` holding quantile `q`, and
-    the count (Prometheus' `le` buckets)."""
+    the count (Prometheus' `le` buckets); with `labels` (e.g. `operation="get_link"`), only
+    the series whose labels contain it (one series: the buckets of several would add up)."""
     buckets: list[tuple[float, float]] = []
     for line in text.splitlines():
-        if line.startswith(name + "_bucket{"):
+        if line.startswith(name + "_bucket{") and labels in line:
             le = line.split('le="', 1)[1].split('"', 1)[0]
             buckets.append((float("inf") if le == "+Inf" else float(le), float(line.rsplit(" ", 1)[1])))
     buckets.sort()
@@ -39,5 +40,5 @@ def metric(url: str, name: str) -> float:
     return parse_metric(fetch(url), name)
 
 
-def histogram_quantile(url: str, name: str, q: float) -> tuple[float, float]:
-    return parse_histogram_quantile(fetch(url), name, q)
+def histogram_quantile(url: str, name: str, q: float, labels: str = "") -> tuple[float, float]:
+    return parse_histogram_quantile(fetch(url), name, q, labels)
