@@ -56,7 +56,7 @@ fn code_rule(c: &mut Criterion) {
 fn decision(c: &mut Criterion) {
     let active = link(false);
     c.bench_function("decide_redirect/active", |b| {
-        b.iter(|| decide_redirect(black_box(Some(&active)), black_box(NOW)))
+        b.iter(|| decide_redirect(black_box(Some(&active)), black_box(None), black_box(NOW)))
     });
     let record = CacheRecord::active(&active, NOW, &CachePolicy::default());
     c.bench_function("cache_record_verdict/fresh", |b| {

@@ -1,5 +1,5 @@
 //! The redirect decision of a store read (SPEC §3 step 5) as one pure function of
-//! (item, now), and the pure parts of the redirect response.
+//! (item, the newest tombstone seen, now), and the pure parts of the redirect response.
 
 use crate::link::Link;
 use crate::time::UnixMillis;
@@ -15,12 +15,18 @@ pub enum StoreVerdict {
     Gone,
     /// Deleted or taken down: write a tombstone, 404.
     Tombstone,
+    /// Active, but older than a tombstone of the code already seen (in L1 or L2): a store
+    /// replica that has not caught up with the delete (SPEC §8). A deletion is final, so
+    /// it is not served: 404, and nothing is cached or populated from it.
+    Superseded,
 }
 
-/// Decides what a store read of `item` at `now` means.
-pub fn decide_redirect(item: Option<&Link>, now: UnixMillis) -> StoreVerdict {
+/// Decides what a store read of `item` at `now` means, `seen_tombstone` being the version
+/// of the newest tombstone of the code this process holds (L1 or L2, however old), if any.
+pub fn decide_redirect(item: Option<&Link>, seen_tombstone: Option<u64>, now: UnixMillis) -> StoreVerdict {
     match item {
         None => StoreVerdict::NotFound,
+        Some(link) if link.is_active && seen_tombstone.is_some_and(|v| v > link.version) => StoreVerdict::Superseded,
         Some(link) if !link.is_active => StoreVerdict::Tombstone,
         Some(link) if link.is_expired(now) => StoreVerdict::Gone,
         Some(_) => StoreVerdict::Redirect,
@@ -97,17 +103,37 @@ mod tests {
 
     #[test]
     fn decision_table() {
+        // (item, its version, the newest tombstone seen, now, verdict)
         let cases = [
-            (None, 100, StoreVerdict::NotFound),
-            (Some(link(true, None)), 100, StoreVerdict::Redirect),
-            (Some(link(true, Some(101))), 100, StoreVerdict::Redirect),
-            (Some(link(true, Some(100))), 100, StoreVerdict::Gone),
-            (Some(link(true, Some(50))), 100, StoreVerdict::Gone),
-            (Some(link(false, None)), 100, StoreVerdict::Tombstone),
-            (Some(link(false, Some(50))), 100, StoreVerdict::Tombstone),
+            (None, 0, None, 100, StoreVerdict::NotFound),
+            (None, 0, Some(2), 100, StoreVerdict::NotFound),
+            (Some(link(true, None)), 1, None, 100, StoreVerdict::Redirect),
+            (Some(link(true, Some(101))), 1, None, 100, StoreVerdict::Redirect),
+            (Some(link(true, Some(100))), 1, None, 100, StoreVerdict::Gone),
+            (Some(link(true, Some(50))), 1, None, 100, StoreVerdict::Gone),
+            (Some(link(false, None)), 2, None, 100, StoreVerdict::Tombstone),
+            (Some(link(false, Some(50))), 2, None, 100, StoreVerdict::Tombstone),
+            // A lagging replica: the active version 1 beside the tombstone of version 2
+            // already seen (after an edit, version 2 beside the tombstone of 3).
+            (Some(link(true, None)), 1, Some(2), 100, StoreVerdict::Superseded),
+            (Some(link(true, None)), 2, Some(3), 100, StoreVerdict::Superseded),
+            (Some(link(true, Some(50))), 1, Some(2), 100, StoreVerdict::Superseded),
+            // The replica has the delete: a tombstone as usual.
+            (Some(link(false, None)), 2, Some(2), 100, StoreVerdict::Tombstone),
+            // A tombstone older than the active version read does not hide it.
+            (Some(link(true, None)), 3, Some(2), 100, StoreVerdict::Redirect),
+            (Some(link(true, None)), 2, Some(2), 100, StoreVerdict::Redirect),
         ];
-        for (item, now, want) in cases {
-            assert_eq!(decide_redirect(item.as_ref(), now), want, "{item:?} at {now}");
+        for (item, version, seen, now, want) in cases {
+            let item = item.map(|mut l| {
+                l.version = version;
+                l
+            });
+            assert_eq!(
+                decide_redirect(item.as_ref(), seen, now),
+                want,
+                "{item:?} beside the tombstone {seen:?} at {now}"
+            );
         }
     }
 

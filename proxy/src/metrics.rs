@@ -33,6 +33,7 @@ pub struct ProxyMetrics {
     pub stale_served: IntCounter,
     pub fills_dropped: IntCounter,
     pub reads_outdated: IntCounter,
+    pub reads_superseded: IntCounter,
     pub clicks_queued: IntCounter,
     pub clicks_dropped: IntCounter,
     pub clicks_flushed: IntCounter,
@@ -111,6 +112,10 @@ impl ProxyMetrics {
             reads_outdated: counter(
                 "rebound_reads_outdated_total",
                 "Reads made again because they took so long that a delete may have returned meanwhile unheard by this proxy",
+            )?,
+            reads_superseded: counter(
+                "rebound_reads_superseded_total",
+                "Store reads of an active link older than a tombstone of it already seen (a replica behind the delete): answered 404, cached nowhere",
             )?,
             clicks_queued: counter(
                 "rebound_clicks_queued_total",

@@ -37,8 +37,12 @@ enum Learned {
     NeverIssued,
     /// L2 had a usable record (fresh active, tombstone, or expired).
     FromL2(CacheRecord),
-    /// The store's item (`None`: no such code).
-    FromStore(Option<Link>),
+    /// The store's item (`None`: no such code), and the version of the newest tombstone of
+    /// the code that L1 or L2 held, however old (a replica behind it is not served).
+    FromStore {
+        item: Option<Link>,
+        seen_tombstone: Option<u64>,
+    },
     /// The store failed or timed out; a stale L2 record may stand in.
     StoreFailed {
         cause: Arc<str>,
@@ -214,7 +218,7 @@ impl RedirectPath {
         let (record, from_store) = match learned {
             Learned::NeverIssued => return Some((Resolution::NotFound, false)),
             Learned::FromL2(record) => (record, false),
-            Learned::FromStore(item) => match decide_redirect(item.as_ref(), now) {
+            Learned::FromStore { item, seen_tombstone } => match decide_redirect(item.as_ref(), seen_tombstone, now) {
                 StoreVerdict::Redirect => {
                     let link = item.as_ref().expect("a redirect has a link");
                     (CacheRecord::active(link, now, &self.policy), true)
@@ -224,6 +228,10 @@ impl RedirectPath {
                     (CacheRecord::tombstone(version, now, &self.policy), true)
                 }
                 StoreVerdict::NotFound => return Some((Resolution::NotFound, false)),
+                StoreVerdict::Superseded => {
+                    self.metrics.reads_superseded.inc();
+                    return Some((Resolution::NotFound, false));
+                }
                 StoreVerdict::Gone => return Some((Resolution::Gone, false)),
             },
             Learned::StoreFailed { cause, stale_l2 } => {
@@ -287,6 +295,8 @@ impl RedirectPath {
     /// asked the filter already), then the store. One run per code at a time.
     async fn fetch(&self, code: &str) -> Learned {
         let mut stale_l2 = None;
+        // A tombstone past its life in L2 (its key not expired yet) still shows the delete.
+        let mut dead_l2 = None;
         // An unreachable Redis means the creation feed cannot be known to be current.
         let mut redis_failed = false;
         // A record L2 cannot vouch for (written before Redis changed identity) still shows
@@ -303,7 +313,10 @@ impl RedirectPath {
                         self.metrics.l2_misses.inc();
                         stale_l2 = Some(record);
                     }
-                    CachedVerdict::Dead => self.metrics.l2_misses.inc(),
+                    CachedVerdict::Dead => {
+                        self.metrics.l2_misses.inc();
+                        dead_l2 = Some(record);
+                    }
                 },
                 Ok(Ok(L2Read::Miss)) => self.metrics.l2_misses.inc(),
                 Ok(Ok(L2Read::Unconfirmed)) => {
@@ -326,12 +339,23 @@ impl RedirectPath {
         }
         self.metrics.store_reads.inc();
         let cause: Arc<str> = match tokio::time::timeout(self.store_budget, self.store.get_link(code)).await {
-            Ok(Ok(item)) => return Learned::FromStore(item),
+            Ok(Ok(item)) => {
+                let seen_tombstone = self.seen_tombstone(code, stale_l2.as_ref().or(dead_l2.as_ref()));
+                return Learned::FromStore { item, seen_tombstone };
+            }
             Ok(Err(e)) => Arc::from(rebound_store::Causes(&e).to_string()),
             Err(_) => Arc::from("store read timed out"),
         };
         self.metrics.store_errors.inc();
         Learned::StoreFailed { cause, stale_l2 }
+    }
+
+    /// The version of the newest tombstone of `code` that L1 (whether or not its entry is
+    /// still usable) or `l2` (the record L2 returned, too old to answer) holds.
+    fn seen_tombstone(&self, code: &str, l2: Option<&CacheRecord>) -> Option<u64> {
+        let from_l1 = self.l1.get(code).filter(|e| e.is_tombstone()).map(|e| e.version());
+        let from_l2 = l2.filter(|r| r.is_tombstone()).map(|r| r.version);
+        from_l1.max(from_l2)
     }
 
     /// True when the issued-code filter says `code` was never issued; a filter not known to be
@@ -816,6 +840,32 @@ mod tests {
         assert!(matches!(path.resolve("live").await, Resolution::Redirect(_)));
         assert_eq!(f.store.link_reads(), 1);
         assert_eq!(path.metrics.l2_errors.get(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_store_replica_behind_a_tombstone_already_seen_does_not_revive_the_link() {
+        let (path, l2, _trust, f) = with_l2(fixture());
+        // The store's replica still has version 1 active; this proxy saw the delete's
+        // tombstone (version 2) and holds it in L1.
+        add(&f.store, "gone", None).await;
+        let now = f.clock.now_millis();
+        path.l1
+            .fill("gone", CacheRecord::tombstone(2, now, &CachePolicy::default()), now);
+        assert!(matches!(path.resolve("gone").await, Resolution::NotFound));
+        // The channel never came up and Redis is unreachable: past l1_ttl the tombstone is
+        // no longer used as an answer, and the store (the lagging replica) is read.
+        f.clock.advance(1_001);
+        l2.set_failing(true);
+        assert!(matches!(path.resolve("gone").await, Resolution::NotFound));
+        assert_eq!(f.store.link_reads(), 1, "the replica was read");
+        assert_eq!(path.metrics.reads_superseded.get(), 1);
+        assert!(
+            path.l1.get("gone").is_some_and(|e| e.is_tombstone()),
+            "nothing from the replica went into L1"
+        );
+        // With no tombstone seen, the same read would redirect.
+        add(&f.store, "other", None).await;
+        assert!(matches!(path.resolve("other").await, Resolution::Redirect(_)));
     }
 
     #[tokio::test]
