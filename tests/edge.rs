@@ -834,6 +834,30 @@ async fn the_api_port_refuses_slow_heads_and_a_413_reaches_a_client_that_sends_i
     assert!(rb.refusals("api", "head_timeout").await >= 1.0);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_body_that_stops_coming_is_answered_408_and_closed_not_cut_as_a_slow_head() {
+    let dir = temp_dir();
+    let rb = Rebound::start(dir.path(), &[("REBOUND_HEAD_TIMEOUT_MS", "600")]);
+    let api = rb.run.addrs["API"].clone();
+    // The head in full, then 5 of the body's 40 bytes, then nothing.
+    let request = format!(
+        "POST /api/v1/links HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {OPERATOR_KEY}\r\n\
+         Content-Type: application/json\r\nContent-Length: 40\r\n\r\n{{\"lon"
+    );
+    let (text, end) = tokio::task::block_in_place(|| exchange(&api, request.as_bytes(), Duration::from_secs(5)));
+    assert_eq!(statuses(&text), [408], "{text}");
+    assert!(text.contains("body_timeout"), "{text}");
+    assert_eq!(end, End::Closed, "{text}");
+    assert_eq!(
+        rb.refusals("api", "head_timeout").await,
+        0.0,
+        "the head had arrived: its clock stopped there"
+    );
+    let (s, v) = rb.api(reqwest::Method::GET, "/api/v1/links", None).await;
+    assert_eq!(s, reqwest::StatusCode::OK, "{v}");
+    assert_eq!(v["links"].as_array().map(Vec::len), Some(0), "nothing was created");
+}
+
 /// One request on a new connection: Ok when it was answered with the redirect, else what
 /// went wrong.
 fn one_redirect(addr: &str) -> Result<(), String> {

@@ -18,7 +18,7 @@ impl<T: DeserializeOwned> FromRequest<Arc<ControlPlane>> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &Arc<ControlPlane>) -> Result<Self, ApiError> {
-        read_json(req, state.config.api.max_body_bytes).await
+        read_json(req, state.config.api.max_body_bytes, state.config.api.body_timeout).await
     }
 }
 
@@ -29,13 +29,21 @@ impl<T: DeserializeOwned> FromRequest<Arc<ControlPlane>> for ImportJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &Arc<ControlPlane>) -> Result<Self, ApiError> {
-        read_json(req, state.config.api.max_import_body_bytes)
-            .await
-            .map(|b: ApiJson<T>| ImportJson(b.value))
+        read_json(
+            req,
+            state.config.api.max_import_body_bytes,
+            state.config.api.body_timeout,
+        )
+        .await
+        .map(|b: ApiJson<T>| ImportJson(b.value))
     }
 }
 
-async fn read_json<T: DeserializeOwned>(req: Request, limit: usize) -> Result<ApiJson<T>, ApiError> {
+async fn read_json<T: DeserializeOwned>(
+    req: Request,
+    limit: usize,
+    timeout: std::time::Duration,
+) -> Result<ApiJson<T>, ApiError> {
     {
         let is_json = one_header(req.headers(), &header::CONTENT_TYPE, "invalid_content_type")?
             .and_then(|v| v.to_str().ok())
@@ -54,13 +62,16 @@ async fn read_json<T: DeserializeOwned>(req: Request, limit: usize) -> Result<Ap
         if !is_json {
             return Err(ApiError::UnsupportedMediaType);
         }
-        let raw = axum::body::to_bytes(req.into_body(), limit).await.map_err(|e| {
-            if is_length_limit(&e) {
-                ApiError::PayloadTooLarge(limit)
-            } else {
-                ApiError::bad_request("invalid_body", "the request body could not be read")
-            }
-        })?;
+        let raw = tokio::time::timeout(timeout, axum::body::to_bytes(req.into_body(), limit))
+            .await
+            .map_err(|_| ApiError::BodyTimeout(timeout))?
+            .map_err(|e| {
+                if is_length_limit(&e) {
+                    ApiError::PayloadTooLarge(limit)
+                } else {
+                    ApiError::bad_request("invalid_body", "the request body could not be read")
+                }
+            })?;
         let json: serde_json::Value = serde_json::from_slice(&raw)
             .map_err(|_| ApiError::bad_request("invalid_json", "request body is not valid JSON"))?;
         // serde would also read a struct from an array of its fields in order.

@@ -28,6 +28,9 @@ pub struct ApiSettings {
     pub code_key: Option<[u8; 16]>,
     /// How long an idempotency key's first answer is kept.
     pub idempotency_ttl_secs: u64,
+    /// How long a request's body may take to arrive once its head has (the edge's head
+    /// timeout, which stops counting when the head is in).
+    pub body_timeout: std::time::Duration,
     /// Whether key holders' targets are refused, as anonymous ones always are, when a host
     /// label mixes scripts (UTS 39; look-alike names such as Cyrillic `раураl.com`).
     pub refuse_mixed_script_for_keys: bool,
@@ -48,6 +51,7 @@ impl Default for ApiSettings {
             kgs_block_size: 10_000,
             code_key: None,
             idempotency_ttl_secs: 24 * 3600,
+            body_timeout: std::time::Duration::from_secs(10),
             refuse_mixed_script_for_keys: false,
         }
     }

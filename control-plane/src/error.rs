@@ -18,6 +18,8 @@ pub enum ApiError {
     NotFound(&'static str),
     #[error("{0}")]
     MethodNotAllowed(&'static str),
+    #[error("the request body did not arrive within {} ms of its head", .0.as_millis())]
+    BodyTimeout(std::time::Duration),
     #[error("{message}")]
     Conflict { code: &'static str, message: &'static str },
     #[error("request body is larger than {0} bytes")]
@@ -49,6 +51,7 @@ impl ApiError {
             ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            ApiError::BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
             ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code),
             ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::UnsupportedMediaType => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
@@ -115,6 +118,10 @@ impl IntoResponse for ApiError {
             }
             ApiError::Unauthorized(_) => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            // The rest of the body may still be on its way: the connection is not reused.
+            ApiError::BodyTimeout(_) => {
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
             _ => {}
         }

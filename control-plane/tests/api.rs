@@ -1500,7 +1500,7 @@ async fn the_document_states_the_constraints_and_statuses_the_server_enforces() 
     assert_eq!(param("/api/v1/links/{code}/stats", "to")["format"], "date");
     for (path, method) in [("/api/v1/keys", "post"), ("/api/v1/links/{code}/takedown", "post")] {
         let responses = &doc["paths"][path][method]["responses"];
-        for status in ["400", "401", "403", "413", "415", "500", "503"] {
+        for status in ["400", "401", "403", "408", "413", "415", "500", "503"] {
             assert!(
                 responses[status]["content"]["application/json"]["schema"]["$ref"]
                     .as_str()

@@ -12,7 +12,7 @@
 //! (ALPN, or a look at the first bytes for the HTTP/2 preface) and the HTTP/1 connection is
 //! run with `poll_without_shutdown` and taken apart afterwards.
 
-use crate::guard::{GuardedIo, Timeouts};
+use crate::guard::{GuardedIo, HeadArrived, Timeouts};
 use crate::host::HostChecked;
 use crate::limits::{EdgeLimits, MIN_CONNECTION_BUFFER};
 use crate::metrics::{PortMetrics, Refusal};
@@ -150,6 +150,7 @@ impl Edge {
             write: self.limits.write_timeout,
         };
         let mut io = GuardedIo::new(io, timeouts, self.metrics.clone());
+        let head_arrived = io.head_arrived();
         match &self.tls {
             None => {
                 let (h2, prefix) = if self.limits.h2c {
@@ -164,7 +165,7 @@ impl Edge {
                 if h2 {
                     self.serve_h2(io, service, shutdown).await
                 } else {
-                    self.serve_h1(io, service, shutdown).await
+                    self.serve_h1(io, service, shutdown, head_arrived).await
                 }
             }
             Some(server_tls) => {
@@ -205,13 +206,13 @@ impl Edge {
                 if session.alpn_protocol() == Some(b"h2") {
                     self.serve_h2(tls, service, shutdown).await
                 } else {
-                    self.serve_h1(tls, service, shutdown).await
+                    self.serve_h1(tls, service, shutdown, head_arrived).await
                 }
             }
         }
     }
 
-    async fn serve_h1<I, S, B>(&self, io: I, service: S, shutdown: watch::Receiver<bool>)
+    async fn serve_h1<I, S, B>(&self, io: I, service: S, shutdown: watch::Receiver<bool>, head_arrived: HeadArrived)
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
         S: PortService<B>,
@@ -221,6 +222,7 @@ impl Edge {
         let service = HostChecked {
             inner: service,
             refused: self.metrics.refusal_counter(Refusal::BadRequest),
+            head_arrived,
         };
         let mut conn = self.h1.serve_connection(TokioIo::new(io), service);
         // Told to close, hyper drops at once a connection it has not read a byte from; one
@@ -607,6 +609,44 @@ mod tests {
             served.await.unwrap();
         }
         assert_eq!(metrics.refusals(Refusal::BadRequest), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_handler_slower_than_the_head_timeout_is_answered_and_a_slow_head_still_cut() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let metrics = PortMetrics::detached();
+        let limits = EdgeLimits::default();
+        let slow = limits.head_timeout * 3 / 2;
+        assert!(slow < limits.idle_timeout);
+        let edge = Edge::plain(limits.clone(), metrics.clone());
+        let service = hyper::service::service_fn(move |_req: Request<Incoming>| {
+            Box::pin(async move {
+                tokio::time::sleep(slow).await;
+                Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"done"))))
+            })
+        });
+        let (mut client, server) = tokio::io::duplex(4096);
+        let (_tx, rx) = watch::channel(false);
+        let served = tokio::spawn({
+            let edge = edge.clone();
+            async move { edge.serve(server, service, rx).await }
+        });
+        let asked = tokio::time::Instant::now();
+        client.write_all(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        let mut buf = vec![0u8; 1024];
+        let n = client.read(&mut buf).await.unwrap();
+        let answer = String::from_utf8_lossy(&buf[..n]);
+        assert!(
+            answer.starts_with("HTTP/1.1 200") && answer.ends_with("done"),
+            "{answer:?}"
+        );
+        assert!(asked.elapsed() >= slow, "answered when the handler was done");
+        assert_eq!(metrics.refusals(Refusal::HeadTimeout), 0);
+        // The next request's head is timed again from its first byte.
+        client.write_all(b"GET /a HTTP/1.1\r\nHo").await.unwrap();
+        assert_eq!(client.read(&mut buf).await.unwrap(), 0, "a trickling head is cut");
+        assert_eq!(metrics.refusals(Refusal::HeadTimeout), 1);
+        served.await.unwrap();
     }
 
     #[tokio::test(start_paused = true)]

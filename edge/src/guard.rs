@@ -11,6 +11,8 @@ use crate::metrics::{PortMetrics, Refusal};
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -27,6 +29,29 @@ pub struct Timeouts {
 impl Timeouts {
     fn shortest(&self) -> Duration {
         self.head.min(self.idle).min(self.write)
+    }
+}
+
+/// Told by the port's service that the request in progress has its head in full (hyper
+/// parsed it and handed the request over): the head timeout stops counting for it, and
+/// the wait for its answer (the body, the handler) is bounded by the idle timeout, as a
+/// connection where no byte moves. Cleared by the answer's first bytes.
+#[derive(Debug, Clone, Default)]
+pub struct HeadArrived(Arc<AtomicBool>);
+
+impl HeadArrived {
+    /// The request in progress has its head in full.
+    #[inline]
+    pub fn mark(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    fn is_marked(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn clear(&self) {
+        self.0.store(false, Ordering::Relaxed);
     }
 }
 
@@ -53,6 +78,7 @@ pub struct GuardedIo<S> {
     /// The waker the armed timer will wake.
     waker: Option<std::task::Waker>,
     refused: Option<Refusal>,
+    head_arrived: HeadArrived,
 }
 
 /// Events not yet given a time.
@@ -80,7 +106,18 @@ impl<S> GuardedIo<S> {
             unstamped: Unstamped::default(),
             waker: None,
             refused: None,
+            head_arrived: HeadArrived::default(),
         }
+    }
+
+    /// The handle the port's service marks when a request's head has arrived in full.
+    pub fn head_arrived(&self) -> HeadArrived {
+        self.head_arrived.clone()
+    }
+
+    /// The head deadline of the request in progress, unless its head has arrived.
+    fn head_due_now(&self) -> Option<Instant> {
+        self.head_due.filter(|_| !self.head_arrived.is_marked())
     }
 
     /// A request head is due from now on (after a TLS handshake, whose writes would
@@ -116,7 +153,7 @@ impl<S> GuardedIo<S> {
             return Some(Refusal::WriteTimeout);
         }
         if self.read_pending {
-            match self.head_due {
+            match self.head_due_now() {
                 Some(due) if now >= due => return Some(Refusal::HeadTimeout),
                 None if self.write_due.is_none() && now >= self.idle_due => return Some(Refusal::IdleTimeout),
                 _ => {}
@@ -133,7 +170,7 @@ impl<S> GuardedIo<S> {
             next = next.min(due);
         }
         if self.read_pending {
-            next = next.min(self.head_due.unwrap_or(self.idle_due));
+            next = next.min(self.head_due_now().unwrap_or(self.idle_due));
         }
         next
     }
@@ -187,6 +224,7 @@ impl<S> GuardedIo<S> {
     fn wrote(&mut self) {
         // Bytes going out mean the request in progress was answered.
         self.head_due = None;
+        self.head_arrived.clear();
         self.write_due = None;
         self.unstamped.head_started = false;
         self.unstamped.write_waits = false;

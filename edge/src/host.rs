@@ -3,6 +3,7 @@
 //! answered 400 and the connection closed, before the port's service sees it. HTTP/2
 //! carries `:authority` instead, which hyper checks.
 
+use crate::guard::HeadArrived;
 use http::header::{HeaderValue, CACHE_CONTROL, CONNECTION, HOST};
 use http::{Request, Response, StatusCode, Version};
 use hyper::service::Service;
@@ -114,6 +115,8 @@ pub struct HostChecked<S> {
     pub(crate) inner: S,
     /// The port's `bad_request` refusals.
     pub(crate) refused: IntCounter,
+    /// Marked as each request is handed over: its head has arrived.
+    pub(crate) head_arrived: HeadArrived,
 }
 
 impl<S, B, ReqBody> Service<Request<ReqBody>> for HostChecked<S>
@@ -126,6 +129,7 @@ where
     type Future = Checked<S::Future, Response<B>>;
 
     fn call(&self, req: Request<ReqBody>) -> Self::Future {
+        self.head_arrived.mark();
         if host_is_acceptable(&req) {
             return Checked::Served(self.inner.call(req));
         }

@@ -145,7 +145,10 @@ pub const UPGRADE_SOCK: Setting<Option<PathBuf>> = Setting::new("upgrade_sock", 
 pub const HEAD_TIMEOUT_MS: Setting<u64> = Setting::new("edge.head_timeout_ms", || ms(edge().head_timeout))
     .var("REBOUND_HEAD_TIMEOUT_MS")
     .check(Between(1, 3_600_000))
-    .doc("a request head (and a TLS handshake) must arrive within this, from its first byte");
+    .doc(
+        "a request head (and a TLS handshake) must arrive within this, from its first byte; then an API \
+         request's body within as long again",
+    );
 pub const IDLE_TIMEOUT_MS: Setting<u64> = Setting::new("edge.idle_timeout_ms", || ms(edge().idle_timeout))
     .var("REBOUND_IDLE_TIMEOUT_MS")
     .check(Between(1, 3_600_000))
@@ -407,6 +410,7 @@ pub(super) fn read(src: &mut impl Source) -> Result<Settings, ConfigError> {
         },
         api: ApiSettings {
             max_body_bytes: src.get(&MAX_BODY_BYTES)?,
+            body_timeout: Duration::from_millis(src.get(&HEAD_TIMEOUT_MS)?),
             max_import_body_bytes: src.get(&MAX_IMPORT_BODY_BYTES)?,
             max_target_bytes: src.get(&MAX_TARGET_BYTES)?,
             anonymous_create: src.get(&ANONYMOUS_CREATE)?,
