@@ -24,6 +24,10 @@ pub struct ApiSettings {
     pub blocked_domains: Vec<String>,
     /// Counter values leased per KGS block.
     pub kgs_block_size: u64,
+    /// This region's name, recorded in the store for its slot.
+    pub region: String,
+    /// This region's slot: its range of counter values for generated codes (0 to 15).
+    pub region_slot: u8,
     /// Key of the code permutation; when absent one is generated once and kept in the store.
     pub code_key: Option<[u8; 16]>,
     /// How long an idempotency key's first answer is kept.
@@ -49,6 +53,8 @@ impl Default for ApiSettings {
             anonymous_burst: 10,
             blocked_domains: Vec::new(),
             kgs_block_size: 10_000,
+            region: "default".to_owned(),
+            region_slot: 0,
             code_key: None,
             idempotency_ttl_secs: 24 * 3600,
             body_timeout: std::time::Duration::from_secs(10),

@@ -6,7 +6,7 @@
 //! proxy that follows the creation feed can answer 404 for a code above the mark it knows.
 
 use crate::metrics::KgsLeaseMetrics;
-use rebound_core::generated::{Generated, GeneratedCodes};
+use rebound_core::generated::{region_counter, Generated, GeneratedCodes, REGION_SPAN};
 use rebound_store::{LinkEvents, Store, StoreError};
 use std::ops::Range;
 use std::sync::Arc;
@@ -26,6 +26,8 @@ pub struct KeyRangeLease {
     store: Arc<dyn Store>,
     codes: GeneratedCodes,
     block_size: u64,
+    /// This region's slot: its blocks come from its own counter and range of values.
+    slot: u8,
     leases: Arc<Mutex<Leases>>,
     lease_metrics: Option<KgsLeaseMetrics>,
     events: Option<Arc<dyn LinkEvents>>,
@@ -37,10 +39,18 @@ impl KeyRangeLease {
             store,
             codes,
             block_size,
+            slot: 0,
             leases: Arc::new(Mutex::new(Leases::default())),
             lease_metrics: None,
             events: None,
         }
+    }
+
+    /// Leases from region slot `slot`'s counter and range (slot 0, the default, is the
+    /// store's one counter of a fleet of one region).
+    pub fn in_region_slot(mut self, slot: u8) -> Self {
+        self.slot = slot;
+        self
     }
 
     /// Counts every lease by outcome.
@@ -74,10 +84,17 @@ impl KeyRangeLease {
         events: &Option<Arc<dyn LinkEvents>>,
         metrics: &Option<KgsLeaseMetrics>,
         size: u64,
+        slot: u8,
     ) -> Result<Range<u64>, StoreError> {
-        let block = store.lease_block(COUNTER, size).await;
+        let block = store.lease_block(&region_counter(slot), size).await;
         Self::count_lease(metrics, &block);
-        let block = block?;
+        // Offsets in the slot's range, as values of the whole code space.
+        let offsets = block?;
+        if offsets.start >= REGION_SPAN {
+            return Err(StoreError::Exhausted);
+        }
+        let base = u64::from(slot) * REGION_SPAN;
+        let block = base + offsets.start..base + offsets.end.min(REGION_SPAN);
         if let Some(events) = events {
             if let Err(e) = events.leased(block.end).await {
                 tracing::warn!(high_water = block.end, error = %rebound_store::Causes(&e), "code block lease not announced");
@@ -103,7 +120,16 @@ impl KeyRangeLease {
         if leases.current.is_empty() {
             leases.current = match leases.next.take() {
                 Some(block) => block,
-                None => Self::lease(self.store.as_ref(), &self.events, &self.lease_metrics, self.block_size).await?,
+                None => {
+                    Self::lease(
+                        self.store.as_ref(),
+                        &self.events,
+                        &self.lease_metrics,
+                        self.block_size,
+                        self.slot,
+                    )
+                    .await?
+                }
             };
         }
         let value = leases.current.start;
@@ -112,10 +138,10 @@ impl KeyRangeLease {
         let low = leases.current.end - leases.current.start <= (self.block_size / 10).max(1);
         if low && leases.next.is_none() && !leases.refilling {
             leases.refilling = true;
-            let (store, shared, size) = (self.store.clone(), self.leases.clone(), self.block_size);
+            let (store, shared, size, slot) = (self.store.clone(), self.leases.clone(), self.block_size, self.slot);
             let (lease_metrics, events) = (self.lease_metrics.clone(), self.events.clone());
             tokio::spawn(async move {
-                let block = Self::lease(store.as_ref(), &events, &lease_metrics, size).await;
+                let block = Self::lease(store.as_ref(), &events, &lease_metrics, size, slot).await;
                 let mut leases = shared.lock().await;
                 leases.refilling = false;
                 match block {
@@ -154,6 +180,62 @@ mod tests {
         for _ in 0..200 {
             assert!(seen.insert(restarted.next_code().await.unwrap()));
         }
+    }
+
+    #[tokio::test]
+    async fn two_regions_lease_from_their_own_ranges_and_never_give_a_code_twice() {
+        use rebound_core::generated::split_value;
+        // Two stores stand for two regions' replicas that have not seen each other's
+        // leases (a counter `ADD` is atomic only within its region): the slots, not the
+        // counter, keep the codes apart.
+        let (a, b): (Arc<dyn Store>, Arc<dyn Store>) = (Arc::new(MemoryStore::new()), Arc::new(MemoryStore::new()));
+        let codes = GeneratedCodes::new(*b"0123456789abcdef");
+        let events = Arc::new(RecordedLinkEvents::default());
+        let home = KeyRangeLease::new(a, codes.clone(), 64);
+        let other = KeyRangeLease::new(b.clone(), codes.clone(), 64)
+            .in_region_slot(5)
+            .announcing(events.clone());
+        let mut seen = HashSet::new();
+        for _ in 0..1_000 {
+            for (kgs, slot) in [(&home, 0), (&other, 5)] {
+                let code = kgs.next_code().await.unwrap();
+                let value = codes.value_of(code.as_bytes()).unwrap();
+                assert_eq!(split_value(value).map(|(s, _)| s), Some(slot), "{code}");
+                assert!(seen.insert(code), "a code given twice");
+            }
+            tokio::task::yield_now().await;
+        }
+        // Slot 5 leased from its own counter, and announced values of its own range.
+        assert!(b.high_water(&region_counter(5)).await.unwrap() >= 1_000);
+        assert_eq!(b.high_water(COUNTER).await.unwrap(), 0);
+        let announced = events.leased.lock().unwrap().clone();
+        assert!(
+            announced
+                .iter()
+                .all(|&end| split_value(end - 1).map(|(s, _)| s) == Some(5)),
+            "{announced:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_region_slot_that_has_used_its_whole_range_is_exhausted() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        store.lease_block(&region_counter(2), REGION_SPAN - 3).await.unwrap();
+        let codes = GeneratedCodes::new(*b"0123456789abcdef");
+        let kgs = KeyRangeLease::new(store, codes.clone(), 10).in_region_slot(2);
+        let mut issued = 0;
+        let exhausted = loop {
+            match kgs.next_code().await {
+                Ok(code) => {
+                    let v = codes.value_of(code.as_bytes()).unwrap();
+                    assert!(v < 3 * REGION_SPAN, "{v} is past slot 2's range");
+                    issued += 1;
+                }
+                Err(e) => break e,
+            }
+        };
+        assert!(matches!(exhausted, StoreError::Exhausted), "{exhausted:?}");
+        assert!(issued <= 3, "only the last three values of the range: {issued}");
     }
 
     #[tokio::test]

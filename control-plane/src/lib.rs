@@ -67,6 +67,13 @@ pub enum StartError {
     BadCodeKey,
     #[error(transparent)]
     CodeKey(#[from] CodeKeyMismatch),
+    /// Another region generates codes from this slot's range: two regions on one slot would
+    /// give the same codes.
+    #[error(
+        "region slot {slot} (REBOUND_REGION_SLOT) is held by region {holder:?} in this store, not by {region:?} \
+         (REBOUND_REGION): each region needs a slot of its own, fixed for the life of the store"
+    )]
+    RegionSlotTaken { slot: u8, region: String, holder: String },
     /// Codes were generated, but no key was recorded: an earlier version recorded only the
     /// keys it generated, so they were generated under a configured key.
     #[error(
@@ -76,6 +83,25 @@ pub enum StartError {
          Configure that key again; this start records it"
     )]
     CodeKeyNotRecorded,
+}
+
+/// The store setting that records which region generates codes from region slot `slot`.
+pub fn region_slot_setting(slot: u8) -> String {
+    format!("region_slot_{slot}")
+}
+
+/// Records `region` as the holder of `slot` in the store on its first start there; refuses
+/// a slot another region holds.
+async fn claim_region_slot(store: &dyn Store, region: &str, slot: u8) -> Result<(), StartError> {
+    let holder = store.get_or_init_setting(&region_slot_setting(slot), region).await?;
+    if holder != region {
+        return Err(StartError::RegionSlotTaken {
+            slot,
+            region: region.to_owned(),
+            holder,
+        });
+    }
+    Ok(())
 }
 
 /// The control plane's runtime: everything a handler needs.
@@ -136,7 +162,9 @@ impl ControlPlane {
         let metrics = metrics::ApiMetrics::unregistered();
         let generated = GeneratedCodes::new(key);
         aliases::complete_the_index(store.as_ref(), &generated).await?;
+        claim_region_slot(store.as_ref(), &config.api.region, config.api.region_slot).await?;
         let codes = kgs::KeyRangeLease::new(store.clone(), generated, config.api.kgs_block_size)
+            .in_region_slot(config.api.region_slot)
             .counting_leases(metrics.kgs_leases())
             .announcing(events.clone());
         let bootstrap_key_hash = config.bootstrap_key.as_deref().map(auth::hash_key);

@@ -1616,6 +1616,67 @@ async fn the_console_is_served_at_the_root_with_a_strict_policy_and_nothing_inli
     }
 }
 
+/// A control plane of region `region` on `store`, or why it refused to start.
+async fn region_on(store: &Arc<MemoryStore>, region: &str, slot: u8) -> Result<axum::Router, String> {
+    let mut config = ControlPlaneConfig {
+        bootstrap_key: Some(OPERATOR.into()),
+        public_base_url: "https://sho.rt".into(),
+        ..ControlPlaneConfig::default()
+    };
+    config.api.region = region.into();
+    config.api.region_slot = slot;
+    ControlPlane::new(
+        config,
+        store.clone() as Arc<dyn Store>,
+        Arc::new(RecordedLinkEvents::default()),
+        Arc::new(ManualClock::at(NOW)) as Arc<dyn Clock>,
+    )
+    .await
+    .map(router)
+    .map_err(|e| e.to_string())
+}
+
+#[tokio::test]
+async fn regions_create_from_their_own_slots_and_a_slot_held_by_another_region_is_refused() {
+    use rebound_core::generated::{region_counter, split_value, GeneratedCodes, CODE_KEY_SETTING};
+    let store = Arc::new(MemoryStore::new());
+    let home = region_on(&store, "us-east-1", 0).await.unwrap();
+    let away = region_on(&store, "eu-west-1", 1).await.unwrap();
+    let key = store.read_setting(CODE_KEY_SETTING).await.unwrap().unwrap();
+    let codes = GeneratedCodes::new(rebound_core::generated::key_from_hex(&key).unwrap());
+    let mut seen = std::collections::HashSet::new();
+    for i in 0..200 {
+        for (app, slot) in [(&home, 0u8), (&away, 1u8)] {
+            let h = Harness {
+                app: app.clone(),
+                store: store.clone(),
+                events: Arc::new(RecordedLinkEvents::default()),
+                clock: ManualClock::at(NOW),
+            };
+            let r = h
+                .create(OPERATOR, json!({"long_url": format!("https://example.com/{i}")}))
+                .await;
+            assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+            let code = r.body["code"].as_str().unwrap().to_owned();
+            let value = codes.value_of(code.as_bytes()).unwrap();
+            assert_eq!(
+                split_value(value).map(|(s, _)| s),
+                Some(slot),
+                "{code} from region slot {slot}"
+            );
+            assert!(seen.insert(code), "a code given twice");
+        }
+    }
+    assert!(store.high_water(&region_counter(1)).await.unwrap() >= 200);
+    // A second region on a held slot is refused, naming both; the holder starts again.
+    let refused = region_on(&store, "ap-south-1", 1).await.unwrap_err();
+    assert!(
+        refused.contains("region slot 1") && refused.contains("eu-west-1") && refused.contains("ap-south-1"),
+        "{refused}"
+    );
+    assert!(region_on(&store, "eu-west-1", 1).await.is_ok());
+}
+
 #[tokio::test]
 async fn a_links_qr_code_its_audit_log_and_who_the_key_is() {
     let h = harness().await;

@@ -7,8 +7,37 @@ use crate::base62;
 use crate::code::is_reserved;
 use crate::permute::CodePermutation;
 
-/// The store counter the KGS leases its blocks from.
+/// The store counter the KGS of region slot 0 leases its blocks from (every store made
+/// before regions: its codes are slot 0's).
 pub const COUNTER: &str = "codes";
+/// Region slots: the counter values (the code space) are split into this many equal
+/// ranges, one per region of a fleet, each leased from a counter of its own, so that
+/// regions generate codes without asking each other and never give one twice (SPEC §8).
+pub const REGION_SLOTS: u8 = 16;
+/// Counter values in each region slot's range.
+pub const REGION_SPAN: u64 = base62::SPACE / REGION_SLOTS as u64;
+
+/// The store counter of region slot `slot`: [`COUNTER`] for slot 0, `codes@<slot>` for
+/// the others.
+pub fn region_counter(slot: u8) -> String {
+    match slot {
+        0 => COUNTER.to_owned(),
+        n => format!("{COUNTER}@{n}"),
+    }
+}
+
+/// Value `offset` of region slot `slot`'s counter, as a value of the whole code space;
+/// `None` past the slot's range (or for a slot that does not exist).
+pub fn region_value(slot: u8, offset: u64) -> Option<u64> {
+    (slot < REGION_SLOTS && offset < REGION_SPAN).then(|| u64::from(slot) * REGION_SPAN + offset)
+}
+
+/// The region slot a value of the code space belongs to, and its offset in that slot's
+/// range (values past the last full range belong to no slot: `None`).
+pub fn split_value(value: u64) -> Option<(u8, u64)> {
+    let slot = value / REGION_SPAN;
+    (slot < u64::from(REGION_SLOTS)).then_some((slot as u8, value % REGION_SPAN))
+}
 /// The store setting that keeps the permutation key (hex), recorded by the first start of a
 /// control plane on the store (the configured key, or a generated one) and fixed from then on.
 pub const CODE_KEY_SETTING: &str = "code_permutation_key";
@@ -110,6 +139,39 @@ mod tests {
     use super::*;
 
     const KEY: [u8; 16] = *b"0123456789abcdef";
+
+    #[test]
+    fn region_slots_split_the_code_space_without_overlap() {
+        assert_eq!(REGION_SPAN * u64::from(REGION_SLOTS), base62::SPACE, "62^7 splits evenly");
+        // (slot, offset, the value)
+        let cases = [
+            (0, 0, Some(0)),
+            (0, 12_345, Some(12_345)),
+            (0, REGION_SPAN - 1, Some(REGION_SPAN - 1)),
+            (0, REGION_SPAN, None),
+            (1, 0, Some(REGION_SPAN)),
+            (1, 7, Some(REGION_SPAN + 7)),
+            (15, REGION_SPAN - 1, Some(base62::SPACE - 1)),
+            (16, 0, None),
+        ];
+        for (slot, offset, want) in cases {
+            assert_eq!(region_value(slot, offset), want, "slot {slot} offset {offset}");
+            if let Some(value) = want {
+                assert_eq!(split_value(value), Some((slot, offset)), "value {value}");
+            }
+        }
+        assert_eq!(split_value(base62::SPACE), None);
+        assert_eq!(split_value(u64::MAX), None);
+        assert_eq!(region_counter(0), COUNTER, "a store made before regions is slot 0's");
+        assert_eq!(region_counter(3), "codes@3");
+        // Every slot's codes are codes of the one permutation: any value decodes back.
+        let g = GeneratedCodes::new(KEY);
+        for slot in [0, 1, 7, 15] {
+            let value = region_value(slot, 99).unwrap();
+            let Generated::Code(code) = g.code_for(value) else { continue };
+            assert_eq!(g.value_of(code.as_bytes()).and_then(split_value), Some((slot, 99)));
+        }
+    }
 
     #[test]
     fn value_of_inverts_code_for() {

@@ -8,7 +8,6 @@ use crate::l1::L1;
 use crate::trust::InvalidationTrust;
 use futures_util::StreamExt;
 use rebound_core::cache::CachePolicy;
-use rebound_core::generated::COUNTER;
 use rebound_core::{CacheRecord, Clock, UnixMillis};
 use rebound_store::{ChannelMessage, CreationFeed, FeedEntry, InvalidationChannel, LinkReads};
 use std::sync::Arc;
@@ -22,7 +21,8 @@ const RETRY_AFTER: Duration = Duration::from_millis(250);
 /// How long one creation-feed read blocks waiting for entries.
 const FEED_BLOCK: Duration = Duration::from_millis(500);
 /// How often a proxy following the feed reads the high-water mark from the store again,
-/// so a lease announcement lost on the way to Redis is made up for (one point read).
+/// so a lease announcement lost on the way to Redis is made up for (a point read per region
+/// slot's counter).
 pub const HIGH_WATER_REFRESH: Duration = Duration::from_secs(30);
 /// Pause before syncing again while the store cannot tell issued codes yet.
 const NOT_YET_RETRY: Duration = Duration::from_secs(5);
@@ -260,9 +260,8 @@ pub async fn run_creation_feed(
             }
             if refreshed.elapsed() >= HIGH_WATER_REFRESH {
                 refreshed = tokio::time::Instant::now();
-                if let Ok(Ok(h)) = tokio::time::timeout(FEED_BLOCK * 2, store.high_water(COUNTER)).await {
-                    issued.raise_high_water(h);
-                }
+                // Every region slot's counter: a point read each.
+                let _ = tokio::time::timeout(FEED_BLOCK * 2, issued.read_marks(store.as_ref())).await;
             }
         }
     }
@@ -298,6 +297,7 @@ pub async fn sync_embedded_filter(issued: Arc<IssuedCodeGate>, store: Arc<dyn Li
 mod tests {
     use super::*;
     use rebound_core::cache::CachePolicy;
+    use rebound_core::generated::COUNTER;
     use rebound_core::{Link, ManualClock, RedirectKind};
     use rebound_store::fleet::{MemoryChannel, MemoryFeed};
     use rebound_store::{CounterStore, LinkStore, MemoryStore};

@@ -1,6 +1,7 @@
 //! The issued-code filter (SPEC §3 step 4): which codes can exist, known without reading
 //! the links. A generated code is the permutation of a counter value, so it can exist only
-//! if that value is below the counter's high-water mark; every other code is an alias, kept
+//! if that value is below the high-water mark of its region slot's counter (each region
+//! of a fleet leases from its own range of values); every other code is an alias, kept
 //! in a Bloom filter loaded from the alias index. The gate answers "never issued" only while
 //! it is current, otherwise it is bypassed, so it can never 404 a code that exists. The
 //! rule, the slack above the mark and why they are safe: docs/records-and-invariants.md,
@@ -8,8 +9,8 @@
 
 use bloomfilter::Bloom;
 use rebound_core::generated::{
-    key_from_hex, store_permutation_key, CodeKeyMismatch, GeneratedCodes, ALIAS_INDEX_SETTING, CODE_KEY_SETTING,
-    COUNTER,
+    key_from_hex, region_counter, split_value, store_permutation_key, CodeKeyMismatch, GeneratedCodes,
+    ALIAS_INDEX_SETTING, CODE_KEY_SETTING, REGION_SLOTS, REGION_SPAN,
 };
 use rebound_store::{LinkReads, StoreError};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -58,10 +59,12 @@ pub async fn stored_permutation_key(
     Ok(store_permutation_key(configured, stored)?)
 }
 
-/// The high-water mark, the alias filter and whether they may be trusted.
+/// The high-water marks (one per region slot), the alias filter and whether they may be
+/// trusted.
 pub struct IssuedCodeGate {
     codes: OnceLock<GeneratedCodes>,
-    high_water: AtomicU64,
+    /// Each region slot's mark: offsets in its range below it have been leased.
+    marks: [AtomicU64; REGION_SLOTS as usize],
     aliases: RwLock<AliasFilters>,
     alias_count: AtomicU64,
     current: AtomicBool,
@@ -100,7 +103,7 @@ impl IssuedCodeGate {
         };
         IssuedCodeGate {
             codes: OnceLock::new(),
-            high_water: AtomicU64::new(0),
+            marks: std::array::from_fn(|_| AtomicU64::new(0)),
             aliases: RwLock::new(filters),
             alias_count: AtomicU64::new(0),
             current: AtomicBool::new(false),
@@ -123,9 +126,9 @@ impl IssuedCodeGate {
         let codes = self.codes.get()?;
         let shaped = is_code_shaped(code);
         if shaped {
-            if let Some(value) = codes.value_of(code.as_bytes()) {
-                let high_water = self.high_water.load(Ordering::Acquire);
-                if value < high_water.saturating_add(HIGH_WATER_SLACK) {
+            if let Some((slot, offset)) = codes.value_of(code.as_bytes()).and_then(split_value) {
+                let mark = self.marks[usize::from(slot)].load(Ordering::Acquire);
+                if offset < mark.saturating_add(HIGH_WATER_SLACK) {
                     return Some(true);
                 }
             }
@@ -137,9 +140,32 @@ impl IssuedCodeGate {
         })
     }
 
-    /// Counter values below `high_water` have been leased. The mark only grows.
+    /// Counter values of the code space below `high_water`, in its region slot, have been
+    /// leased (a lease's announced end: the value after its last). A mark only grows.
     pub fn raise_high_water(&self, high_water: u64) {
-        self.high_water.fetch_max(high_water, Ordering::AcqRel);
+        if let Some((slot, last)) = high_water.checked_sub(1).and_then(split_value) {
+            self.raise_slot(slot, last + 1);
+        }
+    }
+
+    /// Offsets below `mark` of region slot `slot`'s range have been leased.
+    pub fn raise_slot(&self, slot: u8, mark: u64) {
+        if let Some(m) = self.marks.get(usize::from(slot)) {
+            m.fetch_max(mark, Ordering::AcqRel);
+        }
+    }
+
+    /// Whether the generated-code value `value` has been leased, by the marks known.
+    fn leased(&self, value: u64) -> bool {
+        split_value(value).is_some_and(|(slot, offset)| offset < self.marks[usize::from(slot)].load(Ordering::Acquire))
+    }
+
+    /// Reads every region slot's counter from the store and raises the marks.
+    pub async fn read_marks(&self, store: &dyn LinkReads) -> Result<(), StoreError> {
+        for slot in 0..REGION_SLOTS {
+            self.raise_slot(slot, store.high_water(&region_counter(slot)).await?);
+        }
+        Ok(())
     }
 
     /// A link was created with `code`: an alias goes into the filter; a generated code is
@@ -149,7 +175,7 @@ impl IssuedCodeGate {
             .codes
             .get()
             .and_then(|c| c.value_of(code.as_bytes()))
-            .is_some_and(|v| v < self.high_water());
+            .is_some_and(|v| self.leased(v));
         if !covered {
             self.insert_alias(code);
         }
@@ -185,9 +211,16 @@ impl IssuedCodeGate {
         self.current.load(Ordering::Acquire)
     }
 
-    /// The high-water mark known.
+    /// The highest mark known, as a value of the whole code space (region slot 0's mark in
+    /// a fleet of one region).
     pub fn high_water(&self) -> u64 {
-        self.high_water.load(Ordering::Acquire)
+        (0..REGION_SLOTS)
+            .rev()
+            .find_map(|slot| {
+                let mark = self.marks[usize::from(slot)].load(Ordering::Acquire);
+                (mark > 0).then(|| u64::from(slot) * REGION_SPAN + mark)
+            })
+            .unwrap_or(0)
     }
 
     /// Aliases inserted into the filter so far (a code inserted twice counts twice).
@@ -208,7 +241,7 @@ impl IssuedCodeGate {
                 "the alias index is not complete (no control plane of this version has started)",
             ));
         }
-        self.raise_high_water(store.high_water(COUNTER).await?);
+        self.read_marks(store).await?;
         let mut after: Option<String> = None;
         let mut loaded = 0u64;
         loop {
@@ -234,6 +267,7 @@ impl IssuedCodeGate {
 pub(crate) mod tests {
     use super::*;
     use rebound_core::generated::Generated;
+    use rebound_core::generated::COUNTER;
     use rebound_store::{CounterStore, MemoryStore};
 
     const KEY: [u8; 16] = *b"0123456789abcdef";
@@ -292,6 +326,50 @@ pub(crate) mod tests {
         assert!(others > 9_950, "{others} of 10,000 unknown aliases rejected");
         gate.set_current(false);
         assert_eq!(gate.may_exist("nope1"), None);
+    }
+
+    #[tokio::test]
+    async fn each_region_slot_is_judged_by_its_own_mark() {
+        use rebound_core::generated::{region_value, REGION_SPAN};
+        let store = synced_store(1_000, &[]).await;
+        // Region slot 3 has leased 500 values of its own range.
+        store.lease_block(&region_counter(3), 500).await.unwrap();
+        let gate = IssuedCodeGate::new(1000);
+        gate.load_from(&store, None).await.unwrap();
+        gate.set_current(true);
+        let at = |slot, offset| code(region_value(slot, offset).unwrap());
+        // (slot, offset, may exist): every slot's leased values, and the slack above each mark.
+        let cases = [
+            (0, 999, Some(true)),
+            (0, 1_000 + HIGH_WATER_SLACK - 1, Some(true)),
+            (0, 1_000 + HIGH_WATER_SLACK, Some(false)),
+            (3, 0, Some(true)),
+            (3, 499 + HIGH_WATER_SLACK, Some(true)),
+            (3, 500 + HIGH_WATER_SLACK, Some(false)),
+            // A slot that has leased nothing: only its slack goes to the store.
+            (1, HIGH_WATER_SLACK - 1, Some(true)),
+            (1, HIGH_WATER_SLACK, Some(false)),
+            (15, REGION_SPAN - 1, Some(false)),
+        ];
+        for (slot, offset, want) in cases {
+            assert_eq!(gate.may_exist(&at(slot, offset)), want, "slot {slot} offset {offset}");
+        }
+        // A lease announced by another region raises that region's mark, and no other.
+        gate.raise_high_water(region_value(1, 2 * HIGH_WATER_SLACK).unwrap());
+        assert_eq!(gate.may_exist(&at(1, 2 * HIGH_WATER_SLACK)), Some(true));
+        assert_eq!(gate.may_exist(&at(0, 1_000 + HIGH_WATER_SLACK)), Some(false));
+        // A lease that ends exactly at its range's end belongs to its slot, not the next.
+        gate.raise_high_water(region_value(2, REGION_SPAN - 1).unwrap() + 1);
+        assert_eq!(gate.may_exist(&at(2, REGION_SPAN - 1)), Some(true));
+        assert_eq!(gate.may_exist(&at(3, 500 + HIGH_WATER_SLACK)), Some(false));
+        assert_eq!(
+            gate.high_water(),
+            region_value(3, 500).unwrap(),
+            "the highest slot's mark"
+        );
+        // A generated code of a leased value is not an alias: nothing is inserted.
+        gate.created(&at(3, 10));
+        assert_eq!(gate.aliases(), 0);
     }
 
     #[tokio::test]

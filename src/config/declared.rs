@@ -228,6 +228,24 @@ pub const BLOCKED_DOMAINS: Setting<Vec<String>> = Setting::new("api.blocked_doma
 pub const KGS_BLOCK_SIZE: Setting<u64> = Setting::new("api.kgs_block_size", || api().kgs_block_size)
     .check(Between(1, 10_000_000))
     .doc("counter values leased per block for generated codes; the next block is fetched when a tenth is left");
+pub const REGION: Setting<String> = Setting::new("region", || api().region)
+    .var("REBOUND_REGION")
+    .check(Text("1 to 32 lower-case letters, digits or '-'", |r| {
+        (1..=32).contains(&r.len())
+            && r.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    }))
+    .doc("this region's name, recorded in the store with its slot (`region_slot`)");
+pub const REGION_SLOT: Setting<u64> = Setting::new("region_slot", || u64::from(api().region_slot))
+    .var("REBOUND_REGION_SLOT")
+    .check(Between(0, 15))
+    .doc(
+        "this region's slot, fixed for the life of the store and different in each region: generated codes come \
+         from the slot's own range of counter values (a sixteenth of the code space), so regions create links \
+         without asking each other and never give a code twice. A fleet of one region keeps 0 (the store's one \
+         counter). A control plane records its region's name for its slot in the store on its first start, and \
+         refuses to start on a slot that another region holds.",
+    );
 pub const CODE_KEY: Setting<Option<[u8; 16]>> = Setting::new("api.code_key", || api().code_key)
     .var("REBOUND_CODE_KEY")
     .doc(
@@ -420,6 +438,8 @@ pub(super) fn read(src: &mut impl Source) -> Result<Settings, ConfigError> {
             anonymous_burst: src.get(&ANONYMOUS_BURST)?,
             blocked_domains: src.get(&BLOCKED_DOMAINS)?,
             kgs_block_size: src.get(&KGS_BLOCK_SIZE)?,
+            region: src.get(&REGION)?,
+            region_slot: src.get(&REGION_SLOT)? as u8,
             code_key: src.get(&CODE_KEY)?,
             idempotency_ttl_secs: src.get(&IDEMPOTENCY_TTL_SECS)?,
             refuse_mixed_script_for_keys: src.get(&REFUSE_MIXED_SCRIPT_FOR_KEYS)?,
