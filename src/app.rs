@@ -171,6 +171,15 @@ pub async fn run_control_plane(settings: Settings) -> anyhow::Result<()> {
     if let Some(cache) = &redis {
         RedisBreakerState::register(&metrics.registry, cache.clone()).context("declaring metrics")?;
     }
+    let peers = crate::regions::open_peers(&settings).await?;
+    if redis.is_none() && !peers.is_empty() {
+        use crate::config::{PEER_REDIS_URLS, REDIS_URL};
+        anyhow::bail!(
+            "{} is set without {}: a region's own Redis comes first",
+            PEER_REDIS_URLS.var.unwrap_or(PEER_REDIS_URLS.key),
+            REDIS_URL.var.unwrap_or(REDIS_URL.key)
+        );
+    }
     let click_queue = open_queue(&settings).await?;
     announce_initial_key(&settings, store.as_ref(), clock.as_ref()).await?;
     check_descriptor_budget(&settings, 0, true)?;
@@ -186,7 +195,7 @@ pub async fn run_control_plane(settings: Settings) -> anyhow::Result<()> {
         store,
         clock,
         announce: match redis {
-            Some(cache) => Announce::Redis(cache),
+            Some(local) => Announce::Redis { local, peers },
             None => Announce::Nowhere,
         },
         click_counts: None,

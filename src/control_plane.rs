@@ -18,7 +18,7 @@ use rebound_edge::Edge;
 use rebound_metering::MeteredLinkEvents;
 use rebound_redis::acks::{AckMetrics, Acknowledgements};
 use rebound_redis::{RedisCache, RedisLinkEvents};
-use rebound_store::{ClickInbox, LinkEvents, NoLinkEvents, RollupStore, Store};
+use rebound_store::{ClickInbox, FanOutLinkEvents, LinkEvents, NoLinkEvents, RollupStore, Store};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,8 +32,12 @@ pub enum Announce {
     /// To a data plane in this process (`DataPlane::in_process_events`).
     InProcess(Arc<dyn LinkEvents>),
     /// To the proxies over Redis: the write-through, the creation feed, the invalidation
-    /// and its acknowledgements.
-    Redis(Arc<RedisCache>),
+    /// and its acknowledgements; with `peers`, the same over every other region's Redis
+    /// (docs/regions.md).
+    Redis {
+        local: Arc<RedisCache>,
+        peers: Vec<Arc<RedisCache>>,
+    },
     /// Nowhere (no Redis): proxies' L1 entries expire after `l1_ttl`.
     Nowhere,
 }
@@ -73,8 +77,8 @@ pub struct ControlPlane {
     registry: prometheus::Registry,
     api_edge: Edge,
     metrics_edge: Edge,
-    /// With Redis: the proxies' acknowledgements, listened to while it runs.
-    acks: Option<(Arc<Acknowledgements>, Arc<RedisCache>)>,
+    /// With Redis: the proxies' acknowledgements in each region, listened to while it runs.
+    acks: Vec<(Arc<Acknowledgements>, Arc<RedisCache>)>,
     consumer: Option<Consumer>,
 }
 
@@ -93,23 +97,36 @@ impl ControlPlane {
             click_queue,
         } = adapters;
         let registry = &metrics.registry;
-        let mut acks = None;
+        let mut acks = Vec::new();
         let events: Arc<dyn LinkEvents> = match announce {
             Announce::InProcess(events) => events,
-            Announce::Redis(cache) => {
-                let listener = Acknowledgements::new(AckMetrics::register(registry).context("declaring metrics")?);
-                acks = Some((listener.clone(), cache.clone()));
+            Announce::Redis { local, peers } => {
+                // One set of acknowledgement metrics for every region's waits.
+                let ack_metrics = AckMetrics::register(registry).context("declaring metrics")?;
                 let r = &settings.redirect;
-                Arc::new(MeteredLinkEvents::new(
+                let mut region = |cache: Arc<RedisCache>| -> Arc<dyn LinkEvents> {
+                    let listener = Acknowledgements::new(ack_metrics.clone());
+                    acks.push((listener.clone(), cache.clone()));
                     Arc::new(RedisLinkEvents {
                         cache,
                         clock: clock.clone(),
                         policy: r.cache_policy(),
                         acks: listener,
                         invalidation_bound: Duration::from_millis(r.invalidation_timeout_ms + r.l1_ttl_ms),
-                    }),
-                    &metrics.adapters,
-                ))
+                    })
+                };
+                let here = region(local);
+                let events: Arc<dyn LinkEvents> = match peers.is_empty() {
+                    true => here,
+                    false => {
+                        let mut regions = vec![("this region".to_owned(), here)];
+                        for (n, peer) in peers.into_iter().enumerate() {
+                            regions.push((format!("peer region {}", n + 1), region(peer)));
+                        }
+                        Arc::new(FanOutLinkEvents::new(regions))
+                    }
+                };
+                Arc::new(MeteredLinkEvents::new(events, &metrics.adapters))
             }
             Announce::Nowhere => Arc::new(MeteredLinkEvents::new(Arc::new(NoLinkEvents), &metrics.adapters)),
         };
@@ -152,7 +169,7 @@ impl ControlPlane {
     pub async fn run(self, listeners: ControlPlaneListeners, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let (stop_tx, stop) = watch::channel(false);
         let mut tasks = Vec::new();
-        if let Some((acks, cache)) = self.acks {
+        for (acks, cache) in self.acks {
             tasks.push(tokio::spawn(acks.listen(cache, stop.clone())));
         }
         if let Some(port) = listeners.metrics {

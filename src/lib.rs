@@ -33,5 +33,6 @@ pub mod data_plane;
 pub mod listen;
 pub mod metrics_port;
 pub mod process_metrics;
+pub mod regions;
 pub mod settings;
 pub mod signals;

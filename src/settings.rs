@@ -72,6 +72,8 @@ pub struct Settings {
     pub store: StoreChoice,
     /// Redis for L2, invalidation and the creation feed; none means L1 only.
     pub redis_url: Option<String>,
+    /// The Redis of every other region, for a control plane (docs/regions.md).
+    pub peer_redis_urls: Vec<String>,
     /// The certificate authorities of Redis's certificate; none: the system's.
     pub redis_ca: Option<PathBuf>,
     pub redis_prefix: String,

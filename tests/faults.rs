@@ -1,6 +1,7 @@
 //! The fleet under faults (SPEC §4 I1/I2, §8): real control planes and proxies on a real
 //! Redis and moto, faults injected by the test (subscriptions killed, clocks skewed,
-//! proxies leaving), every operation and probe recorded in a history that a checker reads.
+//! proxies leaving, a peer region out of reach), every operation and probe recorded in a
+//! history that a checker reads; and two regions, each with its own Redis and proxies.
 
 mod common;
 
@@ -646,4 +647,97 @@ async fn a_randomized_schedule_of_faults_breaks_neither_i1_nor_i2() {
         started.elapsed()
     );
     drop(proxies);
+}
+
+/// Two regions on one machine (docs/regions.md): each with its own redis-server and two
+/// proxies, one store (moto) standing for the replicated one, and a control plane in
+/// region A whose peer region B's Redis is 40 ms away each way (a relay). Returns the
+/// deployment's parts: the control plane, the proxies (A's two, then B's two), the relay to
+/// B and the servers, which must outlive the test.
+async fn two_regions(dir: &std::path::Path) -> (Running, Vec<(String, Running)>, Relay, [OwnServer; 2]) {
+    let (a, b) = (OwnServer::redis(), OwnServer::redis());
+    let far = delayed_relay(b.port, Duration::from_millis(40));
+    let d = Deployment::new(&shared_aws_url(), Some(&a.url()));
+    let cp = d.control_plane(dir, &[("REBOUND_PEER_REDIS_URLS", &through_relay(&b.url(), far.port))]);
+    let mut proxies = Vec::new();
+    for (name, redis) in [("a0", &a), ("a1", &a), ("b0", &b), ("b1", &b)] {
+        proxies.push((
+            name.to_owned(),
+            d.proxy(dir, &[("REBOUND_REDIS_URL", &redis.url())]).await,
+        ));
+    }
+    (cp, proxies, far, [a, b])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_DYNAMODB_URL and redis-server (the test services): scripts/test starts them and runs it"]
+async fn a_create_is_served_and_a_delete_is_404_in_both_regions_at_once() {
+    let dir = temp_dir();
+    let (cp, proxies, _far, _servers) = two_regions(dir.path()).await;
+    let history = History::default();
+    let mut took = Vec::new();
+    for i in 0..60 {
+        let code = create_recorded(&history, &cp, i).await;
+        // The first click in every region, right after the create returned.
+        for (name, p) in &proxies {
+            probe(&history, p, name, &code).await;
+        }
+        let start = Instant::now();
+        assert!(
+            delete_recorded(&history, &cp, &code, i % 2 == 1).await,
+            "the delete succeeded"
+        );
+        took.push(start.elapsed());
+        for (name, p) in &proxies {
+            probe(&history, p, name, &code).await;
+        }
+    }
+    history.assert_clean("two regions");
+    took.sort();
+    eprintln!(
+        "cross-region deletes (40 ms each way to region B's Redis): p50 {:?}, p99 {:?}, max {:?} over {}",
+        took[took.len() / 2],
+        took[took.len() * 99 / 100],
+        took[took.len() - 1],
+        took.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_DYNAMODB_URL and redis-server (the test services): scripts/test starts them and runs it"]
+async fn a_delete_that_could_not_reach_a_region_is_503_and_finished_there_once_it_can() {
+    let dir = temp_dir();
+    let (cp, proxies, far, servers) = two_regions(dir.path()).await;
+    let history = History::default();
+    let code = create_recorded(&history, &cp, 0).await;
+    for (name, p) in &proxies {
+        assert_eq!(probe(&history, p, name, &code).await, 302, "{name}");
+    }
+    // Region B's Redis cannot be reached from region A.
+    far.freeze();
+    let answer = delete_at(&history, &http(), &cp.api(), &code, false).await;
+    assert!(
+        matches!(answer, Deleted::Pending),
+        "the delete is not confirmed in region B: 503, not {}",
+        match answer {
+            Deleted::Ok => "a success",
+            _ => "another answer",
+        }
+    );
+    for (name, p) in &proxies[..2] {
+        assert_eq!(probe(&history, p, name, &code).await, 404, "{name}: region A has it");
+    }
+    // What was sent meanwhile is dropped with the connections; then B is reachable again.
+    far.fail_over_to(servers[1].port);
+    far.thaw();
+    let back = Instant::now();
+    for (name, p) in &proxies[2..] {
+        assert!(
+            eventually(p, &code, 404, Duration::from_secs(10)).await,
+            "{name} still redirects {:?} after region B became reachable",
+            back.elapsed()
+        );
+    }
+    eprintln!("region B 404 {:?} after it became reachable", back.elapsed());
+    history.assert_clean("a region cut off during a delete");
 }

@@ -95,6 +95,16 @@ pub const REDIS_URL: Setting<Option<String>> = Setting::new("redis_url", || None
      an untrusted certificate stop the start with an error naming the setting; an unreachable Redis does not (it \
      is connected to when it answers).",
     );
+pub const PEER_REDIS_URLS: Setting<Vec<String>> = Setting::new("peer_redis_urls", Vec::new)
+    .var("REBOUND_PEER_REDIS_URLS")
+    .check(Elsewhere("a list of `redis://` or `rediss://` URLs"))
+    .doc(
+        "for `rebound control-plane` in a fleet of several regions (docs/regions.md): the Redis of every other \
+         region, under the same `redis_prefix` and `redis_ca`. A create is written through to each of them and a \
+         lease announced on each; a delete or takedown writes its tombstone to each and waits for each region's \
+         proxies as for this region's, and answers success only once every region did (else 503, and the \
+         reconciler finishes it). The variable is comma-separated.",
+    );
 pub const REDIS_CA: Setting<Option<PathBuf>> = Setting::new("redis_ca", || None).var("REBOUND_REDIS_CA").doc(
     "PEM file of the certificate authorities that sign Redis's TLS certificate (only with `rediss://`); unset: the \
      system's trust store",
@@ -393,6 +403,7 @@ pub(super) fn read(src: &mut impl Source) -> Result<Settings, ConfigError> {
             _ => StoreChoice::Sqlite,
         },
         redis_url: src.get(&REDIS_URL)?,
+        peer_redis_urls: src.get(&PEER_REDIS_URLS)?,
         redis_ca: src.get(&REDIS_CA)?,
         redis_prefix: src.get(&REDIS_PREFIX)?,
         queue: match (src.get(&QUEUE)?.as_str(), src.written(&SQS_QUEUE)?) {

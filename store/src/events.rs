@@ -49,6 +49,55 @@ impl LinkEvents for NoLinkEvents {
     }
 }
 
+/// Every region's link events (docs/regions.md): each event goes to every region at once,
+/// and succeeds only when it succeeded in every one. A delete therefore returns only once
+/// every region's Redis holds the tombstone and every region's proxies acknowledged it (or
+/// were waited out); a region that cannot be reached makes it fail (503), and the
+/// reconciler finishes it everywhere later, which is harmless where it had succeeded.
+pub struct FanOutLinkEvents {
+    regions: Vec<(String, std::sync::Arc<dyn LinkEvents>)>,
+}
+
+impl FanOutLinkEvents {
+    /// Events to every one of `regions`, each named for the errors.
+    pub fn new(regions: Vec<(String, std::sync::Arc<dyn LinkEvents>)>) -> FanOutLinkEvents {
+        FanOutLinkEvents { regions }
+    }
+
+    /// Runs `event` in every region at once; the failures, each under its region's name.
+    async fn everywhere<'a, F, Fut>(&'a self, event: F) -> Result<(), EventError>
+    where
+        F: Fn(&'a dyn LinkEvents) -> Fut,
+        Fut: std::future::Future<Output = Result<(), EventError>> + 'a,
+    {
+        let results =
+            futures_util::future::join_all(self.regions.iter().map(|(_, region)| event(region.as_ref()))).await;
+        let failed: Vec<String> = self
+            .regions
+            .iter()
+            .zip(results)
+            .filter_map(|((name, _), r)| r.err().map(|e| format!("{name}: {}", e.0)))
+            .collect();
+        match failed.is_empty() {
+            true => Ok(()),
+            false => Err(EventError(failed.join("; "))),
+        }
+    }
+}
+
+#[async_trait]
+impl LinkEvents for FanOutLinkEvents {
+    async fn created(&self, link: &Link) -> Result<(), EventError> {
+        self.everywhere(|region| region.created(link)).await
+    }
+    async fn leased(&self, high_water: u64) -> Result<(), EventError> {
+        self.everywhere(|region| region.leased(high_water)).await
+    }
+    async fn deactivated(&self, link: &Link) -> Result<(), EventError> {
+        self.everywhere(|region| region.deactivated(link)).await
+    }
+}
+
 /// A recorder for tests: remembers every event and can be told to fail deactivations.
 #[derive(Debug, Default)]
 pub struct RecordedLinkEvents {
@@ -80,5 +129,59 @@ impl LinkEvents for RecordedLinkEvents {
             .unwrap_or_else(|e| e.into_inner())
             .push(link.clone());
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rebound_core::RedirectKind;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    fn link() -> Link {
+        Link::new_active(
+            "abc1234".into(),
+            "https://e.com/".into(),
+            RedirectKind::Found,
+            false,
+            0,
+            "o".into(),
+            None,
+        )
+    }
+
+    #[tokio::test]
+    async fn every_region_hears_every_event_and_one_failing_region_fails_it() {
+        let (a, b, c) = (
+            Arc::new(RecordedLinkEvents::default()),
+            Arc::new(RecordedLinkEvents::default()),
+            Arc::new(RecordedLinkEvents::default()),
+        );
+        let fan = FanOutLinkEvents::new(vec![
+            ("home".into(), a.clone() as Arc<dyn LinkEvents>),
+            ("eu".into(), b.clone() as Arc<dyn LinkEvents>),
+            ("ap".into(), c.clone() as Arc<dyn LinkEvents>),
+        ]);
+        fan.created(&link()).await.unwrap();
+        fan.leased(42).await.unwrap();
+        fan.deactivated(&link()).await.unwrap();
+        for region in [&a, &b, &c] {
+            assert_eq!(region.created.lock().unwrap().len(), 1);
+            assert_eq!(*region.leased.lock().unwrap(), [42]);
+            assert_eq!(region.deactivated.lock().unwrap().len(), 1);
+        }
+        // One region refuses: the delete fails, naming it, and the others were still told.
+        b.fail_deactivations.store(true, Ordering::SeqCst);
+        let e = fan.deactivated(&link()).await.unwrap_err();
+        assert!(
+            e.0.starts_with("eu: ") && !e.0.contains("home") && !e.0.contains("ap"),
+            "{e}"
+        );
+        assert_eq!(a.deactivated.lock().unwrap().len(), 2);
+        assert_eq!(c.deactivated.lock().unwrap().len(), 2);
+        c.fail_deactivations.store(true, Ordering::SeqCst);
+        let e = fan.deactivated(&link()).await.unwrap_err();
+        assert!(e.0.contains("eu: ") && e.0.contains("ap: "), "{e}");
     }
 }

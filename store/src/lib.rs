@@ -32,7 +32,7 @@ pub mod events;
 pub mod fleet;
 #[cfg(any(test, feature = "test-util"))]
 pub mod memory;
-#[cfg(any(test, feature = "test-util"))]
+#[cfg(feature = "test-util")]
 pub mod testing;
 
 use async_trait::async_trait;
@@ -46,7 +46,7 @@ pub use cache::{L2Read, RecordCache};
 #[cfg(any(test, feature = "test-util"))]
 pub use clicks::MemoryInbox;
 pub use clicks::{ClickInbox, ClickSink, InboxMessage, QueueDepth};
-pub use events::{EventError, LinkEvents, NoLinkEvents};
+pub use events::{EventError, FanOutLinkEvents, LinkEvents, NoLinkEvents};
 pub use fleet::{ChannelMessage, CreationFeed, FeedEntry, InvalidationChannel};
 #[cfg(any(test, feature = "test-util"))]
 pub use memory::MemoryStore;

@@ -297,6 +297,10 @@ async fn pump(
         });
         while let Some((at, bytes)) = rx.recv().await {
             tokio::time::sleep_until(at).await;
+            // Frozen, the bytes due are held until the thaw.
+            while frozen.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
             if to.write_all(&bytes).await.is_err() {
                 break;
             }
