@@ -142,7 +142,11 @@ mod tests {
 
     #[test]
     fn region_slots_split_the_code_space_without_overlap() {
-        assert_eq!(REGION_SPAN * u64::from(REGION_SLOTS), base62::SPACE, "62^7 splits evenly");
+        assert_eq!(
+            REGION_SPAN * u64::from(REGION_SLOTS),
+            base62::SPACE,
+            "62^7 splits evenly"
+        );
         // (slot, offset, the value)
         let cases = [
             (0, 0, Some(0)),
@@ -168,7 +172,9 @@ mod tests {
         let g = GeneratedCodes::new(KEY);
         for slot in [0, 1, 7, 15] {
             let value = region_value(slot, 99).unwrap();
-            let Generated::Code(code) = g.code_for(value) else { continue };
+            let Generated::Code(code) = g.code_for(value) else {
+                continue;
+            };
             assert_eq!(g.value_of(code.as_bytes()).and_then(split_value), Some((slot, 99)));
         }
     }
