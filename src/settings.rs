@@ -74,6 +74,8 @@ pub struct Settings {
     pub redis_url: Option<String>,
     /// The certificate authorities of Redis's certificate; none: the system's.
     pub redis_ca: Option<PathBuf>,
+    /// `redis_url` lists the seed nodes of a Redis Cluster.
+    pub redis_cluster: bool,
     pub redis_prefix: String,
     pub sqs_visibility_secs: u32,
     pub queue: QueueChoice,

@@ -95,6 +95,15 @@ pub const REDIS_URL: Setting<Option<String>> = Setting::new("redis_url", || None
      an untrusted certificate stop the start with an error naming the setting; an unreachable Redis does not (it \
      is connected to when it answers).",
     );
+pub const REDIS_CLUSTER: Setting<bool> = Setting::new("redis_cluster", || false)
+    .var("REBOUND_REDIS_CLUSTER")
+    .doc(
+        "`redis_url` is a Redis Cluster (ElastiCache with cluster mode enabled, or `redis-server --cluster-enabled \
+     yes`): a comma-separated list of seed nodes' URLs, all `redis://` or all `rediss://` with the same \
+     credentials (`redis://a:6379/,redis://b:6379/`); the other nodes are learnt from them. Keys carry hash tags \
+     and the channels are shard channels (`SPUBLISH`, Redis 7): see docs/redis-cluster.md. Every process of a \
+     deployment must agree. The prefix must not contain `{` or `}`.",
+    );
 pub const REDIS_CA: Setting<Option<PathBuf>> = Setting::new("redis_ca", || None).var("REBOUND_REDIS_CA").doc(
     "PEM file of the certificate authorities that sign Redis's TLS certificate (only with `rediss://`); unset: the \
      system's trust store",
@@ -373,6 +382,7 @@ pub(super) fn read(src: &mut impl Source) -> Result<Settings, ConfigError> {
         },
         redis_url: src.get(&REDIS_URL)?,
         redis_ca: src.get(&REDIS_CA)?,
+        redis_cluster: src.get(&REDIS_CLUSTER)?,
         redis_prefix: src.get(&REDIS_PREFIX)?,
         queue: match (src.get(&QUEUE)?.as_str(), src.written(&SQS_QUEUE)?) {
             ("sqs", queue_name) => {
