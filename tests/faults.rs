@@ -346,6 +346,36 @@ async fn i1_holds_when_redis_restarts_from_a_snapshot_older_than_the_deletes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs REBOUND_TEST_DYNAMODB_URL and redis-server (the test services): scripts/test starts them and runs it"]
+async fn i1_holds_on_a_redis_cluster_whose_masters_restart_from_snapshots_older_than_the_deletes() {
+    // A three-master cluster of the test's own: records spread over the shards, the fleet's
+    // keys and channels on one of them, so a delete writes its tombstone on one node and
+    // publishes on another. Every master then loses the deletes (a restart from a snapshot
+    // taken before them): each bucket's epoch, and the fleet's, must change on its own node.
+    let mut cluster = OwnCluster::start();
+    let mut d = Deployment::new(&shared_aws_url(), Some(&cluster.url()));
+    d.env.push(("REBOUND_REDIS_CLUSTER".to_owned(), "true".to_owned()));
+    let dir = temp_dir();
+    let cp = d.control_plane(dir.path(), &[]);
+    let proxies = vec![d.proxy(dir.path(), &[]).await, d.proxy(dir.path(), &[]).await];
+    let history = History::default();
+    let mut snapshots = Vec::new();
+    let codes = warm_then_delete(&history, &cp, &proxies, async {
+        let records = format!("{}:{{r*}}url:*", d.prefix);
+        let spread: Vec<usize> = (0..3).map(|i| cluster.keys(i, &records).len()).collect();
+        eprintln!("records on each master before the deletes: {spread:?}");
+        snapshots = (0..3).map(|i| cluster.snapshot(i)).collect();
+    })
+    .await;
+    for (i, snapshot) in snapshots.iter().enumerate() {
+        cluster.restart_from(i, snapshot);
+    }
+    probe_after_fault(&history, &d, &cp, proxies, &codes).await;
+    history.assert_clean("cluster masters restarted from snapshots taken before the deletes");
+    assert!(metric(&cp, "rebound_redis_identity_changes_total").await >= 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_DYNAMODB_URL and redis-server (the test services): scripts/test starts them and runs it"]
 async fn deletes_wait_for_the_proxies_a_redis_that_lost_writes_dropped_from_the_registry() {
     // Proxies cut off from Redis (their trust lapsed, their registrations no longer
     // refreshed) still serve, from the store, entries a few hundred milliseconds old; then
