@@ -168,3 +168,171 @@ fn messages(
     })
     .boxed()
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::RedisCache;
+    use futures_util::StreamExt;
+    use rebound_store::{ChannelMessage, InvalidationChannel};
+    use std::process::{Child, Command, Stdio};
+    use std::time::Duration;
+
+    /// A three-master cluster of the test's own (its slots are moved), killed when dropped.
+    struct Cluster {
+        nodes: Vec<(Child, u16)>,
+        _dir: tempfile::TempDir,
+    }
+
+    impl Drop for Cluster {
+        fn drop(&mut self) {
+            for (child, _) in &mut self.nodes {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    fn cli(port: u16, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .arg("-p")
+            .arg(port.to_string())
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    async fn start_cluster() -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let mut nodes = Vec::new();
+        for _ in 0..3 {
+            let (port, bus) = (free_port(), free_port());
+            let child = Command::new("redis-server")
+                .args([
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--cluster-enabled",
+                    "yes",
+                ])
+                .args(["--port", &port.to_string(), "--cluster-port", &bus.to_string()])
+                .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
+                .arg("--dir")
+                .arg(dir.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server");
+            nodes.push((child, port));
+        }
+        let cluster = Cluster { nodes, _dir: dir };
+        for (_, port) in &cluster.nodes {
+            while cli(*port, &["ping"]) != "PONG" {
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+        }
+        let addresses: Vec<String> = cluster.nodes.iter().map(|(_, p)| format!("127.0.0.1:{p}")).collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+        for (_, port) in &cluster.nodes {
+            while !cli(*port, &["cluster", "info"]).contains("cluster_state:ok") {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        cluster
+    }
+
+    /// Moves `slot`, with its keys, from the node at `from` to the node at `to` (what a
+    /// resharding does, one slot).
+    fn move_slot(cluster: &Cluster, slot: u16, from: u16, to: u16) {
+        let (from_id, to_id) = (cli(from, &["cluster", "myid"]), cli(to, &["cluster", "myid"]));
+        let slot = slot.to_string();
+        cli(to, &["cluster", "setslot", &slot, "importing", &from_id]);
+        cli(from, &["cluster", "setslot", &slot, "migrating", &to_id]);
+        loop {
+            let keys = cli(from, &["cluster", "getkeysinslot", &slot, "100"]);
+            if keys.is_empty() {
+                break;
+            }
+            let to = to.to_string();
+            let mut args = vec!["migrate", "127.0.0.1", &to, "", "0", "5000", "keys"];
+            args.extend(keys.lines());
+            assert_eq!(cli(from, &args), "OK");
+        }
+        for (_, port) in &cluster.nodes {
+            cli(*port, &["cluster", "setslot", &slot, "node", &to_id]);
+        }
+    }
+
+    /// The next message within 5 s (`None`: the subscription ended).
+    async fn next(messages: &mut futures_util::stream::BoxStream<'static, ChannelMessage>) -> Option<ChannelMessage> {
+        tokio::time::timeout(Duration::from_secs(5), messages.next())
+            .await
+            .expect("a message or the end within 5 s")
+    }
+
+    #[tokio::test]
+    #[ignore = "needs redis-server and redis-cli (the test services): scripts/test runs it"]
+    async fn the_subscription_ends_when_the_fleet_s_slot_moves_and_the_next_one_follows_it() {
+        let cluster = start_cluster().await;
+        let ports: Vec<u16> = cluster.nodes.iter().map(|(_, p)| *p).collect();
+        let seeds: Vec<String> = ports.iter().map(|p| format!("redis://127.0.0.1:{p}/")).collect();
+        let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+        let cache = RedisCache::cluster(&seeds, "mv:", None).unwrap();
+        let slot: u16 = cli(ports[0], &["cluster", "keyslot", &cache.invalidations_key()])
+            .parse()
+            .unwrap();
+        let owner = |cluster: &Cluster| {
+            cluster
+                .nodes
+                .iter()
+                .map(|(_, p)| *p)
+                .find(|p| cli(*p, &["cluster", "countkeysinslot", &slot.to_string()]) != "0")
+        };
+
+        let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
+        let position = InvalidationChannel::keepalive(&cache, "p1", 1).await.unwrap();
+        assert_eq!(next(&mut messages).await, Some(ChannelMessage::Keepalive { sent: 1 }));
+        cache.publish_invalidation("abc", 2).await.unwrap();
+        assert!(matches!(
+            next(&mut messages).await,
+            Some(ChannelMessage::Invalidate { version: 2, .. })
+        ));
+
+        // The fleet's slot moves to another master: the subscription ends (a lapse).
+        let from = owner(&cluster).expect("the fleet's keys are somewhere");
+        let to = *ports.iter().find(|p| **p != from).unwrap();
+        move_slot(&cluster, slot, from, to);
+        assert_eq!(next(&mut messages).await, None, "the subscription ended");
+
+        // The next subscription is made on the new owner (the old one answers MOVED).
+        let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
+        InvalidationChannel::keepalive(&cache, "p1", 3).await.unwrap();
+        assert_eq!(next(&mut messages).await, Some(ChannelMessage::Keepalive { sent: 3 }));
+        cache.publish_invalidation("abd", 4).await.unwrap();
+        assert!(matches!(
+            next(&mut messages).await,
+            Some(ChannelMessage::Invalidate { version: 4, .. })
+        ));
+        assert_eq!(owner(&cluster), Some(to));
+        // The log moved with its identity key to a node with another run_id: a new epoch,
+        // so a replay from before cannot be trusted.
+        assert_eq!(cache.replay(&position).await.unwrap(), None);
+    }
+}
