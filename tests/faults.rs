@@ -210,6 +210,23 @@ async fn i1_holds_when_every_subscription_is_killed_right_before_each_delete() {
     // A Redis of its own: killing its subscribers must not touch other tests'.
     let redis = OwnServer::redis();
     let d = Deployment::new(&shared_aws_url(), Some(&redis.url()));
+    subscriptions_killed_before_each_delete(&d, &[redis.port]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_DYNAMODB_URL and redis-server (the test services): scripts/test starts them and runs it"]
+async fn i1_holds_when_every_subscription_is_killed_right_before_each_delete_on_a_redis_cluster() {
+    // The shard subscriptions, on the fleet's node, killed: each proxy subscribes again on
+    // that node (found through MOVED when it asks another).
+    let cluster = OwnCluster::start();
+    let mut d = Deployment::new(&shared_aws_url(), Some(&cluster.url()));
+    d.env.push(("REBOUND_REDIS_CLUSTER".to_owned(), "true".to_owned()));
+    subscriptions_killed_before_each_delete(&d, &cluster.ports()).await;
+}
+
+/// Ten times: a link warmed into two proxies, every subscription on the Redis servers at
+/// `ports` killed, the link deleted, then probed ten times on each proxy: never redirected.
+async fn subscriptions_killed_before_each_delete(d: &Deployment, ports: &[u16]) {
     let dir = temp_dir();
     let cp = d.control_plane(dir.path(), &[]);
     let proxies = [d.proxy(dir.path(), &[]).await, d.proxy(dir.path(), &[]).await];
@@ -221,7 +238,11 @@ async fn i1_holds_when_every_subscription_is_killed_right_before_each_delete() {
                 assert_eq!(probe(&history, p, &format!("p{n}"), &code).await, 302, "warmed into L1");
             }
         }
-        assert!(kill_subscriptions(redis.port).await >= 2, "the proxies were subscribed");
+        let mut killed = 0;
+        for port in ports {
+            killed += kill_subscriptions(*port).await;
+        }
+        assert!(killed >= 2, "the proxies were subscribed");
         assert!(delete_recorded(&history, &cp, &code, i % 2 == 1).await);
         for _ in 0..10 {
             for (n, p) in proxies.iter().enumerate() {
