@@ -145,7 +145,8 @@ impl RedisCache {
                 }
                 Ok(pubsub.into_on_message().boxed())
             }
-            Deployment::Cluster { seed, .. } => {
+            Deployment::Cluster { seeds, .. } => {
+                let seed = &seeds[0];
                 let first = self
                     .fleet_node
                     .lock()

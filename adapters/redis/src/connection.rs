@@ -113,6 +113,13 @@ pub enum RedisSettingError {
     Certificate(#[source] rustls::Error),
 }
 
+/// True when `e` is a wrong setting (see [`classify_connect_error`]).
+fn is_a_setting(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH"))
+        || certificate_verdict(e).is_some()
+}
+
 /// A connection failure that is a wrong setting rather than an outage, told by what the
 /// error is, never by its text.
 fn classify_connect_error(e: redis::RedisError) -> Result<RedisSettingError, redis::RedisError> {
@@ -178,45 +185,48 @@ impl RedisCache {
         if prefix.contains(['{', '}']) {
             return Err(RedisSettingError::PrefixWithBrace);
         }
-        let infos = seeds
-            .iter()
-            .map(|s| redis::IntoConnectionInfo::into_connection_info(*s).map_err(RedisSettingError::Url))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut builder = redis::cluster::ClusterClientBuilder::new(infos.clone()).retries(1);
-        let mut seed_client = None;
-        if let Some(pem) = ca_pem {
-            if !seeds.iter().all(|s| s.starts_with("rediss://")) {
-                return Err(RedisSettingError::CaWithoutTls);
-            }
-            let certificates = redis::TlsCertificates {
-                client_tls: None,
-                root_cert: Some(pem),
-            };
-            // Read once here (a bad PEM is said at once), and kept for the connections of
-            // its own a subscription makes to one node.
-            let first =
-                redis::Client::build_with_tls(infos[0].clone(), certificates.clone()).map_err(|e| match e.kind() {
-                    redis::ErrorKind::IoError => RedisSettingError::Ca(e),
-                    _ => RedisSettingError::Url(e),
-                })?;
-            seed_client = Some(first);
-            builder = builder.certs(certificates);
-        }
-        let seed = match (seed_client, infos.first()) {
-            (Some(client), _) => client.get_connection_info().clone(),
-            (None, Some(info)) => info.clone(),
-            (None, None) => {
-                return Err(RedisSettingError::Seeds(redis::RedisError::from((
-                    redis::ErrorKind::InvalidClientConfig,
-                    "no seed node",
-                ))))
-            }
+        let disagree = |why: &'static str| {
+            RedisSettingError::Seeds(redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, why)))
         };
+        let Some(first) = seeds.first() else {
+            return Err(disagree("no seed node"));
+        };
+        let tls = first.starts_with("rediss://");
+        if seeds.iter().any(|s| s.starts_with("rediss://") != tls) {
+            return Err(disagree("some seed nodes are rediss:// and others are not"));
+        }
+        if ca_pem.is_some() && !tls {
+            return Err(RedisSettingError::CaWithoutTls);
+        }
+        let certificates = ca_pem.map(|pem| redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem),
+        });
+        // Each seed as a client of that one node sees it (TLS with the authorities, the
+        // credentials): for the start-up check and the subscriptions' own connections.
+        let nodes = seeds
+            .iter()
+            .map(|seed| {
+                let client = match &certificates {
+                    Some(c) => redis::Client::build_with_tls(*seed, c.clone()).map_err(|e| match e.kind() {
+                        // The PEM is read into `io::Error`s; the URL's faults are the client's own kind.
+                        redis::ErrorKind::IoError => RedisSettingError::Ca(e),
+                        _ => RedisSettingError::Url(e),
+                    })?,
+                    None => redis::Client::open(*seed).map_err(RedisSettingError::Url)?,
+                };
+                Ok(client.get_connection_info().clone())
+            })
+            .collect::<Result<Vec<_>, RedisSettingError>>()?;
+        let mut builder = redis::cluster::ClusterClientBuilder::new(seeds.to_vec()).retries(1);
+        if let Some(c) = certificates {
+            builder = builder.certs(c);
+        }
         let client = builder.build().map_err(RedisSettingError::Seeds)?;
         Ok(RedisCache::with_deployment(
             Deployment::Cluster {
                 client: Box::new(client),
-                seed,
+                seeds: nodes,
             },
             Keys::new(prefix, true),
         ))
@@ -232,20 +242,7 @@ impl RedisCache {
     /// must not run on them); an unreachable server is not (the cache connects lazily and
     /// retries, and the process serves meanwhile), and is returned as `Ok(Some(outage))`.
     pub async fn check_settings(&self) -> Result<Option<StoreError>, RedisSettingError> {
-        let attempt = tokio::time::timeout(Duration::from_secs(3), async {
-            match &self.deployment {
-                Deployment::Single(client) => {
-                    let mut c = client.get_multiplexed_async_connection().await?;
-                    redis::cmd("PING").query_async::<String>(&mut c).await.map(drop)
-                }
-                // Connecting reads the slots from a seed node; PING then goes to every primary.
-                Deployment::Cluster { client, .. } => {
-                    let mut c = client.get_async_connection().await?;
-                    redis::cmd("PING").query_async::<redis::Value>(&mut c).await.map(drop)
-                }
-            }
-        })
-        .await;
+        let attempt = tokio::time::timeout(Duration::from_secs(3), self.first_connection()).await;
         match attempt {
             Ok(Ok(_)) => Ok(None),
             Ok(Err(e)) => match classify_connect_error(e) {
@@ -253,6 +250,38 @@ impl RedisCache {
                 Err(outage) => Ok(Some(redis_err(outage))),
             },
             Err(_) => Ok(Some(StoreError::unavailable("Redis", "no answer within 3 s"))),
+        }
+    }
+
+    /// One connection and a `PING`, as the start-up check makes it.
+    async fn first_connection(&self) -> redis::RedisResult<()> {
+        async fn ping(client: &redis::Client) -> redis::RedisResult<()> {
+            let mut c = client.get_multiplexed_async_connection().await?;
+            redis::cmd("PING").query_async::<String>(&mut c).await.map(drop)
+        }
+        match &self.deployment {
+            Deployment::Single(client) => ping(client).await,
+            Deployment::Cluster { client, seeds } => {
+                // A seed node alone first: its errors keep their kind (the cluster client
+                // turns the causes of a failed first connection into text).
+                let mut unreachable = None;
+                for seed in seeds {
+                    match ping(&redis::Client::open(seed.clone())?).await {
+                        Ok(()) => {
+                            unreachable = None;
+                            break;
+                        }
+                        Err(e) if is_a_setting(&e) => return Err(e),
+                        Err(e) => unreachable = Some(e),
+                    }
+                }
+                if let Some(e) = unreachable {
+                    return Err(e);
+                }
+                // Connecting reads the slots from a seed node; PING then goes to every primary.
+                let mut c = client.get_async_connection().await?;
+                redis::cmd("PING").query_async::<redis::Value>(&mut c).await.map(drop)
+            }
         }
     }
 

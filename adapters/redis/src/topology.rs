@@ -21,12 +21,12 @@ use std::time::Duration;
 /// Where the keys live.
 pub(crate) enum Deployment {
     Single(redis::Client),
-    /// A cluster, and the first seed node's connection settings (TLS, credentials), used
-    /// for the connections of its own a subscription makes to one node.
+    /// A cluster, and its seed nodes' connection settings (TLS, credentials), used for the
+    /// connections of their own that the start-up check and a subscription make to one node.
     Cluster {
         // Boxed: far larger than a single Redis's client.
         client: Box<redis::cluster::ClusterClient>,
-        seed: ConnectionInfo,
+        seeds: Vec<ConnectionInfo>,
     },
 }
 
@@ -171,11 +171,20 @@ fn messages(
 
 #[cfg(test)]
 mod tests {
-    use crate::RedisCache;
+    use crate::{RedisCache, RedisSettingError};
     use futures_util::StreamExt;
+    use rebound_store::RecordCache;
     use rebound_store::{ChannelMessage, InvalidationChannel};
     use std::process::{Child, Command, Stdio};
     use std::time::Duration;
+
+    /// The password of the cluster that requires one.
+    const PASSWORD: &str = "s3cret";
+
+    /// The `--requirepass` among a server's arguments.
+    fn password_of<'a>(args: &[&'a str]) -> Option<&'a str> {
+        args.iter().position(|a| *a == "--requirepass").map(|i| args[i + 1])
+    }
 
     /// A three-master cluster of the test's own (its slots are moved), killed when dropped.
     struct Cluster {
@@ -200,8 +209,18 @@ mod tests {
             .port()
     }
 
+    /// `redis-cli -p port args…`.
     fn cli(port: u16, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
+        cli_as(None, port, args)
+    }
+
+    /// [`cli`] with a password.
+    fn cli_as(password: Option<&str>, port: u16, args: &[&str]) -> String {
+        let mut cmd = Command::new("redis-cli");
+        if let Some(p) = password {
+            cmd.env("REDISCLI_AUTH", p);
+        }
+        let out = cmd
             .arg("-p")
             .arg(port.to_string())
             .args(args)
@@ -211,6 +230,11 @@ mod tests {
     }
 
     async fn start_cluster() -> Cluster {
+        start_cluster_with(&[]).await
+    }
+
+    /// [`start_cluster`], each node started with `args` too.
+    async fn start_cluster_with(args: &[&str]) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let mut nodes = Vec::new();
         for _ in 0..3 {
@@ -230,6 +254,7 @@ mod tests {
                 .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
                 .arg("--dir")
                 .arg(dir.path())
+                .args(args)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
@@ -238,12 +263,17 @@ mod tests {
         }
         let cluster = Cluster { nodes, _dir: dir };
         for (_, port) in &cluster.nodes {
-            while cli(*port, &["ping"]) != "PONG" {
+            while cli_as(password_of(args), *port, &["ping"]) != "PONG" {
                 tokio::time::sleep(Duration::from_millis(25)).await;
             }
         }
         let addresses: Vec<String> = cluster.nodes.iter().map(|(_, p)| format!("127.0.0.1:{p}")).collect();
-        let out = Command::new("redis-cli")
+        let password = password_of(args);
+        let mut create = Command::new("redis-cli");
+        if let Some(p) = password {
+            create.env("REDISCLI_AUTH", p);
+        }
+        let out = create
             .args(["--cluster", "create"])
             .args(&addresses)
             .args(["--cluster-replicas", "0", "--cluster-yes"])
@@ -251,7 +281,7 @@ mod tests {
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
         for (_, port) in &cluster.nodes {
-            while !cli(*port, &["cluster", "info"]).contains("cluster_state:ok") {
+            while !cli_as(password_of(args), *port, &["cluster", "info"]).contains("cluster_state:ok") {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
@@ -334,5 +364,73 @@ mod tests {
         // The log moved with its identity key to a node with another run_id: a new epoch,
         // so a replay from before cannot be trusted.
         assert_eq!(cache.replay(&position).await.unwrap(), None);
+    }
+
+    #[test]
+    fn cluster_settings_that_cannot_work_are_refused_before_connecting() {
+        let refused = |seeds: &[&str], prefix: &str, ca: Option<Vec<u8>>| RedisCache::cluster(seeds, prefix, ca).err();
+        assert!(matches!(
+            refused(&["redis://127.0.0.1:7000/"], "a{b}:", None),
+            Some(RedisSettingError::PrefixWithBrace)
+        ));
+        assert!(matches!(refused(&[], "p:", None), Some(RedisSettingError::Seeds(_))));
+        assert!(matches!(
+            refused(
+                &["redis://:one@127.0.0.1:7000/", "redis://:two@127.0.0.1:7001/"],
+                "p:",
+                None
+            ),
+            Some(RedisSettingError::Seeds(_))
+        ));
+        assert!(matches!(
+            refused(&["redis://127.0.0.1:7000/", "rediss://127.0.0.1:7001/"], "p:", None),
+            Some(RedisSettingError::Seeds(_))
+        ));
+        assert!(matches!(
+            refused(&["redis://127.0.0.1:7000/"], "p:", Some(Vec::new())),
+            Some(RedisSettingError::CaWithoutTls)
+        ));
+        assert!(matches!(
+            refused(&["http://x/"], "p:", None),
+            Some(RedisSettingError::Url(_))
+        ));
+        assert!(RedisCache::cluster(&["redis://127.0.0.1:7000/", "redis://127.0.0.1:7001/"], "p:", None).is_ok());
+    }
+
+    #[tokio::test]
+    #[ignore = "needs redis-server and redis-cli (the test services): scripts/test runs it"]
+    async fn a_cluster_s_password_reaches_every_node_and_a_wrong_one_is_a_setting_error() {
+        let cluster = start_cluster_with(&["--requirepass", PASSWORD, "--masterauth", PASSWORD]).await;
+        let seeds = |auth: &str| -> Vec<String> {
+            cluster
+                .nodes
+                .iter()
+                .map(|(_, p)| format!("redis://{auth}127.0.0.1:{p}/"))
+                .collect()
+        };
+        let good = seeds(&format!(":{PASSWORD}@"));
+        let good: Vec<&str> = good.iter().map(String::as_str).collect();
+        let cache = RedisCache::cluster(&good, "auth:", None).unwrap();
+        assert!(matches!(cache.check_settings().await, Ok(None)));
+        // Records on every shard, and the subscription on the fleet's node, authenticate.
+        for i in 0..30 {
+            assert!(matches!(
+                cache.get_record(&format!("code{i}")).await,
+                Ok(rebound_store::L2Read::Miss)
+            ));
+        }
+        let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
+        InvalidationChannel::keepalive(&cache, "p1", 9).await.unwrap();
+        assert_eq!(next(&mut messages).await, Some(ChannelMessage::Keepalive { sent: 9 }));
+        for bad in ["", ":wrong@"] {
+            let seeds = seeds(bad);
+            let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+            let refused = RedisCache::cluster(&seeds, "auth:", None)
+                .unwrap()
+                .check_settings()
+                .await
+                .unwrap_err();
+            assert!(matches!(refused, RedisSettingError::Credentials(_)), "{bad}: {refused}");
+        }
     }
 }
