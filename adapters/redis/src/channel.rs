@@ -146,22 +146,33 @@ impl RedisCache {
                 Ok(pubsub.into_on_message().boxed())
             }
             Deployment::Cluster { seeds, .. } => {
-                let seed = &seeds[0];
-                let first = self
-                    .fleet_node
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .clone()
-                    .unwrap_or_else(|| topology::address_of(seed));
-                let (messages, owner) = topology::sharded_subscription(seed, first, channels)
-                    .await
-                    .map_err(|e| {
-                        // The node may be gone: the next attempt starts from a seed again.
-                        *self.fleet_node.lock().unwrap_or_else(|e| e.into_inner()) = None;
-                        self.failed(e)
-                    })?;
-                *self.fleet_node.lock().unwrap_or_else(|e| e.into_inner()) = Some(owner);
-                Ok(messages)
+                // Asked first: the node that owned the slot last time, then each seed (any
+                // live node names the owner), so a node gone for good is passed over.
+                let remembered = self.fleet_node.lock().unwrap_or_else(|e| e.into_inner()).take();
+                let mut candidates: Vec<String> = remembered.into_iter().collect();
+                for seed in seeds {
+                    let address = topology::address_of(seed);
+                    if !candidates.contains(&address) {
+                        candidates.push(address);
+                    }
+                }
+                let mut unreachable = None;
+                for first in candidates {
+                    match topology::sharded_subscription(&seeds[0], first, channels).await {
+                        Ok((messages, owner)) => {
+                            *self.fleet_node.lock().unwrap_or_else(|e| e.into_inner()) = Some(owner);
+                            return Ok(messages);
+                        }
+                        Err(e) if e.is_io_error() || e.is_connection_refusal() || e.is_timeout() => {
+                            unreachable = Some(e);
+                        }
+                        Err(e) => return Err(self.failed(e)),
+                    }
+                }
+                Err(match unreachable {
+                    Some(e) => self.failed(e),
+                    None => StoreError::unavailable("Redis", "no seed node"),
+                })
             }
         }
     }

@@ -310,6 +310,18 @@ mod tests {
         }
     }
 
+    /// True when the node at `port` serves `slot` (by its own line of `CLUSTER NODES`).
+    fn serves(port: u16, slot: u32) -> bool {
+        let within = |range: &str| {
+            let (a, b) = range.split_once('-').unwrap_or((range, range));
+            a.parse::<u32>().is_ok_and(|a| a <= slot) && b.parse::<u32>().is_ok_and(|b| slot <= b)
+        };
+        cli(port, &["cluster", "nodes"])
+            .lines()
+            .filter(|l| l.contains("myself"))
+            .any(|l| l.split_whitespace().skip(8).any(within))
+    }
+
     /// The next message within 5 s (`None`: the subscription ended).
     async fn next(messages: &mut futures_util::stream::BoxStream<'static, ChannelMessage>) -> Option<ChannelMessage> {
         tokio::time::timeout(Duration::from_secs(5), messages.next())
@@ -432,5 +444,36 @@ mod tests {
                 .unwrap_err();
             assert!(matches!(refused, RedisSettingError::Credentials(_)), "{bad}: {refused}");
         }
+    }
+
+    #[tokio::test]
+    #[ignore = "needs redis-server and redis-cli (the test services): scripts/test runs it"]
+    async fn a_subscription_passes_over_a_seed_node_that_is_gone() {
+        // Without full coverage required, the live masters serve their slots while one is down.
+        let mut cluster = start_cluster_with(&["--cluster-require-full-coverage", "no"]).await;
+        let ports: Vec<u16> = cluster.nodes.iter().map(|(_, p)| *p).collect();
+        let fleet: u32 = cli(ports[0], &["cluster", "keyslot", "x:{fleet}invalidations"])
+            .parse()
+            .unwrap();
+        // The first seed is a node that does not own the fleet's slot, and it is stopped.
+        let gone = *ports.iter().find(|p| !serves(**p, fleet)).unwrap();
+        let mut seeds: Vec<String> = vec![format!("redis://127.0.0.1:{gone}/")];
+        seeds.extend(
+            ports
+                .iter()
+                .filter(|p| **p != gone)
+                .map(|p| format!("redis://127.0.0.1:{p}/")),
+        );
+        let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+        for (child, port) in &mut cluster.nodes {
+            if *port == gone {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        let cache = RedisCache::cluster(&seeds, "x:", None).unwrap();
+        let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
+        InvalidationChannel::keepalive(&cache, "p1", 5).await.unwrap();
+        assert_eq!(next(&mut messages).await, Some(ChannelMessage::Keepalive { sent: 5 }));
     }
 }
