@@ -450,7 +450,7 @@ impl RedisCache {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use futures_util::StreamExt;
     use rebound_core::CacheRecord;
@@ -603,7 +603,7 @@ mod tests {
 
     /// A test CA (`ca.crt`) and a certificate it signed for localhost and 127.0.0.1
     /// (`server.crt`, `server.key`); and a second, unrelated CA (`other.crt`).
-    fn certificates(dir: &Path) {
+    pub(crate) fn certificates(dir: &Path) {
         let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
         for ca in ["ca", "other"] {
             let (key, crt, subj) = (

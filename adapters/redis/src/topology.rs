@@ -181,11 +181,6 @@ mod tests {
     /// The password of the cluster that requires one.
     const PASSWORD: &str = "s3cret";
 
-    /// The `--requirepass` among a server's arguments.
-    fn password_of<'a>(args: &[&'a str]) -> Option<&'a str> {
-        args.iter().position(|a| *a == "--requirepass").map(|i| args[i + 1])
-    }
-
     /// A three-master cluster of the test's own (its slots are moved), killed when dropped.
     struct Cluster {
         nodes: Vec<(Child, u16)>,
@@ -209,18 +204,21 @@ mod tests {
             .port()
     }
 
-    /// `redis-cli -p port args…`.
-    fn cli(port: u16, args: &[&str]) -> String {
-        cli_as(None, port, args)
+    /// How redis-cli reaches a cluster's nodes: with a password, over TLS with a CA.
+    #[derive(Default)]
+    struct Access {
+        password: Option<&'static str>,
+        ca: Option<std::path::PathBuf>,
     }
 
-    /// [`cli`] with a password.
-    fn cli_as(password: Option<&str>, port: u16, args: &[&str]) -> String {
-        let mut cmd = Command::new("redis-cli");
-        if let Some(p) = password {
-            cmd.env("REDISCLI_AUTH", p);
-        }
-        let out = cmd
+    /// `redis-cli -p port args…`.
+    fn cli(port: u16, args: &[&str]) -> String {
+        cli_as(&Access::default(), port, args)
+    }
+
+    /// [`cli`] with a password or over TLS.
+    fn cli_as(access: &Access, port: u16, args: &[&str]) -> String {
+        let out = redis_cli(access)
             .arg("-p")
             .arg(port.to_string())
             .args(args)
@@ -229,16 +227,40 @@ mod tests {
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
-    async fn start_cluster() -> Cluster {
-        start_cluster_with(&[]).await
+    fn redis_cli(access: &Access) -> Command {
+        let mut cmd = Command::new("redis-cli");
+        if let Some(p) = access.password {
+            cmd.env("REDISCLI_AUTH", p);
+        }
+        if let Some(ca) = &access.ca {
+            cmd.arg("--tls").arg("--cacert").arg(ca);
+        }
+        cmd
     }
 
-    /// [`start_cluster`], each node started with `args` too.
-    async fn start_cluster_with(args: &[&str]) -> Cluster {
+    async fn start_cluster() -> Cluster {
+        start_cluster_with(&[], &Access::default()).await
+    }
+
+    /// [`start_cluster`], each node started with `args` too, reached with `access` (over
+    /// TLS only, the cluster bus too, when it has a CA).
+    async fn start_cluster_with(args: &[&str], access: &Access) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let mut nodes = Vec::new();
         for _ in 0..3 {
             let (port, bus) = (free_port(), free_port());
+            let port_args = match access.ca {
+                Some(_) => vec![
+                    "--port".to_owned(),
+                    "0".to_owned(),
+                    "--tls-port".to_owned(),
+                    port.to_string(),
+                ]
+                .into_iter()
+                .chain(["--tls-cluster".to_owned(), "yes".to_owned()])
+                .collect::<Vec<_>>(),
+                None => vec!["--port".to_owned(), port.to_string()],
+            };
             let child = Command::new("redis-server")
                 .args([
                     "--bind",
@@ -250,7 +272,8 @@ mod tests {
                     "--cluster-enabled",
                     "yes",
                 ])
-                .args(["--port", &port.to_string(), "--cluster-port", &bus.to_string()])
+                .args(&port_args)
+                .args(["--cluster-port", &bus.to_string()])
                 .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
                 .arg("--dir")
                 .arg(dir.path())
@@ -263,17 +286,12 @@ mod tests {
         }
         let cluster = Cluster { nodes, _dir: dir };
         for (_, port) in &cluster.nodes {
-            while cli_as(password_of(args), *port, &["ping"]) != "PONG" {
+            while cli_as(access, *port, &["ping"]) != "PONG" {
                 tokio::time::sleep(Duration::from_millis(25)).await;
             }
         }
         let addresses: Vec<String> = cluster.nodes.iter().map(|(_, p)| format!("127.0.0.1:{p}")).collect();
-        let password = password_of(args);
-        let mut create = Command::new("redis-cli");
-        if let Some(p) = password {
-            create.env("REDISCLI_AUTH", p);
-        }
-        let out = create
+        let out = redis_cli(access)
             .args(["--cluster", "create"])
             .args(&addresses)
             .args(["--cluster-replicas", "0", "--cluster-yes"])
@@ -281,7 +299,7 @@ mod tests {
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
         for (_, port) in &cluster.nodes {
-            while !cli_as(password_of(args), *port, &["cluster", "info"]).contains("cluster_state:ok") {
+            while !cli_as(access, *port, &["cluster", "info"]).contains("cluster_state:ok") {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
@@ -412,7 +430,11 @@ mod tests {
     #[tokio::test]
     #[ignore = "needs redis-server and redis-cli (the test services): scripts/test runs it"]
     async fn a_cluster_s_password_reaches_every_node_and_a_wrong_one_is_a_setting_error() {
-        let cluster = start_cluster_with(&["--requirepass", PASSWORD, "--masterauth", PASSWORD]).await;
+        let access = Access {
+            password: Some(PASSWORD),
+            ca: None,
+        };
+        let cluster = start_cluster_with(&["--requirepass", PASSWORD, "--masterauth", PASSWORD], &access).await;
         let seeds = |auth: &str| -> Vec<String> {
             cluster
                 .nodes
@@ -450,7 +472,7 @@ mod tests {
     #[ignore = "needs redis-server and redis-cli (the test services): scripts/test runs it"]
     async fn a_subscription_passes_over_a_seed_node_that_is_gone() {
         // Without full coverage required, the live masters serve their slots while one is down.
-        let mut cluster = start_cluster_with(&["--cluster-require-full-coverage", "no"]).await;
+        let mut cluster = start_cluster_with(&["--cluster-require-full-coverage", "no"], &Access::default()).await;
         let ports: Vec<u16> = cluster.nodes.iter().map(|(_, p)| *p).collect();
         let fleet: u32 = cli(ports[0], &["cluster", "keyslot", "x:{fleet}invalidations"])
             .parse()
@@ -475,5 +497,63 @@ mod tests {
         let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
         InvalidationChannel::keepalive(&cache, "p1", 5).await.unwrap();
         assert_eq!(next(&mut messages).await, Some(ChannelMessage::Keepalive { sent: 5 }));
+    }
+
+    #[tokio::test]
+    #[ignore = "needs redis-server, redis-cli and openssl (the test services): scripts/test runs it"]
+    async fn over_tls_a_cluster_serves_records_the_subscription_and_the_feed_and_an_untrusted_certificate_is_refused() {
+        let certs = tempfile::tempdir().unwrap();
+        crate::connection::tests::certificates(certs.path());
+        let file = |name: &str| certs.path().join(name).to_str().unwrap().to_owned();
+        let access = Access {
+            password: None,
+            ca: Some(certs.path().join("ca.crt")),
+        };
+        let (crt, key, ca) = (file("server.crt"), file("server.key"), file("ca.crt"));
+        let cluster = start_cluster_with(
+            &[
+                "--tls-cert-file",
+                &crt,
+                "--tls-key-file",
+                &key,
+                "--tls-ca-cert-file",
+                &ca,
+                "--tls-auth-clients",
+                "no",
+            ],
+            &access,
+        )
+        .await;
+        let seeds: Vec<String> = cluster
+            .nodes
+            .iter()
+            .map(|(_, p)| format!("rediss://127.0.0.1:{p}/"))
+            .collect();
+        let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+        let pem = std::fs::read(certs.path().join("ca.crt")).unwrap();
+        let cache = RedisCache::cluster(&seeds, "tls:", Some(pem)).unwrap();
+        assert!(matches!(cache.check_settings().await, Ok(None)));
+        for i in 0..30 {
+            assert!(matches!(
+                cache.get_record(&format!("code{i}")).await,
+                Ok(rebound_store::L2Read::Miss)
+            ));
+        }
+        let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
+        InvalidationChannel::keepalive(&cache, "p1", 9).await.unwrap();
+        assert_eq!(next(&mut messages).await, Some(ChannelMessage::Keepalive { sent: 9 }));
+        cache.announce_created("tlscode").await.unwrap();
+        assert_eq!(
+            cache.read_feed("0-0", Duration::from_millis(100)).await.unwrap().1,
+            vec![rebound_store::fleet::FeedEntry::Created("tlscode".to_owned())]
+        );
+        // Checked against another authority: refused, with rustls' verdict.
+        let other = std::fs::read(certs.path().join("other.crt")).unwrap();
+        let refused = RedisCache::cluster(&seeds, "tls:", Some(other))
+            .unwrap()
+            .check_settings()
+            .await
+            .unwrap_err();
+        assert!(matches!(refused, RedisSettingError::Certificate(_)), "{refused}");
     }
 }
