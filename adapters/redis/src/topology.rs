@@ -129,10 +129,24 @@ pub(crate) async fn sharded_subscription(
             match redis::cmd("SSUBSCRIBE").arg(channel).exec_async(&mut conn).await {
                 Ok(()) => {}
                 Err(e) if followed < MOVED_FOLLOWED && e.kind() == redis::ErrorKind::Moved => {
-                    moved = e.redirect_node().map(|(node, _)| node.to_owned());
+                    match e.redirect_node() {
+                        Some((node, _)) => moved = Some(node.to_owned()),
+                        None => return Err(e),
+                    }
                     break;
                 }
                 Err(e) => return Err(e),
+            }
+        }
+        // A replica of the owner accepts SSUBSCRIBE too, but hears the master's messages over
+        // the cluster bus, where a lost message ends no subscription: only the master will do.
+        if moved.is_none() {
+            moved = master_of_replica(&mut conn).await?;
+            if moved.is_some() && followed >= MOVED_FOLLOWED {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::ClientError,
+                    "the shard channels' master could not be found",
+                )));
             }
         }
         match moved {
@@ -142,6 +156,34 @@ pub(crate) async fn sharded_subscription(
             }
             None => return Ok((messages(conn, rx), address)),
         }
+    }
+}
+
+/// The address of the master when the node of `conn` is a replica, else `None`; from
+/// `CLUSTER NODES` (ACL category `@slow` only, unlike `ROLE`).
+async fn master_of_replica(conn: &mut MultiplexedConnection) -> redis::RedisResult<Option<String>> {
+    let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(conn).await?;
+    Ok(master_in(&nodes))
+}
+
+/// In a `CLUSTER NODES` answer (`<id> <ip:port@bus[,host]> <flags> <master id> …` a line),
+/// the address of the master of the node that answered (`myself`), when it is a replica.
+fn master_in(nodes: &str) -> Option<String> {
+    let lines: Vec<Vec<&str>> = nodes.lines().map(|l| l.split_whitespace().collect()).collect();
+    let me = lines
+        .iter()
+        .find(|f| f.get(2).is_some_and(|flags| flags.split(',').any(|x| x == "myself")))?;
+    if !me[2].split(',').any(|x| x == "slave") {
+        return None;
+    }
+    let master = lines.iter().find(|f| f.first() == me.get(3))?;
+    // `ip:port@bus`, then `,hostname` when the nodes announce one (as `MOVED` then names
+    // them: TLS certificates are for the hostname).
+    let (endpoint, hostname) = master.get(1)?.split_once(',').unwrap_or((master.get(1)?, ""));
+    let (ip_port, _bus) = endpoint.split_once('@').unwrap_or((endpoint, ""));
+    match hostname {
+        "" => Some(ip_port.to_owned()),
+        host => Some(format!("{host}:{}", ip_port.rsplit_once(':')?.1)),
     }
 }
 
@@ -326,6 +368,23 @@ mod tests {
         for (_, port) in &cluster.nodes {
             cli(*port, &["cluster", "setslot", &slot, "node", &to_id]);
         }
+    }
+
+    #[test]
+    fn a_replica_names_its_master_in_cluster_nodes() {
+        let nodes = "\
+07c3 127.0.0.1:30004@31004,host-a slave,myself e7d1 0 0 3 connected
+e7d1 127.0.0.1:30001@31001,host-b master - 0 0 1 connected 0-5460
+67ed 127.0.0.1:30002@31002 master - 0 0 2 connected 5461-10922
+";
+        assert_eq!(super::master_in(nodes).as_deref(), Some("host-b:30001"));
+        let without_hostnames = nodes.replace(",host-a", "").replace(",host-b", "");
+        assert_eq!(super::master_in(&without_hostnames).as_deref(), Some("127.0.0.1:30001"));
+        let master = nodes
+            .replace("slave,myself", "slave")
+            .replace("master - 0 0 1", "myself,master - 0 0 1");
+        assert_eq!(super::master_in(&master), None);
+        assert_eq!(super::master_in(""), None);
     }
 
     /// True when the node at `port` serves `slot` (by its own line of `CLUSTER NODES`).
@@ -555,5 +614,71 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(refused, RedisSettingError::Certificate(_)), "{refused}");
+    }
+
+    #[tokio::test]
+    #[ignore = "needs redis-server and redis-cli (the test services): scripts/test runs it"]
+    async fn a_subscription_is_held_on_the_master_even_when_a_replica_is_asked_first() {
+        // A replica of the fleet's master accepts SSUBSCRIBE, but hears the master's messages
+        // over the cluster bus: the subscription must move to the master.
+        let mut cluster = start_cluster().await;
+        let ports: Vec<u16> = cluster.nodes.iter().map(|(_, p)| *p).collect();
+        let fleet: u32 = cli(ports[0], &["cluster", "keyslot", "r:{fleet}invalidations"])
+            .parse()
+            .unwrap();
+        let master = *ports.iter().find(|p| serves(**p, fleet)).unwrap();
+        let (replica, bus) = (free_port(), free_port());
+        let child = Command::new("redis-server")
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--cluster-enabled",
+                "yes",
+            ])
+            .args(["--port", &replica.to_string(), "--cluster-port", &bus.to_string()])
+            .args(["--cluster-config-file", &format!("nodes-{replica}.conf")])
+            .arg("--dir")
+            .arg(cluster._dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server");
+        cluster.nodes.push((child, replica));
+        while cli(replica, &["ping"]) != "PONG" {
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        let master_id = cli(master, &["cluster", "myid"]);
+        let out = Command::new("redis-cli")
+            .args([
+                "--cluster",
+                "add-node",
+                &format!("127.0.0.1:{replica}"),
+                &format!("127.0.0.1:{master}"),
+            ])
+            .args(["--cluster-slave", "--cluster-master-id", &master_id])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+        while !cli(replica, &["role"]).contains("connected")
+            || !cli(replica, &["cluster", "info"]).contains("cluster_state:ok")
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // The replica is the first seed.
+        let seeds = [
+            format!("redis://127.0.0.1:{replica}/"),
+            format!("redis://127.0.0.1:{master}/"),
+        ];
+        let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+        let cache = RedisCache::cluster(&seeds, "r:", None).unwrap();
+        let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
+        let subscribed = |port: u16| cli(port, &["client", "list", "type", "pubsub"]).lines().count();
+        assert_eq!((subscribed(master), subscribed(replica)), (1, 0), "held on the master");
+        InvalidationChannel::keepalive(&cache, "p1", 4).await.unwrap();
+        assert_eq!(next(&mut messages).await, Some(ChannelMessage::Keepalive { sent: 4 }));
     }
 }
