@@ -616,17 +616,8 @@ e7d1 127.0.0.1:30001@31001,host-b master - 0 0 1 connected 0-5460
         assert!(matches!(refused, RedisSettingError::Certificate(_)), "{refused}");
     }
 
-    #[tokio::test]
-    #[ignore = "needs redis-server and redis-cli (the test services): scripts/test runs it"]
-    async fn a_subscription_is_held_on_the_master_even_when_a_replica_is_asked_first() {
-        // A replica of the fleet's master accepts SSUBSCRIBE, but hears the master's messages
-        // over the cluster bus: the subscription must move to the master.
-        let mut cluster = start_cluster().await;
-        let ports: Vec<u16> = cluster.nodes.iter().map(|(_, p)| *p).collect();
-        let fleet: u32 = cli(ports[0], &["cluster", "keyslot", "r:{fleet}invalidations"])
-            .parse()
-            .unwrap();
-        let master = *ports.iter().find(|p| serves(**p, fleet)).unwrap();
+    /// Adds a replica of the master at `master` to `cluster`; returns its port once it is in sync.
+    async fn add_replica(cluster: &mut Cluster, master: u16) -> u16 {
         let (replica, bus) = (free_port(), free_port());
         let child = Command::new("redis-server")
             .args([
@@ -668,6 +659,60 @@ e7d1 127.0.0.1:30001@31001,host-b master - 0 0 1 connected 0-5460
         {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        replica
+    }
+
+    #[tokio::test]
+    #[ignore = "needs redis-server and redis-cli (the test services): scripts/test runs it"]
+    async fn after_a_failover_of_the_fleet_s_master_the_subscription_ends_and_follows_the_new_one() {
+        let mut cluster = start_cluster().await;
+        let ports: Vec<u16> = cluster.nodes.iter().map(|(_, p)| *p).collect();
+        let fleet: u32 = cli(ports[0], &["cluster", "keyslot", "f:{fleet}invalidations"])
+            .parse()
+            .unwrap();
+        let master = *ports.iter().find(|p| serves(**p, fleet)).unwrap();
+        let replica = add_replica(&mut cluster, master).await;
+        let seeds: Vec<String> = ports.iter().map(|p| format!("redis://127.0.0.1:{p}/")).collect();
+        let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+        let cache = RedisCache::cluster(&seeds, "f:", None).unwrap();
+        let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
+        let position = InvalidationChannel::keepalive(&cache, "p1", 1).await.unwrap();
+        assert_eq!(next(&mut messages).await, Some(ChannelMessage::Keepalive { sent: 1 }));
+        // A coordinated failover: the replica takes the slots over, the master follows it.
+        assert_eq!(cli(replica, &["cluster", "failover"]), "OK");
+        assert_eq!(
+            next(&mut messages).await,
+            None,
+            "the subscription on the old master ended"
+        );
+        while !serves(replica, fleet) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
+        let subscribed = |port: u16| cli(port, &["client", "list", "type", "pubsub"]).lines().count();
+        assert_eq!(
+            (subscribed(replica), subscribed(master)),
+            (1, 0),
+            "held on the new master"
+        );
+        InvalidationChannel::keepalive(&cache, "p1", 2).await.unwrap();
+        assert_eq!(next(&mut messages).await, Some(ChannelMessage::Keepalive { sent: 2 }));
+        // The new master has its own run_id: a new epoch, the log from before not trusted.
+        assert_eq!(cache.replay(&position).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    #[ignore = "needs redis-server and redis-cli (the test services): scripts/test runs it"]
+    async fn a_subscription_is_held_on_the_master_even_when_a_replica_is_asked_first() {
+        // A replica of the fleet's master accepts SSUBSCRIBE, but hears the master's messages
+        // over the cluster bus: the subscription must move to the master.
+        let mut cluster = start_cluster().await;
+        let ports: Vec<u16> = cluster.nodes.iter().map(|(_, p)| *p).collect();
+        let fleet: u32 = cli(ports[0], &["cluster", "keyslot", "r:{fleet}invalidations"])
+            .parse()
+            .unwrap();
+        let master = *ports.iter().find(|p| serves(**p, fleet)).unwrap();
+        let replica = add_replica(&mut cluster, master).await;
         // The replica is the first seed.
         let seeds = [
             format!("redis://127.0.0.1:{replica}/"),
