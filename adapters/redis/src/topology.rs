@@ -246,6 +246,15 @@ mod tests {
             .port()
     }
 
+    /// Waits until `done`, for at most 30 s (a test never hangs on a server that did not come).
+    async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "{what} within 30 s");
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
     /// How redis-cli reaches a cluster's nodes: with a password, over TLS with a CA.
     #[derive(Default)]
     struct Access {
@@ -328,9 +337,7 @@ mod tests {
         }
         let cluster = Cluster { nodes, _dir: dir };
         for (_, port) in &cluster.nodes {
-            while cli_as(access, *port, &["ping"]) != "PONG" {
-                tokio::time::sleep(Duration::from_millis(25)).await;
-            }
+            wait_until("a node answers PING", || cli_as(access, *port, &["ping"]) == "PONG").await;
         }
         let addresses: Vec<String> = cluster.nodes.iter().map(|(_, p)| format!("127.0.0.1:{p}")).collect();
         let out = redis_cli(access)
@@ -341,9 +348,10 @@ mod tests {
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
         for (_, port) in &cluster.nodes {
-            while !cli_as(access, *port, &["cluster", "info"]).contains("cluster_state:ok") {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            wait_until("cluster_state:ok", || {
+                cli_as(access, *port, &["cluster", "info"]).contains("cluster_state:ok")
+            })
+            .await;
         }
         cluster
     }
@@ -639,9 +647,7 @@ e7d1 127.0.0.1:30001@31001,host-b master - 0 0 1 connected 0-5460
             .spawn()
             .expect("redis-server");
         cluster.nodes.push((child, replica));
-        while cli(replica, &["ping"]) != "PONG" {
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        wait_until("the replica answers PING", || cli(replica, &["ping"]) == "PONG").await;
         let master_id = cli(master, &["cluster", "myid"]);
         let out = Command::new("redis-cli")
             .args([
@@ -654,11 +660,11 @@ e7d1 127.0.0.1:30001@31001,host-b master - 0 0 1 connected 0-5460
             .output()
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
-        while !cli(replica, &["role"]).contains("connected")
-            || !cli(replica, &["cluster", "info"]).contains("cluster_state:ok")
-        {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_until("the replica in sync, the cluster ok", || {
+            cli(replica, &["role"]).contains("connected")
+                && cli(replica, &["cluster", "info"]).contains("cluster_state:ok")
+        })
+        .await;
         replica
     }
 
@@ -685,9 +691,7 @@ e7d1 127.0.0.1:30001@31001,host-b master - 0 0 1 connected 0-5460
             None,
             "the subscription on the old master ended"
         );
-        while !serves(replica, fleet) {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_until("the replica serves the slot", || serves(replica, fleet)).await;
         let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
         let subscribed = |port: u16| cli(port, &["client", "list", "type", "pubsub"]).lines().count();
         assert_eq!(
