@@ -22,7 +22,8 @@
 //! # Layout
 //!
 //! - `connection`: [`RedisCache`], its connections with a breaker, TLS and AUTH, the
-//!   start-up check of the settings ([`RedisSettingError`]), the key and channel names.
+//!   start-up check of the settings ([`RedisSettingError`]), the key and channel names
+//!   it is asked for.
 //! - `keys`: the key and channel names, on one Redis and on a cluster (hash tags, buckets).
 //! - `topology`: one Redis or a cluster: the connection type, the sharded subscription.
 //! - `scripts`: the Lua scripts, and what each does.

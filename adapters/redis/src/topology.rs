@@ -6,9 +6,10 @@
 //! on them, so the order of one subscription's messages (an invalidation before the
 //! keepalive that follows it) is the order of that node's scripts, with no cluster bus in
 //! between. The subscription is a connection of its own to that node, found by asking a
-//! node (its `MOVED` answer names the owner); it ends, and so lapses, when the connection
-//! does or when the slot moves (the server's `sunsubscribe`), and the next one finds the
-//! new owner. The cluster client's own pub/sub is not used: it resubscribes by itself
+//! node (its `MOVED` answer names the owner; a replica of the owner, which would accept the
+//! subscription and relay the master's messages over the bus, names its master in
+//! `CLUSTER NODES`); it ends, and so lapses, when the connection does or when the slot moves
+//! or fails over (the server's `sunsubscribe`), and the next one finds the new owner. The cluster client's own pub/sub is not used: it resubscribes by itself
 //! after a disconnection, and the messages published meanwhile would be lost unseen.
 
 use futures_util::stream::BoxStream;
