@@ -2,7 +2,7 @@
 //! call counted under its adapter's name, its data directory held by one process at a
 //! time), Redis, the SQS click queue; and the first start's operator key.
 
-use crate::config::{Setting, REDIS_CA, REDIS_URL};
+use crate::config::{Setting, REDIS_CA, REDIS_CLUSTER, REDIS_PREFIX, REDIS_URL};
 use crate::settings::{QueueChoice, Settings, StoreChoice};
 use anyhow::Context;
 use rebound_core::Clock;
@@ -156,12 +156,19 @@ pub async fn open_redis(settings: &Settings) -> anyhow::Result<Option<Arc<RedisC
     let Some(url) = settings.redis_url.as_deref() else {
         return Ok(None);
     };
-    let cache = match &settings.redis_ca {
+    let ca = match &settings.redis_ca {
         Some(path) => {
-            let pem = std::fs::read(path).with_context(|| format!("{}: reading {}", var(&REDIS_CA), path.display()))?;
-            RedisCache::with_ca(url, &settings.redis_prefix, pem).map_err(named)?
+            Some(std::fs::read(path).with_context(|| format!("{}: reading {}", var(&REDIS_CA), path.display()))?)
         }
-        None => RedisCache::new(url, &settings.redis_prefix).map_err(named)?,
+        None => None,
+    };
+    let cache = match (settings.redis_cluster, ca) {
+        (true, ca) => {
+            let seeds: Vec<&str> = url.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+            RedisCache::cluster(&seeds, &settings.redis_prefix, ca).map_err(named)?
+        }
+        (false, Some(pem)) => RedisCache::with_ca(url, &settings.redis_prefix, pem).map_err(named)?,
+        (false, None) => RedisCache::new(url, &settings.redis_prefix).map_err(named)?,
     };
     match cache.check_settings().await.map_err(named)? {
         None => tracing::info!("connected to Redis"),
@@ -182,6 +189,8 @@ fn named(e: RedisSettingError) -> anyhow::Error {
         RedisSettingError::Url(_) | RedisSettingError::Credentials(_) => var(&REDIS_URL).to_owned(),
         RedisSettingError::Ca(_) => var(&REDIS_CA).to_owned(),
         RedisSettingError::CaWithoutTls => format!("{} with {}", var(&REDIS_CA), var(&REDIS_URL)),
+        RedisSettingError::Seeds(_) => format!("{} with {}", var(&REDIS_URL), var(&REDIS_CLUSTER)),
+        RedisSettingError::PrefixWithBrace => format!("{} with {}", var(&REDIS_PREFIX), var(&REDIS_CLUSTER)),
         RedisSettingError::Certificate(_) => format!(
             "{} (the authorities that sign Redis's certificate), or the host in {}",
             var(&REDIS_CA),

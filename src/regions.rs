@@ -29,9 +29,11 @@ pub async fn open_peers(settings: &Settings) -> anyhow::Result<Vec<Arc<RedisCach
                 settings.peer_redis_urls.len()
             ))
         };
-        let cache = match &ca {
-            Some(pem) => RedisCache::with_ca(url, &settings.redis_prefix, pem.clone()).map_err(named)?,
-            None => RedisCache::new(url, &settings.redis_prefix).map_err(named)?,
+        let cache = match (settings.redis_cluster, &ca) {
+            // A peer region's cluster, reached through one seed node.
+            (true, ca) => RedisCache::cluster(&[url.as_str()], &settings.redis_prefix, ca.clone()).map_err(named)?,
+            (false, Some(pem)) => RedisCache::with_ca(url, &settings.redis_prefix, pem.clone()).map_err(named)?,
+            (false, None) => RedisCache::new(url, &settings.redis_prefix).map_err(named)?,
         };
         match cache.check_settings().await.map_err(named)? {
             None => tracing::info!(region = n + 1, "connected to a peer region's Redis"),

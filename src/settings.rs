@@ -76,6 +76,8 @@ pub struct Settings {
     pub peer_redis_urls: Vec<String>,
     /// The certificate authorities of Redis's certificate; none: the system's.
     pub redis_ca: Option<PathBuf>,
+    /// `redis_url` lists the seed nodes of a Redis Cluster.
+    pub redis_cluster: bool,
     pub redis_prefix: String,
     pub sqs_visibility_secs: u32,
     pub queue: QueueChoice,

@@ -27,6 +27,54 @@ async fn i1_delete_and_takedown_reach_both_proxies() {
     assert_eq!(metric(&cp, "rebound_invalidation_waited_out_total").await, 0.0);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_REDIS_URL and REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
+async fn deletes_with_two_healthy_proxies_are_timed() {
+    // Sequential deletes of links warmed into both proxies: the API's answer includes the
+    // store's write, the tombstone, the publish and both acknowledgements. Printed, for
+    // one Redis and for the cluster (scripts/test runs this suite on both).
+    let d = Deployment::new(&shared_aws_url(), Some(&shared_redis_url()));
+    let dir = temp_dir();
+    let cp = d.control_plane(dir.path(), &[]);
+    let proxies = [d.proxy(dir.path(), &[]).await, d.proxy(dir.path(), &[]).await];
+    let mut took = Vec::new();
+    for i in 0..200 {
+        let code = create(&cp, json!({"long_url": format!("https://example.com/t/{i}")})).await;
+        for p in &proxies {
+            assert_eq!(status(p, &code).await, 302);
+        }
+        let started = Instant::now();
+        let (s, v) = take_down(&cp, &code, false).await;
+        took.push(started.elapsed());
+        assert!(s.is_success(), "{s} {v}");
+    }
+    eprintln!("the first five: {:?}", &took[..5]);
+    took.sort();
+    let at = |q: f64| took[((took.len() as f64 * q) as usize).min(took.len() - 1)].as_secs_f64() * 1000.0;
+    let cluster = if shared_redis_is_a_cluster() {
+        "a Redis Cluster"
+    } else {
+        "one Redis"
+    };
+    eprintln!(
+        "delete on {cluster}, 2 proxies, {} deletes: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; the slowest: {:?}",
+        took.len(),
+        at(0.5),
+        at(0.99),
+        at(1.0),
+        &took[took.len() - 5..]
+    );
+    let (sum, count) = (
+        metric(&cp, "rebound_invalidation_ack_wait_seconds_sum").await,
+        metric(&cp, "rebound_invalidation_ack_wait_seconds_count").await,
+    );
+    eprintln!(
+        "of which waiting for the acknowledgements: {:.2} ms on average",
+        sum / count * 1000.0
+    );
+    assert_eq!(metric(&cp, "rebound_invalidation_waited_out_total").await, 0.0);
+}
+
 /// `rounds` times, in four concurrent workers: a new link is warmed into every proxy's L1,
 /// deleted or taken down, and requested on every proxy the moment the API answered: 404
 /// every time (SPEC I1 across proxies, with no window).

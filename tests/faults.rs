@@ -211,6 +211,23 @@ async fn i1_holds_when_every_subscription_is_killed_right_before_each_delete() {
     // A Redis of its own: killing its subscribers must not touch other tests'.
     let redis = OwnServer::redis();
     let d = Deployment::new(&shared_aws_url(), Some(&redis.url()));
+    subscriptions_killed_before_each_delete(&d, &[redis.port]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_DYNAMODB_URL and redis-server (the test services): scripts/test starts them and runs it"]
+async fn i1_holds_when_every_subscription_is_killed_right_before_each_delete_on_a_redis_cluster() {
+    // The shard subscriptions, on the fleet's node, killed: each proxy subscribes again on
+    // that node (found through MOVED when it asks another).
+    let cluster = OwnCluster::start();
+    let mut d = Deployment::new(&shared_aws_url(), Some(&cluster.url()));
+    d.env.push(("REBOUND_REDIS_CLUSTER".to_owned(), "true".to_owned()));
+    subscriptions_killed_before_each_delete(&d, &cluster.ports()).await;
+}
+
+/// Ten times: a link warmed into two proxies, every subscription on the Redis servers at
+/// `ports` killed, the link deleted, then probed ten times on each proxy: never redirected.
+async fn subscriptions_killed_before_each_delete(d: &Deployment, ports: &[u16]) {
     let dir = temp_dir();
     let cp = d.control_plane(dir.path(), &[]);
     let proxies = [d.proxy(dir.path(), &[]).await, d.proxy(dir.path(), &[]).await];
@@ -222,7 +239,11 @@ async fn i1_holds_when_every_subscription_is_killed_right_before_each_delete() {
                 assert_eq!(probe(&history, p, &format!("p{n}"), &code).await, 302, "warmed into L1");
             }
         }
-        assert!(kill_subscriptions(redis.port).await >= 2, "the proxies were subscribed");
+        let mut killed = 0;
+        for port in ports {
+            killed += kill_subscriptions(*port).await;
+        }
+        assert!(killed >= 2, "the proxies were subscribed");
         assert!(delete_recorded(&history, &cp, &code, i % 2 == 1).await);
         for _ in 0..10 {
             for (n, p) in proxies.iter().enumerate() {
@@ -343,6 +364,36 @@ async fn i1_holds_when_redis_restarts_from_a_snapshot_older_than_the_deletes() {
     redis.restart_from(&snapshot);
     probe_after_fault(&history, &d, &cp, proxies, &codes).await;
     history.assert_clean("restart from a snapshot taken before the deletes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_DYNAMODB_URL and redis-server (the test services): scripts/test starts them and runs it"]
+async fn i1_holds_on_a_redis_cluster_whose_masters_restart_from_snapshots_older_than_the_deletes() {
+    // A three-master cluster of the test's own: records spread over the shards, the fleet's
+    // keys and channels on one of them, so a delete writes its tombstone on one node and
+    // publishes on another. Every master then loses the deletes (a restart from a snapshot
+    // taken before them): each bucket's epoch, and the fleet's, must change on its own node.
+    let mut cluster = OwnCluster::start();
+    let mut d = Deployment::new(&shared_aws_url(), Some(&cluster.url()));
+    d.env.push(("REBOUND_REDIS_CLUSTER".to_owned(), "true".to_owned()));
+    let dir = temp_dir();
+    let cp = d.control_plane(dir.path(), &[]);
+    let proxies = vec![d.proxy(dir.path(), &[]).await, d.proxy(dir.path(), &[]).await];
+    let history = History::default();
+    let mut snapshots = Vec::new();
+    let codes = warm_then_delete(&history, &cp, &proxies, async {
+        let records = format!("{}:{{r*}}url:*", d.prefix);
+        let spread: Vec<usize> = (0..3).map(|i| cluster.keys(i, &records).len()).collect();
+        eprintln!("records on each master before the deletes: {spread:?}");
+        snapshots = (0..3).map(|i| cluster.snapshot(i)).collect();
+    })
+    .await;
+    for (i, snapshot) in snapshots.iter().enumerate() {
+        cluster.restart_from(i, snapshot);
+    }
+    probe_after_fault(&history, &d, &cp, proxies, &codes).await;
+    history.assert_clean("cluster masters restarted from snapshots taken before the deletes");
+    assert!(metric(&cp, "rebound_redis_identity_changes_total").await >= 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

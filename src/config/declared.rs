@@ -103,7 +103,17 @@ pub const PEER_REDIS_URLS: Setting<Vec<String>> = Setting::new("peer_redis_urls"
          region, under the same `redis_prefix` and `redis_ca`. A create is written through to each of them and a \
          lease announced on each; a delete or takedown writes its tombstone to each and waits for each region's \
          proxies as for this region's, and answers success only once every region did (else 503, and the \
-         reconciler finishes it). The variable is comma-separated.",
+         reconciler finishes it). With `redis_cluster`, each entry is one seed node of that region's cluster. The \
+         variable is comma-separated.",
+    );
+pub const REDIS_CLUSTER: Setting<bool> = Setting::new("redis_cluster", || false)
+    .var("REBOUND_REDIS_CLUSTER")
+    .doc(
+        "`redis_url` is a Redis Cluster (ElastiCache with cluster mode enabled, or `redis-server --cluster-enabled \
+     yes`): a comma-separated list of seed nodes' URLs, all `redis://` or all `rediss://` with the same \
+     credentials (`redis://a:6379/,redis://b:6379/`); the other nodes are learnt from them. Keys carry hash tags \
+     and the channels are shard channels (`SPUBLISH`, Redis 7): see docs/redis-cluster.md. Every process of a \
+     deployment must agree. The prefix must not contain `{` or `}`.",
     );
 pub const REDIS_CA: Setting<Option<PathBuf>> = Setting::new("redis_ca", || None).var("REBOUND_REDIS_CA").doc(
     "PEM file of the certificate authorities that sign Redis's TLS certificate (only with `rediss://`); unset: the \
@@ -405,6 +415,7 @@ pub(super) fn read(src: &mut impl Source) -> Result<Settings, ConfigError> {
         redis_url: src.get(&REDIS_URL)?,
         peer_redis_urls: src.get(&PEER_REDIS_URLS)?,
         redis_ca: src.get(&REDIS_CA)?,
+        redis_cluster: src.get(&REDIS_CLUSTER)?,
         redis_prefix: src.get(&REDIS_PREFIX)?,
         queue: match (src.get(&QUEUE)?.as_str(), src.written(&SQS_QUEUE)?) {
             ("sqs", queue_name) => {

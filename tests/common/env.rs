@@ -46,3 +46,9 @@ pub fn unique_id() -> String {
     let n = N.fetch_add(1, Ordering::Relaxed) * 1000 + u64::from(std::process::id() % 1000);
     format!("{:x}{n}", now_millis())
 }
+
+/// True when `REBOUND_TEST_REDIS_URL` lists the seed nodes of a Redis Cluster
+/// (`REBOUND_TEST_REDIS_CLUSTER=true`).
+pub fn shared_redis_is_a_cluster() -> bool {
+    std::env::var("REBOUND_TEST_REDIS_CLUSTER").is_ok_and(|v| v == "true")
+}

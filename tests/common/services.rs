@@ -4,6 +4,7 @@
 //! connection silently or fail over to another server.
 #![allow(dead_code)]
 
+use super::env::shared_redis_is_a_cluster;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::sync::Arc;
@@ -30,6 +31,11 @@ pub fn distributed_env(aws_url: &str, redis_url: Option<&str>, prefix: &str, que
     ];
     if let Some(r) = redis_url {
         env.push(("REBOUND_REDIS_URL", r.to_owned()));
+        // scripts/test runs the distributed suite again with the shared Redis a three-master
+        // cluster; the servers a test starts of its own are single ones.
+        if shared_redis_is_a_cluster() && std::env::var("REBOUND_TEST_REDIS_URL").is_ok_and(|s| s == r) {
+            env.push(("REBOUND_REDIS_CLUSTER", "true".to_owned()));
+        }
         if let Ok(ca) = std::env::var("REBOUND_TEST_REDIS_CA") {
             if r.starts_with("rediss://") {
                 env.push(("REBOUND_REDIS_CA", ca));
@@ -170,6 +176,160 @@ impl Drop for OwnServer {
     fn drop(&mut self) {
         self.stop();
         drop(self.dir.take());
+    }
+}
+
+/// A Redis Cluster of a test's own: three masters, no replicas (`redis-server
+/// --cluster-enabled yes` x3 and `redis-cli --cluster create`), each node in a directory of
+/// its own so that it can be restarted from a snapshot of its own.
+pub struct OwnCluster {
+    nodes: Vec<ClusterNode>,
+}
+
+struct ClusterNode {
+    child: Option<Child>,
+    port: u16,
+    bus_port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl ClusterNode {
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--cluster-enabled",
+                "yes",
+            ])
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--cluster-port",
+                &self.bus_port.to_string(),
+            ])
+            .arg("--cluster-config-file")
+            .arg(self.dir.path().join("nodes.conf"))
+            .arg("--dir")
+            .arg(self.dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH (scripts/test installs it)");
+        self.child = Some(child);
+        wait_for_port(self.port, "redis-server (cluster node)");
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// `redis-cli -p port args…`, its output.
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .arg("-p")
+        .arg(port.to_string())
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+impl OwnCluster {
+    /// Three masters sharing the 16,384 slots, every node seeing `cluster_state:ok`.
+    pub fn start() -> OwnCluster {
+        let mut nodes: Vec<ClusterNode> = (0..3)
+            .map(|_| ClusterNode {
+                child: None,
+                port: free_port(),
+                bus_port: free_port(),
+                dir: tempfile::tempdir().unwrap(),
+            })
+            .collect();
+        for node in &mut nodes {
+            node.spawn();
+        }
+        let cluster = OwnCluster { nodes };
+        let addresses: Vec<String> = cluster.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+        cluster.wait_ok();
+        cluster
+    }
+
+    /// Waits until every node says `cluster_state:ok`.
+    pub fn wait_ok(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self
+            .nodes
+            .iter()
+            .all(|n| redis_cli(n.port, &["cluster", "info"]).contains("cluster_state:ok"))
+        {
+            assert!(Instant::now() < deadline, "the cluster did not reach cluster_state:ok");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The seed nodes, as `REBOUND_REDIS_URL` lists them with `REBOUND_REDIS_CLUSTER=true`.
+    pub fn url(&self) -> String {
+        let urls: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("redis://127.0.0.1:{}/", n.port))
+            .collect();
+        urls.join(",")
+    }
+
+    /// The nodes' ports.
+    pub fn ports(&self) -> Vec<u16> {
+        self.nodes.iter().map(|n| n.port).collect()
+    }
+
+    /// The keys node `i` holds that match `pattern`.
+    pub fn keys(&self, i: usize, pattern: &str) -> Vec<String> {
+        redis_cli(self.nodes[i].port, &["--scan", "--pattern", pattern])
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Saves node `i`'s data set (`SAVE`) and returns a copy of its snapshot file.
+    pub fn snapshot(&self, i: usize) -> Vec<u8> {
+        let node = &self.nodes[i];
+        assert_eq!(redis_cli(node.port, &["SAVE"]).trim(), "OK", "SAVE failed");
+        std::fs::read(node.dir.path().join("dump.rdb")).unwrap()
+    }
+
+    /// Kills node `i` (SIGKILL: nothing saved) and starts it again from `snapshot`, with its
+    /// cluster configuration (its id and slots), then waits for the cluster to be whole.
+    pub fn restart_from(&mut self, i: usize, snapshot: &[u8]) {
+        let node = &mut self.nodes[i];
+        node.stop();
+        std::fs::write(node.dir.path().join("dump.rdb"), snapshot).unwrap();
+        node.spawn();
+        self.wait_ok();
+    }
+}
+
+impl Drop for OwnCluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            node.stop();
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! The L2 over Redis ([`RecordCache`]): records at `url:{code}`, read with the current
-//! epoch and written only through the versioned script, which refuses a lower version.
+//! epoch (on a cluster, that of the record's bucket) and written only through the versioned
+//! script, which refuses a lower version.
 
 use crate::{decode_stamped_record, RedisCache};
 use async_trait::async_trait;
@@ -14,11 +15,11 @@ impl RecordCache for RedisCache {
             .scripts
             .read
             .key(self.record_key(code))
-            .key(self.identity_key())
+            .key(self.record_identity_key(code))
             .invoke_async(&mut c)
             .await
             .map_err(|e| self.failed(e))?;
-        self.saw_epoch(epoch);
+        self.saw_epoch(self.keys.record_epoch_slot(code), epoch);
         let Some(raw) = raw else { return Ok(L2Read::Miss) };
         let (record, written_in) = decode_stamped_record(&raw)?;
         Ok(if record.is_tombstone() || written_in == Some(epoch) {
@@ -38,14 +39,14 @@ impl RecordCache for RedisCache {
             .scripts
             .versioned_set
             .key(self.record_key(code))
-            .key(self.identity_key())
+            .key(self.record_identity_key(code))
             .arg(record.version)
             .arg(serde_json::to_string(record).unwrap_or_default())
             .arg(ttl)
             .invoke_async(&mut c)
             .await
             .map_err(|e| self.failed(e))?;
-        self.saw_epoch(epoch);
+        self.saw_epoch(self.keys.record_epoch_slot(code), epoch);
         Ok(written == 1)
     }
 }
@@ -126,7 +127,7 @@ mod tests {
         // What a restart from a snapshot or a promoted replica looks like: the identity key
         // names another server.
         let _: () = redis::cmd("SET")
-            .arg(c.identity_key())
+            .arg(c.record_identity_key("kept"))
             .arg("0000000000000000000000000000000000000000 5")
             .query_async(&mut conn)
             .await

@@ -3,6 +3,7 @@
 //! subscription lapsed), each proxy's keepalives on its own `alive:{proxy}` with the
 //! registry `proxies` they keep, and the acknowledgements published on `acks`.
 
+use crate::topology::{self, Deployment};
 use crate::{decode_invalidation, encode_ack, encode_invalidation, RedisCache};
 use async_trait::async_trait;
 use futures_util::stream::BoxStream;
@@ -22,6 +23,9 @@ pub struct RegistryRead {
     pub complete: bool,
 }
 
+/// The epoch of the fleet's keys (the registry, the log), kept apart from records' on a cluster.
+const FLEET_EPOCH: crate::keys::EpochSlot = 0;
+
 /// Invalidations kept in the log (about: trimmed in whole nodes).
 const LOG_LEN: usize = 100_000;
 /// Most invalidations a lapsed proxy replays; past that it empties its L1.
@@ -37,6 +41,7 @@ impl RedisCache {
             .arg(encode_invalidation(version, code))
             .arg(self.invalidate_channel())
             .arg(LOG_LEN)
+            .arg(self.publish_command())
             .invoke_async::<i64>(&mut c)
             .await
             .map_err(|e| self.failed(e))?;
@@ -53,7 +58,7 @@ impl RedisCache {
         let entries: Option<Vec<String>> = self
             .scripts
             .replay
-            .key(self.identity_key())
+            .key(self.fleet_identity_key())
             .key(self.invalidations_key())
             .arg(epoch)
             .arg(id)
@@ -77,15 +82,16 @@ impl RedisCache {
             .scripts
             .keepalive
             .key(self.proxies_key())
-            .key(self.identity_key())
+            .key(self.fleet_identity_key())
             .key(self.invalidations_key())
             .arg(proxy)
             .arg(self.alive_channel(proxy))
             .arg(sent)
+            .arg(self.publish_command())
             .invoke_async::<(i64, i64, String)>(&mut c)
             .await
             .map_err(|e| self.failed(e))?;
-        self.saw_epoch(epoch);
+        self.saw_epoch(FLEET_EPOCH, epoch);
         Ok(format!("{epoch} {position}"))
     }
 
@@ -114,12 +120,12 @@ impl RedisCache {
             .scripts
             .live_proxies
             .key(self.proxies_key())
-            .key(self.identity_key())
+            .key(self.fleet_identity_key())
             .arg(within.as_millis() as u64)
             .invoke_async(&mut c)
             .await
             .map_err(|e| self.failed(e))?;
-        self.saw_epoch(epoch);
+        self.saw_epoch(FLEET_EPOCH, epoch);
         Ok(RegistryRead {
             proxies,
             epoch,
@@ -127,20 +133,54 @@ impl RedisCache {
         })
     }
 
-    /// The messages of `channels`, on a connection of their own (a subscribed connection
-    /// can do nothing else).
-    pub async fn subscription(&self, channels: &[String]) -> Result<redis::aio::PubSubStream, StoreError> {
-        let mut pubsub = self.client.get_async_pubsub().await.map_err(|e| self.failed(e))?;
-        for channel in channels {
-            pubsub.subscribe(channel).await.map_err(|e| self.failed(e))?;
+    /// The messages of `channels` (the fleet's), on a connection of their own (a subscribed
+    /// connection can do nothing else); on a cluster, shard channels subscribed on the node
+    /// that owns the fleet's slot (see `topology`). The stream ends when the subscription does.
+    pub async fn subscription(&self, channels: &[String]) -> Result<BoxStream<'static, redis::Msg>, StoreError> {
+        match &self.deployment {
+            Deployment::Single(client) => {
+                let mut pubsub = client.get_async_pubsub().await.map_err(|e| self.failed(e))?;
+                for channel in channels {
+                    pubsub.subscribe(channel).await.map_err(|e| self.failed(e))?;
+                }
+                Ok(pubsub.into_on_message().boxed())
+            }
+            Deployment::Cluster { seeds, .. } => {
+                // Asked first: the node that owned the slot last time, then each seed (any
+                // live node names the owner), so a node gone for good is passed over.
+                let remembered = self.fleet_node.lock().unwrap_or_else(|e| e.into_inner()).take();
+                let mut candidates: Vec<String> = remembered.into_iter().collect();
+                for seed in seeds {
+                    let address = topology::address_of(seed);
+                    if !candidates.contains(&address) {
+                        candidates.push(address);
+                    }
+                }
+                let mut unreachable = None;
+                for first in candidates {
+                    match topology::sharded_subscription(&seeds[0], first, channels).await {
+                        Ok((messages, owner)) => {
+                            *self.fleet_node.lock().unwrap_or_else(|e| e.into_inner()) = Some(owner);
+                            return Ok(messages);
+                        }
+                        Err(e) if e.is_io_error() || e.is_connection_refusal() || e.is_timeout() => {
+                            unreachable = Some(e);
+                        }
+                        Err(e) => return Err(self.failed(e)),
+                    }
+                }
+                Err(match unreachable {
+                    Some(e) => self.failed(e),
+                    None => StoreError::unavailable("Redis", "no seed node"),
+                })
+            }
         }
-        Ok(pubsub.into_on_message())
     }
 
     /// Publishes `proxy`'s acknowledgement of `code` at `version`.
     pub async fn publish_ack(&self, proxy: &str, version: u64, code: &str) -> Result<(), StoreError> {
         let mut c = self.conn().await?;
-        redis::cmd("PUBLISH")
+        redis::cmd(self.publish_command())
             .arg(self.acks_channel())
             .arg(encode_ack(proxy, version, code))
             .query_async::<i64>(&mut c)
@@ -227,7 +267,7 @@ mod tests {
         assert_eq!(cache.replay(&latest).await.unwrap(), Some(vec![]));
         // A Redis that changed identity may have lost entries.
         let _: () = redis::cmd("SET")
-            .arg(cache.identity_key())
+            .arg(cache.fleet_identity_key())
             .arg("0000000000000000000000000000000000000000 5")
             .query_async(&mut c)
             .await
@@ -245,7 +285,7 @@ mod tests {
         InvalidationChannel::keepalive(&cache, "p1", 7).await.unwrap();
         // Garbage on the invalidation channel is heard (the channel is alive), not obeyed.
         let mut c = cache.conn().await.unwrap();
-        redis::cmd("PUBLISH")
+        redis::cmd(cache.publish_command())
             .arg(cache.invalidate_channel())
             .arg("not a message")
             .query_async::<i64>(&mut c)

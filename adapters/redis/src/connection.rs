@@ -1,8 +1,11 @@
-//! [`RedisCache`]: one Redis, its connections and the breaker in front of them, TLS and
-//! AUTH, the start-up check that tells a wrong setting from an outage, and the names of the
-//! keys and channels. The ports served over it are in `cache`, `channel` and `feed`.
+//! [`RedisCache`]: one Redis or a Redis Cluster, its connections and the breaker in front
+//! of them, TLS and AUTH, the start-up check that tells a wrong setting from an outage, and
+//! the names of the keys and channels. The ports served over it are in `cache`, `channel`
+//! and `feed`.
 
+use crate::keys::{EpochSlot, Keys};
 use crate::scripts::Scripts;
+use crate::topology::{Deployment, RedisConn};
 use rebound_store::StoreError;
 use redis::aio::ConnectionManager;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -13,11 +16,11 @@ use std::time::Duration;
 const RECONNECT_EVERY_MS: i64 = 500;
 
 /// A Redis connection made on first use (so a process starts while Redis is down) and
-/// re-made by the connection manager afterwards.
+/// re-made by the connection manager (the cluster client, on a cluster) afterwards.
 pub struct RedisCache {
-    pub(crate) client: redis::Client,
-    prefix: String,
-    conn: RwLock<Option<ConnectionManager>>,
+    pub(crate) deployment: Deployment,
+    pub(crate) keys: Keys,
+    conn: RwLock<Option<RedisConn>>,
     last_attempt: AtomicI64,
     /// After a connection failure, calls fail at once until then instead of waiting on a
     /// dead server (a breaker: a request never pays for Redis being down twice).
@@ -26,10 +29,14 @@ pub struct RedisCache {
     /// The connection of the creation feed's blocking reads (one reader per process), kept
     /// from one read to the next: a new TCP and TLS handshake every read would make a
     /// distant Redis look stalled.
-    pub(crate) feed_conn: tokio::sync::Mutex<Option<redis::aio::MultiplexedConnection>>,
+    pub(crate) feed_conn: tokio::sync::Mutex<Option<RedisConn>>,
+    /// On a cluster, the node that held the fleet's slot at the last subscription (where
+    /// the next one starts looking).
+    pub(crate) fleet_node: std::sync::Mutex<Option<String>>,
     pub(crate) scripts: Scripts,
-    /// The last epoch a script reported (0: none yet), and how often it changed since.
-    epoch: AtomicI64,
+    /// The last epoch scripts reported for each [`EpochSlot`] (0: none yet), and how often
+    /// one changed since.
+    epochs: Box<[AtomicI64]>,
     identity_changes: AtomicU64,
 }
 
@@ -56,6 +63,8 @@ pub(crate) fn now_millis() -> i64 {
 
 /// For the tests against a real Redis: a cache on `REBOUND_TEST_REDIS_URL` whose keys and
 /// channels are this call's alone (its prefix is `what`, the time, the process and a count).
+/// With `REBOUND_TEST_REDIS_CLUSTER=true`, the URL is a comma-separated list of the seed
+/// nodes of a Redis Cluster (scripts/test runs this crate's tests a second time so).
 #[cfg(test)]
 pub(crate) fn test_cache(what: &str) -> RedisCache {
     static MADE: AtomicU64 = AtomicU64::new(0);
@@ -63,6 +72,10 @@ pub(crate) fn test_cache(what: &str) -> RedisCache {
         .expect("REBOUND_TEST_REDIS_URL is not set: run scripts/test, which starts a Redis server");
     let n = MADE.fetch_add(1, Ordering::Relaxed);
     let prefix = format!("{what}{}-{}-{n}:", now_millis(), std::process::id());
+    if std::env::var("REBOUND_TEST_REDIS_CLUSTER").is_ok_and(|v| v == "true") {
+        let seeds: Vec<&str> = url.split(',').collect();
+        return RedisCache::cluster(&seeds, &prefix, None).unwrap();
+    }
     RedisCache::new(&url, &prefix).unwrap()
 }
 
@@ -77,6 +90,12 @@ pub enum RedisSettingError {
     /// Certificate authorities given for a URL that is not TLS.
     #[error("certificate authorities are given but the URL is not a rediss:// (TLS) URL")]
     CaWithoutTls,
+    /// The seed nodes of a cluster do not agree (TLS or not, credentials), or none is given.
+    #[error("the cluster's seed nodes must all be given, with the same scheme and credentials")]
+    Seeds(#[source] redis::RedisError),
+    /// A prefix with a brace would put its own hash tag in every key on a cluster.
+    #[error("on a Redis Cluster the prefix must not contain '{{' or '}}' (the keys' hash tags follow it)")]
+    PrefixWithBrace,
     /// The certificate authorities are not PEM certificates. Redis's error is printed, not
     /// returned as the source: it is one of I/O, whose text is its `io::Error`'s and whose
     /// source is that `io::Error` again, so a chain of causes would print it twice.
@@ -92,6 +111,13 @@ pub enum RedisSettingError {
          the system's when none are given, and be for the URL's host)"
     )]
     Certificate(#[source] rustls::Error),
+}
+
+/// True when `e` is a wrong setting (see [`classify_connect_error`]).
+fn is_a_setting(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH"))
+        || certificate_verdict(e).is_some()
 }
 
 /// A connection failure that is a wrong setting rather than an outage, told by what the
@@ -151,16 +177,72 @@ impl RedisCache {
         Ok(RedisCache::with_client(client, prefix))
     }
 
+    /// A cache on the Redis Cluster whose seed nodes are `seeds` (URLs, all `redis://` or
+    /// all `rediss://`, with the same credentials), the server certificates signed by one of
+    /// the authorities in `ca_pem` when given. Keys are named with hash tags (see `keys`).
+    /// Does not connect yet.
+    pub fn cluster(seeds: &[&str], prefix: &str, ca_pem: Option<Vec<u8>>) -> Result<RedisCache, RedisSettingError> {
+        if prefix.contains(['{', '}']) {
+            return Err(RedisSettingError::PrefixWithBrace);
+        }
+        let disagree = |why: &'static str| {
+            RedisSettingError::Seeds(redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, why)))
+        };
+        let Some(first) = seeds.first() else {
+            return Err(disagree("no seed node"));
+        };
+        let tls = first.starts_with("rediss://");
+        if seeds.iter().any(|s| s.starts_with("rediss://") != tls) {
+            return Err(disagree("some seed nodes are rediss:// and others are not"));
+        }
+        if ca_pem.is_some() && !tls {
+            return Err(RedisSettingError::CaWithoutTls);
+        }
+        let certificates = ca_pem.map(|pem| redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem),
+        });
+        // Each seed as a client of that one node sees it (TLS with the authorities, the
+        // credentials): for the start-up check and the subscriptions' own connections.
+        let nodes = seeds
+            .iter()
+            .map(|seed| {
+                let client = match &certificates {
+                    Some(c) => redis::Client::build_with_tls(*seed, c.clone()).map_err(|e| match e.kind() {
+                        // The PEM is read into `io::Error`s; the URL's faults are the client's own kind.
+                        redis::ErrorKind::IoError => RedisSettingError::Ca(e),
+                        _ => RedisSettingError::Url(e),
+                    })?,
+                    None => redis::Client::open(*seed).map_err(RedisSettingError::Url)?,
+                };
+                Ok(client.get_connection_info().clone())
+            })
+            .collect::<Result<Vec<_>, RedisSettingError>>()?;
+        let mut builder = redis::cluster::ClusterClientBuilder::new(seeds.to_vec()).retries(1);
+        if let Some(c) = certificates {
+            builder = builder.certs(c);
+        }
+        let client = builder.build().map_err(RedisSettingError::Seeds)?;
+        Ok(RedisCache::with_deployment(
+            Deployment::Cluster {
+                client: Box::new(client),
+                seeds: nodes,
+            },
+            Keys::new(prefix, true),
+        ))
+    }
+
+    /// True on a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.deployment, Deployment::Cluster { .. })
+    }
+
     /// Connects once to tell a wrong setting from an outage: refused credentials or a
     /// certificate that is not trusted are errors telling what to fix (the process
     /// must not run on them); an unreachable server is not (the cache connects lazily and
     /// retries, and the process serves meanwhile), and is returned as `Ok(Some(outage))`.
     pub async fn check_settings(&self) -> Result<Option<StoreError>, RedisSettingError> {
-        let attempt = tokio::time::timeout(Duration::from_secs(3), async {
-            let mut c = self.client.get_multiplexed_async_connection().await?;
-            redis::cmd("PING").query_async::<String>(&mut c).await
-        })
-        .await;
+        let attempt = tokio::time::timeout(Duration::from_secs(3), self.first_connection()).await;
         match attempt {
             Ok(Ok(_)) => Ok(None),
             Ok(Err(e)) => match classify_connect_error(e) {
@@ -171,35 +253,76 @@ impl RedisCache {
         }
     }
 
+    /// One connection and a `PING`, as the start-up check makes it.
+    async fn first_connection(&self) -> redis::RedisResult<()> {
+        async fn ping(client: &redis::Client) -> redis::RedisResult<()> {
+            let mut c = client.get_multiplexed_async_connection().await?;
+            redis::cmd("PING").query_async::<String>(&mut c).await.map(drop)
+        }
+        match &self.deployment {
+            Deployment::Single(client) => ping(client).await,
+            Deployment::Cluster { client, seeds } => {
+                // A seed node alone first: its errors keep their kind (the cluster client
+                // turns the causes of a failed first connection into text).
+                let mut unreachable = None;
+                for seed in seeds {
+                    match ping(&redis::Client::open(seed.clone())?).await {
+                        Ok(()) => {
+                            unreachable = None;
+                            break;
+                        }
+                        Err(e) if is_a_setting(&e) => return Err(e),
+                        Err(e) => unreachable = Some(e),
+                    }
+                }
+                if let Some(e) = unreachable {
+                    return Err(e);
+                }
+                // Connecting reads the slots from a seed node; PING then goes to every primary.
+                let mut c = client.get_async_connection().await?;
+                redis::cmd("PING").query_async::<redis::Value>(&mut c).await.map(drop)
+            }
+        }
+    }
+
     fn with_client(client: redis::Client, prefix: &str) -> RedisCache {
+        RedisCache::with_deployment(Deployment::Single(client), Keys::new(prefix, false))
+    }
+
+    fn with_deployment(deployment: Deployment, keys: Keys) -> RedisCache {
         RedisCache {
-            client,
-            prefix: prefix.to_owned(),
+            epochs: (0..keys.epoch_slots()).map(|_| AtomicI64::new(0)).collect(),
+            deployment,
+            keys,
             conn: RwLock::new(None),
             last_attempt: AtomicI64::new(i64::MIN / 2),
             down_until: AtomicI64::new(i64::MIN / 2),
             connect_lock: tokio::sync::Mutex::new(()),
             feed_conn: tokio::sync::Mutex::new(None),
+            fleet_node: std::sync::Mutex::new(None),
             scripts: Scripts::new(),
-            epoch: AtomicI64::new(0),
             identity_changes: AtomicU64::new(0),
         }
     }
 
-    /// Notes the epoch a script reported; a new one means Redis changed identity.
-    pub(crate) fn saw_epoch(&self, epoch: i64) {
-        let before = self.epoch.swap(epoch, Ordering::Relaxed);
+    /// Notes the epoch a script reported for `slot`; a new one means Redis (on a cluster:
+    /// the node holding that bucket, or the fleet's slot) changed identity.
+    pub(crate) fn saw_epoch(&self, slot: EpochSlot, epoch: i64) {
+        let Some(held) = self.epochs.get(slot) else { return };
+        let before = held.swap(epoch, Ordering::Relaxed);
         if before != 0 && before != epoch {
             self.identity_changes.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(
                 epoch,
+                slot,
                 "Redis changed identity (a failover or a restart): it may have lost writes, so live records \
                  written before now are confirmed by the store before use"
             );
         }
     }
 
-    /// Times this process saw Redis change identity (`rebound_redis_identity_changes_total`).
+    /// Times this process saw Redis change identity (`rebound_redis_identity_changes_total`;
+    /// on a cluster, once per bucket of records and once for the fleet's slot).
     pub fn identity_changes(&self) -> u64 {
         self.identity_changes.load(Ordering::Relaxed)
     }
@@ -209,43 +332,54 @@ impl RedisCache {
         now_millis() < self.down_until.load(Ordering::Relaxed)
     }
 
-    /// The client, for connections of its own (pub/sub).
-    pub fn client(&self) -> &redis::Client {
-        &self.client
-    }
-
     pub fn record_key(&self, code: &str) -> String {
-        format!("{}url:{}", self.prefix, code)
+        self.keys.record(code)
     }
 
-    pub fn identity_key(&self) -> String {
-        format!("{}identity", self.prefix)
+    /// The identity key (the epoch) the record of `code` is checked against.
+    pub fn record_identity_key(&self, code: &str) -> String {
+        self.keys.record_identity(code)
+    }
+
+    /// The identity key of the fleet's keys (the registry, the invalidation log).
+    pub fn fleet_identity_key(&self) -> String {
+        self.keys.fleet("identity")
     }
 
     pub fn invalidations_key(&self) -> String {
-        format!("{}invalidations", self.prefix)
+        self.keys.fleet("invalidations")
     }
     pub fn invalidate_channel(&self) -> String {
-        format!("{}invalidate", self.prefix)
+        self.keys.fleet("invalidate")
     }
     /// The channel of `proxy`'s own keepalives.
     pub fn alive_channel(&self, proxy: &str) -> String {
-        format!("{}alive:{}", self.prefix, proxy)
+        self.keys.fleet(&format!("alive:{proxy}"))
     }
     pub fn feed_key(&self) -> String {
-        format!("{}created", self.prefix)
+        self.keys.fleet("created")
     }
     /// The channel on which proxies acknowledge invalidations.
     pub fn acks_channel(&self) -> String {
-        format!("{}acks", self.prefix)
+        self.keys.fleet("acks")
     }
     /// The sorted set of proxies, scored by their last keepalive (Redis's Unix milliseconds).
     pub fn proxies_key(&self) -> String {
-        format!("{}proxies", self.prefix)
+        self.keys.fleet("proxies")
+    }
+
+    /// The command that publishes on the fleet's channels: `PUBLISH` on one Redis,
+    /// `SPUBLISH` (a shard channel of the fleet's slot) on a cluster.
+    pub fn publish_command(&self) -> &'static str {
+        if self.is_cluster() {
+            "SPUBLISH"
+        } else {
+            "PUBLISH"
+        }
     }
 
     /// A connection, making the first one if needed (at most one attempt per 500 ms).
-    pub async fn conn(&self) -> Result<ConnectionManager, StoreError> {
+    pub async fn conn(&self) -> Result<RedisConn, StoreError> {
         if now_millis() < self.down_until.load(Ordering::Relaxed) {
             return Err(StoreError::unavailable("Redis", "down (retrying shortly)"));
         }
@@ -261,23 +395,62 @@ impl RedisCache {
             return Err(StoreError::unavailable("Redis", "not connected"));
         }
         self.last_attempt.store(now, Ordering::Relaxed);
-        let config = redis::aio::ConnectionManagerConfig::new()
-            // Room for a TLS handshake and AUTH with a distant Redis (several round trips);
-            // requests never wait on it longer than their L2 budget.
-            .set_connection_timeout(Duration::from_secs(2))
-            .set_response_timeout(Duration::from_secs(2))
-            .set_number_of_retries(1)
-            .set_max_delay(500);
-        let conn = ConnectionManager::new_with_config(self.client.clone(), config)
-            .await
-            .map_err(|e| self.failed(e))?;
+        // Room for a TLS handshake and AUTH with a distant Redis (several round trips);
+        // requests never wait on it longer than their L2 budget.
+        let (connect, respond) = (Duration::from_secs(2), Duration::from_secs(2));
+        let conn = match &self.deployment {
+            Deployment::Single(client) => {
+                let config = redis::aio::ConnectionManagerConfig::new()
+                    .set_connection_timeout(connect)
+                    .set_response_timeout(respond)
+                    .set_number_of_retries(1)
+                    .set_max_delay(500);
+                RedisConn::Managed(
+                    ConnectionManager::new_with_config(client.clone(), config)
+                        .await
+                        .map_err(|e| self.failed(e))?,
+                )
+            }
+            Deployment::Cluster { client, .. } => {
+                let config = redis::cluster::ClusterConfig::new()
+                    .set_connection_timeout(connect)
+                    .set_response_timeout(respond);
+                RedisConn::Cluster(
+                    client
+                        .get_async_connection_with_config(config)
+                        .await
+                        .map_err(|e| self.failed(e))?,
+                )
+            }
+        };
         *self.conn.write().unwrap_or_else(|e| e.into_inner()) = Some(conn.clone());
         Ok(conn)
+    }
+
+    /// A connection of its own for blocking reads (no response timeout: the read's own
+    /// block bounds it): to the one Redis, or a cluster connection of its own.
+    pub(crate) async fn blocking_conn(&self) -> Result<RedisConn, StoreError> {
+        Ok(match &self.deployment {
+            Deployment::Single(client) => RedisConn::Plain(
+                client
+                    .get_multiplexed_async_connection()
+                    .await
+                    .map_err(|e| self.failed(e))?,
+            ),
+            Deployment::Cluster { client, .. } => RedisConn::Cluster(
+                client
+                    .get_async_connection_with_config(
+                        redis::cluster::ClusterConfig::new().set_connection_timeout(Duration::from_secs(2)),
+                    )
+                    .await
+                    .map_err(|e| self.failed(e))?,
+            ),
+        })
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use futures_util::StreamExt;
     use rebound_core::CacheRecord;
@@ -430,7 +603,7 @@ mod tests {
 
     /// A test CA (`ca.crt`) and a certificate it signed for localhost and 127.0.0.1
     /// (`server.crt`, `server.key`); and a second, unrelated CA (`other.crt`).
-    fn certificates(dir: &Path) {
+    pub(crate) fn certificates(dir: &Path) {
         let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
         for ca in ["ca", "other"] {
             let (key, crt, subj) = (

@@ -187,4 +187,64 @@ mod tests {
         stop.send(true).unwrap();
         listener.await.unwrap();
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs REBOUND_TEST_REDIS_URL (the test services): scripts/test starts them and runs it"]
+    async fn a_delete_with_two_healthy_proxies_takes_under_50_ms_at_p99() {
+        // Redis's part of a delete (the tombstone, the invalidation, the registry read, both
+        // acknowledgements), with two proxies that acknowledge what they hear, as the
+        // proxies' listeners do. On a cluster the tombstones land on every shard.
+        let cache = Arc::new(crate::connection::test_cache("p99"));
+        let metrics = acks::AckMetrics::register(&prometheus::Registry::new()).unwrap();
+        let acks = acks::Acknowledgements::new(metrics.clone());
+        let (stop, shutdown) = tokio::sync::watch::channel(false);
+        let listener = tokio::spawn(acks.clone().listen(cache.clone(), shutdown));
+        while metrics.listening.get() == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let mut proxies = Vec::new();
+        for proxy in ["pa", "pb"] {
+            let mut heard = InvalidationChannel::subscribe(cache.as_ref(), proxy).await.unwrap();
+            cache.keepalive(proxy, 1).await.unwrap();
+            let cache = cache.clone();
+            proxies.push(tokio::spawn(async move {
+                while let Some(message) = heard.next().await {
+                    if let ChannelMessage::Invalidate { version, code } = message {
+                        cache.publish_ack(proxy, version, &code).await.unwrap();
+                    }
+                }
+            }));
+        }
+        let events = RedisLinkEvents {
+            cache: cache.clone(),
+            clock: Arc::new(rebound_core::SystemClock),
+            policy: rebound_core::cache::CachePolicy::default(),
+            acks,
+            invalidation_bound: Duration::from_secs(3),
+        };
+        let mut took = Vec::new();
+        for i in 0..500 {
+            let started = std::time::Instant::now();
+            events.deactivated(&link(&format!("del{i}"), 2)).await.unwrap();
+            took.push(started.elapsed());
+        }
+        took.sort();
+        let (p50, p99) = (took[took.len() / 2], took[took.len() * 99 / 100]);
+        eprintln!(
+            "a delete's Redis part, 2 proxies, {}: p50 {p50:?}, p99 {p99:?}, max {:?}",
+            if cache.is_cluster() {
+                "a Redis Cluster"
+            } else {
+                "one Redis"
+            },
+            took[took.len() - 1]
+        );
+        assert_eq!(metrics.waited_out.get(), 0, "every delete was acknowledged");
+        assert!(p99 <= Duration::from_millis(50), "p99 {p99:?}");
+        stop.send(true).unwrap();
+        listener.await.unwrap();
+        for p in proxies {
+            p.abort();
+        }
+    }
 }

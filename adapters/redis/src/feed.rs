@@ -74,11 +74,7 @@ impl RedisCache {
         let mut held = self.feed_conn.lock().await;
         let mut c = match held.take() {
             Some(c) => c,
-            None => self
-                .client
-                .get_multiplexed_async_connection()
-                .await
-                .map_err(|e| self.failed(e))?,
+            None => self.blocking_conn().await?,
         };
         type Reply = Option<Vec<(String, Vec<(String, Vec<(String, String)>)>)>>;
         let reply: Reply = redis::cmd("XREAD")

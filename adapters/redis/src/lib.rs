@@ -14,10 +14,18 @@
 //! scored by its last keepalive, in Redis's own time), and the stream `created` (field
 //! `code` for a created link, field `hwm` for a KGS lease's high-water mark).
 //!
+//! On a Redis Cluster the same names carry hash tags so that each script's keys share a
+//! slot: the fleet's keys and channels under `{fleet}`, each record with the identity key
+//! of its bucket under `{r<bucket>}` (`keys`); the channels are shard channels
+//! (`SPUBLISH`, `SSUBSCRIBE`) of the fleet's slot (`topology`; docs/redis-cluster.md).
+//!
 //! # Layout
 //!
 //! - `connection`: [`RedisCache`], its connections with a breaker, TLS and AUTH, the
-//!   start-up check of the settings ([`RedisSettingError`]), the key and channel names.
+//!   start-up check of the settings ([`RedisSettingError`]), the key and channel names
+//!   it is asked for.
+//! - `keys`: the key and channel names, on one Redis and on a cluster (hash tags, buckets).
+//! - `topology`: one Redis or a cluster: the connection type, the sharded subscription.
 //! - `scripts`: the Lua scripts, and what each does.
 //! - `codec`: the wire formats of invalidations, acknowledgements and records.
 //! - `cache`: the L2 port ([`rebound_store::RecordCache`]).
@@ -35,8 +43,10 @@ mod codec;
 mod connection;
 mod events;
 mod feed;
+mod keys;
 mod metrics;
 mod scripts;
+mod topology;
 
 pub use channel::RegistryRead;
 pub use codec::{
@@ -44,4 +54,6 @@ pub use codec::{
 };
 pub use connection::{RedisCache, RedisSettingError};
 pub use events::RedisLinkEvents;
+pub use keys::RECORD_BUCKETS;
 pub use metrics::RedisBreakerState;
+pub use topology::RedisConn;

@@ -49,7 +49,8 @@ return {1, e}
 
 /// A proxy's keepalive: registers it in `proxies` at Redis's time (never a process's own
 /// clock, which may be skewed), drops registrations older than an hour, and publishes on
-/// the proxy's own channel, which only its subscription hears.
+/// the proxy's own channel, which only its subscription hears, with `ARGV[4]` (`PUBLISH`,
+/// or `SPUBLISH` on a cluster).
 const KEEPALIVE: &str = r"
 local e = epoch(KEYS[2])
 local last = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)
@@ -59,15 +60,17 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZADD', KEYS[1], now, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - 3600000)
-redis.call('PUBLISH', ARGV[2], ARGV[3])
+redis.call(ARGV[4], ARGV[2], ARGV[3])
 return {now, e, position}
 ";
 
 /// An invalidation: logged in the stream `invalidations` (trimmed to about `ARGV[3]`
-/// entries) and published, in one step, so the log and the channel agree on the order.
+/// entries) and published with `ARGV[4]` (`PUBLISH`, or `SPUBLISH` on a cluster), in one
+/// step, so the log and the channel agree on the order. The record's tombstone is written
+/// before, by its own script (on a cluster it is on another slot).
 const INVALIDATE: &str = r"
 redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', 'i', ARGV[1])
-redis.call('PUBLISH', ARGV[2], ARGV[1])
+redis.call(ARGV[4], ARGV[2], ARGV[1])
 return 1
 ";
 
