@@ -156,25 +156,37 @@ pub async fn open_redis(settings: &Settings) -> anyhow::Result<Option<Arc<RedisC
     let Some(url) = settings.redis_url.as_deref() else {
         return Ok(None);
     };
-    let ca = match &settings.redis_ca {
-        Some(path) => {
-            Some(std::fs::read(path).with_context(|| format!("{}: reading {}", var(&REDIS_CA), path.display()))?)
-        }
-        None => None,
-    };
-    let cache = match (settings.redis_cluster, ca) {
-        (true, ca) => {
-            let seeds: Vec<&str> = url.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
-            RedisCache::cluster(&seeds, &settings.redis_prefix, ca).map_err(named)?
-        }
-        (false, Some(pem)) => RedisCache::with_ca(url, &settings.redis_prefix, pem).map_err(named)?,
-        (false, None) => RedisCache::new(url, &settings.redis_prefix).map_err(named)?,
-    };
+    let cache = redis_cache(settings, url, redis_ca(settings)?).map_err(named)?;
     match cache.check_settings().await.map_err(named)? {
         None => tracing::info!("connected to Redis"),
         Some(why) => tracing::warn!(error = %Causes(&why), "Redis is not reachable yet; connecting when it is"),
     }
     Ok(Some(Arc::new(cache)))
+}
+
+/// The certificate authorities of Redis's certificate (`redis_ca`), when set.
+pub fn redis_ca(settings: &Settings) -> anyhow::Result<Option<Vec<u8>>> {
+    match &settings.redis_ca {
+        Some(path) => {
+            Ok(Some(std::fs::read(path).with_context(|| {
+                format!("{}: reading {}", var(&REDIS_CA), path.display())
+            })?))
+        }
+        None => Ok(None),
+    }
+}
+
+/// A cache on `url` (with `redis_cluster`, a comma-separated list of seed nodes), under the
+/// deployment's prefix, trusting `ca`.
+pub fn redis_cache(settings: &Settings, url: &str, ca: Option<Vec<u8>>) -> Result<RedisCache, RedisSettingError> {
+    match (settings.redis_cluster, ca) {
+        (true, ca) => {
+            let seeds: Vec<&str> = url.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+            RedisCache::cluster(&seeds, &settings.redis_prefix, ca)
+        }
+        (false, Some(pem)) => RedisCache::with_ca(url, &settings.redis_prefix, pem),
+        (false, None) => RedisCache::new(url, &settings.redis_prefix),
+    }
 }
 
 /// A setting's variable, as an error names it.

@@ -1,9 +1,9 @@
 //! A control plane's other regions (docs/regions.md): the Redis of each peer region, which
 //! its link events reach as this region's do (`FanOutLinkEvents`).
 
-use crate::config::{PEER_REDIS_URLS, REDIS_CA};
+use crate::backends::{redis_ca, redis_cache};
+use crate::config::PEER_REDIS_URLS;
 use crate::settings::Settings;
-use anyhow::Context;
 use rebound_redis::RedisCache;
 use rebound_store::Causes;
 use std::sync::Arc;
@@ -13,13 +13,10 @@ use std::sync::Arc;
 /// stop the start naming the setting and the URL's position; an unreachable one does not.
 pub async fn open_peers(settings: &Settings) -> anyhow::Result<Vec<Arc<RedisCache>>> {
     let setting = PEER_REDIS_URLS.var.unwrap_or(PEER_REDIS_URLS.key);
-    let ca = match &settings.redis_ca {
-        Some(path) if !settings.peer_redis_urls.is_empty() => Some(
-            std::fs::read(path)
-                .with_context(|| format!("{}: reading {}", REDIS_CA.var.unwrap_or(REDIS_CA.key), path.display()))?,
-        ),
-        _ => None,
-    };
+    if settings.peer_redis_urls.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ca = redis_ca(settings)?;
     let mut peers = Vec::new();
     for (n, url) in settings.peer_redis_urls.iter().enumerate() {
         let named = |e| {
@@ -29,12 +26,8 @@ pub async fn open_peers(settings: &Settings) -> anyhow::Result<Vec<Arc<RedisCach
                 settings.peer_redis_urls.len()
             ))
         };
-        let cache = match (settings.redis_cluster, &ca) {
-            // A peer region's cluster, reached through one seed node.
-            (true, ca) => RedisCache::cluster(&[url.as_str()], &settings.redis_prefix, ca.clone()).map_err(named)?,
-            (false, Some(pem)) => RedisCache::with_ca(url, &settings.redis_prefix, pem.clone()).map_err(named)?,
-            (false, None) => RedisCache::new(url, &settings.redis_prefix).map_err(named)?,
-        };
+        // With `redis_cluster`, each entry is one seed node of that region's cluster.
+        let cache = redis_cache(settings, url, ca.clone()).map_err(named)?;
         match cache.check_settings().await.map_err(named)? {
             None => tracing::info!(region = n + 1, "connected to a peer region's Redis"),
             Some(why) => {

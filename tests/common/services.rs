@@ -195,33 +195,16 @@ struct ClusterNode {
 
 impl ClusterNode {
     fn spawn(&mut self) {
-        let child = Command::new("redis-server")
-            .args([
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--cluster-enabled",
-                "yes",
-            ])
-            .args([
-                "--port",
-                &self.port.to_string(),
-                "--cluster-port",
-                &self.bus_port.to_string(),
-            ])
-            .arg("--cluster-config-file")
-            .arg(self.dir.path().join("nodes.conf"))
-            .arg("--dir")
-            .arg(self.dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server on PATH (scripts/test installs it)");
-        self.child = Some(child);
-        wait_for_port(self.port, "redis-server (cluster node)");
+        let conf = self.dir.path().join("nodes.conf");
+        let args = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-port",
+            &self.bus_port.to_string(),
+            "--cluster-config-file",
+            conf.to_str().expect("a UTF-8 temporary path"),
+        ];
+        self.child = Some(OwnServer::spawn_redis(self.port, self.dir.path(), &args));
     }
 
     fn stop(&mut self) {

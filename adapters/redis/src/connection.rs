@@ -65,6 +65,16 @@ pub(crate) fn now_millis() -> i64 {
 /// channels are this call's alone (its prefix is `what`, the time, the process and a count).
 /// With `REBOUND_TEST_REDIS_CLUSTER=true`, the URL is a comma-separated list of the seed
 /// nodes of a Redis Cluster (scripts/test runs this crate's tests a second time so).
+/// A loopback port nothing listens on now, for a test's own server.
+#[cfg(test)]
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 #[cfg(test)]
 pub(crate) fn test_cache(what: &str) -> RedisCache {
     static MADE: AtomicU64 = AtomicU64::new(0);
@@ -553,14 +563,6 @@ pub(crate) mod tests {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
-    }
-
-    fn free_port() -> u16 {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
     }
 
     /// A `redis-server` with `args`, its port (`--port`, or `--tls-port` when `tls`) ready.

@@ -214,6 +214,7 @@ fn messages(
 
 #[cfg(test)]
 mod tests {
+    use crate::connection::free_port;
     use crate::{RedisCache, RedisSettingError};
     use futures_util::StreamExt;
     use rebound_store::RecordCache;
@@ -237,14 +238,6 @@ mod tests {
                 let _ = child.wait();
             }
         }
-    }
-
-    fn free_port() -> u16 {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
     }
 
     /// Waits until `done`, for at most 30 s (a test never hangs on a server that did not come).
