@@ -403,6 +403,108 @@ fn template_ttls(template: &serde_yaml::Value) -> BTreeMap<String, Option<String
     ttls
 }
 
+/// The DynamoDB tables a template declares as resources of type `kind`: each one's
+/// properties, by logical id.
+fn template_tables<'a>(template: &'a serde_yaml::Value, kind: &str) -> BTreeMap<String, &'a serde_yaml::Value> {
+    template["Resources"]
+        .as_mapping()
+        .unwrap()
+        .iter()
+        .filter(|(_, resource)| resource["Type"].as_str() == Some(kind))
+        .map(|(id, resource)| (id.as_str().unwrap().to_owned(), &resource["Properties"]))
+        .collect()
+}
+
+/// `!Name [items…]` as (`Name`, items).
+fn intrinsic(value: &serde_yaml::Value) -> (String, &[serde_yaml::Value]) {
+    match value {
+        serde_yaml::Value::Tagged(tagged) => (
+            tagged.tag.to_string().trim_start_matches('!').to_owned(),
+            tagged.value.as_sequence().map_or(&[][..], |s| s.as_slice()),
+        ),
+        other => panic!("not an intrinsic function: {other:?}"),
+    }
+}
+
+/// The index `!Select [n, …]` picks.
+fn selected_index(select: &serde_yaml::Value) -> u64 {
+    let (name, args) = intrinsic(select);
+    assert_eq!(name, "Select");
+    args[0].as_u64().unwrap()
+}
+
+#[test]
+fn the_global_tables_are_the_tables_of_the_regional_template() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |path: &str| -> serde_yaml::Value {
+        serde_yaml::from_str(&std::fs::read_to_string(root.join(path)).unwrap()).unwrap()
+    };
+    let regional = read("deploy/aws/rebound.yaml");
+    let global = read("deploy/aws/rebound-global.yaml");
+    let tables = template_tables(&regional, "AWS::DynamoDB::Table");
+    let global_tables = template_tables(&global, "AWS::DynamoDB::GlobalTable");
+    assert_eq!(tables.len(), 8, "rebound.yaml declares the eight tables");
+    assert_eq!(
+        tables.keys().collect::<Vec<_>>(),
+        global_tables.keys().collect::<Vec<_>>(),
+        "rebound-global.yaml declares the same tables, and nothing else is a table there"
+    );
+    let mut first_replicas: Option<(&str, &serde_yaml::Value)> = None;
+    for (id, table) in &tables {
+        let global_table = global_tables[id];
+        for property in [
+            "TableName",
+            "BillingMode",
+            "KeySchema",
+            "AttributeDefinitions",
+            "GlobalSecondaryIndexes",
+            "TimeToLiveSpecification",
+        ] {
+            assert_eq!(
+                table.get(property),
+                global_table.get(property),
+                "{id}: {property} differs between rebound.yaml and rebound-global.yaml"
+            );
+        }
+        // Replication reads the table's stream.
+        assert_eq!(
+            global_table["StreamSpecification"]["StreamViewType"].as_str(),
+            Some("NEW_AND_OLD_IMAGES"),
+            "{id}"
+        );
+        // Every table is replicated to the same regions: the stack's own, then entry n of
+        // ReplicaRegions under condition Replica<n+1>.
+        let replicas = &global_table["Replicas"];
+        match first_replicas {
+            None => first_replicas = Some((id.as_str(), replicas)),
+            Some((first, theirs)) => assert_eq!(replicas, theirs, "{id} and {first} have different replicas"),
+        }
+        let replicas = replicas.as_sequence().unwrap();
+        assert_eq!(
+            replicas[0]["Region"],
+            serde_yaml::from_str::<serde_yaml::Value>("!Ref AWS::Region").unwrap(),
+            "{id}: the first replica is the stack's own region"
+        );
+        assert_eq!(replicas.len(), 16, "{id}: one replica per region slot");
+        for (n, replica) in replicas.iter().enumerate().skip(1) {
+            let (name, args) = intrinsic(replica);
+            assert_eq!(name, "If", "{id}: replica {n}");
+            let condition = format!("Replica{n}");
+            assert_eq!(args[0].as_str(), Some(condition.as_str()), "{id}: replica {n}");
+            assert_eq!(selected_index(&args[1]["Region"]), n as u64 - 1, "{id}: replica {n}");
+            // The condition tests the entry the replica takes.
+            let (not, negated) = intrinsic(&global["Conditions"][condition.as_str()]);
+            assert_eq!(not, "Not");
+            let (equals, compared) = intrinsic(&negated[0]);
+            assert_eq!(equals, "Equals");
+            assert_eq!(
+                compared[0], args[1]["Region"],
+                "{condition} tests the region replica {n} takes"
+            );
+        }
+    }
+}
+
 async fn ttl_attribute(client: &aws_sdk_dynamodb::Client, table: &str) -> Option<String> {
     let out = client.describe_time_to_live().table_name(table).send().await.unwrap();
     let d = out.time_to_live_description()?;
