@@ -84,6 +84,7 @@ impl AllInOne {
                 sink: Arc::new(StoreClickSink(store)),
             },
             fleet: Fleet::InProcess,
+            home: None,
         };
         let shutdown = async move {
             let how = shutdown.await;

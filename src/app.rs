@@ -4,7 +4,9 @@
 //! so that whoever started the process (a person, a test on port 0) knows where it listens.
 
 use crate::all_in_one::{AllInOne, AllInOneListeners};
-use crate::backends::{announce_initial_key, metered, open_queue, open_redis, open_store, store_place, DataDirLock};
+use crate::backends::{
+    announce_initial_key, metered, open_home_store, open_queue, open_redis, open_store, store_place, DataDirLock,
+};
 use crate::control_plane::{Announce, ControlPlane, ControlPlaneAdapters, ControlPlaneListeners};
 use crate::data_plane::{DataPlane, DataPlaneAdapters, DataPlaneListeners, Fleet};
 use crate::listen::{check_descriptor_budget, RouterPort};
@@ -120,6 +122,7 @@ pub fn run_proxy(settings: Settings, options: RunOptions, runtime: &tokio::runti
             Some(cache) => Fleet::Redis(cache),
             None => Fleet::Alone,
         },
+        home: runtime.block_on(open_home_store(&settings, &metrics.adapters)),
     };
     dp.run(adapters, listeners, stop_requested(true), runtime)
 }
@@ -173,10 +176,10 @@ pub async fn run_control_plane(settings: Settings) -> anyhow::Result<()> {
     }
     let peers = crate::regions::open_peers(&settings).await?;
     if redis.is_none() && !peers.is_empty() {
-        use crate::config::{PEER_REDIS_URLS, REDIS_URL};
+        use crate::config::{PEER_REGIONS, REDIS_URL};
         anyhow::bail!(
             "{} is set without {}: a region's own Redis comes first",
-            PEER_REDIS_URLS.var.unwrap_or(PEER_REDIS_URLS.key),
+            PEER_REGIONS.var.unwrap_or(PEER_REGIONS.key),
             REDIS_URL.var.unwrap_or(REDIS_URL.key)
         );
     }

@@ -11,7 +11,7 @@ use rebound_metering::{AdapterMetrics, MeteredStore};
 use rebound_redis::{RedisCache, RedisSettingError};
 use rebound_sqlite::SqliteStore;
 use rebound_sqs::SqsClickQueue;
-use rebound_store::{Causes, ClickInbox, Store};
+use rebound_store::{Causes, ClickInbox, LinkReads, Store};
 use std::fs::{File, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -138,6 +138,18 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
             table_prefix.clone(),
         ))),
     }
+}
+
+/// The home region's replica of the store, for a proxy outside the home region
+/// (`home_store_region`), its calls counted under `dynamodb_home`.
+pub async fn open_home_store(settings: &Settings, adapters: &AdapterMetrics) -> Option<Arc<dyn LinkReads>> {
+    let (home, StoreChoice::DynamoDb { table_prefix }) = (settings.home_store.as_ref()?, &settings.store) else {
+        return None;
+    };
+    let client = DynamoStore::client_for(&home.region, home.endpoint.as_deref()).await;
+    let store: Arc<dyn Store> = Arc::new(DynamoStore::new(client, table_prefix.clone()));
+    tracing::info!(region = %home.region, "misses are read from the home region's replica before a 404");
+    Some(Arc::new(MeteredStore::new(store, adapters, "dynamodb_home")))
 }
 
 /// The store with every call counted and timed under its adapter's name.

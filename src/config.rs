@@ -212,6 +212,26 @@ fn check_relations(s: &mut Settings) -> Result<(), ConfigError> {
             *url = as_target(setting, url, &rule)?;
         }
     }
+    if s.home_store.is_some() && !matches!(s.store, crate::settings::StoreChoice::DynamoDb { .. }) {
+        return Err(HOME_STORE_REGION.refused(format!(
+            "is for a store replicated between regions: it needs {} = \"dynamodb\"",
+            STORE.name()
+        )));
+    }
+    for (setting, url) in [
+        (&HOME_REGION_URL, &s.home_region_url),
+        (
+            &HOME_STORE_ENDPOINT_URL,
+            &s.home_store.as_ref().and_then(|h| h.endpoint.clone()),
+        ),
+    ] {
+        if let Some(url) = url {
+            match url::Url::parse(url) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
+                _ => return Err(setting.refused(format!("{url:?} is not an `http` or `https` URL"))),
+            }
+        }
+    }
     if let Some(t) = &s.tls {
         if t.addr == s.redirect_addr && t.addr.port() != 0 {
             return Err(TLS_ADDR.refused(format!("must differ from {}", REDIRECT_ADDR.name())));
@@ -539,10 +559,80 @@ mod tests {
                 ],
                 "tls_addr (REBOUND_TLS_ADDR): must differ from redirect_addr (REBOUND_REDIRECT_ADDR)",
             ),
+            (
+                "peer_regions = [\"redis://r.example:6379\"]",
+                &[],
+                "peer_regions (REBOUND_PEER_REGIONS): \"redis://r.example:6379\" is not `<region>=<redis URL>`",
+            ),
+            (
+                "region = \"eu\"\npeer_regions = [\"eu=redis://r.example:6379\"]",
+                &[],
+                "peer_regions (REBOUND_PEER_REGIONS): names \"eu\", this region",
+            ),
+            (
+                "",
+                &[("REBOUND_PEER_REGIONS", "us=redis://a:1,us=redis://b:1")],
+                "names \"us\" twice",
+            ),
+            (
+                "",
+                &[("REBOUND_PEER_REGIONS", "US=redis://a:1")],
+                "is not a region name",
+            ),
+            (
+                "home_region_url = \"ftp://h.example\"",
+                &[],
+                "home_region_url (REBOUND_HOME_REGION_URL)",
+            ),
+            (
+                "home_store_endpoint_url = \"http://h.example\"",
+                &[],
+                "home_store_endpoint_url (REBOUND_HOME_STORE_ENDPOINT_URL): is set without home_store_region",
+            ),
+            (
+                "home_store_region = \"us-east-1\"",
+                &[],
+                "home_store_region (REBOUND_HOME_STORE_REGION): is for a store replicated between regions",
+            ),
+            ("home_store_region = \"us east\"", &[], "home_store_region"),
         ] {
             let err = load(Some(file), &env(vars)).map(|_| ()).unwrap_err().to_string();
             assert!(err.contains(name), "{file:?} {vars:?}: {err:?} should name {name}");
         }
+    }
+
+    #[test]
+    fn a_region_reads_its_peers_and_its_home() {
+        let s = load(
+            Some("store = \"dynamodb\"\nregion = \"eu-west-1\"\nhome_region_url = \"https://api.us.example\""),
+            &env(&[
+                (
+                    "REBOUND_PEER_REGIONS",
+                    " us-east-1=rediss://r.us.example:6379 , ap-1=redis://r.ap:6379/",
+                ),
+                ("REBOUND_HOME_STORE_REGION", "us-east-1"),
+                ("REBOUND_HOME_STORE_ENDPOINT_URL", "http://127.0.0.1:8000"),
+            ]),
+        )
+        .unwrap();
+        let peers: Vec<(&str, &str)> = s
+            .peer_regions
+            .iter()
+            .map(|p| (p.name.as_str(), p.redis_url.as_str()))
+            .collect();
+        assert_eq!(
+            peers,
+            [
+                ("us-east-1", "rediss://r.us.example:6379"),
+                ("ap-1", "redis://r.ap:6379/")
+            ]
+        );
+        assert_eq!(s.home_region_url.as_deref(), Some("https://api.us.example"));
+        let home = s.home_store.unwrap();
+        assert_eq!(
+            (home.region.as_str(), home.endpoint.as_deref()),
+            ("us-east-1", Some("http://127.0.0.1:8000"))
+        );
     }
 
     #[test]

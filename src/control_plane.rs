@@ -8,14 +8,16 @@
 use crate::listen::{router_edge, RouterPort};
 use crate::metrics_port::{metrics_router, Readiness};
 use crate::process_metrics::ProcessRegistry;
+use crate::regions::HttpHome;
 use crate::settings::Settings;
 use crate::signals::drain;
 use anyhow::Context;
 use rebound_control_plane::consumer::{run_click_consumer, watch_queue_depths, ConsumerCalls, DEPTH_EVERY};
+use rebound_control_plane::home::HomeRegion;
 use rebound_control_plane::metrics::ConsumerMetrics;
 use rebound_core::Clock;
 use rebound_edge::Edge;
-use rebound_metering::MeteredLinkEvents;
+use rebound_metering::{MeteredLinkEvents, RegionPropagationMetrics, RegionTimedLinkEvents};
 use rebound_redis::acks::{AckMetrics, Acknowledgements};
 use rebound_redis::{RedisCache, RedisLinkEvents};
 use rebound_store::{ClickInbox, FanOutLinkEvents, LinkEvents, NoLinkEvents, RollupStore, Store};
@@ -36,7 +38,8 @@ pub enum Announce {
     /// (docs/regions.md).
     Redis {
         local: Arc<RedisCache>,
-        peers: Vec<Arc<RedisCache>>,
+        /// Every other region's name and Redis.
+        peers: Vec<(String, Arc<RedisCache>)>,
     },
     /// Nowhere (no Redis): proxies' L1 entries expire after `l1_ttl`.
     Nowhere,
@@ -80,6 +83,8 @@ pub struct ControlPlane {
     /// With Redis: the proxies' acknowledgements in each region, listened to while it runs.
     acks: Vec<(Arc<Acknowledgements>, Arc<RedisCache>)>,
     consumer: Option<Consumer>,
+    /// Outside the home region: where unique writes are forwarded.
+    home: Option<Arc<dyn HomeRegion>>,
 }
 
 impl ControlPlane {
@@ -101,27 +106,31 @@ impl ControlPlane {
         let events: Arc<dyn LinkEvents> = match announce {
             Announce::InProcess(events) => events,
             Announce::Redis { local, peers } => {
-                // One set of acknowledgement metrics for every region's waits.
+                // One set of acknowledgement metrics for every region's waits; each
+                // region's propagation timed under its name.
                 let ack_metrics = AckMetrics::register(registry).context("declaring metrics")?;
+                let propagation = RegionPropagationMetrics::register(registry).context("declaring metrics")?;
                 let r = &settings.redirect;
-                let mut region = |cache: Arc<RedisCache>| -> Arc<dyn LinkEvents> {
+                let mut region = |name: &str, cache: Arc<RedisCache>| -> Arc<dyn LinkEvents> {
                     let listener = Acknowledgements::new(ack_metrics.clone());
                     acks.push((listener.clone(), cache.clone()));
-                    Arc::new(RedisLinkEvents {
+                    let events = Arc::new(RedisLinkEvents {
                         cache,
                         clock: clock.clone(),
                         policy: r.cache_policy(),
                         acks: listener,
                         invalidation_bound: Duration::from_millis(r.invalidation_timeout_ms + r.l1_ttl_ms),
-                    })
+                    });
+                    Arc::new(RegionTimedLinkEvents::new(events, &propagation, name))
                 };
-                let here = region(local);
+                let here = region(&settings.api.region, local);
                 let events: Arc<dyn LinkEvents> = match peers.is_empty() {
                     true => here,
                     false => {
-                        let mut regions = vec![("this region".to_owned(), here)];
-                        for (n, peer) in peers.into_iter().enumerate() {
-                            regions.push((format!("peer region {}", n + 1), region(peer)));
+                        let mut regions = vec![(settings.api.region.clone(), here)];
+                        for (name, peer) in peers {
+                            let events = region(&name, peer);
+                            regions.push((name, events));
                         }
                         Arc::new(FanOutLinkEvents::new(regions))
                     }
@@ -129,6 +138,17 @@ impl ControlPlane {
                 Arc::new(MeteredLinkEvents::new(events, &metrics.adapters))
             }
             Announce::Nowhere => Arc::new(MeteredLinkEvents::new(Arc::new(NoLinkEvents), &metrics.adapters)),
+        };
+        let home: Option<Arc<dyn HomeRegion>> = match &settings.home_region_url {
+            Some(url) => {
+                // A forwarded delete waits for every region's proxies, as one made here would.
+                let r = &settings.redirect;
+                let limit = Duration::from_millis(r.invalidation_timeout_ms + r.l1_ttl_ms) + Duration::from_secs(5);
+                let home = HttpHome::new(url, limit).context("the home region's control plane (home_region_url)")?;
+                tracing::info!(%url, "unique writes are forwarded to the home region");
+                Some(Arc::new(home))
+            }
+            None => None,
         };
         let config = settings.control_plane();
         let api = match click_counts {
@@ -161,6 +181,7 @@ impl ControlPlane {
             ),
             acks,
             consumer,
+            home,
         })
     }
 
@@ -177,7 +198,7 @@ impl ControlPlane {
             tasks.push(port.serve("metrics", router, self.metrics_edge, stop.clone())?);
         }
         tasks.push(tokio::spawn(self.api.reconciler().run(stop.clone())));
-        let router = rebound_control_plane::router(self.api);
+        let router = rebound_control_plane::router_forwarding(self.api, self.home);
         tasks.push(listeners.api.serve("API", router, self.api_edge, stop.clone())?);
         if let Some(c) = self.consumer {
             tasks.push(tokio::spawn(watch_queue_depths(

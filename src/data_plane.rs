@@ -91,6 +91,9 @@ pub struct DataPlaneAdapters {
     /// Where clicks are written, and on which runtime.
     pub clicks: ClickWriter,
     pub fleet: Fleet,
+    /// The home region's replica, read before a 404 (docs/regions.md); none in the home
+    /// region or a fleet of one.
+    pub home: Option<Arc<dyn LinkReads>>,
 }
 
 /// The data plane's parts, built from the settings.
@@ -195,7 +198,12 @@ impl DataPlane {
         shutdown: impl Future<Output = Shutdown> + Send + 'static,
         runtime: &tokio::runtime::Runtime,
     ) -> anyhow::Result<()> {
-        let DataPlaneAdapters { store, clicks, fleet } = adapters;
+        let DataPlaneAdapters {
+            store,
+            clicks,
+            fleet,
+            home,
+        } = adapters;
         let r = &self.redirect;
         let mut path = RedirectPath::new(
             self.l1.clone(),
@@ -206,6 +214,7 @@ impl DataPlane {
             Duration::from_millis(r.store_budget_ms),
         );
         path.policy = r.cache_policy();
+        path.home = home;
         let trust = Arc::new(InvalidationTrust::new(
             Duration::from_millis(r.invalidation_timeout_ms),
             Duration::from_millis(r.l1_ttl_ms),

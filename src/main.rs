@@ -77,6 +77,8 @@ fn init_tracing() {
 }
 
 fn main() -> ExitCode {
+    // HTTPS clients (the CLI's, the home region's) use aws-lc-rs, as the TLS listener does.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

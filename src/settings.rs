@@ -48,6 +48,23 @@ pub struct EdgeSettings {
     pub h2c: bool,
 }
 
+/// Another region of the fleet, as a control plane reaches it (docs/regions.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerRegion {
+    pub name: String,
+    /// Its Redis (with `redis_cluster`, one seed node of its cluster).
+    pub redis_url: String,
+}
+
+/// The home region's replica of the DynamoDB tables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HomeStore {
+    /// Its AWS region.
+    pub region: String,
+    /// Its endpoint, for a DynamoDB-compatible server; none: the SDK's for the region.
+    pub endpoint: Option<String>,
+}
+
 /// The TLS listener of the redirect port.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsSettings {
@@ -72,8 +89,14 @@ pub struct Settings {
     pub store: StoreChoice,
     /// Redis for L2, invalidation and the creation feed; none means L1 only.
     pub redis_url: Option<String>,
-    /// The Redis of every other region, for a control plane (docs/regions.md).
-    pub peer_redis_urls: Vec<String>,
+    /// Every other region and its Redis, for a control plane (docs/regions.md).
+    pub peer_regions: Vec<PeerRegion>,
+    /// The home region's control plane, which unique writes are forwarded to; none: this
+    /// region is the home region.
+    pub home_region_url: Option<String>,
+    /// The home region's replica of the store, read before a 404 by a proxy; none: misses
+    /// are answered from the local replica.
+    pub home_store: Option<HomeStore>,
     /// The certificate authorities of Redis's certificate; none: the system's.
     pub redis_ca: Option<PathBuf>,
     /// `redis_url` lists the seed nodes of a Redis Cluster.

@@ -6,51 +6,12 @@
 mod common;
 
 use common::fleet::*;
-use common::history::{Event, History, Op};
+use common::history::*;
 use common::services::*;
 use common::*;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Probes `code` on `proxy` and records the answer.
-async fn probe(history: &History, proxy: &Running, name: &str, code: &str) -> u16 {
-    probe_with(history, &http(), &proxy.addr("redirect"), name, code).await
-}
-
-/// Probes `code` at `proxy` (its redirect port's URL) with `client` and records the
-/// answer (0 when none came: a stopped proxy, with a client's short timeout).
-async fn probe_with(history: &History, client: &reqwest::Client, proxy: &str, name: &str, code: &str) -> u16 {
-    let start = Instant::now();
-    let answer = client
-        .get(format!("{proxy}/{code}"))
-        .send()
-        .await
-        .map(|r| r.status().as_u16())
-        .unwrap_or(0);
-    let op = Op::Probe {
-        code: code.to_owned(),
-        proxy: name.to_owned(),
-        status: answer,
-    };
-    history.record(op, start, Instant::now());
-    answer
-}
-
-/// Creates a link through `cp` and records it; returns its code.
-async fn create_recorded(history: &History, cp: &Running, i: usize) -> String {
-    create_at(history, &http(), &cp.api(), i)
-        .await
-        .expect("the control plane created the link")
-}
-
-/// Deletes (or takes down) `code` through `cp` and records whether the API answered success.
-async fn delete_recorded(history: &History, cp: &Running, code: &str, takedown: bool) -> bool {
-    matches!(
-        delete_at(history, &http(), &cp.api(), code, takedown).await,
-        Deleted::Ok
-    )
-}
 
 /// Kills every pub/sub connection of the Redis on `port` (what a failover, a restart or a
 /// middlebox's idle cut does to subscribers).
@@ -461,68 +422,6 @@ impl Schedule {
     }
 }
 
-/// Creates a link through the API at `api` and records it; `None` when the control plane
-/// did not answer success (killed by the schedule, say).
-async fn create_at(history: &History, client: &reqwest::Client, api: &str, i: usize) -> Option<String> {
-    let start = Instant::now();
-    let res = client
-        .post(format!("{api}/api/v1/links"))
-        .bearer_auth(OPERATOR_KEY)
-        .json(&json!({"long_url": format!("https://example.com/fault/{i}")}))
-        .send()
-        .await
-        .ok()?;
-    if !res.status().is_success() {
-        return None;
-    }
-    let code = res.json::<serde_json::Value>().await.ok()?["code"].as_str()?.to_owned();
-    history.record(
-        Op::Create {
-            code: code.clone(),
-            ok: true,
-        },
-        start,
-        Instant::now(),
-    );
-    Some(code)
-}
-
-/// How a delete through the schedule ended.
-enum Deleted {
-    Ok,
-    /// 503 `invalidation_failed`: durable in the store, its propagation left to the
-    /// reconcilers.
-    Pending,
-    /// Anything else (no answer from a killed control plane, say).
-    Unknown,
-}
-
-/// Deletes (or takes down) `code` through the API at `api` and records whether it answered
-/// success.
-async fn delete_at(history: &History, client: &reqwest::Client, api: &str, code: &str, takedown: bool) -> Deleted {
-    let start = Instant::now();
-    let req = match takedown {
-        false => client.delete(format!("{api}/api/v1/links/{code}")),
-        true => client
-            .post(format!("{api}/api/v1/links/{code}/takedown"))
-            .json(&json!({"reason": "spam"})),
-    };
-    let answer = match req.bearer_auth(OPERATOR_KEY).send().await {
-        Ok(res) if res.status().is_success() => Deleted::Ok,
-        Ok(res) => match res.json::<serde_json::Value>().await {
-            Ok(v) if v["error"]["code"] == "invalidation_failed" => Deleted::Pending,
-            _ => Deleted::Unknown,
-        },
-        Err(_) => Deleted::Unknown,
-    };
-    let op = Op::Delete {
-        code: code.to_owned(),
-        ok: matches!(answer, Deleted::Ok),
-    };
-    history.record(op, start, Instant::now());
-    answer
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs REBOUND_TEST_DYNAMODB_URL and redis-server (the test services): scripts/test starts them and runs it"]
 async fn a_randomized_schedule_of_faults_breaks_neither_i1_nor_i2() {
@@ -560,7 +459,7 @@ async fn a_randomized_schedule_of_faults_breaks_neither_i1_nor_i2() {
     let history = Arc::new(History::default());
     let pending = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let deadline = Instant::now() + Duration::from_secs(seconds);
-    let client = reqwest::Client::builder()
+    let client = http_builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs(3))
         .build()
@@ -698,97 +597,4 @@ async fn a_randomized_schedule_of_faults_breaks_neither_i1_nor_i2() {
         started.elapsed()
     );
     drop(proxies);
-}
-
-/// Two regions on one machine (docs/regions.md): each with its own redis-server and two
-/// proxies, one store (moto) standing for the replicated one, and a control plane in
-/// region A whose peer region B's Redis is 40 ms away each way (a relay). Returns the
-/// deployment's parts: the control plane, the proxies (A's two, then B's two), the relay to
-/// B and the servers, which must outlive the test.
-async fn two_regions(dir: &std::path::Path) -> (Running, Vec<(String, Running)>, Relay, [OwnServer; 2]) {
-    let (a, b) = (OwnServer::redis(), OwnServer::redis());
-    let far = delayed_relay(b.port, Duration::from_millis(40));
-    let d = Deployment::new(&shared_aws_url(), Some(&a.url()));
-    let cp = d.control_plane(dir, &[("REBOUND_PEER_REDIS_URLS", &through_relay(&b.url(), far.port))]);
-    let mut proxies = Vec::new();
-    for (name, redis) in [("a0", &a), ("a1", &a), ("b0", &b), ("b1", &b)] {
-        proxies.push((
-            name.to_owned(),
-            d.proxy(dir, &[("REBOUND_REDIS_URL", &redis.url())]).await,
-        ));
-    }
-    (cp, proxies, far, [a, b])
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs REBOUND_TEST_DYNAMODB_URL and redis-server (the test services): scripts/test starts them and runs it"]
-async fn a_create_is_served_and_a_delete_is_404_in_both_regions_at_once() {
-    let dir = temp_dir();
-    let (cp, proxies, _far, _servers) = two_regions(dir.path()).await;
-    let history = History::default();
-    let mut took = Vec::new();
-    for i in 0..60 {
-        let code = create_recorded(&history, &cp, i).await;
-        // The first click in every region, right after the create returned.
-        for (name, p) in &proxies {
-            probe(&history, p, name, &code).await;
-        }
-        let start = Instant::now();
-        assert!(
-            delete_recorded(&history, &cp, &code, i % 2 == 1).await,
-            "the delete succeeded"
-        );
-        took.push(start.elapsed());
-        for (name, p) in &proxies {
-            probe(&history, p, name, &code).await;
-        }
-    }
-    history.assert_clean("two regions");
-    took.sort();
-    eprintln!(
-        "cross-region deletes (40 ms each way to region B's Redis): p50 {:?}, p99 {:?}, max {:?} over {}",
-        took[took.len() / 2],
-        took[took.len() * 99 / 100],
-        took[took.len() - 1],
-        took.len()
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs REBOUND_TEST_DYNAMODB_URL and redis-server (the test services): scripts/test starts them and runs it"]
-async fn a_delete_that_could_not_reach_a_region_is_503_and_finished_there_once_it_can() {
-    let dir = temp_dir();
-    let (cp, proxies, far, servers) = two_regions(dir.path()).await;
-    let history = History::default();
-    let code = create_recorded(&history, &cp, 0).await;
-    for (name, p) in &proxies {
-        assert_eq!(probe(&history, p, name, &code).await, 302, "{name}");
-    }
-    // Region B's Redis cannot be reached from region A.
-    far.freeze();
-    let answer = delete_at(&history, &http(), &cp.api(), &code, false).await;
-    assert!(
-        matches!(answer, Deleted::Pending),
-        "the delete is not confirmed in region B: 503, not {}",
-        match answer {
-            Deleted::Ok => "a success",
-            _ => "another answer",
-        }
-    );
-    for (name, p) in &proxies[..2] {
-        assert_eq!(probe(&history, p, name, &code).await, 404, "{name}: region A has it");
-    }
-    // What was sent meanwhile is dropped with the connections; then B is reachable again.
-    far.fail_over_to(servers[1].port);
-    far.thaw();
-    let back = Instant::now();
-    for (name, p) in &proxies[2..] {
-        assert!(
-            eventually(p, &code, 404, Duration::from_secs(10)).await,
-            "{name} still redirects {:?} after region B became reachable",
-            back.elapsed()
-        );
-    }
-    eprintln!("region B 404 {:?} after it became reachable", back.elapsed());
-    history.assert_clean("a region cut off during a delete");
 }

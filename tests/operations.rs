@@ -1,7 +1,8 @@
 //! Operating Rebound, black-box: the metrics of the three kinds of process (the all-in-one,
 //! a control plane with its click consumer, a proxy) pass `promtool check metrics` and
 //! cover every metric the Grafana dashboard queries; the CloudFormation template makes
-//! exactly what `rebound provision` makes, and a control plane and a proxy run on it.
+//! exactly what `rebound provision` makes, and a control plane and a proxy run on it; the
+//! global tables' template declares the same tables.
 //! The processes run on the Redis and moto that `scripts/test` starts.
 
 mod common;

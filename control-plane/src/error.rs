@@ -32,6 +32,8 @@ pub enum ApiError {
     InvalidationFailed,
     #[error("the service is temporarily unavailable; retry")]
     Unavailable(String),
+    #[error("this write is made in the home region, which cannot be reached; retry")]
+    HomeUnavailable(String),
     #[error("internal error")]
     Internal(String),
 }
@@ -58,6 +60,7 @@ impl ApiError {
             ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             ApiError::InvalidationFailed => (StatusCode::SERVICE_UNAVAILABLE, "invalidation_failed"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            ApiError::HomeUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "home_unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -94,6 +97,7 @@ impl IntoResponse for ApiError {
         match &self {
             ApiError::Internal(cause) => tracing::error!(%cause, "request failed"),
             ApiError::Unavailable(cause) => tracing::warn!(%cause, "store unavailable"),
+            ApiError::HomeUnavailable(cause) => tracing::warn!(%cause, "home region unavailable"),
             _ => {}
         }
         let message = match &self {
@@ -113,7 +117,7 @@ impl IntoResponse for ApiError {
             ApiError::RateLimited { retry_after_secs } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
             }
-            ApiError::InvalidationFailed | ApiError::Unavailable(_) => {
+            ApiError::InvalidationFailed | ApiError::Unavailable(_) | ApiError::HomeUnavailable(_) => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             ApiError::Unauthorized(_) => {

@@ -33,6 +33,7 @@ pub mod config;
 mod console;
 pub mod consumer;
 pub mod error;
+pub mod home;
 pub mod kgs;
 mod links;
 pub mod me;
@@ -251,8 +252,27 @@ pub async fn ensure_initial_operator_key(store: &dyn Store, clock: &dyn Clock) -
 
 /// The API router.
 pub fn router(cp: Arc<ControlPlane>) -> Router {
+    router_forwarding(cp, None)
+}
+
+/// [`router`], outside the home region: the writes that need uniqueness are forwarded to
+/// `home` (counted and timed here like the rest).
+pub fn router_forwarding(cp: Arc<ControlPlane>, home: Option<Arc<dyn home::HomeRegion>>) -> Router {
     let metrics = cp.metrics.clone();
-    guard_panics(api::routes().merge(console::routes()).with_state(cp)).layer(axum::middleware::from_fn(
+    let mut routes = api::routes();
+    if let Some(home) = home {
+        let forwarding = home::Forwarding {
+            home,
+            max_body_bytes: cp.config.api.max_body_bytes,
+            max_import_body_bytes: cp.config.api.max_import_body_bytes,
+            body_timeout: cp.config.api.body_timeout,
+        };
+        routes = routes.layer(axum::middleware::from_fn_with_state(
+            forwarding,
+            home::forward_unique_writes,
+        ));
+    }
+    guard_panics(routes.merge(console::routes()).with_state(cp)).layer(axum::middleware::from_fn(
         move |request, next| metrics::count_request(metrics.clone(), request, next),
     ))
 }

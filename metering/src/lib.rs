@@ -442,6 +442,77 @@ impl LinkEvents for MeteredLinkEvents {
     }
 }
 
+/// Each region's share of a delete or takedown (docs/regions.md): how long its tombstone and
+/// its proxies' acknowledgements took, and how often they could not be confirmed.
+#[derive(Clone)]
+pub struct RegionPropagationMetrics {
+    seconds: HistogramVec,
+    failures: IntCounterVec,
+}
+
+impl RegionPropagationMetrics {
+    /// Declares the families in `registry`.
+    pub fn register(registry: &Registry) -> prometheus::Result<RegionPropagationMetrics> {
+        let m = RegionPropagationMetrics {
+            seconds: HistogramVec::new(
+                HistogramOpts::new(
+                    "rebound_region_propagation_seconds",
+                    "How long a delete's or takedown's tombstone and its proxies' acknowledgements took in each region (this control plane's own included).",
+                )
+                .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
+                &["region"],
+            )?,
+            failures: IntCounterVec::new(
+                Opts::new(
+                    "rebound_region_propagation_failures_total",
+                    "Deletes and takedowns that could not be confirmed in a region (answered 503; the reconciler finishes them).",
+                ),
+                &["region"],
+            )?,
+        };
+        registry.register(Box::new(m.seconds.clone()))?;
+        registry.register(Box::new(m.failures.clone()))?;
+        Ok(m)
+    }
+}
+
+/// One region's [`LinkEvents`] with its deactivations timed and their failures counted under
+/// the region's name; the series exist from the start, so dashboards and alerts find them.
+pub struct RegionTimedLinkEvents {
+    inner: Arc<dyn LinkEvents>,
+    seconds: Histogram,
+    failures: IntCounter,
+}
+
+impl RegionTimedLinkEvents {
+    pub fn new(inner: Arc<dyn LinkEvents>, metrics: &RegionPropagationMetrics, region: &str) -> RegionTimedLinkEvents {
+        RegionTimedLinkEvents {
+            inner,
+            seconds: metrics.seconds.with_label_values(&[region]),
+            failures: metrics.failures.with_label_values(&[region]),
+        }
+    }
+}
+
+#[async_trait]
+impl LinkEvents for RegionTimedLinkEvents {
+    async fn created(&self, link: &Link) -> Result<(), EventError> {
+        self.inner.created(link).await
+    }
+    async fn leased(&self, high_water: u64) -> Result<(), EventError> {
+        self.inner.leased(high_water).await
+    }
+    async fn deactivated(&self, link: &Link) -> Result<(), EventError> {
+        let started = Instant::now();
+        let result = self.inner.deactivated(link).await;
+        match &result {
+            Ok(()) => self.seconds.observe(started.elapsed().as_secs_f64()),
+            Err(_) => self.failures.inc(),
+        }
+        result
+    }
+}
+
 /// A [`ClickSink`] whose every shipment is counted and timed as one call of `adapter`
 /// (`sqs`: `send_message_batch`).
 pub struct MeteredClickSink {

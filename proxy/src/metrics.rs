@@ -34,6 +34,9 @@ pub struct ProxyMetrics {
     pub fills_dropped: IntCounter,
     pub reads_outdated: IntCounter,
     pub reads_superseded: IntCounter,
+    pub home_found: IntCounter,
+    pub home_absent: IntCounter,
+    pub home_errors: IntCounter,
     pub clicks_queued: IntCounter,
     pub clicks_dropped: IntCounter,
     pub clicks_flushed: IntCounter,
@@ -59,7 +62,10 @@ impl ProxyMetrics {
             &["outcome"],
         )?;
         let lookups = IntCounterVec::new(
-            Opts::new("rebound_lookups_total", "Lookups per tier (l1, l2, store) and result"),
+            Opts::new(
+                "rebound_lookups_total",
+                "Lookups per tier (l1, l2, store, and home: the home region's replica read before a 404) and result",
+            ),
             &["tier", "result"],
         )?;
         // Registers a metric and hands back its handle.
@@ -89,6 +95,9 @@ impl ProxyMetrics {
             l2_unconfirmed: lookups.with_label_values(&["l2", "unconfirmed"]),
             store_reads: lookups.with_label_values(&["store", "read"]),
             store_errors: lookups.with_label_values(&["store", "error"]),
+            home_found: lookups.with_label_values(&["home", "found"]),
+            home_absent: lookups.with_label_values(&["home", "absent"]),
+            home_errors: lookups.with_label_values(&["home", "error"]),
             bloom_rejects: counter(
                 "rebound_bloom_rejects_total",
                 "Unknown codes answered 404 by the issued-code filter (high-water mark and alias filter) without a store read",

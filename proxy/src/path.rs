@@ -64,6 +64,9 @@ pub struct RedirectPath {
     pub l2_budget: Duration,
     /// The invalidation channel's health; `None` when invalidation is in process.
     pub trust: Option<Arc<InvalidationTrust>>,
+    /// The home region's replica (docs/regions.md), read before a 404 outside the home
+    /// region: a code created in another region may not have reached this region yet.
+    pub home: Option<Arc<dyn LinkReads>>,
     flights: SingleFlight<(Resolution, bool)>,
     last_stale_warning: AtomicI64,
 }
@@ -88,6 +91,7 @@ impl RedirectPath {
             l2: None,
             l2_budget: Duration::from_millis(150),
             trust: None,
+            home: None,
             flights: SingleFlight::default(),
             last_stale_warning: AtomicI64::new(0),
         }
@@ -330,24 +334,59 @@ impl RedirectPath {
                 }
             }
         }
+        let seen = |path: &Self| path.seen_tombstone(code, stale_l2.as_ref().or(dead_l2.as_ref()));
         if self.l2.is_some() {
             if redis_failed {
                 self.metrics.bloom_bypassed.inc();
             } else if !unconfirmed && self.never_issued(code) {
-                return Learned::NeverIssued;
+                // This region's filter has not heard of the code; another region may have
+                // created it. The home region's answer decides; without it, 404.
+                return match self.read_home(code).await {
+                    Some(Some(link)) => Learned::FromStore {
+                        item: Some(link),
+                        seen_tombstone: seen(self),
+                    },
+                    _ => Learned::NeverIssued,
+                };
             }
         }
         self.metrics.store_reads.inc();
         let cause: Arc<str> = match tokio::time::timeout(self.store_budget, self.store.get_link(code)).await {
-            Ok(Ok(item)) => {
-                let seen_tombstone = self.seen_tombstone(code, stale_l2.as_ref().or(dead_l2.as_ref()));
-                return Learned::FromStore { item, seen_tombstone };
+            Ok(Ok(mut item)) => {
+                if item.is_none() {
+                    // Not in this region's replica (yet): the home region's, if it answers.
+                    item = self.read_home(code).await.flatten();
+                }
+                return Learned::FromStore {
+                    item,
+                    seen_tombstone: seen(self),
+                };
             }
             Ok(Err(e)) => Arc::from(rebound_store::Causes(&e).to_string()),
             Err(_) => Arc::from("store read timed out"),
         };
         self.metrics.store_errors.inc();
         Learned::StoreFailed { cause, stale_l2 }
+    }
+
+    /// `code` read from the home region's replica, strongly consistent: `None` without a home
+    /// region or when it failed or took longer than the store's budget (counted; the local
+    /// answer stands: a home region out of reach must not make every unknown code a 503).
+    async fn read_home(&self, code: &str) -> Option<Option<Link>> {
+        let home = self.home.as_ref()?;
+        match tokio::time::timeout(self.store_budget, home.get_link(code)).await {
+            Ok(Ok(item)) => {
+                match item {
+                    Some(_) => self.metrics.home_found.inc(),
+                    None => self.metrics.home_absent.inc(),
+                }
+                Some(item)
+            }
+            Ok(Err(_)) | Err(_) => {
+                self.metrics.home_errors.inc();
+                None
+            }
+        }
     }
 
     /// The version of the newest tombstone of `code` that L1 (whether or not its entry is
@@ -623,6 +662,18 @@ mod tests {
         Arc<InvalidationTrust>,
         Fixture,
     ) {
+        let (path, l2, trust) = l2_path(&f);
+        (Arc::new(path), l2, trust, f)
+    }
+
+    /// A path with its own L1 and L2 over the fixture's store and clock.
+    fn l2_path(
+        f: &Fixture,
+    ) -> (
+        RedirectPath,
+        Arc<rebound_store::MemoryRecordCache>,
+        Arc<InvalidationTrust>,
+    ) {
         let l2 = Arc::new(rebound_store::MemoryRecordCache::default());
         let trust = Arc::new(InvalidationTrust::new(
             Duration::from_millis(2000),
@@ -637,7 +688,7 @@ mod tests {
             Duration::from_secs(1),
         )
         .with_l2(l2.clone(), Duration::from_millis(150), trust.clone());
-        (Arc::new(path), l2, trust, f)
+        (path, l2, trust)
     }
 
     /// A store whose point reads wait until released: a read in flight across an event.
@@ -830,6 +881,66 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert!(l2.peek("cold").is_some());
+    }
+
+    #[tokio::test]
+    async fn a_code_this_region_has_not_seen_is_read_from_the_home_region_before_404() {
+        use rebound_core::generated::ALIAS_INDEX_SETTING;
+        use rebound_store::CounterStore;
+        let f = fixture();
+        // This region's replica has no links yet; the home region's has two, one deleted.
+        let home = Arc::new(MemoryStore::new());
+        add(&home, "made-elsewhere", None).await;
+        let gone = add(&home, "gone-elsewhere", None).await;
+        let deletion = rebound_core::link::Deletion {
+            at: 1,
+            by: "op".into(),
+            reason: None,
+        };
+        home.deactivate_link("gone-elsewhere", gone.version, &deletion)
+            .await
+            .unwrap();
+        for (setting, value) in [
+            (rebound_core::generated::CODE_KEY_SETTING, "05".repeat(16)),
+            (ALIAS_INDEX_SETTING, "complete".to_owned()),
+        ] {
+            f.store.get_or_init_setting(setting, &value).await.unwrap();
+        }
+        let (mut path, _, _) = l2_path(&f);
+        path.home = Some(home.clone());
+        // The filter is bypassed (not loaded): the local replica misses, the home region has it.
+        assert!(matches!(path.resolve("made-elsewhere").await, Resolution::Redirect(_)));
+        assert_eq!((f.store.link_reads(), path.metrics.home_found.get()), (1, 1));
+        // The home region's tombstone is a 404 like the local one.
+        assert!(matches!(path.resolve("gone-elsewhere").await, Resolution::NotFound));
+        // With the filter current, a code it has not heard of goes to the home region only.
+        path.issued.load_from(f.store.as_ref(), Some([5; 16])).await.unwrap();
+        path.issued.set_current(true);
+        add(&home, "alias-made-elsewhere", None).await;
+        assert!(matches!(
+            path.resolve("alias-made-elsewhere").await,
+            Resolution::Redirect(_)
+        ));
+        assert_eq!(
+            f.store.link_reads(),
+            2,
+            "no local read for what the filter has not heard of"
+        );
+        // Unknown everywhere: 404, nothing cached, the home region asked each time.
+        let absent = path.metrics.home_absent.get();
+        for _ in 0..2 {
+            assert!(matches!(path.resolve("nowhere").await, Resolution::NotFound));
+        }
+        assert_eq!(path.metrics.home_absent.get(), absent + 2);
+        // The home region out of reach: the local answer stands (404, not 503).
+        home.set_unavailable(true);
+        assert!(matches!(path.resolve("also-nowhere").await, Resolution::NotFound));
+        assert_eq!(path.metrics.home_errors.get(), 1);
+        // Once a code is in L1 the home region is not asked again.
+        home.set_unavailable(false);
+        let found = path.metrics.home_found.get();
+        assert!(matches!(path.resolve("made-elsewhere").await, Resolution::Redirect(_)));
+        assert_eq!(path.metrics.home_found.get(), found);
     }
 
     #[tokio::test]

@@ -7,8 +7,8 @@
 use super::setting::{Check, Setting};
 use super::{ConfigError, Source};
 use crate::settings::{
-    ApiSettings, ControlPlaneConfig, EdgeSettings, QueueChoice, RedirectSettings, Settings, StoreChoice, TlsSettings,
-    UPGRADE_SOCK_FILE,
+    ApiSettings, ControlPlaneConfig, EdgeSettings, HomeStore, PeerRegion, QueueChoice, RedirectSettings, Settings,
+    StoreChoice, TlsSettings, UPGRADE_SOCK_FILE,
 };
 use rebound_edge::EdgeLimits;
 use std::net::SocketAddr;
@@ -27,6 +27,36 @@ fn api() -> ApiSettings {
 }
 fn redirect() -> RedirectSettings {
     RedirectSettings::default()
+}
+/// `peer_regions` entries as regions: `<region>=<redis URL>`, each region named once, none
+/// of them this region (`here`); the URLs are checked when their Redis is opened.
+fn peer_regions(entries: Vec<String>, here: &str) -> Result<Vec<PeerRegion>, ConfigError> {
+    let mut peers: Vec<PeerRegion> = Vec::new();
+    for entry in entries.iter().map(|e| e.trim()).filter(|e| !e.is_empty()) {
+        let Some((name, redis_url)) = entry.split_once('=') else {
+            return Err(PEER_REGIONS.refused(format!("{entry:?} is not `<region>=<redis URL>`")));
+        };
+        let (name, redis_url) = (name.trim(), redis_url.trim());
+        if REGION.verify(&name.to_owned()).is_err() {
+            return Err(PEER_REGIONS.refused(format!(
+                "{name:?} is not a region name (1 to 32 lower-case letters, digits or '-')"
+            )));
+        }
+        if name == here {
+            return Err(PEER_REGIONS.refused(format!(
+                "names {name:?}, this region ({}): list the other regions only",
+                REGION.name()
+            )));
+        }
+        if peers.iter().any(|p| p.name == name) {
+            return Err(PEER_REGIONS.refused(format!("names {name:?} twice")));
+        }
+        peers.push(PeerRegion {
+            name: name.to_owned(),
+            redis_url: redis_url.to_owned(),
+        });
+    }
+    Ok(peers)
 }
 fn visible_ascii(text: &str) -> bool {
     text.bytes().all(|b| b.is_ascii_graphic())
@@ -95,16 +125,47 @@ pub const REDIS_URL: Setting<Option<String>> = Setting::new("redis_url", || None
      an untrusted certificate stop the start with an error naming the setting; an unreachable Redis does not (it \
      is connected to when it answers).",
     );
-pub const PEER_REDIS_URLS: Setting<Vec<String>> = Setting::new("peer_redis_urls", Vec::new)
-    .var("REBOUND_PEER_REDIS_URLS")
-    .check(Elsewhere("a list of `redis://` or `rediss://` URLs"))
+pub const PEER_REGIONS: Setting<Vec<String>> = Setting::new("peer_regions", Vec::new)
+    .var("REBOUND_PEER_REGIONS")
+    .check(Elsewhere(
+        "a list of `<region>=<redis URL>` entries, each region named once and not this one",
+    ))
     .doc(
-        "for `rebound control-plane` in a fleet of several regions (docs/regions.md): the Redis of every other \
-         region, under the same `redis_prefix` and `redis_ca`. A create is written through to each of them and a \
-         lease announced on each; a delete or takedown writes its tombstone to each and waits for each region's \
-         proxies as for this region's, and answers success only once every region did (else 503, and the \
-         reconciler finishes it). With `redis_cluster`, each entry is one seed node of that region's cluster. The \
-         variable is comma-separated.",
+        "for `rebound control-plane` in a fleet of several regions (docs/regions.md): every other region's name \
+         and its Redis (`eu-west-1=rediss://redis.eu-west-1.example:6379`), under the same `redis_prefix` and \
+         `redis_ca`. A create is written through to each of them and a lease announced on each; a delete or \
+         takedown writes its tombstone to each and waits for each region's proxies as for this region's, and \
+         answers success only once every region did (else 503, and the reconciler finishes it). With \
+         `redis_cluster`, each URL is one seed node of that region's cluster. The variable is comma-separated.",
+    );
+pub const HOME_REGION_URL: Setting<Option<String>> = Setting::new("home_region_url", || None)
+    .var("REBOUND_HOME_REGION_URL")
+    .check(Elsewhere("an `http` or `https` URL"))
+    .doc(
+        "for `rebound control-plane` outside the home region (docs/regions.md): the base URL of the home \
+         region's control plane API. The writes that need uniqueness (a create with an alias or an \
+         `Idempotency-Key`, an import, a delete, a takedown, a key created or revoked) are forwarded there and \
+         its answer returned; a home region out of reach makes them 503 `home_unavailable`. Unset: this region is \
+         the home region (or the only one).",
+    );
+pub const HOME_STORE_REGION: Setting<Option<String>> = Setting::new("home_store_region", || None)
+    .var("REBOUND_HOME_STORE_REGION")
+    .check(Text("an AWS region name (letters, digits and '-')", |r| {
+        (1..=32).contains(&r.len()) && r.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    }))
+    .doc(
+        "for `rebound proxy` on DynamoDB outside the home region (docs/regions.md): the AWS region of the home \
+         region's replica of the tables. A code the local replica does not have (or the issued-code filter has \
+         not heard of) is read there, strongly consistent, before the answer is 404, so a link created in another \
+         region is served on its first click even while replication lags. Unset: misses are answered from the \
+         local replica.",
+    );
+pub const HOME_STORE_ENDPOINT_URL: Setting<Option<String>> = Setting::new("home_store_endpoint_url", || None)
+    .var("REBOUND_HOME_STORE_ENDPOINT_URL")
+    .check(Elsewhere("an `http` or `https` URL"))
+    .doc(
+        "the DynamoDB endpoint of `home_store_region`, for a DynamoDB-compatible server; unset, the SDK's \
+         endpoint for that region",
     );
 pub const REDIS_CLUSTER: Setting<bool> = Setting::new("redis_cluster", || false)
     .var("REBOUND_REDIS_CLUSTER")
@@ -413,7 +474,18 @@ pub(super) fn read(src: &mut impl Source) -> Result<Settings, ConfigError> {
             _ => StoreChoice::Sqlite,
         },
         redis_url: src.get(&REDIS_URL)?,
-        peer_redis_urls: src.get(&PEER_REDIS_URLS)?,
+        peer_regions: peer_regions(src.get(&PEER_REGIONS)?, &src.get(&REGION)?)?,
+        home_region_url: src.get(&HOME_REGION_URL)?,
+        home_store: match (src.get(&HOME_STORE_REGION)?, src.get(&HOME_STORE_ENDPOINT_URL)?) {
+            (Some(region), endpoint) => Some(HomeStore { region, endpoint }),
+            (None, Some(_)) => {
+                return Err(HOME_STORE_ENDPOINT_URL.refused(format!(
+                    "is set without {}, the region it belongs to",
+                    HOME_STORE_REGION.name()
+                )))
+            }
+            (None, None) => None,
+        },
         redis_ca: src.get(&REDIS_CA)?,
         redis_cluster: src.get(&REDIS_CLUSTER)?,
         redis_prefix: src.get(&REDIS_PREFIX)?,

@@ -3,6 +3,8 @@
 //! and the checker that decides from the history alone whether SPEC §4's I1 or I2 broke.
 #![allow(dead_code)]
 
+use super::{http, Running, OPERATOR_KEY};
+use serde_json::json;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -136,4 +138,107 @@ impl History {
 
 fn is_redirect(status: u16) -> bool {
     matches!(status, 301 | 302 | 307 | 308)
+}
+
+// The operations of a fault test, each recorded in the history.
+
+/// Probes `code` on `proxy` and records the answer.
+pub async fn probe(history: &History, proxy: &Running, name: &str, code: &str) -> u16 {
+    probe_with(history, &http(), &proxy.addr("redirect"), name, code).await
+}
+
+/// Probes `code` at `proxy` (its redirect port's URL) with `client` and records the
+/// answer (0 when none came: a stopped proxy, with a client's short timeout).
+pub async fn probe_with(history: &History, client: &reqwest::Client, proxy: &str, name: &str, code: &str) -> u16 {
+    let start = Instant::now();
+    let answer = client
+        .get(format!("{proxy}/{code}"))
+        .send()
+        .await
+        .map(|r| r.status().as_u16())
+        .unwrap_or(0);
+    let op = Op::Probe {
+        code: code.to_owned(),
+        proxy: name.to_owned(),
+        status: answer,
+    };
+    history.record(op, start, Instant::now());
+    answer
+}
+
+/// Creates a link through `cp` and records it; returns its code.
+pub async fn create_recorded(history: &History, cp: &Running, i: usize) -> String {
+    create_at(history, &http(), &cp.api(), i)
+        .await
+        .expect("the control plane created the link")
+}
+
+/// Deletes (or takes down) `code` through `cp` and records whether the API answered success.
+pub async fn delete_recorded(history: &History, cp: &Running, code: &str, takedown: bool) -> bool {
+    matches!(
+        delete_at(history, &http(), &cp.api(), code, takedown).await,
+        Deleted::Ok
+    )
+}
+
+/// Creates a link through the API at `api` and records it; `None` when the control plane
+/// did not answer success (killed by the schedule, say).
+pub async fn create_at(history: &History, client: &reqwest::Client, api: &str, i: usize) -> Option<String> {
+    let start = Instant::now();
+    let res = client
+        .post(format!("{api}/api/v1/links"))
+        .bearer_auth(OPERATOR_KEY)
+        .json(&json!({"long_url": format!("https://example.com/fault/{i}")}))
+        .send()
+        .await
+        .ok()?;
+    if !res.status().is_success() {
+        return None;
+    }
+    let code = res.json::<serde_json::Value>().await.ok()?["code"].as_str()?.to_owned();
+    history.record(
+        Op::Create {
+            code: code.clone(),
+            ok: true,
+        },
+        start,
+        Instant::now(),
+    );
+    Some(code)
+}
+
+/// How a delete through the schedule ended.
+pub enum Deleted {
+    Ok,
+    /// 503 `invalidation_failed`: durable in the store, its propagation left to the
+    /// reconcilers.
+    Pending,
+    /// Anything else (no answer from a killed control plane, say).
+    Unknown,
+}
+
+/// Deletes (or takes down) `code` through the API at `api` and records whether it answered
+/// success.
+pub async fn delete_at(history: &History, client: &reqwest::Client, api: &str, code: &str, takedown: bool) -> Deleted {
+    let start = Instant::now();
+    let req = match takedown {
+        false => client.delete(format!("{api}/api/v1/links/{code}")),
+        true => client
+            .post(format!("{api}/api/v1/links/{code}/takedown"))
+            .json(&json!({"reason": "spam"})),
+    };
+    let answer = match req.bearer_auth(OPERATOR_KEY).send().await {
+        Ok(res) if res.status().is_success() => Deleted::Ok,
+        Ok(res) => match res.json::<serde_json::Value>().await {
+            Ok(v) if v["error"]["code"] == "invalidation_failed" => Deleted::Pending,
+            _ => Deleted::Unknown,
+        },
+        Err(_) => Deleted::Unknown,
+    };
+    let op = Op::Delete {
+        code: code.to_owned(),
+        ok: matches!(answer, Deleted::Ok),
+    };
+    history.record(op, start, Instant::now());
+    answer
 }

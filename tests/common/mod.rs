@@ -9,6 +9,7 @@ pub mod fleet;
 pub mod history;
 pub mod metrics;
 pub mod rebound;
+pub mod replicator;
 pub mod services;
 pub mod tls;
 
@@ -250,9 +251,16 @@ pub fn data_path(dir: &tempfile::TempDir) -> PathBuf {
     dir.path().to_path_buf()
 }
 
+/// A client builder: HTTPS with rustls over aws-lc-rs, the provider the binary uses
+/// (reqwest's own choice would be ring, which nothing here builds).
+pub fn http_builder() -> reqwest::ClientBuilder {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    reqwest::Client::builder()
+}
+
 /// An HTTP client that never follows redirects.
 pub fn http() -> reqwest::Client {
-    reqwest::Client::builder()
+    http_builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs(20))
         .build()

@@ -63,15 +63,26 @@ impl DynamoStore {
     /// A client from the standard AWS configuration (environment, profile, credential
     /// chain, `AWS_ENDPOINT_URL`), with short timeouts: the redirect path budgets 1 s.
     pub async fn client_from_env() -> Client {
+        Client::new(&Self::config_loader().load().await)
+    }
+
+    /// [`DynamoStore::client_from_env`] for the replica in `region` (another region's, in a
+    /// fleet of several: docs/regions.md), at `endpoint` when given (a DynamoDB-compatible
+    /// server) instead of the SDK's endpoint for the region.
+    pub async fn client_for(region: &str, endpoint: Option<&str>) -> Client {
+        let mut loader = Self::config_loader().region(aws_config::Region::new(region.to_owned()));
+        if let Some(endpoint) = endpoint {
+            loader = loader.endpoint_url(endpoint);
+        }
+        Client::new(&loader.load().await)
+    }
+
+    fn config_loader() -> aws_config::ConfigLoader {
         let timeouts = aws_config::timeout::TimeoutConfig::builder()
             .connect_timeout(std::time::Duration::from_millis(500))
             .operation_attempt_timeout(std::time::Duration::from_secs(2))
             .build();
-        let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .timeout_config(timeouts)
-            .load()
-            .await;
-        Client::new(&conf)
+        aws_config::defaults(aws_config::BehaviorVersion::latest()).timeout_config(timeouts)
     }
 
     pub(crate) fn table(&self, name: &str) -> String {
