@@ -515,7 +515,7 @@ async fn a_tiny_click_queue_drops_and_counts_without_failing_redirects() {
             "every redirect answered"
         );
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(60);
     let (queued, dropped) = loop {
         let queued = rb.metric("rebound_clicks_queued_total").await;
         let dropped = rb.metric("rebound_clicks_dropped_total").await;
@@ -529,7 +529,9 @@ async fn a_tiny_click_queue_drops_and_counts_without_failing_redirects() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert!(dropped > 0.0, "a 4-slot queue drops some of 200 codes clicked at once");
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // A bound, not a timing: the all-in-one writes clicks at SCHED_IDLE, which a machine the
+    // other tests keep busy can starve for a long time.
+    let deadline = Instant::now() + Duration::from_secs(60);
     while rb.metric("rebound_clicks_flushed_total").await < queued {
         assert!(Instant::now() < deadline, "the queued clicks were not written");
         tokio::time::sleep(Duration::from_millis(100)).await;
