@@ -133,10 +133,11 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
                 .with_context(|| format!("opening the embedded store at {}", path.display()))?;
             Ok(Arc::new(store))
         }
-        StoreChoice::DynamoDb { table_prefix } => Ok(Arc::new(DynamoStore::new(
-            DynamoStore::client_from_env().await,
-            table_prefix.clone(),
-        ))),
+        // Each region adds clicks to its own rollup items (docs/regions.md).
+        StoreChoice::DynamoDb { table_prefix } => Ok(Arc::new(
+            DynamoStore::new(DynamoStore::client_from_env().await, table_prefix.clone())
+                .with_rollup_slot(settings.api.region_slot),
+        )),
     }
 }
 

@@ -146,7 +146,8 @@ impl Regions {
         let replicated = Replicated::start([&moto_a.url(), &moto_b.url()], REPLICATION_LAG);
         let (redis_a, redis_b) = (OwnServer::redis(), OwnServer::redis());
         let d = Deployment::with_dynamodb(&shared_aws_url(), &replicated.fronts[0], Some(&redis_a.url()));
-        // The tables in both replicas (as a global table has them), then the queue.
+        // The tables in both replicas (as a global table has them), and each region's own
+        // click queue (each region consumes its own clicks).
         rebound_dynamodb::DynamoStore::new(
             aws_sdk_dynamodb::Client::new(&aws_conf(&moto_b.url()).await),
             d.prefix.clone(),
@@ -155,6 +156,11 @@ impl Regions {
         .await
         .unwrap();
         d.provision();
+        let queue_b = format!("{}-b", d.queue);
+        provision(&d.with(&[
+            ("REBOUND_SQS_QUEUE", &queue_b),
+            ("AWS_ENDPOINT_URL_DYNAMODB", &replicated.fronts[1]),
+        ]));
         let port_of = |url: &str| -> u16 { url.rsplit(':').next().unwrap().trim_end_matches('/').parse().unwrap() };
         let far = |port: u16| (delayed_relay(port, Duration::from_millis(40)), port);
         let to_b_redis = far(redis_b.port);
@@ -177,12 +183,14 @@ impl Regions {
         let in_b = [
             ("REBOUND_REDIS_URL", redis_b.url()),
             ("AWS_ENDPOINT_URL_DYNAMODB", replicated.fronts[1].clone()),
+            ("REBOUND_SQS_QUEUE", queue_b),
         ];
         let cp_b = d.control_plane(
             dir,
             &[
                 in_b[0].clone_ref(),
                 in_b[1].clone_ref(),
+                in_b[2].clone_ref(),
                 ("REBOUND_REGION", "b"),
                 ("REBOUND_REGION_SLOT", "1"),
                 ("REBOUND_CODE_KEY", CODE_KEY),
@@ -210,6 +218,7 @@ impl Regions {
             let env = [
                 in_b[0].clone_ref(),
                 in_b[1].clone_ref(),
+                in_b[2].clone_ref(),
                 ("REBOUND_CODE_KEY", CODE_KEY),
                 ("REBOUND_HOME_STORE_REGION", "us-east-1"),
                 ("REBOUND_HOME_STORE_ENDPOINT_URL", &home_store),
@@ -355,6 +364,7 @@ async fn with_a_replica_per_region_a_link_is_served_everywhere_on_its_first_clic
     regions.paths[0].0.fail_over_to(regions.paths[0].1);
     regions.paths[0].0.thaw();
     history.assert_clean("a create not announced in region B");
+    clicks_in_both_regions_are_counted_once_each(&regions).await;
     let home_found = metric(
         &regions.proxies[2].1,
         "rebound_lookups_total{result=\"found\",tier=\"home\"}",
@@ -466,6 +476,31 @@ async fn concurrent_creates_in_both_regions_never_give_a_code_twice() {
         );
     }
     drop(history);
+}
+
+/// Clicks on one link in both regions at once are counted in each region's own rollup
+/// items: once replicated, both regions' stats count every click (one shared item would keep
+/// only the last region's copy).
+async fn clicks_in_both_regions_are_counted_once_each(regions: &Regions) {
+    let [cp_a, cp_b] = &regions.cps;
+    let code = create(cp_a, json!({"long_url": "https://example.com/clicked-everywhere"})).await;
+    let (a0, b0) = (&regions.proxies[0].1, &regions.proxies[2].1);
+    for round in 0..30 {
+        let (a, b) = tokio::join!(status(a0, &code), status(b0, &code));
+        assert_eq!((a, b), (302, 302), "round {round}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let counts = (clicks(cp_a, &code).await, clicks(cp_b, &code).await);
+        if counts == (60, 60) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline && counts.0 <= 60 && counts.1 <= 60,
+            "clicks counted in regions A and B: {counts:?}, not 60 each"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// Waits until every one of `proxies` answers `want` for `code` (at most `limit` each).

@@ -1,13 +1,40 @@
 //! The click rollups ([`RollupStore`]): each batch one transaction of its marker in
 //! `batches` and an `ADD` per code and day.
+//!
+//! Each region slot adds to its own items (docs/regions.md): slot 0 to the item whose sort
+//! key is the day (the items a fleet of one region always had), slot `n` to the item
+//! [`SLOT_ITEMS`]` + day · 16 + n`. A read sums a day's items of every slot. A global
+//! table settles concurrent writes to one item by last writer wins, which would lose one
+//! region's clicks; no two regions write one item.
 
 use crate::item::{get_n, n, s, Item};
 use crate::store::{cancelled_conditions, sdk_err, unbuilt};
 use crate::DynamoStore;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
+use rebound_core::generated::REGION_SLOTS;
 use rebound_core::Day;
 use rebound_store::{BatchOutcome, ClickBatch, RollupStore, StoreError, MAX_BATCH_ADDS};
+
+/// Where the sort keys of the other slots' items start: above every day number.
+const SLOT_ITEMS: i64 = 1 << 40;
+
+/// The sort key of `slot`'s item for `day`.
+fn rollup_key(day: Day, slot: u8) -> i64 {
+    match slot {
+        0 => i64::from(day.0),
+        n => SLOT_ITEMS + i64::from(day.0) * i64::from(REGION_SLOTS) + i64::from(n),
+    }
+}
+
+/// The day of a rollup item's sort key, whichever slot wrote it.
+fn rollup_day(key: i64) -> Option<Day> {
+    let day = match key >= SLOT_ITEMS {
+        false => key,
+        true => (key - SLOT_ITEMS) / i64::from(REGION_SLOTS),
+    };
+    i32::try_from(day).ok().map(Day)
+}
 
 /// How long an applied batch id is remembered (redelivery after that is not expected).
 const BATCH_RETENTION_SECS: i64 = 14 * 86_400;
@@ -40,7 +67,7 @@ impl RollupStore for DynamoStore {
             let update = Update::builder()
                 .table_name(self.table("rollups"))
                 .key("code", s(&add.code))
-                .key("day", n(add.day.0))
+                .key("day", n(rollup_key(add.day, self.rollup_slot)))
                 .update_expression("ADD #clicks :n")
                 .expression_attribute_names("#clicks", "clicks")
                 .expression_attribute_values(":n", n(add.clicks))
@@ -58,7 +85,9 @@ impl RollupStore for DynamoStore {
     }
 
     async fn read_clicks(&self, code: &str, from: Day, to: Day) -> Result<Vec<(Day, u64)>, StoreError> {
-        let mut days = Vec::new();
+        // Slot 0's items from `from` to every other slot's last item of `to`: one query,
+        // the slot-0 items of days after `to` on the way left out.
+        let mut days = std::collections::BTreeMap::new();
         let mut start: Option<Item> = None;
         loop {
             let out = self
@@ -69,8 +98,8 @@ impl RollupStore for DynamoStore {
                 .expression_attribute_names("#code", "code")
                 .expression_attribute_names("#day", "day")
                 .expression_attribute_values(":code", s(code))
-                .expression_attribute_values(":from", n(from.0))
-                .expression_attribute_values(":to", n(to.0))
+                .expression_attribute_values(":from", n(rollup_key(from, 0)))
+                .expression_attribute_values(":to", n(rollup_key(to, REGION_SLOTS - 1)))
                 .consistent_read(true)
                 .set_exclusive_start_key(start)
                 .send()
@@ -78,14 +107,100 @@ impl RollupStore for DynamoStore {
                 .map_err(sdk_err)?;
             for item in out.items() {
                 let clicks: u64 = get_n(item, "clicks")?;
-                if clicks > 0 {
-                    days.push((Day(get_n(item, "day")?), clicks));
+                let key: i64 = get_n(item, "day")?;
+                let day = rollup_day(key).ok_or_else(|| StoreError::Corrupt(format!("rollup key {key}")))?;
+                if clicks > 0 && (from..=to).contains(&day) {
+                    *days.entry(day).or_insert(0) += clicks;
                 }
             }
             match out.last_evaluated_key() {
                 Some(k) => start = Some(k.clone()),
-                None => return Ok(days),
+                None => return Ok(days.into_iter().collect()),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tables::tests::fresh_store;
+    use rebound_store::ClickAdd;
+
+    #[test]
+    fn each_slot_adds_to_its_own_item_and_a_read_finds_its_day() {
+        let (from, to) = (Day(20_000), Day(20_010));
+        let mut keys = std::collections::BTreeSet::new();
+        for day in [Day(0), from, Day(20_005), to, Day(2_000_000)] {
+            for slot in 0..REGION_SLOTS {
+                let key = rollup_key(day, slot);
+                assert_eq!(rollup_day(key), Some(day), "day {day:?} slot {slot}");
+                assert!(keys.insert(key), "one item per day and slot");
+                // A read's one range holds every slot's item of its days.
+                let inside = (from..=to).contains(&day);
+                assert_eq!(
+                    (rollup_key(from, 0)..=rollup_key(to, REGION_SLOTS - 1)).contains(&key) && inside,
+                    inside,
+                    "day {day:?} slot {slot}"
+                );
+            }
+        }
+        // Slot 0 keeps the items a store made by a fleet of one region has.
+        assert_eq!(rollup_key(Day(20_000), 0), 20_000);
+    }
+
+    fn batch(id: &str, adds: &[(&str, i32, u64)]) -> ClickBatch {
+        ClickBatch {
+            id: id.into(),
+            adds: adds
+                .iter()
+                .map(|(code, day, clicks)| ClickAdd {
+                    code: (*code).into(),
+                    day: Day(*day),
+                    clicks: *clicks,
+                })
+                .collect(),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
+    async fn regions_add_to_their_own_items_and_a_read_sums_them() {
+        let home = fresh_store().await;
+        let far = DynamoStore::new(home.client.clone(), home.prefix.clone()).with_rollup_slot(5);
+        home.apply_clicks(&batch("h1", &[("x", 100, 3), ("x", 101, 1), ("y", 100, 9)]))
+            .await
+            .unwrap();
+        far.apply_clicks(&batch("f1", &[("x", 100, 4), ("x", 99, 2), ("x", 102, 8)]))
+            .await
+            .unwrap();
+        for store in [&home, &far] {
+            assert_eq!(
+                store.read_clicks("x", Day(100), Day(101)).await.unwrap(),
+                vec![(Day(100), 7), (Day(101), 1)]
+            );
+            assert_eq!(
+                store.read_clicks("x", Day(99), Day(102)).await.unwrap(),
+                vec![(Day(99), 2), (Day(100), 7), (Day(101), 1), (Day(102), 8)]
+            );
+        }
+        // Two items for (x, day 100): neither region's add replaced the other's.
+        let items = home
+            .client
+            .query()
+            .table_name(home.table("rollups"))
+            .key_condition_expression("#code = :code")
+            .expression_attribute_names("#code", "code")
+            .expression_attribute_values(":code", s("x"))
+            .send()
+            .await
+            .unwrap();
+        let day_100: Vec<u64> = items
+            .items()
+            .iter()
+            .filter(|i| get_n::<i64>(i, "day").ok().and_then(rollup_day) == Some(Day(100)))
+            .map(|i| get_n(i, "clicks").unwrap())
+            .collect();
+        assert_eq!(day_100, [3, 4]);
     }
 }

@@ -7,7 +7,9 @@ use rebound_store::StoreError;
 #[derive(Clone, Debug)]
 pub struct DynamoStore {
     pub(crate) client: Client,
-    prefix: String,
+    pub(crate) prefix: String,
+    /// The region slot whose click rollups this store adds to (docs/regions.md).
+    pub(crate) rollup_slot: u8,
 }
 
 /// A failed call as `Unavailable`, the SDK's error kept whole: its own text is only "service
@@ -57,7 +59,18 @@ impl DynamoStore {
         DynamoStore {
             client,
             prefix: prefix.into(),
+            rollup_slot: 0,
         }
+    }
+
+    /// This store with its click rollups added to region slot `slot`'s own items: in a fleet
+    /// of several regions over a global table, two regions adding to one item within the
+    /// replication lag would lose one region's clicks (last writer wins), so each region
+    /// adds to its own items and a read sums them. Slot 0 keeps the items a fleet of one
+    /// region always had.
+    pub fn with_rollup_slot(mut self, slot: u8) -> DynamoStore {
+        self.rollup_slot = slot;
+        self
     }
 
     /// A client from the standard AWS configuration (environment, profile, credential
