@@ -8,7 +8,7 @@ use crate::{decode_invalidation, encode_ack, encode_invalidation, RedisCache};
 use async_trait::async_trait;
 use futures_util::stream::BoxStream;
 use futures_util::StreamExt;
-use rebound_core::UnixMillis;
+use rebound_core::{CacheRecord, UnixMillis};
 use rebound_store::{ChannelMessage, InvalidationChannel, StoreError};
 use std::time::Duration;
 
@@ -46,6 +46,52 @@ impl RedisCache {
             .await
             .map_err(|e| self.failed(e))?;
         Ok(())
+    }
+
+    /// A delete's three steps in one round trip, on one Redis: `tombstone` written for `code`
+    /// (unless a newer version is there), its invalidation logged and published, then the
+    /// registry read as [`RedisCache::registry`] does (`within`), in that order with no other
+    /// client's command in between (the script `DEACTIVATE`). `None` on a cluster, where the
+    /// record, the log and the registry are on different slots: the caller makes the three
+    /// steps one after the other.
+    pub async fn deactivate_in_one_step(
+        &self,
+        code: &str,
+        tombstone: &CacheRecord,
+        now: UnixMillis,
+        within: Duration,
+    ) -> Result<Option<RegistryRead>, StoreError> {
+        let ttl = tombstone.ttl_millis(now);
+        if self.is_cluster() || ttl <= 0 {
+            return Ok(None);
+        }
+        let mut c = self.conn().await?;
+        let (_, record_epoch, (epoch, age_ms, proxies)): (i64, i64, (i64, i64, Vec<String>)) = self
+            .scripts
+            .deactivate
+            .key(self.record_key(code))
+            .key(self.record_identity_key(code))
+            .key(self.invalidations_key())
+            .key(self.proxies_key())
+            .key(self.fleet_identity_key())
+            .arg(tombstone.version)
+            .arg(serde_json::to_string(tombstone).unwrap_or_default())
+            .arg(ttl)
+            .arg(encode_invalidation(tombstone.version, code))
+            .arg(self.invalidate_channel())
+            .arg(LOG_LEN)
+            .arg(self.publish_command())
+            .arg(within.as_millis() as u64)
+            .invoke_async(&mut c)
+            .await
+            .map_err(|e| self.failed(e))?;
+        self.saw_epoch(self.keys.record_epoch_slot(code), record_epoch);
+        self.saw_epoch(FLEET_EPOCH, epoch);
+        Ok(Some(RegistryRead {
+            proxies,
+            epoch,
+            complete: age_ms >= within.as_millis() as i64,
+        }))
     }
 
     /// The invalidations logged after `position` (as [`RedisCache::keepalive`] returned it),
@@ -273,6 +319,73 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(cache.replay(&latest).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    #[ignore = "needs REBOUND_TEST_REDIS_URL (the test services): scripts/test starts them and runs it"]
+    async fn a_delete_in_one_step_writes_the_tombstone_publishes_logs_and_reads_the_registry() {
+        use rebound_core::cache::CachePolicy;
+        use rebound_store::{L2Read, RecordCache};
+        let cache = crate::connection::test_cache("one-step");
+        let policy = CachePolicy::default();
+        let now = crate::connection::now_millis();
+        let link = rebound_core::Link::new_active(
+            "gone".into(),
+            "https://example.com/".into(),
+            rebound_core::RedirectKind::Found,
+            false,
+            now,
+            "t".into(),
+            None,
+        );
+        cache
+            .put_record("gone", &CacheRecord::active(&link, now, &policy), now)
+            .await
+            .unwrap();
+        let position = InvalidationChannel::keepalive(&cache, "p1", 1).await.unwrap();
+        InvalidationChannel::keepalive(&cache, "p2", 1).await.unwrap();
+        let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
+        let tombstone = CacheRecord::tombstone(2, now, &policy);
+        let read = cache
+            .deactivate_in_one_step("gone", &tombstone, now, Duration::from_secs(60))
+            .await
+            .unwrap()
+            .expect("one Redis: one step");
+        let mut registered = read.proxies.clone();
+        registered.sort();
+        assert_eq!(registered, ["p1", "p2"]);
+        assert!(
+            matches!(cache.get_record("gone").await.unwrap(), L2Read::Found(r) if r.is_tombstone() && r.version == 2)
+        );
+        assert_eq!(
+            tokio::time::timeout(Duration::from_secs(5), messages.next())
+                .await
+                .unwrap(),
+            Some(ChannelMessage::Invalidate {
+                version: 2,
+                code: "gone".into()
+            })
+        );
+        assert_eq!(
+            cache.replay(&position).await.unwrap(),
+            Some(vec![(2, "gone".to_owned())])
+        );
+        // An older version does not replace a newer record, and is still published.
+        let older = CacheRecord::tombstone(1, now, &policy);
+        cache
+            .deactivate_in_one_step("gone", &older, now, Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert!(matches!(cache.get_record("gone").await.unwrap(), L2Read::Found(r) if r.version == 2));
+        assert_eq!(
+            tokio::time::timeout(Duration::from_secs(5), messages.next())
+                .await
+                .unwrap(),
+            Some(ChannelMessage::Invalidate {
+                version: 1,
+                code: "gone".into()
+            })
+        );
     }
 
     #[tokio::test]

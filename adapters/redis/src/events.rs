@@ -40,9 +40,14 @@ impl rebound_store::LinkEvents for RedisLinkEvents {
     async fn created(&self, link: &rebound_core::Link) -> Result<(), rebound_store::EventError> {
         let now = self.clock.now_millis();
         let record = CacheRecord::active(link, now, &self.policy);
+        // Both at once (one round trip to a far region's Redis): the link is in the store
+        // already, so a proxy that hears of it before L2 holds it reads it there.
         let announce = async {
-            self.cache.put_record(&link.code, &record, now).await?;
-            self.cache.announce_created(&link.code).await
+            tokio::try_join!(
+                self.cache.put_record(&link.code, &record, now),
+                self.cache.announce_created(&link.code)
+            )
+            .map(|_| ())
         };
         // Bounded: proxies that miss the announcement bypass their filter, so a create never
         // waits long on a sick Redis.
@@ -64,14 +69,32 @@ impl rebound_store::LinkEvents for RedisLinkEvents {
         let tomb = CacheRecord::tombstone(link.version, now, &self.policy);
         // Counting before the publish: no acknowledgement can come before it.
         let expectation = self.acks.expect(&link.code, link.version);
-        let invalidate = async {
-            self.cache.put_record(&link.code, &tomb, now).await?;
-            self.cache.publish_invalidation(&link.code, link.version).await
-        };
-        match tokio::time::timeout(DEACTIVATE_BUDGET, invalidate).await {
+        // On one Redis the tombstone, the publish and the registry read are one step (one
+        // round trip: what a far region's Redis costs); on a cluster, three.
+        let one_step = self
+            .cache
+            .deactivate_in_one_step(&link.code, &tomb, now, self.registry_window());
+        let read = match tokio::time::timeout(DEACTIVATE_BUDGET, one_step).await {
             Ok(result) => result.map_err(rebound_store::EventError::from)?,
             Err(_) => return Err(rebound_store::EventError("redis did not answer in time".into())),
-        }
+        };
+        let registry = match read {
+            Some(registry) => Ok(registry),
+            None => {
+                let invalidate = async {
+                    self.cache.put_record(&link.code, &tomb, now).await?;
+                    self.cache.publish_invalidation(&link.code, link.version).await
+                };
+                match tokio::time::timeout(DEACTIVATE_BUDGET, invalidate).await {
+                    Ok(result) => result.map_err(rebound_store::EventError::from)?,
+                    Err(_) => return Err(rebound_store::EventError("redis did not answer in time".into())),
+                }
+                match tokio::time::timeout(DEACTIVATE_BUDGET, self.cache.registry(self.registry_window())).await {
+                    Ok(Ok(registry)) => Ok(registry),
+                    Ok(Err(_)) | Err(_) => Err(()),
+                }
+            }
+        };
         // The bound counts from the publish: a proxy that missed it stops trusting its L1
         // within invalidation_timeout of it, and what it kept then lives l1_ttl more.
         let deadline = tokio::time::Instant::now() + self.invalidation_bound;
@@ -80,10 +103,9 @@ impl rebound_store::LinkEvents for RedisLinkEvents {
         // serves). Not knowing which (the registry unreadable), the bound is waited out.
         // A Redis that lost its data (a failover to a replica that had not synced, a
         // restore) lost registrations: the proxies seen before are waited for too.
-        let registry = self.cache.registry(self.registry_window());
-        let proxies = match tokio::time::timeout(DEACTIVATE_BUDGET, registry).await {
-            Ok(Ok(registry)) => self.acks.to_wait_for(&registry, self.registry_window()),
-            Ok(Err(_)) | Err(_) => vec![String::from("(registry unreadable)")],
+        let proxies = match registry {
+            Ok(registry) => self.acks.to_wait_for(&registry, self.registry_window()),
+            Err(()) => vec![String::from("(registry unreadable)")],
         };
         if let acks::WaitOutcome::WaitedOut(missing) = expectation.wait_for(&proxies, deadline).await {
             tracing::warn!(code = %link.code, proxies = ?missing, "no acknowledgement within invalidation_timeout + l1_ttl; their L1 entries have expired by now");

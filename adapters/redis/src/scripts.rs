@@ -31,21 +31,28 @@ local e = epoch(KEYS[2])
 return {redis.call('GET', KEYS[1]), e}
 ";
 
-/// The versioned write: replaces the record unless the stored one has a higher version
-/// (equal versions overwrite, so retries are idempotent), stamping it with the epoch.
-/// Returns 1 when written, and the epoch.
-const VERSIONED_SET: &str = r#"
-local e = epoch(KEYS[2])
-local current = redis.call('GET', KEYS[1])
-if current then
-  local v = tonumber(string.match(current, '^(%d+) '))
-  if v and v > tonumber(ARGV[1]) then
-    return {0, e}
+/// The versioned write of a record (JSON) at `version`, a Lua function: replaces the record
+/// unless the stored one has a higher version (equal versions overwrite, so retries are
+/// idempotent), stamping it with the epoch `e`. Returns 1 when written.
+const VERSIONED_SET_FN: &str = r#"
+local function versioned_set(key, e, version, json, ttl)
+  local current = redis.call('GET', key)
+  if current then
+    local v = tonumber(string.match(current, '^(%d+) '))
+    if v and v > tonumber(version) then
+      return 0
+    end
   end
+  redis.call('SET', key, version .. ' {"e":' .. e .. ',' .. string.sub(json, 2), 'PX', ttl)
+  return 1
 end
-redis.call('SET', KEYS[1], ARGV[1] .. ' {"e":' .. e .. ',' .. string.sub(ARGV[2], 2), 'PX', ARGV[3])
-return {1, e}
 "#;
+
+/// [`VERSIONED_SET_FN`] as a script: 1 when written, and the epoch.
+const VERSIONED_SET: &str = r"
+local e = epoch(KEYS[2])
+return {versioned_set(KEYS[1], e, ARGV[1], ARGV[2], ARGV[3]), e}
+";
 
 /// A proxy's keepalive: registers it in `proxies` at Redis's time (never a process's own
 /// clock, which may be skewed), drops registrations older than an hour, and publishes on
@@ -68,9 +75,16 @@ return {now, e, position}
 /// entries) and published with `ARGV[4]` (`PUBLISH`, or `SPUBLISH` on a cluster), in one
 /// step, so the log and the channel agree on the order. The record's tombstone is written
 /// before, by its own script (on a cluster it is on another slot).
+const INVALIDATE_FN: &str = r"
+local function invalidate(log, entry, channel, len, publish)
+  redis.call('XADD', log, 'MAXLEN', '~', len, '*', 'i', entry)
+  redis.call(publish, channel, entry)
+end
+";
+
+/// [`INVALIDATE_FN`] as a script.
 const INVALIDATE: &str = r"
-redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', 'i', ARGV[1])
-redis.call(ARGV[4], ARGV[2], ARGV[1])
+invalidate(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 return 1
 ";
 
@@ -104,11 +118,33 @@ return out
 
 /// The epoch, its age in milliseconds, and the proxies registered within the last `ARGV[1]`
 /// milliseconds of Redis's time (those registered in an earlier epoch may be missing).
+const LIVE_PROXIES_FN: &str = r"
+local function live_proxies(proxies, identity, within)
+  local e = epoch(identity)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return {e, now - e, redis.call('ZRANGEBYSCORE', proxies, now - tonumber(within), '+inf')}
+end
+";
+
+/// [`LIVE_PROXIES_FN`] as a script.
 const LIVE_PROXIES: &str = r"
+return live_proxies(KEYS[1], KEYS[2], ARGV[1])
+";
+
+/// A delete's whole step on one Redis (not a cluster, where these keys are on different
+/// slots): the tombstone written ([`VERSIONED_SET_FN`]), then the invalidation logged and
+/// published ([`INVALIDATE_FN`]), then the registry read ([`LIVE_PROXIES_FN`]), in this
+/// order and with nothing in between, in one round trip. The registry is read after the
+/// publish as when these are three steps: a proxy missing from it registered after the
+/// invalidation was published, and whatever it reads from L2 then is the tombstone.
+/// KEYS: the record, its identity, the log, the registry, the fleet's identity. Returns
+/// {written, record epoch, [fleet epoch, its age, proxies]}.
+const DEACTIVATE: &str = r"
 local e = epoch(KEYS[2])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-return {e, now - e, redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[1]), '+inf')}
+local written = versioned_set(KEYS[1], e, ARGV[1], ARGV[2], ARGV[3])
+invalidate(KEYS[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
+return {written, e, live_proxies(KEYS[4], KEYS[5], ARGV[8])}
 ";
 
 /// The scripts of one cache, the epoch function prepended to those that report it.
@@ -125,17 +161,22 @@ pub(crate) struct Scripts {
     pub(crate) invalidate: redis::Script,
     /// [`REPLAY`].
     pub(crate) replay: redis::Script,
+    /// [`DEACTIVATE`].
+    pub(crate) deactivate: redis::Script,
 }
 
 impl Scripts {
     pub(crate) fn new() -> Scripts {
         Scripts {
-            versioned_set: redis::Script::new(&format!("{IDENTITY}{VERSIONED_SET}")),
+            versioned_set: redis::Script::new(&format!("{IDENTITY}{VERSIONED_SET_FN}{VERSIONED_SET}")),
             read: redis::Script::new(&format!("{IDENTITY}{READ}")),
             keepalive: redis::Script::new(&format!("{IDENTITY}{KEEPALIVE}")),
-            live_proxies: redis::Script::new(&format!("{IDENTITY}{LIVE_PROXIES}")),
-            invalidate: redis::Script::new(INVALIDATE),
+            live_proxies: redis::Script::new(&format!("{IDENTITY}{LIVE_PROXIES_FN}{LIVE_PROXIES}")),
+            invalidate: redis::Script::new(&format!("{INVALIDATE_FN}{INVALIDATE}")),
             replay: redis::Script::new(&format!("{IDENTITY}{REPLAY}")),
+            deactivate: redis::Script::new(&format!(
+                "{IDENTITY}{VERSIONED_SET_FN}{INVALIDATE_FN}{LIVE_PROXIES_FN}{DEACTIVATE}"
+            )),
         }
     }
 }
