@@ -154,7 +154,8 @@ struct Regions {
     /// Every path between the regions, with the port it leads to.
     paths: Vec<(Relay, u16)>,
     replicated: Replicated,
-    _servers: Vec<OwnServer>,
+    /// moto A, moto B, Redis A, Redis B.
+    servers: Vec<OwnServer>,
 }
 
 impl Regions {
@@ -247,7 +248,7 @@ impl Regions {
             proxies,
             paths: vec![to_b_redis, to_a_redis, to_a_store, to_a_api],
             replicated,
-            _servers: vec![moto_a, moto_b, redis_a, redis_b],
+            servers: vec![moto_a, moto_b, redis_a, redis_b],
         }
     }
 
@@ -523,6 +524,62 @@ async fn clicks_in_both_regions_are_counted_once_each(regions: &Regions) {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_DYNAMODB_URL, moto_server and redis-server (the test services): scripts/test starts them and runs it"]
+async fn a_region_that_loses_its_redis_keeps_every_delete_and_every_link() {
+    let dir = temp_dir();
+    let mut regions = Regions::start(dir.path()).await;
+    let history = History::default();
+    let mut codes = Vec::new();
+    for i in 0..4 {
+        let (status, link) = create_with(
+            &history,
+            &regions.cps[0],
+            json!({"long_url": format!("https://example.com/lost/{i}")}),
+        )
+        .await;
+        assert_eq!(status, 201, "{link}");
+        let code = link["code"].as_str().unwrap().to_owned();
+        for (name, p) in &regions.proxies {
+            assert_eq!(probe(&history, p, name, &code).await, 302, "{name}");
+        }
+        codes.push(code);
+    }
+    // Region B's Redis is lost: stopped, then back empty.
+    regions.servers[3].stop();
+    // Deletes through A meanwhile cannot be confirmed in B: 503, and 404 in A at once.
+    for code in &codes[..2] {
+        assert!(matches!(
+            delete_at(&history, &http(), &regions.cps[0].api(), code, false).await,
+            Deleted::Pending
+        ));
+        for (name, p) in &regions.proxies[..2] {
+            assert_eq!(probe(&history, p, name, code).await, 404, "{name}");
+        }
+    }
+    regions.servers[3].restart_empty();
+    let back = Instant::now();
+    // The deletes reach B with no retry; the links not deleted are still served there (a
+    // Redis loses no link: B's proxies read them from B's replica).
+    for code in &codes[..2] {
+        all_answer(&regions.proxies[2..], code, 404, Duration::from_secs(30)).await;
+    }
+    for code in &codes[2..] {
+        all_answer(&regions.proxies, code, 302, Duration::from_secs(30)).await;
+    }
+    eprintln!(
+        "region B's Redis back empty: every delete 404 and every link 302 there {:?} later",
+        back.elapsed()
+    );
+    // A delete now is confirmed in both regions (B's proxies seen before the loss are
+    // waited for) and is 404 everywhere at once.
+    assert!(delete_recorded(&history, &regions.cps[0], &codes[2], false).await);
+    for (name, p) in &regions.proxies {
+        probe(&history, p, name, &codes[2]).await;
+    }
+    history.assert_clean("a region's Redis lost");
 }
 
 /// Waits until every one of `proxies` answers `want` for `code` (at most `limit` each).

@@ -126,6 +126,14 @@ impl OwnServer {
         std::fs::read(self.dir.as_ref().unwrap().path().join("dump.rdb")).unwrap()
     }
 
+    /// Starts this stopped Redis again on the same port, empty (its data was lost).
+    pub fn restart_empty(&mut self) {
+        self.stop();
+        let dir = self.dir.as_ref().unwrap().path().to_owned();
+        let _ = std::fs::remove_file(dir.join("dump.rdb"));
+        self.child = Some(Self::spawn_redis(self.port, &dir, &[]));
+    }
+
     /// Kills this Redis (SIGKILL: nothing saved) and starts it again on the same port from
     /// `snapshot` (what a restore from a backup, or a restart from an older RDB, does).
     pub fn restart_from(&mut self, snapshot: &[u8]) {

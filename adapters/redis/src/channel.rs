@@ -349,8 +349,15 @@ mod tests {
         let read = cache
             .deactivate_in_one_step("gone", &tombstone, now, Duration::from_secs(60))
             .await
-            .unwrap()
-            .expect("one Redis: one step");
+            .unwrap();
+        if cache.is_cluster() {
+            // The record, the log and the registry are on different slots: three steps,
+            // made by the caller, and nothing written here.
+            assert_eq!(read, None);
+            assert!(matches!(cache.get_record("gone").await.unwrap(), L2Read::Found(r) if r.version == 1));
+            return;
+        }
+        let read = read.expect("one Redis: one step");
         let mut registered = read.proxies.clone();
         registered.sort();
         assert_eq!(registered, ["p1", "p2"]);
