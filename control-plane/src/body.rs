@@ -112,7 +112,7 @@ fn strip_location(message: &str) -> &str {
     message.rsplit_once(" at line ").map_or(message, |(m, _)| m)
 }
 
-fn is_length_limit(e: &axum::Error) -> bool {
+pub(crate) fn is_length_limit(e: &axum::Error) -> bool {
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(c) = cause {
         if c.is::<http_body_util::LengthLimitError>() {

@@ -108,7 +108,10 @@ pub(crate) async fn forward_unique_writes(
     let body = tokio::time::timeout(f.body_timeout, axum::body::to_bytes(body, limit))
         .await
         .map_err(|_| ApiError::BodyTimeout(f.body_timeout))?
-        .map_err(|_| ApiError::PayloadTooLarge(limit))?;
+        .map_err(|e| match crate::body::is_length_limit(&e) {
+            true => ApiError::PayloadTooLarge(limit),
+            false => ApiError::bad_request("invalid_body", "the request body could not be read"),
+        })?;
     let idempotency_key = parts.headers.contains_key("idempotency-key");
     match answered(&parts.method, &route, idempotency_key, &body) {
         Where::Here => return Ok(next.run(Request::from_parts(parts, Body::from(body))).await),
