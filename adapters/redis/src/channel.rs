@@ -365,9 +365,7 @@ mod tests {
             matches!(cache.get_record("gone").await.unwrap(), L2Read::Found(r) if r.is_tombstone() && r.version == 2)
         );
         assert_eq!(
-            tokio::time::timeout(Duration::from_secs(5), messages.next())
-                .await
-                .unwrap(),
+            crate::connection::next_message(&mut messages).await,
             Some(ChannelMessage::Invalidate {
                 version: 2,
                 code: "gone".into()
@@ -385,9 +383,7 @@ mod tests {
             .unwrap();
         assert!(matches!(cache.get_record("gone").await.unwrap(), L2Read::Found(r) if r.version == 2));
         assert_eq!(
-            tokio::time::timeout(Duration::from_secs(5), messages.next())
-                .await
-                .unwrap(),
+            crate::connection::next_message(&mut messages).await,
             Some(ChannelMessage::Invalidate {
                 version: 1,
                 code: "gone".into()
@@ -413,11 +409,7 @@ mod tests {
             .unwrap();
         let mut heard = Vec::new();
         for _ in 0..3 {
-            heard.push(
-                tokio::time::timeout(Duration::from_secs(5), messages.next())
-                    .await
-                    .unwrap(),
-            );
+            heard.push(crate::connection::next_message(&mut messages).await);
         }
         assert_eq!(
             heard,
@@ -433,11 +425,7 @@ mod tests {
         // p2 heard the invalidation and the garbage, never p1's keepalive.
         let mut theirs = Vec::new();
         for _ in 0..2 {
-            theirs.push(
-                tokio::time::timeout(Duration::from_secs(5), other.next())
-                    .await
-                    .unwrap(),
-            );
+            theirs.push(crate::connection::next_message(&mut other).await);
         }
         assert_eq!(theirs[1], Some(ChannelMessage::Malformed));
         assert!(

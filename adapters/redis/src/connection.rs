@@ -75,6 +75,17 @@ pub(crate) fn free_port() -> u16 {
         .port()
 }
 
+/// The next message of a test's subscription within 5 s (`None`: the subscription ended).
+#[cfg(test)]
+pub(crate) async fn next_message(
+    messages: &mut futures_util::stream::BoxStream<'static, rebound_store::ChannelMessage>,
+) -> Option<rebound_store::ChannelMessage> {
+    use futures_util::StreamExt;
+    tokio::time::timeout(std::time::Duration::from_secs(5), messages.next())
+        .await
+        .expect("a message or the end within 5 s")
+}
+
 #[cfg(test)]
 pub(crate) fn test_cache(what: &str) -> RedisCache {
     static MADE: AtomicU64 = AtomicU64::new(0);
@@ -462,7 +473,6 @@ impl RedisCache {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use futures_util::StreamExt;
     use rebound_core::CacheRecord;
     use rebound_store::fleet::FeedEntry;
     use rebound_store::{ChannelMessage, InvalidationChannel, L2Read, RecordCache};
@@ -706,9 +716,7 @@ pub(crate) mod tests {
         let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
         cache.publish_invalidation("tlscode", 4).await.unwrap();
         assert_eq!(
-            tokio::time::timeout(Duration::from_secs(5), messages.next())
-                .await
-                .unwrap(),
+            crate::connection::next_message(&mut messages).await,
             Some(ChannelMessage::Invalidate {
                 version: 4,
                 code: "tlscode".into()
@@ -774,9 +782,7 @@ pub(crate) mod tests {
             let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
             InvalidationChannel::keepalive(&cache, "p1", 9).await.unwrap();
             assert_eq!(
-                tokio::time::timeout(Duration::from_secs(5), messages.next())
-                    .await
-                    .unwrap(),
+                crate::connection::next_message(&mut messages).await,
                 Some(ChannelMessage::Keepalive { sent: 9 }),
                 "{good}"
             );

@@ -139,10 +139,16 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    #[ignore = "needs REBOUND_TEST_REDIS_URL (the test services): scripts/test starts them and runs it"]
-    async fn a_delete_waits_for_each_live_proxy_to_acknowledge_or_for_the_bound() {
-        let cache = Arc::new(crate::connection::test_cache("ack"));
+    /// A control plane's acknowledgement listener on `cache`, listening: the listener, its
+    /// metrics, what stops it and its task.
+    async fn listening(
+        cache: &Arc<RedisCache>,
+    ) -> (
+        Arc<acks::Acknowledgements>,
+        acks::AckMetrics,
+        tokio::sync::watch::Sender<bool>,
+        tokio::task::JoinHandle<()>,
+    ) {
         let metrics = acks::AckMetrics::register(&prometheus::Registry::new()).unwrap();
         let acks = acks::Acknowledgements::new(metrics.clone());
         let (stop, shutdown) = tokio::sync::watch::channel(false);
@@ -150,6 +156,14 @@ mod tests {
         while metrics.listening.get() == 0 {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        (acks, metrics, stop, listener)
+    }
+
+    #[tokio::test]
+    #[ignore = "needs REBOUND_TEST_REDIS_URL (the test services): scripts/test starts them and runs it"]
+    async fn a_delete_waits_for_each_live_proxy_to_acknowledge_or_for_the_bound() {
+        let cache = Arc::new(crate::connection::test_cache("ack"));
+        let (acks, metrics, stop, listener) = listening(&cache).await;
         let events = Arc::new(RedisLinkEvents {
             cache: cache.clone(),
             clock: Arc::new(rebound_core::SystemClock),
@@ -172,9 +186,7 @@ mod tests {
             async move { events.deactivated(&link("gone", 4)).await }
         });
         // The invalidation goes out; one acknowledgement is not enough.
-        let heard = tokio::time::timeout(Duration::from_secs(5), invalidations.next())
-            .await
-            .unwrap();
+        let heard = crate::connection::next_message(&mut invalidations).await;
         assert_eq!(
             heard,
             Some(ChannelMessage::Invalidate {
@@ -217,13 +229,7 @@ mod tests {
         // acknowledgements), with two proxies that acknowledge what they hear, as the
         // proxies' listeners do. On a cluster the tombstones land on every shard.
         let cache = Arc::new(crate::connection::test_cache("p99"));
-        let metrics = acks::AckMetrics::register(&prometheus::Registry::new()).unwrap();
-        let acks = acks::Acknowledgements::new(metrics.clone());
-        let (stop, shutdown) = tokio::sync::watch::channel(false);
-        let listener = tokio::spawn(acks.clone().listen(cache.clone(), shutdown));
-        while metrics.listening.get() == 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let (acks, metrics, stop, listener) = listening(&cache).await;
         let mut proxies = Vec::new();
         for proxy in ["pa", "pb"] {
             let mut heard = InvalidationChannel::subscribe(cache.as_ref(), proxy).await.unwrap();

@@ -216,7 +216,6 @@ fn messages(
 mod tests {
     use crate::connection::free_port;
     use crate::{RedisCache, RedisSettingError};
-    use futures_util::StreamExt;
     use rebound_store::RecordCache;
     use rebound_store::{ChannelMessage, InvalidationChannel};
     use std::process::{Child, Command, Stdio};
@@ -401,11 +400,21 @@ e7d1 127.0.0.1:30001@31001,host-b master - 0 0 1 connected 0-5460
             .any(|l| l.split_whitespace().skip(8).any(within))
     }
 
-    /// The next message within 5 s (`None`: the subscription ended).
-    async fn next(messages: &mut futures_util::stream::BoxStream<'static, ChannelMessage>) -> Option<ChannelMessage> {
-        tokio::time::timeout(Duration::from_secs(5), messages.next())
-            .await
-            .expect("a message or the end within 5 s")
+    /// Records on every shard are read, and the subscription on the fleet's node hears a
+    /// keepalive: every connection the cluster client and the subscription make works.
+    async fn reaches_every_shard_and_the_fleet_s_node(cache: &RedisCache) {
+        for i in 0..30 {
+            assert!(matches!(
+                cache.get_record(&format!("code{i}")).await,
+                Ok(rebound_store::L2Read::Miss)
+            ));
+        }
+        let mut messages = InvalidationChannel::subscribe(cache, "p1").await.unwrap();
+        InvalidationChannel::keepalive(cache, "p1", 9).await.unwrap();
+        assert_eq!(
+            crate::connection::next_message(&mut messages).await,
+            Some(ChannelMessage::Keepalive { sent: 9 })
+        );
     }
 
     #[tokio::test]
@@ -429,10 +438,13 @@ e7d1 127.0.0.1:30001@31001,host-b master - 0 0 1 connected 0-5460
 
         let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
         let position = InvalidationChannel::keepalive(&cache, "p1", 1).await.unwrap();
-        assert_eq!(next(&mut messages).await, Some(ChannelMessage::Keepalive { sent: 1 }));
+        assert_eq!(
+            crate::connection::next_message(&mut messages).await,
+            Some(ChannelMessage::Keepalive { sent: 1 })
+        );
         cache.publish_invalidation("abc", 2).await.unwrap();
         assert!(matches!(
-            next(&mut messages).await,
+            crate::connection::next_message(&mut messages).await,
             Some(ChannelMessage::Invalidate { version: 2, .. })
         ));
 
@@ -440,15 +452,22 @@ e7d1 127.0.0.1:30001@31001,host-b master - 0 0 1 connected 0-5460
         let from = owner(&cluster).expect("the fleet's keys are somewhere");
         let to = *ports.iter().find(|p| **p != from).unwrap();
         move_slot(&cluster, slot, from, to);
-        assert_eq!(next(&mut messages).await, None, "the subscription ended");
+        assert_eq!(
+            crate::connection::next_message(&mut messages).await,
+            None,
+            "the subscription ended"
+        );
 
         // The next subscription is made on the new owner (the old one answers MOVED).
         let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
         InvalidationChannel::keepalive(&cache, "p1", 3).await.unwrap();
-        assert_eq!(next(&mut messages).await, Some(ChannelMessage::Keepalive { sent: 3 }));
+        assert_eq!(
+            crate::connection::next_message(&mut messages).await,
+            Some(ChannelMessage::Keepalive { sent: 3 })
+        );
         cache.publish_invalidation("abd", 4).await.unwrap();
         assert!(matches!(
-            next(&mut messages).await,
+            crate::connection::next_message(&mut messages).await,
             Some(ChannelMessage::Invalidate { version: 4, .. })
         ));
         assert_eq!(owner(&cluster), Some(to));
@@ -508,15 +527,7 @@ e7d1 127.0.0.1:30001@31001,host-b master - 0 0 1 connected 0-5460
         let cache = RedisCache::cluster(&good, "auth:", None).unwrap();
         assert!(matches!(cache.check_settings().await, Ok(None)));
         // Records on every shard, and the subscription on the fleet's node, authenticate.
-        for i in 0..30 {
-            assert!(matches!(
-                cache.get_record(&format!("code{i}")).await,
-                Ok(rebound_store::L2Read::Miss)
-            ));
-        }
-        let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
-        InvalidationChannel::keepalive(&cache, "p1", 9).await.unwrap();
-        assert_eq!(next(&mut messages).await, Some(ChannelMessage::Keepalive { sent: 9 }));
+        reaches_every_shard_and_the_fleet_s_node(&cache).await;
         for bad in ["", ":wrong@"] {
             let seeds = seeds(bad);
             let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
@@ -557,7 +568,10 @@ e7d1 127.0.0.1:30001@31001,host-b master - 0 0 1 connected 0-5460
         let cache = RedisCache::cluster(&seeds, "x:", None).unwrap();
         let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
         InvalidationChannel::keepalive(&cache, "p1", 5).await.unwrap();
-        assert_eq!(next(&mut messages).await, Some(ChannelMessage::Keepalive { sent: 5 }));
+        assert_eq!(
+            crate::connection::next_message(&mut messages).await,
+            Some(ChannelMessage::Keepalive { sent: 5 })
+        );
     }
 
     #[tokio::test]
@@ -594,15 +608,7 @@ e7d1 127.0.0.1:30001@31001,host-b master - 0 0 1 connected 0-5460
         let pem = std::fs::read(certs.path().join("ca.crt")).unwrap();
         let cache = RedisCache::cluster(&seeds, "tls:", Some(pem)).unwrap();
         assert!(matches!(cache.check_settings().await, Ok(None)));
-        for i in 0..30 {
-            assert!(matches!(
-                cache.get_record(&format!("code{i}")).await,
-                Ok(rebound_store::L2Read::Miss)
-            ));
-        }
-        let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
-        InvalidationChannel::keepalive(&cache, "p1", 9).await.unwrap();
-        assert_eq!(next(&mut messages).await, Some(ChannelMessage::Keepalive { sent: 9 }));
+        reaches_every_shard_and_the_fleet_s_node(&cache).await;
         cache.announce_created("tlscode").await.unwrap();
         assert_eq!(
             cache.read_feed("0-0", Duration::from_millis(100)).await.unwrap().1,
@@ -677,11 +683,14 @@ e7d1 127.0.0.1:30001@31001,host-b master - 0 0 1 connected 0-5460
         let cache = RedisCache::cluster(&seeds, "f:", None).unwrap();
         let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
         let position = InvalidationChannel::keepalive(&cache, "p1", 1).await.unwrap();
-        assert_eq!(next(&mut messages).await, Some(ChannelMessage::Keepalive { sent: 1 }));
+        assert_eq!(
+            crate::connection::next_message(&mut messages).await,
+            Some(ChannelMessage::Keepalive { sent: 1 })
+        );
         // A coordinated failover: the replica takes the slots over, the master follows it.
         assert_eq!(cli(replica, &["cluster", "failover"]), "OK");
         assert_eq!(
-            next(&mut messages).await,
+            crate::connection::next_message(&mut messages).await,
             None,
             "the subscription on the old master ended"
         );
@@ -694,7 +703,10 @@ e7d1 127.0.0.1:30001@31001,host-b master - 0 0 1 connected 0-5460
             "held on the new master"
         );
         InvalidationChannel::keepalive(&cache, "p1", 2).await.unwrap();
-        assert_eq!(next(&mut messages).await, Some(ChannelMessage::Keepalive { sent: 2 }));
+        assert_eq!(
+            crate::connection::next_message(&mut messages).await,
+            Some(ChannelMessage::Keepalive { sent: 2 })
+        );
         // The new master has its own run_id: a new epoch, the log from before not trusted.
         assert_eq!(cache.replay(&position).await.unwrap(), None);
     }
@@ -722,6 +734,9 @@ e7d1 127.0.0.1:30001@31001,host-b master - 0 0 1 connected 0-5460
         let subscribed = |port: u16| cli(port, &["client", "list", "type", "pubsub"]).lines().count();
         assert_eq!((subscribed(master), subscribed(replica)), (1, 0), "held on the master");
         InvalidationChannel::keepalive(&cache, "p1", 4).await.unwrap();
-        assert_eq!(next(&mut messages).await, Some(ChannelMessage::Keepalive { sent: 4 }));
+        assert_eq!(
+            crate::connection::next_message(&mut messages).await,
+            Some(ChannelMessage::Keepalive { sent: 4 })
+        );
     }
 }
