@@ -285,15 +285,7 @@ impl CloneRef for (&str, String) {
 /// A create through `cp` with `body`, recorded when it succeeded: its status and answer.
 async fn create_with(history: &History, cp: &Running, body: Value) -> (u16, Value) {
     let start = Instant::now();
-    let res = http()
-        .post(format!("{}/api/v1/links", cp.api()))
-        .bearer_auth(OPERATOR_KEY)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = res.status().as_u16();
-    let answer: Value = res.json().await.unwrap_or(Value::Null);
+    let (status, answer) = operator(cp, reqwest::Method::POST, "/api/v1/links", Some(body)).await;
     if status == 201 {
         let code = answer["code"].as_str().unwrap().to_owned();
         history.record(Op::Create { code, ok: true }, start, Instant::now());
@@ -416,21 +408,13 @@ async fn concurrent_creates_in_both_regions_never_give_a_code_twice() {
             ));
         }
     }
-    let apis = [regions.cps[0].api(), regions.cps[1].api()];
     let started = Instant::now();
     let answers: Vec<(usize, Value, u16, Value)> = futures_util::stream::iter(jobs)
         .map(|(region, body)| {
-            let api = apis[region].clone();
+            let cp = &regions.cps[region];
             async move {
-                let res = http()
-                    .post(format!("{api}/api/v1/links"))
-                    .bearer_auth(OPERATOR_KEY)
-                    .json(&body)
-                    .send()
-                    .await
-                    .unwrap();
-                let status = res.status().as_u16();
-                (region, body, status, res.json::<Value>().await.unwrap_or(Value::Null))
+                let (status, answer) = operator(cp, reqwest::Method::POST, "/api/v1/links", Some(body.clone())).await;
+                (region, body, status, answer)
             }
         })
         .buffer_unordered(48)
@@ -463,7 +447,7 @@ async fn concurrent_creates_in_both_regions_never_give_a_code_twice() {
     );
     // Once replicated, both regions' replicas hold every link as its creator was told.
     regions.replicated.settle(Duration::from_secs(120)).await;
-    for (api, region) in apis.iter().zip(["a", "b"]) {
+    for (cp, region) in regions.cps.iter().zip(["a", "b"]) {
         let mut held = BTreeMap::new();
         let mut cursor = String::new();
         loop {
@@ -474,7 +458,7 @@ async fn concurrent_creates_in_both_regions_never_give_a_code_twice() {
             // moto scans a large table slowly: a page that timed out (503) is asked again.
             let mut tries = 0;
             let page = loop {
-                let (status, page) = api_at(api, reqwest::Method::GET, &path).await;
+                let (status, page) = operator(cp, reqwest::Method::GET, &path, None).await;
                 tries += 1;
                 match status {
                     200 => break page,
@@ -592,15 +576,10 @@ async fn all_answer(proxies: &[(String, Running)], code: &str, want: u16, limit:
     }
 }
 
-/// `method` on the API at `api`, as the operator.
-async fn api_at(api: &str, method: reqwest::Method, path: &str) -> (u16, Value) {
-    let res = http()
-        .request(method, format!("{api}{path}"))
-        .bearer_auth(OPERATOR_KEY)
-        .send()
-        .await
-        .unwrap();
-    (res.status().as_u16(), res.json().await.unwrap_or(Value::Null))
+/// [`api`] (as the operator), its status as a number.
+async fn operator(cp: &Running, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+    let (status, answer) = api(cp, method, path, body).await;
+    (status.as_u16(), answer)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -664,7 +643,7 @@ async fn a_partition_between_regions_refuses_what_needs_both_and_converges_once_
         assert_eq!(probe(&history, p, name, &doomed).await, 404, "{name}");
     }
     // A delete through B of a link B's replica does not have needs the home region.
-    let (status, answer) = api_at(&cp_b.api(), reqwest::Method::DELETE, "/api/v1/links/only-at-home").await;
+    let (status, answer) = operator(cp_b, reqwest::Method::DELETE, "/api/v1/links/only-at-home", None).await;
     assert_eq!(
         (status, answer["error"]["code"].as_str()),
         (503, Some("home_unavailable")),
