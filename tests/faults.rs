@@ -576,17 +576,31 @@ async fn a_randomized_schedule_of_faults_breaks_neither_i1_nor_i2() {
     let pending = pending.lock().unwrap().clone();
     let started = Instant::now();
     for code in &pending {
-        for (name, addr) in &addrs {
+        for ((name, addr), proxy) in addrs.iter().zip(&proxies) {
             let limit = Duration::from_secs(20);
             loop {
                 let answer = probe_with(&history, &client, addr, name, code).await;
                 if answer == 404 {
                     break;
                 }
-                assert!(
-                    started.elapsed() < limit,
-                    "seed {seed}: {code} still answers {answer} on {name} after {limit:?}"
-                );
+                if started.elapsed() >= limit {
+                    // What the proxy's tiers and invalidation channel say, for the diagnosis.
+                    let said: Vec<String> = scrape(proxy)
+                        .await
+                        .lines()
+                        .filter(|l| !l.starts_with('#'))
+                        .filter(|l| {
+                            ["invalidation", "lookups", "l1_", "epoch", "reads_"]
+                                .iter()
+                                .any(|k| l.contains(k))
+                        })
+                        .map(str::to_owned)
+                        .collect();
+                    panic!(
+                        "seed {seed}: {code} still answers {answer} on {name} after {limit:?}; its metrics:\n{}",
+                        said.join("\n")
+                    );
+                }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
