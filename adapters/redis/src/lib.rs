@@ -8,7 +8,7 @@
 //! lapsed replays what it missed instead of emptying its L1),
 //! `url:{code}` (a record: `"<version> <json>"`, TTL = `stale_until`, the JSON stamped by
 //! the write script with the epoch it was written in, `{"e":<epoch>,…}`), `identity` (the
-//! epoch: `"<run_id> <epoch>"`, see `IDENTITY` in `scripts`), `invalidate`
+//! epoch: `"<replication id> <epoch>"`, see `IDENTITY` in `scripts`), `invalidate`
 //! (`"<version> <code>"`), `alive:{proxy}` (each proxy's keepalives, heard by itself
 //! alone), `acks` (`"<proxy> <version> <code>"`), the sorted set `proxies` (each proxy
 //! scored by its last keepalive, in Redis's own time), and the stream `created` (field

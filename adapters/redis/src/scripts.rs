@@ -2,20 +2,28 @@
 //! client's commands (a versioned write, a keepalive and its registration, an invalidation
 //! and its log entry) runs as one of these.
 
-/// The epoch of this Redis's data set, a Lua function the scripts below start with. A
-/// Redis that restarted (from a snapshot older than its last writes, say) or a replica
-/// promoted in a failover (that may have missed the last writes) has another `run_id`
-/// than the one recorded in the key `identity` (the key came back from the snapshot, or
-/// was replicated from the old primary): the first script to run there starts a new epoch,
-/// the Redis time of that moment. Records carry the epoch they were written in; a live
-/// record of an earlier epoch may predate a tombstone the Redis lost, and is confirmed by
-/// the store before use.
+/// The epoch of this Redis's data set, a Lua function the scripts below start with. The
+/// identity of a data set is the primary's replication id (`master_replid`, `INFO
+/// replication`), which a primary takes anew whenever its data may have missed writes: a
+/// Redis that restarted (from a snapshot older than its last writes, say), a replica
+/// promoted in a failover, or an old primary promoted again before it resynced from the
+/// primary that took over (its `run_id` is still its own, but the writes made meanwhile on
+/// the other one are missing: the randomized fault schedule found that one while the
+/// identity was the `run_id`). Each differs from the identity recorded in the key
+/// `identity` (which came back from the snapshot, was replicated from the old primary, or
+/// predates the promotion): the first script to run there starts a new epoch, the Redis time
+/// of that moment. Records carry the epoch they were written in; a live record of an
+/// earlier epoch may predate a tombstone the Redis lost, and is confirmed by the store
+/// before use. A primary also takes a new replication id when its first replica attaches,
+/// or when it has had none for `repl-backlog-ttl`: a new epoch that lost nothing, paid with
+/// one store read per live code.
 const IDENTITY: &str = r"
 local function epoch(key)
-  local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+  local run = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)')
+  assert(run, 'INFO replication names no master_replid')
   local held = redis.call('GET', key)
   if held then
-    local r, e = string.match(held, '^(%x+) (%d+)$')
+    local r, e = string.match(held, '^(%S+) (%d+)$')
     if r == run then return tonumber(e) end
   end
   local t = redis.call('TIME')

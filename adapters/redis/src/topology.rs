@@ -471,7 +471,7 @@ e7d1 127.0.0.1:30001@31001,host-b master - 0 0 1 connected 0-5460
             Some(ChannelMessage::Invalidate { version: 4, .. })
         ));
         assert_eq!(owner(&cluster), Some(to));
-        // The log moved with its identity key to a node with another run_id: a new epoch,
+        // The log moved with its identity key to a node with another replication id: a new epoch,
         // so a replay from before cannot be trusted.
         assert_eq!(cache.replay(&position).await.unwrap(), None);
     }
@@ -707,7 +707,7 @@ e7d1 127.0.0.1:30001@31001,host-b master - 0 0 1 connected 0-5460
             crate::connection::next_message(&mut messages).await,
             Some(ChannelMessage::Keepalive { sent: 2 })
         );
-        // The new master has its own run_id: a new epoch, the log from before not trusted.
+        // The new master has a new replication id: a new epoch, the log from before not trusted.
         assert_eq!(cache.replay(&position).await.unwrap(), None);
     }
 
