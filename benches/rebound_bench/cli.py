@@ -32,6 +32,9 @@ Rebound through its bulk import, and runs every scenario, the servers taking tur
             for all of them                          (per proxy per second, delete ms)
   blip      2 proxies under load over 20,000 links warm in L1, Redis frozen for 5 s: lookups
             per second by tier before, during and after          (Redis and store reads/s)
+  regions   two regions, each a Redis and 2 proxies, region b's Redis 40 ms away each way
+            (a relay): deletes through a control plane of region a alone and through one
+            whose peer region is b, in turn                            (delete ms)
 
 Wall-clock figures on this shared 2-core machine swing 15-25 % between identical runs:
 the servers alternate, every figure is a median of the runs with min and max, and the
@@ -48,12 +51,12 @@ from typing import Callable, Sequence
 
 from . import report
 from .context import Bench, Options
-from .scenarios import abuse, blip, callgrind, conns, create, distributed, side, startup, tls, zipf
+from .scenarios import abuse, blip, callgrind, conns, create, distributed, regions, side, startup, tls, zipf
 from .tools.install import ensure_oha, ensure_tools
 from .tools.proc import cpu_ticks
 from .util import log
 
-SCENARIOS = "side,startup,zipf,redis,create,callgrind,tls,abuse,conns,fleet,blip"
+SCENARIOS = "side,startup,zipf,redis,create,callgrind,tls,abuse,conns,fleet,blip,regions"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -119,6 +122,7 @@ def run(b: Bench) -> None:
         ("create", lambda: create.run(b)), ("tls", lambda: tls.run(b, data_dir, usable)),
         ("abuse", lambda: abuse.run(b, data_dir, usable)), ("conns", lambda: conns.run(b, data_dir)),
         ("fleet", lambda: distributed.run_fleet(b)), ("blip", lambda: blip.run(b)),
+        ("regions", lambda: regions.run_regions(b)),
         ("callgrind", lambda: callgrind.run(b))]
     # A VM's wall-clock figures move with what the hypervisor takes from it (steal): each
     # scenario's share goes into the report beside its figures.

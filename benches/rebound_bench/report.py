@@ -217,6 +217,22 @@ def render(b: Bench) -> str:
                          f"{rates['l2_reads']:,.0f} | {rates['store_reads']:,.0f} |")
         lines += ["", f"Both proxies together; wrk saw {v['non_2xx_3xx']} answers that were not 2xx or 3xx and a "
                   f"p99 of {v['p99_ms']:.0f} ms at most. Redis frozen with SIGSTOP; the store is moto.", ""]
+    if "regions" in r:
+        v = r["regions"]
+        lines += [f"## Deletes in two regions, region b's Redis {v['one_way_ms']:.0f} ms away each way", "",
+                  "| control plane | deletes | p50 ms | p99 ms | max ms | redirected after a delete |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for name, d in v["deletes"].items():
+            who = "region a alone (waits for a's 2 proxies)" if name == "a" else \
+                "region a with peer region b (waits for all 4 proxies)"
+            lines.append(f"| {who} | {d['deletes']} | {d['p50_ms']:.1f} | {d['p99_ms']:.1f} | {d['max_ms']:.1f} | "
+                         f"{d['redirected_after']} |")
+        share = v["share_ms"]
+        lines += ["", "Each region's share of a delete with both (`rebound_region_propagation_seconds`: tombstone, "
+                  "publish, registry, acknowledgements; histogram bucket bounds): "
+                  + ", ".join(f"{region} p50 <= {s[0.5]:g} ms, p99 <= {s[0.99]:g} ms" for region, s in share.items())
+                  + "; the regions run side by side. The store's calls (moto), p99: "
+                  + ", ".join(f"{op} <= {ms:g} ms" for op, ms in v["store_p99_ms"].items()) + ".", ""]
     if "short_connections" in r:
         lines += ["## Memory after short connections (one request each, then closed)", "",
                   "| server | port | connections | connections/s | RSS before MiB | RSS after MiB | growth MiB |",

@@ -70,11 +70,19 @@ impl ControlPlane {
             }
             .to_owned(),
         };
+        // Propagated: the pending record is cleared beside the audit write, off the answer's
+        // path (one store write less to wait for, on every delete). Should this process die
+        // before it lands, the lease expires and a reconciler runs the propagation again,
+        // which changes nothing and audits `propagated`.
+        if delivered.is_ok() {
+            let (propagations, code, version) = (self.propagations.clone(), code.to_owned(), link.version);
+            tokio::spawn(async move { propagations.finished_by_the_api(&code, version).await });
+        }
         let audited = self.store.append_audit(&event).await;
-        // After the audit event, so a reconciler's `propagated` follows `invalidate_failed`.
-        match &delivered {
-            Ok(()) => self.propagations.finished_by_the_api(code, link.version).await,
-            Err(_) => self.propagations.give_back(code, link.version).await,
+        // Not propagated: given back after the audit event, so a reconciler's `propagated`
+        // follows `invalidate_failed`.
+        if delivered.is_err() {
+            self.propagations.give_back(code, link.version).await;
         }
         if let Err(e) = audited {
             tracing::error!(code, action, error = %rebound_store::Causes(&e), "audit event not recorded");
