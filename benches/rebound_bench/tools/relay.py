@@ -41,6 +41,11 @@ class DelayedRelay:
             self._loop.run_forever()
         finally:
             server.close()
+            # The connections still open end with the relay.
+            tasks = asyncio.all_tasks(self._loop)
+            for task in tasks:
+                task.cancel()
+            self._loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
 
     async def _accept(self, down_r: asyncio.StreamReader, down_w: asyncio.StreamWriter) -> None:
         try:
