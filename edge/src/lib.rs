@@ -10,6 +10,7 @@
 //! - `host`: the `Host` check (RFC 9112 §3.2) every HTTP/1 request passes on every port.
 //! - `guard`: `GuardedIo`, the head, idle and write deadlines of a connection.
 //! - `tls`: rustls configuration and the certificate that reloads without a restart.
+//! - `sni`: `SniResolver`, each domain's certificate by SNI, and TLS-ALPN-01 answers.
 //! - `metrics`: every metric of the edge.
 //! - `fd_limit`: the open-file limit and the check that the ports' caps fit under it.
 #![forbid(unsafe_code)]
@@ -20,6 +21,7 @@ pub mod guard;
 pub mod host;
 pub mod limits;
 pub mod metrics;
+pub mod sni;
 pub mod tls;
 
 pub use conn::{serve_listener, serve_listener_spread, Edge, PortBody, PortService};

@@ -33,6 +33,9 @@ pub enum TlsError {
     File { path: PathBuf, problem: String },
     #[error("{0}: the private key does not belong to the certificate")]
     KeyMismatch(PathBuf),
+    /// A pair given as PEM text (a stored certificate) that does not load; `name` says whose.
+    #[error("the certificate of {name}: {problem}")]
+    Pem { name: String, problem: String },
     #[error("TLS configuration: {0}")]
     Config(#[from] rustls::Error),
 }
@@ -95,29 +98,7 @@ impl ReloadableCert {
 
     /// The TLS of a port that answers with this certificate.
     pub fn server_tls(self: &Arc<Self>) -> Result<ServerTls, TlsError> {
-        // Both configurations resume each other's sessions: one cache, one ticket key.
-        let sessions = ServerSessionMemoryCache::new(16 * 1024);
-        let ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()?;
-        let config = |suites: &[SupportedCipherSuite], servers_order: bool| -> Result<Arc<ServerConfig>, TlsError> {
-            let provider = CryptoProvider {
-                cipher_suites: suites.to_vec(),
-                ..(*self.provider).clone()
-            };
-            let mut config = ServerConfig::builder_with_provider(Arc::new(provider))
-                .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
-                .with_no_client_auth()
-                .with_cert_resolver(self.clone());
-            config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-            config.session_storage = sessions.clone() as Arc<dyn StoresServerSessions>;
-            config.ticketer = ticketer.clone();
-            config.send_tls13_tickets = 1;
-            config.ignore_client_order = servers_order;
-            Ok(Arc::new(config))
-        };
-        Ok(ServerTls {
-            aes_first: config(AES_FIRST, true)?,
-            clients_order: config(AES_FIRST, false)?,
-        })
+        ServerTls::new(&self.provider, self.clone(), &[])
     }
 }
 
@@ -144,6 +125,39 @@ pub struct ServerTls {
 }
 
 impl ServerTls {
+    /// The TLS of a port whose certificates `resolver` chooses, offering ALPN `h2`,
+    /// `http/1.1` and then `extra_alpn`.
+    pub fn new(
+        provider: &CryptoProvider,
+        resolver: Arc<dyn ResolvesServerCert>,
+        extra_alpn: &[&[u8]],
+    ) -> Result<ServerTls, TlsError> {
+        // Both configurations resume each other's sessions: one cache, one ticket key.
+        let sessions = ServerSessionMemoryCache::new(16 * 1024);
+        let ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()?;
+        let config = |suites: &[SupportedCipherSuite], servers_order: bool| -> Result<Arc<ServerConfig>, TlsError> {
+            let provider = CryptoProvider {
+                cipher_suites: suites.to_vec(),
+                ..provider.clone()
+            };
+            let mut config = ServerConfig::builder_with_provider(Arc::new(provider))
+                .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+                .with_no_client_auth()
+                .with_cert_resolver(resolver.clone());
+            config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+            config.alpn_protocols.extend(extra_alpn.iter().map(|p| p.to_vec()));
+            config.session_storage = sessions.clone() as Arc<dyn StoresServerSessions>;
+            config.ticketer = ticketer.clone();
+            config.send_tls13_tickets = 1;
+            config.ignore_client_order = servers_order;
+            Ok(Arc::new(config))
+        };
+        Ok(ServerTls {
+            aes_first: config(AES_FIRST, true)?,
+            clients_order: config(AES_FIRST, false)?,
+        })
+    }
+
     /// The configuration for the client that sent `hello`.
     pub fn config_for(&self, hello: &ClientHello<'_>) -> Arc<ServerConfig> {
         if prefers_chacha(hello.cipher_suites()) {
@@ -197,10 +211,19 @@ fn load_pair(files: &CertificateFiles, provider: &CryptoProvider) -> Result<Cert
         .load_private_key(key)
         .map_err(|e| file_error(&files.key, e))?;
     let certified = CertifiedKey::new(chain, signing);
-    match certified.keys_match() {
-        Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => Ok(certified),
-        Err(_) => Err(TlsError::KeyMismatch(files.key.clone())),
+    match keys_match(&certified) {
+        true => Ok(certified),
+        false => Err(TlsError::KeyMismatch(files.key.clone())),
     }
+}
+
+/// Whether the key belongs to the leaf certificate (true as well when the provider cannot
+/// tell).
+pub(crate) fn keys_match(certified: &CertifiedKey) -> bool {
+    matches!(
+        certified.keys_match(),
+        Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown))
+    )
 }
 
 /// Reloads `cert` on `SIGHUP` and when its files change (checked every `poll`), until

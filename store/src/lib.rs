@@ -25,6 +25,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cache;
+pub mod certs;
 pub mod clicks;
 #[cfg(any(test, feature = "test-util"))]
 pub mod conformance;

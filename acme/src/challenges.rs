@@ -1,0 +1,176 @@
+//! The answers to the challenges in flight, shared by the issuer that sets them and the ports
+//! that serve them: HTTP-01 key authorizations by token (RFC 8555 §8.3), for the cleartext
+//! port, and TLS-ALPN-01 certificates by domain (RFC 8737), for the TLS port's
+//! [`SniResolver`](rebound_edge::sni::SniResolver).
+
+use crate::AcmeError;
+use rebound_edge::sni::ChallengeCerts;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::sign::CertifiedKey;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+/// The path prefix of HTTP-01 answers (RFC 8555 §8.3).
+pub const HTTP01_PREFIX: &str = "/.well-known/acme-challenge/";
+
+/// The challenge answers in flight. Each lock is held only to copy an entry in or out.
+#[derive(Debug)]
+pub struct Challenges {
+    http01: RwLock<HashMap<String, String>>,
+    tls_alpn01: RwLock<HashMap<String, Arc<CertifiedKey>>>,
+    provider: Arc<CryptoProvider>,
+}
+
+impl Default for Challenges {
+    fn default() -> Challenges {
+        Challenges {
+            http01: RwLock::default(),
+            tls_alpn01: RwLock::default(),
+            provider: Arc::new(rustls::crypto::aws_lc_rs::default_provider()),
+        }
+    }
+}
+
+impl Challenges {
+    /// No challenge in flight.
+    pub fn new() -> Arc<Challenges> {
+        Arc::new(Challenges::default())
+    }
+
+    /// Answers `token` with `key_authorization` until cleared.
+    pub fn set_http01(&self, token: &str, key_authorization: &str) {
+        write(&self.http01).insert(token.to_owned(), key_authorization.to_owned());
+    }
+
+    /// Stops answering `token`.
+    pub fn clear_http01(&self, token: &str) {
+        write(&self.http01).remove(token);
+    }
+
+    /// The key authorization for `token`, while its challenge is in flight.
+    pub fn http01(&self, token: &str) -> Option<String> {
+        read(&self.http01).get(token).cloned()
+    }
+
+    /// The body answering a `GET` of `path` (`/.well-known/acme-challenge/{token}`), sent as
+    /// `application/octet-stream`; `None` for any other path or a token not in flight (a 404).
+    pub fn answer_path(&self, path: &str) -> Option<String> {
+        let token = path.strip_prefix(HTTP01_PREFIX)?;
+        // A token is base64url (RFC 8555 §8.3); nothing else is looked up.
+        let base64url = |c: u8| c.is_ascii_alphanumeric() || c == b'-' || c == b'_';
+        if token.is_empty() || !token.bytes().all(base64url) {
+            return None;
+        }
+        self.http01(token)
+    }
+
+    /// Answers TLS-ALPN-01 validations of `domain` with a fresh self-signed certificate
+    /// naming it and carrying the acmeIdentifier extension with `digest` (the SHA-256 of the
+    /// key authorization, RFC 8737 §3), until cleared.
+    pub fn set_tls_alpn01(&self, domain: &str, digest: &[u8]) -> Result<(), AcmeError> {
+        if digest.len() != 32 {
+            return Err(AcmeError::Internal(format!(
+                "a TLS-ALPN-01 digest of {} bytes",
+                digest.len()
+            )));
+        }
+        let domain = domain.to_ascii_lowercase();
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+        let mut params = rcgen::CertificateParams::new(vec![domain.clone()])?;
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params.custom_extensions = vec![rcgen::CustomExtension::new_acme_identifier(digest)];
+        let cert = params.self_signed(&key)?;
+        let signing = self
+            .provider
+            .key_provider
+            .load_private_key(PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())))
+            .map_err(|e| AcmeError::Internal(format!("loading a challenge key: {e}")))?;
+        let certified = Arc::new(CertifiedKey::new(vec![cert.der().clone()], signing));
+        write(&self.tls_alpn01).insert(domain, certified);
+        Ok(())
+    }
+
+    /// Stops answering TLS-ALPN-01 validations of `domain`.
+    pub fn clear_tls_alpn01(&self, domain: &str) {
+        write(&self.tls_alpn01).remove(&domain.to_ascii_lowercase());
+    }
+}
+
+impl ChallengeCerts for Challenges {
+    fn tls_alpn01(&self, domain: &str) -> Option<Arc<CertifiedKey>> {
+        read(&self.tls_alpn01).get(domain).cloned()
+    }
+}
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use x509_parser::prelude::*;
+
+    #[test]
+    fn only_a_token_in_flight_under_the_well_known_path_is_answered() {
+        let challenges = Challenges::new();
+        challenges.set_http01("tok-EN_1", "tok-EN_1.thumb");
+        let cases = [
+            ("/.well-known/acme-challenge/tok-EN_1", Some("tok-EN_1.thumb")),
+            ("/.well-known/acme-challenge/other", None),
+            ("/.well-known/acme-challenge/", None),
+            ("/.well-known/acme-challenge/tok-EN_1/", None),
+            ("/.well-known/acme-challenge/../tok-EN_1", None),
+            ("/tok-EN_1", None),
+            ("/.well-known/acme-challenge/tok-EN_1?x=1", None),
+        ];
+        for (path, expected) in cases {
+            assert_eq!(challenges.answer_path(path).as_deref(), expected, "{path}");
+        }
+        challenges.clear_http01("tok-EN_1");
+        assert_eq!(challenges.answer_path("/.well-known/acme-challenge/tok-EN_1"), None);
+    }
+
+    #[test]
+    fn a_tls_alpn_certificate_names_the_domain_and_carries_the_digest_critically() {
+        let challenges = Challenges::new();
+        let digest = [7u8; 32];
+        challenges.set_tls_alpn01("A.Rebound.test", &digest).unwrap();
+        let key = challenges.tls_alpn01("a.rebound.test").expect("in flight");
+        let (_, cert) = X509Certificate::from_der(key.cert[0].as_ref()).unwrap();
+        // (rustls's own key check parses the certificate with webpki, which refuses the
+        // critical acmeIdentifier extension: compare the public keys here.)
+        let public = key.key.public_key().expect("an ECDSA key tells its public key");
+        assert_eq!(public.as_ref(), cert.public_key().raw);
+        let san = cert.subject_alternative_name().unwrap().expect("a SAN");
+        let names: Vec<&str> = san
+            .value
+            .general_names
+            .iter()
+            .filter_map(|n| match n {
+                GeneralName::DNSName(name) => Some(*name),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(names, ["a.rebound.test"]);
+        // id-pe-acmeIdentifier (1.3.6.1.5.5.7.1.31): critical, an OCTET STRING of the digest.
+        let ext = cert
+            .extensions()
+            .iter()
+            .find(|e| e.oid.to_id_string() == "1.3.6.1.5.5.7.1.31")
+            .expect("acmeIdentifier");
+        assert!(ext.critical);
+        let mut der = vec![0x04, 32];
+        der.extend_from_slice(&digest);
+        assert_eq!(ext.value, der.as_slice());
+
+        assert!(challenges.set_tls_alpn01("a.rebound.test", &[1; 31]).is_err());
+        challenges.clear_tls_alpn01("a.rebound.test");
+        assert!(challenges.tls_alpn01("a.rebound.test").is_none());
+    }
+}

@@ -1,0 +1,522 @@
+//! Issuance against a real ACME server: Debian's `pebble`, with `pebble-challtestsrv` as its
+//! DNS (every name resolves to 127.0.0.1), both started by each test on free loopback ports
+//! and killed when it ends. The test serves pebble's HTTP-01 and TLS-ALPN-01 validations
+//! itself, from `Challenges` and the `SniResolver`.
+
+use rebound_acme::{install_stored, ChallengeKind, Challenges, Issuer, IssuerConfig, Outcome};
+use rebound_acme::{AcmeMetrics, FailureKind};
+use rebound_edge::sni::{ChallengeCerts, SniResolver, ACME_TLS_ALPN};
+use rebound_store::certs::{CertificateStore, MemoryCertificates, StoredCertificate};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::process::{Child, Command};
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+}
+
+fn now_millis() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+/// A port free on loopback now (the servers this test runs itself keep their listener).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// pebble and its DNS, with what a client needs to trust it.
+struct Pebble {
+    directory_url: String,
+    management: SocketAddr,
+    /// The CA of pebble's own HTTPS certificate (the ACME API and the management API).
+    https_ca_pem: String,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+    _children: Vec<Child>,
+}
+
+impl Pebble {
+    /// Starts pebble validating HTTP-01 on `http_port` and TLS-ALPN-01 on `tls_port`, its
+    /// certificates valid for `validity` seconds.
+    async fn start(http_port: u16, tls_port: u16, validity: Option<u64>) -> Pebble {
+        let dir = tempfile::tempdir().unwrap();
+        // pebble's HTTPS certificate, from a CA of this test's own.
+        let ca_key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "pebble test HTTPS CA");
+        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+        let ca = rcgen::Issuer::new(ca_params, ca_key);
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();
+        let cert = params.signed_by(&key, &ca).unwrap();
+        std::fs::write(dir.path().join("cert.pem"), cert.pem()).unwrap();
+        std::fs::write(dir.path().join("key.pem"), key.serialize_pem()).unwrap();
+
+        let (listen, management, dns, dns_management) = (free_port(), free_port(), free_port(), free_port());
+        let mut config = serde_json::json!({
+            "pebble": {
+                "listenAddress": format!("127.0.0.1:{listen}"),
+                "managementListenAddress": format!("127.0.0.1:{management}"),
+                "certificate": dir.path().join("cert.pem"),
+                "privateKey": dir.path().join("key.pem"),
+                "httpPort": http_port,
+                "tlsPort": tls_port,
+                "ocspResponderURL": "",
+                "externalAccountBindingRequired": false
+            }
+        });
+        if let Some(validity) = validity {
+            config["pebble"]["certificateValidityPeriod"] = validity.into();
+        }
+        let config_path = dir.path().join("pebble-config.json");
+        std::fs::write(&config_path, config.to_string()).unwrap();
+
+        let challtestsrv = Command::new("pebble-challtestsrv")
+            .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
+            .args(["-dns01", &format!("127.0.0.1:{dns}")])
+            .args(["-management", &format!("127.0.0.1:{dns_management}")])
+            .args(["-http01", "", "-https01", "", "-tlsalpn01", ""])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("pebble-challtestsrv (Debian's pebble package)");
+        let log = dir.path().join("pebble.log");
+        let out = std::fs::File::create(&log).unwrap();
+        let pebble = Command::new("pebble")
+            .arg("-config")
+            .arg(&config_path)
+            .args(["-dnsserver", &format!("127.0.0.1:{dns}")])
+            .env("PEBBLE_VA_NOSLEEP", "1")
+            .env("PEBBLE_AUTHZREUSE", "0")
+            // Every nonce good: a retried request would count as a second order.
+            .env("PEBBLE_WFE_NONCEREJECT", "0")
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("pebble (Debian's pebble package)");
+        let pebble = Pebble {
+            directory_url: format!("https://127.0.0.1:{listen}/dir"),
+            management: ([127, 0, 0, 1], management).into(),
+            https_ca_pem: ca_cert.pem(),
+            log,
+            _dir: dir,
+            _children: vec![challtestsrv, pebble],
+        };
+        for port in [listen, management, dns_management] {
+            wait_listening(port).await;
+        }
+        pebble
+    }
+
+    fn config(&self, owner: &str, prefer: ChallengeKind) -> IssuerConfig {
+        let mut config = IssuerConfig::new(&self.directory_url, owner);
+        config.acme_roots_pem = Some(self.https_ca_pem.clone());
+        config.prefer = prefer;
+        config.order_timeout = Duration::from_secs(60);
+        config.poll_first = Duration::from_millis(100);
+        config.poll_max = Duration::from_secs(1);
+        config
+    }
+
+    /// The orders pebble received (its log line for each new-order request).
+    fn orders(&self) -> usize {
+        std::fs::read_to_string(&self.log)
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("/order-plz"))
+            .count()
+    }
+
+    /// pebble's issuing root, from its management API.
+    async fn issuing_root(&self) -> CertificateDer<'static> {
+        let body = https_get(self.management, &self.https_ca_pem, "/roots/0").await;
+        CertificateDer::from_pem_slice(body.as_bytes()).expect("a root certificate")
+    }
+}
+
+/// Waits (bounded) until something listens on `port`.
+async fn wait_listening(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+        assert!(Instant::now() < deadline, "nothing listens on port {port}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn client_config(roots: &[CertificateDer<'static>], alpn: &[&[u8]]) -> rustls::ClientConfig {
+    let mut store = rustls::RootCertStore::empty();
+    for root in roots {
+        store.add(root.clone()).unwrap();
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(store)
+        .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    config
+}
+
+/// The body of `GET path` over HTTPS from `addr`, trusting `ca_pem`.
+async fn https_get(addr: SocketAddr, ca_pem: &str, path: &str) -> String {
+    let ca = CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(client_config(&[ca], &[b"http/1.1"])));
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let mut tls = connector
+        .connect(ServerName::try_from("127.0.0.1").unwrap(), tcp)
+        .await
+        .unwrap();
+    tls.write_all(format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut response = String::new();
+    tls.read_to_string(&mut response).await.unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_owned()
+}
+
+/// The cleartext port: HTTP-01 answers from `challenges`, 404 for anything else.
+async fn serve_http01(listener: TcpListener, challenges: Arc<Challenges>) {
+    use http_body_util::Full;
+    use hyper::body::Bytes;
+    loop {
+        let Ok((tcp, _)) = listener.accept().await else { return };
+        let challenges = challenges.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                let answer = challenges.answer_path(req.uri().path());
+                async move {
+                    match answer {
+                        Some(body) => hyper::Response::builder()
+                            .header("content-type", "application/octet-stream")
+                            .body(Full::new(Bytes::from(body))),
+                        None => hyper::Response::builder().status(404).body(Full::new(Bytes::new())),
+                    }
+                }
+            });
+            let io = hyper_util::rt::TokioIo::new(tcp);
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(io, service)
+                .await;
+        });
+    }
+}
+
+/// The TLS port: certificates from `resolver`; an `acme-tls/1` connection is closed after
+/// its handshake, any other gets a two-byte answer.
+async fn serve_tls(listener: TcpListener, resolver: Arc<SniResolver>) {
+    let tls = resolver.server_tls().unwrap();
+    loop {
+        let Ok((tcp, _)) = listener.accept().await else { return };
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            let Ok(start) = tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), tcp).await
+            else {
+                return;
+            };
+            let config = tls.config_for(&start.client_hello());
+            let Ok(mut stream) = start.into_stream(config).await else {
+                return;
+            };
+            if stream.get_ref().1.alpn_protocol() != Some(ACME_TLS_ALPN) {
+                let _ = stream.write_all(b"ok").await;
+            }
+            let _ = stream.shutdown().await;
+        });
+    }
+}
+
+/// A running test: pebble, the two ports, one store and one `Challenges`.
+struct Rig {
+    pebble: Pebble,
+    store: MemoryCertificates,
+    challenges: Arc<Challenges>,
+    resolver: Arc<SniResolver>,
+    tls_port: u16,
+}
+
+impl Rig {
+    async fn start(validity: Option<u64>) -> Rig {
+        let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let tls = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (http_port, tls_port) = (http.local_addr().unwrap().port(), tls.local_addr().unwrap().port());
+        let challenges = Challenges::new();
+        let resolver = SniResolver::new(None, Some(challenges.clone() as Arc<dyn ChallengeCerts>));
+        tokio::spawn(serve_http01(http, challenges.clone()));
+        tokio::spawn(serve_tls(tls, resolver.clone()));
+        Rig {
+            pebble: Pebble::start(http_port, tls_port, validity).await,
+            store: MemoryCertificates::new(),
+            challenges,
+            resolver,
+            tls_port,
+        }
+    }
+
+    fn issuer(&self, config: IssuerConfig, metrics: &AcmeMetrics) -> Issuer {
+        Issuer::new(
+            config,
+            Arc::new(self.store.clone()),
+            self.challenges.clone(),
+            metrics.clone(),
+        )
+    }
+
+    /// Installs the stored certificates of `domains` and shakes hands for `name` as a client
+    /// trusting only pebble's issuing root: the leaf served, or the client's error.
+    async fn verify(&self, domains: &[String], name: &str) -> Result<CertificateDer<'static>, std::io::Error> {
+        let refused = install_stored(&self.store, domains, &self.resolver).await.unwrap();
+        assert!(refused.is_empty(), "{refused:?}");
+        let root = self.pebble.issuing_root().await;
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(client_config(&[root], &[b"http/1.1"])));
+        let tcp = TcpStream::connect(("127.0.0.1", self.tls_port)).await.unwrap();
+        let mut tls = connector
+            .connect(ServerName::try_from(name.to_owned()).unwrap(), tcp)
+            .await?;
+        let leaf = tls.get_ref().1.peer_certificates().unwrap()[0].clone();
+        let mut answer = String::new();
+        tls.read_to_string(&mut answer).await?;
+        assert_eq!(answer, "ok");
+        Ok(leaf)
+    }
+}
+
+fn domains(names: &[&str]) -> Vec<String> {
+    names.iter().map(|n| n.to_string()).collect()
+}
+
+fn leaf_of(stored: &StoredCertificate) -> CertificateDer<'static> {
+    CertificateDer::from_pem_slice(stored.chain_pem.as_bytes()).unwrap()
+}
+
+/// Issues the first certificate of `domain` with challenges of `kind`, and checks that it is
+/// stored, counted, exported and served by SNI with a chain to pebble's root.
+async fn issues_and_serves(kind: ChallengeKind) {
+    let rig = Rig::start(None).await;
+    let metrics = AcmeMetrics::detached();
+    let issuer = rig.issuer(rig.pebble.config("one", kind), &metrics);
+    let list = domains(&["a.rebound.test"]);
+    let before = now_millis();
+
+    let outcomes = issuer.renew_due(&list, now_millis()).await;
+    assert_eq!(outcomes.len(), 1);
+    let not_after = match &outcomes[0] {
+        (domain, Outcome::Issued { not_after }) if domain == "a.rebound.test" => *not_after,
+        other => panic!(
+            "{other:?}\npebble's log:\n{}",
+            std::fs::read_to_string(&rig.pebble.log).unwrap()
+        ),
+    };
+    let stored = rig
+        .store
+        .get_certificate("a.rebound.test")
+        .await
+        .unwrap()
+        .expect("stored");
+    assert_eq!(stored.not_after, not_after);
+    assert!(not_after > before + 86_400_000, "valid for days: {not_after}");
+    assert!(stored.key_pem.contains("PRIVATE KEY"));
+    assert_eq!(metrics.issued_count(), 1);
+    assert_eq!(metrics.renewed_count(), 0);
+    assert_eq!(metrics.expiry("a.rebound.test"), Some(not_after / 1000));
+    assert_eq!(rig.pebble.orders(), 1);
+    // The answers are taken back once the order is over.
+    assert!(rig.challenges.tls_alpn01("a.rebound.test").is_none());
+
+    let served = rig
+        .verify(&list, "a.rebound.test")
+        .await
+        .expect("a chain to pebble's root");
+    assert_eq!(served, leaf_of(&stored));
+    // Another name gets no certificate from this port (it has no certificate of its own).
+    assert!(rig.verify(&list, "b.rebound.test").await.is_err());
+
+    // Due no more: a second round orders nothing.
+    let outcomes = issuer.renew_due(&list, now_millis()).await;
+    assert!(matches!(outcomes[0].1, Outcome::NotDue { .. }), "{outcomes:?}");
+    assert_eq!(rig.pebble.orders(), 1);
+}
+
+#[tokio::test]
+#[ignore = "needs pebble (Debian's pebble package): scripts/test runs it"]
+async fn http01_issues_a_certificate_that_the_sni_resolver_serves() {
+    issues_and_serves(ChallengeKind::Http01).await;
+}
+
+#[tokio::test]
+#[ignore = "needs pebble (Debian's pebble package): scripts/test runs it"]
+async fn tls_alpn01_issues_a_certificate_that_the_sni_resolver_serves() {
+    issues_and_serves(ChallengeKind::TlsAlpn01).await;
+}
+
+#[tokio::test]
+#[ignore = "needs pebble (Debian's pebble package): scripts/test runs it"]
+async fn a_certificate_expiring_within_the_window_is_renewed() {
+    // Valid 120 s, renewed within an hour of expiry: due as soon as issued.
+    let rig = Rig::start(Some(120)).await;
+    let metrics = AcmeMetrics::detached();
+    let mut config = rig.pebble.config("one", ChallengeKind::Http01);
+    config.renew_within = Duration::from_secs(3600);
+    let issuer = rig.issuer(config.clone(), &metrics);
+    let list = domains(&["r.rebound.test"]);
+
+    let outcomes = issuer.renew_due(&list, now_millis()).await;
+    let first = match &outcomes[0].1 {
+        Outcome::Issued { not_after } => *not_after,
+        other => panic!("{other:?}"),
+    };
+    assert!(first <= now_millis() + 121_000, "short-lived: {first}");
+    let first_leaf = leaf_of(&rig.store.get_certificate("r.rebound.test").await.unwrap().unwrap());
+
+    let outcomes = issuer.renew_due(&list, now_millis()).await;
+    let second = match &outcomes[0].1 {
+        Outcome::Renewed { not_after } => *not_after,
+        other => panic!("{other:?}"),
+    };
+    let stored = rig.store.get_certificate("r.rebound.test").await.unwrap().unwrap();
+    assert_eq!(stored.not_after, second);
+    assert!(second >= first, "{second} before {first}");
+    assert_ne!(leaf_of(&stored), first_leaf, "a new certificate");
+    assert_eq!((metrics.issued_count(), metrics.renewed_count()), (1, 1));
+    assert_eq!(metrics.expiry("r.rebound.test"), Some(second / 1000));
+    assert_eq!(rig.pebble.orders(), 2);
+    assert_eq!(rig.verify(&list, "r.rebound.test").await.unwrap(), leaf_of(&stored));
+
+    // With a window shorter than what is left, nothing is due.
+    config.renew_within = Duration::from_secs(10);
+    let patient = rig.issuer(config, &metrics);
+    let outcomes = patient.renew_due(&list, now_millis()).await;
+    assert!(matches!(outcomes[0].1, Outcome::NotDue { .. }), "{outcomes:?}");
+    assert_eq!(rig.pebble.orders(), 2);
+}
+
+#[tokio::test]
+#[ignore = "needs pebble (Debian's pebble package): scripts/test runs it"]
+async fn a_domain_not_in_the_list_is_never_ordered() {
+    let rig = Rig::start(None).await;
+    let metrics = AcmeMetrics::detached();
+    let issuer = rig.issuer(rig.pebble.config("one", ChallengeKind::TlsAlpn01), &metrics);
+    // A certificate stored for a domain no longer configured, long expired.
+    let stale = StoredCertificate {
+        domain: "gone.rebound.test".to_owned(),
+        chain_pem: "old chain".to_owned(),
+        key_pem: "old key".to_owned(),
+        not_after: now_millis() - 86_400_000,
+    };
+    rig.store.put_certificate(&stale).await.unwrap();
+
+    assert!(issuer.renew_due(&[], now_millis()).await.is_empty());
+    let list = domains(&["a.rebound.test"]);
+    let outcomes = issuer.renew_due(&list, now_millis()).await;
+    let names: Vec<&str> = outcomes.iter().map(|(d, _)| d.as_str()).collect();
+    assert_eq!(names, ["a.rebound.test"]);
+    assert!(matches!(outcomes[0].1, Outcome::Issued { .. }), "{outcomes:?}");
+    assert_eq!(rig.pebble.orders(), 1);
+    assert_eq!(
+        rig.store.get_certificate("gone.rebound.test").await.unwrap(),
+        Some(stale)
+    );
+    assert_eq!(metrics.expiry("gone.rebound.test"), None);
+
+    // A client asking for other names orders nothing either (no issuance on demand), and
+    // the stale certificate is not served: only configured domains are installed.
+    assert!(rig.verify(&list, "gone.rebound.test").await.is_err());
+    assert!(rig.verify(&list, "new.rebound.test").await.is_err());
+    assert_eq!(rig.resolver.domains(), ["a.rebound.test"]);
+    issuer.renew_due(&list, now_millis()).await;
+    assert_eq!(rig.pebble.orders(), 1);
+    assert_eq!(metrics.issued_count(), 1);
+}
+
+#[tokio::test]
+#[ignore = "needs pebble (Debian's pebble package): scripts/test runs it"]
+async fn two_issuers_on_one_store_order_once() {
+    let rig = Rig::start(None).await;
+    let (m1, m2) = (AcmeMetrics::detached(), AcmeMetrics::detached());
+    let one = rig.issuer(rig.pebble.config("one", ChallengeKind::Http01), &m1);
+    let two = rig.issuer(rig.pebble.config("two", ChallengeKind::Http01), &m2);
+    let list = domains(&["a.rebound.test", "b.rebound.test"]);
+
+    let now = now_millis();
+    let (first, second) = tokio::join!(one.renew_due(&list, now), two.renew_due(&list, now));
+    for (i, domain) in list.iter().enumerate() {
+        let outcomes = [&first[i].1, &second[i].1];
+        // The other one found the lease taken, or (had the first finished by then) the
+        // certificate stored.
+        let issued = outcomes.iter().filter(|o| matches!(o, Outcome::Issued { .. })).count();
+        let left = outcomes
+            .iter()
+            .filter(|o| matches!(o, Outcome::LeasedElsewhere | Outcome::NotDue { .. }))
+            .count();
+        assert_eq!((issued, left), (1, 1), "{domain}: {outcomes:?}");
+    }
+    assert_eq!(m1.issued_count() + m2.issued_count(), 2);
+    assert_eq!(rig.pebble.orders(), 2);
+    // One account for the fleet, the lease given back.
+    assert!(rig.store.get_account().await.unwrap().is_some());
+    assert_eq!(rig.store.lease("a.rebound.test"), None);
+
+    // The one that lost the lease finds the certificate stored and orders nothing.
+    let later = now_millis();
+    let (first, second) = tokio::join!(one.renew_due(&list, later), two.renew_due(&list, later));
+    for (_, outcome) in first.iter().chain(&second) {
+        assert!(matches!(outcome, Outcome::NotDue { .. }), "{outcome:?}");
+    }
+    assert_eq!(rig.pebble.orders(), 2);
+    assert_eq!(
+        m1.failure_count(FailureKind::Validation) + m2.failure_count(FailureKind::Validation),
+        0
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs pebble (Debian's pebble package): scripts/test runs it"]
+async fn a_failed_validation_is_counted_and_backed_off() {
+    let rig = Rig::start(None).await;
+    let metrics = AcmeMetrics::detached();
+    // Nothing answers: pebble validates HTTP-01 on a port where nobody serves the answers.
+    let lost = Challenges::new();
+    let issuer = Issuer::new(
+        rig.pebble.config("one", ChallengeKind::Http01),
+        Arc::new(rig.store.clone()),
+        lost,
+        metrics.clone(),
+    );
+    // The test's HTTP server answers from the rig's Challenges, which stay empty.
+    let list = domains(&["a.rebound.test"]);
+    let now = now_millis();
+    let outcomes = issuer.renew_due(&list, now).await;
+    match &outcomes[0].1 {
+        Outcome::Failed(e) => assert_eq!(e.kind(), FailureKind::Validation, "{e:?}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(metrics.failure_count(FailureKind::Validation), 1);
+    let outcomes = issuer.renew_due(&list, now + 1_000).await;
+    assert!(
+        matches!(outcomes[0].1, Outcome::BackingOff { until } if until == now + 300_000),
+        "{outcomes:?}"
+    );
+    assert_eq!(rig.pebble.orders(), 1);
+    assert_eq!(rig.store.get_certificate("a.rebound.test").await.unwrap(), None);
+    // The lease stays with the failed issuer for the back-off: the fleet waits too.
+    assert_eq!(
+        rig.store.lease("a.rebound.test"),
+        Some(("one".to_owned(), now + 300_000))
+    );
+}
