@@ -583,7 +583,7 @@ async fn a_randomized_schedule_of_faults_breaks_neither_i1_nor_i2() {
                     let k = k % 2;
                     cps[k].kill();
                     tokio::time::sleep(rng.millis(0, 1000)).await;
-                    cps[k] = tokio::task::block_in_place(|| d.control_plane(dir.path(), &[]));
+                    cps[k] = tokio::task::block_in_place(|| d.control_plane_restarted(dir.path()));
                     *apis[k].lock().unwrap() = cps[k].api();
                     injected.push(format!("cp{k} killed"));
                 }

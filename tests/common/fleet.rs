@@ -98,6 +98,20 @@ impl Deployment {
         start_control_plane(dir, &self.with(extra))
     }
 
+    /// A control plane started as an orchestrator restarts one: one that exits at start (its
+    /// store did not answer in time, on a machine the faults keep busy) is started again, up
+    /// to five times.
+    pub fn control_plane_restarted(&self, dir: &Path) -> Running {
+        let mut last = String::new();
+        for _ in 0..5 {
+            match try_start(&["control-plane"], dir, &as_pairs(&self.with(&[])), &["API", "metrics"]) {
+                Ok(running) => return running,
+                Err(e) => last = e,
+            }
+        }
+        panic!("a control plane did not start in five attempts: {last}")
+    }
+
     pub async fn proxy(&self, dir: &Path, extra: &[(&str, &str)]) -> Running {
         start_proxy(dir, &self.with(extra)).await
     }

@@ -65,6 +65,16 @@ pub fn command(args: &[&str], data_dir: &Path, extra_env: &[(&str, &str)]) -> Co
 /// Starts `rebound <args>` as [`command`] sets it up, and waits until it has printed the
 /// addresses named in `wait_for` (e.g. "API").
 pub fn start(args: &[&str], data_dir: &Path, extra_env: &[(&str, &str)], wait_for: &[&str]) -> Running {
+    try_start(args, data_dir, extra_env, wait_for).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`start`], or why the process did not print its addresses within 60 s (it exited, say).
+pub fn try_start(
+    args: &[&str],
+    data_dir: &Path,
+    extra_env: &[(&str, &str)],
+    wait_for: &[&str],
+) -> Result<Running, String> {
     let mut child = command(args, data_dir, extra_env)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -101,13 +111,15 @@ pub fn start(args: &[&str], data_dir: &Path, extra_env: &[(&str, &str)], wait_fo
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         match running.lines.recv_timeout(left) {
             Ok(line) => running.take_line(line),
-            Err(_) => panic!(
-                "rebound did not print its addresses {wait_for:?}; saw {:?}",
-                running.stdout_lines
-            ),
+            Err(_) => {
+                return Err(format!(
+                    "rebound did not print its addresses {wait_for:?}; saw {:?}",
+                    running.stdout_lines
+                ))
+            }
         }
     }
-    running
+    Ok(running)
 }
 
 impl Running {
