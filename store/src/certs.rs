@@ -149,79 +149,149 @@ mod memory {
     }
 }
 
+/// The contract every [`CertificateStore`] adapter must pass (the fake here, SQLite, and
+/// DynamoDB against a real DynamoDB-API server). Domains are unique to each call; the
+/// account check expects a store with no account yet.
+#[cfg(any(test, feature = "test-util"))]
+pub async fn contract(store: &dyn CertificateStore) {
+    leases(store).await;
+    release(store).await;
+    account_and_certificates(store).await;
+}
+
+#[cfg(any(test, feature = "test-util"))]
+fn unique_domain() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .subsec_nanos();
+    format!("d{nanos:x}-{}.test", N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A lease is refused only while another owner holds it unexpired; who holds it after each
+/// ask is seen from a third owner's asks: refused just before the lease's end, granted at it.
+#[cfg(any(test, feature = "test-util"))]
+async fn leases(store: &dyn CertificateStore) {
+    // (held by, until) before; (owner, until, now) asked; granted; held after.
+    type Lease = Option<(&'static str, UnixMillis)>;
+    type Ask = (&'static str, UnixMillis, UnixMillis);
+    let cases: &[(Lease, Ask, bool, Lease)] = &[
+        (None, ("a", 200, 100), true, Some(("a", 200))),
+        // Another owner, unexpired: refused, the lease unchanged.
+        (Some(("b", 200)), ("a", 300, 100), false, Some(("b", 200))),
+        (Some(("b", 200)), ("a", 300, 199), false, Some(("b", 200))),
+        // Expired at `until` itself, and after it.
+        (Some(("b", 200)), ("a", 300, 200), true, Some(("a", 300))),
+        (Some(("b", 200)), ("a", 300, 250), true, Some(("a", 300))),
+        // The holder extends or shortens its own lease.
+        (Some(("a", 200)), ("a", 400, 100), true, Some(("a", 400))),
+        (Some(("a", 200)), ("a", 150, 100), true, Some(("a", 150))),
+    ];
+    for (before, (owner, until, now), granted, after) in cases {
+        let domain = unique_domain();
+        let case = format!("{before:?} then {owner} until {until} at {now}");
+        if let Some((holder, held_until)) = before {
+            assert!(
+                store.try_lease(&domain, holder, *held_until, 0).await.unwrap(),
+                "{case}"
+            );
+        }
+        let got = store.try_lease(&domain, owner, *until, *now).await.unwrap();
+        assert_eq!(got, *granted, "{case}");
+        if let Some((_, held_until)) = after {
+            assert!(
+                !store
+                    .try_lease(&domain, "third", held_until + 1_000, held_until - 1)
+                    .await
+                    .unwrap(),
+                "{case}: still held just before {held_until}"
+            );
+            assert!(
+                store
+                    .try_lease(&domain, "third", held_until + 1_000, *held_until)
+                    .await
+                    .unwrap(),
+                "{case}: expired at {held_until}"
+            );
+        }
+        // Another domain's lease is another lease.
+        assert!(store.try_lease(&unique_domain(), "c", 1_000, *now).await.unwrap());
+    }
+}
+
+/// Only the holder gives a lease back.
+#[cfg(any(test, feature = "test-util"))]
+async fn release(store: &dyn CertificateStore) {
+    let domain = unique_domain();
+    assert!(store.try_lease(&domain, "a", 200, 100).await.unwrap());
+    store.release(&domain, "b").await.unwrap();
+    assert!(!store.try_lease(&domain, "b", 300, 100).await.unwrap());
+    store.release(&domain, "a").await.unwrap();
+    assert!(store.try_lease(&domain, "b", 300, 100).await.unwrap());
+    // Nothing to give back: nothing happens.
+    store.release(&unique_domain(), "a").await.unwrap();
+}
+
+/// The account is stored once; certificates are replaced, read and listed by domain.
+#[cfg(any(test, feature = "test-util"))]
+async fn account_and_certificates(store: &dyn CertificateStore) {
+    assert_eq!(store.get_account().await.unwrap(), None);
+    store.put_account("{\"first\":1}").await.unwrap();
+    assert!(matches!(
+        store.put_account("{\"second\":2}").await,
+        Err(StoreError::AlreadyExists)
+    ));
+    assert_eq!(store.get_account().await.unwrap().as_deref(), Some("{\"first\":1}"));
+
+    let cert = |domain: &str, not_after| StoredCertificate {
+        domain: domain.to_owned(),
+        chain_pem: format!("-----BEGIN CERTIFICATE-----\nchain of {domain}\n-----END CERTIFICATE-----\n"),
+        key_pem: format!("key of {domain}"),
+        not_after,
+    };
+    let (a, b) = (format!("a{}", unique_domain()), format!("b{}", unique_domain()));
+    store.put_certificate(&cert(&b, 1)).await.unwrap();
+    store.put_certificate(&cert(&a, 2)).await.unwrap();
+    store.put_certificate(&cert(&b, 1_800_000_000_000)).await.unwrap();
+    assert_eq!(
+        store.get_certificate(&b).await.unwrap(),
+        Some(cert(&b, 1_800_000_000_000))
+    );
+    assert_eq!(store.get_certificate(&unique_domain()).await.unwrap(), None);
+    let listed: Vec<StoredCertificate> = store
+        .list_certificates()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|c| c.domain == a || c.domain == b)
+        .collect();
+    assert_eq!(listed, vec![cert(&a, 2), cert(&b, 1_800_000_000_000)]);
+    let all: Vec<String> = store
+        .list_certificates()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.domain)
+        .collect();
+    assert!(all.windows(2).all(|w| w[0] < w[1]), "in domain order: {all:?}");
+    assert!(!format!("{:?}", listed[0]).contains("key of"));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn a_lease_is_refused_only_while_another_owner_holds_it_unexpired() {
-        // (held by, until) before; (owner, until, now) asked; granted; held after.
-        type Lease = Option<(&'static str, UnixMillis)>;
-        type Ask = (&'static str, UnixMillis, UnixMillis);
-        let cases: &[(Lease, Ask, bool, Lease)] = &[
-            (None, ("a", 200, 100), true, Some(("a", 200))),
-            // Another owner, unexpired: refused, the lease unchanged.
-            (Some(("b", 200)), ("a", 300, 100), false, Some(("b", 200))),
-            (Some(("b", 200)), ("a", 300, 199), false, Some(("b", 200))),
-            // Expired at `until` itself, and after it.
-            (Some(("b", 200)), ("a", 300, 200), true, Some(("a", 300))),
-            (Some(("b", 200)), ("a", 300, 250), true, Some(("a", 300))),
-            // The holder extends or shortens its own lease.
-            (Some(("a", 200)), ("a", 400, 100), true, Some(("a", 400))),
-            (Some(("a", 200)), ("a", 150, 100), true, Some(("a", 150))),
-        ];
-        for (before, (owner, until, now), granted, after) in cases {
-            let store = MemoryCertificates::new();
-            if let Some((holder, held_until)) = before {
-                assert!(store.try_lease("x.test", holder, *held_until, 0).await.unwrap());
-            }
-            let got = store.try_lease("x.test", owner, *until, *now).await.unwrap();
-            assert_eq!(got, *granted, "{before:?} then {owner} until {until} at {now}");
-            let held = store.lease("x.test");
-            assert_eq!(
-                held.as_ref().map(|(o, u)| (o.as_str(), *u)),
-                *after,
-                "{before:?} then {owner} until {until} at {now}"
-            );
-            // Another domain's lease is another lease.
-            assert!(store.try_lease("y.test", "c", 1_000, *now).await.unwrap());
-        }
+    async fn the_fake_keeps_the_contract() {
+        contract(&MemoryCertificates::new()).await;
     }
 
     #[tokio::test]
-    async fn only_the_holder_releases_a_lease() {
+    async fn the_fake_shows_the_lease_it_holds() {
         let store = MemoryCertificates::new();
         assert!(store.try_lease("x.test", "a", 200, 100).await.unwrap());
-        store.release("x.test", "b").await.unwrap();
-        assert!(!store.try_lease("x.test", "b", 300, 100).await.unwrap());
-        store.release("x.test", "a").await.unwrap();
-        assert!(store.try_lease("x.test", "b", 300, 100).await.unwrap());
-    }
-
-    #[tokio::test]
-    async fn the_account_is_stored_once_and_certificates_are_listed_by_domain() {
-        let store = MemoryCertificates::new();
-        assert_eq!(store.get_account().await.unwrap(), None);
-        store.put_account("{\"first\":1}").await.unwrap();
-        assert!(matches!(
-            store.put_account("{\"second\":2}").await,
-            Err(StoreError::AlreadyExists)
-        ));
-        assert_eq!(store.get_account().await.unwrap().as_deref(), Some("{\"first\":1}"));
-
-        let cert = |domain: &str, not_after| StoredCertificate {
-            domain: domain.to_owned(),
-            chain_pem: format!("chain of {domain}"),
-            key_pem: format!("key of {domain}"),
-            not_after,
-        };
-        store.put_certificate(&cert("b.test", 1)).await.unwrap();
-        store.put_certificate(&cert("a.test", 2)).await.unwrap();
-        store.put_certificate(&cert("b.test", 3)).await.unwrap();
-        assert_eq!(store.get_certificate("b.test").await.unwrap(), Some(cert("b.test", 3)));
-        assert_eq!(store.get_certificate("c.test").await.unwrap(), None);
-        let listed = store.list_certificates().await.unwrap();
-        assert_eq!(listed, vec![cert("a.test", 2), cert("b.test", 3)]);
-        assert!(!format!("{:?}", listed[0]).contains("key of"));
+        assert_eq!(store.lease("x.test"), Some(("a".to_owned(), 200)));
     }
 }

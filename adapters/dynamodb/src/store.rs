@@ -126,6 +126,7 @@ mod tests {
         let store = DynamoStore::new(Client::new(&conf), prefix);
         assert_eq!(store.create_tables(false).await.unwrap().len(), 8);
         rebound_store::conformance::run_without_transactions(&store).await;
+        rebound_store::certs::contract(&store).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -133,5 +134,11 @@ mod tests {
     async fn dynamodb_store_passes_the_contract() {
         let store = fresh_store().await;
         rebound_store::conformance::run_all(&store).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
+    async fn dynamodb_store_keeps_the_certificates_contract() {
+        rebound_store::certs::contract(&fresh_store().await).await;
     }
 }

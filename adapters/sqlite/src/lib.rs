@@ -12,6 +12,7 @@
 //! - `keys`, `counters`, `clicks`, `audit`: the other ports, one each.
 
 mod audit;
+mod certs;
 mod clicks;
 mod counters;
 mod keys;

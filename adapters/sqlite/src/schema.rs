@@ -65,6 +65,20 @@ CREATE TABLE IF NOT EXISTS propagations (
     lease_until INTEGER NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS propagations_by_lease ON propagations (lease_until, code);
+-- What ACME gave the fleet (rebound-acme): the account (one row), each domain's
+-- certificate, and the lease on ordering one.
+CREATE TABLE IF NOT EXISTS acme_account (id INTEGER PRIMARY KEY CHECK (id = 1), credentials TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS certificates (
+    domain TEXT PRIMARY KEY,
+    chain_pem TEXT NOT NULL,
+    key_pem TEXT NOT NULL,
+    not_after INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS certificate_leases (
+    domain TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    until INTEGER NOT NULL
+) WITHOUT ROWID;
 ";
 
 /// The click rollups live in a second file beside the first, with its own writer: SQLite

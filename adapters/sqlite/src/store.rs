@@ -226,6 +226,20 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite_store_keeps_the_certificates_contract_also_on_a_file_made_before_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rebound.db");
+        drop(SqliteStore::open(&path).unwrap());
+        // A file of a version before the certificates' tables.
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch("DROP TABLE acme_account; DROP TABLE certificates; DROP TABLE certificate_leases;")
+            .unwrap();
+        drop(conn);
+        let store = SqliteStore::open(&path).unwrap();
+        rebound_store::certs::contract(&store).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn data_survives_reopening() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sub/rebound.db");

@@ -1,0 +1,175 @@
+//! What ACME gave the fleet ([`CertificateStore`]), in the `keys` table beside the API keys
+//! (key material, a handful of items): `acme#account`, `cert#<domain>` and
+//! `certlease#<domain>`, each written with one conditional request where it must be.
+
+use crate::item::{get_n, get_s, n, s, Item};
+use crate::store::{sdk_err, update_refused};
+use crate::DynamoStore;
+use async_trait::async_trait;
+use rebound_core::UnixMillis;
+use rebound_store::certs::{CertificateStore, StoredCertificate};
+use rebound_store::StoreError;
+
+const ACCOUNT: &str = "acme#account";
+const CERT: &str = "cert#";
+const LEASE: &str = "certlease#";
+
+fn certificate_from_item(item: &Item) -> Result<StoredCertificate, StoreError> {
+    let pk = get_s(item, "pk")?;
+    Ok(StoredCertificate {
+        domain: pk
+            .strip_prefix(CERT)
+            .ok_or_else(|| StoreError::Corrupt(format!("certificate item {pk}")))?
+            .to_owned(),
+        chain_pem: get_s(item, "chain_pem")?,
+        key_pem: get_s(item, "key_pem")?,
+        not_after: get_n(item, "not_after")?,
+    })
+}
+
+#[async_trait]
+impl CertificateStore for DynamoStore {
+    async fn get_account(&self) -> Result<Option<String>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(self.table("keys"))
+            .key("pk", s(ACCOUNT))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(sdk_err)?;
+        out.item().map(|i| get_s(i, "credentials")).transpose()
+    }
+
+    async fn put_account(&self, credentials: &str) -> Result<(), StoreError> {
+        let result = self
+            .client
+            .put_item()
+            .table_name(self.table("keys"))
+            .item("pk", s(ACCOUNT))
+            .item("credentials", s(credentials))
+            .condition_expression("attribute_not_exists(#pk)")
+            .expression_attribute_names("#pk", "pk")
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                Err(StoreError::AlreadyExists)
+            }
+            Err(e) => Err(sdk_err(e)),
+        }
+    }
+
+    async fn get_certificate(&self, domain: &str) -> Result<Option<StoredCertificate>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(self.table("keys"))
+            .key("pk", s(format!("{CERT}{domain}")))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(sdk_err)?;
+        out.item().map(certificate_from_item).transpose()
+    }
+
+    async fn put_certificate(&self, certificate: &StoredCertificate) -> Result<(), StoreError> {
+        self.client
+            .put_item()
+            .table_name(self.table("keys"))
+            .item("pk", s(format!("{CERT}{}", certificate.domain)))
+            .item("chain_pem", s(&certificate.chain_pem))
+            .item("key_pem", s(&certificate.key_pem))
+            .item("not_after", n(certificate.not_after))
+            .send()
+            .await
+            .map_err(sdk_err)?;
+        Ok(())
+    }
+
+    async fn list_certificates(&self) -> Result<Vec<StoredCertificate>, StoreError> {
+        let mut certificates = Vec::new();
+        let mut start = None;
+        loop {
+            let out = self
+                .client
+                .scan()
+                .table_name(self.table("keys"))
+                .filter_expression("begins_with(#pk, :cert)")
+                .expression_attribute_names("#pk", "pk")
+                .expression_attribute_values(":cert", s(CERT))
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(sdk_err)?;
+            for item in out.items() {
+                certificates.push(certificate_from_item(item)?);
+            }
+            match out.last_evaluated_key() {
+                Some(key) => start = Some(key.clone()),
+                None => break,
+            }
+        }
+        certificates.sort_by(|a, b| a.domain.cmp(&b.domain));
+        Ok(certificates)
+    }
+
+    async fn try_lease(
+        &self,
+        domain: &str,
+        owner: &str,
+        until: UnixMillis,
+        now: UnixMillis,
+    ) -> Result<bool, StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(self.table("keys"))
+            .key("pk", s(format!("{LEASE}{domain}")))
+            .update_expression("SET #owner = :owner, #until = :until")
+            .condition_expression("attribute_not_exists(#pk) OR #owner = :owner OR #until <= :now")
+            .expression_attribute_names("#pk", "pk")
+            .expression_attribute_names("#owner", "owner")
+            .expression_attribute_names("#until", "until")
+            .expression_attribute_values(":owner", s(owner))
+            .expression_attribute_values(":until", n(until))
+            .expression_attribute_values(":now", n(now))
+            .send()
+            .await;
+        match result.map_err(update_refused) {
+            Ok(_) => Ok(true),
+            Err(StoreError::ConditionFailed) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn release(&self, domain: &str, owner: &str) -> Result<(), StoreError> {
+        let result = self
+            .client
+            .delete_item()
+            .table_name(self.table("keys"))
+            .key("pk", s(format!("{LEASE}{domain}")))
+            .condition_expression("#owner = :owner")
+            .expression_attribute_names("#owner", "owner")
+            .expression_attribute_values(":owner", s(owner))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            // Another owner's, or none: nothing to give back.
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(sdk_err(e)),
+        }
+    }
+}
