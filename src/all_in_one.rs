@@ -81,10 +81,11 @@ impl AllInOne {
             store: store.clone(),
             clicks: ClickWriter {
                 runtime: click_writes,
-                sink: Arc::new(StoreClickSink(store)),
+                sink: Arc::new(StoreClickSink(store.clone())),
             },
             fleet: Fleet::InProcess,
             home: None,
+            certificates: store,
         };
         let shutdown = async move {
             let how = shutdown.await;

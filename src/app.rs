@@ -113,7 +113,7 @@ pub fn run_proxy(settings: Settings, options: RunOptions, runtime: &tokio::runti
         }
     };
     let adapters = DataPlaneAdapters {
-        store,
+        store: store.clone(),
         clicks: ClickWriter {
             runtime: runtime.handle().clone(),
             sink,
@@ -123,6 +123,7 @@ pub fn run_proxy(settings: Settings, options: RunOptions, runtime: &tokio::runti
             None => Fleet::Alone,
         },
         home: runtime.block_on(open_home_store(&settings, &metrics.adapters)),
+        certificates: store,
     };
     dp.run(adapters, listeners, stop_requested(true), runtime)
 }

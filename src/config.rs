@@ -428,13 +428,46 @@ mod tests {
         )
         .unwrap();
         let tls = s.tls.unwrap();
+        let files = tls.files.unwrap();
         assert_eq!(
-            (tls.addr.port(), tls.cert.to_str(), tls.key.to_str()),
+            (tls.addr.port(), files.cert.to_str(), files.key.to_str()),
             (8443, Some("/c.pem"), Some("/k.pem"))
         );
         assert_eq!(
             (s.edge.idle_timeout_ms, s.edge.write_timeout_ms, s.edge.h2c),
             (5000, 2500, false)
+        );
+        assert_eq!(s.acme, None);
+        // ACME: the TLS address alone, the domains the public host's by default, lower-cased
+        // and each once when given.
+        let s = load(
+            Some("public_base_url = \"https://Go.Example\"\ntls_addr = \"127.0.0.1:8443\"\n[acme]\ndirectory_url = \"https://acme.example/dir\""),
+            &env(&[]),
+        )
+        .unwrap();
+        assert_eq!(s.tls.as_ref().map(|t| t.files.is_none()), Some(true));
+        let acme = s.acme.unwrap();
+        assert_eq!(
+            (acme.domains, acme.challenge, acme.contact),
+            (vec!["go.example".to_owned()], rebound_acme::ChallengeKind::Http01, None)
+        );
+        let s = load(
+            Some("tls_addr = \"127.0.0.1:8443\"\n[acme]\ndirectory_url = \"https://acme.example/dir\""),
+            &env(&[
+                ("REBOUND_ACME_DOMAINS", "A.example,b.example,a.example"),
+                ("REBOUND_ACME_CHALLENGE", "tls-alpn-01"),
+                ("REBOUND_ACME_CONTACT", "mailto:ops@example.com"),
+            ]),
+        )
+        .unwrap();
+        let acme = s.acme.unwrap();
+        assert_eq!(
+            (acme.domains, acme.challenge, acme.contact.as_deref()),
+            (
+                vec!["a.example".to_owned(), "b.example".to_owned()],
+                rebound_acme::ChallengeKind::TlsAlpn01,
+                Some("mailto:ops@example.com")
+            )
         );
     }
 
@@ -531,6 +564,30 @@ mod tests {
             ("", &[("REBOUND_CLICK_WRITE_SHARE", "1.5")], "REBOUND_CLICK_WRITE_SHARE"),
             ("", &[("REBOUND_CLICK_WRITE_SHARE", "NaN")], "REBOUND_CLICK_WRITE_SHARE"),
             ("[redirect]\nclick_max_hold_ms = 0", &[], "redirect.click_max_hold_ms"),
+            // TLS without a certificate, and ACME that cannot work.
+            ("tls_addr = \"127.0.0.1:8443\"", &[], "tls_addr (REBOUND_TLS_ADDR) / tls_cert (REBOUND_TLS_CERT) / tls_key"),
+            (
+                "[acme]\ndirectory_url = \"https://acme.example/dir\"",
+                &[],
+                "acme.directory_url (REBOUND_ACME_DIRECTORY_URL): needs tls_addr",
+            ),
+            (
+                "tls_addr = \"127.0.0.1:8443\"\n[acme]\ndirectory_url = \"http://acme.example/dir\"",
+                &[],
+                "acme.directory_url (REBOUND_ACME_DIRECTORY_URL)",
+            ),
+            (
+                "tls_addr = \"127.0.0.1:8443\"\n[acme]\ndirectory_url = \"https://acme.example/dir\"\ndomains = [\"go.example\", \"bad_name.example\"]",
+                &[],
+                "acme.domains (REBOUND_ACME_DOMAINS): \"bad_name.example\" is not a DNS name",
+            ),
+            (
+                "tls_addr = \"127.0.0.1:8443\"\n[acme]\ndirectory_url = \"https://acme.example/dir\"\ndomains = [\"10.0.0.1\"]",
+                &[],
+                "acme.domains (REBOUND_ACME_DOMAINS)",
+            ),
+            ("", &[("REBOUND_ACME_CHALLENGE", "dns-01")], "acme.challenge (REBOUND_ACME_CHALLENGE)"),
+            ("[acme]\ncontact = \"ops@example.com\"", &[], "acme.contact"),
             (
                 "[edge]\nhead_timeout_ms = 0",
                 &[],

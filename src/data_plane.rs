@@ -7,10 +7,12 @@
 use crate::listen::{bind, edge_limits, router_edge, RouterPort};
 use crate::metrics_port::{metrics_router, Readiness};
 use crate::process_metrics::ProcessRegistry;
-use crate::settings::{RedirectSettings, Settings};
+use crate::settings::{AcmeSettings, RedirectSettings, Settings};
 use crate::signals::{drain, log_hangups};
 use anyhow::Context;
+use rebound_acme::{AcmeMetrics, Challenges, Issuer, IssuerConfig};
 use rebound_core::Clock;
+use rebound_edge::sni::{ChallengeCerts, Http01Answers, SniResolver};
 use rebound_edge::tls::{watch_certificate, CertificateFiles, ReloadableCert};
 use rebound_edge::Edge;
 use rebound_metering::MeteredRecordCache;
@@ -24,6 +26,7 @@ use rebound_proxy::pages::{DeadEndTargets, DeadEnds};
 use rebound_proxy::path::{InvalidationTrust, RedirectPath};
 use rebound_proxy::server::{run_redirect_server, RedirectListener, RedirectPort, RedirectServer, Redirects, Shutdown};
 use rebound_redis::RedisCache;
+use rebound_store::certs::CertificateStore;
 use rebound_store::{LinkEvents, LinkReads, RollupStore};
 use std::future::Future;
 use std::sync::Arc;
@@ -94,7 +97,23 @@ pub struct DataPlaneAdapters {
     /// The home region's replica, read before a 404 (docs/regions.md); none in the home
     /// region or a fleet of one.
     pub home: Option<Arc<dyn LinkReads>>,
+    /// Where ACME's account and certificates are kept, for the whole fleet.
+    pub certificates: Arc<dyn CertificateStore>,
 }
+
+/// The TLS port's certificates over ACME: the settings, the answers to validations in
+/// flight, the certificates by SNI and the metrics.
+struct Acme {
+    settings: AcmeSettings,
+    challenges: Arc<Challenges>,
+    resolver: Arc<SniResolver>,
+    metrics: AcmeMetrics,
+}
+
+/// How often a process looks at the store for certificates due and for certificates another
+/// process ordered (the issuer's round): a certificate issued elsewhere is served here
+/// within this.
+const ACME_ROUND: Duration = Duration::from_secs(15);
 
 /// The data plane's parts, built from the settings.
 pub struct DataPlane {
@@ -116,6 +135,7 @@ pub struct DataPlane {
     metrics_edge: Edge,
     /// The certificate of the TLS listener, reloaded while it serves.
     certificate: Option<Arc<ReloadableCert>>,
+    acme: Option<Acme>,
 }
 
 impl DataPlane {
@@ -124,18 +144,41 @@ impl DataPlane {
     pub fn build(settings: &Settings, metrics: ProcessRegistry, clock: Arc<dyn Clock>) -> anyhow::Result<DataPlane> {
         let proxy_metrics = ProxyMetrics::register(&metrics.registry).context("declaring metrics")?;
         let limits = edge_limits(settings, settings.edge.max_connections);
-        let (tls_edge, certificate) = match &settings.tls {
+        let (tls_edge, certificate, acme) = match &settings.tls {
             Some(tls) => {
-                let cert = ReloadableCert::load(CertificateFiles {
-                    cert: tls.cert.clone(),
-                    key: tls.key.clone(),
-                })
-                .context("loading the TLS certificate and key (REBOUND_TLS_CERT, REBOUND_TLS_KEY)")?;
-                let tls = cert.server_tls().context("configuring TLS")?;
-                let edge = Edge::tls(limits.clone(), metrics.edge.port("redirect_tls"), tls);
-                (Some(edge), Some(cert))
+                let cert = match &tls.files {
+                    Some(files) => Some(
+                        ReloadableCert::load(CertificateFiles {
+                            cert: files.cert.clone(),
+                            key: files.key.clone(),
+                        })
+                        .context("loading the TLS certificate and key (REBOUND_TLS_CERT, REBOUND_TLS_KEY)")?,
+                    ),
+                    None => None,
+                };
+                let (server_tls, acme) = match (&settings.acme, &cert) {
+                    // The domains' certificates by SNI, the files' for every other name.
+                    (Some(acme), _) => {
+                        let challenges = Challenges::new();
+                        let resolver = SniResolver::new(
+                            cert.clone().map(|c| c as Arc<dyn rustls::server::ResolvesServerCert>),
+                            Some(challenges.clone() as Arc<dyn ChallengeCerts>),
+                        );
+                        let acme = Acme {
+                            settings: acme.clone(),
+                            challenges,
+                            metrics: AcmeMetrics::register(&metrics.registry).context("declaring metrics")?,
+                            resolver: resolver.clone(),
+                        };
+                        (resolver.server_tls().context("configuring TLS")?, Some(acme))
+                    }
+                    (None, Some(cert)) => (cert.server_tls().context("configuring TLS")?, None),
+                    (None, None) => anyhow::bail!("tls_addr without a certificate: set tls_cert and tls_key"),
+                };
+                let edge = Edge::tls(limits.clone(), metrics.edge.port("redirect_tls"), server_tls);
+                (Some(edge), cert, acme)
             }
-            None => (None, None),
+            None => (None, None, None),
         };
         let r = &settings.redirect;
         Ok(DataPlane {
@@ -154,6 +197,7 @@ impl DataPlane {
             ),
             tls_edge,
             certificate,
+            acme,
             redirect: r.clone(),
             threads: match r.threads {
                 0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
@@ -203,6 +247,7 @@ impl DataPlane {
             clicks,
             fleet,
             home,
+            certificates,
         } = adapters;
         let r = &self.redirect;
         let mut path = RedirectPath::new(
@@ -249,6 +294,9 @@ impl DataPlane {
                 tokio::spawn(run_click_shipper(self.clicks.clone(), clicks, pacing, clicks_stop)),
                 self.certificate_watcher(stop.clone()),
             ];
+            if let Some(acme) = &self.acme {
+                tasks.push(run_acme(acme, certificates, self.clock.clone(), stop.clone())?);
+            }
             match fleet {
                 Fleet::InProcess => tasks.push(tokio::spawn(sync_embedded_filter(self.issued.clone(), store, self.code_key))),
                 Fleet::Redis(cache) => {
@@ -297,7 +345,15 @@ impl DataPlane {
             expired_url: r.expired_url.clone(),
             root_url: r.root_url.clone(),
         })?;
-        let redirects = Redirects::with_dead_ends(Arc::new(path), self.clicks.clone(), r.cache_max_age_secs, dead_ends);
+        let redirects = Redirects::answering(
+            Arc::new(path),
+            self.clicks.clone(),
+            r.cache_max_age_secs,
+            dead_ends,
+            self.acme
+                .as_ref()
+                .map(|a| a.challenges.clone() as Arc<dyn Http01Answers>),
+        );
         let take_over = matches!(listeners.redirect, RedirectListener::Inherited(_));
         let mut ports = vec![(listeners.redirect, RedirectPort::new(redirects.clone(), self.edge))];
         if let (Some(listener), Some(edge)) = (listeners.tls, self.tls_edge) {
@@ -346,6 +402,39 @@ impl DataPlane {
             None => tokio::spawn(log_hangups(stop)),
         }
     }
+}
+
+/// Orders and renews the certificates of `acme.domains` (one process of the fleet at a time,
+/// through the store's lease) and serves what the store holds, every [`ACME_ROUND`], until
+/// `stop`.
+fn run_acme(
+    acme: &Acme,
+    store: Arc<dyn CertificateStore>,
+    clock: Arc<dyn Clock>,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<JoinHandle<()>> {
+    let s = &acme.settings;
+    // This process in the store's leases: unique in the fleet.
+    let owner = format!("{:x}-{:x}", clock.now_millis(), std::process::id());
+    let mut config = IssuerConfig::new(&s.directory_url, &owner);
+    config.acme_roots_pem = match &s.ca {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("reading acme.ca (REBOUND_ACME_CA) at {}", path.display()))?,
+        ),
+        None => None,
+    };
+    config.contact = s.contact.iter().cloned().collect();
+    config.prefer = s.challenge;
+    config.check_every = ACME_ROUND;
+    let issuer = Issuer::new(config, store, acme.challenges.clone(), acme.metrics.clone());
+    // The list is fixed for the process's life: its sender lives as long as the issuer.
+    let (domains_tx, domains) = watch::channel(s.domains.clone());
+    let resolver = acme.resolver.clone();
+    Ok(tokio::spawn(async move {
+        let _fixed = domains_tx;
+        issuer.run(domains, Some(resolver), clock, stop).await
+    }))
 }
 
 /// How click persistence is paced; `distributed` for a proxy (whose control plane's stats

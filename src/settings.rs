@@ -69,10 +69,33 @@ pub struct HomeStore {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsSettings {
     pub addr: SocketAddr,
+    /// The port's own certificate, if any (with ACME on, the names of `acme.domains` are
+    /// answered with theirs, and every other name with this one).
+    pub files: Option<TlsFiles>,
+}
+
+/// A certificate chain and its key, in PEM files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
     /// PEM certificate chain (leaf first).
     pub cert: PathBuf,
     /// PEM private key (ECDSA, RSA or Ed25519; PKCS#8, PKCS#1 or SEC1).
     pub key: PathBuf,
+}
+
+/// Certificates the fleet orders and renews itself over ACME (RFC 8555) for the TLS port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcmeSettings {
+    /// The ACME server's directory (`https://acme-v02.api.letsencrypt.org/directory`).
+    pub directory_url: String,
+    /// The names to order certificates for (never any other).
+    pub domains: Vec<String>,
+    /// The account's contact (`mailto:…`), if any.
+    pub contact: Option<String>,
+    /// PEM roots to trust for the ACME server; none: the system's.
+    pub ca: Option<PathBuf>,
+    /// The challenge answered first.
+    pub challenge: rebound_acme::ChallengeKind,
 }
 
 /// Everything Rebound is configured with.
@@ -109,6 +132,8 @@ pub struct Settings {
     pub edge: EdgeSettings,
     /// The TLS listener of the redirect port; none means cleartext only.
     pub tls: Option<TlsSettings>,
+    /// ACME for the TLS port's certificates, if on.
+    pub acme: Option<AcmeSettings>,
     /// None: [`UPGRADE_SOCK_FILE`] in the data directory.
     pub upgrade_sock: Option<PathBuf>,
 }

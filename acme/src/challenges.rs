@@ -97,6 +97,12 @@ impl Challenges {
     }
 }
 
+impl rebound_edge::sni::Http01Answers for Challenges {
+    fn answer_path(&self, path: &str) -> Option<String> {
+        Challenges::answer_path(self, path)
+    }
+}
+
 impl ChallengeCerts for Challenges {
     fn tls_alpn01(&self, domain: &str) -> Option<Arc<CertifiedKey>> {
         read(&self.tls_alpn01).get(domain).cloned()

@@ -50,6 +50,8 @@ mod client;
 pub mod error;
 pub mod issuer;
 pub mod metrics;
+#[cfg(feature = "test-util")]
+pub mod testing;
 
 pub use challenges::Challenges;
 pub use error::{AcmeError, FailureKind};

@@ -203,6 +203,12 @@ impl Edge {
                     _ => "full",
                 };
                 self.metrics.handshake(outcome, version);
+                if session.alpn_protocol() == Some(crate::sni::ACME_TLS_ALPN) {
+                    // A TLS-ALPN-01 validation (RFC 8737): the handshake was the answer;
+                    // no HTTP follows.
+                    let _ = tokio::io::AsyncWriteExt::shutdown(&mut tls).await;
+                    return;
+                }
                 if session.alpn_protocol() == Some(b"h2") {
                     self.serve_h2(tls, service, shutdown).await
                 } else {

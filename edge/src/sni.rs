@@ -29,6 +29,13 @@ pub trait ChallengeCerts: Send + Sync {
     fn tls_alpn01(&self, domain: &str) -> Option<Arc<CertifiedKey>>;
 }
 
+/// The HTTP-01 answers in flight (`rebound-acme`'s `Challenges`), for the cleartext port.
+pub trait Http01Answers: Send + Sync {
+    /// The key authorization to answer `path` with, when it is
+    /// `/.well-known/acme-challenge/{token}` of a validation in flight.
+    fn answer_path(&self, path: &str) -> Option<String>;
+}
+
 /// Each domain's certificate by SNI, the port's own certificate otherwise.
 pub struct SniResolver {
     certs: ArcSwap<HashMap<String, Arc<CertifiedKey>>>,

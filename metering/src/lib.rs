@@ -13,6 +13,7 @@ use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterV
 use rebound_core::cache::CacheRecord;
 use rebound_core::link::Deletion;
 use rebound_core::{Day, Link, UnixMillis};
+use rebound_store::certs::{CertificateStore, StoredCertificate};
 use rebound_store::{
     ApiKeyRecord, AuditEvent, AuditLog, BatchOutcome, ClickBatch, ClickSink, CounterStore, EventError,
     IdempotencyRecord, KeyStore, L2Read, LinkEvents, LinkPage, LinkReads, LinkStore, Propagation, PropagationLease,
@@ -175,6 +176,13 @@ struct StoreOperations {
     read_clicks: OperationMetrics,
     append_audit: OperationMetrics,
     audit_for: OperationMetrics,
+    get_account: OperationMetrics,
+    put_account: OperationMetrics,
+    get_certificate: OperationMetrics,
+    put_certificate: OperationMetrics,
+    list_certificates: OperationMetrics,
+    try_certificate_lease: OperationMetrics,
+    release_certificate_lease: OperationMetrics,
 }
 
 /// A [`Store`] whose every call is counted and timed under `adapter` (`sqlite`, `dynamodb`).
@@ -213,6 +221,13 @@ impl MeteredStore {
                 read_clicks: op("read_clicks"),
                 append_audit: op("append_audit"),
                 audit_for: op("audit_for"),
+                get_account: op("get_account"),
+                put_account: op("put_account"),
+                get_certificate: op("get_certificate"),
+                put_certificate: op("put_certificate"),
+                list_certificates: op("list_certificates"),
+                try_certificate_lease: op("try_certificate_lease"),
+                release_certificate_lease: op("release_certificate_lease"),
             },
         }
     }
@@ -373,6 +388,55 @@ impl AuditLog for MeteredStore {
     }
     async fn audit_for(&self, code: &str) -> Result<Vec<AuditEvent>, StoreError> {
         self.ops.audit_for.store_call(self.inner.audit_for(code)).await
+    }
+}
+
+#[async_trait]
+impl CertificateStore for MeteredStore {
+    async fn get_account(&self) -> Result<Option<String>, StoreError> {
+        self.ops.get_account.store_call(self.inner.get_account()).await
+    }
+    async fn put_account(&self, credentials: &str) -> Result<(), StoreError> {
+        self.ops
+            .put_account
+            .store_call(self.inner.put_account(credentials))
+            .await
+    }
+    async fn get_certificate(&self, domain: &str) -> Result<Option<StoredCertificate>, StoreError> {
+        self.ops
+            .get_certificate
+            .store_call(self.inner.get_certificate(domain))
+            .await
+    }
+    async fn put_certificate(&self, certificate: &StoredCertificate) -> Result<(), StoreError> {
+        self.ops
+            .put_certificate
+            .store_call(self.inner.put_certificate(certificate))
+            .await
+    }
+    async fn list_certificates(&self) -> Result<Vec<StoredCertificate>, StoreError> {
+        self.ops
+            .list_certificates
+            .store_call(self.inner.list_certificates())
+            .await
+    }
+    async fn try_lease(
+        &self,
+        domain: &str,
+        owner: &str,
+        until: UnixMillis,
+        now: UnixMillis,
+    ) -> Result<bool, StoreError> {
+        self.ops
+            .try_certificate_lease
+            .store_call(self.inner.try_lease(domain, owner, until, now))
+            .await
+    }
+    async fn release(&self, domain: &str, owner: &str) -> Result<(), StoreError> {
+        self.ops
+            .release_certificate_lease
+            .store_call(self.inner.release(domain, owner))
+            .await
     }
 }
 

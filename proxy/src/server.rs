@@ -10,7 +10,7 @@ use crate::path::{RedirectPath, Resolution};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::future::Either;
-use http::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_LENGTH, LOCATION, RETRY_AFTER};
+use http::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, LOCATION, RETRY_AFTER};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -20,6 +20,7 @@ use pingora::services::Service;
 use rebound_core::code::is_valid_code;
 use rebound_core::decision::{max_age_seconds, push_location, query_is_forwardable};
 use rebound_core::UnixMillis;
+use rebound_edge::sni::Http01Answers;
 use rebound_edge::Edge;
 use std::convert::Infallible;
 use std::future::{ready, Future, Ready};
@@ -41,6 +42,8 @@ pub struct RedirectAnswers {
     max_age_secs: u64,
     /// The prebuilt 404, 410 and `/` answers.
     dead_ends: DeadEnds,
+    /// The HTTP-01 validations in flight, when this port's certificates come from ACME.
+    acme: Option<Arc<dyn Http01Answers>>,
 }
 
 /// The hyper service of the redirect port (cheap to clone: one per connection).
@@ -75,6 +78,19 @@ impl Redirects {
         max_age_secs: u64,
         dead_ends: DeadEnds,
     ) -> Redirects {
+        Self::answering(path, clicks, max_age_secs, dead_ends, None)
+    }
+
+    /// As [`Redirects::with_dead_ends`], also answering the HTTP-01 validations in flight in
+    /// `acme` (`/.well-known/acme-challenge/{token}`: never a code, `.` is not a code
+    /// character, so looked at only once a path is not one).
+    pub fn answering(
+        path: Arc<RedirectPath>,
+        clicks: Arc<ClickQueue>,
+        max_age_secs: u64,
+        dead_ends: DeadEnds,
+        acme: Option<Arc<dyn Http01Answers>>,
+    ) -> Redirects {
         let cache_control = (0..=max_age_secs)
             .map(|s| HeaderValue::from_str(&format!("public, max-age={s}")).expect("digits are a valid header value"))
             .collect();
@@ -84,6 +100,7 @@ impl Redirects {
             cache_control,
             max_age_secs,
             dead_ends,
+            acme,
         }))
     }
 }
@@ -93,6 +110,8 @@ enum Refusal {
     Status(StatusCode),
     /// `/`: the root answer.
     Root,
+    /// An HTTP-01 validation's key authorization.
+    Challenge(String),
 }
 
 /// A request refused before any lookup, or an answer without a page.
@@ -128,6 +147,13 @@ impl RedirectAnswers {
                 m.bad_path.inc();
                 Err(Refusal::Root)
             }
+            _ if self.acme.is_some() => match self.acme.as_ref().and_then(|a| a.answer_path(req.uri().path())) {
+                Some(answer) => Err(Refusal::Challenge(answer)),
+                None => {
+                    m.bad_path.inc();
+                    Err(Refusal::Status(StatusCode::NOT_FOUND))
+                }
+            },
             _ => {
                 m.bad_path.inc();
                 Err(Refusal::Status(StatusCode::NOT_FOUND))
@@ -142,6 +168,18 @@ impl RedirectAnswers {
             Refusal::Status(StatusCode::GONE) => self.dead_ends.gone(head),
             Refusal::Status(status) => status_reply(status),
             Refusal::Root => self.dead_ends.root(head),
+            Refusal::Challenge(answer) => {
+                let length = HeaderValue::from(answer.len());
+                let mut res = Response::new(match head {
+                    true => Full::default(),
+                    false => Full::new(Bytes::from(answer)),
+                });
+                let headers = res.headers_mut();
+                headers.insert(CONTENT_LENGTH, length);
+                headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+                headers.insert(CACHE_CONTROL, NO_STORE);
+                res
+            }
         };
         match head {
             true => as_head(res),
@@ -494,7 +532,14 @@ mod tests {
             root_url: Some("https://example.com/".into()),
         })
         .unwrap();
-        let redirected = Redirects::with_dead_ends(path, clicks, 5, elsewhere);
+        let redirected = Redirects::with_dead_ends(path.clone(), clicks.clone(), 5, elsewhere);
+        struct OneToken;
+        impl Http01Answers for OneToken {
+            fn answer_path(&self, path: &str) -> Option<String> {
+                (path == "/.well-known/acme-challenge/tok").then(|| "tok.thumbprint".to_owned())
+            }
+        }
+        let challenged = Redirects::answering(path, clicks, 5, DeadEnds::default(), Some(Arc::new(OneToken)));
         let get_and_head = |redirects: &Redirects, path: &str| {
             let request = |method| format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
             let redirects = redirects.clone();
@@ -513,12 +558,23 @@ mod tests {
             (&redirected, "/unknown", "302"),
             (&redirected, "/expired", "302"),
             (&redirected, "/", "302"),
+            // HTTP-01: the validation in flight is answered where ACME is on, and only it.
+            (&challenged, "/.well-known/acme-challenge/tok", "200"),
+            (&challenged, "/.well-known/acme-challenge/other", "404"),
+            (&challenged, "/s302", "302"),
+            (&pages, "/.well-known/acme-challenge/tok", "404"),
         ] {
             let (get, head) = get_and_head(redirects, path).await;
             assert!(get[0].starts_with(&format!("HTTP/1.1 {status} ")), "{path}: {get:?}");
             assert!(get.iter().any(|l| l.starts_with("content-length: ")), "{path}: {get:?}");
             assert_eq!(head, get, "HEAD {path}");
         }
+        let (get, _) = get_and_head(&challenged, "/.well-known/acme-challenge/tok").await;
+        assert!(
+            get.contains(&"content-length: 14".to_owned())
+                && get.contains(&"content-type: application/octet-stream".to_owned()),
+            "{get:?}"
+        );
         store.set_unavailable(true);
         let (get, head) = get_and_head(&pages, "/never").await;
         assert!(get[0].starts_with("HTTP/1.1 503 "), "{get:?}");

@@ -7,8 +7,8 @@
 use super::setting::{Check, Setting};
 use super::{ConfigError, Source};
 use crate::settings::{
-    ApiSettings, ControlPlaneConfig, EdgeSettings, HomeStore, PeerRegion, QueueChoice, RedirectSettings, Settings,
-    StoreChoice, TlsSettings, UPGRADE_SOCK_FILE,
+    AcmeSettings, ApiSettings, ControlPlaneConfig, EdgeSettings, HomeStore, PeerRegion, QueueChoice, RedirectSettings,
+    Settings, StoreChoice, TlsFiles, TlsSettings, UPGRADE_SOCK_FILE,
 };
 use rebound_edge::EdgeLimits;
 use std::net::SocketAddr;
@@ -30,6 +30,83 @@ fn redirect() -> RedirectSettings {
 }
 /// `peer_regions` entries as regions: `<region>=<redis URL>`, each region named once, none
 /// of them this region (`here`); the URLs are checked when their Redis is opened.
+/// Whether `name` is a DNS name a certificate can be ordered for: dot-separated labels of
+/// 1 to 63 letters, digits and '-' (not first or last), at least two, 253 characters at most.
+fn is_dns_name(name: &str) -> bool {
+    let labels: Vec<&str> = name.split('.').collect();
+    name.len() <= 253
+        && labels.len() >= 2
+        && labels.iter().all(|l| {
+            (1..=63).contains(&l.len())
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
+        && !labels.last().is_some_and(|l| l.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The TLS listener and ACME, each setting read once: `tls_addr` with its certificate
+/// files, or alone with `acme.directory_url`. The ACME domains are checked and lower-cased
+/// here; none given is the host of `public_base_url`, filled in by [`read`].
+fn tls_and_acme(src: &mut impl Source) -> Result<(Option<TlsSettings>, Option<AcmeSettings>), ConfigError> {
+    let (addr, cert, key) = (src.get(&TLS_ADDR)?, src.get(&TLS_CERT)?, src.get(&TLS_KEY)?);
+    let (directory_url, domains, contact, ca, challenge) = (
+        src.get(&ACME_DIRECTORY_URL)?,
+        src.get(&ACME_DOMAINS)?,
+        src.get(&ACME_CONTACT)?,
+        src.get(&ACME_CA)?,
+        src.get(&ACME_CHALLENGE)?,
+    );
+    let tls = match (addr, cert, key) {
+        (None, None, None) => None,
+        (Some(addr), Some(cert), Some(key)) => Some(TlsSettings {
+            addr,
+            files: Some(TlsFiles { cert, key }),
+        }),
+        (Some(addr), None, None) if directory_url.is_some() => Some(TlsSettings { addr, files: None }),
+        _ => {
+            return Err(ConfigError::Setting {
+                setting: [TLS_ADDR.name(), TLS_CERT.name(), TLS_KEY.name()].join(" / "),
+                problem: "set all three (address, PEM certificate chain, PEM private key) or none, or the \
+                          address alone with acme.directory_url"
+                    .into(),
+            })
+        }
+    };
+    let Some(directory_url) = directory_url else {
+        return Ok((tls, None));
+    };
+    if tls.is_none() {
+        return Err(ACME_DIRECTORY_URL.refused(format!("needs {} (the port the certificates serve)", TLS_ADDR.name())));
+    }
+    let acme = AcmeSettings {
+        directory_url,
+        domains: acme_domains(domains)?,
+        contact,
+        ca,
+        challenge: match challenge.as_str() {
+            "tls-alpn-01" => rebound_acme::ChallengeKind::TlsAlpn01,
+            _ => rebound_acme::ChallengeKind::Http01,
+        },
+    };
+    Ok((tls, Some(acme)))
+}
+
+/// `domains` checked as DNS names, lower-cased, each once.
+fn acme_domains(domains: Vec<String>) -> Result<Vec<String>, ConfigError> {
+    let mut checked = Vec::new();
+    for domain in domains {
+        let domain = domain.trim().to_ascii_lowercase();
+        if !is_dns_name(&domain) {
+            return Err(ACME_DOMAINS.refused(format!("{domain:?} is not a DNS name a certificate can be ordered for")));
+        }
+        if !checked.contains(&domain) {
+            checked.push(domain);
+        }
+    }
+    Ok(checked)
+}
+
 fn peer_regions(entries: Vec<String>, here: &str) -> Result<Vec<PeerRegion>, ConfigError> {
     let mut peers: Vec<PeerRegion> = Vec::new();
     for entry in entries.iter().map(|e| e.trim()).filter(|e| !e.is_empty()) {
@@ -207,15 +284,55 @@ pub const SQS_VISIBILITY_SECS: Setting<u32> = Setting::new("sqs_visibility_secs"
         "seconds a received click message stays hidden before it is delivered again; set on the queue by \
          `rebound provision` and used by the consumer",
     );
-pub const TLS_ADDR: Setting<Option<SocketAddr>> = Setting::new("tls_addr", || None)
-    .var("REBOUND_TLS_ADDR")
-    .doc("the TLS redirect listener; must differ from `redirect_addr`. Set all three TLS settings or none.");
+pub const TLS_ADDR: Setting<Option<SocketAddr>> = Setting::new("tls_addr", || None).var("REBOUND_TLS_ADDR").doc(
+    "the TLS redirect listener; must differ from `redirect_addr`. Set all three TLS settings or none, or \
+         `tls_addr` alone with `acme.directory_url` (then only the names of `acme.domains` are served, once \
+         their certificates are issued).",
+);
 pub const TLS_CERT: Setting<Option<PathBuf>> = Setting::new("tls_cert", || None)
     .var("REBOUND_TLS_CERT")
     .doc("PEM certificate chain, leaf first; reloaded on `SIGHUP` or when the file changes");
 pub const TLS_KEY: Setting<Option<PathBuf>> = Setting::new("tls_key", || None)
     .var("REBOUND_TLS_KEY")
     .doc("PEM private key (ECDSA, RSA or Ed25519; PKCS#8, PKCS#1 or SEC1)");
+pub const ACME_DIRECTORY_URL: Setting<Option<String>> = Setting::new("acme.directory_url", || None)
+    .var("REBOUND_ACME_DIRECTORY_URL")
+    .check(Text("an `https` URL", |u| {
+        url::Url::parse(u).is_ok_and(|u| u.scheme() == "https" && u.host().is_some())
+    }))
+    .doc(
+        "the directory of an ACME server (RFC 8555; Let's Encrypt's is \
+         `https://acme-v02.api.letsencrypt.org/directory`, its staging one \
+         `https://acme-staging-v02.api.letsencrypt.org/directory`): the TLS port's certificates for \
+         `acme.domains` are then ordered and renewed (30 days before expiry) by the processes serving it, one at \
+         a time through a lease in the store, kept in the store for every process, and served by SNI. Needs \
+         `tls_addr`, and the domains' DNS pointing at the redirect port (HTTP-01, port 80) or the TLS port \
+         (TLS-ALPN-01, port 443). Unset: certificates come from `tls_cert` and `tls_key` only",
+    );
+pub const ACME_DOMAINS: Setting<Vec<String>> = Setting::new("acme.domains", Vec::new)
+    .var("REBOUND_ACME_DOMAINS")
+    .shown(|| "the host of `public_base_url`".to_owned())
+    .check(Elsewhere("DNS names: letters, digits and '-' in dot-separated labels"))
+    .doc(
+        "the names certificates are ordered for; no other name is ever ordered (no certificate on demand for a \
+         name a client asks for). The variable is comma-separated",
+    );
+pub const ACME_CONTACT: Setting<Option<String>> = Setting::new("acme.contact", || None)
+    .var("REBOUND_ACME_CONTACT")
+    .check(Text("a `mailto:` URL", |c| c.starts_with("mailto:") && c.len() > 7))
+    .doc("the ACME account's contact, where the CA writes about expiring certificates (`mailto:ops@example.com`)");
+pub const ACME_CA: Setting<Option<PathBuf>> = Setting::new("acme.ca", || None)
+    .var("REBOUND_ACME_CA")
+    .doc("PEM roots to trust for the ACME server's HTTPS (a private CA, or pebble in tests). Unset: the system's");
+pub const ACME_CHALLENGE: Setting<String> = Setting::new("acme.challenge", || "http-01".to_owned())
+    .var("REBOUND_ACME_CHALLENGE")
+    .check(Text("`http-01` or `tls-alpn-01`", |c| {
+        c == "http-01" || c == "tls-alpn-01"
+    }))
+    .doc(
+        "the challenge answered first: `http-01` (on the redirect port, which must be the domain's port 80) or \
+         `tls-alpn-01` (on the TLS port, its port 443); the other one when the server does not offer it",
+    );
 pub const UPGRADE_SOCK: Setting<Option<PathBuf>> = Setting::new("upgrade_sock", || None)
     .var("REBOUND_UPGRADE_SOCK")
     .shown(|| format!("`{UPGRADE_SOCK_FILE}` in `data_dir`"))
@@ -459,7 +576,8 @@ pub const ROOT_URL: Setting<Option<String>> = Setting::new("redirect.root_url", 
 
 /// Reads every setting from `src` into its place, in the order of the docs.
 pub(super) fn read(src: &mut impl Source) -> Result<Settings, ConfigError> {
-    Ok(Settings {
+    let mut acme: Option<AcmeSettings>;
+    let mut settings = Settings {
         redirect_addr: src.get(&REDIRECT_ADDR)?,
         api_addr: src.get(&API_ADDR)?,
         metrics_addr: src.get(&METRICS_ADDR)?,
@@ -497,16 +615,12 @@ pub(super) fn read(src: &mut impl Source) -> Result<Settings, ConfigError> {
             _ => QueueChoice::Embedded,
         },
         sqs_visibility_secs: src.get(&SQS_VISIBILITY_SECS)?,
-        tls: match (src.get(&TLS_ADDR)?, src.get(&TLS_CERT)?, src.get(&TLS_KEY)?) {
-            (None, None, None) => None,
-            (Some(addr), Some(cert), Some(key)) => Some(TlsSettings { addr, cert, key }),
-            _ => {
-                return Err(ConfigError::Setting {
-                    setting: [TLS_ADDR.name(), TLS_CERT.name(), TLS_KEY.name()].join(" / "),
-                    problem: "set all three (address, PEM certificate chain, PEM private key) or none".into(),
-                })
-            }
+        tls: {
+            let (tls, read) = tls_and_acme(src)?;
+            acme = read;
+            tls
         },
+        acme: None,
         upgrade_sock: src.get(&UPGRADE_SOCK)?,
         edge: EdgeSettings {
             head_timeout_ms: src.get(&HEAD_TIMEOUT_MS)?,
@@ -557,5 +671,15 @@ pub(super) fn read(src: &mut impl Source) -> Result<Settings, ConfigError> {
             expired_url: src.get(&EXPIRED_URL)?,
             root_url: src.get(&ROOT_URL)?,
         },
-    })
+    };
+    // No ACME domains given: the public host's.
+    if let Some(acme) = acme.as_mut().filter(|a| a.domains.is_empty()) {
+        let host = url::Url::parse(&settings.public_base_url)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_owned))
+            .unwrap_or_default();
+        acme.domains = acme_domains(vec![host])?;
+    }
+    settings.acme = acme;
+    Ok(settings)
 }

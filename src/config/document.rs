@@ -70,7 +70,7 @@ it stays valid).
 ";
 
 /// Each table: its key prefix, its heading and the paragraphs before and after it.
-fn sections() -> [(&'static str, &'static str, String, String); 4] {
+fn sections() -> [(&'static str, &'static str, String, String); 5] {
     [
         ("", "## Top level", String::new(), String::new()),
         (
@@ -92,6 +92,14 @@ fn sections() -> [(&'static str, &'static str, String, String); 4] {
             "redirect",
             "## `[redirect]`: the data plane",
             String::new(),
+            String::new(),
+        ),
+        (
+            "acme",
+            "## `[acme]`: certificates ordered and renewed over ACME",
+            "The README section [Certificates over ACME](../README.md#certificates-over-acme) has the\n\
+             steps for a public CA (DNS, ports 80 and 443, staging first, rate limits).\n"
+                .into(),
             String::new(),
         ),
     ]

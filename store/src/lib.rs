@@ -449,8 +449,8 @@ pub trait AuditLog: Send + Sync {
 }
 
 /// Everything a control plane or data plane needs from one backend.
-pub trait Store: LinkStore + KeyStore + CounterStore + RollupStore + AuditLog {}
-impl<T: LinkStore + KeyStore + CounterStore + RollupStore + AuditLog> Store for T {}
+pub trait Store: LinkStore + KeyStore + CounterStore + RollupStore + AuditLog + certs::CertificateStore {}
+impl<T: LinkStore + KeyStore + CounterStore + RollupStore + AuditLog + certs::CertificateStore> Store for T {}
 
 #[cfg(test)]
 mod tests {

@@ -26,6 +26,7 @@ pub struct MemoryStore {
     state: Mutex<State>,
     unavailable: AtomicBool,
     link_reads: AtomicU64,
+    certificates: crate::certs::MemoryCertificates,
 }
 
 impl MemoryStore {
@@ -48,6 +49,10 @@ impl MemoryStore {
             return Err(StoreError::unavailable("the memory store", "switched off"));
         }
         Ok(self.state.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn check(&self) -> Result<(), StoreError> {
+        self.state().map(drop)
     }
 }
 
@@ -271,6 +276,45 @@ impl RollupStore for MemoryStore {
             .filter(|(_, n)| **n > 0)
             .map(|((_, d), n)| (*d, *n))
             .collect())
+    }
+}
+
+/// ACME's account and certificates: the fake of `certs`, failing with the rest.
+#[async_trait]
+impl crate::certs::CertificateStore for MemoryStore {
+    async fn get_account(&self) -> Result<Option<String>, StoreError> {
+        self.check()?;
+        self.certificates.get_account().await
+    }
+    async fn put_account(&self, credentials: &str) -> Result<(), StoreError> {
+        self.check()?;
+        self.certificates.put_account(credentials).await
+    }
+    async fn get_certificate(&self, domain: &str) -> Result<Option<crate::certs::StoredCertificate>, StoreError> {
+        self.check()?;
+        self.certificates.get_certificate(domain).await
+    }
+    async fn put_certificate(&self, certificate: &crate::certs::StoredCertificate) -> Result<(), StoreError> {
+        self.check()?;
+        self.certificates.put_certificate(certificate).await
+    }
+    async fn list_certificates(&self) -> Result<Vec<crate::certs::StoredCertificate>, StoreError> {
+        self.check()?;
+        self.certificates.list_certificates().await
+    }
+    async fn try_lease(
+        &self,
+        domain: &str,
+        owner: &str,
+        until: UnixMillis,
+        now: UnixMillis,
+    ) -> Result<bool, StoreError> {
+        self.check()?;
+        self.certificates.try_lease(domain, owner, until, now).await
+    }
+    async fn release(&self, domain: &str, owner: &str) -> Result<(), StoreError> {
+        self.check()?;
+        self.certificates.release(domain, owner).await
     }
 }
 

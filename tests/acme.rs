@@ -1,0 +1,98 @@
+//! The TLS port's certificates over ACME (SPEC §11, issue 32), black-box: the all-in-one,
+//! started with only `tls_addr` and the ACME settings, orders a certificate for its
+//! domain from a real ACME server (Debian's `pebble`, with `pebble-challtestsrv` resolving
+//! every name to 127.0.0.1, both started by the test), answering the validation on its
+//! own redirect port (HTTP-01) or TLS port (TLS-ALPN-01); then curl, trusting pebble's root,
+//! reaches `https://<domain>/<code>` over HTTP/1.1 and HTTP/2. A name that is not a
+//! configured domain gets no certificate, and none is ordered for it.
+
+mod common;
+
+use common::*;
+use rebound_acme::testing::{free_port, https_get, Pebble};
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+const DOMAIN: &str = "go.rebound.test";
+
+async fn issued_and_served(challenge: &str) {
+    let (http_port, tls_port) = (free_port(), free_port());
+    let pebble = Pebble::start(http_port, tls_port, None).await;
+    let dir = temp_dir();
+    let ca = dir.path().join("pebble-https-ca.pem");
+    std::fs::write(&ca, &pebble.https_ca_pem).unwrap();
+    let (redirect, tls) = (format!("127.0.0.1:{http_port}"), format!("127.0.0.1:{tls_port}"));
+    let rb = rebound::Rebound::start(
+        &dir.path().join("data"),
+        &[
+            ("REBOUND_REDIRECT_ADDR", &redirect),
+            ("REBOUND_TLS_ADDR", &tls),
+            ("REBOUND_PUBLIC_BASE_URL", &format!("https://{DOMAIN}")),
+            ("REBOUND_ACME_DIRECTORY_URL", &pebble.directory_url),
+            ("REBOUND_ACME_CA", ca.to_str().unwrap()),
+            ("REBOUND_ACME_CHALLENGE", challenge),
+            ("REBOUND_ACME_CONTACT", "mailto:ops@rebound.test"),
+        ],
+    );
+    let code = rb
+        .create_code(json!({"long_url": "https://example.com/over-acme"}))
+        .await;
+    // The first round orders at start: wait (bounded) for the certificate.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while rb.metric("rebound_acme_issued_total").await < 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "no certificate within 60 s ({challenge}); failures: {}",
+            rb.metric(r#"rebound_acme_failures_total{kind="validation"}"#).await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let root = https_get(pebble.management, &pebble.https_ca_pem, "/roots/0").await;
+    let root_file = dir.path().join("pebble-root.pem");
+    std::fs::write(&root_file, root).unwrap();
+    let resolve = format!("{DOMAIN}:{tls_port}:127.0.0.1");
+    let url = format!("https://{DOMAIN}:{tls_port}/{code}");
+    let cacert = root_file.to_str().unwrap();
+    for (version, expected) in [("--http1.1", "1.1"), ("--http2", "2")] {
+        let got = curl(
+            "%{http_version} %{http_code} %{redirect_url}",
+            &["--resolve", &resolve, "--cacert", cacert, version, &url],
+        );
+        assert_eq!(
+            got,
+            format!("{expected} 302 https://example.com/over-acme"),
+            "{challenge}, {version}"
+        );
+    }
+    // Another name: no certificate of its own and no fallback, so no handshake; and no
+    // order was made for it.
+    let other = format!("https://other.rebound.test:{tls_port}/{code}");
+    let other_resolve = format!("other.rebound.test:{tls_port}:127.0.0.1");
+    let got = curl(
+        "%{http_code}",
+        &["--resolve", &other_resolve, "--cacert", cacert, &other],
+    );
+    assert_eq!(got, "000", "a name that is not a configured domain");
+    assert_eq!(pebble.orders(), 1, "one order, for {DOMAIN} alone");
+    let expiry = rb
+        .metric(&format!(
+            r#"rebound_acme_certificate_expiry_seconds{{domain="{DOMAIN}"}}"#
+        ))
+        .await;
+    assert!(
+        expiry > now_millis() as f64 / 1000.0,
+        "the expiry is exported: {expiry}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs pebble (Debian's pebble package): scripts/test installs it and runs it"]
+async fn a_certificate_ordered_over_http01_on_the_redirect_port_serves_the_links() {
+    issued_and_served("http-01").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs pebble (Debian's pebble package): scripts/test installs it and runs it"]
+async fn a_certificate_ordered_over_tls_alpn01_on_the_tls_port_serves_the_links() {
+    issued_and_served("tls-alpn-01").await;
+}
