@@ -12,7 +12,7 @@ use crate::signals::{drain, log_hangups};
 use anyhow::Context;
 use rebound_acme::{AcmeMetrics, Challenges, Issuer, IssuerConfig};
 use rebound_core::Clock;
-use rebound_edge::sni::{ChallengeCerts, Http01Answers, SniResolver};
+use rebound_edge::sni::{ChallengeCerts, SniResolver};
 use rebound_edge::tls::{watch_certificate, CertificateFiles, ReloadableCert};
 use rebound_edge::Edge;
 use rebound_metering::MeteredRecordCache;
@@ -24,7 +24,9 @@ use rebound_proxy::l1::L1;
 use rebound_proxy::metrics::{ProxyMetrics, TierHealth};
 use rebound_proxy::pages::{DeadEndTargets, DeadEnds};
 use rebound_proxy::path::{InvalidationTrust, RedirectPath};
-use rebound_proxy::server::{run_redirect_server, RedirectListener, RedirectPort, RedirectServer, Redirects, Shutdown};
+use rebound_proxy::server::{
+    run_redirect_server, AcmeAnswers, RedirectListener, RedirectPort, RedirectServer, Redirects, Shutdown,
+};
 use rebound_redis::RedisCache;
 use rebound_store::certs::CertificateStore;
 use rebound_store::{LinkEvents, LinkReads, RollupStore};
@@ -295,7 +297,7 @@ impl DataPlane {
                 self.certificate_watcher(stop.clone()),
             ];
             if let Some(acme) = &self.acme {
-                tasks.push(run_acme(acme, certificates, self.clock.clone(), stop.clone())?);
+                tasks.push(run_acme(acme, certificates.clone(), self.clock.clone(), stop.clone())?);
             }
             match fleet {
                 Fleet::InProcess => tasks.push(tokio::spawn(sync_embedded_filter(self.issued.clone(), store, self.code_key))),
@@ -350,9 +352,10 @@ impl DataPlane {
             self.clicks.clone(),
             r.cache_max_age_secs,
             dead_ends,
-            self.acme
-                .as_ref()
-                .map(|a| a.challenges.clone() as Arc<dyn Http01Answers>),
+            self.acme.as_ref().map(|a| AcmeAnswers {
+                local: a.challenges.clone(),
+                shared: certificates,
+            }),
         );
         let take_over = matches!(listeners.redirect, RedirectListener::Inherited(_));
         let mut ports = vec![(listeners.redirect, RedirectPort::new(redirects.clone(), self.edge))];

@@ -8,6 +8,7 @@
 
 mod common;
 
+use common::fleet::{create, Deployment};
 use common::*;
 use rebound_acme::testing::{free_port, https_get, Pebble};
 use serde_json::json;
@@ -95,4 +96,76 @@ async fn a_certificate_ordered_over_http01_on_the_redirect_port_serves_the_links
 #[ignore = "needs pebble (Debian's pebble package): scripts/test installs it and runs it"]
 async fn a_certificate_ordered_over_tls_alpn01_on_the_tls_port_serves_the_links() {
     issued_and_served("tls-alpn-01").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs pebble, REBOUND_TEST_DYNAMODB_URL and REBOUND_TEST_REDIS_URL: scripts/test runs it"]
+async fn two_proxies_get_one_certificate_and_both_serve_it() {
+    // A fleet: two `rebound proxy` processes and a control plane on one store. pebble
+    // validates HTTP-01 on the first proxy's redirect port alone, as a load balancer would
+    // send it to one of them (started first: a validation reaching nobody backs off for 5
+    // minutes). Whichever proxy orders, the answer reaches pebble (from the store when the
+    // other one ordered; that path is `an_http01_answer_reaches_the_ca_through_another_process_of_the_fleet`
+    // in acme/tests/pebble.rs and the redirect port's unit test), one certificate is
+    // ordered for the fleet, and both serve it.
+    let http_port = free_port();
+    let pebble = Pebble::start(http_port, free_port(), None).await;
+    let d = Deployment::new(&shared_aws_url(), Some(&shared_redis_url()));
+    let dir = temp_dir();
+    let ca = dir.path().join("pebble-https-ca.pem");
+    std::fs::write(&ca, &pebble.https_ca_pem).unwrap();
+    let cp = d.control_plane(dir.path(), &[("REBOUND_PUBLIC_BASE_URL", &format!("https://{DOMAIN}"))]);
+    let code = create(&cp, json!({"long_url": "https://example.com/fleet"})).await;
+    let tls_ports = [free_port(), free_port()];
+    let redirects = [http_port, free_port()];
+    let mut proxies = Vec::new();
+    for (tls, redirect) in tls_ports.iter().zip(redirects) {
+        let (tls, redirect) = (format!("127.0.0.1:{tls}"), format!("127.0.0.1:{redirect}"));
+        proxies.push(
+            d.proxy(
+                dir.path(),
+                &[
+                    ("REBOUND_REDIRECT_ADDR", &redirect),
+                    ("REBOUND_TLS_ADDR", &tls),
+                    ("REBOUND_PUBLIC_BASE_URL", &format!("https://{DOMAIN}")),
+                    ("REBOUND_ACME_DIRECTORY_URL", &pebble.directory_url),
+                    ("REBOUND_ACME_CA", ca.to_str().unwrap()),
+                ],
+            )
+            .await,
+        );
+    }
+    let root = https_get(pebble.management, &pebble.https_ca_pem, "/roots/0").await;
+    let root_file = dir.path().join("pebble-root.pem");
+    std::fs::write(&root_file, root).unwrap();
+    // Both serve it: the one that ordered at once, the other from the store within its
+    // round (15 s).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for port in tls_ports {
+        let resolve = format!("{DOMAIN}:{port}:127.0.0.1");
+        let url = format!("https://{DOMAIN}:{port}/{code}");
+        loop {
+            let got = curl(
+                "%{http_version} %{http_code}",
+                &[
+                    "--resolve",
+                    &resolve,
+                    "--cacert",
+                    root_file.to_str().unwrap(),
+                    "--http2",
+                    &url,
+                ],
+            );
+            if got == "2 302" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "port {port} answered {got:?} for 60 s");
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+    let mut issued = 0.0;
+    for p in &proxies {
+        issued += metric(p, "rebound_acme_issued_total").await;
+    }
+    assert_eq!((issued, pebble.orders()), (1.0, 1), "one order for the fleet");
 }

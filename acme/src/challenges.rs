@@ -11,8 +11,7 @@ use rustls::sign::CertifiedKey;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-/// The path prefix of HTTP-01 answers (RFC 8555 §8.3).
-pub const HTTP01_PREFIX: &str = "/.well-known/acme-challenge/";
+pub use rebound_edge::sni::HTTP01_PREFIX;
 
 /// The challenge answers in flight. Each lock is held only to copy an entry in or out.
 #[derive(Debug)]
@@ -56,13 +55,8 @@ impl Challenges {
     /// The body answering a `GET` of `path` (`/.well-known/acme-challenge/{token}`), sent as
     /// `application/octet-stream`; `None` for any other path or a token not in flight (a 404).
     pub fn answer_path(&self, path: &str) -> Option<String> {
-        let token = path.strip_prefix(HTTP01_PREFIX)?;
         // A token is base64url (RFC 8555 §8.3); nothing else is looked up.
-        let base64url = |c: u8| c.is_ascii_alphanumeric() || c == b'-' || c == b'_';
-        if token.is_empty() || !token.bytes().all(base64url) {
-            return None;
-        }
-        self.http01(token)
+        self.http01(rebound_edge::sni::http01_token(path)?)
     }
 
     /// Answers TLS-ALPN-01 validations of `domain` with a fresh self-signed certificate

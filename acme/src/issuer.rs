@@ -235,7 +235,7 @@ impl Issuer {
                 });
             }
         }
-        let issued = match tokio::time::timeout(self.config.order_timeout, self.order(domain)).await {
+        let issued = match tokio::time::timeout(self.config.order_timeout, self.order(domain, now)).await {
             Ok(issued) => issued?,
             Err(_) => return Err(AcmeError::Timeout(domain.to_owned())),
         };
@@ -258,7 +258,7 @@ impl Issuer {
     }
 
     /// One order, from its creation to the certificate: the caller holds the lease.
-    async fn order(&self, domain: &str) -> Result<StoredCertificate, AcmeError> {
+    async fn order(&self, domain: &str, now: UnixMillis) -> Result<StoredCertificate, AcmeError> {
         let account = self.account().await?;
         let identifiers = [Identifier::Dns(domain.to_owned())];
         let mut order = account
@@ -268,10 +268,13 @@ impl Issuer {
         // Cleared however the order ends, a timeout's drop included.
         let mut answers = Answers {
             challenges: &self.challenges,
+            store: self.store.clone(),
             tokens: Vec::new(),
             domains: Vec::new(),
         };
-        self.answer_challenges(domain, &mut order, &mut answers).await?;
+        // The HTTP-01 answers are in the store until the order's bound has passed.
+        let until = now + millis(self.config.lease_for());
+        self.answer_challenges(domain, &mut order, &mut answers, until).await?;
         self.poll(domain, &mut order, OrderStatus::Ready).await?;
 
         let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
@@ -319,6 +322,7 @@ impl Issuer {
         domain: &str,
         order: &mut Order,
         answers: &mut Answers<'_>,
+        until: UnixMillis,
     ) -> Result<(), AcmeError> {
         let mut authorizations = order.authorizations();
         while let Some(authorization) = authorizations.next().await {
@@ -346,7 +350,11 @@ impl Issuer {
                 ChallengeKind::Http01 => {
                     let token = challenge.token.clone();
                     self.challenges.set_http01(&token, key_authorization.as_str());
-                    answers.tokens.push(token);
+                    answers.tokens.push(token.clone());
+                    // For whichever process of the fleet the CA asks, before it is told to.
+                    self.store
+                        .put_challenge(&token, key_authorization.as_str(), until)
+                        .await?;
                 }
                 ChallengeKind::TlsAlpn01 => {
                     self.challenges
@@ -540,9 +548,11 @@ pub async fn install_stored(
     ))
 }
 
-/// The challenge answers one order set, cleared when it ends.
+/// The challenge answers one order set, cleared when it ends (in the store too, from a task
+/// of its own: one that does not run leaves them to end at their bound).
 struct Answers<'a> {
     challenges: &'a Challenges,
+    store: Arc<dyn CertificateStore>,
     tokens: Vec<String>,
     domains: Vec<String>,
 }
@@ -551,6 +561,16 @@ impl Drop for Answers<'_> {
     fn drop(&mut self) {
         for token in &self.tokens {
             self.challenges.clear_http01(token);
+        }
+        if let (false, Ok(runtime)) = (self.tokens.is_empty(), tokio::runtime::Handle::try_current()) {
+            let (store, tokens) = (self.store.clone(), std::mem::take(&mut self.tokens));
+            runtime.spawn(async move {
+                for token in tokens {
+                    if let Err(e) = store.delete_challenge(&token).await {
+                        tracing::warn!(error = %rebound_store::Causes(&e), "an HTTP-01 answer stays in the store until its bound");
+                    }
+                }
+            });
         }
         for domain in &self.domains {
             self.challenges.clear_tls_alpn01(domain);

@@ -20,16 +20,26 @@ fn now_millis() -> i64 {
 }
 
 /// The cleartext port: HTTP-01 answers from `challenges`, 404 for anything else.
-async fn serve_http01(listener: TcpListener, challenges: Arc<Challenges>) {
+async fn serve_http01(listener: TcpListener, challenges: Arc<Challenges>, store: MemoryCertificates) {
     use http_body_util::Full;
     use hyper::body::Bytes;
     loop {
         let Ok((tcp, _)) = listener.accept().await else { return };
-        let challenges = challenges.clone();
+        let (challenges, store) = (challenges.clone(), store.clone());
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                let answer = challenges.answer_path(req.uri().path());
+                // This process's answers first, then the fleet's in the store (as the
+                // redirect port does).
+                let path = req.uri().path().to_owned();
+                let (challenges, store) = (challenges.clone(), store.clone());
                 async move {
+                    let answer = match challenges.answer_path(&path) {
+                        Some(answer) => Some(answer),
+                        None => match rebound_edge::sni::http01_token(&path) {
+                            Some(token) => store.get_challenge(token, now_millis()).await.unwrap(),
+                            None => None,
+                        },
+                    };
                     match answer {
                         Some(body) => hyper::Response::builder()
                             .header("content-type", "application/octet-stream")
@@ -85,12 +95,13 @@ impl Rig {
         let tls = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (http_port, tls_port) = (http.local_addr().unwrap().port(), tls.local_addr().unwrap().port());
         let challenges = Challenges::new();
+        let store = MemoryCertificates::new();
         let resolver = SniResolver::new(None, Some(challenges.clone() as Arc<dyn ChallengeCerts>));
-        tokio::spawn(serve_http01(http, challenges.clone()));
+        tokio::spawn(serve_http01(http, challenges.clone(), store.clone()));
         tokio::spawn(serve_tls(tls, resolver.clone()));
         Rig {
             pebble: Pebble::start(http_port, tls_port, validity).await,
-            store: MemoryCertificates::new(),
+            store,
             challenges,
             resolver,
             tls_port,
@@ -318,15 +329,15 @@ async fn two_issuers_on_one_store_order_once() {
 async fn a_failed_validation_is_counted_and_backed_off() {
     let rig = Rig::start(None).await;
     let metrics = AcmeMetrics::detached();
-    // Nothing answers: pebble validates HTTP-01 on a port where nobody serves the answers.
-    let lost = Challenges::new();
+    // Nothing answers: the issuer keeps its answers in a store and Challenges of its own,
+    // and the test's HTTP server answers from the rig's, which stay empty.
+    let (lost, elsewhere) = (Challenges::new(), MemoryCertificates::new());
     let issuer = Issuer::new(
         rig.pebble.config("one", ChallengeKind::Http01),
-        Arc::new(rig.store.clone()),
+        Arc::new(elsewhere.clone()),
         lost,
         metrics.clone(),
     );
-    // The test's HTTP server answers from the rig's Challenges, which stay empty.
     let list = domains(&["a.rebound.test"]);
     let now = now_millis();
     let outcomes = issuer.renew_due(&list, now).await;
@@ -341,10 +352,38 @@ async fn a_failed_validation_is_counted_and_backed_off() {
         "{outcomes:?}"
     );
     assert_eq!(rig.pebble.orders(), 1);
-    assert_eq!(rig.store.get_certificate("a.rebound.test").await.unwrap(), None);
+    assert_eq!(elsewhere.get_certificate("a.rebound.test").await.unwrap(), None);
     // The lease stays with the failed issuer for the back-off: the fleet waits too.
     assert_eq!(
-        rig.store.lease("a.rebound.test"),
+        elsewhere.lease("a.rebound.test"),
         Some(("one".to_owned(), now + 300_000))
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs pebble (Debian's pebble package): scripts/test runs it"]
+async fn an_http01_answer_reaches_the_ca_through_another_process_of_the_fleet() {
+    // The issuer is another process: its own answers are not the served ones, so the CA's
+    // validation is answered from the store alone.
+    let rig = Rig::start(None).await;
+    let metrics = AcmeMetrics::detached();
+    let elsewhere = Issuer::new(
+        rig.pebble.config("elsewhere", ChallengeKind::Http01),
+        Arc::new(rig.store.clone()),
+        Challenges::new(),
+        metrics.clone(),
+    );
+    let names = domains(&["fleet.rebound.test"]);
+    let outcomes = elsewhere.renew_due(&names, now_millis()).await;
+    assert!(matches!(outcomes[0].1, Outcome::Issued { .. }), "{outcomes:?}");
+    rig.verify(&names, "fleet.rebound.test").await.unwrap();
+    // The answer leaves the store once the order ended.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while rig.store.challenge_count() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the HTTP-01 answer stayed in the store"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

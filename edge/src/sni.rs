@@ -29,6 +29,17 @@ pub trait ChallengeCerts: Send + Sync {
     fn tls_alpn01(&self, domain: &str) -> Option<Arc<CertifiedKey>>;
 }
 
+/// Where the cleartext port is asked for HTTP-01 answers (RFC 8555 §8.3).
+pub const HTTP01_PREFIX: &str = "/.well-known/acme-challenge/";
+
+/// The token of an HTTP-01 validation's `path` (`/.well-known/acme-challenge/{token}`, the
+/// token base64url, at most 128 characters); `None` for any other path.
+pub fn http01_token(path: &str) -> Option<&str> {
+    let token = path.strip_prefix(HTTP01_PREFIX)?;
+    let base64url = |c: u8| c.is_ascii_alphanumeric() || c == b'-' || c == b'_';
+    ((1..=128).contains(&token.len()) && token.bytes().all(base64url)).then_some(token)
+}
+
 /// The HTTP-01 answers in flight (`rebound-acme`'s `Challenges`), for the cleartext port.
 pub trait Http01Answers: Send + Sync {
     /// The key authorization to answer `path` with, when it is

@@ -183,6 +183,9 @@ struct StoreOperations {
     list_certificates: OperationMetrics,
     try_certificate_lease: OperationMetrics,
     release_certificate_lease: OperationMetrics,
+    put_challenge: OperationMetrics,
+    get_challenge: OperationMetrics,
+    delete_challenge: OperationMetrics,
 }
 
 /// A [`Store`] whose every call is counted and timed under `adapter` (`sqlite`, `dynamodb`).
@@ -228,6 +231,9 @@ impl MeteredStore {
                 list_certificates: op("list_certificates"),
                 try_certificate_lease: op("try_certificate_lease"),
                 release_certificate_lease: op("release_certificate_lease"),
+                put_challenge: op("put_challenge"),
+                get_challenge: op("get_challenge"),
+                delete_challenge: op("delete_challenge"),
             },
         }
     }
@@ -436,6 +442,24 @@ impl CertificateStore for MeteredStore {
         self.ops
             .release_certificate_lease
             .store_call(self.inner.release(domain, owner))
+            .await
+    }
+    async fn put_challenge(&self, token: &str, key_authorization: &str, until: UnixMillis) -> Result<(), StoreError> {
+        self.ops
+            .put_challenge
+            .store_call(self.inner.put_challenge(token, key_authorization, until))
+            .await
+    }
+    async fn get_challenge(&self, token: &str, now: UnixMillis) -> Result<Option<String>, StoreError> {
+        self.ops
+            .get_challenge
+            .store_call(self.inner.get_challenge(token, now))
+            .await
+    }
+    async fn delete_challenge(&self, token: &str) -> Result<(), StoreError> {
+        self.ops
+            .delete_challenge
+            .store_call(self.inner.delete_challenge(token))
             .await
     }
 }

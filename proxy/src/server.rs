@@ -20,8 +20,9 @@ use pingora::services::Service;
 use rebound_core::code::is_valid_code;
 use rebound_core::decision::{max_age_seconds, push_location, query_is_forwardable};
 use rebound_core::UnixMillis;
-use rebound_edge::sni::Http01Answers;
+use rebound_edge::sni::{http01_token, Http01Answers};
 use rebound_edge::Edge;
+use rebound_store::certs::CertificateStore;
 use std::convert::Infallible;
 use std::future::{ready, Future, Ready};
 use std::os::fd::{AsRawFd, FromRawFd};
@@ -43,7 +44,15 @@ pub struct RedirectAnswers {
     /// The prebuilt 404, 410 and `/` answers.
     dead_ends: DeadEnds,
     /// The HTTP-01 validations in flight, when this port's certificates come from ACME.
-    acme: Option<Arc<dyn Http01Answers>>,
+    acme: Option<AcmeAnswers>,
+}
+
+/// The HTTP-01 validations in flight: this process's own, then the fleet's in the store (the
+/// CA may ask any process of the fleet, not only the one that ordered).
+#[derive(Clone)]
+pub struct AcmeAnswers {
+    pub local: Arc<dyn Http01Answers>,
+    pub shared: Arc<dyn CertificateStore>,
 }
 
 /// The hyper service of the redirect port (cheap to clone: one per connection).
@@ -89,7 +98,7 @@ impl Redirects {
         clicks: Arc<ClickQueue>,
         max_age_secs: u64,
         dead_ends: DeadEnds,
-        acme: Option<Arc<dyn Http01Answers>>,
+        acme: Option<AcmeAnswers>,
     ) -> Redirects {
         let cache_control = (0..=max_age_secs)
             .map(|s| HeaderValue::from_str(&format!("public, max-age={s}")).expect("digits are a valid header value"))
@@ -112,6 +121,9 @@ enum Refusal {
     Root,
     /// An HTTP-01 validation's key authorization.
     Challenge(String),
+    /// An HTTP-01 validation this process did not start: its answer is looked up in the
+    /// store.
+    SharedChallenge(String),
 }
 
 /// A request refused before any lookup, or an answer without a page.
@@ -147,13 +159,20 @@ impl RedirectAnswers {
                 m.bad_path.inc();
                 Err(Refusal::Root)
             }
-            _ if self.acme.is_some() => match self.acme.as_ref().and_then(|a| a.answer_path(req.uri().path())) {
-                Some(answer) => Err(Refusal::Challenge(answer)),
-                None => {
-                    m.bad_path.inc();
-                    Err(Refusal::Status(StatusCode::NOT_FOUND))
+            _ if self.acme.is_some() => {
+                let path = req.uri().path();
+                match (
+                    self.acme.as_ref().and_then(|a| a.local.answer_path(path)),
+                    http01_token(path),
+                ) {
+                    (Some(answer), _) => Err(Refusal::Challenge(answer)),
+                    (None, Some(token)) => Err(Refusal::SharedChallenge(token.to_owned())),
+                    (None, None) => {
+                        m.bad_path.inc();
+                        Err(Refusal::Status(StatusCode::NOT_FOUND))
+                    }
                 }
-            },
+            }
             _ => {
                 m.bad_path.inc();
                 Err(Refusal::Status(StatusCode::NOT_FOUND))
@@ -168,6 +187,8 @@ impl RedirectAnswers {
             Refusal::Status(StatusCode::GONE) => self.dead_ends.gone(head),
             Refusal::Status(status) => status_reply(status),
             Refusal::Root => self.dead_ends.root(head),
+            // Looked up by the caller, never answered here.
+            Refusal::SharedChallenge(_) => self.dead_ends.not_found(head),
             Refusal::Challenge(answer) => {
                 let length = HeaderValue::from(answer.len());
                 let mut res = Response::new(match head {
@@ -184,6 +205,23 @@ impl RedirectAnswers {
         match head {
             true => as_head(res),
             false => res,
+        }
+    }
+
+    /// The answer to an HTTP-01 validation another process of the fleet started, from the
+    /// store: 404 when it has none (or cannot tell).
+    async fn shared_challenge(&self, token: &str, head: bool) -> Reply {
+        let Some(acme) = &self.acme else {
+            return self.refuse(Refusal::Status(StatusCode::NOT_FOUND), head);
+        };
+        let now = self.path.clock.now_millis();
+        match acme.shared.get_challenge(token, now).await {
+            Ok(Some(answer)) => self.refuse(Refusal::Challenge(answer), head),
+            Ok(None) => self.refuse(Refusal::Status(StatusCode::NOT_FOUND), head),
+            Err(e) => {
+                tracing::warn!(error = %rebound_store::Causes(&e), "an HTTP-01 answer could not be read from the store");
+                self.refuse(Refusal::Status(StatusCode::NOT_FOUND), head)
+            }
         }
     }
 
@@ -248,6 +286,12 @@ impl hyper::service::Service<Request<Incoming>> for Redirects {
         let answers = &self.0;
         let code = match answers.check(&req) {
             Ok(code) => code,
+            Err(Refusal::SharedChallenge(token)) => {
+                let (answers, head) = (self.0.clone(), req.method() == Method::HEAD);
+                return Either::Right(Box::pin(
+                    async move { Ok(answers.shared_challenge(&token, head).await) },
+                ));
+            }
             Err(refusal) => return Either::Left(ready(Ok(answers.refuse(refusal, req.method() == Method::HEAD)))),
         };
         let is_get = req.method() == Method::GET;
@@ -539,7 +583,26 @@ mod tests {
                 (path == "/.well-known/acme-challenge/tok").then(|| "tok.thumbprint".to_owned())
             }
         }
-        let challenged = Redirects::answering(path, clicks, 5, DeadEnds::default(), Some(Arc::new(OneToken)));
+        let challenged = Redirects::answering(
+            path,
+            clicks,
+            5,
+            DeadEnds::default(),
+            Some(AcmeAnswers {
+                local: Arc::new(OneToken),
+                shared: store.clone(),
+            }),
+        );
+        // One another process of the fleet started, one that ended.
+        use rebound_store::certs::CertificateStore;
+        store
+            .put_challenge("theirs", "theirs.thumbprint", 2_000_000)
+            .await
+            .unwrap();
+        store
+            .put_challenge("ended", "ended.thumbprint", 1_000_000)
+            .await
+            .unwrap();
         let get_and_head = |redirects: &Redirects, path: &str| {
             let request = |method| format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
             let redirects = redirects.clone();
@@ -561,6 +624,9 @@ mod tests {
             // HTTP-01: the validation in flight is answered where ACME is on, and only it.
             (&challenged, "/.well-known/acme-challenge/tok", "200"),
             (&challenged, "/.well-known/acme-challenge/other", "404"),
+            (&challenged, "/.well-known/acme-challenge/theirs", "200"),
+            (&challenged, "/.well-known/acme-challenge/ended", "404"),
+            (&challenged, "/.well-known/acme-challenge/not%20a%20token", "404"),
             (&challenged, "/s302", "302"),
             (&pages, "/.well-known/acme-challenge/tok", "404"),
         ] {

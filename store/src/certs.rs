@@ -54,6 +54,13 @@ pub trait CertificateStore: Send + Sync {
     ) -> Result<bool, StoreError>;
     /// Gives back `owner`'s lease on `domain`; nothing when another owner holds it.
     async fn release(&self, domain: &str, owner: &str) -> Result<(), StoreError>;
+    /// Records the answer to an HTTP-01 validation in flight (`token` -> key authorization)
+    /// until `until`, so that whichever process of the fleet the CA asks can answer it.
+    async fn put_challenge(&self, token: &str, key_authorization: &str, until: UnixMillis) -> Result<(), StoreError>;
+    /// The answer recorded for `token`, unless none is or it ended by `now`.
+    async fn get_challenge(&self, token: &str, now: UnixMillis) -> Result<Option<String>, StoreError>;
+    /// Forgets the answer for `token` (the order ended); nothing when there is none.
+    async fn delete_challenge(&self, token: &str) -> Result<(), StoreError>;
 }
 
 #[cfg(any(test, feature = "test-util"))]
@@ -71,6 +78,8 @@ mod memory {
         certificates: BTreeMap<String, StoredCertificate>,
         /// domain -> (owner, until)
         leases: BTreeMap<String, (String, UnixMillis)>,
+        /// token -> (key authorization, until)
+        challenges: BTreeMap<String, (String, UnixMillis)>,
     }
 
     /// An in-memory [`CertificateStore`] for tests; clones share the same contents.
@@ -84,6 +93,11 @@ mod memory {
 
         fn state(&self) -> std::sync::MutexGuard<'_, State> {
             self.0.lock().unwrap_or_else(|e| e.into_inner())
+        }
+
+        /// How many HTTP-01 answers are stored, ended or not.
+        pub fn challenge_count(&self) -> usize {
+            self.state().challenges.len()
         }
 
         /// The lease on `domain` as stored (owner, until), expired or not.
@@ -146,6 +160,32 @@ mod memory {
             }
             Ok(())
         }
+
+        async fn put_challenge(
+            &self,
+            token: &str,
+            key_authorization: &str,
+            until: UnixMillis,
+        ) -> Result<(), StoreError> {
+            self.state()
+                .challenges
+                .insert(token.to_owned(), (key_authorization.to_owned(), until));
+            Ok(())
+        }
+
+        async fn get_challenge(&self, token: &str, now: UnixMillis) -> Result<Option<String>, StoreError> {
+            Ok(self
+                .state()
+                .challenges
+                .get(token)
+                .filter(|(_, until)| *until > now)
+                .map(|(answer, _)| answer.clone()))
+        }
+
+        async fn delete_challenge(&self, token: &str) -> Result<(), StoreError> {
+            self.state().challenges.remove(token);
+            Ok(())
+        }
     }
 }
 
@@ -157,6 +197,34 @@ pub async fn contract(store: &dyn CertificateStore) {
     leases(store).await;
     release(store).await;
     account_and_certificates(store).await;
+    challenges(store).await;
+}
+
+/// An HTTP-01 answer is read back until its end, replaced by a new one, and gone once
+/// deleted.
+#[cfg(any(test, feature = "test-util"))]
+async fn challenges(store: &dyn CertificateStore) {
+    let (token, other) = (unique_domain().replace('.', "_"), unique_domain().replace('.', "_"));
+    assert_eq!(store.get_challenge(&token, 100).await.unwrap(), None);
+    store.put_challenge(&token, "first.thumbprint", 200).await.unwrap();
+    assert_eq!(
+        store.get_challenge(&token, 199).await.unwrap().as_deref(),
+        Some("first.thumbprint")
+    );
+    assert_eq!(
+        store.get_challenge(&token, 200).await.unwrap(),
+        None,
+        "ended at its end"
+    );
+    store.put_challenge(&token, "second.thumbprint", 300).await.unwrap();
+    assert_eq!(
+        store.get_challenge(&token, 250).await.unwrap().as_deref(),
+        Some("second.thumbprint")
+    );
+    assert_eq!(store.get_challenge(&other, 250).await.unwrap(), None);
+    store.delete_challenge(&token).await.unwrap();
+    assert_eq!(store.get_challenge(&token, 250).await.unwrap(), None);
+    store.delete_challenge(&token).await.unwrap();
 }
 
 #[cfg(any(test, feature = "test-util"))]

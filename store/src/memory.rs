@@ -316,6 +316,18 @@ impl crate::certs::CertificateStore for MemoryStore {
         self.check()?;
         self.certificates.release(domain, owner).await
     }
+    async fn put_challenge(&self, token: &str, key_authorization: &str, until: UnixMillis) -> Result<(), StoreError> {
+        self.check()?;
+        self.certificates.put_challenge(token, key_authorization, until).await
+    }
+    async fn get_challenge(&self, token: &str, now: UnixMillis) -> Result<Option<String>, StoreError> {
+        self.check()?;
+        self.certificates.get_challenge(token, now).await
+    }
+    async fn delete_challenge(&self, token: &str) -> Result<(), StoreError> {
+        self.check()?;
+        self.certificates.delete_challenge(token).await
+    }
 }
 
 #[async_trait]

@@ -1,6 +1,6 @@
 //! What ACME gave the fleet ([`CertificateStore`]), in the `keys` table beside the API keys
 //! (key material, a handful of items): `acme#account`, `cert#<domain>` and
-//! `certlease#<domain>`, each written with one conditional request where it must be.
+//! `certlease#<domain>` and `acmechallenge#<token>` (HTTP-01 answers in flight), each written with one conditional request where it must be.
 
 use crate::item::{get_n, get_s, n, s, Item};
 use crate::store::{sdk_err, update_refused};
@@ -13,6 +13,7 @@ use rebound_store::StoreError;
 const ACCOUNT: &str = "acme#account";
 const CERT: &str = "cert#";
 const LEASE: &str = "certlease#";
+const CHALLENGE: &str = "acmechallenge#";
 
 fn certificate_from_item(item: &Item) -> Result<StoredCertificate, StoreError> {
     let pk = get_s(item, "pk")?;
@@ -171,5 +172,49 @@ impl CertificateStore for DynamoStore {
             }
             Err(e) => Err(sdk_err(e)),
         }
+    }
+
+    async fn put_challenge(&self, token: &str, key_authorization: &str, until: UnixMillis) -> Result<(), StoreError> {
+        self.client
+            .put_item()
+            .table_name(self.table("keys"))
+            .item("pk", s(format!("{CHALLENGE}{token}")))
+            .item("key_authorization", s(key_authorization))
+            .item("until", n(until))
+            .send()
+            .await
+            .map_err(sdk_err)?;
+        Ok(())
+    }
+
+    async fn get_challenge(&self, token: &str, now: UnixMillis) -> Result<Option<String>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(self.table("keys"))
+            .key("pk", s(format!("{CHALLENGE}{token}")))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(sdk_err)?;
+        let Some(item) = out.item() else {
+            return Ok(None);
+        };
+        let until: UnixMillis = get_n(item, "until")?;
+        match until > now {
+            true => Ok(Some(get_s(item, "key_authorization")?)),
+            false => Ok(None),
+        }
+    }
+
+    async fn delete_challenge(&self, token: &str) -> Result<(), StoreError> {
+        self.client
+            .delete_item()
+            .table_name(self.table("keys"))
+            .key("pk", s(format!("{CHALLENGE}{token}")))
+            .send()
+            .await
+            .map_err(sdk_err)?;
+        Ok(())
     }
 }

@@ -122,4 +122,41 @@ impl CertificateStore for SqliteStore {
         })
         .await
     }
+    async fn put_challenge(&self, token: &str, key_authorization: &str, until: UnixMillis) -> Result<(), StoreError> {
+        let (token, key_authorization) = (token.to_owned(), key_authorization.to_owned());
+        self.write(move |conn| {
+            conn.execute(
+                "INSERT INTO acme_challenges (token, key_authorization, until) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (token) DO UPDATE SET key_authorization = ?2, until = ?3",
+                params![token, key_authorization, until],
+            )
+            .map_err(sql_err)?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn get_challenge(&self, token: &str, now: UnixMillis) -> Result<Option<String>, StoreError> {
+        let token = token.to_owned();
+        self.read(move |conn| {
+            conn.query_row(
+                "SELECT key_authorization FROM acme_challenges WHERE token = ?1 AND until > ?2",
+                params![token, now],
+                |row| row.get(0),
+            )
+            .optional()
+            .map_err(sql_err)
+        })
+        .await
+    }
+
+    async fn delete_challenge(&self, token: &str) -> Result<(), StoreError> {
+        let token = token.to_owned();
+        self.write(move |conn| {
+            conn.execute("DELETE FROM acme_challenges WHERE token = ?1", [token])
+                .map_err(sql_err)?;
+            Ok(())
+        })
+        .await
+    }
 }

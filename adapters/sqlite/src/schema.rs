@@ -79,6 +79,12 @@ CREATE TABLE IF NOT EXISTS certificate_leases (
     owner TEXT NOT NULL,
     until INTEGER NOT NULL
 ) WITHOUT ROWID;
+-- HTTP-01 answers in flight, for whichever process the CA asks.
+CREATE TABLE IF NOT EXISTS acme_challenges (
+    token TEXT PRIMARY KEY,
+    key_authorization TEXT NOT NULL,
+    until INTEGER NOT NULL
+) WITHOUT ROWID;
 ";
 
 /// The click rollups live in a second file beside the first, with its own writer: SQLite

@@ -232,7 +232,9 @@ mod tests {
         drop(SqliteStore::open(&path).unwrap());
         // A file of a version before the certificates' tables.
         let conn = Connection::open(&path).unwrap();
-        conn.execute_batch("DROP TABLE acme_account; DROP TABLE certificates; DROP TABLE certificate_leases;")
+        conn.execute_batch(
+            "DROP TABLE acme_account; DROP TABLE certificates; DROP TABLE certificate_leases; DROP TABLE acme_challenges;",
+        )
             .unwrap();
         drop(conn);
         let store = SqliteStore::open(&path).unwrap();
