@@ -28,19 +28,29 @@ fn certificate_from_item(item: &Item) -> Result<StoredCertificate, StoreError> {
     })
 }
 
-#[async_trait]
-impl CertificateStore for DynamoStore {
-    async fn get_account(&self) -> Result<Option<String>, StoreError> {
+impl DynamoStore {
+    /// The item `pk` of the `keys` table, read strongly consistent.
+    async fn keys_item(&self, pk: String) -> Result<Option<Item>, StoreError> {
         let out = self
             .client
             .get_item()
             .table_name(self.table("keys"))
-            .key("pk", s(ACCOUNT))
+            .key("pk", s(pk))
             .consistent_read(true)
             .send()
             .await
             .map_err(sdk_err)?;
-        out.item().map(|i| get_s(i, "credentials")).transpose()
+        Ok(out.item)
+    }
+}
+
+#[async_trait]
+impl CertificateStore for DynamoStore {
+    async fn get_account(&self) -> Result<Option<String>, StoreError> {
+        self.keys_item(ACCOUNT.to_owned())
+            .await?
+            .map(|i| get_s(&i, "credentials"))
+            .transpose()
     }
 
     async fn put_account(&self, credentials: &str) -> Result<(), StoreError> {
@@ -67,16 +77,10 @@ impl CertificateStore for DynamoStore {
     }
 
     async fn get_certificate(&self, domain: &str) -> Result<Option<StoredCertificate>, StoreError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(self.table("keys"))
-            .key("pk", s(format!("{CERT}{domain}")))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(sdk_err)?;
-        out.item().map(certificate_from_item).transpose()
+        self.keys_item(format!("{CERT}{domain}"))
+            .await?
+            .map(|i| certificate_from_item(&i))
+            .transpose()
     }
 
     async fn put_certificate(&self, certificate: &StoredCertificate) -> Result<(), StoreError> {
@@ -188,21 +192,12 @@ impl CertificateStore for DynamoStore {
     }
 
     async fn get_challenge(&self, token: &str, now: UnixMillis) -> Result<Option<String>, StoreError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(self.table("keys"))
-            .key("pk", s(format!("{CHALLENGE}{token}")))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(sdk_err)?;
-        let Some(item) = out.item() else {
+        let Some(item) = self.keys_item(format!("{CHALLENGE}{token}")).await? else {
             return Ok(None);
         };
-        let until: UnixMillis = get_n(item, "until")?;
+        let until: UnixMillis = get_n(&item, "until")?;
         match until > now {
-            true => Ok(Some(get_s(item, "key_authorization")?)),
+            true => Ok(Some(get_s(&item, "key_authorization")?)),
             false => Ok(None),
         }
     }
