@@ -3,7 +3,7 @@
 //! `certlease#<domain>` and `acmechallenge#<token>` (HTTP-01 answers in flight), each written with one conditional request where it must be.
 
 use crate::item::{get_n, get_s, n, s, Item};
-use crate::store::{sdk_err, update_refused};
+use crate::store::{condition_refused, sdk_err};
 use crate::DynamoStore;
 use async_trait::async_trait;
 use rebound_core::UnixMillis;
@@ -64,15 +64,10 @@ impl CertificateStore for DynamoStore {
             .expression_attribute_names("#pk", "pk")
             .send()
             .await;
-        match result {
+        match result.map_err(condition_refused) {
             Ok(_) => Ok(()),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Err(StoreError::AlreadyExists)
-            }
-            Err(e) => Err(sdk_err(e)),
+            Err(StoreError::ConditionFailed) => Err(StoreError::AlreadyExists),
+            Err(e) => Err(e),
         }
     }
 
@@ -147,7 +142,7 @@ impl CertificateStore for DynamoStore {
             .expression_attribute_values(":now", n(now))
             .send()
             .await;
-        match result.map_err(update_refused) {
+        match result.map_err(condition_refused) {
             Ok(_) => Ok(true),
             Err(StoreError::ConditionFailed) => Ok(false),
             Err(e) => Err(e),
@@ -165,16 +160,10 @@ impl CertificateStore for DynamoStore {
             .expression_attribute_values(":owner", s(owner))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(()),
+        match result.map_err(condition_refused) {
             // Another owner's, or none: nothing to give back.
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(sdk_err(e)),
+            Ok(_) | Err(StoreError::ConditionFailed) => Ok(()),
+            Err(e) => Err(e),
         }
     }
 

@@ -2,7 +2,7 @@
 //! `counters` table.
 
 use crate::item::{get_n, get_s, n, s};
-use crate::store::sdk_err;
+use crate::store::{condition_refused, sdk_err};
 use crate::DynamoStore;
 use async_trait::async_trait;
 use rebound_store::{CounterStore, StoreError};
@@ -45,12 +45,10 @@ impl CounterStore for DynamoStore {
             .expression_attribute_names("#name", "name")
             .send()
             .await;
-        match put {
+        match put.map_err(condition_refused) {
             Ok(_) => return Ok(candidate.to_owned()),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) => {}
-            Err(e) => return Err(sdk_err(e)),
+            Err(StoreError::ConditionFailed) => {}
+            Err(e) => return Err(e),
         }
         let out = self
             .client

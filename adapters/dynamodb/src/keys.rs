@@ -2,7 +2,7 @@
 //! pointer, written in one transaction.
 
 use crate::item::{get_s, key_from_item, key_item, n, s, Item};
-use crate::store::{cancelled_conditions, sdk_err, unbuilt};
+use crate::store::{cancelled_conditions, condition_refused, sdk_err, unbuilt};
 use crate::DynamoStore;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
@@ -89,13 +89,10 @@ impl KeyStore for DynamoStore {
                 .map(key_from_item)
                 .transpose()?
                 .ok_or(StoreError::NotFound),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Err(StoreError::NotFound)
-            }
-            Err(e) => Err(sdk_err(e)),
+            Err(e) => match condition_refused(e) {
+                StoreError::ConditionFailed => Err(StoreError::NotFound),
+                e => Err(e),
+            },
         }
     }
 }

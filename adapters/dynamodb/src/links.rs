@@ -3,7 +3,7 @@
 //! of the link item found through the sparse `pending` index.
 
 use crate::item::{get_n, get_s, idempotency_pk, link_from_item, link_item, n, s, sort_key, LIST_PARTITION};
-use crate::store::{cancelled_conditions, sdk_err, unbuilt, update_refused};
+use crate::store::{cancelled_conditions, condition_refused, sdk_err, unbuilt};
 use crate::DynamoStore;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
@@ -130,13 +130,10 @@ impl LinkStore for DynamoStore {
                 .await
             {
                 Ok(_) => Ok(()),
-                Err(e)
-                    if e.as_service_error()
-                        .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-                {
-                    Err(StoreError::AlreadyExists)
-                }
-                Err(e) => Err(sdk_err(e)),
+                Err(e) => match condition_refused(e) {
+                    StoreError::ConditionFailed => Err(StoreError::AlreadyExists),
+                    e => Err(e),
+                },
             };
         };
         let idem_item = HashMap::from([
@@ -255,18 +252,13 @@ impl LinkStore for DynamoStore {
                 .expression_attribute_names("#reason", "delete_reason")
                 .expression_attribute_values(":reason", s(reason));
         }
-        match req.update_expression(update).send().await {
+        match req.update_expression(update).send().await.map_err(condition_refused) {
             Ok(_) => Ok(next),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                match self.get_link(code).await? {
-                    None => Err(StoreError::NotFound),
-                    Some(_) => Err(StoreError::ConditionFailed),
-                }
-            }
-            Err(e) => Err(sdk_err(e)),
+            Err(StoreError::ConditionFailed) => match self.get_link(code).await? {
+                None => Err(StoreError::NotFound),
+                Some(_) => Err(StoreError::ConditionFailed),
+            },
+            Err(e) => Err(e),
         }
     }
 
@@ -324,7 +316,11 @@ impl LinkStore for DynamoStore {
             .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
             .send()
             .await;
-        link_from_item(out.map_err(update_refused)?.attributes().ok_or(StoreError::NotFound)?)
+        link_from_item(
+            out.map_err(condition_refused)?
+                .attributes()
+                .ok_or(StoreError::NotFound)?,
+        )
     }
 
     async fn finish_propagation(&self, code: &str, version: u64) -> Result<(), StoreError> {
@@ -342,7 +338,7 @@ impl LinkStore for DynamoStore {
             .expression_attribute_values(":version", n(version))
             .send()
             .await;
-        out.map(|_| ()).map_err(update_refused)
+        out.map(|_| ()).map_err(condition_refused)
     }
 
     async fn list_links(

@@ -23,12 +23,15 @@ pub(crate) fn unbuilt(e: aws_sdk_dynamodb::error::BuildError) -> StoreError {
     StoreError::Internal(format!("a DynamoDB request built incomplete: {e}"))
 }
 
-/// A failed `UpdateItem`: `ConditionFailed` when its condition did not hold.
-pub(crate) fn update_refused<R: std::fmt::Debug + Send + Sync + 'static>(
-    e: aws_sdk_dynamodb::error::SdkError<aws_sdk_dynamodb::operation::update_item::UpdateItemError, R>,
-) -> StoreError {
-    match e.as_service_error() {
-        Some(s) if s.is_conditional_check_failed_exception() => StoreError::ConditionFailed,
+/// A failed conditional request (`PutItem`, `UpdateItem`, `DeleteItem`): `ConditionFailed`
+/// when its condition did not hold (the caller says what that means), else the outage.
+pub(crate) fn condition_refused<E, R>(e: aws_sdk_dynamodb::error::SdkError<E, R>) -> StoreError
+where
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    match e.as_service_error().and_then(|s| s.code()) {
+        Some("ConditionalCheckFailedException") => StoreError::ConditionFailed,
         _ => sdk_err(e),
     }
 }
