@@ -9,8 +9,9 @@
 mod common;
 
 use common::fleet::{create, Deployment};
+use common::services::free_port;
 use common::*;
-use rebound_acme::testing::{free_port, https_get, Pebble};
+use rebound_acme::testing::{https_get, Pebble};
 use serde_json::json;
 use std::time::{Duration, Instant};
 

@@ -11,8 +11,6 @@ use rustls::sign::CertifiedKey;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-pub use rebound_edge::sni::HTTP01_PREFIX;
-
 /// The challenge answers in flight. Each lock is held only to copy an entry in or out.
 #[derive(Debug)]
 pub struct Challenges {

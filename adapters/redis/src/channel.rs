@@ -329,17 +329,8 @@ mod tests {
         let cache = crate::connection::test_cache("one-step");
         let policy = CachePolicy::default();
         let now = crate::connection::now_millis();
-        let link = rebound_core::Link::new_active(
-            "gone".into(),
-            "https://example.com/".into(),
-            rebound_core::RedirectKind::Found,
-            false,
-            now,
-            "t".into(),
-            None,
-        );
         cache
-            .put_record("gone", &CacheRecord::active(&link, now, &policy), now)
+            .put_record("gone", &crate::connection::tests::record(1), now)
             .await
             .unwrap();
         let position = InvalidationChannel::keepalive(&cache, "p1", 1).await.unwrap();

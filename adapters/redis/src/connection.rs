@@ -663,7 +663,8 @@ pub(crate) mod tests {
         );
     }
 
-    fn record(version: u64) -> CacheRecord {
+    /// An active record at `version`, fresh from now, as the write-through makes it.
+    pub(crate) fn record(version: u64) -> CacheRecord {
         let now = now_millis();
         let link = rebound_core::Link {
             version,
