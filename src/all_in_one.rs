@@ -85,7 +85,8 @@ impl AllInOne {
             },
             fleet: Fleet::InProcess,
             home: None,
-            certificates: store,
+            certificates: store.clone(),
+            domains: store,
         };
         let shutdown = async move {
             let how = shutdown.await;

@@ -123,7 +123,8 @@ pub fn run_proxy(settings: Settings, options: RunOptions, runtime: &tokio::runti
             None => Fleet::Alone,
         },
         home: runtime.block_on(open_home_store(&settings, &metrics.adapters)),
-        certificates: store,
+        certificates: store.clone(),
+        domains: store,
     };
     dp.run(adapters, listeners, stop_requested(true), runtime)
 }

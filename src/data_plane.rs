@@ -4,13 +4,14 @@
 //! adapters the caller opened, until `shutdown` resolves. The all-in-one and
 //! `rebound proxy` are this with different adapters; so are the in-process tests.
 
+use crate::domains::DomainWatch;
 use crate::listen::{bind, edge_limits, router_edge, RouterPort};
 use crate::metrics_port::{metrics_router, Readiness};
 use crate::process_metrics::ProcessRegistry;
 use crate::settings::{AcmeSettings, RedirectSettings, Settings};
 use crate::signals::{drain, log_hangups};
 use anyhow::Context;
-use rebound_acme::{AcmeMetrics, Challenges, Issuer, IssuerConfig};
+use rebound_acme::{AcmeMetrics, Challenges, Issuer, IssuerConfig, Outcome};
 use rebound_core::Clock;
 use rebound_edge::sni::{ChallengeCerts, SniResolver};
 use rebound_edge::tls::{watch_certificate, CertificateFiles, ReloadableCert};
@@ -18,6 +19,7 @@ use rebound_edge::Edge;
 use rebound_metering::MeteredRecordCache;
 use rebound_proxy::clicks::{run_click_shipper, ClickPacing, ClickQueue, ClickWriter, RollupsWithPending};
 use rebound_proxy::distributed::{run_creation_feed, run_invalidation_listener, run_keepalive, sync_embedded_filter};
+use rebound_proxy::domains::{DomainRoutes, UnknownHost};
 use rebound_proxy::events::InProcessLinkEvents;
 use rebound_proxy::issued::IssuedCodeGate;
 use rebound_proxy::l1::L1;
@@ -29,6 +31,7 @@ use rebound_proxy::server::{
 };
 use rebound_redis::RedisCache;
 use rebound_store::certs::CertificateStore;
+use rebound_store::domains::DomainStore;
 use rebound_store::{LinkEvents, LinkReads, RollupStore};
 use std::future::Future;
 use std::sync::Arc;
@@ -101,6 +104,8 @@ pub struct DataPlaneAdapters {
     pub home: Option<Arc<dyn LinkReads>>,
     /// Where ACME's account and certificates are kept, for the whole fleet.
     pub certificates: Arc<dyn CertificateStore>,
+    /// The fleet's domains besides the default one.
+    pub domains: Arc<dyn DomainStore>,
 }
 
 /// The TLS port's certificates over ACME: the settings, the answers to validations in
@@ -138,6 +143,8 @@ pub struct DataPlane {
     /// The certificate of the TLS listener, reloaded while it serves.
     certificate: Option<Arc<ReloadableCert>>,
     acme: Option<Acme>,
+    /// The default domain: the host of `public_base_url`.
+    default_host: String,
 }
 
 impl DataPlane {
@@ -200,6 +207,10 @@ impl DataPlane {
             tls_edge,
             certificate,
             acme,
+            default_host: url::Url::parse(&settings.public_base_url)
+                .ok()
+                .and_then(|u| u.host_str().map(str::to_owned))
+                .unwrap_or_default(),
             redirect: r.clone(),
             threads: match r.threads {
                 0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
@@ -250,6 +261,7 @@ impl DataPlane {
             fleet,
             home,
             certificates,
+            domains,
         } = adapters;
         let r = &self.redirect;
         let mut path = RedirectPath::new(
@@ -276,6 +288,36 @@ impl DataPlane {
         let readiness = Readiness::bound((!matches!(fleet, Fleet::Alone)).then(|| self.issued.clone()))
             .with_gauge(self.proxy_metrics.bloom_loaded_codes.clone());
         let pacing = click_pacing(r, !matches!(fleet, Fleet::InProcess));
+        let routes = Arc::new(DomainRoutes::new(
+            &self.default_host,
+            match r.serve_unknown_hosts {
+                true => UnknownHost::DefaultDomain,
+                false => UnknownHost::NotFound,
+            },
+        ));
+        let acme_domains = self
+            .acme
+            .as_ref()
+            .map(|a| (a.settings.domains.clone(), watch::channel(a.settings.domains.clone())));
+        let (acme_tx, acme_rx) = match acme_domains {
+            Some((configured, (tx, rx))) => (Some((configured, tx)), Some(rx)),
+            None => (None, None),
+        };
+        let domain_watch = DomainWatch {
+            routes: routes.clone(),
+            store: domains.clone(),
+            changes: store.clone(),
+            acme: acme_tx,
+            routed: self.proxy_metrics.domains_routed.clone(),
+        };
+        // Routed before the port serves: a domain's link answers from the first request.
+        let domains_read = match runtime.block_on(domain_watch.sync(None)) {
+            Ok(mark) => Some(mark),
+            Err(e) => {
+                tracing::warn!(error = %rebound_store::Causes(&e), "cannot read the domains at start; only the default domain is routed until they are read");
+                None
+            }
+        };
 
         let (stop_tx, stop) = watch::channel(false);
         let (clicks_stop_tx, clicks_stop) = watch::channel(false);
@@ -296,8 +338,16 @@ impl DataPlane {
                 tokio::spawn(run_click_shipper(self.clicks.clone(), clicks, pacing, clicks_stop)),
                 self.certificate_watcher(stop.clone()),
             ];
-            if let Some(acme) = &self.acme {
-                tasks.push(run_acme(acme, certificates.clone(), self.clock.clone(), stop.clone())?);
+            tasks.push(tokio::spawn(domain_watch.run(domains_read, stop.clone())));
+            if let (Some(acme), Some(list)) = (&self.acme, acme_rx) {
+                tasks.push(run_acme(
+                    acme,
+                    certificates.clone(),
+                    domains,
+                    list,
+                    self.clock.clone(),
+                    stop.clone(),
+                )?);
             }
             match fleet {
                 Fleet::InProcess => tasks.push(tokio::spawn(sync_embedded_filter(self.issued.clone(), store, self.code_key))),
@@ -356,6 +406,7 @@ impl DataPlane {
                 local: a.challenges.clone(),
                 shared: certificates,
             }),
+            routes,
         );
         let take_over = matches!(listeners.redirect, RedirectListener::Inherited(_));
         let mut ports = vec![(listeners.redirect, RedirectPort::new(redirects.clone(), self.edge))];
@@ -407,12 +458,16 @@ impl DataPlane {
     }
 }
 
-/// Orders and renews the certificates of `acme.domains` (one process of the fleet at a time,
-/// through the store's lease) and serves what the store holds, every [`ACME_ROUND`], until
-/// `stop`.
+/// Orders and renews the certificates of the domains `domains` holds (`acme.domains` and the
+/// fleet's domains with `certificate: acme`; one process of the fleet at a time, through the
+/// store's lease) and serves what the store holds, every [`ACME_ROUND`] and whenever the
+/// list changes, until `stop`. Each order's failure (or success after one) is recorded on
+/// its domain, for the API and the console.
 fn run_acme(
     acme: &Acme,
     store: Arc<dyn CertificateStore>,
+    records: Arc<dyn DomainStore>,
+    domains: watch::Receiver<Vec<String>>,
     clock: Arc<dyn Clock>,
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<JoinHandle<()>> {
@@ -431,13 +486,43 @@ fn run_acme(
     config.prefer = s.challenge;
     config.check_every = ACME_ROUND;
     let issuer = Issuer::new(config, store, acme.challenges.clone(), acme.metrics.clone());
-    // The list is fixed for the process's life: its sender lives as long as the issuer.
-    let (domains_tx, domains) = watch::channel(s.domains.clone());
     let resolver = acme.resolver.clone();
     Ok(tokio::spawn(async move {
-        let _fixed = domains_tx;
-        issuer.run(domains, Some(resolver), clock, stop).await
+        let at = clock.clone();
+        let report = |outcomes: Vec<(String, Outcome)>| {
+            let (records, now) = (records.clone(), at.now_millis());
+            async move { record_outcomes(records.as_ref(), &outcomes, now).await }
+        };
+        issuer.run_reporting(domains, Some(resolver), clock, stop, report).await
     }))
+}
+
+/// Records on each domain of the store what its order did: a failure with its reason, or a
+/// certificate issued or renewed (clearing an earlier failure). A domain not in the store
+/// (`acme.domains` only) or not ordered this round is left as it is.
+async fn record_outcomes(records: &dyn DomainStore, outcomes: &[(String, Outcome)], now: rebound_core::UnixMillis) {
+    for (name, outcome) in outcomes {
+        let error = match outcome {
+            Outcome::Failed(e) => Some(e.to_string()),
+            Outcome::Issued { .. } | Outcome::Renewed { .. } => None,
+            Outcome::NotDue { .. } | Outcome::LeasedElsewhere | Outcome::BackingOff { .. } => continue,
+        };
+        let result = async {
+            let Some(mut domain) = records.get_domain(name).await? else {
+                return Ok(());
+            };
+            domain.certificate_error = error.clone();
+            domain.certificate_attempt_at = Some(now);
+            match records.update_domain(&domain).await {
+                Err(rebound_store::StoreError::NotFound) => Ok(()),
+                other => other,
+            }
+        }
+        .await;
+        if let Err(e) = result {
+            tracing::warn!(domain = %name, error = %rebound_store::Causes(&e), "cannot record the certificate's state on its domain");
+        }
+    }
 }
 
 /// How click persistence is paced; `distributed` for a proxy (whose control plane's stats

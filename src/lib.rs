@@ -6,6 +6,7 @@
 //!
 //! - `settings`: everything Rebound is configured with, as validated data.
 //! - `config`: the TOML file and `REBOUND_*` variables, read into `Settings`.
+//! - `domains`: the data plane's view of the fleet's domains, kept current from the store.
 //! - `data_plane`: the redirect data plane, `DataPlane::build` and `run(adapters,
 //!   listeners, shutdown)`.
 //! - `control_plane`: the control plane, `ControlPlane::build` and `run(listeners,
@@ -30,6 +31,7 @@ pub mod cli;
 pub mod config;
 pub mod control_plane;
 pub mod data_plane;
+pub mod domains;
 pub mod listen;
 pub mod metrics_port;
 pub mod process_metrics;

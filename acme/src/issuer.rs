@@ -496,11 +496,27 @@ impl Issuer {
     /// in `resolver` (the ones other processes ordered too), until `stop` turns true.
     pub async fn run(
         &self,
+        domains: watch::Receiver<Vec<String>>,
+        resolver: Option<Arc<SniResolver>>,
+        clock: Arc<dyn Clock>,
+        stop: watch::Receiver<bool>,
+    ) {
+        self.run_reporting(domains, resolver, clock, stop, |_| async {}).await
+    }
+
+    /// [`Issuer::run`], handing each round's outcomes to `report` (to record a domain's
+    /// failure where people see it, say) before the certificates are installed.
+    pub async fn run_reporting<F, Fut>(
+        &self,
         mut domains: watch::Receiver<Vec<String>>,
         resolver: Option<Arc<SniResolver>>,
         clock: Arc<dyn Clock>,
         mut stop: watch::Receiver<bool>,
-    ) {
+        mut report: F,
+    ) where
+        F: FnMut(Vec<(String, Outcome)>) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
         let mut tick = tokio::time::interval(self.config.check_every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -513,7 +529,7 @@ impl Issuer {
                 return;
             }
             let list = domains.borrow_and_update().clone();
-            self.renew_due(&list, clock.now_millis()).await;
+            report(self.renew_due(&list, clock.now_millis()).await).await;
             if let Some(resolver) = &resolver {
                 match install_stored(self.store.as_ref(), &list, resolver).await {
                     Ok(refused) => {

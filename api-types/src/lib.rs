@@ -38,6 +38,11 @@ pub struct CreateLinkRequest {
     /// Append the request's query string to the target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forward_query: Option<bool>,
+    /// The domain the link is on (SPEC §11): the default domain (the host of the public
+    /// base URL) when not given, or the first domain of a key scoped to domains.
+    #[schema(max_length = 253)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
 }
 
 /// A whole JSON number, written `20` or `20.0` (JSON has one number type, and JSON Schema's
@@ -80,7 +85,7 @@ pub fn import_links_schema() -> utoipa::openapi::Array {
         .schema_type(SchemaType::AnyValue)
         .description(Some(
             "A link as in CreateLinkRequest (`long_url`, and optionally `custom_alias`, `expires_at`, \
-             `ttl_seconds`, `redirect`, `forward_query`). Each is judged on its own: one of another \
+             `ttl_seconds`, `redirect`, `forward_query`, `domain`). Each is judged on its own: one of another \
              shape (not an object, an unknown field, a wrong type) or with a bad value fails alone, \
              in results, as `invalid_json` or as its create would.",
         ));
@@ -133,6 +138,8 @@ pub const MAX_IMPORT: usize = 1000;
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct LinkCreated {
     pub code: String,
+    /// The domain the link is on.
+    pub domain: String,
     pub short_url: String,
     pub long_url: String,
     pub redirect: u16,
@@ -146,6 +153,8 @@ pub struct LinkCreated {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct LinkView {
     pub code: String,
+    /// The domain the link is on.
+    pub domain: String,
     pub short_url: String,
     pub long_url: String,
     pub redirect: u16,
@@ -210,6 +219,11 @@ pub struct CreateKeyRequest {
     /// `creator` or `operator`.
     #[schema(schema_with = role_schema)]
     pub role: String,
+    /// Only for a creator key: the domains it may create and see links on (1 to 100,
+    /// each a domain of the fleet, the default one included). Every domain when not given.
+    #[schema(min_items = 1, max_items = 100)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domains: Option<Vec<String>>,
 }
 
 /// The roles of a key.
@@ -228,6 +242,8 @@ pub struct KeyCreated {
     pub name: String,
     #[schema(schema_with = role_schema)]
     pub role: String,
+    /// The domains it is scoped to; null for every domain.
+    pub domains: Option<Vec<String>>,
     pub key: String,
 }
 
@@ -276,6 +292,87 @@ pub struct Me {
     /// `creator` or `operator`.
     #[schema(schema_with = role_schema)]
     pub role: String,
+    /// The domains it is scoped to; null for every domain.
+    pub domains: Option<Vec<String>>,
+}
+
+/// A domain to serve links on (SPEC §11).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateDomainRequest {
+    /// A DNS name of two labels or more (an internationalized name is stored as its
+    /// ASCII form); not an IP address, not the default domain.
+    #[schema(min_length = 1, max_length = 253)]
+    pub name: String,
+    /// `acme` (default): its certificate is ordered and renewed over ACME when the TLS port
+    /// has ACME; `files`: it is in the TLS port's certificate files, managed by hand.
+    #[schema(schema_with = certificate_source_schema)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate: Option<String>,
+    /// Where a code this domain does not have redirects (302); the built-in 404 page when
+    /// not given. Same rules as a link's `long_url`.
+    #[schema(max_length = 2048)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_found_url: Option<String>,
+    /// Where an expired or deleted link of this domain redirects; the built-in 410 page
+    /// when not given.
+    #[schema(max_length = 2048)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expired_url: Option<String>,
+    /// Where `/` of this domain redirects; the built-in page when not given.
+    #[schema(max_length = 2048)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_url: Option<String>,
+}
+
+/// Where a domain's certificate comes from.
+pub fn certificate_source_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::Type::String)
+        .enum_values(Some(["acme", "files"]))
+        .description(Some("`acme` or `files`."))
+        .build()
+}
+
+/// A domain and the state of its certificate.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct DomainView {
+    pub name: String,
+    /// True for the default domain (the host of the public base URL): it cannot be removed.
+    pub default: bool,
+    /// `acme` or `files` (the default domain: `files`, or `acme` when the TLS port orders its
+    /// certificate).
+    #[schema(schema_with = certificate_source_schema)]
+    pub certificate: String,
+    /// `pending` (no certificate yet, no failure), `issued` (a certificate is stored and
+    /// served), `failing` (the last order failed: see `certificate_error`), `files` (the
+    /// operator's certificate files), `none` (the fleet has no TLS port with ACME).
+    pub state: String,
+    /// When the stored certificate expires (RFC 3339).
+    pub certificate_expires_at: Option<String>,
+    /// Why the last order failed, when it did.
+    pub certificate_error: Option<String>,
+    /// When a certificate was last ordered or tried (RFC 3339).
+    pub certificate_attempt_at: Option<String>,
+    pub not_found_url: Option<String>,
+    pub expired_url: Option<String>,
+    pub root_url: Option<String>,
+    /// Null for the default domain.
+    pub created_at: Option<String>,
+    pub created_by: Option<String>,
+}
+
+/// Every domain, the default one first.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct DomainList {
+    pub domains: Vec<DomainView>,
+}
+
+/// A domain removed, and how many of its links were taken down with it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct DomainRemoved {
+    pub name: String,
+    pub taken_down: u64,
 }
 
 #[cfg(test)]
@@ -291,6 +388,7 @@ mod tests {
             ttl_seconds: Some(60),
             redirect: None,
             forward_query: None,
+            domain: None,
         };
         assert_eq!(
             serde_json::to_string(&req).unwrap(),
@@ -309,7 +407,7 @@ mod tests {
         let failed: ImportOutcome = serde_json::from_str(r#"{"error":{"code":"invalid_url","message":"no"}}"#).unwrap();
         assert!(matches!(failed, ImportOutcome::Failed { error } if error.code == "invalid_url"));
         let created: ImportOutcome = serde_json::from_str(
-            r#"{"code":"abc","short_url":"https://s/abc","long_url":"https://e/","redirect":302,"forward_query":false,"expires_at":null,"created_at":"2026-01-01T00:00:00Z","version":1}"#,
+            r#"{"code":"abc","domain":"s","short_url":"https://s/abc","long_url":"https://e/","redirect":302,"forward_query":false,"expires_at":null,"created_at":"2026-01-01T00:00:00Z","version":1}"#,
         )
         .unwrap();
         assert!(matches!(created, ImportOutcome::Created(l) if l.code == "abc"));

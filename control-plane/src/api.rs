@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use rebound_api_types::*;
+use rebound_core::domain::{normalize_domain, split_key};
 use rebound_core::time::to_rfc3339;
 use rebound_core::Link;
 use rebound_store::{ApiKeyRecord, IdempotencyRecord, Role, StoreError};
@@ -37,6 +38,14 @@ pub(crate) fn routes() -> Router<Arc<ControlPlane>> {
         .route("/api/v1/links/{code}/qr.svg", get(crate::qr::link_qr))
         .route("/api/v1/links/{code}/audit", get(crate::audit::link_audit))
         .route("/api/v1/me", get(crate::me::whoami))
+        .route(
+            "/api/v1/domains",
+            post(crate::domains::create_domain).get(crate::domains::list_domains),
+        )
+        .route(
+            "/api/v1/domains/{name}",
+            get(crate::domains::get_domain).delete(crate::domains::delete_domain),
+        )
         .route("/api/v1/keys", post(create_key))
         .route("/api/v1/keys/{id}", delete(revoke_key))
         .route("/api/v1/openapi.json", get(openapi))
@@ -45,10 +54,27 @@ pub(crate) fn routes() -> Router<Arc<ControlPlane>> {
 }
 
 impl ControlPlane {
+    /// The short URL of `link`: on its domain, with the public base URL's scheme.
+    pub(crate) fn short_url(&self, link: &Link) -> String {
+        let (code, id) = split_key(&link.code);
+        match id {
+            None => self.config.short_url(code),
+            Some(_) => {
+                let scheme = self
+                    .config
+                    .public_base_url
+                    .split_once("://")
+                    .map_or("https", |(s, _)| s);
+                format!("{scheme}://{}/{code}", self.domains.of_link(link))
+            }
+        }
+    }
+
     pub(crate) fn view(&self, link: &Link) -> LinkView {
         LinkView {
-            code: link.code.clone(),
-            short_url: self.config.short_url(&link.code),
+            code: split_key(&link.code).0.to_owned(),
+            domain: self.domains.of_link(link),
+            short_url: self.short_url(link),
             long_url: link.long_url.clone(),
             redirect: link.redirect.status(),
             forward_query: link.forward_query,
@@ -65,8 +91,9 @@ impl ControlPlane {
 
     pub(crate) fn created_view(&self, link: &Link) -> LinkCreated {
         LinkCreated {
-            code: link.code.clone(),
-            short_url: self.config.short_url(&link.code),
+            code: split_key(&link.code).0.to_owned(),
+            domain: self.domains.of_link(link),
+            short_url: self.short_url(link),
             long_url: link.long_url.clone(),
             redirect: link.redirect.status(),
             forward_query: link.forward_query,
@@ -160,7 +187,7 @@ async fn import_links(
 }
 
 #[utoipa::path(get, path = "/api/v1/links/{code}", tag = "links",
-    params(("code" = String, Path, description = "The short code")),
+    params(("code" = String, Path, description = "The short code"), ("domain" = Option<String>, Query, description = "The domain the link is on; the default domain when not given")),
     responses(
         (status = 200, description = "The link", body = LinkView),
         (status = 401, description = "No valid key", body = ErrorBody),
@@ -168,10 +195,27 @@ async fn import_links(
         (status = 404, description = "No such link", body = ErrorBody),
     ),
     security(("api_key" = [])))]
-async fn get_link(State(cp): Cp, caller: Caller, Path(code): Path<String>) -> Result<Json<LinkView>, ApiError> {
+async fn get_link(
+    State(cp): Cp,
+    caller: Caller,
+    Path(code): Path<String>,
+    query: Result<Query<OnDomain>, QueryRejection>,
+) -> Result<Json<LinkView>, ApiError> {
     let principal = caller.principal()?;
-    let link = cp.visible_link(&principal, &code).await?;
+    let key = cp.key_of(&principal, &code, on_domain(query)?.as_deref()).await?;
+    let link = cp.visible_link(&principal, &key).await?;
     Ok(Json(cp.view(&link)))
+}
+
+/// The query of a call on one link: the domain it is on (the default one when not given).
+#[derive(Debug, Deserialize)]
+pub(crate) struct OnDomain {
+    domain: Option<String>,
+}
+
+/// The domain of a call on one link, as [`OnDomain`] reads it.
+pub(crate) fn on_domain(query: Result<Query<OnDomain>, QueryRejection>) -> Result<Option<String>, ApiError> {
+    Ok(query.map_err(bad_query)?.0.domain)
 }
 
 /// Query parameters as pairs, last value wins.
@@ -187,6 +231,7 @@ struct ListQuery {
 struct StatsQuery {
     from: Option<String>,
     to: Option<String>,
+    domain: Option<String>,
 }
 
 /// A query string axum could not read into the handler's query type (a key given twice,
@@ -225,6 +270,7 @@ async fn list_links(
     let cursor = params.cursor.as_ref().filter(|c| !c.is_empty());
     let owner = (!principal.is_operator()).then_some(principal.id.as_str());
     let page = cp.store.list_links(owner, limit, cursor.map(String::as_str)).await?;
+    cp.domains.learn(cp.store.as_ref(), &page.links).await?;
     Ok(Json(LinkList {
         links: page.links.iter().map(|l| cp.view(l)).collect(),
         next_cursor: page.next_cursor,
@@ -232,7 +278,7 @@ async fn list_links(
 }
 
 #[utoipa::path(delete, path = "/api/v1/links/{code}", tag = "links",
-    params(("code" = String, Path, description = "The short code")),
+    params(("code" = String, Path, description = "The short code"), ("domain" = Option<String>, Query, description = "The domain the link is on; the default domain when not given")),
     responses(
         (status = 204, description = "Deleted; no proxy redirects it any more"),
         (status = 401, description = "No valid key", body = ErrorBody),
@@ -241,14 +287,20 @@ async fn list_links(
         (status = 503, description = "The caches could not be told; retry", body = ErrorBody),
     ),
     security(("api_key" = [])))]
-async fn delete_link(State(cp): Cp, caller: Caller, Path(code): Path<String>) -> Result<StatusCode, ApiError> {
+async fn delete_link(
+    State(cp): Cp,
+    caller: Caller,
+    Path(code): Path<String>,
+    query: Result<Query<OnDomain>, QueryRejection>,
+) -> Result<StatusCode, ApiError> {
     let principal = caller.principal()?;
-    cp.take_down(&principal, &code, None, "delete").await?;
+    let key = cp.key_of(&principal, &code, on_domain(query)?.as_deref()).await?;
+    cp.take_down(&principal, &key, None, "delete").await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 #[utoipa::path(post, path = "/api/v1/links/{code}/takedown", tag = "links", request_body = TakedownRequest,
-    params(("code" = String, Path, description = "The short code")),
+    params(("code" = String, Path, description = "The short code"), ("domain" = Option<String>, Query, description = "The domain the link is on; the default domain when not given")),
     responses(
         (status = 200, description = "The deletion record", body = LinkView),
         (status = 400, description = "No reason given, or malformed", body = ErrorBody),
@@ -265,18 +317,21 @@ async fn take_down_link(
     State(cp): Cp,
     caller: Caller,
     Path(code): Path<String>,
+    query: Result<Query<OnDomain>, QueryRejection>,
     body: Result<ApiJson<TakedownRequest>, ApiError>,
 ) -> Result<Json<LinkView>, ApiError> {
     let principal = caller.principal()?;
     principal.require_operator()?;
+    let key = cp.key_of(&principal, &code, on_domain(query)?.as_deref()).await?;
     let reason = takedown_reason(&body?.value.reason)?;
-    let link = cp.take_down(&principal, &code, Some(reason), "takedown").await?;
+    let link = cp.take_down(&principal, &key, Some(reason), "takedown").await?;
     Ok(Json(cp.view(&link)))
 }
 
 #[utoipa::path(get, path = "/api/v1/links/{code}/stats", tag = "links",
     params(
         ("code" = String, Path, description = "The short code"),
+        ("domain" = Option<String>, Query, description = "The domain the link is on; the default domain when not given"),
         ("from" = Option<String>, Query, format = Date, pattern = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$", description = "YYYY-MM-DD (UTC), 0000-01-01 to 9999-12-31; default 29 days before `to`. Not after `to`, and at most 366 days before it. Given empty, it is not a date: 400"),
         ("to" = Option<String>, Query, format = Date, pattern = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$", description = "YYYY-MM-DD (UTC), 0000-01-01 to 9999-12-31; default today. Given empty, it is not a date: 400"),
     ),
@@ -296,7 +351,8 @@ async fn link_stats(
 ) -> Result<Json<LinkStats>, ApiError> {
     let principal = caller.principal()?;
     let Query(params) = query.map_err(bad_query)?;
-    Ok(Json(cp.daily_clicks(&principal, &code, params.from, params.to).await?))
+    let key = cp.key_of(&principal, &code, params.domain.as_deref()).await?;
+    Ok(Json(cp.daily_clicks(&principal, &key, params.from, params.to).await?))
 }
 
 #[utoipa::path(post, path = "/api/v1/keys", tag = "keys", request_body = CreateKeyRequest,
@@ -327,6 +383,40 @@ async fn create_key(
     }
     let role = Role::parse(&req.role)
         .ok_or_else(|| ApiError::bad_request("invalid_role", "role must be creator or operator"))?;
+    let domains = match req.domains {
+        None => None,
+        Some(_) if role == Role::Operator => {
+            return Err(ApiError::bad_request(
+                "invalid_domains",
+                "an operator key is never scoped to domains",
+            ))
+        }
+        Some(names) if names.is_empty() || names.len() > 100 => {
+            return Err(ApiError::bad_request(
+                "invalid_domains",
+                "domains must list 1 to 100 domains",
+            ))
+        }
+        Some(names) => {
+            let mut scope: Vec<String> = Vec::with_capacity(names.len());
+            for name in &names {
+                let d = cp.domains.resolve(cp.store.as_ref(), name).await.map_err(|e| match e {
+                    ApiError::BadRequest { .. } => ApiError::bad_request(
+                        "invalid_domains",
+                        format!(
+                            "{:?} is not a domain of this service",
+                            normalize_domain(name).unwrap_or(name.clone())
+                        ),
+                    ),
+                    other => other,
+                })?;
+                if !scope.contains(&d.name) {
+                    scope.push(d.name);
+                }
+            }
+            Some(scope)
+        }
+    };
     let key = generate_key();
     let record = ApiKeyRecord {
         id: generate_key_id(),
@@ -335,6 +425,7 @@ async fn create_key(
         key_hash: hash_key(&key),
         created_at: cp.clock.now_millis(),
         revoked_at: None,
+        domains,
     };
     cp.store.insert_key(&record).await?;
     tracing::info!(id = %record.id, role = role.as_str(), by = %principal.id, "API key created");
@@ -344,6 +435,7 @@ async fn create_key(
             id: record.id,
             name: record.name,
             role: role.as_str().to_owned(),
+            domains: record.domains,
             key,
         }),
     ))
@@ -426,11 +518,12 @@ impl utoipa::Modify for BearerAuth {
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "Rebound control plane", description = "Create, inspect, delete and take down short links; manage API keys; read click statistics."),
+    info(title = "Rebound control plane", description = "Create, inspect, delete and take down short links on the service's domains; manage domains and API keys; read click statistics."),
     paths(create_link, import_links, get_link, list_links, delete_link, take_down_link, link_stats, create_key, revoke_key, openapi,
-        crate::qr::link_qr, crate::audit::link_audit, crate::me::whoami),
+        crate::qr::link_qr, crate::audit::link_audit, crate::me::whoami,
+        crate::domains::create_domain, crate::domains::list_domains, crate::domains::get_domain, crate::domains::delete_domain),
     components(schemas(CreateLinkRequest, ImportRequest, ImportResults, ImportOutcome, LinkCreated, LinkView, LinkList, TakedownRequest, LinkStats, DayClicks, CreateKeyRequest, KeyCreated, ErrorBody,
-        LinkAudit, AuditEntry, Me)),
+        LinkAudit, AuditEntry, Me, CreateDomainRequest, DomainView, DomainList, DomainRemoved)),
     modifiers(&BearerAuth, &CommonResponses)
 )]
 struct ApiDoc;

@@ -11,7 +11,7 @@ use rebound_core::time::to_rfc3339;
 use std::sync::Arc;
 
 #[utoipa::path(get, path = "/api/v1/links/{code}/audit", tag = "links",
-    params(("code" = String, Path, description = "The short code")),
+    params(("code" = String, Path, description = "The short code"), ("domain" = Option<String>, Query, description = "The domain the link is on; the default domain when not given")),
     responses(
         (status = 200, description = "Every delete and takedown of the link, oldest first", body = LinkAudit),
         (status = 401, description = "No valid key", body = ErrorBody),
@@ -23,13 +23,17 @@ pub(crate) async fn link_audit(
     State(cp): State<Arc<ControlPlane>>,
     caller: Caller,
     Path(code): Path<String>,
+    query: Result<axum::extract::Query<crate::api::OnDomain>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<LinkAudit>, ApiError> {
     let principal = caller.principal()?;
     principal.require_operator()?;
-    let link = cp.visible_link(&principal, &code).await?;
+    let key = cp
+        .key_of(&principal, &code, crate::api::on_domain(query)?.as_deref())
+        .await?;
+    let link = cp.visible_link(&principal, &key).await?;
     let events = cp.store.audit_for(&link.code).await?;
     Ok(Json(LinkAudit {
-        code: link.code,
+        code: rebound_core::domain::split_key(&link.code).0.to_owned(),
         events: events
             .into_iter()
             .map(|e| AuditEntry {

@@ -20,6 +20,8 @@ pub struct Principal {
     /// The key's id: recorded as `created_by`, `deleted_by` and audit actor.
     pub id: String,
     pub role: Role,
+    /// The domains the key is scoped to (canonical names); `None`: every domain.
+    pub domains: Option<Vec<String>>,
 }
 
 impl Principal {
@@ -33,6 +35,19 @@ impl Principal {
             Ok(())
         } else {
             Err(ApiError::Forbidden("this call needs an operator key"))
+        }
+    }
+
+    /// Whether the key may create and see links on `domain` (canonical).
+    pub fn may_use_domain(&self, domain: &str) -> bool {
+        self.domains.as_ref().is_none_or(|d| d.iter().any(|d| d == domain))
+    }
+
+    /// Fails unless the key may use `domain`: 403, naming no other domain.
+    pub fn require_domain(&self, domain: &str) -> Result<(), ApiError> {
+        match self.may_use_domain(domain) {
+            true => Ok(()),
+            false => Err(ApiError::Forbidden("this key is not scoped to that domain")),
         }
     }
 
@@ -130,12 +145,14 @@ impl FromRequestParts<Arc<ControlPlane>> for Caller {
             return Ok(Caller::Key(Principal {
                 id: BOOTSTRAP_PRINCIPAL.to_owned(),
                 role: Role::Operator,
+                domains: None,
             }));
         }
         match cp.store.find_key_by_hash(&hash).await? {
             Some(key) if key.revoked_at.is_none() => Ok(Caller::Key(Principal {
                 id: key.id,
                 role: key.role,
+                domains: key.domains,
             })),
             _ => Err(ApiError::Unauthorized("the API key is not valid or was revoked")),
         }

@@ -12,6 +12,7 @@
 //! - `config`: what the control plane is configured with (`ControlPlaneConfig`).
 //! - `console`: the operator console at `/` (HTML, CSS and JavaScript in the binary).
 //! - `consumer`: the click consumer of distributed mode (SQS → rollups).
+//! - `domains`: which domain a request means, and the domains API.
 //! - `error`: the one error type, and the error body.
 //! - `kgs`: generated codes from leased counter blocks.
 //! - `links`: the links service the handlers call (create, import, delete, takedown,
@@ -32,6 +33,7 @@ mod body;
 pub mod config;
 mod console;
 pub mod consumer;
+mod domains;
 pub mod error;
 pub mod home;
 pub mod kgs;
@@ -124,6 +126,8 @@ pub struct ControlPlane {
     pub(crate) metrics: metrics::ApiMetrics,
     /// Deletes' pending propagations: cleared by the API path, finished by the reconciler.
     pub(crate) propagations: reconcile::Propagations,
+    /// The domains' names by id, and the default one's.
+    pub(crate) domains: domains::Domains,
 }
 
 impl ControlPlane {
@@ -175,6 +179,7 @@ impl ControlPlane {
             clock.clone(),
             metrics::PropagationMetrics::unregistered(),
         );
+        let domains = domains::Domains::new(&config.public_base_url);
         Ok(Arc::new(ControlPlane {
             config,
             store,
@@ -186,6 +191,7 @@ impl ControlPlane {
             codes,
             limiter: ratelimit::CreateRateLimiter::default(),
             bootstrap_key_hash,
+            domains,
             metrics,
             propagations,
         }))
@@ -242,6 +248,7 @@ pub async fn ensure_initial_operator_key(store: &dyn Store, clock: &dyn Clock) -
         key_hash: auth::hash_key(&key),
         created_at: clock.now_millis(),
         revoked_at: None,
+        domains: None,
     };
     match store.insert_key(&record).await {
         Ok(()) => Ok(Some(key)),

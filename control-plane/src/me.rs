@@ -17,5 +17,6 @@ pub(crate) async fn whoami(caller: Caller) -> Result<Json<Me>, ApiError> {
     Ok(Json(Me {
         id: principal.id,
         role: principal.role.as_str().to_owned(),
+        domains: principal.domains,
     }))
 }

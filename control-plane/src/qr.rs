@@ -13,7 +13,7 @@ use std::sync::Arc;
 const QR_MIN_PIXELS: u32 = 256;
 
 #[utoipa::path(get, path = "/api/v1/links/{code}/qr.svg", tag = "links",
-    params(("code" = String, Path, description = "The short code")),
+    params(("code" = String, Path, description = "The short code"), ("domain" = Option<String>, Query, description = "The domain the link is on; the default domain when not given")),
     responses(
         (status = 200, description = "The QR code of the short URL", content_type = "image/svg+xml", body = String),
         (status = 401, description = "No valid key", body = crate::error::ErrorBody),
@@ -25,10 +25,14 @@ pub(crate) async fn link_qr(
     State(cp): State<Arc<ControlPlane>>,
     caller: Caller,
     Path(code): Path<String>,
+    query: Result<axum::extract::Query<crate::api::OnDomain>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let principal = caller.principal()?;
-    let link = cp.visible_link(&principal, &code).await?;
-    let svg = qr_svg(&cp.config.short_url(&link.code))?;
+    let key = cp
+        .key_of(&principal, &code, crate::api::on_domain(query)?.as_deref())
+        .await?;
+    let link = cp.visible_link(&principal, &key).await?;
+    let svg = qr_svg(&cp.short_url(&link))?;
     Ok((
         [
             (header::CONTENT_TYPE, "image/svg+xml"),

@@ -266,6 +266,7 @@ mod tests {
             let operator = Principal {
                 id: "op".into(),
                 role: rebound_store::Role::Operator,
+                domains: None,
             };
             self.cp.take_down(&operator, code, None, "delete").await
         }

@@ -27,6 +27,7 @@ pub const RESERVED_WORDS: &[&str] = &[
     "takedown",
     "stats",
     "keys",
+    "domains",
     // Pages the console (SPEC §10) may use (`qr`, `v1` or `qr.svg` are no codes anyway).
     "console",
     "audit",

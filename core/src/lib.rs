@@ -7,6 +7,7 @@
 //! - `permute`: the keyed Feistel permutation that turns counter values into codes.
 //! - `generated`: counter value → generated code (the KGS) and back (the data plane's
 //!   check that a code can have been issued).
+//! - `domain`: domains, their ids, and link keys that carry them.
 //! - `link`: the stored link record and its redirect kind.
 //! - `cache`: the cache record (Redis `url:{code}` and L1) and how it is judged.
 //! - `decision`: the pure redirect decision of a store read, and response details.
@@ -20,6 +21,7 @@ pub mod base62;
 pub mod cache;
 pub mod code;
 pub mod decision;
+pub mod domain;
 pub mod generated;
 pub mod link;
 pub mod permute;

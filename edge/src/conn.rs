@@ -2,8 +2,9 @@
 //! TLS, prior knowledge on cleartext), inside the port's defences. hyper parses and frames
 //! every request (RFC 9112: conflicting lengths, transfer codings, oversized heads); this
 //! file adds what a server on the internet needs around it: the connection cap, the
-//! deadlines of [`GuardedIo`], the `Host` check of every HTTP/1 request (`host`), the
-//! HTTP/2 flood limits, and a clean (lingering) close.
+//! deadlines of [`GuardedIo`], the `Host` check of every HTTP/1 request and, over TLS, the
+//! check that each request is for the host named by SNI (`host`), the HTTP/2 flood limits,
+//! and a clean (lingering) close.
 //!
 //! hyper-util's `auto::Builder` does the protocol choice too, but it never hands the
 //! stream back, and a lingering close needs it: after a refused request the rest of what
@@ -13,7 +14,7 @@
 //! run with `poll_without_shutdown` and taken apart afterwards.
 
 use crate::guard::{GuardedIo, HeadArrived, Timeouts};
-use crate::host::HostChecked;
+use crate::host::{Checked, HostChecked, SniCheck};
 use crate::limits::{EdgeLimits, MIN_CONNECTION_BUFFER};
 use crate::metrics::{PortMetrics, Refusal};
 use crate::tls::ServerTls;
@@ -163,9 +164,9 @@ impl Edge {
                 };
                 let io = Prefixed::new(prefix, io);
                 if h2 {
-                    self.serve_h2(io, service, shutdown).await
+                    self.serve_h2(io, service, shutdown, None).await
                 } else {
-                    self.serve_h1(io, service, shutdown, head_arrived).await
+                    self.serve_h1(io, service, shutdown, head_arrived, None).await
                 }
             }
             Some(server_tls) => {
@@ -209,17 +210,28 @@ impl Edge {
                     let _ = tokio::io::AsyncWriteExt::shutdown(&mut tls).await;
                     return;
                 }
+                // Copied out of the session (one small allocation per connection that sent
+                // a name): the session is the stream's, which hyper takes.
+                let sni = session
+                    .server_name()
+                    .map(|name| SniCheck::new(name, self.metrics.refusal_counter(Refusal::Misdirected)));
                 if session.alpn_protocol() == Some(b"h2") {
-                    self.serve_h2(tls, service, shutdown).await
+                    self.serve_h2(tls, service, shutdown, sni).await
                 } else {
-                    self.serve_h1(tls, service, shutdown, head_arrived).await
+                    self.serve_h1(tls, service, shutdown, head_arrived, sni).await
                 }
             }
         }
     }
 
-    async fn serve_h1<I, S, B>(&self, io: I, service: S, shutdown: watch::Receiver<bool>, head_arrived: HeadArrived)
-    where
+    async fn serve_h1<I, S, B>(
+        &self,
+        io: I,
+        service: S,
+        shutdown: watch::Receiver<bool>,
+        head_arrived: HeadArrived,
+        sni: Option<SniCheck>,
+    ) where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
         S: PortService<B>,
         B: PortBody,
@@ -229,6 +241,7 @@ impl Edge {
             inner: service,
             refused: self.metrics.refusal_counter(Refusal::BadRequest),
             head_arrived,
+            sni,
         };
         let mut conn = self.h1.serve_connection(TokioIo::new(io), service);
         // Told to close, hyper drops at once a connection it has not read a byte from; one
@@ -268,7 +281,7 @@ impl Edge {
         linger(io, &self.limits).await;
     }
 
-    async fn serve_h2<I, S, B>(&self, io: I, service: S, shutdown: watch::Receiver<bool>)
+    async fn serve_h2<I, S, B>(&self, io: I, service: S, shutdown: watch::Receiver<bool>, sni: Option<SniCheck>)
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
         S: PortService<B>,
@@ -278,6 +291,7 @@ impl Edge {
         let service = CountStreams {
             inner: service,
             streams: self.metrics.h2_streams.clone(),
+            sni,
         };
         let conn = self.h2.serve_connection(TokioIo::new(io), service);
         tokio::pin!(conn);
@@ -450,23 +464,29 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Prefixed<I> {
     }
 }
 
-/// Counts HTTP/2 streams as they are dispatched.
+/// Counts HTTP/2 streams as they are dispatched and, on a TLS connection with SNI, answers
+/// 421 to a stream for another host (the connection and its other streams go on).
 #[derive(Clone)]
 struct CountStreams<S> {
     inner: S,
     streams: prometheus::IntCounter,
+    sni: Option<SniCheck>,
 }
 
-impl<S, R> Service<R> for CountStreams<S>
+impl<S, B, ReqBody> Service<Request<ReqBody>> for CountStreams<S>
 where
-    S: Service<R>,
+    S: Service<Request<ReqBody>, Response = Response<B>, Future: Unpin>,
+    B: Default,
 {
-    type Response = S::Response;
+    type Response = Response<B>;
     type Error = S::Error;
-    type Future = S::Future;
-    fn call(&self, req: R) -> Self::Future {
+    type Future = Checked<S::Future, Response<B>>;
+    fn call(&self, req: Request<ReqBody>) -> Self::Future {
         self.streams.inc();
-        self.inner.call(req)
+        if let Some(misdirected) = self.sni.as_ref().and_then(|sni| sni.refuse(&req)) {
+            return Checked::Refused(std::future::ready(misdirected));
+        }
+        Checked::Served(self.inner.call(req))
     }
 }
 
@@ -550,6 +570,7 @@ mod tests {
     use super::*;
     use http_body_util::Full;
     use std::convert::Infallible;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     #[tokio::test]
     async fn a_shutdown_signal_is_pending_until_asked_and_ready_once_asked_or_abandoned() {
@@ -653,6 +674,169 @@ mod tests {
         assert_eq!(client.read(&mut buf).await.unwrap(), 0, "a trickling head is cut");
         assert_eq!(metrics.refusals(Refusal::HeadTimeout), 1);
         served.await.unwrap();
+    }
+
+    /// A TLS port whose certificate names `a.example` and 127.0.0.1; the certificate, for
+    /// the client to trust.
+    fn tls_port(metrics: &PortMetrics) -> (Edge, rustls::pki_types::CertificateDer<'static>) {
+        use crate::sni::tests::{certified, self_signed};
+        let pair = self_signed(&["a.example", "127.0.0.1"]);
+        let resolver = Arc::new(rustls::sign::SingleCertAndKey::from(certified(&pair)));
+        let tls = ServerTls::new(&rustls::crypto::aws_lc_rs::default_provider(), resolver, &[]).unwrap();
+        (Edge::tls(EdgeLimits::default(), metrics.clone(), tls), pair.2)
+    }
+
+    /// A service answering "ok", and how many requests it saw.
+    fn counting_service() -> (impl PortService<Full<Bytes>>, Arc<AtomicUsize>) {
+        let seen = Arc::new(AtomicUsize::new(0));
+        let service = hyper::service::service_fn({
+            let seen = seen.clone();
+            move |_req: Request<Incoming>| {
+                seen.fetch_add(1, Ordering::Relaxed);
+                std::future::ready(Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok")))))
+            }
+        });
+        (service, seen)
+    }
+
+    /// Connects to `edge` as a client asking for `name` (an IP address sends no SNI) with
+    /// `alpn`: the client's stream, and the task serving the connection.
+    async fn connect_tls<S: PortService<Full<Bytes>>>(
+        edge: &Edge,
+        service: S,
+        root: &rustls::pki_types::CertificateDer<'static>,
+        name: &str,
+        alpn: &[&[u8]],
+    ) -> (
+        tokio_rustls::client::TlsStream<tokio::io::DuplexStream>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let (client, server) = tokio::io::duplex(64 * 1024);
+        let (tx, rx) = watch::channel(false);
+        let served = tokio::spawn({
+            let edge = edge.clone();
+            // The sender lives as long as the connection: dropped, it would be a shutdown.
+            async move {
+                edge.serve(server, service, rx).await;
+                drop(tx);
+            }
+        });
+        let name = rustls::pki_types::ServerName::try_from(name.to_owned()).unwrap();
+        let tls = crate::sni::tests::connector(&[root], alpn)
+            .connect(name, client)
+            .await
+            .unwrap();
+        (tls, served)
+    }
+
+    /// Sends `heads` on one HTTP/1 connection (the last one closes it); each answer's head,
+    /// status first.
+    async fn h1_answers<I: AsyncRead + AsyncWrite + Unpin>(io: &mut I, heads: &[&str]) -> Vec<String> {
+        io.write_all(heads.concat().as_bytes()).await.unwrap();
+        let mut answers = Vec::new();
+        io.read_to_end(&mut answers).await.unwrap();
+        String::from_utf8(answers)
+            .unwrap()
+            .split("HTTP/1.1 ")
+            .skip(1)
+            .map(|answer| answer.to_ascii_lowercase())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn over_tls_an_http_1_request_for_another_host_than_the_sni_name_is_refused_421_and_counted() {
+        let metrics = PortMetrics::detached();
+        let (edge, root) = tls_port(&metrics);
+        let (service, seen) = counting_service();
+        let (mut tls, served) = connect_tls(&edge, service, &root, "a.example", &[b"http/1.1"]).await;
+        let answers = h1_answers(
+            &mut tls,
+            &[
+                "GET /a HTTP/1.1\r\nHost: a.example\r\n\r\n",
+                "GET /a HTTP/1.1\r\nHost: b.example\r\n\r\n",
+                "GET /a HTTP/1.1\r\nHost: A.Example.:443\r\n\r\n",
+                "GET /a HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+                "GET https://b.example/a HTTP/1.1\r\nHost: a.example\r\n\r\n",
+                "GET /a HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n",
+            ],
+        )
+        .await;
+        let statuses: Vec<&str> = answers.iter().map(|a| &a[..3]).collect();
+        // Every request answered on the one connection: a 421 does not close it.
+        assert_eq!(statuses, ["200", "421", "200", "421", "421", "200"], "{answers:?}");
+        for refused in answers.iter().filter(|a| a.starts_with("421")) {
+            assert!(refused.contains("\r\ncache-control: no-store\r\n"), "{refused}");
+            assert!(refused.contains("\r\ncontent-length: 0\r\n"), "{refused}");
+            assert!(refused.ends_with("\r\n\r\n"), "no body: {refused}");
+        }
+        drop(tls);
+        served.await.unwrap();
+        assert_eq!(metrics.refusals(Refusal::Misdirected), 3);
+        assert_eq!(metrics.refusals(Refusal::BadRequest), 0);
+        assert_eq!(seen.load(Ordering::Relaxed), 3, "the service never saw a 421");
+    }
+
+    #[tokio::test]
+    async fn over_tls_an_http_2_stream_for_another_host_than_the_sni_name_is_refused_421_and_the_next_served() {
+        let metrics = PortMetrics::detached();
+        let (edge, root) = tls_port(&metrics);
+        let (service, seen) = counting_service();
+        let (tls, served) = connect_tls(&edge, service, &root, "a.example", &[b"h2"]).await;
+        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+        let (client, conn) = h2::client::handshake(tls).await.unwrap();
+        let driven = tokio::spawn(conn);
+        let get = |authority: &str| Request::get(format!("https://{authority}/a")).body(()).unwrap();
+        let mut client = client.ready().await.unwrap();
+        let (wrong, _) = client.send_request(get("b.example"), true).unwrap();
+        let mut client = client.ready().await.unwrap();
+        let (right, _) = client.send_request(get("A.example:443"), true).unwrap();
+        let body = |res: Response<h2::RecvStream>| async move {
+            let mut body = res.into_body();
+            let mut bytes = Vec::new();
+            while let Some(data) = body.data().await {
+                bytes.extend_from_slice(&data.unwrap());
+            }
+            bytes
+        };
+
+        let wrong = wrong.await.unwrap();
+        assert_eq!(wrong.status(), http::StatusCode::MISDIRECTED_REQUEST);
+        assert_eq!(wrong.headers()[http::header::CACHE_CONTROL], "no-store");
+        assert_eq!(body(wrong).await, b"");
+        let right = right.await.unwrap();
+        assert_eq!(right.status(), http::StatusCode::OK);
+        assert_eq!(body(right).await, b"ok");
+
+        drop(client);
+        driven.await.unwrap().unwrap();
+        served.await.unwrap();
+        assert_eq!(metrics.refusals(Refusal::Misdirected), 1);
+        assert_eq!(metrics.refusals(Refusal::H2Protocol), 0);
+        assert_eq!(metrics.h2_streams.get(), 2);
+        assert_eq!(seen.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn over_tls_without_sni_any_host_is_served() {
+        let metrics = PortMetrics::detached();
+        let (edge, root) = tls_port(&metrics);
+        let (service, seen) = counting_service();
+        let (mut tls, served) = connect_tls(&edge, service, &root, "127.0.0.1", &[b"http/1.1"]).await;
+        let answers = h1_answers(
+            &mut tls,
+            &[
+                "GET /a HTTP/1.1\r\nHost: b.example\r\n\r\n",
+                "GET /a HTTP/1.1\r\nHost: 127.0.0.1:443\r\n\r\n",
+                "GET /a HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n",
+            ],
+        )
+        .await;
+        let statuses: Vec<&str> = answers.iter().map(|a| &a[..3]).collect();
+        assert_eq!(statuses, ["200", "200", "200"], "{answers:?}");
+        drop(tls);
+        served.await.unwrap();
+        assert_eq!(metrics.refusals(Refusal::Misdirected), 0);
+        assert_eq!(seen.load(Ordering::Relaxed), 3);
     }
 
     #[tokio::test(start_paused = true)]

@@ -2,6 +2,16 @@
 //! one at most one, and a `Host` is a valid `uri-host [ ":" port ]`; anything else is
 //! answered 400 and the connection closed, before the port's service sees it. HTTP/2
 //! carries `:authority` instead, which hyper checks.
+//!
+//! RFC 9110 §15.5.20 on TLS: the certificate of a connection was chosen for the name the
+//! client sent by SNI, so a request on it for another host was never authenticated as that
+//! host (a client reusing a connection for every name a certificate covers, or a request
+//! fronted by one name for another). Each request's host (the target's authority, else
+//! `Host`; HTTP/2's `:authority` is the former) must be the SNI name, or it is answered 421
+//! Misdirected Request, which tells the client to ask again on a connection of its own; the
+//! connection stays open. A client without SNI (one that connected to an IP address) named
+//! nothing to compare with, and a cleartext connection has no SNI: neither checks anything,
+//! and the check is a test of an `Option` per request for them.
 
 use crate::guard::HeadArrived;
 use http::header::{HeaderValue, CACHE_CONTROL, CONNECTION, HOST};
@@ -10,6 +20,7 @@ use hyper::service::Service;
 use prometheus::IntCounter;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 /// Whether `req`'s `Host` headers are what RFC 9112 §3.2 asks of its version.
@@ -107,9 +118,74 @@ fn is_ip_literal(inside: &[u8]) -> bool {
     }
 }
 
+/// Whether `host` (`uri-host [ ":" port ]`) names the host `sni`, the name a TLS client
+/// sent by SNI: the same name, ASCII letters in either case, the port ignored, as is one
+/// trailing dot on either side. An IP address never does (SNI carries none, RFC 6066 §3;
+/// rustls reports a client that sent one as sending no name), nor does an empty name.
+pub fn sni_matches_host(sni: &str, host: &[u8]) -> bool {
+    if host.first() == Some(&b'[') {
+        return false;
+    }
+    let host = match host.iter().position(|&b| b == b':') {
+        Some(colon) => &host[..colon],
+        None => host,
+    };
+    let sni = sni.as_bytes();
+    let sni = sni.strip_suffix(b".").unwrap_or(sni);
+    let host = host.strip_suffix(b".").unwrap_or(host);
+    !sni.is_empty()
+        && sni.eq_ignore_ascii_case(host)
+        && !std::str::from_utf8(host).is_ok_and(|h| h.parse::<std::net::Ipv4Addr>().is_ok())
+}
+
+/// The host a request is for: the authority of its target (HTTP/2's `:authority`, or an
+/// HTTP/1 absolute-form target, which RFC 9112 §3.2.2 puts before `Host`), else its first
+/// `Host`.
+fn request_host<B>(req: &Request<B>) -> Option<&[u8]> {
+    match req.uri().host() {
+        Some(host) => Some(host.as_bytes()),
+        None => req
+            .headers()
+            .iter()
+            .find(|(name, _)| *name == HOST)
+            .map(|(_, value)| value.as_bytes()),
+    }
+}
+
+/// The name a TLS connection's client sent by SNI, which every request on it must name
+/// (RFC 9110 §15.5.20), and the port's counter of those that do not.
+#[derive(Clone)]
+pub(crate) struct SniCheck {
+    name: Arc<str>,
+    misdirected: IntCounter,
+}
+
+impl SniCheck {
+    /// The check of a connection opened for `name`; a refusal counts in `misdirected`.
+    pub(crate) fn new(name: &str, misdirected: IntCounter) -> SniCheck {
+        SniCheck {
+            name: Arc::from(name),
+            misdirected,
+        }
+    }
+
+    /// The 421 for `req` when it is for another host than the SNI name (counted); `None`
+    /// when it may be served. A request that names no host at all (HTTP/1.0 without
+    /// `Host`) is for whatever the connection reached, and may be.
+    pub(crate) fn refuse<B: Default, R>(&self, req: &Request<R>) -> Option<Response<B>> {
+        if request_host(req).is_none_or(|host| sni_matches_host(&self.name, host)) {
+            return None;
+        }
+        self.misdirected.inc();
+        Some(refusal(StatusCode::MISDIRECTED_REQUEST))
+    }
+}
+
 /// A port's service behind the `Host` check of its HTTP/1 requests: a request that fails it
 /// is answered 400 with `Connection: close` and counted as
-/// [`Refusal::BadRequest`](crate::Refusal::BadRequest).
+/// [`Refusal::BadRequest`](crate::Refusal::BadRequest). On a TLS connection with SNI, a
+/// request for another host is then answered 421 and counted as
+/// [`Refusal::Misdirected`](crate::Refusal::Misdirected).
 #[derive(Clone)]
 pub struct HostChecked<S> {
     pub(crate) inner: S,
@@ -117,6 +193,8 @@ pub struct HostChecked<S> {
     pub(crate) refused: IntCounter,
     /// Marked as each request is handed over: its head has arrived.
     pub(crate) head_arrived: HeadArrived,
+    /// The SNI name of a TLS connection whose client sent one.
+    pub(crate) sni: Option<SniCheck>,
 }
 
 impl<S, B, ReqBody> Service<Request<ReqBody>> for HostChecked<S>
@@ -130,25 +208,35 @@ where
 
     fn call(&self, req: Request<ReqBody>) -> Self::Future {
         self.head_arrived.mark();
-        if host_is_acceptable(&req) {
-            return Checked::Served(self.inner.call(req));
+        if !host_is_acceptable(&req) {
+            self.refused.inc();
+            return Checked::Refused(std::future::ready(bad_request()));
         }
-        self.refused.inc();
-        Checked::Refused(std::future::ready(bad_request()))
+        if let Some(misdirected) = self.sni.as_ref().and_then(|sni| sni.refuse(&req)) {
+            return Checked::Refused(std::future::ready(misdirected));
+        }
+        Checked::Served(self.inner.call(req))
     }
+}
+
+/// The edge's own answer `status`: no body, not cached.
+fn refusal<B: Default>(status: StatusCode) -> Response<B> {
+    let mut res = Response::new(B::default());
+    *res.status_mut() = status;
+    res.headers_mut()
+        .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    res
 }
 
 /// The 400 of a refused `Host`: no body, not cached, the connection closed after it.
 fn bad_request<B: Default>() -> Response<B> {
-    let mut res = Response::new(B::default());
-    *res.status_mut() = StatusCode::BAD_REQUEST;
-    let headers = res.headers_mut();
-    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    headers.insert(CONNECTION, HeaderValue::from_static("close"));
+    let mut res = refusal(StatusCode::BAD_REQUEST);
+    res.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
     res
 }
 
-/// The answer of [`HostChecked`]: the service's, or the 400.
+/// The answer of [`HostChecked`] (and of HTTP/2's SNI check): the service's, or the edge's
+/// own 400 or 421.
 pub enum Checked<F, R> {
     Served(F),
     /// (A `Ready` is `Unpin` whatever it holds.)
@@ -250,5 +338,86 @@ mod tests {
         assert!(host_is_acceptable(&request(Version::HTTP_10, &["x"])));
         assert!(!host_is_acceptable(&request(Version::HTTP_10, &["x", "y"])));
         assert!(!host_is_acceptable(&request(Version::HTTP_10, &["a b"])));
+    }
+
+    #[test]
+    fn a_host_matches_the_sni_name_in_any_case_with_any_port_and_one_trailing_dot() {
+        let cases: &[(&str, &[u8], bool)] = &[
+            ("a.example", b"a.example", true),
+            ("a.example", b"A.Example", true),
+            ("A.EXAMPLE", b"a.example", true),
+            ("a.example", b"a.example:443", true),
+            ("a.example", b"a.example:8443", true),
+            ("a.example", b"a.example:", true),
+            ("a.example", b"a.example.", true),
+            ("a.example.", b"a.example", true),
+            ("a.example.", b"A.EXAMPLE.:443", true),
+            ("xn--bcher-kva.example", b"XN--BCHER-KVA.example", true),
+            ("a.example", b"b.example", false),
+            ("a.example", b"a.example.com", false),
+            ("a.example", b"xa.example", false),
+            ("a.example", b"a.exampl", false),
+            ("a.example", b"a.example..", false),
+            ("a.example..", b"a.example", false),
+            ("a.example", b":443", false),
+            // Empty: no name matches, not even another empty one.
+            ("a.example", b"", false),
+            ("", b"", false),
+            ("", b"a.example", false),
+            (".", b".", false),
+            // IP addresses: SNI carries none, so with SNI no IP host is right.
+            ("a.example", b"127.0.0.1", false),
+            ("a.example", b"127.0.0.1:443", false),
+            ("127.0.0.1", b"127.0.0.1", false),
+            ("a.example", b"[::1]", false),
+            ("a.example", b"[::1]:443", false),
+            ("::1", b"[::1]", false),
+            ("[::1]", b"[::1]", false),
+            ("a.example", b"[v1.a.example]", false),
+        ];
+        for (sni, host, matches) in cases {
+            assert_eq!(
+                sni_matches_host(sni, host),
+                *matches,
+                "SNI {sni:?}, host {:?}",
+                String::from_utf8_lossy(host)
+            );
+        }
+    }
+
+    #[test]
+    fn a_request_is_for_its_targets_authority_else_its_host_and_refused_421_when_not_the_sni_name() {
+        let misdirected = IntCounter::new("misdirected", "test").unwrap();
+        let sni = SniCheck::new("a.example", misdirected.clone());
+        let req = |uri: &str, host: Option<&str>| {
+            let mut req = Request::builder().uri(uri);
+            if let Some(host) = host {
+                req = req.header(HOST, host);
+            }
+            req.body(()).unwrap()
+        };
+        // (target, Host, served)
+        let cases = [
+            ("/a", Some("a.example"), true),
+            ("/a", Some("b.example"), false),
+            // HTTP/2's `:authority`, or an absolute-form target: `Host` does not count.
+            ("https://a.example/a", None, true),
+            ("https://a.example:443/a", Some("b.example"), true),
+            ("https://b.example/a", Some("a.example"), false),
+            ("https://[::1]/a", Some("a.example"), false),
+            // Nothing named: for whatever the connection reached.
+            ("/a", None, true),
+        ];
+        for (uri, host, served) in cases {
+            let answer = sni.refuse::<String, _>(&req(uri, host));
+            assert_eq!(answer.is_none(), served, "{uri} with Host {host:?}");
+            if let Some(answer) = answer {
+                assert_eq!(answer.status(), StatusCode::MISDIRECTED_REQUEST);
+                assert_eq!(answer.headers()[CACHE_CONTROL], "no-store");
+                assert!(answer.headers().get(CONNECTION).is_none(), "the connection goes on");
+                assert!(answer.body().is_empty());
+            }
+        }
+        assert_eq!(misdirected.get(), 3);
     }
 }

@@ -23,10 +23,14 @@ pub enum Refusal {
     TlsHandshake,
     /// An HTTP/2 connection ended by a protocol error or a flood defence.
     H2Protocol,
+    /// A request over TLS for another host than the one the client named by SNI (421,
+    /// RFC 9110 §15.5.20); the connection stays open.
+    Misdirected,
 }
 
 impl Refusal {
-    pub const ALL: [Refusal; 8] = [
+    /// Every reason, in the order of the port's counters.
+    pub const ALL: [Refusal; 9] = [
         Refusal::ConnectionLimit,
         Refusal::HeadTimeout,
         Refusal::IdleTimeout,
@@ -35,6 +39,7 @@ impl Refusal {
         Refusal::BadRequest,
         Refusal::TlsHandshake,
         Refusal::H2Protocol,
+        Refusal::Misdirected,
     ];
 
     /// The metric label, also the error text.
@@ -48,6 +53,7 @@ impl Refusal {
             Refusal::BadRequest => "bad_request",
             Refusal::TlsHandshake => "tls_handshake",
             Refusal::H2Protocol => "h2_protocol",
+            Refusal::Misdirected => "misdirected",
         }
     }
 }
@@ -146,7 +152,7 @@ pub struct PortMetrics {
     pub http1: IntCounter,
     pub h2: IntCounter,
     pub h2_streams: IntCounter,
-    refusals: std::sync::Arc<[IntCounter; 8]>,
+    refusals: std::sync::Arc<[IntCounter; Refusal::ALL.len()]>,
     handshakes: IntCounterVec,
     port: String,
 }

@@ -200,7 +200,7 @@ pub fn certified_key_from_pem(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use rustls::pki_types::ServerName;
     use rustls::sign::SingleCertAndKey;
@@ -208,14 +208,15 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// A self-signed certificate for `names`: (chain PEM, key PEM, DER).
-    fn self_signed(names: &[&str]) -> (String, String, CertificateDer<'static>) {
+    pub(crate) fn self_signed(names: &[&str]) -> (String, String, CertificateDer<'static>) {
         let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
         let params = rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
         let cert = params.self_signed(&key).unwrap();
         (cert.pem(), key.serialize_pem(), cert.der().clone())
     }
 
-    fn certified(pem: &(String, String, CertificateDer<'static>)) -> Arc<CertifiedKey> {
+    /// The pair [`self_signed`] made, as a handshake serves it.
+    pub(crate) fn certified(pem: &(String, String, CertificateDer<'static>)) -> Arc<CertifiedKey> {
         let provider = rustls::crypto::aws_lc_rs::default_provider();
         Arc::new(certified_key_from_pem("test", pem.0.as_bytes(), pem.1.as_bytes(), &provider).unwrap())
     }
@@ -227,6 +228,22 @@ mod tests {
         fn tls_alpn01(&self, domain: &str) -> Option<Arc<CertifiedKey>> {
             self.0.lock().unwrap().get(domain).cloned()
         }
+    }
+
+    /// A TLS client trusting `roots` and offering `alpn`.
+    pub(crate) fn connector(roots: &[&CertificateDer<'static>], alpn: &[&[u8]]) -> tokio_rustls::TlsConnector {
+        let mut store = rustls::RootCertStore::empty();
+        for root in roots {
+            store.add((*root).clone()).unwrap();
+        }
+        let mut config =
+            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(store)
+                .with_no_client_auth();
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        tokio_rustls::TlsConnector::from(Arc::new(config))
     }
 
     /// Shakes hands with a port answering with `tls` as a client trusting `roots`, asking for
@@ -249,18 +266,7 @@ mod tests {
             }
             stream.shutdown().await
         });
-        let mut store = rustls::RootCertStore::empty();
-        for root in roots {
-            store.add((*root).clone()).unwrap();
-        }
-        let mut config =
-            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
-                .with_safe_default_protocol_versions()
-                .unwrap()
-                .with_root_certificates(store)
-                .with_no_client_auth();
-        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let connector = connector(roots, alpn);
         let result = async {
             let mut stream = connector
                 .connect(ServerName::try_from(name.to_owned()).unwrap(), client_io)

@@ -11,9 +11,11 @@
 use async_trait::async_trait;
 use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry};
 use rebound_core::cache::CacheRecord;
+use rebound_core::domain::Domain;
 use rebound_core::link::Deletion;
 use rebound_core::{Day, Link, UnixMillis};
 use rebound_store::certs::{CertificateStore, StoredCertificate};
+use rebound_store::domains::DomainStore;
 use rebound_store::{
     ApiKeyRecord, AuditEvent, AuditLog, BatchOutcome, ClickBatch, ClickSink, CounterStore, EventError,
     IdempotencyRecord, KeyStore, L2Read, LinkEvents, LinkPage, LinkReads, LinkStore, Propagation, PropagationLease,
@@ -179,6 +181,11 @@ struct StoreOperations {
     get_account: OperationMetrics,
     put_account: OperationMetrics,
     get_certificate: OperationMetrics,
+    insert_domain: OperationMetrics,
+    get_domain: OperationMetrics,
+    list_domains: OperationMetrics,
+    update_domain: OperationMetrics,
+    delete_domain: OperationMetrics,
     put_certificate: OperationMetrics,
     list_certificates: OperationMetrics,
     try_certificate_lease: OperationMetrics,
@@ -227,6 +234,11 @@ impl MeteredStore {
                 get_account: op("get_account"),
                 put_account: op("put_account"),
                 get_certificate: op("get_certificate"),
+                insert_domain: op("insert_domain"),
+                get_domain: op("get_domain"),
+                list_domains: op("list_domains"),
+                update_domain: op("update_domain"),
+                delete_domain: op("delete_domain"),
                 put_certificate: op("put_certificate"),
                 list_certificates: op("list_certificates"),
                 try_certificate_lease: op("try_certificate_lease"),
@@ -394,6 +406,31 @@ impl AuditLog for MeteredStore {
     }
     async fn audit_for(&self, code: &str) -> Result<Vec<AuditEvent>, StoreError> {
         self.ops.audit_for.store_call(self.inner.audit_for(code)).await
+    }
+}
+
+#[async_trait]
+impl DomainStore for MeteredStore {
+    async fn insert_domain(&self, domain: &Domain) -> Result<(), StoreError> {
+        self.ops
+            .insert_domain
+            .store_call(self.inner.insert_domain(domain))
+            .await
+    }
+    async fn get_domain(&self, name: &str) -> Result<Option<Domain>, StoreError> {
+        self.ops.get_domain.store_call(self.inner.get_domain(name)).await
+    }
+    async fn list_domains(&self) -> Result<Vec<Domain>, StoreError> {
+        self.ops.list_domains.store_call(self.inner.list_domains()).await
+    }
+    async fn update_domain(&self, domain: &Domain) -> Result<(), StoreError> {
+        self.ops
+            .update_domain
+            .store_call(self.inner.update_domain(domain))
+            .await
+    }
+    async fn delete_domain(&self, name: &str) -> Result<(), StoreError> {
+        self.ops.delete_domain.store_call(self.inner.delete_domain(name)).await
     }
 }
 

@@ -47,6 +47,9 @@ pub struct Config {
     pub expired_url: Option<String>,
     /// Where `GET /` redirects; none: the 404 answer.
     pub root_url: Option<String>,
+    /// Serve a request for a host that is no domain of the fleet as the default domain's,
+    /// rather than 404 (SPEC §11).
+    pub serve_unknown_hosts: bool,
 }
 
 impl Config {
@@ -96,6 +99,7 @@ impl Default for Config {
             not_found_url: None,
             expired_url: None,
             root_url: None,
+            serve_unknown_hosts: false,
         }
     }
 }

@@ -8,6 +8,7 @@
 //! "Issued codes: known without reading the links".
 
 use bloomfilter::Bloom;
+use rebound_core::domain::split_key;
 use rebound_core::generated::{
     key_from_hex, region_counter, split_value, store_permutation_key, CodeKeyMismatch, GeneratedCodes,
     ALIAS_INDEX_SETTING, CODE_KEY_SETTING, REGION_SLOTS, REGION_SPAN,
@@ -78,10 +79,11 @@ struct AliasFilters {
 }
 
 impl AliasFilters {
-    fn set(&mut self, code: &str) {
-        match is_code_shaped(code) {
-            true => self.code_shaped.set(code),
-            false => self.other.set(code),
+    /// Records the key of an alias, in the filter of its code's shape.
+    fn set(&mut self, key: &str) {
+        match is_code_shaped(split_key(key).0) {
+            true => self.code_shaped.set(key),
+            false => self.other.set(key),
         }
     }
 }
@@ -119,11 +121,14 @@ impl IssuedCodeGate {
     /// `Some(false)` when the code was definitely never issued; `None` while bypassed.
     /// Allocates nothing.
     #[inline]
-    pub fn may_exist(&self, code: &str) -> Option<bool> {
+    pub fn may_exist(&self, key: &str) -> Option<bool> {
         if !self.current.load(Ordering::Acquire) {
             return None;
         }
         let codes = self.codes.get()?;
+        // A key carries its domain (`rebound_core::domain`): a generated code is one on every
+        // domain, an alias is one on its own.
+        let code = split_key(key).0;
         let shaped = is_code_shaped(code);
         if shaped {
             if let Some((slot, offset)) = codes.value_of(code.as_bytes()).and_then(split_value) {
@@ -139,8 +144,8 @@ impl IssuedCodeGate {
         }
         let filters = self.aliases.read().unwrap_or_else(|e| e.into_inner());
         Some(match shaped {
-            true => filters.code_shaped.check(code),
-            false => filters.other.check(code),
+            true => filters.code_shaped.check(key),
+            false => filters.other.check(key),
         })
     }
 
@@ -174,14 +179,14 @@ impl IssuedCodeGate {
 
     /// A link was created with `code`: an alias goes into the filter; a generated code is
     /// covered by the mark already (its lease was announced first), and is not stored.
-    pub fn created(&self, code: &str) {
+    pub fn created(&self, key: &str) {
         let covered = self
             .codes
             .get()
-            .and_then(|c| c.value_of(code.as_bytes()))
+            .and_then(|c| c.value_of(split_key(key).0.as_bytes()))
             .is_some_and(|v| self.leased(v));
         if !covered {
-            self.insert_alias(code);
+            self.insert_alias(key);
         }
     }
 

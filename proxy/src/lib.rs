@@ -17,6 +17,7 @@
 //! - `distributed`: the Redis tasks: invalidation listener, keepalives, creation feed.
 //! - `events`: the link-event port carried in process (all-in-one).
 //! - `metrics`: every metric of the data plane.
+//! - `domains`: which domain a request is for, by its host (SPEC §11).
 //! - `pages`: the prebuilt 404, 410 and `/` answers (static pages, or configured redirects).
 // One exception: `server::RedirectService::listener`, adopting the listening socket an
 // upgrade hands over by its descriptor number. `l1` forbids it outright.
@@ -25,6 +26,7 @@
 pub mod clicks;
 pub mod config;
 pub mod distributed;
+pub mod domains;
 pub mod events;
 pub mod flight;
 pub mod issued;

@@ -17,6 +17,10 @@ pub struct ProxyMetrics {
     pub unavailable: IntCounter,
     pub bad_method: IntCounter,
     pub bad_path: IntCounter,
+    /// Requests for a host that is no domain of the fleet (404).
+    pub unknown_host: IntCounter,
+    /// Domains routed besides the default one.
+    pub domains_routed: IntGauge,
     pub l1_hits: IntCounter,
     pub l1_tombstones: IntCounter,
     pub l1_misses: IntCounter,
@@ -86,6 +90,14 @@ impl ProxyMetrics {
             unavailable: requests.with_label_values(&["unavailable"]),
             bad_method: requests.with_label_values(&["method_not_allowed"]),
             bad_path: requests.with_label_values(&["bad_path"]),
+            unknown_host: requests.with_label_values(&["unknown_host"]),
+            domains_routed: registered(
+                registry,
+                IntGauge::new(
+                    "rebound_domains_routed",
+                    "Domains this proxy routes besides the default one (SPEC §11)",
+                )?,
+            )?,
             l1_hits: lookups.with_label_values(&["l1", "hit"]),
             l1_tombstones: lookups.with_label_values(&["l1", "tombstone"]),
             l1_misses: lookups.with_label_values(&["l1", "miss"]),

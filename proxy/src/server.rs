@@ -5,6 +5,7 @@
 //! graceful upgrade. Like River's file server it never proxies.
 
 use crate::clicks::ClickQueue;
+use crate::domains::{request_authority, DomainRoutes, Route, Routed, UnknownHost};
 use crate::pages::DeadEnds;
 use crate::path::{RedirectPath, Resolution};
 use async_trait::async_trait;
@@ -45,6 +46,8 @@ pub struct RedirectAnswers {
     dead_ends: DeadEnds,
     /// The HTTP-01 validations in flight, when this port's certificates come from ACME.
     acme: Option<AcmeAnswers>,
+    /// Which domain a request is for (SPEC §11).
+    routes: Arc<DomainRoutes>,
 }
 
 /// The HTTP-01 validations in flight: this process's own, then the fleet's in the store (the
@@ -80,25 +83,29 @@ impl Redirects {
         Self::with_dead_ends(path, clicks, max_age_secs, DeadEnds::default())
     }
 
-    /// As [`Redirects::new`], with 404, 410 and `/` answered by `dead_ends`.
+    /// As [`Redirects::new`], with 404, 410 and `/` answered by `dead_ends`; every host is
+    /// the default domain's.
     pub fn with_dead_ends(
         path: Arc<RedirectPath>,
         clicks: Arc<ClickQueue>,
         max_age_secs: u64,
         dead_ends: DeadEnds,
     ) -> Redirects {
-        Self::answering(path, clicks, max_age_secs, dead_ends, None)
+        let routes = Arc::new(DomainRoutes::new("", UnknownHost::DefaultDomain));
+        Self::answering(path, clicks, max_age_secs, dead_ends, None, routes)
     }
 
-    /// As [`Redirects::with_dead_ends`], also answering the HTTP-01 validations in flight in
-    /// `acme` (`/.well-known/acme-challenge/{token}`: never a code, `.` is not a code
-    /// character, so looked at only once a path is not one).
+    /// As [`Redirects::with_dead_ends`] (`dead_ends` are the default domain's), routing
+    /// each request by its host with `routes`, and answering the HTTP-01 validations in
+    /// flight in `acme` on any host (`/.well-known/acme-challenge/{token}`: never a code,
+    /// `.` is not a code character, so looked at only once a path is not one).
     pub fn answering(
         path: Arc<RedirectPath>,
         clicks: Arc<ClickQueue>,
         max_age_secs: u64,
         dead_ends: DeadEnds,
         acme: Option<AcmeAnswers>,
+        routes: Arc<DomainRoutes>,
     ) -> Redirects {
         let cache_control = (0..=max_age_secs)
             .map(|s| HeaderValue::from_str(&format!("public, max-age={s}")).expect("digits are a valid header value"))
@@ -110,7 +117,31 @@ impl Redirects {
             max_age_secs,
             dead_ends,
             acme,
+            routes,
         }))
+    }
+}
+
+/// The pages of the domain a request was routed to.
+enum Pages {
+    Default,
+    Domain(Arc<Route>),
+}
+
+impl Pages {
+    fn of(routed: &Routed) -> Pages {
+        match routed {
+            Routed::Domain(route) => Pages::Domain(route.clone()),
+            Routed::Default | Routed::Unknown => Pages::Default,
+        }
+    }
+
+    #[inline]
+    fn get<'a>(&'a self, answers: &'a RedirectAnswers) -> &'a DeadEnds {
+        match self {
+            Pages::Default => &answers.dead_ends,
+            Pages::Domain(route) => &route.pages,
+        }
     }
 }
 
@@ -180,15 +211,21 @@ impl RedirectAnswers {
         }
     }
 
-    /// The answer of a status without a redirect: the 404 and 410 answers are prebuilt.
+    /// The answer of a status without a redirect, with the default domain's pages.
     fn refuse(&self, refusal: Refusal, head: bool) -> Reply {
+        self.refuse_with(&self.dead_ends, refusal, head)
+    }
+
+    /// The answer of a status without a redirect: the 404 and 410 answers of `pages` are
+    /// prebuilt.
+    fn refuse_with(&self, pages: &DeadEnds, refusal: Refusal, head: bool) -> Reply {
         let res = match refusal {
-            Refusal::Status(StatusCode::NOT_FOUND) => self.dead_ends.not_found(head),
-            Refusal::Status(StatusCode::GONE) => self.dead_ends.gone(head),
+            Refusal::Status(StatusCode::NOT_FOUND) => pages.not_found(head),
+            Refusal::Status(StatusCode::GONE) => pages.gone(head),
             Refusal::Status(status) => status_reply(status),
-            Refusal::Root => self.dead_ends.root(head),
+            Refusal::Root => pages.root(head),
             // Looked up by the caller, never answered here.
-            Refusal::SharedChallenge(_) => self.dead_ends.not_found(head),
+            Refusal::SharedChallenge(_) => pages.not_found(head),
             Refusal::Challenge(answer) => {
                 let length = HeaderValue::from(answer.len());
                 let mut res = Response::new(match head {
@@ -225,8 +262,15 @@ impl RedirectAnswers {
         }
     }
 
-    /// The answer for what the path decided.
-    fn reply(&self, resolution: Resolution, is_get: bool, query: Option<&str>, now: UnixMillis) -> Reply {
+    /// The answer for what the path decided; `pages` answer what is not a redirect.
+    fn reply(
+        &self,
+        pages: &DeadEnds,
+        resolution: Resolution,
+        is_get: bool,
+        query: Option<&str>,
+        now: UnixMillis,
+    ) -> Reply {
         let m = &self.path.metrics;
         let status = match resolution {
             Resolution::Redirect(entry) => match entry.redirect() {
@@ -270,7 +314,7 @@ impl RedirectAnswers {
                 StatusCode::SERVICE_UNAVAILABLE
             }
         };
-        self.refuse(Refusal::Status(status), !is_get)
+        self.refuse_with(pages, Refusal::Status(status), !is_get)
     }
 }
 
@@ -292,21 +336,52 @@ impl hyper::service::Service<Request<Incoming>> for Redirects {
                     async move { Ok(answers.shared_challenge(&token, head).await) },
                 ));
             }
-            Err(refusal) => return Either::Left(ready(Ok(answers.refuse(refusal, req.method() == Method::HEAD)))),
+            Err(refusal @ Refusal::Challenge(_)) => {
+                return Either::Left(ready(Ok(answers.refuse(refusal, req.method() == Method::HEAD))))
+            }
+            Err(refusal) => {
+                // A path that is no code, or `/`: the domain's answer (a host of no domain
+                // has no root).
+                let routed = answers.routes.route(request_authority(&req));
+                let refusal = match (&routed, refusal) {
+                    (Routed::Unknown, Refusal::Root) => Refusal::Status(StatusCode::NOT_FOUND),
+                    (_, refusal) => refusal,
+                };
+                let pages = Pages::of(&routed);
+                let head = req.method() == Method::HEAD;
+                return Either::Left(ready(Ok(answers.refuse_with(pages.get(answers), refusal, head))));
+            }
         };
         let is_get = req.method() == Method::GET;
+        // The default domain's key is its code: no key is built.
+        let routed = answers.routes.route(request_authority(&req));
+        let (key, pages) = match &routed {
+            Routed::Default => (std::borrow::Cow::Borrowed(code), Pages::Default),
+            Routed::Domain(route) => (std::borrow::Cow::Owned(route.key(code)), Pages::Domain(route.clone())),
+            Routed::Unknown => {
+                answers.path.metrics.unknown_host.inc();
+                let reply = answers.refuse(Refusal::Status(StatusCode::NOT_FOUND), !is_get);
+                return Either::Left(ready(Ok(reply)));
+            }
+        };
         let now = answers.path.clock.now_millis();
-        match answers.path.resolve_from_memory(code, now) {
-            Some(resolution) => Either::Left(ready(Ok(answers.reply(resolution, is_get, req.uri().query(), now)))),
+        match answers.path.resolve_from_memory(&key, now) {
+            Some(resolution) => Either::Left(ready(Ok(answers.reply(
+                pages.get(answers),
+                resolution,
+                is_get,
+                req.uri().query(),
+                now,
+            )))),
             None => {
-                let (answers, code) = (self.0.clone(), code.to_owned());
+                let (answers, key) = (self.0.clone(), key.into_owned());
                 let query = req.uri().query().map(str::to_owned);
                 // Only what waits is timed: an answer from memory or a refusal never waits.
                 let started = Instant::now();
                 Either::Right(Box::pin(async move {
-                    let resolution = answers.path.resolve_beyond_memory(&code).await;
+                    let resolution = answers.path.resolve_beyond_memory(&key).await;
                     let now = answers.path.clock.now_millis();
-                    let reply = answers.reply(resolution, is_get, query.as_deref(), now);
+                    let reply = answers.reply(pages.get(&answers), resolution, is_get, query.as_deref(), now);
                     answers
                         .path
                         .metrics
@@ -592,6 +667,7 @@ mod tests {
                 local: Arc::new(OneToken),
                 shared: store.clone(),
             }),
+            Arc::new(DomainRoutes::new("x", UnknownHost::NotFound)),
         );
         // One another process of the fleet started, one that ended.
         use rebound_store::certs::CertificateStore;

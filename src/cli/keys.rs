@@ -15,7 +15,11 @@ pub(super) async fn run(client: &Client, command: KeysCommand) -> Result<Printed
                 .send(
                     Method::POST,
                     "/api/v1/keys",
-                    Some(&CreateKeyRequest { name, role }),
+                    Some(&CreateKeyRequest {
+                        name,
+                        role,
+                        domains: None,
+                    }),
                     &[],
                 )
                 .await?;

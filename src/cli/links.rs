@@ -21,6 +21,7 @@ pub(super) async fn run(client: &Client, command: LinksCommand, json_out: bool) 
             idempotency_key,
         } => {
             let body = CreateLinkRequest {
+                domain: None,
                 long_url,
                 custom_alias: alias,
                 expires_at,

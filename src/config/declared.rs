@@ -28,22 +28,8 @@ fn api() -> ApiSettings {
 fn redirect() -> RedirectSettings {
     RedirectSettings::default()
 }
-/// `peer_regions` entries as regions: `<region>=<redis URL>`, each region named once, none
-/// of them this region (`here`); the URLs are checked when their Redis is opened.
-/// Whether `name` is a DNS name a certificate can be ordered for: dot-separated labels of
-/// 1 to 63 letters, digits and '-' (not first or last), at least two, 253 characters at most.
-fn is_dns_name(name: &str) -> bool {
-    let labels: Vec<&str> = name.split('.').collect();
-    name.len() <= 253
-        && labels.len() >= 2
-        && labels.iter().all(|l| {
-            (1..=63).contains(&l.len())
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        })
-        && !labels.last().is_some_and(|l| l.bytes().all(|b| b.is_ascii_digit()))
-}
+// Whether a name is a DNS name a certificate can be ordered for: the domains' rule.
+use rebound_core::domain::is_dns_name;
 
 /// The TLS listener and ACME, each setting read once: `tls_addr` with its certificate
 /// files, or alone with `acme.directory_url`. The ACME domains are checked and lower-cased
@@ -573,6 +559,14 @@ pub const ROOT_URL: Setting<Option<String>> = Setting::new("redirect.root_url", 
         "where `GET /` on the redirect port sends the visitor (`302`); the same rule as `not_found_url`. Unset: the \
          404 answer (the page, or `not_found_url`)",
     );
+pub const SERVE_UNKNOWN_HOSTS: Setting<bool> =
+    Setting::new("redirect.serve_unknown_hosts", || redirect().serve_unknown_hosts)
+        .var("REBOUND_SERVE_UNKNOWN_HOSTS")
+        .doc(
+            "serve a request whose `Host` is no domain of the fleet as the default domain's (a fleet answering under \
+             any name); off: it is answered 404 with the default domain's not-found answer. A request by address (an \
+             IP, or a one-label name such as `localhost`) is always the default domain's",
+        );
 
 /// Reads every setting from `src` into its place, in the order of the docs.
 pub(super) fn read(src: &mut impl Source) -> Result<Settings, ConfigError> {
@@ -670,6 +664,7 @@ pub(super) fn read(src: &mut impl Source) -> Result<Settings, ConfigError> {
             not_found_url: src.get(&NOT_FOUND_URL)?,
             expired_url: src.get(&EXPIRED_URL)?,
             root_url: src.get(&ROOT_URL)?,
+            serve_unknown_hosts: src.get(&SERVE_UNKNOWN_HOSTS)?,
         },
     };
     // No ACME domains given: the public host's.

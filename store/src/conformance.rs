@@ -456,8 +456,22 @@ async fn keys<S: Store + ?Sized>(store: &S) {
         key_hash: unique("hash"),
         created_at: 1,
         revoked_at: None,
+        domains: None,
     };
     store.insert_key(&rec).await.unwrap();
+    // A key scoped to domains reads back with them, in order.
+    let scoped = ApiKeyRecord {
+        id: unique("key"),
+        key_hash: unique("hash"),
+        domains: Some(vec!["go.acme.example".into(), "acme.example".into()]),
+        ..rec.clone()
+    };
+    store.insert_key(&scoped).await.unwrap();
+    assert_eq!(
+        store.find_key_by_hash(&scoped.key_hash).await.unwrap(),
+        Some(scoped.clone())
+    );
+    assert_eq!(store.revoke_key(&scoped.id, 5).await.unwrap().domains, scoped.domains);
     assert!(matches!(store.insert_key(&rec).await, Err(StoreError::AlreadyExists)));
     assert_eq!(store.find_key_by_hash(&rec.key_hash).await.unwrap(), Some(rec.clone()));
     assert_eq!(store.find_key_by_hash("nope").await.unwrap(), None);

@@ -16,6 +16,7 @@
 //!   (`InvalidationChannel`, `CreationFeed`), with in-memory fakes.
 //! - `clicks`: where a data plane ships its click batches (`ClickSink`), and where the
 //!   consumer receives them from the queue (`ClickInbox`, with an in-memory fake).
+//! - `certs`, `domains`: what ACME gave the fleet, and the domains it serves links on.
 //! - `events`: the port through which the control plane tells the data plane's caches
 //!   about creates and deletes (`LinkEvents`, `NoLinkEvents`, and `RecordedLinkEvents`
 //!   for tests).
@@ -29,6 +30,7 @@ pub mod certs;
 pub mod clicks;
 #[cfg(any(test, feature = "test-util"))]
 pub mod conformance;
+pub mod domains;
 pub mod events;
 pub mod fleet;
 #[cfg(any(test, feature = "test-util"))]
@@ -170,6 +172,9 @@ pub struct ApiKeyRecord {
     pub key_hash: String,
     pub created_at: UnixMillis,
     pub revoked_at: Option<UnixMillis>,
+    /// The domains (canonical names) the key may create and see links on; `None`: every
+    /// domain. An operator key is never scoped.
+    pub domains: Option<Vec<String>>,
 }
 
 /// The first answer to a create with an `Idempotency-Key`, kept so a retry gets it again.
@@ -276,7 +281,8 @@ impl LinkPage {
     }
 }
 
-/// Where a listing continues: after (`created_at`, `code`) in newest-first order.
+/// Where a listing continues: after (`created_at`, `code`) in newest-first order (`code` is
+/// the link's key, which carries its domain).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListCursor {
     pub created_at: UnixMillis,
@@ -292,7 +298,7 @@ impl ListCursor {
     pub fn decode(s: &str) -> Result<ListCursor, StoreError> {
         let (at, code) = s.split_once('.').ok_or(StoreError::BadCursor)?;
         let created_at = at.parse::<i64>().map_err(|_| StoreError::BadCursor)?;
-        if rebound_core::code::check_code(code).is_err() || created_at < 0 {
+        if !rebound_core::domain::is_valid_key(code) || created_at < 0 {
             return Err(StoreError::BadCursor);
         }
         Ok(ListCursor {
@@ -449,8 +455,15 @@ pub trait AuditLog: Send + Sync {
 }
 
 /// Everything a control plane or data plane needs from one backend.
-pub trait Store: LinkStore + KeyStore + CounterStore + RollupStore + AuditLog + certs::CertificateStore {}
-impl<T: LinkStore + KeyStore + CounterStore + RollupStore + AuditLog + certs::CertificateStore> Store for T {}
+pub trait Store:
+    LinkStore + KeyStore + CounterStore + RollupStore + AuditLog + certs::CertificateStore + domains::DomainStore
+{
+}
+impl<
+        T: LinkStore + KeyStore + CounterStore + RollupStore + AuditLog + certs::CertificateStore + domains::DomainStore,
+    > Store for T
+{
+}
 
 #[cfg(test)]
 mod tests {

@@ -27,6 +27,7 @@ pub struct MemoryStore {
     unavailable: AtomicBool,
     link_reads: AtomicU64,
     certificates: crate::certs::MemoryCertificates,
+    domains: crate::domains::MemoryDomains,
 }
 
 impl MemoryStore {
@@ -276,6 +277,31 @@ impl RollupStore for MemoryStore {
             .filter(|(_, n)| **n > 0)
             .map(|((_, d), n)| (*d, *n))
             .collect())
+    }
+}
+
+/// The domains: the fake of `domains`, failing with the rest.
+#[async_trait]
+impl crate::domains::DomainStore for MemoryStore {
+    async fn insert_domain(&self, domain: &rebound_core::domain::Domain) -> Result<(), StoreError> {
+        self.check()?;
+        self.domains.insert_domain(domain).await
+    }
+    async fn get_domain(&self, name: &str) -> Result<Option<rebound_core::domain::Domain>, StoreError> {
+        self.check()?;
+        self.domains.get_domain(name).await
+    }
+    async fn list_domains(&self) -> Result<Vec<rebound_core::domain::Domain>, StoreError> {
+        self.check()?;
+        self.domains.list_domains().await
+    }
+    async fn update_domain(&self, domain: &rebound_core::domain::Domain) -> Result<(), StoreError> {
+        self.check()?;
+        self.domains.update_domain(domain).await
+    }
+    async fn delete_domain(&self, name: &str) -> Result<(), StoreError> {
+        self.check()?;
+        self.domains.delete_domain(name).await
     }
 }
 

@@ -30,7 +30,7 @@ fn certificate_from_item(item: &Item) -> Result<StoredCertificate, StoreError> {
 
 impl DynamoStore {
     /// The item `pk` of the `keys` table, read strongly consistent.
-    async fn keys_item(&self, pk: String) -> Result<Option<Item>, StoreError> {
+    pub(crate) async fn keys_item(&self, pk: String) -> Result<Option<Item>, StoreError> {
         let out = self
             .client
             .get_item()
@@ -41,6 +41,32 @@ impl DynamoStore {
             .await
             .map_err(sdk_err)?;
         Ok(out.item)
+    }
+
+    /// Every item of the `keys` table whose `pk` starts with `prefix`, read strongly
+    /// consistent (a scan: the table holds the keys, the certificates and the domains).
+    pub(crate) async fn keys_items(&self, prefix: &str) -> Result<Vec<Item>, StoreError> {
+        let mut items = Vec::new();
+        let mut start = None;
+        loop {
+            let out = self
+                .client
+                .scan()
+                .table_name(self.table("keys"))
+                .filter_expression("begins_with(#pk, :prefix)")
+                .expression_attribute_names("#pk", "pk")
+                .expression_attribute_values(":prefix", s(prefix))
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(sdk_err)?;
+            items.extend(out.items().iter().cloned());
+            match out.last_evaluated_key() {
+                Some(key) => start = Some(key.clone()),
+                None => return Ok(items),
+            }
+        }
     }
 }
 
@@ -93,29 +119,12 @@ impl CertificateStore for DynamoStore {
     }
 
     async fn list_certificates(&self) -> Result<Vec<StoredCertificate>, StoreError> {
-        let mut certificates = Vec::new();
-        let mut start = None;
-        loop {
-            let out = self
-                .client
-                .scan()
-                .table_name(self.table("keys"))
-                .filter_expression("begins_with(#pk, :cert)")
-                .expression_attribute_names("#pk", "pk")
-                .expression_attribute_values(":cert", s(CERT))
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(sdk_err)?;
-            for item in out.items() {
-                certificates.push(certificate_from_item(item)?);
-            }
-            match out.last_evaluated_key() {
-                Some(key) => start = Some(key.clone()),
-                None => break,
-            }
-        }
+        let mut certificates = self
+            .keys_items(CERT)
+            .await?
+            .iter()
+            .map(certificate_from_item)
+            .collect::<Result<Vec<_>, _>>()?;
         certificates.sort_by(|a, b| a.domain.cmp(&b.domain));
         Ok(certificates)
     }

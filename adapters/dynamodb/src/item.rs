@@ -121,6 +121,10 @@ pub(crate) fn key_item(key: &ApiKeyRecord) -> Item {
     if let Some(r) = key.revoked_at {
         item.insert("revoked_at".to_owned(), n(r));
     }
+    if let Some(domains) = &key.domains {
+        // A list, not a string set: the order the operator gave is kept.
+        item.insert("domains".to_owned(), AttributeValue::L(domains.iter().map(s).collect()));
+    }
     item
 }
 
@@ -133,6 +137,18 @@ pub(crate) fn key_from_item(item: &Item) -> Result<ApiKeyRecord, StoreError> {
         key_hash: get_s(item, "key_hash")?,
         created_at: get_n(item, "created_at")?,
         revoked_at: opt_n(item, "revoked_at")?,
+        domains: match item.get("domains") {
+            None => None,
+            Some(AttributeValue::L(list)) => Some(
+                list.iter()
+                    .map(|v| match v {
+                        AttributeValue::S(d) => Ok(d.clone()),
+                        _ => Err(StoreError::Corrupt("a key's domain is not a string".into())),
+                    })
+                    .collect::<Result<_, _>>()?,
+            ),
+            Some(_) => return Err(StoreError::Corrupt("a key's domains are not a list".into())),
+        },
     })
 }
 

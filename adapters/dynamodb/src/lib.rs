@@ -22,12 +22,13 @@
 //! - `tables`: the tables and indexes `provision` creates.
 //! - `links`: the links, idempotency records, the alias index and the propagations
 //!   pending ([`rebound_store::LinkReads`], [`rebound_store::LinkStore`]).
-//! - `keys`, `certs`, `counters`, `clicks`, `audit`: the other ports, one each.
+//! - `keys`, `certs`, `domains`, `counters`, `clicks`, `audit`: the other ports, one each.
 
 mod audit;
 mod certs;
 mod clicks;
 mod counters;
+mod domains;
 mod item;
 mod keys;
 mod links;

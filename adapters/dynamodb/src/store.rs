@@ -130,6 +130,7 @@ mod tests {
         assert_eq!(store.create_tables(false).await.unwrap().len(), 8);
         rebound_store::conformance::run_without_transactions(&store).await;
         rebound_store::certs::contract(&store).await;
+        rebound_store::domains::contract(&store).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

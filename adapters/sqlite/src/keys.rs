@@ -19,6 +19,9 @@ fn key_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<ApiKeyRecord
         key_hash: row.get(3)?,
         created_at: row.get(4)?,
         revoked_at: row.get(5)?,
+        domains: row
+            .get::<_, Option<String>>(6)?
+            .map(|d| d.split(',').map(str::to_owned).collect()),
     }))
 }
 
@@ -29,9 +32,19 @@ impl KeyStore for SqliteStore {
         self.write(move |conn| {
             let n = conn
                 .execute(
-                    "INSERT INTO api_keys (id, name, role, key_hash, created_at, revoked_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+                    "INSERT INTO api_keys (id, name, role, key_hash, created_at, revoked_at, domains) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
                      ON CONFLICT DO NOTHING",
-                    params![key.id, key.name, key.role.as_str(), key.key_hash, key.created_at, key.revoked_at],
+                    params![
+                        key.id,
+                        key.name,
+                        key.role.as_str(),
+                        key.key_hash,
+                        key.created_at,
+                        key.revoked_at,
+                        // Domain names have no commas.
+                        key.domains.as_ref().map(|d| d.join(","))
+                    ],
                 )
                 .map_err(sql_err)?;
             if n == 0 {
@@ -46,7 +59,7 @@ impl KeyStore for SqliteStore {
         let key_hash = key_hash.to_owned();
         self.read(move |conn| {
             conn.prepare_cached(
-                "SELECT id, name, role, key_hash, created_at, revoked_at FROM api_keys WHERE key_hash = ?1",
+                "SELECT id, name, role, key_hash, created_at, revoked_at, domains FROM api_keys WHERE key_hash = ?1",
             )
             .map_err(sql_err)?
             .query_row([key_hash], key_from_row)
@@ -66,7 +79,7 @@ impl KeyStore for SqliteStore {
             )
             .map_err(sql_err)?;
             conn.query_row(
-                "SELECT id, name, role, key_hash, created_at, revoked_at FROM api_keys WHERE id = ?1",
+                "SELECT id, name, role, key_hash, created_at, revoked_at, domains FROM api_keys WHERE id = ?1",
                 [id],
                 key_from_row,
             )

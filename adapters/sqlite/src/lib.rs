@@ -15,6 +15,7 @@ mod audit;
 mod certs;
 mod clicks;
 mod counters;
+mod domains;
 mod keys;
 mod links;
 mod schema;

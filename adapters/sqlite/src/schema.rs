@@ -39,7 +39,10 @@ CREATE TABLE IF NOT EXISTS api_keys (
     role TEXT NOT NULL,
     key_hash TEXT NOT NULL UNIQUE,
     created_at INTEGER NOT NULL,
-    revoked_at INTEGER
+    revoked_at INTEGER,
+    -- The domains a key is scoped to, comma-separated; NULL for every domain. Added by
+    -- `add_missing_columns` to a file made before domains existed.
+    domains TEXT
 );
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -79,6 +82,8 @@ CREATE TABLE IF NOT EXISTS certificate_leases (
     owner TEXT NOT NULL,
     until INTEGER NOT NULL
 ) WITHOUT ROWID;
+-- The domains besides the default one (SPEC §11), each record as JSON.
+CREATE TABLE IF NOT EXISTS domains (name TEXT PRIMARY KEY, record TEXT NOT NULL) WITHOUT ROWID;
 -- HTTP-01 answers in flight, for whichever process the CA asks.
 CREATE TABLE IF NOT EXISTS acme_challenges (
     token TEXT PRIMARY KEY,
@@ -99,6 +104,26 @@ CREATE TABLE IF NOT EXISTS rollups (
 CREATE TABLE IF NOT EXISTS applied_batches (id TEXT PRIMARY KEY, applied_at INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS applied_batches_by_time ON applied_batches (applied_at);
 ";
+
+/// Columns added since a table was first made: `CREATE TABLE IF NOT EXISTS` leaves an
+/// older file's table as it was, so each is added here, once, at open.
+pub(crate) fn add_missing_columns(main: &Connection) -> Result<(), StoreError> {
+    const ADDED: &[(&str, &str, &str)] = &[("api_keys", "domains", "TEXT")];
+    for (table, column, kind) in ADDED {
+        let present: i64 = main
+            .query_row(
+                "SELECT count(*) FROM pragma_table_info(?1) WHERE name = ?2",
+                [table, column],
+                |r| r.get(0),
+            )
+            .map_err(sql_err)?;
+        if present == 0 {
+            main.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {kind}"))
+                .map_err(sql_err)?;
+        }
+    }
+    Ok(())
+}
 
 /// Data directories written before the rollups had a file of their own keep them in the
 /// main file: move them over once, at open, before anything else writes clicks. Replacing

@@ -2,7 +2,7 @@
 //! the clicks file attached) and the blocking pool every call runs on, and how SQLite's
 //! errors are classified.
 
-use crate::schema::{move_rollups_out_of_the_main_file, CLICKS_SCHEMA, SCHEMA};
+use crate::schema::{add_missing_columns, move_rollups_out_of_the_main_file, CLICKS_SCHEMA, SCHEMA};
 use rebound_store::StoreError;
 use rusqlite::Connection;
 use std::path::{Path, PathBuf};
@@ -92,6 +92,7 @@ impl SqliteStore {
         }
         let mut writer = open_conn(&path)?;
         writer.execute_batch(SCHEMA).map_err(sql_err)?;
+        add_missing_columns(&writer)?;
         let clicks_path = clicks_file(&path);
         let clicks_writer = open_conn(&clicks_path)?;
         clicks_writer.execute_batch(CLICKS_SCHEMA).map_err(sql_err)?;
@@ -239,6 +240,7 @@ mod tests {
         drop(conn);
         let store = SqliteStore::open(&path).unwrap();
         rebound_store::certs::contract(&store).await;
+        rebound_store::domains::contract(&store).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

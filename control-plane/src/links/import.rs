@@ -71,6 +71,9 @@ impl ControlPlane {
             self.charge_up_to(caller, valid.len(), now)?
         };
         let mut pending: Vec<(usize, Link, bool)> = Vec::new();
+        // Each domain named is read once per import.
+        let mut domains: std::collections::HashMap<Option<String>, crate::domains::DomainRef> =
+            std::collections::HashMap::new();
         for (n, (i, new)) in valid.into_iter().enumerate() {
             if n >= covered {
                 outcomes[i] = Some(ImportOutcome::Failed {
@@ -82,10 +85,24 @@ impl ControlPlane {
                 });
                 continue;
             }
+            let domain = match domains.get(&new.domain) {
+                Some(d) => d.clone(),
+                None => match self.domain_for(caller, new.domain.as_deref()).await {
+                    Ok(d) => domains.entry(new.domain.clone()).or_insert(d).clone(),
+                    Err(e @ (ApiError::Unavailable(_) | ApiError::Internal(_))) => return Err(e),
+                    Err(e) => {
+                        outcomes[i] = Some(failed(e));
+                        continue;
+                    }
+                },
+            };
             let generated = new.alias.is_none();
             let code = match new.alias {
-                Some(a) => self.store.record_alias(&a).await.map(|()| a)?,
-                None => self.next_code().await?,
+                Some(a) => {
+                    let key = domain.key(&a);
+                    self.store.record_alias(&key).await.map(|()| key)?
+                }
+                None => domain.key(&self.next_code().await?),
             };
             let link = Link::new_active(
                 code,
@@ -135,7 +152,8 @@ impl ControlPlane {
                 Err(StoreError::AlreadyExists) if generated => {
                     let mut retried = Err(StoreError::AlreadyExists);
                     for _ in 1..GENERATED_CODE_ATTEMPTS {
-                        link.code = self.next_code().await?;
+                        let domain = rebound_core::domain::split_key(&link.code).1.map(str::to_owned);
+                        link.code = rebound_core::domain::link_key(&self.next_code().await?, domain.as_deref());
                         retried = self.store.insert_link(&link, record(i, &link).as_ref()).await;
                         if !matches!(retried, Err(StoreError::AlreadyExists)) {
                             break;

@@ -18,7 +18,7 @@ use crate::error::ApiError;
 use crate::ControlPlane;
 use idempotency::{replayed, RequestHash};
 use rebound_api_types::CreateLinkRequest;
-use rebound_core::code::check_code;
+use rebound_core::domain::is_valid_key;
 use rebound_core::Link;
 use rebound_store::{IdempotencyRecord, Role, StoreError};
 use validate::validate_create;
@@ -63,15 +63,21 @@ impl ControlPlane {
             }
         }
         let new = validate_create(self, caller, request, now)?;
+        let domain = self.domain_for(caller, new.domain.as_deref()).await?;
         self.charge(caller, now)?;
         let api = &self.config.api;
         let mut attempts = 0;
         let link = loop {
             attempts += 1;
+            // The key carries the domain: an alias is unique on its domain, a generated code
+            // on every domain (the KGS never gives one twice).
             let code = match &new.alias {
                 // Indexed before it exists, so a proxy never takes an alias for a code never issued.
-                Some(alias) => self.store.record_alias(alias).await.map(|()| alias.clone())?,
-                None => self.next_code().await?,
+                Some(alias) => {
+                    let key = domain.key(alias);
+                    self.store.record_alias(&key).await.map(|()| key)?
+                }
+                None => domain.key(&self.next_code().await?),
             };
             let link = Link::new_active(
                 code,
@@ -186,17 +192,22 @@ impl ControlPlane {
         })
     }
 
-    /// Reads a link the caller may see; a malformed code is simply not found.
-    pub(crate) async fn visible_link(&self, principal: &Principal, code: &str) -> Result<Link, ApiError> {
-        if check_code(code).is_err() {
+    /// Reads a link the caller may see (by its key, which carries its domain); a malformed
+    /// key is simply not found, and a link on a domain the key is not scoped to is 403.
+    pub(crate) async fn visible_link(&self, principal: &Principal, key: &str) -> Result<Link, ApiError> {
+        if !is_valid_key(key) {
             return Err(ApiError::NotFound("no such link"));
         }
         let link = self
             .store
-            .get_link(code)
+            .get_link(key)
             .await?
             .ok_or(ApiError::NotFound("no such link"))?;
         principal.require_owner(&link.created_by)?;
+        self.domains
+            .learn(self.store.as_ref(), std::slice::from_ref(&link))
+            .await?;
+        principal.require_domain(&self.domains.of_link(&link))?;
         Ok(link)
     }
 }

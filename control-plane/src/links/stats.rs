@@ -63,7 +63,7 @@ impl ControlPlane {
             })
             .collect();
         Ok(LinkStats {
-            code: link.code,
+            code: rebound_core::domain::split_key(&link.code).0.to_owned(),
             total: days.iter().map(|d| d.clicks).sum(),
             days,
         })

@@ -24,6 +24,8 @@ pub(super) struct NewLink {
     pub(super) expires_at: Option<i64>,
     pub(super) redirect: RedirectKind,
     pub(super) forward_query: bool,
+    /// The domain asked for, resolved by the caller (it reads the store).
+    pub(super) domain: Option<String>,
 }
 
 pub(super) fn validate_create(
@@ -88,5 +90,6 @@ pub(super) fn validate_create(
         expires_at,
         redirect,
         forward_query: req.forward_query.unwrap_or(false),
+        domain: req.domain,
     })
 }

@@ -1,0 +1,226 @@
+//! Routing by host (SPEC §11): which domain a request is for, from its `Host` (HTTP/1) or
+//! `:authority` (HTTP/2), and so which key its code is looked up by and which pages answer
+//! it.
+//!
+//! The default domain (the host of `public_base_url`) costs one case-insensitive comparison
+//! and builds no key: its links' keys are their codes. A request by address (an IP literal,
+//! or a one-label name such as `localhost`, which no added domain can be) is the default
+//! domain's too, so a load balancer's health check or `curl 127.0.0.1:8080/x` keep working.
+//! Any other host is looked up in a table replaced whole when the store's domains change (a
+//! reader never waits for a writer); a host in no domain is answered 404 with the default
+//! domain's page, or, when configured, served as the default domain.
+
+use crate::pages::{DeadEndTargets, DeadEnds};
+use arc_swap::ArcSwap;
+use http::header::HOST;
+use http::Request;
+use rebound_core::domain::{host_of, is_ip_host, link_key, Domain};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// What a host that is no domain of the fleet gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UnknownHost {
+    /// 404 with the default domain's not-found answer.
+    #[default]
+    NotFound,
+    /// Served as the default domain (a fleet that answers under any name).
+    DefaultDomain,
+}
+
+/// A domain besides the default one: its id (what its links' keys end with) and its pages.
+#[derive(Debug)]
+pub struct Route {
+    pub id: Box<str>,
+    pub pages: DeadEnds,
+}
+
+impl Route {
+    /// The key of `code` on this domain.
+    pub fn key(&self, code: &str) -> String {
+        link_key(code, Some(&self.id))
+    }
+}
+
+/// Where a request goes.
+#[derive(Debug)]
+pub enum Routed {
+    /// The default domain: the code is the key.
+    Default,
+    /// Another domain.
+    Domain(Arc<Route>),
+    /// A host of no domain, answered 404.
+    Unknown,
+}
+
+/// The fleet's domains by host.
+pub struct DomainRoutes {
+    /// Lower case, no trailing dot.
+    default_host: Box<str>,
+    unknown: UnknownHost,
+    table: ArcSwap<HashMap<Box<str>, Arc<Route>>>,
+}
+
+impl DomainRoutes {
+    /// Routes with no domain but the default one, whose host is `default_host`.
+    pub fn new(default_host: &str, unknown: UnknownHost) -> DomainRoutes {
+        DomainRoutes {
+            default_host: default_host.trim_end_matches('.').to_ascii_lowercase().into(),
+            unknown,
+            table: ArcSwap::from_pointee(HashMap::new()),
+        }
+    }
+
+    /// Replaces the table with `domains`; a domain whose page URL cannot be a `Location`
+    /// (the control plane checks them, so only a store written by hand) gets the built-in
+    /// pages, and is returned.
+    pub fn install(&self, domains: &[Domain]) -> Vec<String> {
+        let mut refused = Vec::new();
+        let table = domains
+            .iter()
+            .map(|d| {
+                let pages = DeadEnds::new(&DeadEndTargets {
+                    not_found_url: d.pages.not_found_url.clone(),
+                    expired_url: d.pages.expired_url.clone(),
+                    root_url: d.pages.root_url.clone(),
+                })
+                .unwrap_or_else(|_| {
+                    refused.push(d.name.clone());
+                    DeadEnds::default()
+                });
+                let route = Route {
+                    id: d.id.as_str().into(),
+                    pages,
+                };
+                (d.name.to_ascii_lowercase().into_boxed_str(), Arc::new(route))
+            })
+            .collect();
+        self.table.store(Arc::new(table));
+        refused
+    }
+
+    /// How many domains besides the default one are routed.
+    pub fn len(&self) -> usize {
+        self.table.load().len()
+    }
+
+    /// Whether only the default domain is routed.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Where a request for `authority` (its `Host` or `:authority`; `None` when it has none,
+    /// as HTTP/1.0 may) goes.
+    #[inline]
+    pub fn route(&self, authority: Option<&str>) -> Routed {
+        let Some(authority) = authority else {
+            return Routed::Default;
+        };
+        let host = host_of(authority);
+        if host.eq_ignore_ascii_case(&self.default_host) || is_ip_host(host) || !host.contains('.') {
+            return Routed::Default;
+        }
+        let table = self.table.load();
+        let found = match host.bytes().any(|b| b.is_ascii_uppercase()) {
+            false => table.get(host),
+            true => table.get(host.to_ascii_lowercase().as_str()),
+        };
+        match (found, self.unknown) {
+            (Some(route), _) => Routed::Domain(route.clone()),
+            (None, UnknownHost::NotFound) => Routed::Unknown,
+            (None, UnknownHost::DefaultDomain) => Routed::Default,
+        }
+    }
+}
+
+/// The authority a request is for: HTTP/2's `:authority` (hyper puts it in the URI), else
+/// the `Host` header (checked by the edge). Walks the few headers rather than hashing a
+/// name, as the edge's `Host` check does.
+#[inline]
+pub fn request_authority<B>(req: &Request<B>) -> Option<&str> {
+    if let Some(authority) = req.uri().authority() {
+        return Some(authority.as_str());
+    }
+    req.headers()
+        .iter()
+        .find(|(name, _)| *name == HOST)
+        .and_then(|(_, value)| std::str::from_utf8(value.as_bytes()).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rebound_core::domain::{CertificateSource, DomainPages};
+
+    fn domain(name: &str, id: &str) -> Domain {
+        Domain {
+            name: name.into(),
+            id: id.into(),
+            created_at: 0,
+            created_by: "op".into(),
+            certificate: CertificateSource::Acme,
+            pages: DomainPages::default(),
+            certificate_error: None,
+            certificate_attempt_at: None,
+        }
+    }
+
+    fn id_of(routed: Routed) -> Option<String> {
+        match routed {
+            Routed::Domain(r) => Some(r.id.to_string()),
+            Routed::Default => Some("default".into()),
+            Routed::Unknown => None,
+        }
+    }
+
+    #[test]
+    fn hosts_route_to_their_domain_the_default_or_nowhere() {
+        let routes = DomainRoutes::new("sho.rt", UnknownHost::NotFound);
+        assert!(routes
+            .install(&[domain("go.acme.com", "1"), domain("acme.link", "2")])
+            .is_empty());
+        let cases: &[(Option<&str>, Option<&str>)] = &[
+            (Some("sho.rt"), Some("default")),
+            (Some("SHO.RT:8080"), Some("default")),
+            (Some("sho.rt."), Some("default")),
+            (None, Some("default")),
+            (Some("127.0.0.1:8080"), Some("default")),
+            (Some("[::1]:8443"), Some("default")),
+            (Some("localhost:8080"), Some("default")),
+            (Some("go.acme.com"), Some("1")),
+            (Some("Go.Acme.COM:443"), Some("1")),
+            (Some("go.acme.com."), Some("1")),
+            (Some("acme.link"), Some("2")),
+            (Some("evil.example"), None),
+            (Some("acme.com"), None),
+            (Some("x.go.acme.com"), None),
+        ];
+        for (authority, want) in cases {
+            assert_eq!(id_of(routes.route(*authority)).as_deref(), *want, "{authority:?}");
+        }
+        // The table is replaced whole: a removed domain is no longer routed.
+        routes.install(&[domain("acme.link", "2")]);
+        assert_eq!(routes.len(), 1);
+        assert_eq!(id_of(routes.route(Some("go.acme.com"))), None);
+
+        let lenient = DomainRoutes::new("sho.rt", UnknownHost::DefaultDomain);
+        assert_eq!(id_of(lenient.route(Some("evil.example"))).as_deref(), Some("default"));
+    }
+
+    #[test]
+    fn a_route_builds_its_keys_and_the_authority_comes_from_the_uri_or_host() {
+        let routes = DomainRoutes::new("sho.rt", UnknownHost::NotFound);
+        routes.install(&[domain("acme.link", "Zz")]);
+        let Routed::Domain(route) = routes.route(Some("acme.link")) else {
+            panic!("routed")
+        };
+        assert_eq!(route.key("promo"), "promo.Zz");
+
+        let h1 = Request::get("/abc").header(HOST, "acme.link:80").body(()).unwrap();
+        assert_eq!(request_authority(&h1), Some("acme.link:80"));
+        let h2 = Request::get("https://acme.link/abc").body(()).unwrap();
+        assert_eq!(request_authority(&h2), Some("acme.link"));
+        let none = Request::get("/abc").body(()).unwrap();
+        assert_eq!(request_authority(&none), None);
+    }
+}

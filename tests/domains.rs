@@ -1,0 +1,453 @@
+//! Domains (SPEC §11, issue 32), black-box on the all-in-one: domains added, listed and
+//! removed through the API; links on a domain, the same alias on two domains; the redirect
+//! port routing by `Host` (HTTP/1) and `:authority` (HTTP/2) with each domain's own pages, a
+//! host of no domain answered 404; keys scoped to domains; over TLS, a request for another
+//! host than the SNI name answered 421.
+
+mod common;
+
+use common::rebound::Rebound;
+use common::tls::{self_signed, tls_env};
+use common::*;
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+const DEFAULT: &str = "sho.rt.test";
+
+/// `curl` to the redirect port of `rb` for `host` (resolved to it), over HTTP/1.1 or HTTP/2
+/// with prior knowledge: "<http version> <status> <Location>".
+fn get_on(rb: &Rebound, host: &str, path: &str, h2: bool) -> String {
+    let port = rb.redirect().rsplit_once(':').unwrap().1.to_owned();
+    let resolve = format!("{host}:{port}:127.0.0.1");
+    let url = format!("http://{host}:{port}{path}");
+    let version = if h2 { "--http2-prior-knowledge" } else { "--http1.1" };
+    curl(
+        "%{http_version} %{http_code} %{redirect_url}",
+        &["--resolve", &resolve, version, &url],
+    )
+}
+
+/// Waits (bounded) until `path` on `host` answers `want` over HTTP/1.1: a domain added or
+/// removed is read by the data plane within its poll (2 s).
+async fn routed(rb: &Rebound, host: &str, path: &str, want: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let got = get_on(rb, host, path, false);
+        if got == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{host}{path} answered {got:?}, not {want:?}, for 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn add_domain(rb: &Rebound, body: Value) -> (StatusCode, Value) {
+    rb.api(Method::POST, "/api/v1/domains", Some(body)).await
+}
+
+fn start_on_domains() -> (tempfile::TempDir, Rebound) {
+    let dir = temp_dir();
+    let rb = Rebound::start(
+        &dir.path().join("data"),
+        &[
+            ("REBOUND_PUBLIC_BASE_URL", &format!("https://{DEFAULT}")),
+            ("REBOUND_H2C", "true"),
+        ],
+    );
+    (dir, rb)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn links_live_on_their_domain_and_the_port_routes_by_host() {
+    let (_dir, rb) = start_on_domains();
+    // The default domain alone at first.
+    let (status, list) = rb.api(Method::GET, "/api/v1/domains", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(list["domains"].as_array().unwrap().len(), 1);
+    assert_eq!(list["domains"][0]["name"], DEFAULT);
+    assert_eq!(list["domains"][0]["default"], true);
+
+    let (status, acme) = add_domain(
+        &rb,
+        json!({"name": "Go.Acme.Test.", "not_found_url": "https://acme.example/missing", "root_url": "https://acme.example/"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{acme}");
+    assert_eq!(acme["name"], "go.acme.test", "canonical: lower case, no trailing dot");
+    assert_eq!(acme["state"], "pending", "no certificate yet");
+    assert_eq!(acme["certificate"], "acme");
+    let (status, other) = add_domain(&rb, json!({"name": "acme.link", "certificate": "files"})).await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(other["state"], "files");
+
+    // The same alias on two domains (and on the default one), each with its own target.
+    let targets = [
+        (None, "https://example.com/default-promo"),
+        (Some("go.acme.test"), "https://acme.example/promo"),
+        (Some("acme.link"), "https://acme.example/link-promo"),
+    ];
+    for (domain, target) in targets {
+        let mut body = json!({"long_url": target, "custom_alias": "promo"});
+        if let Some(d) = domain {
+            body["domain"] = json!(d);
+        }
+        let created = rb.create(body.clone()).await;
+        assert_eq!(created["code"], "promo");
+        let on = domain.unwrap_or(DEFAULT);
+        assert_eq!(created["domain"], on);
+        assert_eq!(created["short_url"], format!("https://{on}/promo"));
+        // Unique per domain.
+        let (status, e) = rb.api(Method::POST, "/api/v1/links", Some(body)).await;
+        assert_eq!(
+            (status, e["error"]["code"].as_str()),
+            (StatusCode::CONFLICT, Some("alias_taken"))
+        );
+    }
+    // A generated code lives on the domain it was made on.
+    let generated = rb
+        .create(json!({"long_url": "https://acme.example/generated", "domain": "go.acme.test"}))
+        .await;
+    let code = generated["code"].as_str().unwrap().to_owned();
+    assert_eq!(generated["domain"], "go.acme.test");
+
+    routed(&rb, "go.acme.test", "/promo", "1.1 302 https://acme.example/promo").await;
+    routed(&rb, "acme.link", "/promo", "1.1 302 https://acme.example/link-promo").await;
+    for h2 in [false, true] {
+        let v = if h2 { "2" } else { "1.1" };
+        for (domain, target) in targets {
+            let host = domain.unwrap_or(DEFAULT);
+            assert_eq!(get_on(&rb, host, "/promo", h2), format!("{v} 302 {target}"), "{host}");
+        }
+        // Case and a trailing dot do not matter; the port does not either.
+        assert_eq!(
+            get_on(&rb, "GO.ACME.TEST.", "/promo", h2),
+            format!("{v} 302 https://acme.example/promo")
+        );
+        assert_eq!(
+            get_on(&rb, "go.acme.test", &format!("/{code}"), h2),
+            format!("{v} 302 https://acme.example/generated")
+        );
+        // Not on the other domains.
+        assert_eq!(get_on(&rb, DEFAULT, &format!("/{code}"), h2), format!("{v} 404 "));
+        assert_eq!(
+            get_on(&rb, "go.acme.test", "/nothing-here", h2),
+            format!("{v} 302 https://acme.example/missing"),
+            "the domain's own not-found URL"
+        );
+        assert_eq!(
+            get_on(&rb, "go.acme.test", "/", h2),
+            format!("{v} 302 https://acme.example/")
+        );
+        assert_eq!(
+            get_on(&rb, "acme.link", "/nothing-here", h2),
+            format!("{v} 404 "),
+            "the built-in page"
+        );
+        // A host of no domain: 404, even for a code the default domain has.
+        assert_eq!(get_on(&rb, "evil.example", "/promo", h2), format!("{v} 404 "));
+        assert_eq!(get_on(&rb, "evil.example", "/", h2), format!("{v} 404 "));
+    }
+    assert!(
+        rb.metric(r#"rebound_redirect_requests_total{outcome="unknown_host"}"#)
+            .await
+            >= 2.0
+    );
+    // By address: the default domain (a health check, curl on the box).
+    let by_ip = rb.get("/promo").await;
+    assert_eq!(by_ip.status(), StatusCode::FOUND);
+    assert_eq!(by_ip.headers()["location"], "https://example.com/default-promo");
+
+    // The API reads a link on its domain, by `?domain=`.
+    let (status, link) = rb.api(Method::GET, "/api/v1/links/promo?domain=acme.link", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        (link["long_url"].as_str(), link["domain"].as_str()),
+        (Some("https://acme.example/link-promo"), Some("acme.link"))
+    );
+    let (status, link) = rb.api(Method::GET, "/api/v1/links/promo", None).await;
+    assert_eq!((status, link["domain"].as_str()), (StatusCode::OK, Some(DEFAULT)));
+    let (status, e) = rb.api(Method::GET, "/api/v1/links/promo?domain=nope.test", None).await;
+    assert_eq!(
+        (status, e["error"]["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("unknown_domain"))
+    );
+    let (_, list) = rb.api(Method::GET, "/api/v1/links", None).await;
+    let shown: Vec<(String, String)> = list["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["domain"].as_str().unwrap().into(), l["code"].as_str().unwrap().into()))
+        .collect();
+    assert!(shown.contains(&("acme.link".into(), "promo".into())), "{shown:?}");
+    assert!(shown.contains(&("go.acme.test".into(), code.clone())), "{shown:?}");
+
+    // A delete on one domain leaves the others.
+    let (status, _) = rb
+        .api(Method::DELETE, "/api/v1/links/promo?domain=acme.link", None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert_eq!(get_on(&rb, "acme.link", "/promo", false), "1.1 404 ");
+    assert_eq!(
+        get_on(&rb, "go.acme.test", "/promo", false),
+        "1.1 302 https://acme.example/promo"
+    );
+    assert_eq!(
+        get_on(&rb, DEFAULT, "/promo", false),
+        "1.1 302 https://example.com/default-promo"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_domain_is_checked_added_once_and_removed_only_with_its_links() {
+    let (_dir, rb) = start_on_domains();
+    for (name, code) in [
+        ("localhost", "invalid_domain"),
+        ("127.0.0.1", "invalid_domain"),
+        ("a..test", "invalid_domain"),
+        ("a_b.test", "invalid_domain"),
+        ("x.test/path", "invalid_domain"),
+    ] {
+        let (status, e) = add_domain(&rb, json!({"name": name})).await;
+        assert_eq!(
+            (status, e["error"]["code"].as_str()),
+            (StatusCode::BAD_REQUEST, Some(code)),
+            "{name}"
+        );
+    }
+    let (status, e) = add_domain(&rb, json!({"name": "d.test", "certificate": "manual"})).await;
+    assert_eq!(
+        (status, e["error"]["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_certificate"))
+    );
+    let (status, e) = add_domain(&rb, json!({"name": "d.test", "not_found_url": "javascript:alert(1)"})).await;
+    assert_eq!(
+        (status, e["error"]["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_url"))
+    );
+    let (status, e) = add_domain(&rb, json!({"name": DEFAULT})).await;
+    assert_eq!(
+        (status, e["error"]["code"].as_str()),
+        (StatusCode::CONFLICT, Some("domain_exists"))
+    );
+    // Nothing of the refused ones was added.
+    let (_, list) = rb.api(Method::GET, "/api/v1/domains", None).await;
+    assert_eq!(list["domains"].as_array().unwrap().len(), 1, "{list}");
+
+    let (status, _) = add_domain(&rb, json!({"name": "d.test"})).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, e) = add_domain(&rb, json!({"name": "D.test"})).await;
+    assert_eq!(
+        (status, e["error"]["code"].as_str()),
+        (StatusCode::CONFLICT, Some("domain_exists"))
+    );
+    let (status, view) = rb.api(Method::GET, "/api/v1/domains/d.test", None).await;
+    assert_eq!((status, view["name"].as_str()), (StatusCode::OK, Some("d.test")));
+    let (status, _) = rb.api(Method::GET, "/api/v1/domains/nope.test", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    let code = rb
+        .create_code(json!({"long_url": "https://example.com/on-d", "domain": "d.test"}))
+        .await;
+    routed(&rb, "d.test", &format!("/{code}"), "1.1 302 https://example.com/on-d").await;
+
+    // Active links: refused, unless asked to take them down.
+    let (status, e) = rb.api(Method::DELETE, "/api/v1/domains/d.test", None).await;
+    assert_eq!(
+        (status, e["error"]["code"].as_str()),
+        (StatusCode::CONFLICT, Some("domain_has_links"))
+    );
+    let (status, e) = rb
+        .api(Method::DELETE, "/api/v1/domains/d.test?take_down=yes", None)
+        .await;
+    assert_eq!(
+        (status, e["error"]["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_query"))
+    );
+    let (status, e) = rb
+        .api(Method::DELETE, &format!("/api/v1/domains/{DEFAULT}"), None)
+        .await;
+    assert_eq!(
+        (status, e["error"]["code"].as_str()),
+        (StatusCode::CONFLICT, Some("default_domain"))
+    );
+    assert_eq!(
+        get_on(&rb, "d.test", &format!("/{code}"), false),
+        "1.1 302 https://example.com/on-d"
+    );
+
+    let (status, removed) = rb
+        .api(Method::DELETE, "/api/v1/domains/d.test?take_down=true", None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{removed}");
+    assert_eq!(removed["taken_down"], 1);
+    // The link is down at once (the takedown's own propagation), the host soon unrouted.
+    assert_eq!(get_on(&rb, "d.test", &format!("/{code}"), false), "1.1 404 ");
+    let (status, audit) = rb
+        .api(Method::GET, &format!("/api/v1/links/{code}/audit?domain=d.test"), None)
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "the domain is gone: {audit}");
+    // Added again, it is a new domain: the old link does not come back.
+    let (status, _) = add_domain(&rb, json!({"name": "d.test"})).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, _) = rb
+        .api(Method::GET, &format!("/api/v1/links/{code}?domain=d.test"), None)
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // Only the new domain's links answer there.
+    let again = rb
+        .create(json!({"long_url": "https://example.com/again", "domain": "d.test", "custom_alias": "keep"}))
+        .await;
+    assert_eq!(again["code"], "keep");
+    routed(&rb, "d.test", "/keep", "1.1 302 https://example.com/again").await;
+    assert_eq!(get_on(&rb, "d.test", &format!("/{code}"), false), "1.1 404 ");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_scoped_to_a_domain_creates_and_sees_only_there() {
+    let (_dir, rb) = start_on_domains();
+    for name in ["brand.test", "other.test"] {
+        assert_eq!(add_domain(&rb, json!({"name": name})).await.0, StatusCode::CREATED);
+    }
+    let (status, e) = rb
+        .api(
+            Method::POST,
+            "/api/v1/keys",
+            Some(json!({"name": "op", "role": "operator", "domains": ["brand.test"]})),
+        )
+        .await;
+    assert_eq!(
+        (status, e["error"]["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_domains"))
+    );
+    let (status, e) = rb
+        .api(
+            Method::POST,
+            "/api/v1/keys",
+            Some(json!({"name": "c", "role": "creator", "domains": ["nope.test"]})),
+        )
+        .await;
+    assert_eq!(
+        (status, e["error"]["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_domains"))
+    );
+    let (status, key) = rb
+        .api(
+            Method::POST,
+            "/api/v1/keys",
+            Some(json!({"name": "brand", "role": "creator", "domains": ["Brand.Test"]})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{key}");
+    assert_eq!(key["domains"], json!(["brand.test"]));
+    let secret = key["key"].as_str().unwrap().to_owned();
+    let as_brand = |method: Method, path: &str, body: Option<Value>| {
+        let req = rb
+            .http
+            .request(method, format!("{}{path}", rb.run.api()))
+            .bearer_auth(&secret);
+        let req = match body {
+            Some(b) => req.json(&b),
+            None => req,
+        };
+        async move {
+            let res = req.send().await.unwrap();
+            let status = res.status();
+            (status, res.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    // Without a domain: its first domain.
+    let (status, made) = as_brand(
+        Method::POST,
+        "/api/v1/links",
+        Some(json!({"long_url": "https://brand.example/a"})),
+    )
+    .await;
+    assert_eq!(
+        (status, made["domain"].as_str()),
+        (StatusCode::CREATED, Some("brand.test")),
+        "{made}"
+    );
+    for domain in ["other.test", DEFAULT] {
+        let (status, e) = as_brand(
+            Method::POST,
+            "/api/v1/links",
+            Some(json!({"long_url": "https://brand.example/b", "domain": domain})),
+        )
+        .await;
+        assert_eq!(
+            (status, e["error"]["code"].as_str()),
+            (StatusCode::FORBIDDEN, Some("forbidden")),
+            "{domain}"
+        );
+    }
+    let (status, me) = as_brand(Method::GET, "/api/v1/me", None).await;
+    assert_eq!((status, me["domains"].clone()), (StatusCode::OK, json!(["brand.test"])));
+    let (status, list) = as_brand(Method::GET, "/api/v1/domains", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let names: Vec<&str> = list["domains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["brand.test"]);
+    let (status, _) = as_brand(Method::GET, "/api/v1/domains/other.test", None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    // Its own link, read on its domain; the same code on another domain is not its to see.
+    let code = made["code"].as_str().unwrap();
+    let (status, _) = as_brand(Method::GET, &format!("/api/v1/links/{code}?domain=brand.test"), None).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = as_brand(Method::GET, &format!("/api/v1/links/{code}"), None).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "a scoped key's link addressed without a domain is on its domain"
+    );
+    let (status, _) = as_brand(Method::GET, &format!("/api/v1/links/{code}?domain={DEFAULT}"), None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_a_request_for_another_host_than_the_sni_name_is_misdirected() {
+    let dir = temp_dir();
+    let (cert, key) = self_signed(dir.path(), "edge", "ec");
+    let mut env = tls_env(&cert, &key).to_vec();
+    env.push(("REBOUND_PUBLIC_BASE_URL", "https://localhost"));
+    let rb = Rebound::from(start(
+        &[],
+        &dir.path().join("data"),
+        &env,
+        &["redirect", "redirect TLS", "API", "metrics"],
+    ));
+    let code = rb.create_code(json!({"long_url": "https://example.com/tls"})).await;
+    let port = rb.run.addrs["redirect TLS"].rsplit_once(':').unwrap().1.to_owned();
+    let resolve = format!("localhost:{port}:127.0.0.1");
+    let url = format!("https://localhost:{port}/{code}");
+    let cacert = cert.to_str().unwrap();
+    for version in ["--http1.1", "--http2"] {
+        let ok = curl(
+            "%{http_code}",
+            &["--resolve", &resolve, "--cacert", cacert, version, &url],
+        );
+        assert_eq!(ok, "302", "{version}");
+        let misdirected = curl(
+            "%{http_code}",
+            &[
+                "--resolve",
+                &resolve,
+                "--cacert",
+                cacert,
+                version,
+                "-H",
+                "Host: acme.test",
+                &url,
+            ],
+        );
+        assert_eq!(misdirected, "421", "{version}");
+    }
+    assert!(rb.refusals("redirect_tls", "misdirected").await >= 2.0);
+}
