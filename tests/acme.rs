@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::fleet::{create, Deployment};
+use common::fleet::{api, create, Deployment};
 use common::services::free_port;
 use common::*;
 use rebound_acme::testing::{https_get, Pebble};
@@ -169,4 +169,98 @@ async fn two_proxies_get_one_certificate_and_both_serve_it() {
         issued += metric(p, "rebound_acme_issued_total").await;
     }
     assert_eq!((issued, pebble.orders()), (1.0, 1), "one order for the fleet");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs pebble, REBOUND_TEST_DYNAMODB_URL and REBOUND_TEST_REDIS_URL: scripts/test runs it"]
+async fn a_domain_added_through_the_api_gets_its_certificate_and_serves_on_two_proxies() {
+    // The fleet of `two_proxies_get_one_certificate_and_both_serve_it`, running; then an
+    // operator adds a domain through the API and creates a link on it with the alias a link
+    // of the default domain has. Without a restart, both proxies order (one of them) and
+    // serve its certificate, and each name redirects to its own link over HTTP/2.
+    const BRAND: &str = "brand.rebound.test";
+    let http_port = free_port();
+    let pebble = Pebble::start(http_port, free_port(), None).await;
+    let d = Deployment::new(&shared_aws_url(), Some(&shared_redis_url()));
+    let dir = temp_dir();
+    let ca = dir.path().join("pebble-https-ca.pem");
+    std::fs::write(&ca, &pebble.https_ca_pem).unwrap();
+    let base = format!("https://{DOMAIN}");
+    let cp = d.control_plane(dir.path(), &[("REBOUND_PUBLIC_BASE_URL", &base)]);
+    let tls_ports = [free_port(), free_port()];
+    let mut proxies = Vec::new();
+    for (tls, redirect) in tls_ports.iter().zip([http_port, free_port()]) {
+        let (tls, redirect) = (format!("127.0.0.1:{tls}"), format!("127.0.0.1:{redirect}"));
+        proxies.push(
+            d.proxy(
+                dir.path(),
+                &[
+                    ("REBOUND_REDIRECT_ADDR", &redirect),
+                    ("REBOUND_TLS_ADDR", &tls),
+                    ("REBOUND_PUBLIC_BASE_URL", &base),
+                    ("REBOUND_ACME_DIRECTORY_URL", &pebble.directory_url),
+                    ("REBOUND_ACME_CA", ca.to_str().unwrap()),
+                ],
+            )
+            .await,
+        );
+    }
+    let (status, added) = api(
+        &cp,
+        reqwest::Method::POST,
+        "/api/v1/domains",
+        Some(json!({"name": BRAND})),
+    )
+    .await;
+    assert_eq!(status, reqwest::StatusCode::CREATED, "{added}");
+    assert_eq!(added["state"], "pending");
+    for (domain, target) in [
+        (DOMAIN, "https://example.com/default-promo"),
+        (BRAND, "https://brand.example/promo"),
+    ] {
+        let body = json!({"long_url": target, "custom_alias": "promo", "domain": domain});
+        assert_eq!(create(&cp, body).await, "promo");
+    }
+    let root = https_get(pebble.management, &pebble.https_ca_pem, "/roots/0").await;
+    let root_file = dir.path().join("pebble-root.pem");
+    std::fs::write(&root_file, root).unwrap();
+    // Each proxy serves both names: the one that ordered at once, the other from the store
+    // within its round (15 s); a certificate only for a name the fleet has.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    for port in tls_ports {
+        for (domain, target) in [
+            (DOMAIN, "https://example.com/default-promo"),
+            (BRAND, "https://brand.example/promo"),
+        ] {
+            let resolve = format!("{domain}:{port}:127.0.0.1");
+            let url = format!("https://{domain}:{port}/promo");
+            let want = format!("2 302 {target}");
+            loop {
+                let got = curl(
+                    "%{http_version} %{http_code} %{redirect_url}",
+                    &[
+                        "--resolve",
+                        &resolve,
+                        "--cacert",
+                        root_file.to_str().unwrap(),
+                        "--http2",
+                        &url,
+                    ],
+                );
+                if got == want {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{domain} on port {port} answered {got:?} for 90 s"
+                );
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    }
+    let (status, view) = api(&cp, reqwest::Method::GET, &format!("/api/v1/domains/{BRAND}"), None).await;
+    assert_eq!(status, reqwest::StatusCode::OK);
+    assert_eq!(view["state"], "issued", "{view}");
+    assert!(view["certificate_expires_at"].is_string(), "{view}");
+    assert_eq!(pebble.orders(), 2, "one order per domain for the whole fleet");
 }
