@@ -170,10 +170,23 @@ async fn links_live_on_their_domain_and_the_port_routes_by_host() {
     );
     let (status, link) = rb.api(Method::GET, "/api/v1/links/promo", None).await;
     assert_eq!((status, link["domain"].as_str()), (StatusCode::OK, Some(DEFAULT)));
+    // On a domain the service does not have, there is no such link.
     let (status, e) = rb.api(Method::GET, "/api/v1/links/promo?domain=nope.test", None).await;
     assert_eq!(
         (status, e["error"]["code"].as_str()),
-        (StatusCode::BAD_REQUEST, Some("unknown_domain"))
+        (StatusCode::NOT_FOUND, Some("not_found"))
+    );
+    let (status, e) = rb
+        .api(
+            Method::POST,
+            "/api/v1/links",
+            Some(json!({"long_url": "https://e.com/", "domain": "nope.test"})),
+        )
+        .await;
+    assert_eq!(
+        (status, e["error"]["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("unknown_domain")),
+        "a create on it is refused"
     );
     let (_, list) = rb.api(Method::GET, "/api/v1/links", None).await;
     let shown: Vec<(String, String)> = list["links"]
@@ -289,7 +302,7 @@ async fn a_domain_is_checked_added_once_and_removed_only_with_its_links() {
     let (status, audit) = rb
         .api(Method::GET, &format!("/api/v1/links/{code}/audit?domain=d.test"), None)
         .await;
-    assert_eq!(status, StatusCode::BAD_REQUEST, "the domain is gone: {audit}");
+    assert_eq!(status, StatusCode::NOT_FOUND, "the domain is gone: {audit}");
     // Added again, it is a new domain: the old link does not come back.
     let (status, _) = add_domain(&rb, json!({"name": "d.test"})).await;
     assert_eq!(status, StatusCode::CREATED);

@@ -300,9 +300,13 @@ pub struct Me {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateDomainRequest {
-    /// A DNS name of two labels or more (an internationalized name is stored as its
-    /// ASCII form); not an IP address, not the default domain.
-    #[schema(min_length = 1, max_length = 253)]
+    /// A DNS name of two labels or more, in ASCII (an internationalized name in its `xn--`
+    /// form), one trailing dot allowed; not the default domain. Kept lower case.
+    #[schema(
+        min_length = 1,
+        max_length = 253,
+        pattern = r"^([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?$"
+    )]
     pub name: String,
     /// `acme` (default): its certificate is ordered and renewed over ACME when the TLS port
     /// has ACME; `files`: it is in the TLS port's certificate files, managed by hand.

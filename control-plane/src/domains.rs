@@ -164,7 +164,7 @@ impl ControlPlane {
     }
 
     /// The key of the link `code` on `domain` (the default one when not given), for
-    /// `principal`.
+    /// `principal`; a domain that is not one of this service has no such link (404).
     pub(crate) async fn key_of(
         &self,
         principal: &Principal,
@@ -173,10 +173,11 @@ impl ControlPlane {
     ) -> Result<String, ApiError> {
         match domain {
             None if principal.domains.is_none() => Ok(code.to_owned()),
-            _ => Ok(self
-                .domain_for(&Caller::Key(principal.clone()), domain)
-                .await?
-                .key(code)),
+            _ => match self.domain_for(&Caller::Key(principal.clone()), domain).await {
+                Ok(d) => Ok(d.key(code)),
+                Err(ApiError::BadRequest { .. }) => Err(ApiError::NotFound("no such link")),
+                Err(e) => Err(e),
+            },
         }
     }
 

@@ -2041,3 +2041,11 @@ mod imports_and_idempotency {
         assert_error(&r, StatusCode::CONFLICT, "idempotency_key_reused");
     }
 }
+
+#[test]
+fn the_schema_states_the_domain_rule_the_api_applies() {
+    let doc: Value = serde_json::from_str(&rebound_control_plane::openapi_json()).unwrap();
+    let name = &doc["components"]["schemas"]["CreateDomainRequest"]["properties"]["name"];
+    assert_eq!(name["pattern"], rebound_core::domain::DOMAIN_PATTERN);
+    assert_eq!(name["maxLength"], 253);
+}
