@@ -299,6 +299,18 @@ async fn a_domain_is_checked_added_once_and_removed_only_with_its_links() {
     assert_eq!(removed["taken_down"], 1);
     // The link is down at once (the takedown's own propagation), the host soon unrouted.
     assert_eq!(get_on(&rb, "d.test", &format!("/{code}"), false), "1.1 404 ");
+    // Listed still, taken down, on a domain that is no more (`#` and its id).
+    let (_, list) = rb.api(Method::GET, "/api/v1/links", None).await;
+    let old = list["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["code"] == code.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(old["is_active"], false);
+    assert!(old["domain"].as_str().unwrap().starts_with('#'), "{old}");
+    assert_eq!(old["delete_reason"], "domain d.test removed");
     let (status, audit) = rb
         .api(Method::GET, &format!("/api/v1/links/{code}/audit?domain=d.test"), None)
         .await;

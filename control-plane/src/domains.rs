@@ -47,7 +47,15 @@ impl DomainRef {
 /// The default domain's name and the other domains' names by id, as far as known.
 pub(crate) struct Domains {
     default: String,
-    by_id: RwLock<HashMap<String, String>>,
+    by_id: RwLock<Known>,
+}
+
+/// Names by id, and the ids of domains found removed: ids are never given twice, so a
+/// removed one stays removed and its links do not send every listing to the store.
+#[derive(Default)]
+struct Known {
+    names: HashMap<String, String>,
+    removed: std::collections::HashSet<String>,
 }
 
 impl Domains {
@@ -59,7 +67,7 @@ impl Domains {
             .unwrap_or_default();
         Domains {
             default,
-            by_id: RwLock::new(HashMap::new()),
+            by_id: RwLock::new(Known::default()),
         }
     }
 
@@ -71,7 +79,15 @@ impl Domains {
         self.by_id
             .write()
             .unwrap_or_else(|e| e.into_inner())
+            .names
             .insert(domain.id.clone(), domain.name.clone());
+    }
+
+    /// The domain `id` was removed.
+    fn forget(&self, id: &str) {
+        let mut known = self.by_id.write().unwrap_or_else(|e| e.into_inner());
+        known.names.remove(id);
+        known.removed.insert(id.to_owned());
     }
 
     /// The name of the domain `id` (`None`: the default one), as known; a removed domain's
@@ -83,6 +99,7 @@ impl Domains {
                 .by_id
                 .read()
                 .unwrap_or_else(|e| e.into_inner())
+                .names
                 .get(id)
                 .cloned()
                 .unwrap_or_else(|| format!("#{id}")),
@@ -95,18 +112,28 @@ impl Domains {
     }
 
     /// Makes sure the names of the domains `links` are on are known: reads the list once
-    /// when one is not.
+    /// when one is not; an id the list does not have is of a removed domain.
     pub(crate) async fn learn(&self, store: &dyn rebound_store::Store, links: &[Link]) -> Result<(), StoreError> {
-        let unknown = {
+        let unknown: Vec<String> = {
             let known = self.by_id.read().unwrap_or_else(|e| e.into_inner());
             links
                 .iter()
                 .filter_map(|l| split_key(&l.code).1)
-                .any(|id| !known.contains_key(id))
+                .filter(|id| !known.names.contains_key(*id) && !known.removed.contains(*id))
+                .map(str::to_owned)
+                .collect()
         };
-        if unknown {
-            for d in store.list_domains().await? {
-                self.remember(&d);
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        let listed = store.list_domains().await?;
+        let mut known = self.by_id.write().unwrap_or_else(|e| e.into_inner());
+        for d in listed {
+            known.names.insert(d.id, d.name);
+        }
+        for id in unknown {
+            if !known.names.contains_key(&id) {
+                known.removed.insert(id);
             }
         }
         Ok(())
@@ -350,6 +377,7 @@ impl ControlPlane {
             Ok(()) | Err(StoreError::NotFound) => {}
             Err(e) => return Err(e.into()),
         }
+        self.domains.forget(&id);
         self.domains_changed().await?;
         self.audit_domain(principal, "domain_remove", &domain.name).await;
         tracing::info!(domain = %domain.name, taken_down = active.len(), by = %principal.id, "domain removed");

@@ -338,6 +338,47 @@ pub(crate) mod tests {
     }
 
     #[tokio::test]
+    async fn keys_on_other_domains_are_judged_by_their_code_and_their_own_alias_entry() {
+        // An alias on domain 1 (indexed by its key), one code-shaped, and one learnt from the
+        // creation feed on domain 2.
+        let shaped_alias = code(25_000 + 2 * HIGH_WATER_SLACK);
+        let on_1 = format!("{shaped_alias}.1");
+        let store = synced_store(25_000, &["promo.1", &on_1]).await;
+        let gate = IssuedCodeGate::new(1000);
+        gate.load_from(&store, None).await.unwrap();
+        gate.set_current(true);
+        gate.created("spring.2");
+        // A generated code is one on every domain: its key on any domain may exist.
+        for v in [0, 1, 24_999] {
+            for id in ["1", "2", "zz"] {
+                assert_eq!(gate.may_exist(&format!("{}.{id}", code(v))), Some(true), "{v} on {id}");
+            }
+        }
+        assert_eq!(gate.may_exist("promo.1"), Some(true));
+        assert_eq!(gate.may_exist(&on_1), Some(true), "a code-shaped alias on its domain");
+        assert_eq!(gate.may_exist("spring.2"), Some(true));
+        // An alias is one on its own domain only (the filters hold keys): on the others its
+        // key was never issued (bar the filters' false positives, 0.1 %).
+        let elsewhere: Vec<String> = (3..1_003)
+            .flat_map(|id| {
+                let id = rebound_core::domain::domain_id(id);
+                [
+                    format!("promo.{id}"),
+                    format!("{shaped_alias}.{id}"),
+                    format!("spring.{id}"),
+                ]
+            })
+            .chain(["promo".to_owned(), shaped_alias.clone(), "spring".to_owned()])
+            .collect();
+        let refused = elsewhere.iter().filter(|k| gate.may_exist(k) == Some(false)).count();
+        assert!(
+            refused > elsewhere.len() * 98 / 100,
+            "{refused} of {} refused",
+            elsewhere.len()
+        );
+    }
+
+    #[tokio::test]
     async fn each_region_slot_is_judged_by_its_own_mark() {
         use rebound_core::generated::{region_value, REGION_SPAN};
         let store = synced_store(1_000, &[]).await;
