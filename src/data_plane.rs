@@ -503,7 +503,8 @@ fn run_acme(
 async fn record_outcomes(records: &dyn DomainStore, outcomes: &[(String, Outcome)], now: rebound_core::UnixMillis) {
     for (name, outcome) in outcomes {
         let error = match outcome {
-            Outcome::Failed(e) => Some(e.to_string()),
+            // With its causes: the CA's problem document says why.
+            Outcome::Failed(e) => Some(rebound_store::Causes(e).to_string()),
             Outcome::Issued { .. } | Outcome::Renewed { .. } => None,
             Outcome::NotDue { .. } | Outcome::LeasedElsewhere | Outcome::BackingOff { .. } => continue,
         };
@@ -533,5 +534,59 @@ fn click_pacing(r: &RedirectSettings, distributed: bool) -> ClickPacing {
         rows_per_sec: r.click_rows_per_sec,
         write_share: r.click_write_share,
         max_hold: r.click_max_hold(distributed),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rebound_acme::AcmeError;
+    use rebound_core::domain::{CertificateSource, Domain, DomainPages};
+    use rebound_store::MemoryStore;
+
+    #[tokio::test]
+    async fn an_order_that_fails_is_recorded_on_its_domain_until_one_succeeds() {
+        let store = MemoryStore::new();
+        let domain = Domain {
+            name: "go.acme.test".into(),
+            id: "1".into(),
+            created_at: 0,
+            created_by: "op".into(),
+            certificate: CertificateSource::Acme,
+            pages: DomainPages::default(),
+            certificate_error: None,
+            certificate_attempt_at: None,
+        };
+        store.insert_domain(&domain).await.unwrap();
+        let failed = |detail: &str| {
+            Outcome::Failed(AcmeError::Validation {
+                domain: "go.acme.test".into(),
+                detail: detail.into(),
+            })
+        };
+        let outcomes = vec![
+            ("go.acme.test".to_owned(), failed("no A record")),
+            // A configured name with no domain record: nothing to record, nothing created.
+            ("sho.rt.test".to_owned(), failed("refused")),
+        ];
+        record_outcomes(&store, &outcomes, 1_000).await;
+        let now = store.get_domain("go.acme.test").await.unwrap().unwrap();
+        assert_eq!(
+            now.certificate_error.as_deref(),
+            Some("validation of go.acme.test failed: no A record")
+        );
+        assert_eq!(now.certificate_attempt_at, Some(1_000));
+        assert!(store.get_domain("sho.rt.test").await.unwrap().is_none());
+        // Not ordered this round: left as it is.
+        record_outcomes(&store, &[("go.acme.test".to_owned(), Outcome::LeasedElsewhere)], 2_000).await;
+        assert_eq!(store.get_domain("go.acme.test").await.unwrap().unwrap(), now);
+        record_outcomes(
+            &store,
+            &[("go.acme.test".to_owned(), Outcome::Issued { not_after: 9_000 })],
+            3_000,
+        )
+        .await;
+        let now = store.get_domain("go.acme.test").await.unwrap().unwrap();
+        assert_eq!((now.certificate_error, now.certificate_attempt_at), (None, Some(3_000)));
     }
 }
