@@ -309,15 +309,14 @@ impl DataPlane {
             changes: store.clone(),
             acme: acme_tx,
             routed: self.proxy_metrics.domains_routed.clone(),
+            installed: Default::default(),
         };
         // Routed before the port serves: a domain's link answers from the first request.
-        let domains_read = match runtime.block_on(domain_watch.sync(None)) {
-            Ok(mark) => Some(mark),
-            Err(e) => {
-                tracing::warn!(error = %rebound_store::Causes(&e), "cannot read the domains at start; only the default domain is routed until they are read");
-                None
-            }
-        };
+        if let Err(e) = runtime.block_on(domain_watch.sync()) {
+            tracing::warn!(error = %rebound_store::Causes(&e), "cannot read the domains at start; only the default domain is routed until they are read");
+        }
+        let domain_watch = Arc::new(domain_watch);
+        routes.resync_with(domain_watch.clone());
 
         let (stop_tx, stop) = watch::channel(false);
         let (clicks_stop_tx, clicks_stop) = watch::channel(false);
@@ -338,7 +337,7 @@ impl DataPlane {
                 tokio::spawn(run_click_shipper(self.clicks.clone(), clicks, pacing, clicks_stop)),
                 self.certificate_watcher(stop.clone()),
             ];
-            tasks.push(tokio::spawn(domain_watch.run(domains_read, stop.clone())));
+            tasks.push(tokio::spawn(domain_watch.run(stop.clone())));
             if let (Some(acme), Some(list)) = (&self.acme, acme_rx) {
                 tasks.push(run_acme(
                     acme,

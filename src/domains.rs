@@ -2,10 +2,12 @@
 //! redirect port serves, then reloaded whenever the store's change counter moves (polled
 //! every [`POLL`], one strongly consistent read), into the routes by host and the list of
 //! domains ACME orders certificates for (the configured `acme.domains` and every domain
-//! added with `certificate: acme`; never any other name).
+//! added with `certificate: acme`; never any other name). A request for a host the routes do
+//! not have asks for the same reading at once ([`Resync`]), so a domain added a moment ago
+//! answers its first click.
 
 use rebound_core::domain::{CertificateSource, Domain, DOMAINS_CHANGED_COUNTER};
-use rebound_proxy::domains::DomainRoutes;
+use rebound_proxy::domains::{DomainRoutes, Reading, Resync};
 use rebound_store::domains::DomainStore;
 use rebound_store::{Causes, LinkReads, StoreError};
 use std::sync::Arc;
@@ -26,18 +28,23 @@ pub struct DomainWatch {
     pub acme: Option<(Vec<String>, watch::Sender<Vec<String>>)>,
     /// How many domains are routed.
     pub routed: prometheus::IntGauge,
+    /// The counter's value the routes were installed at; held through a reading, so two
+    /// readings never install out of order.
+    pub installed: tokio::sync::Mutex<Option<u64>>,
 }
 
 impl DomainWatch {
-    /// Reads the counter, then (when it moved since `last`) the list, and installs it.
-    /// Returns the counter's value installed.
-    pub async fn sync(&self, last: Option<u64>) -> Result<u64, StoreError> {
+    /// Reads the counter, then (when it moved since the last reading) the list, and installs
+    /// it. Returns the counter's value installed.
+    pub async fn sync(&self) -> Result<u64, StoreError> {
+        let mut installed = self.installed.lock().await;
         let mark = self.changes.high_water(DOMAINS_CHANGED_COUNTER).await?;
-        if Some(mark) == last {
+        if Some(mark) == *installed {
             return Ok(mark);
         }
         let domains = self.store.list_domains().await?;
         self.install(&domains);
+        *installed = Some(mark);
         Ok(mark)
     }
 
@@ -62,17 +69,16 @@ impl DomainWatch {
         }
     }
 
-    /// Keeps the routes current until `stop`, from `last` (the first load's counter).
-    pub async fn run(self, mut last: Option<u64>, mut stop: watch::Receiver<bool>) {
+    /// Keeps the routes current until `stop`.
+    pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let mut failing = false;
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(POLL) => {}
                 _ = stop.changed() => return,
             }
-            match self.sync(last).await {
-                Ok(mark) => {
-                    last = Some(mark);
+            match self.sync().await {
+                Ok(_) => {
                     failing = false;
                 }
                 Err(e) if !failing => {
@@ -83,6 +89,16 @@ impl DomainWatch {
                 Err(_) => {}
             }
         }
+    }
+}
+
+impl Resync for DomainWatch {
+    fn resync(&self) -> Reading<'_> {
+        Box::pin(async move {
+            if let Err(e) = self.sync().await {
+                tracing::debug!(error = %Causes(&e), "cannot read the domains for a host not routed");
+            }
+        })
     }
 }
 
@@ -117,8 +133,9 @@ mod tests {
             changes: store.clone(),
             acme: Some((vec!["sho.rt".to_owned()], tx)),
             routed: prometheus::IntGauge::new("t", "t").unwrap(),
+            installed: Default::default(),
         };
-        let mark = watch.sync(None).await.unwrap();
+        let mark = watch.sync().await.unwrap();
         assert!(routes.is_empty());
 
         store
@@ -130,10 +147,10 @@ mod tests {
             .await
             .unwrap();
         // Not told yet: nothing is read again.
-        assert_eq!(watch.sync(Some(mark)).await.unwrap(), mark);
+        assert_eq!(watch.sync().await.unwrap(), mark);
         assert!(routes.is_empty());
         store.lease_block(DOMAINS_CHANGED_COUNTER, 1).await.unwrap();
-        let mark = watch.sync(Some(mark)).await.unwrap();
+        watch.sync().await.unwrap();
         assert!(matches!(routes.route(Some("go.acme.com")), Routed::Domain(_)));
         assert!(matches!(routes.route(Some("byhand.example")), Routed::Domain(_)));
         assert_eq!(watch.routed.get(), 2);
@@ -145,7 +162,7 @@ mod tests {
 
         store.delete_domain("go.acme.com").await.unwrap();
         store.lease_block(DOMAINS_CHANGED_COUNTER, 1).await.unwrap();
-        watch.sync(Some(mark)).await.unwrap();
+        watch.sync().await.unwrap();
         assert!(matches!(routes.route(Some("go.acme.com")), Routed::Unknown));
         assert_eq!(*rx.borrow(), ["sho.rt"]);
     }

@@ -476,3 +476,35 @@ async fn over_tls_a_request_for_another_host_than_the_sni_name_is_misdirected() 
     }
     assert!(rb.refusals("redirect_tls", "misdirected").await >= 2.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_on_a_domain_added_a_moment_ago_answers_its_first_click() {
+    let (_dir, rb) = start_on_domains();
+    // No waiting anywhere: the first request for each new host finds it routed (a host the
+    // routes do not have sends them to the store first).
+    for i in 0..5 {
+        let host = format!("new{i}.fresh.test");
+        assert_eq!(add_domain(&rb, json!({"name": host})).await.0, StatusCode::CREATED);
+        let target = format!("https://fresh.example/{i}");
+        rb.create(json!({"long_url": target, "custom_alias": "first", "domain": host}))
+            .await;
+        assert_eq!(
+            get_on(&rb, &host, "/first", i % 2 == 1),
+            format!("{} 302 {target}", ["1.1", "2"][i % 2])
+        );
+    }
+    // A flood of made-up hosts costs the store a few reads a second, not one a request.
+    let reads = r#"rebound_adapter_calls_total{adapter="sqlite",operation="high_water",outcome="ok"}"#;
+    let (before, started) = (rb.metric(reads).await, Instant::now());
+    for i in 0..200 {
+        assert_eq!(get_on(&rb, &format!("made-up{i}.example"), "/first", false), "1.1 404 ");
+    }
+    let (spent, elapsed) = (rb.metric(reads).await - before, started.elapsed().as_millis() as f64);
+    // The readings' bucket (10 at once, then 4 a second), the 2 s poll, and a margin for the
+    // other counters' reads.
+    let bound = 10.0 + elapsed / 250.0 + elapsed / 2000.0 + 20.0;
+    assert!(
+        spent <= bound,
+        "{spent} counter reads for 200 unknown hosts in {elapsed} ms (bound {bound})"
+    );
+}

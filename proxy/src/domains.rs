@@ -9,6 +9,14 @@
 //! Any other host is looked up in a table replaced whole when the store's domains change (a
 //! reader never waits for a writer); a host in no domain is answered 404 with the default
 //! domain's page, or, when configured, served as the default domain.
+//!
+//! A host not in the table may be a domain added a moment ago: before its 404 the table is
+//! brought up to date from the store ([`DomainRoutes::resync`]: one read of the store's
+//! change counter, the list only when it moved), so a link on a new domain answers on its
+//! first click. At most one such read runs at a time (a request arriving meanwhile takes its
+//! result), and they are paced by a token bucket ([`RESYNC_BURST`], [`RESYNC_PER_SEC`]): a
+//! flood of made-up hosts costs the store a few reads a second, and while it lasts a new
+//! domain is routed by the poll instead.
 
 use crate::pages::{DeadEndTargets, DeadEnds};
 use arc_swap::ArcSwap;
@@ -16,7 +24,25 @@ use http::header::HOST;
 use http::Request;
 use rebound_core::domain::{host_of, is_ip_host, link_key, Domain};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Reads of the store for unknown hosts that may follow each other at once …
+pub const RESYNC_BURST: f64 = 10.0;
+/// … and how many a second after that.
+pub const RESYNC_PER_SEC: f64 = 4.0;
+/// The longest a request for an unknown host waits for that read.
+pub const RESYNC_BUDGET: Duration = Duration::from_secs(1);
+
+/// A reading of the store in flight.
+pub type Reading<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
+/// Brings the routes up to date from the store (the data plane's domain watch).
+pub trait Resync: Send + Sync {
+    fn resync(&self) -> Reading<'_>;
+}
 
 /// What a host that is no domain of the fleet gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -59,6 +85,19 @@ pub struct DomainRoutes {
     default_host: Box<str>,
     unknown: UnknownHost,
     table: ArcSwap<HashMap<Box<str>, Arc<Route>>>,
+    /// Where an unknown host sends the routes to be brought up to date, when set.
+    source: OnceLock<Arc<dyn Resync>>,
+    /// The pacing of reads for unknown hosts; held while one runs.
+    resyncs: tokio::sync::Mutex<Bucket>,
+    /// Reads for unknown hosts started so far: a request that waited for one in flight
+    /// takes its result.
+    resynced: std::sync::atomic::AtomicU64,
+}
+
+/// A token bucket: `tokens` as of `at`.
+struct Bucket {
+    tokens: f64,
+    at: Instant,
 }
 
 impl DomainRoutes {
@@ -68,7 +107,51 @@ impl DomainRoutes {
             default_host: default_host.trim_end_matches('.').to_ascii_lowercase().into(),
             unknown,
             table: ArcSwap::from_pointee(HashMap::new()),
+            source: OnceLock::new(),
+            resyncs: tokio::sync::Mutex::new(Bucket {
+                tokens: RESYNC_BURST,
+                at: Instant::now(),
+            }),
+            resynced: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Reads the store through `source` before a host is answered as unknown.
+    pub fn resync_with(&self, source: Arc<dyn Resync>) {
+        let _ = self.source.set(source);
+    }
+
+    /// Whether an unknown host may be a domain not routed yet (a source is set).
+    pub fn can_resync(&self) -> bool {
+        self.source.get().is_some()
+    }
+
+    /// Brings the table up to date for a host it does not have: takes the result of the read
+    /// in flight, or starts one when the bucket has a token; never waits longer than
+    /// [`RESYNC_BUDGET`].
+    pub async fn resync(&self) {
+        use std::sync::atomic::Ordering;
+        let Some(source) = self.source.get() else {
+            return;
+        };
+        let arrived = self.resynced.load(Ordering::Acquire);
+        let _ = tokio::time::timeout(RESYNC_BUDGET, async {
+            let mut bucket = self.resyncs.lock().await;
+            if self.resynced.load(Ordering::Acquire) != arrived {
+                return;
+            }
+            let now = Instant::now();
+            let refill = now.duration_since(bucket.at).as_secs_f64() * RESYNC_PER_SEC;
+            bucket.tokens = (bucket.tokens + refill).min(RESYNC_BURST);
+            bucket.at = now;
+            if bucket.tokens < 1.0 {
+                return;
+            }
+            bucket.tokens -= 1.0;
+            self.resynced.fetch_add(1, Ordering::AcqRel);
+            source.resync().await;
+        })
+        .await;
     }
 
     /// Replaces the table with `domains`; a domain whose page URL cannot be a `Location`

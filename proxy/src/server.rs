@@ -358,6 +358,26 @@ impl hyper::service::Service<Request<Incoming>> for Redirects {
         let (key, pages) = match &routed {
             Routed::Default => (std::borrow::Cow::Borrowed(code), Pages::Default),
             Routed::Domain(route) => (std::borrow::Cow::Owned(route.key(code)), Pages::Domain(route.clone())),
+            // Maybe a domain added a moment ago: routed again once the routes are current.
+            Routed::Unknown if answers.routes.can_resync() => {
+                let (answers, code) = (self.0.clone(), code.to_owned());
+                let authority = request_authority(&req).map(str::to_owned);
+                let query = req.uri().query().map(str::to_owned);
+                return Either::Right(Box::pin(async move {
+                    answers.routes.resync().await;
+                    let (key, pages) = match answers.routes.route(authority.as_deref()) {
+                        Routed::Domain(route) => (route.key(&code), Pages::Domain(route)),
+                        Routed::Default => (code, Pages::Default),
+                        Routed::Unknown => {
+                            answers.path.metrics.unknown_host.inc();
+                            return Ok(answers.refuse(Refusal::Status(StatusCode::NOT_FOUND), !is_get));
+                        }
+                    };
+                    let resolution = answers.path.resolve(&key).await;
+                    let now = answers.path.clock.now_millis();
+                    Ok(answers.reply(pages.get(&answers), resolution, is_get, query.as_deref(), now))
+                }));
+            }
             Routed::Unknown => {
                 answers.path.metrics.unknown_host.inc();
                 let reply = answers.refuse(Refusal::Status(StatusCode::NOT_FOUND), !is_get);
