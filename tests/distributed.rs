@@ -75,6 +75,63 @@ async fn deletes_with_two_healthy_proxies_are_timed() {
     assert_eq!(metric(&cp, "rebound_invalidation_waited_out_total").await, 0.0);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_REDIS_URL and REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
+async fn i1_holds_for_links_on_another_domain() {
+    // A link's key carries its domain (`<code>.<id>`): the invalidation, its acknowledgement
+    // and the tombstone must carry it whole, or a proxy keeps serving from L1.
+    const BRAND: &str = "brand.i1.test";
+    let d = Deployment::new(&shared_aws_url(), Some(&shared_redis_url()));
+    let dir = temp_dir();
+    let cp = d.control_plane(dir.path(), &[("REBOUND_PUBLIC_BASE_URL", "https://sho.rt.test")]);
+    let proxies = [d.proxy(dir.path(), &[]).await, d.proxy(dir.path(), &[]).await];
+    let (s, v) = api(
+        &cp,
+        reqwest::Method::POST,
+        "/api/v1/domains",
+        Some(json!({"name": BRAND})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let on_brand = |p: &Running, code: &str| {
+        let req = http()
+            .get(format!("{}/{code}", p.addr("redirect")))
+            .header("host", BRAND);
+        async move { req.send().await.unwrap().status().as_u16() }
+    };
+    for i in 0..20 {
+        let mut body = json!({"long_url": format!("https://brand.example/{i}"), "domain": BRAND});
+        if i % 2 == 0 {
+            body["custom_alias"] = json!(format!("promo-{i}"));
+        }
+        let code = create(&cp, body).await;
+        for p in &proxies {
+            assert_eq!(on_brand(p, &code).await, 302, "round {i}");
+            assert_eq!(on_brand(p, &code).await, 302, "round {i}: now from L1");
+        }
+        let (s, v) = api(
+            &cp,
+            reqwest::Method::DELETE,
+            &format!("/api/v1/links/{code}?domain={BRAND}"),
+            None,
+        )
+        .await;
+        assert!(s.is_success(), "{s} {v}");
+        for (n, p) in proxies.iter().enumerate() {
+            assert_eq!(
+                on_brand(p, &code).await,
+                404,
+                "round {i}: proxy {n} served {code} after the API answered"
+            );
+        }
+    }
+    assert!(
+        metric(&cp, "rebound_invalidation_acks_total").await >= 40.0,
+        "every delete waited for both proxies' acknowledgements"
+    );
+    assert_eq!(metric(&cp, "rebound_invalidation_waited_out_total").await, 0.0);
+}
+
 /// `rounds` times, in four concurrent workers: a new link is warmed into every proxy's L1,
 /// deleted or taken down, and requested on every proxy the moment the API answered: 404
 /// every time (SPEC I1 across proxies, with no window).

@@ -3,7 +3,8 @@
 use rebound_core::CacheRecord;
 use rebound_store::StoreError;
 
-/// The invalidation message of `code` at `version`: `"<version> <code>"`.
+/// The invalidation message of `code` at `version`: `"<version> <code>"`; `code` is the
+/// link's key, which carries its domain (`rebound_core::domain`).
 pub fn encode_invalidation(version: u64, code: &str) -> String {
     format!("{version} {code}")
 }
@@ -24,7 +25,7 @@ pub fn decode_ack(payload: &str) -> Option<(&str, u64, &str)> {
 pub fn decode_invalidation(payload: &str) -> Option<(u64, &str)> {
     let (version, code) = payload.split_once(' ')?;
     let version = version.parse().ok()?;
-    rebound_core::code::is_valid_code(code.as_bytes()).then_some((version, code))
+    rebound_core::domain::is_valid_key(code).then_some((version, code))
 }
 
 /// Reads a stored record.
@@ -52,7 +53,12 @@ mod tests {
     #[test]
     fn invalidation_messages_round_trip_and_garbage_is_refused() {
         assert_eq!(decode_invalidation(&encode_invalidation(3, "abc")), Some((3, "abc")));
-        for bad in ["x abc", "3 a/b", "3", "", " abc", "-1 abc", "3 "] {
+        // A link on another domain than the default one: its key.
+        assert_eq!(
+            decode_invalidation(&encode_invalidation(4, "promo.Zz")),
+            Some((4, "promo.Zz"))
+        );
+        for bad in ["x abc", "3 a/b", "3", "", " abc", "-1 abc", "3 ", "3 abc.", "3 abc.a-b"] {
             assert_eq!(decode_invalidation(bad), None, "{bad:?}");
         }
     }
@@ -63,6 +69,7 @@ mod tests {
             decode_ack(&crate::encode_ack("p1a2", 7, "abc")),
             Some(("p1a2", 7, "abc"))
         );
+        assert_eq!(decode_ack("p1a2 7 promo.1"), Some(("p1a2", 7, "promo.1")));
         for bad in ["", "p1", "p1 7", "p1 x abc", " 7 abc", "p-1 7 abc", "p1 7 a/b"] {
             assert_eq!(decode_ack(bad), None, "{bad:?}");
         }
