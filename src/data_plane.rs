@@ -11,7 +11,7 @@ use crate::process_metrics::ProcessRegistry;
 use crate::settings::{AcmeSettings, RedirectSettings, Settings};
 use crate::signals::{drain, log_hangups};
 use anyhow::Context;
-use rebound_acme::{AcmeMetrics, Challenges, Issuer, IssuerConfig, Outcome};
+use rebound_acme::{AcmeMetrics, Challenges, FleetTlsAlpn, Issuer, IssuerConfig, Outcome};
 use rebound_core::Clock;
 use rebound_edge::sni::{ChallengeCerts, SniResolver};
 use rebound_edge::tls::{watch_certificate, CertificateFiles, ReloadableCert};
@@ -113,6 +113,8 @@ pub struct DataPlaneAdapters {
 struct Acme {
     settings: AcmeSettings,
     challenges: Arc<Challenges>,
+    /// TLS-ALPN-01 validations of this process and, from the store, of the others.
+    fleet: Arc<FleetTlsAlpn>,
     resolver: Arc<SniResolver>,
     metrics: AcmeMetrics,
 }
@@ -173,13 +175,16 @@ impl DataPlane {
                             cert.clone().map(|c| c as Arc<dyn rustls::server::ResolvesServerCert>),
                             Some(challenges.clone() as Arc<dyn ChallengeCerts>),
                         );
+                        let fleet = FleetTlsAlpn::new(challenges.clone(), clock.clone());
                         let acme = Acme {
                             settings: acme.clone(),
                             challenges,
+                            fleet: fleet.clone(),
                             metrics: AcmeMetrics::register(&metrics.registry).context("declaring metrics")?,
                             resolver: resolver.clone(),
                         };
-                        (resolver.server_tls().context("configuring TLS")?, Some(acme))
+                        let tls = resolver.server_tls().context("configuring TLS")?.answering_acme(fleet);
+                        (tls, Some(acme))
                     }
                     (None, Some(cert)) => (cert.server_tls().context("configuring TLS")?, None),
                     (None, None) => anyhow::bail!("tls_addr without a certificate: set tls_cert and tls_key"),
@@ -339,6 +344,7 @@ impl DataPlane {
             ];
             tasks.push(tokio::spawn(domain_watch.run(stop.clone())));
             if let (Some(acme), Some(list)) = (&self.acme, acme_rx) {
+                acme.fleet.read_from(certificates.clone());
                 tasks.push(run_acme(
                     acme,
                     certificates.clone(),

@@ -1,7 +1,10 @@
 //! The answers to the challenges in flight, shared by the issuer that sets them and the ports
 //! that serve them: HTTP-01 key authorizations by token (RFC 8555 §8.3), for the cleartext
 //! port, and TLS-ALPN-01 certificates by domain (RFC 8737), for the TLS port's
-//! [`SniResolver`](rebound_edge::sni::SniResolver).
+//! [`SniResolver`](rebound_edge::sni::SniResolver). [`FleetTlsAlpn`] answers a TLS-ALPN-01
+//! validation another process of the fleet started: its digest is in the store, and the
+//! challenge certificate is made here (the CA checks the name and the digest, not whose key
+//! signed it).
 
 use crate::AcmeError;
 use rebound_edge::sni::ChallengeCerts;
@@ -61,25 +64,8 @@ impl Challenges {
     /// naming it and carrying the acmeIdentifier extension with `digest` (the SHA-256 of the
     /// key authorization, RFC 8737 §3), until cleared.
     pub fn set_tls_alpn01(&self, domain: &str, digest: &[u8]) -> Result<(), AcmeError> {
-        if digest.len() != 32 {
-            return Err(AcmeError::Internal(format!(
-                "a TLS-ALPN-01 digest of {} bytes",
-                digest.len()
-            )));
-        }
-        let domain = domain.to_ascii_lowercase();
-        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
-        let mut params = rcgen::CertificateParams::new(vec![domain.clone()])?;
-        params.distinguished_name = rcgen::DistinguishedName::new();
-        params.custom_extensions = vec![rcgen::CustomExtension::new_acme_identifier(digest)];
-        let cert = params.self_signed(&key)?;
-        let signing = self
-            .provider
-            .key_provider
-            .load_private_key(PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())))
-            .map_err(|e| AcmeError::Internal(format!("loading a challenge key: {e}")))?;
-        let certified = Arc::new(CertifiedKey::new(vec![cert.der().clone()], signing));
-        write(&self.tls_alpn01).insert(domain, certified);
+        let certified = challenge_certificate(&self.provider, domain, digest)?;
+        write(&self.tls_alpn01).insert(domain.to_ascii_lowercase(), certified);
         Ok(())
     }
 
@@ -98,6 +84,87 @@ impl rebound_edge::sni::Http01Answers for Challenges {
 impl ChallengeCerts for Challenges {
     fn tls_alpn01(&self, domain: &str) -> Option<Arc<CertifiedKey>> {
         read(&self.tls_alpn01).get(domain).cloned()
+    }
+}
+
+/// A self-signed certificate naming `domain` with the acmeIdentifier extension carrying
+/// `digest` (RFC 8737 §3), on a fresh key.
+fn challenge_certificate(
+    provider: &CryptoProvider,
+    domain: &str,
+    digest: &[u8],
+) -> Result<Arc<CertifiedKey>, AcmeError> {
+    if digest.len() != 32 {
+        return Err(AcmeError::Internal(format!(
+            "a TLS-ALPN-01 digest of {} bytes",
+            digest.len()
+        )));
+    }
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+    let mut params = rcgen::CertificateParams::new(vec![domain.to_ascii_lowercase()])?;
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.custom_extensions = vec![rcgen::CustomExtension::new_acme_identifier(digest)];
+    let cert = params.self_signed(&key)?;
+    let signing = provider
+        .key_provider
+        .load_private_key(PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())))
+        .map_err(|e| AcmeError::Internal(format!("loading a challenge key: {e}")))?;
+    Ok(Arc::new(CertifiedKey::new(vec![cert.der().clone()], signing)))
+}
+
+/// Where the store keeps the TLS-ALPN-01 digest of `domain` while its validation is in
+/// flight, beside the HTTP-01 answers (never one of their tokens: base64url has no `.`).
+pub fn tls_alpn01_token(domain: &str) -> String {
+    format!("tls-alpn-01.{}", domain.to_ascii_lowercase())
+}
+
+/// A fleet's TLS-ALPN-01 answers: this process's own validations, then those another
+/// process started, read from the store (set once the store is open).
+pub struct FleetTlsAlpn {
+    local: Arc<Challenges>,
+    store: std::sync::OnceLock<Arc<dyn rebound_store::certs::CertificateStore>>,
+    clock: Arc<dyn rebound_core::Clock>,
+}
+
+impl FleetTlsAlpn {
+    pub fn new(local: Arc<Challenges>, clock: Arc<dyn rebound_core::Clock>) -> Arc<FleetTlsAlpn> {
+        Arc::new(FleetTlsAlpn {
+            local,
+            store: std::sync::OnceLock::new(),
+            clock,
+        })
+    }
+
+    /// Reads the other processes' validations from `store` from now on.
+    pub fn read_from(&self, store: Arc<dyn rebound_store::certs::CertificateStore>) {
+        let _ = self.store.set(store);
+    }
+}
+
+impl rebound_edge::sni::TlsAlpnAnswers for FleetTlsAlpn {
+    fn answer<'a>(
+        &'a self,
+        domain: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Arc<CertifiedKey>>> + Send + 'a>> {
+        Box::pin(async move {
+            if let Some(own) = self.local.tls_alpn01(domain) {
+                return Some(own);
+            }
+            let stored = self
+                .store
+                .get()?
+                .get_challenge(&tls_alpn01_token(domain), self.clock.now_millis())
+                .await;
+            let digest = match stored {
+                Ok(Some(hex)) => hex::decode(hex).ok()?,
+                Ok(None) => return None,
+                Err(e) => {
+                    tracing::warn!(error = %rebound_store::Causes(&e), domain, "a TLS-ALPN-01 answer could not be read from the store");
+                    return None;
+                }
+            };
+            challenge_certificate(&self.local.provider, domain, &digest).ok()
+        })
     }
 }
 

@@ -357,9 +357,15 @@ impl Issuer {
                         .await?;
                 }
                 ChallengeKind::TlsAlpn01 => {
-                    self.challenges
-                        .set_tls_alpn01(domain, key_authorization.digest().as_ref())?;
+                    let digest = key_authorization.digest();
+                    self.challenges.set_tls_alpn01(domain, digest.as_ref())?;
                     answers.domains.push(domain.to_owned());
+                    // For whichever process of the fleet the CA reaches (`FleetTlsAlpn`).
+                    let token = crate::challenges::tls_alpn01_token(domain);
+                    answers.tokens.push(token.clone());
+                    self.store
+                        .put_challenge(&token, &hex::encode(digest.as_ref()), until)
+                        .await?;
                 }
             }
             challenge

@@ -53,7 +53,7 @@ pub mod metrics;
 #[cfg(feature = "test-util")]
 pub mod testing;
 
-pub use challenges::Challenges;
+pub use challenges::{tls_alpn01_token, Challenges, FleetTlsAlpn};
 pub use error::{AcmeError, FailureKind};
 pub use issuer::{install_stored, ChallengeKind, Issuer, IssuerConfig, Outcome};
 pub use metrics::AcmeMetrics;

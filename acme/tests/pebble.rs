@@ -1,10 +1,11 @@
 //! Issuance against a real ACME server: Debian's `pebble`, with `pebble-challtestsrv` as its
 //! DNS (every name resolves to 127.0.0.1), both started by each test on free loopback ports
 //! and killed when it ends. The test serves pebble's HTTP-01 and TLS-ALPN-01 validations
-//! itself, from `Challenges` and the `SniResolver`.
+//! itself, from `Challenges` and the `SniResolver`, and those another process started from
+//! the store (`FleetTlsAlpn`), as the product's ports do.
 
 use rebound_acme::testing::{client_config, Pebble};
-use rebound_acme::{install_stored, ChallengeKind, Challenges, Issuer, IssuerConfig, Outcome};
+use rebound_acme::{install_stored, ChallengeKind, Challenges, FleetTlsAlpn, Issuer, IssuerConfig, Outcome};
 use rebound_acme::{AcmeMetrics, FailureKind};
 use rebound_edge::sni::{ChallengeCerts, SniResolver, ACME_TLS_ALPN};
 use rebound_store::certs::{CertificateStore, MemoryCertificates, StoredCertificate};
@@ -56,10 +57,10 @@ async fn serve_http01(listener: TcpListener, challenges: Arc<Challenges>, store:
     }
 }
 
-/// The TLS port: certificates from `resolver`; an `acme-tls/1` connection is closed after
-/// its handshake, any other gets a two-byte answer.
-async fn serve_tls(listener: TcpListener, resolver: Arc<SniResolver>) {
-    let tls = resolver.server_tls().unwrap();
+/// The TLS port: certificates from `resolver`, validations answered by `answers`; an
+/// `acme-tls/1` connection is closed after its handshake, any other gets a two-byte answer.
+async fn serve_tls(listener: TcpListener, resolver: Arc<SniResolver>, answers: Arc<FleetTlsAlpn>) {
+    let tls = resolver.server_tls().unwrap().answering_acme(answers);
     loop {
         let Ok((tcp, _)) = listener.accept().await else { return };
         let tls = tls.clone();
@@ -68,7 +69,9 @@ async fn serve_tls(listener: TcpListener, resolver: Arc<SniResolver>) {
             else {
                 return;
             };
-            let config = tls.config_for(&start.client_hello());
+            let Some(config) = tls.config_for_start(&start).await else {
+                return;
+            };
             let Ok(mut stream) = start.into_stream(config).await else {
                 return;
             };
@@ -98,7 +101,9 @@ impl Rig {
         let store = MemoryCertificates::new();
         let resolver = SniResolver::new(None, Some(challenges.clone() as Arc<dyn ChallengeCerts>));
         tokio::spawn(serve_http01(http, challenges.clone(), store.clone()));
-        tokio::spawn(serve_tls(tls, resolver.clone()));
+        let answers = FleetTlsAlpn::new(challenges.clone(), Arc::new(rebound_core::SystemClock));
+        answers.read_from(Arc::new(store.clone()));
+        tokio::spawn(serve_tls(tls, resolver.clone(), answers));
         Rig {
             pebble: Pebble::start(http_port, tls_port, validity).await,
             store,
@@ -383,6 +388,37 @@ async fn an_http01_answer_reaches_the_ca_through_another_process_of_the_fleet() 
         assert!(
             std::time::Instant::now() < deadline,
             "the HTTP-01 answer stayed in the store"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs pebble (Debian's pebble package): scripts/test installs it and runs it"]
+async fn a_tls_alpn01_answer_reaches_the_ca_through_another_process_of_the_fleet() {
+    // As the HTTP-01 case: the issuer is another process, whose own challenge certificate is
+    // not the one served; the port makes one from the digest in the store.
+    let rig = Rig::start(None).await;
+    let metrics = AcmeMetrics::detached();
+    let elsewhere = Issuer::new(
+        rig.pebble.config("elsewhere", ChallengeKind::TlsAlpn01),
+        Arc::new(rig.store.clone()),
+        Challenges::new(),
+        metrics.clone(),
+    );
+    let names = domains(&["fleet-alpn.rebound.test"]);
+    let outcomes = elsewhere.renew_due(&names, now_millis()).await;
+    assert!(matches!(outcomes[0].1, Outcome::Issued { .. }), "{outcomes:?}");
+    rig.verify(&names, "fleet-alpn.rebound.test").await.unwrap();
+    assert!(
+        rig.challenges.tls_alpn01("fleet-alpn.rebound.test").is_none(),
+        "the serving process never had a validation of its own"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while rig.store.challenge_count() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the TLS-ALPN-01 digest stayed in the store"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

@@ -170,10 +170,16 @@ impl Edge {
                 }
             }
             Some(server_tls) => {
-                // The configuration is chosen from the ClientHello (the cipher suite order).
+                // The configuration is chosen from the ClientHello (the cipher suite order, or
+                // a TLS-ALPN-01 validation's own).
                 let handshake = async {
                     let start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), io).await?;
-                    let config = server_tls.config_for(&start.client_hello());
+                    let Some(config) = server_tls.config_for_start(&start).await else {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            "a TLS-ALPN-01 validation with no answer here",
+                        ));
+                    };
                     start.into_stream(config).await
                 };
                 let accepted = tokio::time::timeout(self.limits.head_timeout, handshake).await;

@@ -29,6 +29,24 @@ pub trait ChallengeCerts: Send + Sync {
     fn tls_alpn01(&self, domain: &str) -> Option<Arc<CertifiedKey>>;
 }
 
+/// The TLS-ALPN-01 answers of a fleet (`rebound-acme`'s): the challenge certificate for a
+/// domain whose validation is in flight here or, read from the store, in another process.
+pub trait TlsAlpnAnswers: Send + Sync {
+    fn answer<'a>(
+        &'a self,
+        domain: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Arc<CertifiedKey>>> + Send + 'a>>;
+}
+
+/// The name a ClientHello asks a TLS-ALPN-01 validation for: `Some` when it offers
+/// `acme-tls/1` alone (RFC 8737 §3) and names a host (lowercase, as rustls hands it over).
+pub fn acme_validation(hello: &ClientHello<'_>) -> Option<String> {
+    match asks_only_acme_tls(hello.alpn()) {
+        true => hello.server_name().map(str::to_owned),
+        false => None,
+    }
+}
+
 /// Where the cleartext port is asked for HTTP-01 answers (RFC 8555 §8.3).
 pub const HTTP01_PREFIX: &str = "/.well-known/acme-challenge/";
 

@@ -118,10 +118,21 @@ const AES_FIRST: &[SupportedCipherSuite] = &[
 /// What a TLS port answers a handshake with: the client's first choice when that is
 /// ChaCha20-Poly1305 (the choice of a client without AES hardware), otherwise the port's
 /// order, AES-128-GCM first.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ServerTls {
     aes_first: Arc<ServerConfig>,
     clients_order: Arc<ServerConfig>,
+    /// TLS-ALPN-01 validations answered per connection, when the port's certificates come
+    /// from ACME (with the provider to build their one-off configurations).
+    acme: Option<(Arc<dyn crate::sni::TlsAlpnAnswers>, Arc<CryptoProvider>)>,
+}
+
+impl std::fmt::Debug for ServerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerTls")
+            .field("acme", &self.acme.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl ServerTls {
@@ -155,7 +166,42 @@ impl ServerTls {
         Ok(ServerTls {
             aes_first: config(AES_FIRST, true)?,
             clients_order: config(AES_FIRST, false)?,
+            acme: None,
         })
+    }
+
+    /// Answers each TLS-ALPN-01 validation (a ClientHello offering `acme-tls/1` alone) with
+    /// the certificate `answers` finds for its name, which may take a store read: the CA may
+    /// ask any process of a fleet, not only the one that ordered.
+    pub fn answering_acme(mut self, answers: Arc<dyn crate::sni::TlsAlpnAnswers>) -> ServerTls {
+        self.acme = Some((answers, Arc::new(rustls::crypto::aws_lc_rs::default_provider())));
+        self
+    }
+
+    /// The configuration for the handshake `start` began: [`ServerTls::config_for`], or for a
+    /// TLS-ALPN-01 validation, one serving its challenge certificate alone; `None` when a
+    /// validation has no answer here (the handshake is refused).
+    pub async fn config_for_start<IO>(&self, start: &tokio_rustls::StartHandshake<IO>) -> Option<Arc<ServerConfig>>
+    where
+        IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        let validation = match &self.acme {
+            Some((answers, provider)) => {
+                crate::sni::acme_validation(&start.client_hello()).map(|name| (answers.clone(), provider.clone(), name))
+            }
+            None => None,
+        };
+        let Some((answers, provider, name)) = validation else {
+            return Some(self.config_for(&start.client_hello()));
+        };
+        let key = answers.answer(&name).await?;
+        let mut config = ServerConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+            .ok()?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(OneCertificate(key)));
+        config.alpn_protocols = vec![crate::sni::ACME_TLS_ALPN.to_vec()];
+        Some(Arc::new(config))
     }
 
     /// The configuration for the client that sent `hello`.
@@ -165,6 +211,16 @@ impl ServerTls {
         } else {
             self.aes_first.clone()
         }
+    }
+}
+
+/// Answers every handshake with one certificate (a TLS-ALPN-01 challenge's).
+#[derive(Debug)]
+struct OneCertificate(Arc<CertifiedKey>);
+
+impl ResolvesServerCert for OneCertificate {
+    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
     }
 }
 
