@@ -1,7 +1,7 @@
 //! `rebound`: parse flags, load and validate the configuration, start tracing, run.
 
 use clap::{Parser, Subcommand};
-use rebound::cli::{self, ClientArgs, ClientCommand, KeysCommand, LinksCommand};
+use rebound::cli::{self, ClientArgs, ClientCommand, DomainsCommand, KeysCommand, LinksCommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -44,10 +44,16 @@ enum Command {
         code: String,
         #[arg(long)]
         reason: String,
+        /// The domain the link is on (default: the default domain, or a scoped key's first).
+        #[arg(long)]
+        domain: Option<String>,
     },
     /// Manage API keys (operators).
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// Manage the domains links are served on.
+    #[command(subcommand)]
+    Domains(DomainsCommand),
     /// About the configuration.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -93,8 +99,11 @@ fn main() -> ExitCode {
         Some(Command::Proxy) => Process::Proxy,
         Some(Command::Provision) => Process::Provision,
         Some(Command::Links(c)) => Process::Client(ClientCommand::Links(c)),
-        Some(Command::Takedown { code, reason }) => Process::Client(ClientCommand::Takedown { code, reason }),
+        Some(Command::Takedown { code, reason, domain }) => {
+            Process::Client(ClientCommand::Takedown { code, reason, domain })
+        }
         Some(Command::Keys(c)) => Process::Client(ClientCommand::Keys(c)),
+        Some(Command::Domains(c)) => Process::Client(ClientCommand::Domains(c)),
         Some(Command::Config(ConfigCommand::Docs)) => {
             print!("{}", rebound::config::document());
             return ExitCode::SUCCESS;

@@ -623,6 +623,298 @@ async fn the_cli_manages_links_and_keys() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_manages_domains_their_links_and_keys_scoped_to_them() {
+    let dir = temp_dir();
+    let rb = start(&["control-plane"], dir.path(), &[], &["API"]);
+    let api = rb.api();
+    let op = Some(OPERATOR_KEY);
+    let json_of = |out: &str| serde_json::from_str::<Value>(out).unwrap_or_else(|e| panic!("{e}: {out}"));
+
+    // Added, canonical, pending: no certificate yet.
+    let (ok, out, err) = cli(
+        &api,
+        op,
+        &[
+            "domains",
+            "add",
+            "Go.Cli.Test.",
+            "--not-found-url",
+            "https://cli.example/missing",
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("name:") && out.contains("go.cli.test") && out.contains("pending"),
+        "{out}"
+    );
+    let (ok, out, err) = cli(
+        &api,
+        op,
+        &["domains", "add", "files.cli.test", "--certificate", "files", "--json"],
+    );
+    assert!(ok, "{err}");
+    let files = json_of(&out);
+    assert_eq!(
+        (files["state"].as_str(), files["default"].as_bool()),
+        (Some("files"), Some(false))
+    );
+
+    // Listed, the default domain (the public base URL's host) first.
+    let (ok, out, err) = cli(&api, op, &["domains", "list"]);
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "{out}");
+    assert!(lines[0].starts_with("NAME") && lines[0].contains("STATE"), "{out}");
+    assert!(lines[1].starts_with("127.0.0.1") && lines[1].contains("yes"), "{out}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("go.cli.test") && l.contains("acme") && l.contains("pending")),
+        "{out}"
+    );
+    let (ok, out, _) = cli(&api, op, &["domains", "list", "--json"]);
+    assert!(ok);
+    let names: Vec<String> = json_of(&out)["domains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, ["127.0.0.1", "files.cli.test", "go.cli.test"]);
+    let (ok, out, err) = cli(&api, op, &["domains", "show", "go.cli.test", "--json"]);
+    assert!(ok, "{err}");
+    assert_eq!(json_of(&out)["not_found_url"], "https://cli.example/missing");
+    let (ok, out, _) = cli(&api, op, &["domains", "show", "files.cli.test"]);
+    assert!(ok && out.contains("certificate:") && out.contains("files"), "{out}");
+
+    // The same alias on a domain and on the default one; each addressed with --domain.
+    let (ok, out, err) = cli(
+        &api,
+        op,
+        &[
+            "links",
+            "create",
+            "https://example.com/on-go",
+            "--alias",
+            "promo",
+            "--domain",
+            "go.cli.test",
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("domain:") && out.contains("http://go.cli.test/promo"),
+        "the short URL is on the domain: {out}"
+    );
+    let (ok, out, err) = cli(
+        &api,
+        op,
+        &["links", "create", "https://example.com/default", "--alias", "promo"],
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains("http://127.0.0.1:8080/promo"), "{out}");
+    let (ok, out, err) = cli(
+        &api,
+        op,
+        &["links", "get", "promo", "--domain", "go.cli.test", "--json"],
+    );
+    assert!(ok, "{err}");
+    let on_go = json_of(&out);
+    assert_eq!(
+        (on_go["domain"].as_str(), on_go["long_url"].as_str()),
+        (Some("go.cli.test"), Some("https://example.com/on-go"))
+    );
+    let (ok, out, _) = cli(&api, op, &["links", "get", "promo"]);
+    assert!(
+        ok && out.contains("https://example.com/default") && out.contains("127.0.0.1"),
+        "{out}"
+    );
+    let (ok, out, _) = cli(&api, op, &["links", "list"]);
+    assert!(ok && out.contains("DOMAIN") && out.contains("go.cli.test"), "{out}");
+    let (ok, out, err) = cli(&api, op, &["links", "stats", "promo", "--domain", "go.cli.test"]);
+    assert!(ok && out.contains("total"), "{out}{err}");
+    let (ok, svg, err) = cli(&api, op, &["links", "qr", "promo", "--domain", "go.cli.test"]);
+    assert!(ok, "{err}");
+    let served = http()
+        .get(format!("{api}/api/v1/links/promo/qr.svg?domain=go.cli.test"))
+        .bearer_auth(OPERATOR_KEY)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(svg, served, "the QR code of the link on the domain");
+    let (ok, _, err) = cli(&api, op, &["links", "get", "promo", "--domain", "nope.cli.test"]);
+    assert!(!ok && err.contains("400 unknown_domain"), "{err}");
+
+    // A creator key scoped to the two domains: its links go on the first unless told.
+    let (ok, out, err) = cli(
+        &api,
+        op,
+        &[
+            "keys",
+            "create",
+            "--name",
+            "brand",
+            "--role",
+            "creator",
+            "--domain",
+            "go.cli.test",
+            "--domain",
+            "FILES.cli.test",
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("domains:") && out.contains("go.cli.test, files.cli.test"),
+        "{out}"
+    );
+    let brand = out
+        .lines()
+        .find_map(|l| l.strip_prefix("key:"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let (ok, out, err) = cli(
+        &api,
+        Some(&brand),
+        &["links", "create", "https://example.com/brand", "--json"],
+    );
+    assert!(ok, "{err}");
+    let made = json_of(&out);
+    assert_eq!(made["domain"], "go.cli.test");
+    let code = made["code"].as_str().unwrap().to_owned();
+    let (ok, _, err) = cli(
+        &api,
+        Some(&brand),
+        &["links", "create", "https://example.com/b", "--domain", "127.0.0.1"],
+    );
+    assert!(!ok && err.contains("403 forbidden"), "{err}");
+    let (ok, out, _) = cli(&api, Some(&brand), &["domains", "list"]);
+    assert!(
+        ok && !out.contains("127.0.0.1") && out.contains("files.cli.test"),
+        "{out}"
+    );
+    let (ok, out, err) = cli(
+        &api,
+        Some(&brand),
+        &["links", "delete", &code, "--domain", "go.cli.test"],
+    );
+    assert!(ok && out.contains("deleted"), "{out}{err}");
+    let (ok, _, err) = cli(&api, Some(&brand), &["domains", "add", "brand.cli.test"]);
+    assert!(!ok && err.contains("403"), "{err}");
+    let (ok, _, err) = cli(
+        &api,
+        op,
+        &[
+            "keys",
+            "create",
+            "--name",
+            "o",
+            "--role",
+            "operator",
+            "--domain",
+            "go.cli.test",
+        ],
+    );
+    assert!(
+        !ok && err.contains("400 invalid_domains: an operator key is never scoped to domains"),
+        "{err}"
+    );
+    let (ok, _, err) = cli(
+        &api,
+        op,
+        &[
+            "keys",
+            "create",
+            "--name",
+            "c",
+            "--role",
+            "creator",
+            "--domain",
+            "nope.cli.test",
+        ],
+    );
+    assert!(!ok && err.contains("400 invalid_domains"), "{err}");
+
+    // Refusals: the API's code and message, and a failure exit.
+    let (ok, _, err) = cli(&api, op, &["domains", "add", "not_a.domain"]);
+    assert!(
+        !ok && err.contains("400 invalid_domain: name is not a DNS name"),
+        "{err}"
+    );
+    let (ok, _, err) = cli(&api, op, &["domains", "add", "127.0.0.2"]);
+    assert!(
+        !ok && err.contains("400 invalid_domain: name is an IP address"),
+        "{err}"
+    );
+    let (ok, _, err) = cli(&api, op, &["domains", "add", "x.cli.test", "--certificate", "manual"]);
+    assert!(!ok && err.contains("400 invalid_certificate"), "{err}");
+    let (ok, _, err) = cli(&api, op, &["domains", "add", "go.cli.test"]);
+    assert!(!ok && err.contains("409 domain_exists"), "{err}");
+    let (ok, _, err) = cli(&api, op, &["domains", "show", "nope.cli.test"]);
+    assert!(!ok && err.contains("404 not_found"), "{err}");
+    let (ok, _, err) = cli(&api, op, &["domains", "remove", "127.0.0.1"]);
+    assert!(!ok && err.contains("409 default_domain"), "{err}");
+    let (ok, _, err) = cli(&api, op, &["links", "get", ".."]);
+    assert!(!ok && err.contains("cannot be a code"), "{err}");
+
+    // A link taken down on its domain.
+    let (ok, _, err) = cli(
+        &api,
+        op,
+        &[
+            "links",
+            "create",
+            "https://example.com/spam",
+            "--alias",
+            "spam",
+            "--domain",
+            "files.cli.test",
+        ],
+    );
+    assert!(ok, "{err}");
+    let (ok, out, err) = cli(
+        &api,
+        op,
+        &["takedown", "spam", "--domain", "files.cli.test", "--reason", "spam"],
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains("files.cli.test") && out.contains("false"), "{out}");
+
+    // An import puts each line on the domain its `domain` column names.
+    let csv = dir.path().join("on-domains.csv");
+    std::fs::write(
+        &csv,
+        "long_url,alias,domain\nhttps://example.com/imported,imported,go.cli.test\n",
+    )
+    .unwrap();
+    let (ok, out, err) = cli(&api, op, &["links", "import", csv.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("imported,http://go.cli.test/imported,"), "{out}");
+
+    // Removed only with its links taken down; the link of the same alias elsewhere stays.
+    let (ok, _, err) = cli(&api, op, &["domains", "remove", "go.cli.test"]);
+    assert!(
+        !ok && err.contains("409 domain_has_links") && err.contains("--take-down"),
+        "{err}"
+    );
+    let (ok, out, err) = cli(&api, op, &["domains", "remove", "go.cli.test", "--take-down"]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "removed go.cli.test and took its 2 links down\n");
+    let (ok, _, err) = cli(&api, op, &["links", "get", "promo", "--domain", "go.cli.test"]);
+    assert!(!ok && err.contains("400 unknown_domain"), "{err}");
+    let (ok, out, _) = cli(&api, op, &["links", "get", "promo", "--json"]);
+    assert!(ok && json_of(&out)["is_active"] == true, "{out}");
+    let (ok, out, err) = cli(&api, op, &["domains", "remove", "files.cli.test", "--json"]);
+    assert!(ok, "{err}");
+    assert_eq!(json_of(&out), json!({"name": "files.cli.test", "taken_down": 0}));
+    let (ok, out, _) = cli(&api, op, &["domains", "list"]);
+    assert!(ok && out.lines().count() == 2, "the default domain alone again: {out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_imports_csv_and_json_lines() {
     let dir = temp_dir();
     let rb = start(&["control-plane"], dir.path(), &[], &["API"]);

@@ -5,7 +5,7 @@
 const KEY_SLOT = "rebound.apiKey";
 const main = document.getElementById("main");
 const nav = document.getElementById("nav");
-let me = null; // {id, role} of the signed-in key
+let me = null; // {id, role, domains} of the signed-in key
 
 /** An answer of the API that is not a success, in its own words. */
 class ApiError extends Error {
@@ -86,6 +86,35 @@ function page(title, ...content) {
 
 const isOperator = () => me && me.role === "operator";
 
+/** The domains the key may use, the default one first; null when they cannot be read. */
+async function loadDomains() {
+  try {
+    return (await api("GET", "/api/v1/domains")).domains;
+  } catch (_) {
+    return null;
+  }
+}
+
+/** The domain a new link goes on unless another is chosen: a scoped key's first domain,
+ *  else the default one. */
+function preferredDomain(domains) {
+  if (me && me.domains && me.domains.length) return me.domains[0];
+  const d = domains.find((x) => x.default) || domains[0];
+  return d ? d.name : "";
+}
+
+/** A select of `domains`, `selected` chosen; the default one says so. */
+function domainSelect(name, domains, selected) {
+  return h("select", { name }, domains.map((d) =>
+    h("option", { value: d.name, selected: d.name === selected }, d.default ? `${d.name} (default)` : d.name)));
+}
+
+/** `?domain=…` for a call on a link of `domain` (nothing when not known). */
+const onDomain = (domain) => (domain ? `?${new URLSearchParams({ domain })}` : "");
+
+/** The console's address of a link's page: its code, and its domain. */
+const linkHref = (code, domain) => `#/links/${encodeURIComponent(code)}${onDomain(domain)}`;
+
 function drawNav(route) {
   if (!me) {
     nav.replaceChildren();
@@ -96,6 +125,7 @@ function drawNav(route) {
   nav.replaceChildren(...[
     item("#/links", "Links", "links"),
     item("#/new", "New link", "new"),
+    isOperator() ? item("#/domains", "Domains", "domains") : null,
     isOperator() ? item("#/keys", "API keys", "keys") : null,
     isOperator() ? item("#/audit", "Audit log", "audit") : null,
     h("span", { class: "hint" }, `${me.id} (${me.role})`),
@@ -146,10 +176,11 @@ function stateBadge(link) {
 function linksTable(links) {
   if (links.length === 0) return h("p", {}, "No links.");
   return h("div", { class: "scroll" }, h("table", { id: "links-table" },
-    h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Code"), h("th", { scope: "col" }, "Target"),
-      h("th", { scope: "col" }, "Created"), h("th", { scope: "col" }, "State"))),
-    h("tbody", {}, links.map((l) => h("tr", { "data-code": l.code },
-      h("td", {}, h("a", { href: `#/links/${encodeURIComponent(l.code)}` }, l.code)),
+    h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Code"), h("th", { scope: "col" }, "Domain"),
+      h("th", { scope: "col" }, "Target"), h("th", { scope: "col" }, "Created"), h("th", { scope: "col" }, "State"))),
+    h("tbody", {}, links.map((l) => h("tr", { "data-code": l.code, "data-domain": l.domain },
+      h("td", {}, h("a", { href: linkHref(l.code, l.domain) }, l.code)),
+      h("td", {}, l.domain),
       h("td", { class: "target" }, l.long_url),
       h("td", {}, new Date(l.created_at).toLocaleString()),
       h("td", {}, stateBadge(l))))),
@@ -223,7 +254,10 @@ async function linksPage(params) {
   }
 }
 
-function newLinkPage() {
+async function newLinkPage() {
+  page("New link", h("p", {}, "Loading…"));
+  const domains = await loadDomains();
+  const domain = domains && domains.length ? domainSelect("domain", domains, preferredDomain(domains)) : null;
   const longUrl = h("input", { type: "url", name: "long_url", required: true, placeholder: "https://example.com/page" });
   const alias = h("input", { type: "text", name: "custom_alias", pattern: "[A-Za-z0-9_\\-]{3,32}", autocomplete: "off" });
   const expiry = h("select", { name: "expiry" },
@@ -246,17 +280,19 @@ function newLinkPage() {
     e.preventDefault();
     const body = { long_url: longUrl.value.trim(), redirect: Number(redirect.value), forward_query: forward.checked };
     if (alias.value.trim()) body.custom_alias = alias.value.trim();
+    if (domain) body.domain = domain.value;
     if (expiry.value === "at" && expiresAt.value) body.expires_at = new Date(expiresAt.value).toISOString();
     if (expiry.value === "ttl" && ttl.value) body.ttl_seconds = Number(ttl.value);
     const headers = idem.value.trim() ? { "Idempotency-Key": idem.value.trim() } : {};
     try {
       const link = await api("POST", "/api/v1/links", { body, headers });
-      location.hash = `#/links/${encodeURIComponent(link.code)}`;
+      location.hash = linkHref(link.code, link.domain);
     } catch (err) {
       out.replaceChildren(errorBox(err));
     }
   } } },
     field("Target URL", longUrl, "An absolute http or https URL."),
+    domain ? field("Domain", domain, "The host of the short URL. An alias is unique on its domain.") : null,
     field("Custom alias (optional)", alias, "3 to 32 letters, digits, _ or -. Empty: a generated code."),
     field("Expiry", expiry),
     atField, ttlField,
@@ -299,11 +335,13 @@ function clicksChart(stats) {
     h("p", { id: "clicks-total" }, `${stats.total} clicks from ${first} to ${last}`), chart, table);
 }
 
-async function linkPage(code) {
+async function linkPage(code, domain) {
   page(code, h("p", {}, "Loading…"));
+  const base = `/api/v1/links/${encodeURIComponent(code)}`;
+  const on = onDomain(domain);
   let link;
   try {
-    link = await api("GET", `/api/v1/links/${encodeURIComponent(code)}`);
+    link = await api("GET", `${base}${on}`);
   } catch (err) {
     page(code, errorBox(err), h("p", {}, h("a", { href: "#/links" }, "Back to the links")));
     return;
@@ -319,6 +357,7 @@ async function linkPage(code) {
   } } }, "Copy short URL");
   const props = h("dl", { class: "props" },
     h("dt", {}, "Short URL"), h("dd", {}, h("a", { href: link.short_url, id: "short-url" }, link.short_url), " ", copy, " ", copied),
+    h("dt", {}, "Domain"), h("dd", { id: "link-domain" }, link.domain),
     h("dt", {}, "Target"), h("dd", {}, link.long_url),
     h("dt", {}, "State"), h("dd", { id: "link-state" }, stateBadge(link)),
     h("dt", {}, "Redirect"), h("dd", {}, String(link.redirect)),
@@ -331,7 +370,7 @@ async function linkPage(code) {
   );
 
   const qr = h("div", { class: "qr" }, h("p", {}, "Loading the QR code…"));
-  api("GET", `/api/v1/links/${encodeURIComponent(code)}/qr.svg`, { raw: true })
+  api("GET", `${base}/qr.svg${on}`, { raw: true })
     .then((res) => res.blob())
     .then((blob) => {
       const url = URL.createObjectURL(blob);
@@ -349,8 +388,9 @@ async function linkPage(code) {
     const p = new URLSearchParams();
     if (from.value) p.set("from", from.value);
     if (to.value) p.set("to", to.value);
+    if (domain) p.set("domain", domain);
     try {
-      chart.replaceChildren(clicksChart(await api("GET", `/api/v1/links/${encodeURIComponent(code)}/stats?${p}`)));
+      chart.replaceChildren(clicksChart(await api("GET", `${base}/stats?${p}`)));
     } catch (err) {
       chart.replaceChildren(errorBox(err));
     }
@@ -365,9 +405,9 @@ async function linkPage(code) {
       h("span", {}, "Delete this link? Visitors will get the not-found page."),
       h("button", { type: "button", class: "danger", id: "confirm-delete", on: { click: async () => {
         try {
-          await api("DELETE", `/api/v1/links/${encodeURIComponent(code)}`);
-          location.hash = `#/links/${encodeURIComponent(code)}`;
-          linkPage(code);
+          await api("DELETE", `${base}${on}`);
+          location.hash = linkHref(code, domain);
+          linkPage(code, domain);
         } catch (err) {
           out.replaceChildren(errorBox(err));
         }
@@ -382,8 +422,8 @@ async function linkPage(code) {
       actions.append(h("h2", {}, "Take down"), h("form", { class: "stack", on: { submit: async (e) => {
         e.preventDefault();
         try {
-          await api("POST", `/api/v1/links/${encodeURIComponent(code)}/takedown`, { body: { reason: reason.value } });
-          linkPage(code);
+          await api("POST", `${base}/takedown${on}`, { body: { reason: reason.value } });
+          linkPage(code, domain);
         } catch (err) {
           tdOut.replaceChildren(errorBox(err));
         }
@@ -394,7 +434,7 @@ async function linkPage(code) {
   const audit = h("div");
   if (isOperator()) {
     audit.append(h("h2", {}, "Audit log"));
-    api("GET", `/api/v1/links/${encodeURIComponent(code)}/audit`)
+    api("GET", `${base}/audit${on}`)
       .then((res) => audit.append(auditTable(res.events)))
       .catch((err) => audit.append(errorBox(err)));
   }
@@ -402,6 +442,126 @@ async function linkPage(code) {
     h("div", { class: "grid2" }, props, qr),
     h("h2", {}, "Clicks"), range, chart, actions, audit);
   drawChart();
+}
+
+/** A domain's certificate state, and what goes with it: the expiry of an issued one, why
+ *  the last order failed. */
+function domainState(d) {
+  const when = (t) => new Date(t).toLocaleString();
+  const detail = {
+    pending: "no certificate yet" + (d.certificate_attempt_at ? `; last tried ${when(d.certificate_attempt_at)}` : ""),
+    issued: d.certificate_expires_at ? `expires ${when(d.certificate_expires_at)}` : "",
+    failing: [d.certificate_error, d.certificate_expires_at ? `the certificate expires ${when(d.certificate_expires_at)}` : null,
+      d.certificate_attempt_at ? `last tried ${when(d.certificate_attempt_at)}` : null].filter(Boolean).join("; "),
+    files: "from the TLS port's certificate files",
+    none: "no TLS port with ACME",
+  }[d.state] || "";
+  return [h("span", { class: `state state-${d.state}` }, d.state), detail ? h("span", { class: "hint state-detail" }, ` ${detail}`) : null];
+}
+
+function domainPages(d) {
+  const pages = [["Not found", d.not_found_url], ["Expired", d.expired_url], ["Root", d.root_url]].filter(([, u]) => u);
+  if (pages.length === 0) return "built-in pages";
+  return h("ul", { class: "plain" }, pages.map(([what, u]) => h("li", {}, `${what}: `, h("span", { class: "target" }, u))));
+}
+
+async function domainsPage() {
+  if (!isOperator()) return operatorsOnly("Domains");
+  const list = h("div", { "aria-live": "polite" }, h("p", {}, "Loading…"));
+  const removed = h("div", { "aria-live": "polite" });
+
+  // Removing asks first; a domain with active links is removed only when told to take
+  // them down too.
+  const confirmText = h("span");
+  const takeDown = h("input", { type: "checkbox", name: "take_down", id: "take-down" });
+  const takeDownField = field("Take its links down too", takeDown, "Each is recorded in the audit log as a takedown.");
+  const confirmOut = h("div");
+  let removing = null;
+  const confirmBox = h("div", { class: "confirm", hidden: true, role: "group", "aria-labelledby": "confirm-remove-text" },
+    h("p", { id: "confirm-remove-text" }, confirmText), confirmOut, takeDownField,
+    h("div", { class: "actions" },
+      h("button", { type: "button", class: "danger", id: "confirm-remove", on: { click: async () => {
+        const p = takeDown.checked ? "?take_down=true" : "";
+        try {
+          const r = await api("DELETE", `/api/v1/domains/${encodeURIComponent(removing)}${p}`);
+          confirmBox.hidden = true;
+          const links = r.taken_down === 1 ? "1 link" : `${r.taken_down} links`;
+          removed.replaceChildren(notice(`Domain ${r.name} removed` + (r.taken_down ? `; ${links} taken down.` : ".")));
+          await drawList();
+          document.getElementById("page-title").focus();
+        } catch (err) {
+          confirmOut.replaceChildren(errorBox(err));
+          if (err.code === "domain_has_links") {
+            takeDownField.hidden = false;
+            takeDown.focus();
+          }
+        }
+      } } }, "Yes, remove"),
+      h("button", { type: "button", on: { click: () => { confirmBox.hidden = true; } } }, "Cancel")));
+  const askRemove = (name) => {
+    removing = name;
+    confirmText.textContent = `Remove the domain ${name}? Its links stop redirecting, and its name stops being served.`;
+    takeDown.checked = false;
+    takeDownField.hidden = true;
+    confirmOut.replaceChildren();
+    removed.replaceChildren();
+    confirmBox.hidden = false;
+    document.getElementById("confirm-remove").focus();
+  };
+
+  const drawList = async () => {
+    try {
+      const { domains } = await api("GET", "/api/v1/domains");
+      list.replaceChildren(h("div", { class: "scroll" }, h("table", { id: "domains-table" },
+        h("thead", {}, h("tr", {}, ["Name", "Certificate", "State", "Pages", "Added", ""].map((t) =>
+          t ? h("th", { scope: "col" }, t) : h("th", { scope: "col" }, h("span", { class: "visually-hidden" }, "Actions"))))),
+        h("tbody", {}, domains.map((d) => h("tr", { "data-domain": d.name },
+          h("th", { scope: "row" }, d.name, d.default ? h("span", { class: "hint" }, " (default)") : null),
+          h("td", {}, d.certificate),
+          h("td", { class: "domain-state" }, domainState(d)),
+          h("td", {}, domainPages(d)),
+          h("td", {}, d.created_at ? `${new Date(d.created_at).toLocaleString()} by ${d.created_by}` : "—"),
+          h("td", {}, d.default ? null : h("button", { type: "button", class: "danger", "aria-label": `Remove ${d.name}`,
+            on: { click: () => askRemove(d.name) } }, "Remove"))))))));
+    } catch (err) {
+      list.replaceChildren(errorBox(err));
+    }
+  };
+
+  const name = h("input", { type: "text", name: "name", required: true, maxlength: 253, autocomplete: "off",
+    spellcheck: "false", placeholder: "go.example.com" });
+  const certificate = h("select", { name: "certificate" },
+    h("option", { value: "acme" }, "ACME: ordered and renewed automatically"),
+    h("option", { value: "files" }, "Files: the TLS port's certificate files"));
+  const pageUrl = (n) => h("input", { type: "url", name: n, placeholder: "https://example.com/" });
+  const notFound = pageUrl("not_found_url"), expired = pageUrl("expired_url"), root = pageUrl("root_url");
+  const added = h("div", { "aria-live": "polite" });
+  const addForm = h("form", { class: "stack", on: { submit: async (e) => {
+    e.preventDefault();
+    const body = { name: name.value.trim(), certificate: certificate.value };
+    for (const [k, el] of [["not_found_url", notFound], ["expired_url", expired], ["root_url", root]]) {
+      if (el.value.trim()) body[k] = el.value.trim();
+    }
+    try {
+      const d = await api("POST", "/api/v1/domains", { body });
+      added.replaceChildren(notice(`Domain ${d.name} added (${d.state}). Every proxy routes it within seconds.`));
+      addForm.reset();
+      await drawList();
+    } catch (err) {
+      added.replaceChildren(errorBox(err));
+      name.focus();
+    }
+  } } },
+    field("Domain name", name, "A DNS name of two labels or more; point its DNS at the proxies."),
+    field("Certificate", certificate, "ACME needs a TLS port with ACME; with files, the certificate is yours to install."),
+    field("Not-found page URL (optional)", notFound, "Where a code this domain does not have redirects. Empty: the built-in 404 page."),
+    field("Expired page URL (optional)", expired, "Where an expired or deleted link redirects. Empty: the built-in 410 page."),
+    field("Root page URL (optional)", root, "Where / of this domain redirects. Empty: the built-in page."),
+    h("div", { class: "actions" }, h("button", { type: "submit", class: "primary" }, "Add domain")));
+
+  page("Domains", h("p", {}, "The hosts short links are served on, with the state of each one's certificate."),
+    list, confirmBox, removed, h("h2", {}, "Add a domain"), addForm, added);
+  await drawList();
 }
 
 function auditTable(events) {
@@ -417,21 +577,39 @@ function operatorsOnly(title) {
   page(title, h("p", { class: "error", role: "alert" }, "This page is for operator keys. Sign in with an operator key to use it."));
 }
 
-function keysPage() {
+async function keysPage() {
   if (!isOperator()) return operatorsOnly("API keys");
+  page("API keys", h("p", {}, "Loading…"));
+  const domains = (await loadDomains()) || [];
   const name = h("input", { type: "text", name: "name", required: true, maxlength: 100 });
   const role = h("select", { name: "role" }, h("option", { value: "creator" }, "creator"), h("option", { value: "operator" }, "operator"));
+  // A creator key may be scoped to some domains (none ticked: every domain).
+  const scopes = domains.map((d) => h("input", { type: "checkbox", name: "domains", value: d.name }));
+  const scope = domains.length
+    ? h("fieldset", { class: "choices", "aria-describedby": "scope-hint" },
+      h("legend", {}, "Domains it may use (optional)"),
+      h("span", { class: "hint", id: "scope-hint" },
+        "For a creator key. None ticked: every domain. Its links go on the first ticked one unless they name another."),
+      domains.map((d, i) => field(d.default ? `${d.name} (default)` : d.name, scopes[i])))
+    : null;
+  const showScope = () => { if (scope) scope.hidden = role.value !== "creator"; };
+  role.addEventListener("change", showScope);
+  showScope();
   const created = h("div", { "aria-live": "polite" });
   const createForm = h("form", { class: "stack", on: { submit: async (e) => {
     e.preventDefault();
+    const body = { name: name.value, role: role.value };
+    const ticked = scopes.filter((c) => c.checked).map((c) => c.value);
+    if (role.value === "creator" && ticked.length) body.domains = ticked;
     try {
-      const k = await api("POST", "/api/v1/keys", { body: { name: name.value, role: role.value } });
-      created.replaceChildren(notice(`Key ${k.id} (${k.role}) created. Copy it now: it is shown only this once.`),
+      const k = await api("POST", "/api/v1/keys", { body });
+      const on = k.domains ? `, on ${k.domains.join(", ")} only` : "";
+      created.replaceChildren(notice(`Key ${k.id} (${k.role}${on}) created. Copy it now: it is shown only this once.`),
         h("p", { class: "secret", id: "new-key" }, k.key));
     } catch (err) {
       created.replaceChildren(errorBox(err));
     }
-  } } }, field("Name", name, "Who or what the key is for."), field("Role", role),
+  } } }, field("Name", name, "Who or what the key is for."), field("Role", role), scope,
     h("div", { class: "actions" }, h("button", { type: "submit", class: "primary" }, "Create key")));
   const id = h("input", { type: "text", name: "id", required: true, autocomplete: "off" });
   const revoked = h("div", { "aria-live": "polite" });
@@ -448,17 +626,21 @@ function keysPage() {
   page("API keys", h("h2", {}, "Create a key"), createForm, created, h("h2", {}, "Revoke a key"), revokeForm, revoked);
 }
 
-function auditPage(params) {
+async function auditPage(params) {
   if (!isOperator()) return operatorsOnly("Audit log");
+  const domains = (await loadDomains()) || [];
   const code = h("input", { type: "text", name: "code", required: true, value: params.get("code") || "", autocomplete: "off" });
+  const domain = domains.length > 1 ? domainSelect("domain", domains, params.get("domain") || preferredDomain(domains)) : null;
   const out = h("div", { "aria-live": "polite" });
   const form = h("form", { class: "inline", on: { submit: (e) => {
     e.preventDefault();
-    location.hash = `#/audit?${new URLSearchParams({ code: code.value.trim() })}`;
-  } } }, field("Link code", code), h("button", { type: "submit" }, "Show"));
+    const p = new URLSearchParams({ code: code.value.trim() });
+    if (domain && !domains.find((d) => d.name === domain.value)?.default) p.set("domain", domain.value);
+    location.hash = `#/audit?${p}`;
+  } } }, field("Link code", code), domain ? field("Domain", domain) : null, h("button", { type: "submit" }, "Show"));
   page("Audit log", h("p", {}, "Every delete and takedown of a link: who, when, why and with what outcome."), form, out);
   if (params.get("code")) {
-    api("GET", `/api/v1/links/${encodeURIComponent(params.get("code"))}/audit`)
+    api("GET", `/api/v1/links/${encodeURIComponent(params.get("code"))}/audit${onDomain(params.get("domain"))}`)
       .then((res) => out.replaceChildren(h("h2", {}, `Link ${res.code}`), auditTable(res.events)))
       .catch((err) => out.replaceChildren(errorBox(err)));
   }
@@ -485,8 +667,9 @@ async function route() {
   const parts = path.split("/").filter(Boolean);
   const name = parts[0] || "links";
   drawNav(name === "links" && parts[1] ? "" : name);
-  if (name === "links" && parts[1]) return linkPage(decodeURIComponent(parts[1]));
+  if (name === "links" && parts[1]) return linkPage(decodeURIComponent(parts[1]), params.get("domain"));
   if (name === "new") return newLinkPage();
+  if (name === "domains") return domainsPage();
   if (name === "keys") return keysPage();
   if (name === "audit") return auditPage(params);
   if (name === "signin") {

@@ -12,8 +12,28 @@ pub(super) struct Client {
     key: Option<String>,
 }
 
-pub(super) fn encode_segment(s: &str) -> String {
-    url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
+/// The path and query of an API call: `segments` each one path segment, percent-encoded
+/// (a `/` or `%` in a code or a name stays inside its segment), and `query` form-encoded,
+/// both by the url crate. `.` and `..`, which a URL's path cannot carry as a segment, are
+/// refused rather than dropped.
+pub(super) fn api_path(segments: &[&str], query: &[(&str, &str)]) -> Result<String, CliError> {
+    if let Some(dots) = segments.iter().find(|s| matches!(**s, "." | "..")) {
+        return Err(CliError(format!("{dots:?} cannot be a code or a name")));
+    }
+    let mut url = url::Url::parse("http://api.invalid/").expect("a URL");
+    url.path_segments_mut()
+        .expect("an http URL has a path")
+        .clear()
+        .extend(segments);
+    if !query.is_empty() {
+        url.query_pairs_mut().extend_pairs(query);
+    }
+    Ok(url[url::Position::BeforePath..].to_owned())
+}
+
+/// `pairs` with the `(name, value)` of each given value; `?domain=` of a call on one link.
+pub(super) fn given<'a>(pairs: &[(&'a str, Option<&'a str>)]) -> Vec<(&'a str, &'a str)> {
+    pairs.iter().filter_map(|(k, v)| v.map(|v| (*k, v))).collect()
 }
 
 impl Client {
@@ -131,4 +151,31 @@ pub(super) struct Answer {
     /// `Retry-After`, in seconds, when sent.
     pub(super) retry_after: Option<u64>,
     pub(super) text: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_keeps_each_segment_whole_and_encodes_the_query() {
+        assert_eq!(
+            api_path(&["api", "v1", "links", "a/b c%"], &[]).unwrap(),
+            "/api/v1/links/a%2Fb%20c%25"
+        );
+        assert_eq!(
+            api_path(
+                &["api", "v1", "links", "promo", "stats"],
+                &given(&[
+                    ("from", Some("2026-01-01")),
+                    ("to", None),
+                    ("domain", Some("bücher.example&x=1"))
+                ])
+            )
+            .unwrap(),
+            "/api/v1/links/promo/stats?from=2026-01-01&domain=b%C3%BCcher.example%26x%3D1"
+        );
+        assert_eq!(api_path(&["api", "v1", "domains"], &[]).unwrap(), "/api/v1/domains");
+        assert!(api_path(&["api", "v1", "links", ".."], &[]).is_err());
+    }
 }

@@ -66,6 +66,7 @@ const CSV_COLUMNS: &[&str] = &[
     "ttl_seconds",
     "redirect",
     "forward_query",
+    "domain",
 ];
 
 /// CSV records as create requests. No record may have more fields than the header (or,

@@ -1,7 +1,7 @@
 //! `rebound keys …`: an operator creates and revokes API keys.
 
-use super::client::{encode_segment, Client, NO_BODY};
-use super::output::{as_json, fields, Printed};
+use super::client::{api_path, Client, NO_BODY};
+use super::output::{as_json, table, Printed};
 use super::{CliError, KeysCommand};
 use rebound_api_types::{CreateKeyRequest, KeyCreated};
 use reqwest::Method;
@@ -10,7 +10,7 @@ use serde_json::json;
 /// Runs a `keys` command.
 pub(super) async fn run(client: &Client, command: KeysCommand) -> Result<Printed, CliError> {
     let (value, text) = match command {
-        KeysCommand::Create { name, role } => {
+        KeysCommand::Create { name, role, domains } => {
             let key: KeyCreated = client
                 .send(
                     Method::POST,
@@ -18,25 +18,29 @@ pub(super) async fn run(client: &Client, command: KeysCommand) -> Result<Printed
                     Some(&CreateKeyRequest {
                         name,
                         role,
-                        domains: None,
+                        // Not given: every domain (an empty list would be refused).
+                        domains: (!domains.is_empty()).then_some(domains),
                     }),
                     &[],
                 )
                 .await?;
-            let v = as_json(&key);
-            let mut text = fields(&v, &["id", "name", "role", "key"]);
+            let scope = key
+                .domains
+                .as_ref()
+                .map_or_else(|| "every domain".to_owned(), |d| d.join(", "));
+            let mut text = table(&[
+                vec!["id:".into(), key.id.clone()],
+                vec!["name:".into(), key.name.clone()],
+                vec!["role:".into(), key.role.clone()],
+                vec!["domains:".into(), scope],
+                vec!["key:".into(), key.key.clone()],
+            ]);
             text.push_str("The key is shown only once; store it now.\n");
-            (v, text)
+            (as_json(&key), text)
         }
         KeysCommand::Revoke { id } => {
-            client
-                .send_text(
-                    Method::DELETE,
-                    &format!("/api/v1/keys/{}", encode_segment(&id)),
-                    NO_BODY,
-                    &[],
-                )
-                .await?;
+            let path = api_path(&["api", "v1", "keys", &id], &[])?;
+            client.send_text(Method::DELETE, &path, NO_BODY, &[]).await?;
             (json!({"revoked": id}), format!("revoked key {id}\n"))
         }
     };

@@ -1,7 +1,7 @@
 //! `rebound links …`: create, get, list, delete, the QR code and the daily clicks of links
 //! (`import` has a file of its own).
 
-use super::client::{encode_segment, Client, NO_BODY};
+use super::client::{api_path, given, Client, NO_BODY};
 use super::output::{as_json, fields, table, Printed, LINK_FIELDS};
 use super::{import, CliError, LinksCommand};
 use rebound_api_types::{CreateLinkRequest, LinkCreated, LinkList, LinkStats, LinkView};
@@ -19,9 +19,10 @@ pub(super) async fn run(client: &Client, command: LinksCommand, json_out: bool) 
             redirect,
             forward_query,
             idempotency_key,
+            domain,
         } => {
             let body = CreateLinkRequest {
-                domain: None,
+                domain,
                 long_url,
                 custom_alias: alias,
                 expires_at,
@@ -41,6 +42,7 @@ pub(super) async fn run(client: &Client, command: LinksCommand, json_out: bool) 
                 &v,
                 &[
                     "code",
+                    "domain",
                     "short_url",
                     "long_url",
                     "redirect",
@@ -54,35 +56,21 @@ pub(super) async fn run(client: &Client, command: LinksCommand, json_out: bool) 
         LinksCommand::Import { file, format, batch } => {
             import::run(client, &file, format.as_deref(), batch, json_out).await?
         }
-        LinksCommand::Get { code } => {
-            let link: LinkView = client
-                .send(
-                    Method::GET,
-                    &format!("/api/v1/links/{}", encode_segment(&code)),
-                    NO_BODY,
-                    &[],
-                )
-                .await?;
+        LinksCommand::Get { code, domain } => {
+            let path = api_path(&["api", "v1", "links", &code], &on(domain.as_deref()))?;
+            let link: LinkView = client.send(Method::GET, &path, NO_BODY, &[]).await?;
             let v = as_json(&link);
             let text = fields(&v, LINK_FIELDS);
             (v, text)
         }
         LinksCommand::List { limit, cursor } => {
-            let mut query = Vec::new();
-            if let Some(l) = limit {
-                query.push(format!("limit={l}"));
-            }
-            if let Some(c) = cursor {
-                query.push(format!("cursor={}", encode_segment(&c)));
-            }
-            let path = if query.is_empty() {
-                "/api/v1/links".to_owned()
-            } else {
-                format!("/api/v1/links?{}", query.join("&"))
-            };
+            let limit = limit.map(|l| l.to_string());
+            let query = given(&[("limit", limit.as_deref()), ("cursor", cursor.as_deref())]);
+            let path = api_path(&["api", "v1", "links"], &query)?;
             let list: LinkList = client.send(Method::GET, &path, NO_BODY, &[]).await?;
             let mut rows = vec![vec![
                 "CODE".into(),
+                "DOMAIN".into(),
                 "STATE".into(),
                 "CREATED".into(),
                 "EXPIRES".into(),
@@ -92,6 +80,7 @@ pub(super) async fn run(client: &Client, command: LinksCommand, json_out: bool) 
                 let state = if l.is_active { "active" } else { "deleted" };
                 rows.push(vec![
                     l.code.clone(),
+                    l.domain.clone(),
                     state.into(),
                     l.created_at.clone(),
                     l.expires_at.clone().unwrap_or_else(|| "-".into()),
@@ -104,34 +93,26 @@ pub(super) async fn run(client: &Client, command: LinksCommand, json_out: bool) 
             }
             (as_json(&list), text)
         }
-        LinksCommand::Delete { code } => {
-            client
-                .send_text(
-                    Method::DELETE,
-                    &format!("/api/v1/links/{}", encode_segment(&code)),
-                    NO_BODY,
-                    &[],
-                )
-                .await?;
+        LinksCommand::Delete { code, domain } => {
+            let path = api_path(&["api", "v1", "links", &code], &on(domain.as_deref()))?;
+            client.send_text(Method::DELETE, &path, NO_BODY, &[]).await?;
             (json!({"deleted": code}), format!("deleted {code}\n"))
         }
-        LinksCommand::Qr { code } => {
-            let path = format!("/api/v1/links/{}/qr.svg", encode_segment(&code));
+        LinksCommand::Qr { code, domain } => {
+            let path = api_path(&["api", "v1", "links", &code, "qr.svg"], &on(domain.as_deref()))?;
             // The SVG itself, also with --json: it is what the command is for.
             return client
                 .send_text(Method::GET, &path, NO_BODY, &[])
                 .await
                 .map(Printed::Raw);
         }
-        LinksCommand::Stats { code, from, to } => {
-            let mut query = Vec::new();
-            if let Some(f) = from {
-                query.push(format!("from={}", encode_segment(&f)));
-            }
-            if let Some(t) = to {
-                query.push(format!("to={}", encode_segment(&t)));
-            }
-            let path = format!("/api/v1/links/{}/stats?{}", encode_segment(&code), query.join("&"));
+        LinksCommand::Stats { code, from, to, domain } => {
+            let query = given(&[
+                ("from", from.as_deref()),
+                ("to", to.as_deref()),
+                ("domain", domain.as_deref()),
+            ]);
+            let path = api_path(&["api", "v1", "links", &code, "stats"], &query)?;
             let stats: LinkStats = client.send(Method::GET, &path, NO_BODY, &[]).await?;
             let mut rows = vec![vec!["DAY".into(), "CLICKS".into()]];
             for d in stats.days.iter().filter(|d| d.clicks != 0) {
@@ -143,4 +124,9 @@ pub(super) async fn run(client: &Client, command: LinksCommand, json_out: bool) 
         }
     };
     Ok(Printed::Table { json: value, text })
+}
+
+/// The query of a call on one link: `?domain=` when given.
+pub(super) fn on(domain: Option<&str>) -> Vec<(&str, &str)> {
+    given(&[("domain", domain)])
 }

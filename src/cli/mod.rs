@@ -1,12 +1,14 @@
-//! The operator CLI: `rebound links …`, `rebound takedown …`, `rebound keys …`, talking
-//! HTTP to the control plane. Readable tables by default, the API's JSON with `--json`.
+//! The operator CLI: `rebound links …`, `rebound takedown …`, `rebound keys …`,
+//! `rebound domains …`, talking HTTP to the control plane. Readable tables by default, the
+//! API's JSON with `--json`.
 //!
 //! - this file: the commands and their flags (clap), and [`run`].
 //! - `client`: the HTTP calls to the API, and a refusal as one clear line.
 //! - `output`: tables, field lists and what `--json` prints instead.
-//! - `links`, `import`, `takedown`, `keys`: the commands, a file per group.
+//! - `links`, `import`, `takedown`, `keys`, `domains`: the commands, a file per group.
 
 mod client;
+mod domains;
 mod import;
 mod keys;
 mod links;
@@ -59,6 +61,10 @@ pub enum LinksCommand {
         /// Makes a retried create return the first answer.
         #[arg(long)]
         idempotency_key: Option<String>,
+        /// The domain to create it on (default: the service's default domain, or a scoped
+        /// key's first domain).
+        #[arg(long)]
+        domain: Option<String>,
     },
     /// Create many links from a file: CSV (RFC 4180: quote a field holding a comma; columns
     /// `long_url[,alias]`, or named by a header row among long_url, alias, expires_at,
@@ -68,6 +74,7 @@ pub enum LinksCommand {
     /// sent again when it allows; a chunk refused as a whole is named by its lines and exits
     /// non-zero. Each request carries an Idempotency-Key derived from the file and its
     /// lines, so running the same file again (same --batch) never creates a link twice.
+    /// A `domain` column (or field) puts a link on that domain.
     Import {
         /// The file (`.csv`, or JSON lines), or `-` for standard input.
         file: String,
@@ -79,7 +86,12 @@ pub enum LinksCommand {
         batch: usize,
     },
     /// Show one link.
-    Get { code: String },
+    Get {
+        code: String,
+        /// The domain the link is on (default: the default domain, or a scoped key's first).
+        #[arg(long)]
+        domain: Option<String>,
+    },
     /// List links, newest first.
     List {
         #[arg(long)]
@@ -88,10 +100,20 @@ pub enum LinksCommand {
         cursor: Option<String>,
     },
     /// Delete a link.
-    Delete { code: String },
+    Delete {
+        code: String,
+        /// The domain the link is on (default: the default domain, or a scoped key's first).
+        #[arg(long)]
+        domain: Option<String>,
+    },
     /// The QR code of a link's short URL, as SVG on standard output
     /// (`rebound links qr CODE > code.svg`).
-    Qr { code: String },
+    Qr {
+        code: String,
+        /// The domain the link is on (default: the default domain, or a scoped key's first).
+        #[arg(long)]
+        domain: Option<String>,
+    },
     /// Daily clicks of a link.
     Stats {
         code: String,
@@ -101,6 +123,9 @@ pub enum LinksCommand {
         /// Last day, YYYY-MM-DD (default: today, UTC).
         #[arg(long)]
         to: Option<String>,
+        /// The domain the link is on (default: the default domain, or a scoped key's first).
+        #[arg(long)]
+        domain: Option<String>,
     },
 }
 
@@ -113,17 +138,62 @@ pub enum KeysCommand {
         /// creator or operator.
         #[arg(long)]
         role: String,
+        /// Scope a creator key to this domain (repeat for more); every domain when not
+        /// given. Its links are created on the first one unless they name another.
+        #[arg(long = "domain", value_name = "DOMAIN")]
+        domains: Vec<String>,
     },
     /// Revoke an API key; it stops working at once.
     Revoke { id: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DomainsCommand {
+    /// Add a domain to serve links on (operators).
+    Add {
+        /// A DNS name of two labels or more (an internationalized name is stored as its
+        /// ASCII form).
+        name: String,
+        /// Where its certificate comes from: `acme` (default: ordered and renewed when
+        /// the TLS port has ACME) or `files` (the TLS port's certificate files).
+        #[arg(long)]
+        certificate: Option<String>,
+        /// Where a code this domain does not have redirects (default: the 404 page).
+        #[arg(long)]
+        not_found_url: Option<String>,
+        /// Where an expired or deleted link of this domain redirects (default: the 410
+        /// page).
+        #[arg(long)]
+        expired_url: Option<String>,
+        /// Where `/` of this domain redirects (default: the built-in page).
+        #[arg(long)]
+        root_url: Option<String>,
+    },
+    /// List the domains, the default one first, with their certificates' state.
+    List,
+    /// Show one domain and its certificate's state.
+    Show { name: String },
+    /// Remove a domain (operators): its links stop redirecting.
+    Remove {
+        name: String,
+        /// Take its active links down too (each recorded in the audit log); without it a
+        /// domain with active links is refused.
+        #[arg(long)]
+        take_down: bool,
+    },
 }
 
 /// What the CLI was asked to do.
 #[derive(Debug)]
 pub enum ClientCommand {
     Links(LinksCommand),
-    Takedown { code: String, reason: String },
+    Takedown {
+        code: String,
+        reason: String,
+        domain: Option<String>,
+    },
     Keys(KeysCommand),
+    Domains(DomainsCommand),
 }
 
 /// A failed CLI call, printed as one clear line.
@@ -143,8 +213,11 @@ pub async fn run(args: &ClientArgs, command: ClientCommand) -> Result<String, Cl
     let client = Client::new(args)?;
     let printed = match command {
         ClientCommand::Links(command) => links::run(&client, command, args.json).await?,
-        ClientCommand::Takedown { code, reason } => takedown::run(&client, code, reason).await?,
+        ClientCommand::Takedown { code, reason, domain } => {
+            takedown::run(&client, code, reason, domain.as_deref()).await?
+        }
         ClientCommand::Keys(command) => keys::run(&client, command).await?,
+        ClientCommand::Domains(command) => domains::run(&client, command).await?,
     };
     Ok(printed.render(args.json))
 }

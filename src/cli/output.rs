@@ -61,6 +61,7 @@ pub(super) fn fields(v: &Value, names: &[&str]) -> String {
 
 pub(super) const LINK_FIELDS: &[&str] = &[
     "code",
+    "domain",
     "short_url",
     "long_url",
     "redirect",

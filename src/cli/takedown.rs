@@ -1,15 +1,21 @@
-//! `rebound takedown CODE --reason …`: an operator takes a link down, with a reason for
-//! the audit log.
+//! `rebound takedown CODE --reason … [--domain …]`: an operator takes a link down, with a
+//! reason for the audit log.
 
-use super::client::{encode_segment, Client};
+use super::client::{api_path, Client};
+use super::links::on;
 use super::output::{as_json, fields, Printed};
 use super::CliError;
 use rebound_api_types::{LinkView, TakedownRequest};
 use reqwest::Method;
 
-/// Takes `code` down for `reason`.
-pub(super) async fn run(client: &Client, code: String, reason: String) -> Result<Printed, CliError> {
-    let path = format!("/api/v1/links/{}/takedown", encode_segment(&code));
+/// Takes `code` (on `domain`, else the default domain) down for `reason`.
+pub(super) async fn run(
+    client: &Client,
+    code: String,
+    reason: String,
+    domain: Option<&str>,
+) -> Result<Printed, CliError> {
+    let path = api_path(&["api", "v1", "links", &code, "takedown"], &on(domain))?;
     let down: LinkView = client
         .send(Method::POST, &path, Some(&TakedownRequest { reason }), &[])
         .await?;
@@ -18,6 +24,7 @@ pub(super) async fn run(client: &Client, code: String, reason: String) -> Result
         &v,
         &[
             "code",
+            "domain",
             "is_active",
             "version",
             "deleted_at",

@@ -65,8 +65,8 @@ it stays valid).
   by its key and variable (`edge.h2c (REBOUND_H2C)`); a value not of the setting's type
   also says where it was written (`<setting>, in the environment: <problem>`).
 - Some settings have no variable, only a file key; they are marked \"file only\" below.
-- The operator CLI commands (`rebound links …`, `takedown`, `keys …`) do not read the
-  configuration; they take the flags and variables listed at the end.
+- The operator CLI commands (`rebound links …`, `takedown`, `keys …`, `domains …`) do not
+  read the configuration; they take the flags and variables listed at the end.
 ";
 
 /// Each table: its key prefix, its heading and the paragraphs before and after it.

@@ -2,8 +2,10 @@
 against the real all-in-one binary on free loopback ports: sign in, create a link, find it,
 click it on the redirect port, see the clicks on its chart, download its QR code and decode
 it back to the short URL (zbarimg), create a creator key, take a link down and read the
-audit log, delete the link and see the dead-link page, and check that a creator key does not
-get the operator pages. A screenshot of every page goes to the results folder it prints.
+audit log, delete the link and see the dead-link page; add a domain (and see one refused in
+the API's words), see it pending, create a link on it from the form and follow it on the
+redirect port by its host, scope a creator key to it, remove it (taking its link down when
+the API says it has links); and check that a creator key does not get the operator pages. A screenshot of every page goes to the results folder it prints.
 
 Usage: python3 tests/browser/console.py BINARY RESULTS_DIR
 """
@@ -36,11 +38,13 @@ class NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-def visit(url):
-    """GET without following redirects: (status, Location, body)."""
+def visit(url, host=None):
+    """GET without following redirects, with `host` as Host when given: (status, Location,
+    body)."""
     opener = urllib.request.build_opener(NoRedirect)
+    req = urllib.request.Request(url, headers={"Host": host} if host else {})
     try:
-        res = opener.open(url, timeout=10)
+        res = opener.open(req, timeout=10)
         return res.status, res.headers.get("Location"), res.read()
     except urllib.error.HTTPError as e:
         return e.code, e.headers.get("Location"), e.read()
@@ -264,6 +268,118 @@ def main(binary, results):
             run.shot(dead, "dead-link-404")
             dead.close()
 
+            # Domains: the default one alone at first; a refused add in the API's words.
+            page.get_by_role("link", name="Domains").click()
+            expect(page.get_by_role("heading", name="Domains")).to_be_visible()
+            domain_rows = page.locator("#domains-table tbody tr")
+            expect(domain_rows).to_have_count(1)
+            expect(domain_rows.first).to_have_attribute("data-domain", "127.0.0.1")
+            expect(domain_rows.first).to_contain_text("(default)")
+            page.get_by_label("Domain name").fill("not_a.domain")
+            page.get_by_role("button", name="Add domain").click()
+            expect(page.get_by_role("alert")).to_contain_text("name is not a DNS name")
+            expect(page.get_by_role("alert")).to_contain_text("(invalid_domain)")
+            run.shot(page, "domain-refused")
+            expect(domain_rows).to_have_count(1)
+            # Added: canonical, pending (no certificate yet), listed after the default one.
+            page.get_by_label("Domain name").fill("Go.Console.Test")
+            page.get_by_label("Certificate").select_option("acme")
+            page.get_by_label("Not-found page URL (optional)").fill("https://example.com/not-here")
+            page.get_by_role("button", name="Add domain").click()
+            added = page.locator("#domains-table tr[data-domain='go.console.test']")
+            expect(added).to_be_visible()
+            expect(added.locator(".state")).to_have_text("pending")
+            expect(added).to_contain_text("Not found: https://example.com/not-here")
+            expect(domain_rows).to_have_count(2)
+            expect(domain_rows.first).to_have_attribute("data-domain", "127.0.0.1")
+            expect(page.locator("p.notice")).to_contain_text("Domain go.console.test added (pending)")
+            run.shot(page, "domains")
+
+            # A link on it from the form: the default domain is preselected, another chosen.
+            page.get_by_role("link", name="New link").click()
+            expect(page.get_by_label("Domain")).to_have_value("127.0.0.1")
+            page.get_by_label("Target URL").fill("https://example.com/on-a-domain")
+            page.get_by_label("Domain").select_option("go.console.test")
+            page.get_by_label("Custom alias (optional)").fill("console-domain")
+            run.shot(page, "new-link-on-domain")
+            page.get_by_role("button", name="Create link").click()
+            expect(page.get_by_role("heading", name="Link console-domain")).to_be_visible()
+            expect(page.locator("#short-url")).to_have_text("http://go.console.test/console-domain")
+            expect(page.locator("#link-domain")).to_have_text("go.console.test")
+            # The link's calls carry its domain: its QR code, its clicks, its audit log.
+            expect(page.locator("#qr-image")).to_be_visible()
+            expect(page.locator("#clicks-total")).to_contain_text("0 clicks")
+            expect(page.get_by_text("Nothing recorded.")).to_be_visible()
+            run.check(page.get_by_role("alert").count() == 0, "no call on the link was refused")
+            # The redirect port routes it by its host (the data plane reloads domains every 2 s).
+            deadline = time.time() + 15
+            while True:
+                status, location, _ = visit(f"{redirect}/console-domain", host="go.console.test")
+                if status == 302:
+                    break
+                run.check(time.time() < deadline, f"go.console.test routed within 15 s (got {status})")
+                time.sleep(0.2)
+            run.check(location == "https://example.com/on-a-domain", location)
+            status, _, _ = visit(f"{redirect}/console-domain")
+            run.check(status == 404, f"not a link of the default domain: {status}")
+            # The list shows each link's domain, and opens the link on it.
+            page.get_by_role("link", name="Links", exact=True).click()
+            on_domain = page.locator("#links-table tr[data-code='console-domain']")
+            expect(on_domain).to_have_attribute("data-domain", "go.console.test")
+            expect(on_domain.locator("td").nth(1)).to_have_text("go.console.test")
+            expect(page.locator("#links-table tr[data-code='console-takedown'] td").nth(1)).to_have_text("127.0.0.1")
+            run.shot(page, "links-with-domains")
+            on_domain.get_by_role("link", name="console-domain").click()
+            expect(page.locator("#link-domain")).to_have_text("go.console.test")
+
+            # A creator key scoped to the domain: its form offers that domain alone.
+            page.get_by_role("link", name="API keys").click()
+            page.get_by_label("Name").fill("browser brand")
+            page.get_by_label("Role").select_option("creator")
+            page.get_by_label("go.console.test").check()
+            page.get_by_role("button", name="Create key").click()
+            expect(page.locator("p.notice")).to_contain_text("(creator, on go.console.test only) created")
+            brand_key = page.locator("#new-key").inner_text().strip()
+            run.shot(page, "keys-scoped")
+            brand = browser.new_context(viewport={"width": 1100, "height": 800})
+            bpage = brand.new_page()
+            bpage.on("pageerror", lambda e: errors.append(str(e)))
+            sign_in(bpage, console, brand_key)
+            bpage.get_by_role("link", name="New link").click()
+            expect(bpage.get_by_label("Domain")).to_have_value("go.console.test")
+            expect(bpage.get_by_label("Domain").locator("option")).to_have_count(1)
+            brand.close()
+
+            # Removing it: asked first; refused while it has links, then taking them down.
+            page.get_by_role("link", name="Domains").click()
+            page.get_by_role("button", name="Remove go.console.test").click()
+            expect(page.get_by_text("Remove the domain go.console.test?")).to_be_visible()
+            page.get_by_role("button", name="Cancel").click()
+            expect(page.get_by_text("Remove the domain go.console.test?")).to_be_hidden()
+            page.get_by_role("button", name="Remove go.console.test").click()
+            expect(page.get_by_label("Take its links down too")).to_be_hidden()
+            page.get_by_role("button", name="Yes, remove").click()
+            expect(page.get_by_role("alert")).to_contain_text("(domain_has_links)")
+            expect(domain_rows).to_have_count(2)
+            run.shot(page, "domain-remove-refused")
+            page.get_by_label("Take its links down too").check()
+            page.get_by_role("button", name="Yes, remove").click()
+            expect(page.locator("p.notice")).to_have_text("Domain go.console.test removed; 1 link taken down.")
+            expect(domain_rows).to_have_count(1)
+            run.shot(page, "domain-removed")
+            # Its link is down at once (until the routes reload, the domain's own not-found
+            # URL answers), then the host is no domain's: 404.
+            deadline = time.time() + 15
+            while True:
+                status, location, _ = visit(f"{redirect}/console-domain", host="go.console.test")
+                run.check(location != "https://example.com/on-a-domain", "the link is down at once")
+                if status == 404:
+                    break
+                run.check(time.time() < deadline, f"go.console.test unrouted within 15 s ({status} {location})")
+                time.sleep(0.2)
+            page.get_by_role("link", name="Links", exact=True).click()
+            expect(page.locator("#links-table tr[data-code='console-domain'] .state")).to_have_text("deleted")
+
             # A creator key does not get the operator pages.
             creator = browser.new_context(viewport={"width": 390, "height": 844})  # a phone
             cpage = creator.new_page()
@@ -271,9 +387,10 @@ def main(binary, results):
             sign_in(cpage, console, creator_key)
             run.check(cpage.get_by_role("link", name="API keys").count() == 0, "no keys link for a creator")
             run.check(cpage.get_by_role("link", name="Audit log").count() == 0, "no audit link for a creator")
+            run.check(cpage.get_by_role("link", name="Domains").count() == 0, "no domains link for a creator")
             expect(cpage.get_by_text("No links.")).to_be_visible()  # only its own links
             run.shot(cpage, "creator-links-phone")
-            for hash_, title in [("#/keys", "API keys"), ("#/audit", "Audit log")]:
+            for hash_, title in [("#/keys", "API keys"), ("#/audit", "Audit log"), ("#/domains", "Domains")]:
                 cpage.goto(console + "/" + hash_)
                 expect(cpage.get_by_role("heading", name=title)).to_be_visible()
                 expect(cpage.get_by_role("alert")).to_contain_text("This page is for operator keys")

@@ -1,0 +1,106 @@
+//! `rebound domains …`: the domains links are served on (SPEC §11). Operators add and
+//! remove them; any key lists and shows the ones it may use.
+
+use super::client::{api_path, Client, NO_BODY};
+use super::output::{as_json, fields, table, Printed};
+use super::{CliError, DomainsCommand};
+use rebound_api_types::{CreateDomainRequest, DomainList, DomainRemoved, DomainView};
+use reqwest::Method;
+
+/// The fields `add` and `show` print.
+const DOMAIN_FIELDS: &[&str] = &[
+    "name",
+    "default",
+    "certificate",
+    "state",
+    "certificate_expires_at",
+    "certificate_error",
+    "certificate_attempt_at",
+    "not_found_url",
+    "expired_url",
+    "root_url",
+    "created_at",
+    "created_by",
+];
+
+/// Runs a `domains` command.
+pub(super) async fn run(client: &Client, command: DomainsCommand) -> Result<Printed, CliError> {
+    let (value, text) = match command {
+        DomainsCommand::Add {
+            name,
+            certificate,
+            not_found_url,
+            expired_url,
+            root_url,
+        } => {
+            let body = CreateDomainRequest {
+                name,
+                certificate,
+                not_found_url,
+                expired_url,
+                root_url,
+            };
+            let added: DomainView = client.send(Method::POST, "/api/v1/domains", Some(&body), &[]).await?;
+            let v = as_json(&added);
+            let mut text = fields(&v, DOMAIN_FIELDS);
+            text.push_str("Every proxy routes it within seconds.\n");
+            (v, text)
+        }
+        DomainsCommand::List => {
+            let list: DomainList = client.send(Method::GET, "/api/v1/domains", NO_BODY, &[]).await?;
+            let mut rows = vec![vec![
+                "NAME".into(),
+                "DEFAULT".into(),
+                "CERTIFICATE".into(),
+                "STATE".into(),
+                "DETAIL".into(),
+            ]];
+            for d in &list.domains {
+                rows.push(vec![
+                    d.name.clone(),
+                    if d.default { "yes" } else { "no" }.into(),
+                    d.certificate.clone(),
+                    d.state.clone(),
+                    state_detail(d),
+                ]);
+            }
+            (as_json(&list), table(&rows))
+        }
+        DomainsCommand::Show { name } => {
+            let path = api_path(&["api", "v1", "domains", &name], &[])?;
+            let domain: DomainView = client.send(Method::GET, &path, NO_BODY, &[]).await?;
+            let v = as_json(&domain);
+            (v.clone(), fields(&v, DOMAIN_FIELDS))
+        }
+        DomainsCommand::Remove { name, take_down } => {
+            let query: &[(&str, &str)] = if take_down { &[("take_down", "true")] } else { &[] };
+            let path = api_path(&["api", "v1", "domains", &name], query)?;
+            let removed: DomainRemoved =
+                client
+                    .send(Method::DELETE, &path, NO_BODY, &[])
+                    .await
+                    .map_err(|CliError(e)| match e.starts_with("409 domain_has_links") {
+                        true => CliError(format!("{e} (pass --take-down to take them down with it)")),
+                        false => CliError(e),
+                    })?;
+            let text = match removed.taken_down {
+                0 => format!("removed {}\n", removed.name),
+                1 => format!("removed {} and took its 1 link down\n", removed.name),
+                n => format!("removed {} and took its {n} links down\n", removed.name),
+            };
+            (as_json(&removed), text)
+        }
+    };
+    Ok(Printed::Table { json: value, text })
+}
+
+/// What a list row says beside the state: why the last order failed, when the stored
+/// certificate expires.
+fn state_detail(d: &DomainView) -> String {
+    match (&d.certificate_error, &d.certificate_expires_at) {
+        (Some(error), Some(expires)) => format!("{error} (the certificate expires {expires})"),
+        (Some(error), None) => error.clone(),
+        (None, Some(expires)) => format!("expires {expires}"),
+        (None, None) => "-".into(),
+    }
+}
