@@ -348,9 +348,9 @@ pub struct DomainView {
     /// certificate).
     #[schema(schema_with = certificate_source_schema)]
     pub certificate: String,
-    /// `pending` (no certificate yet, no failure), `issued` (a certificate is stored and
-    /// served), `failing` (the last order failed: see `certificate_error`), `files` (the
-    /// operator's certificate files), `none` (the fleet has no TLS port with ACME).
+    /// `pending` (no certificate stored yet, no failure: ordered within a round when the
+    /// TLS port has ACME), `issued` (a certificate is stored and served), `failing` (the last
+    /// order failed: see `certificate_error`), `files` (the operator's certificate files).
     pub state: String,
     /// When the stored certificate expires (RFC 3339).
     pub certificate_expires_at: Option<String>,

@@ -1,9 +1,10 @@
 //! Outside the home region (docs/regions.md): the writes that need uniqueness are forwarded
 //! to the home region's control plane, which makes them strongly consistent there, and its
-//! answer is returned as it came. An alias, an API key or an idempotency key checked against
-//! this region's replica alone could be taken twice (the replicas converge by last writer
-//! wins, so the later write would silently replace the earlier link). Generated codes are
-//! not forwarded: each region leases from its own slot of the code space.
+//! answer is returned as it came. An alias, an API key, a domain (and its id) or an
+//! idempotency key checked against this region's replica alone could be taken twice (the
+//! replicas converge by last writer wins, so the later write would silently replace the
+//! earlier one). Generated codes are not forwarded: each region leases from its own slot of
+//! the code space.
 //!
 //! A delete or takedown is made here when this region's replica has the link: a link only
 //! ever goes from active to down, so two regions taking one link down at once converge on a
@@ -69,7 +70,12 @@ pub fn answered(method: &Method, route: &str, idempotency_key: bool, body: &[u8]
                 false => Where::Here,
             }
         }
-        ("POST", "/api/v1/links/import") | ("POST", "/api/v1/keys") | ("DELETE", "/api/v1/keys/{id}") => Where::Home,
+        ("POST", "/api/v1/links/import")
+        | ("POST", "/api/v1/keys")
+        | ("DELETE", "/api/v1/keys/{id}")
+        // A domain's name is unique, and its id comes from a counter that must be one.
+        | ("POST", "/api/v1/domains")
+        | ("DELETE", "/api/v1/domains/{name}") => Where::Home,
         ("DELETE", "/api/v1/links/{code}") | ("POST", "/api/v1/links/{code}/takedown") => Where::HereElseHome,
         _ => Where::Here,
     }
@@ -174,6 +180,10 @@ mod tests {
             (&post, "/api/v1/links/import", false, "", Home),
             (&post, "/api/v1/keys", false, "", Home),
             (&delete, "/api/v1/keys/{id}", false, "", Home),
+            (&post, "/api/v1/domains", false, r#"{"name":"go.acme.com"}"#, Home),
+            (&delete, "/api/v1/domains/{name}", false, "", Home),
+            (&get, "/api/v1/domains", false, "", Here),
+            (&get, "/api/v1/domains/{name}", false, "", Here),
             // A link this replica has is taken down here.
             (&delete, "/api/v1/links/{code}", false, "", HereElseHome),
             (&post, "/api/v1/links/{code}/takedown", false, "", HereElseHome),
