@@ -396,9 +396,27 @@ async fn clicks_reach_the_stats_through_sqs_and_a_poison_message_lands_in_the_dl
     for _ in 0..7 {
         assert_eq!(status(&p, &code).await, 302);
     }
+    // Two bots (a link unfurler and a HEAD): their counts travel apart in the messages.
+    let url = format!("{}/{code}", p.addr("redirect"));
+    let unfurl = http()
+        .get(&url)
+        .header("User-Agent", "Twitterbot/1.0")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unfurl.status(), 302);
+    assert_eq!(http().head(&url).send().await.unwrap().status(), 302);
     let deadline = Instant::now() + Duration::from_secs(30);
-    while clicks(&cp, &code).await < 7 {
-        assert!(Instant::now() < deadline, "clicks did not reach the stats within 30 s");
+    loop {
+        let (s, stats) = api(&cp, reqwest::Method::GET, &format!("/api/v1/links/{code}/stats"), None).await;
+        assert_eq!(s, 200, "{stats}");
+        if (stats["total"].as_u64(), stats["bot_total"].as_u64()) == (Some(7), Some(2)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "clicks did not reach the stats within 30 s: {stats}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
@@ -436,6 +454,7 @@ async fn a_consumer_killed_mid_batch_and_redeliveries_count_each_click_once() {
             code: code.clone(),
             day: rebound_core::Day::of_millis(now_millis()),
             clicks: 5,
+            bot_clicks: 0,
         }],
     };
     let queue = d.sqs().await;
@@ -448,6 +467,7 @@ async fn a_consumer_killed_mid_batch_and_redeliveries_count_each_click_once() {
                 code: code.clone(),
                 day: rebound_core::Day::of_millis(now_millis()),
                 clicks: 1,
+                bot_clicks: 0,
             }],
         })
         .collect();

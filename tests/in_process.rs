@@ -190,5 +190,9 @@ fn assembled_in_process_expiry_is_exact_to_the_millisecond_and_the_last_clicks_s
     rb.shut_down();
     let day = Day::of_millis(NOW);
     let rollups = rb.requests.block_on(rb.store.read_clicks(code, day, day)).unwrap();
-    assert_eq!(rollups, vec![(day, 3)], "every click is in the rollups after the drain");
+    assert_eq!(
+        rollups,
+        vec![(day, rebound_store::Clicks::people(3))],
+        "every click is in the rollups after the drain"
+    );
 }

@@ -473,22 +473,72 @@ async fn after_a_restart_every_code_is_served_and_never_issued_ones_cost_no_stor
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn clicks_show_up_in_stats_and_head_is_not_a_click() {
+async fn clicks_show_up_in_stats_with_bots_and_head_counted_apart() {
     let dir = temp_dir();
-    let rb = Rebound::start(dir.path(), &[]);
+    // Nothing written before the stop: the stats' first reads add what is pending.
+    let env = [
+        ("REBOUND_CLICK_FLUSH_MS", "600000"),
+        ("REBOUND_CLICK_MAX_HOLD_MS", "600000"),
+    ];
+    let rb = Rebound::start(dir.path(), &env);
     rb.create(json!({"long_url": "https://example.com/", "custom_alias": "counted"}))
         .await;
+    // People: no User-Agent, and a browser's.
     for _ in 0..3 {
         assert_eq!(rb.get("/counted").await.status(), StatusCode::FOUND);
     }
-    rb.http.head(rb.redirect_url("/counted")).send().await.unwrap();
-    // The stats add the clicks not yet written, so they are exact at once: three GETs, and
-    // the HEAD not counted.
+    let firefox = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0";
+    // Bots: link unfurlers and a crawler, and a HEAD; each redirected like anyone.
+    let bots = [
+        "Slackbot-LinkExpanding 1.0 (+https://api.slack.com/robots)",
+        "facebookexternalhit/1.1 (+http://www.facebook.com/externalhit_uatext.php)",
+        "Mozilla/5.0 (compatible; Discordbot/2.0; +https://discordapp.com)",
+        "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)",
+    ];
+    for agent in std::iter::once(firefox).chain(bots) {
+        let res = rb
+            .http
+            .get(rb.redirect_url("/counted"))
+            .header("User-Agent", agent)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::FOUND, "{agent}");
+        assert_eq!(res.headers()["location"], "https://example.com/", "{agent}");
+    }
+    let head = rb.http.head(rb.redirect_url("/counted")).send().await.unwrap();
+    assert_eq!(head.status(), StatusCode::FOUND);
+    // The stats add the clicks not yet written, so they are exact at once.
+    let (status, stats) = rb.api(reqwest::Method::GET, "/api/v1/links/counted/stats", None).await;
+    assert_eq!(status, StatusCode::OK, "{stats}");
     assert_eq!(
-        rb.clicks("counted").await,
-        3,
-        "three GETs counted at once, HEAD is not a click"
+        (stats["total"].as_u64(), stats["bot_total"].as_u64()),
+        (Some(4), Some(5)),
+        "4 people, 4 bots and a HEAD: {stats}"
     );
+    let today = stats["days"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        (today["clicks"].as_u64(), today["bot_clicks"].as_u64()),
+        (Some(4), Some(5))
+    );
+    assert_eq!(
+        rb.metric("rebound_clicks_flushed_total").await,
+        0.0,
+        "all still pending"
+    );
+    // Through the rollups too: a graceful stop writes what was pending, a restart reads it.
+    let mut rb = rb;
+    assert!(rb.run.terminate().success());
+    let restarted = Rebound::start(dir.path(), &[]);
+    let (_, stats) = restarted
+        .api(reqwest::Method::GET, "/api/v1/links/counted/stats", None)
+        .await;
+    assert_eq!(
+        (stats["total"].as_u64(), stats["bot_total"].as_u64()),
+        (Some(4), Some(5)),
+        "written to the rollups apart: {stats}"
+    );
+    assert_eq!(restarted.metric("rebound_bot_clicks_queued_total").await, 0.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

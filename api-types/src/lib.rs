@@ -190,11 +190,14 @@ pub struct TakedownRequest {
     pub reason: String,
 }
 
-/// Daily clicks of one link.
+/// Daily clicks of one link: people's, and bots' apart.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct LinkStats {
     pub code: String,
+    /// People's clicks over the range.
     pub total: u64,
+    /// Bots' clicks over the range.
+    pub bot_total: u64,
     pub days: Vec<DayClicks>,
 }
 
@@ -202,7 +205,12 @@ pub struct LinkStats {
 pub struct DayClicks {
     /// `YYYY-MM-DD`, UTC.
     pub day: String,
+    /// Redirects to people.
     pub clicks: u64,
+    /// Redirects to link unfurlers and crawlers (Slackbot, Twitterbot,
+    /// facebookexternalhit, Googlebot and the like, by User-Agent) and answers to `HEAD`:
+    /// answered as usual, counted apart. Counted as lossily as `clicks`.
+    pub bot_clicks: u64,
 }
 
 /// A new API key.

@@ -307,19 +307,26 @@ async function newLinkPage() {
 
 const isoDay = (d) => d.toISOString().slice(0, 10);
 
-/** Per-day clicks as a bar chart, with the numbers also in a table. */
+/** Per-day clicks as a bar chart, people's with bots' stacked on them in another colour,
+ * with the numbers also in a table. */
 function clicksChart(stats) {
   const w = 640, hgt = 200, pad = 28;
-  const max = Math.max(1, ...stats.days.map((d) => d.clicks));
+  const max = Math.max(1, ...stats.days.map((d) => d.clicks + d.bot_clicks));
   const bw = (w - pad) / stats.days.length;
+  const scale = (n) => ((hgt - pad) * n) / max;
   const bars = stats.days.map((d, i) => {
-    const bh = ((hgt - pad) * d.clicks) / max;
-    return svg("rect", { class: "bar-rect", x: pad + i * bw + 1, y: hgt - pad - bh, width: Math.max(1, bw - 2), height: bh,
-      "data-day": d.day, "data-clicks": d.clicks }, svg("title", {}, `${d.day}: ${d.clicks} clicks`));
+    const x = pad + i * bw + 1, width = Math.max(1, bw - 2), people = scale(d.clicks), bots = scale(d.bot_clicks);
+    const title = `${d.day}: ${d.clicks} clicks, ${d.bot_clicks} bot clicks`;
+    return svg("g", {},
+      svg("rect", { class: "bar-rect", x, y: hgt - pad - people, width, height: people,
+        "data-day": d.day, "data-clicks": d.clicks }, svg("title", {}, title)),
+      d.bot_clicks > 0 ? svg("rect", { class: "bot-rect", x, y: hgt - pad - people - bots, width, height: bots,
+        "data-day": d.day, "data-bot-clicks": d.bot_clicks }, svg("title", {}, title)) : null);
   });
   const first = stats.days[0]?.day || "", last = stats.days[stats.days.length - 1]?.day || "";
   const chart = svg("svg", { viewBox: `0 0 ${w} ${hgt}`, role: "img", "aria-labelledby": "chart-title", id: "clicks-chart" },
-    svg("title", { id: "chart-title" }, `Clicks per day from ${first} to ${last}: ${stats.total} in all`),
+    svg("title", { id: "chart-title" },
+      `Clicks per day from ${first} to ${last}: ${stats.total} by people, ${stats.bot_total} by bots`),
     svg("line", { class: "axis", x1: pad, y1: hgt - pad, x2: w, y2: hgt - pad }),
     svg("line", { class: "axis", x1: pad, y1: 0, x2: pad, y2: hgt - pad }),
     svg("text", { x: 2, y: 12 }, String(max)),
@@ -329,10 +336,17 @@ function clicksChart(stats) {
     bars);
   const table = h("details", {}, h("summary", {}, "Clicks per day as a table"),
     h("div", { class: "scroll" }, h("table", {},
-      h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Day"), h("th", { scope: "col" }, "Clicks"))),
-      h("tbody", {}, stats.days.map((d) => h("tr", {}, h("td", {}, d.day), h("td", {}, String(d.clicks))))))));
+      h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Day"), h("th", { scope: "col" }, "Clicks"),
+        h("th", { scope: "col" }, "Bot clicks"))),
+      h("tbody", {}, stats.days.map((d) => h("tr", {}, h("td", {}, d.day), h("td", {}, String(d.clicks)),
+        h("td", {}, String(d.bot_clicks))))))));
   return h("div", { class: "chart" },
-    h("p", { id: "clicks-total" }, `${stats.total} clicks from ${first} to ${last}`), chart, table);
+    h("p", { id: "clicks-total" }, `${stats.total} clicks from ${first} to ${last}`),
+    h("p", { id: "bot-clicks-total", class: "hint" },
+      `and ${stats.bot_total} by bots (link previews, crawlers, HEAD requests), counted apart`),
+    h("p", { class: "legend hint", "aria-hidden": "true" },
+      h("span", { class: "swatch people" }), "people ", h("span", { class: "swatch bots" }), "bots"),
+    chart, table);
 }
 
 async function linkPage(code, domain) {

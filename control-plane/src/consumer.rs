@@ -151,6 +151,7 @@ mod tests {
                 code: "abc".into(),
                 day: Day(20_000),
                 clicks,
+                bot_clicks: 0,
             }],
         }
     }
@@ -204,7 +205,7 @@ mod tests {
             .await
             .unwrap()
             .iter()
-            .map(|(_, n)| n)
+            .map(|(_, n)| n.clicks)
             .sum()
     }
 

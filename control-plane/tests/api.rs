@@ -833,11 +833,13 @@ async fn stats_ranges_and_bad_dates() {
                     code: "stat".into(),
                     day: today,
                     clicks: 5,
+                    bot_clicks: 0,
                 },
                 rebound_store::ClickAdd {
                     code: "stat".into(),
                     day: today.plus(-40),
                     clicks: 7,
+                    bot_clicks: 0,
                 },
             ],
         })

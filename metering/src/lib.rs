@@ -391,7 +391,12 @@ impl RollupStore for MeteredStore {
             .store_call(self.inner.apply_click_batches(batches))
             .await
     }
-    async fn read_clicks(&self, code: &str, from: Day, to: Day) -> Result<Vec<(Day, u64)>, StoreError> {
+    async fn read_clicks(
+        &self,
+        code: &str,
+        from: Day,
+        to: Day,
+    ) -> Result<Vec<(Day, rebound_store::Clicks)>, StoreError> {
         self.ops
             .read_clicks
             .store_call(self.inner.read_clicks(code, from, to))

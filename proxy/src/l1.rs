@@ -179,6 +179,12 @@ impl L1Entry {
         &self.text()[..self.code_len()]
     }
 
+    /// Whether both are the one entry (not two fills of a code).
+    #[inline]
+    pub fn is_same(&self, other: &L1Entry) -> bool {
+        triomphe::Arc::ptr_eq(&self.0, &other.0)
+    }
+
     /// The code as bytes: what sorting and searching by code compare (no UTF-8 boundary
     /// check per comparison; it cost the click shipper's sort most of its time).
     #[inline]

@@ -18,6 +18,7 @@
 //! - `events`: the link-event port carried in process (all-in-one).
 //! - `metrics`: every metric of the data plane.
 //! - `domains`: which domain a request is for, by its host (SPEC §11).
+//! - `visitor`: whether a redirect's click is a person's or a bot's (SPEC §12).
 //! - `pages`: the prebuilt 404, 410 and `/` answers (static pages, or configured redirects).
 // One exception: `server::RedirectService::listener`, adopting the listening socket an
 // upgrade hands over by its descriptor number. `l1` forbids it outright.
@@ -36,3 +37,4 @@ pub mod pages;
 pub mod path;
 pub mod server;
 pub mod trust;
+pub mod visitor;

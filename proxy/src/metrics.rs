@@ -42,6 +42,7 @@ pub struct ProxyMetrics {
     pub home_absent: IntCounter,
     pub home_errors: IntCounter,
     pub clicks_queued: IntCounter,
+    pub bot_clicks_queued: IntCounter,
     pub clicks_dropped: IntCounter,
     pub clicks_flushed: IntCounter,
     pub click_batches_failed: IntCounter,
@@ -140,13 +141,17 @@ impl ProxyMetrics {
             )?,
             clicks_queued: counter(
                 "rebound_clicks_queued_total",
-                "Clicks taken off the redirect path for shipping (counted on the L1 entries, then taken)",
+                "People's clicks taken off the redirect path for shipping (counted on the L1 entries, then taken)",
+            )?,
+            bot_clicks_queued: counter(
+                "rebound_bot_clicks_queued_total",
+                "Bots' clicks (link unfurlers, crawlers, HEAD) taken off the redirect path for shipping, counted apart",
             )?,
             clicks_dropped: counter(
                 "rebound_clicks_dropped_total",
-                "Clicks dropped because the click queue was full",
+                "Clicks (people's or bots') dropped because the click queue was full",
             )?,
-            clicks_flushed: counter("rebound_clicks_flushed_total", "Clicks shipped to the rollups")?,
+            clicks_flushed: counter("rebound_clicks_flushed_total", "Clicks, people's and bots', shipped to the rollups")?,
             click_batches_failed: counter(
                 "rebound_click_batches_failed_total",
                 "Click batches that could not be shipped (their clicks are lost)",

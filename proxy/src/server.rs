@@ -8,6 +8,7 @@ use crate::clicks::ClickQueue;
 use crate::domains::{request_authority, DomainRoutes, Route, Routed, UnknownHost};
 use crate::pages::DeadEnds;
 use crate::path::{RedirectPath, Resolution};
+use crate::visitor::{BotPatterns, Visitor};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::future::Either;
@@ -48,6 +49,8 @@ pub struct RedirectAnswers {
     acme: Option<AcmeAnswers>,
     /// Which domain a request is for (SPEC §11).
     routes: Arc<DomainRoutes>,
+    /// Whose clicks a redirect counts: people's or bots' (SPEC §12).
+    bots: Arc<BotPatterns>,
 }
 
 /// The HTTP-01 validations in flight: this process's own, then the fleet's in the store (the
@@ -76,7 +79,8 @@ fn as_head(mut res: Reply) -> Reply {
 }
 
 impl Redirects {
-    /// Answers from `path`, counting GET redirects on `clicks`; redirects say
+    /// Answers from `path`, counting redirects on `clicks` (people's, and bots' apart:
+    /// link unfurlers, crawlers and `HEAD`); redirects say
     /// `Cache-Control: public, max-age=<max_age_secs>` (never past the link's expiry).
     /// 404, 410 and `/` get the built-in pages.
     pub fn new(path: Arc<RedirectPath>, clicks: Arc<ClickQueue>, max_age_secs: u64) -> Redirects {
@@ -118,6 +122,7 @@ impl Redirects {
             dead_ends,
             acme,
             routes,
+            bots: BotPatterns::shared(),
         }))
     }
 }
@@ -267,6 +272,7 @@ impl RedirectAnswers {
         &self,
         pages: &DeadEnds,
         resolution: Resolution,
+        visitor: Visitor,
         is_get: bool,
         query: Option<&str>,
         now: UnixMillis,
@@ -287,11 +293,11 @@ impl RedirectAnswers {
                         headers.insert(LOCATION, location);
                         headers.insert(CACHE_CONTROL, self.cache_control[max_age as usize].clone());
                         m.redirects.inc();
-                        if is_get {
-                            self.clicks.record(&entry);
-                            return res;
-                        }
-                        return as_head(res);
+                        self.clicks.record(&entry, visitor);
+                        return match is_get {
+                            true => res,
+                            false => as_head(res),
+                        };
                     }
                     m.unavailable.inc();
                     StatusCode::SERVICE_UNAVAILABLE
@@ -353,6 +359,7 @@ impl hyper::service::Service<Request<Incoming>> for Redirects {
             }
         };
         let is_get = req.method() == Method::GET;
+        let visitor = answers.bots.classify(req.method(), req.headers());
         // The default domain's key is its code: no key is built.
         let routed = answers.routes.route(request_authority(&req));
         let (key, pages) = match &routed {
@@ -375,7 +382,7 @@ impl hyper::service::Service<Request<Incoming>> for Redirects {
                     };
                     let resolution = answers.path.resolve(&key).await;
                     let now = answers.path.clock.now_millis();
-                    Ok(answers.reply(pages.get(&answers), resolution, is_get, query.as_deref(), now))
+                    Ok(answers.reply(pages.get(&answers), resolution, visitor, is_get, query.as_deref(), now))
                 }));
             }
             Routed::Unknown => {
@@ -389,6 +396,7 @@ impl hyper::service::Service<Request<Incoming>> for Redirects {
             Some(resolution) => Either::Left(ready(Ok(answers.reply(
                 pages.get(answers),
                 resolution,
+                visitor,
                 is_get,
                 req.uri().query(),
                 now,
@@ -401,7 +409,7 @@ impl hyper::service::Service<Request<Incoming>> for Redirects {
                 Either::Right(Box::pin(async move {
                     let resolution = answers.path.resolve_beyond_memory(&key).await;
                     let now = answers.path.clock.now_millis();
-                    let reply = answers.reply(pages.get(&answers), resolution, is_get, query.as_deref(), now);
+                    let reply = answers.reply(pages.get(&answers), resolution, visitor, is_get, query.as_deref(), now);
                     answers
                         .path
                         .metrics

@@ -114,11 +114,16 @@ pub(super) async fn run(client: &Client, command: LinksCommand, json_out: bool) 
             ]);
             let path = api_path(&["api", "v1", "links", &code, "stats"], &query)?;
             let stats: LinkStats = client.send(Method::GET, &path, NO_BODY, &[]).await?;
-            let mut rows = vec![vec!["DAY".into(), "CLICKS".into()]];
-            for d in stats.days.iter().filter(|d| d.clicks != 0) {
-                rows.push(vec![d.day.clone(), d.clicks.to_string()]);
+            // People's clicks and bots' (unfurlers, crawlers, HEAD) apart.
+            let mut rows = vec![vec!["DAY".into(), "CLICKS".into(), "BOT CLICKS".into()]];
+            for d in stats.days.iter().filter(|d| d.clicks != 0 || d.bot_clicks != 0) {
+                rows.push(vec![d.day.clone(), d.clicks.to_string(), d.bot_clicks.to_string()]);
             }
-            rows.push(vec!["total".into(), stats.total.to_string()]);
+            rows.push(vec![
+                "total".into(),
+                stats.total.to_string(),
+                stats.bot_total.to_string(),
+            ]);
             let text = table(&rows);
             (as_json(&stats), text)
         }

@@ -512,55 +512,42 @@ async fn settings_are_written_once<S: Store + ?Sized>(store: &S) {
 
 async fn click_batches_apply_once<S: Store + ?Sized>(store: &S) {
     let code = unique("ck");
+    let add = |day: i32, clicks: u64, bot_clicks: u64| ClickAdd {
+        code: code.clone(),
+        day: Day(day),
+        clicks,
+        bot_clicks,
+    };
     let batch = ClickBatch {
         id: unique("batch"),
-        adds: vec![
-            ClickAdd {
-                code: code.clone(),
-                day: Day(100),
-                clicks: 3,
-            },
-            ClickAdd {
-                code: code.clone(),
-                day: Day(101),
-                clicks: 2,
-            },
-        ],
+        adds: vec![add(100, 3, 0), add(101, 2, 5)],
     };
     assert_eq!(store.apply_clicks(&batch).await.unwrap(), BatchOutcome::Applied);
     assert_eq!(store.apply_clicks(&batch).await.unwrap(), BatchOutcome::AlreadyApplied);
     let second = ClickBatch {
         id: unique("batch"),
-        adds: vec![ClickAdd {
-            code: code.clone(),
-            day: Day(100),
-            clicks: 4,
-        }],
+        adds: vec![add(100, 4, 1)],
     };
     assert_eq!(store.apply_clicks(&second).await.unwrap(), BatchOutcome::Applied);
     assert_eq!(
         store.read_clicks(&code, Day(99), Day(102)).await.unwrap(),
-        vec![(Day(100), 7), (Day(101), 2)]
+        vec![(Day(100), Clicks::new(7, 1)), (Day(101), Clicks::new(2, 5))]
     );
     assert_eq!(
         store.read_clicks(&code, Day(101), Day(101)).await.unwrap(),
-        vec![(Day(101), 2)]
+        vec![(Day(101), Clicks::new(2, 5))]
     );
     assert_eq!(store.read_clicks(&code, Day(102), Day(200)).await.unwrap(), vec![]);
-    // One flush of several batches, one of them seen before.
+    // One flush of several batches, one of them seen before; a day of bots alone is read.
     let third = ClickBatch {
         id: unique("batch"),
-        adds: vec![ClickAdd {
-            code: code.clone(),
-            day: Day(101),
-            clicks: 1,
-        }],
+        adds: vec![add(101, 1, 0), add(102, 0, 2)],
     };
     let outcomes = store.apply_click_batches(&[third, second]).await.unwrap();
     assert_eq!(outcomes, vec![BatchOutcome::Applied, BatchOutcome::AlreadyApplied]);
     assert_eq!(
-        store.read_clicks(&code, Day(101), Day(101)).await.unwrap(),
-        vec![(Day(101), 3)]
+        store.read_clicks(&code, Day(101), Day(102)).await.unwrap(),
+        vec![(Day(101), Clicks::new(3, 5)), (Day(102), Clicks::new(0, 2))]
     );
 }
 

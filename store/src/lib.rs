@@ -211,7 +211,40 @@ pub struct AuditEvent {
 pub struct ClickAdd {
     pub code: String,
     pub day: Day,
+    /// Redirects to people.
     pub clicks: u64,
+    /// Redirects to link unfurlers and crawlers, and answers to `HEAD`: answered as
+    /// usual, counted apart.
+    pub bot_clicks: u64,
+}
+
+/// The clicks of one link on one day: people's and bots' (see [`ClickAdd`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Clicks {
+    pub clicks: u64,
+    pub bot_clicks: u64,
+}
+
+impl Clicks {
+    /// `clicks` by people, none by bots.
+    pub const fn people(clicks: u64) -> Clicks {
+        Clicks { clicks, bot_clicks: 0 }
+    }
+
+    pub const fn new(clicks: u64, bot_clicks: u64) -> Clicks {
+        Clicks { clicks, bot_clicks }
+    }
+
+    pub fn is_zero(&self) -> bool {
+        self.clicks == 0 && self.bot_clicks == 0
+    }
+}
+
+impl std::ops::AddAssign for Clicks {
+    fn add_assign(&mut self, other: Clicks) {
+        self.clicks += other.clicks;
+        self.bot_clicks += other.bot_clicks;
+    }
 }
 
 /// A batch of rollup adds, applied at most once per `id`.
@@ -441,8 +474,9 @@ pub trait RollupStore: Send + Sync {
         }
         Ok(outcomes)
     }
-    /// The non-zero daily counts of `code` from `from` through `to`, in day order.
-    async fn read_clicks(&self, code: &str, from: Day, to: Day) -> Result<Vec<(Day, u64)>, StoreError>;
+    /// The daily counts of `code` from `from` through `to` that are not both zero, in day
+    /// order.
+    async fn read_clicks(&self, code: &str, from: Day, to: Day) -> Result<Vec<(Day, Clicks)>, StoreError>;
 }
 
 /// The audit log of takedowns and other operator actions.

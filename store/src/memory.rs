@@ -14,7 +14,7 @@ struct State {
     counters: HashMap<String, u64>,
     settings: HashMap<String, String>,
     aliases: std::collections::BTreeSet<String>,
-    rollups: BTreeMap<(String, Day), u64>,
+    rollups: BTreeMap<(String, Day), crate::Clicks>,
     batches: std::collections::HashSet<String>,
     audit: Vec<AuditEvent>,
     propagations: HashMap<String, Propagation>,
@@ -265,16 +265,17 @@ impl RollupStore for MemoryStore {
             return Ok(BatchOutcome::AlreadyApplied);
         }
         for add in &batch.adds {
-            *s.rollups.entry((add.code.clone(), add.day)).or_insert(0) += add.clicks;
+            *s.rollups.entry((add.code.clone(), add.day)).or_default() +=
+                crate::Clicks::new(add.clicks, add.bot_clicks);
         }
         Ok(BatchOutcome::Applied)
     }
 
-    async fn read_clicks(&self, code: &str, from: Day, to: Day) -> Result<Vec<(Day, u64)>, StoreError> {
+    async fn read_clicks(&self, code: &str, from: Day, to: Day) -> Result<Vec<(Day, crate::Clicks)>, StoreError> {
         let s = self.state()?;
         Ok(s.rollups
             .range((code.to_owned(), from)..=(code.to_owned(), to))
-            .filter(|(_, n)| **n > 0)
+            .filter(|(_, n)| !n.is_zero())
             .map(|((_, d), n)| (*d, *n))
             .collect())
     }

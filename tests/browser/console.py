@@ -38,11 +38,18 @@ class NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-def visit(url, host=None):
-    """GET without following redirects, with `host` as Host when given: (status, Location,
-    body)."""
+# A person's browser: urllib's own agent (Python-urllib) is counted as a bot's.
+BROWSER = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"
+
+
+def visit(url, host=None, agent=BROWSER, method="GET"):
+    """`method` (GET) without following redirects, with `host` as Host when given and
+    `agent` as User-Agent: (status, Location, body)."""
     opener = urllib.request.build_opener(NoRedirect)
-    req = urllib.request.Request(url, headers={"Host": host} if host else {})
+    headers = {"User-Agent": agent}
+    if host:
+        headers["Host"] = host
+    req = urllib.request.Request(url, headers=headers, method=method)
     try:
         res = opener.open(req, timeout=10)
         return res.status, res.headers.get("Location"), res.read()
@@ -175,7 +182,13 @@ def main(binary, results):
                 run.check(status == 301, f"redirect {status}")
                 run.check(location == f"https://example.com/landing?from=console&n={i}", location)
 
-            # See the clicks on its chart.
+            # A link preview (Slackbot unfurling it) and a HEAD: redirected, counted as bots.
+            status, location, _ = visit(short_url, agent="Slackbot-LinkExpanding 1.0 (+https://api.slack.com/robots)")
+            run.check(status == 301 and location.startswith("https://example.com/landing"), f"unfurl {status}")
+            status, _, _ = visit(short_url, method="HEAD")
+            run.check(status == 301, f"HEAD {status}")
+
+            # See the clicks on its chart: people's and bots' apart.
             page.get_by_label("Search by code or target").fill("console-e2e")
             page.get_by_role("button", name="Search").click()
             page.get_by_role("link", name="console-e2e").click()
@@ -185,20 +198,23 @@ def main(binary, results):
                 run.check(time.time() < deadline, "the chart shows the 3 clicks within 10 s")
                 page.get_by_role("button", name="Show clicks").click()
                 page.wait_for_timeout(300)
-            today_bar = page.locator("#clicks-chart rect[data-clicks='3']")
+            today_bar = page.locator("#clicks-chart rect.bar-rect[data-clicks='3']")
             expect(today_bar).to_have_count(1)
-            expect(page.locator("#clicks-chart rect")).to_have_count(30)
+            expect(page.locator("#clicks-chart rect.bar-rect")).to_have_count(30)
+            expect(page.locator("#bot-clicks-total")).to_contain_text("and 2 by bots")
+            expect(page.locator("#clicks-chart rect.bot-rect[data-bot-clicks='2']")).to_have_count(1)
             # Another range: the chart follows it.
             page.get_by_label("From (UTC day)").fill("2026-01-01")
             page.get_by_label("To (UTC day)").fill("2026-01-07")
             page.get_by_role("button", name="Show clicks").click()
-            expect(page.locator("#clicks-chart rect")).to_have_count(7)
+            expect(page.locator("#clicks-chart rect.bar-rect")).to_have_count(7)
+            expect(page.locator("#clicks-chart rect.bot-rect")).to_have_count(0)
             expect(page.locator("#clicks-total")).to_have_text("0 clicks from 2026-01-01 to 2026-01-07")
             page.get_by_label("From (UTC day)").fill("2026-01-08")
             page.get_by_role("button", name="Show clicks").click()
             expect(page.get_by_role("alert")).to_have_text("from must not be after to (invalid_date)")
             page.reload()
-            expect(page.locator("#clicks-chart rect[data-clicks='3']")).to_have_count(1)
+            expect(page.locator("#clicks-chart rect.bar-rect[data-clicks='3']")).to_have_count(1)
             expect(page.locator("#qr-image")).to_be_visible()
             run.shot(page, "link")
 

@@ -7,14 +7,14 @@
 //! table settles concurrent writes to one item by last writer wins, which would lose one
 //! region's clicks; no two regions write one item.
 
-use crate::item::{get_n, n, s, Item};
+use crate::item::{get_n, n, opt_n, s, Item};
 use crate::store::{cancelled_conditions, sdk_err, unbuilt};
 use crate::DynamoStore;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
 use rebound_core::generated::REGION_SLOTS;
 use rebound_core::Day;
-use rebound_store::{BatchOutcome, ClickBatch, RollupStore, StoreError, MAX_BATCH_ADDS};
+use rebound_store::{BatchOutcome, ClickBatch, Clicks, RollupStore, StoreError, MAX_BATCH_ADDS};
 
 /// Where the sort keys of the other slots' items start: above every day number.
 const SLOT_ITEMS: i64 = 1 << 40;
@@ -68,11 +68,18 @@ impl RollupStore for DynamoStore {
                 .table_name(self.table("rollups"))
                 .key("code", s(&add.code))
                 .key("day", n(rollup_key(add.day, self.rollup_slot)))
-                .update_expression("ADD #clicks :n")
                 .expression_attribute_names("#clicks", "clicks")
-                .expression_attribute_values(":n", n(add.clicks))
-                .build()
-                .map_err(unbuilt)?;
+                .expression_attribute_values(":n", n(add.clicks));
+            // Bots apart, in an attribute of their own (absent on items of people alone).
+            let update = match add.bot_clicks {
+                0 => update.update_expression("ADD #clicks :n"),
+                bots => update
+                    .update_expression("ADD #clicks :n, #bots :b")
+                    .expression_attribute_names("#bots", "bot_clicks")
+                    .expression_attribute_values(":b", n(bots)),
+            }
+            .build()
+            .map_err(unbuilt)?;
             tx = tx.transact_items(TransactWriteItem::builder().update(update).build());
         }
         match tx.send().await {
@@ -84,7 +91,7 @@ impl RollupStore for DynamoStore {
         }
     }
 
-    async fn read_clicks(&self, code: &str, from: Day, to: Day) -> Result<Vec<(Day, u64)>, StoreError> {
+    async fn read_clicks(&self, code: &str, from: Day, to: Day) -> Result<Vec<(Day, Clicks)>, StoreError> {
         // Slot 0's items from `from` to every other slot's last item of `to`: one query,
         // the slot-0 items of days after `to` on the way left out.
         let mut days = std::collections::BTreeMap::new();
@@ -106,11 +113,11 @@ impl RollupStore for DynamoStore {
                 .await
                 .map_err(sdk_err)?;
             for item in out.items() {
-                let clicks: u64 = get_n(item, "clicks")?;
+                let clicks = Clicks::new(get_n(item, "clicks")?, opt_n(item, "bot_clicks")?.unwrap_or(0));
                 let key: i64 = get_n(item, "day")?;
                 let day = rollup_day(key).ok_or_else(|| StoreError::Corrupt(format!("rollup key {key}")))?;
-                if clicks > 0 && (from..=to).contains(&day) {
-                    *days.entry(day).or_insert(0) += clicks;
+                if !clicks.is_zero() && (from..=to).contains(&day) {
+                    *days.entry(day).or_insert(Clicks::default()) += clicks;
                 }
             }
             match out.last_evaluated_key() {
@@ -149,15 +156,16 @@ mod tests {
         assert_eq!(rollup_key(Day(20_000), 0), 20_000);
     }
 
-    fn batch(id: &str, adds: &[(&str, i32, u64)]) -> ClickBatch {
+    fn batch(id: &str, adds: &[(&str, i32, u64, u64)]) -> ClickBatch {
         ClickBatch {
             id: id.into(),
             adds: adds
                 .iter()
-                .map(|(code, day, clicks)| ClickAdd {
+                .map(|(code, day, clicks, bot_clicks)| ClickAdd {
                     code: (*code).into(),
                     day: Day(*day),
                     clicks: *clicks,
+                    bot_clicks: *bot_clicks,
                 })
                 .collect(),
         }
@@ -168,20 +176,26 @@ mod tests {
     async fn regions_add_to_their_own_items_and_a_read_sums_them() {
         let home = fresh_store().await;
         let far = DynamoStore::new(home.client.clone(), home.prefix.clone()).with_rollup_slot(5);
-        home.apply_clicks(&batch("h1", &[("x", 100, 3), ("x", 101, 1), ("y", 100, 9)]))
+        home.apply_clicks(&batch("h1", &[("x", 100, 3, 0), ("x", 101, 1, 0), ("y", 100, 9, 0)]))
             .await
             .unwrap();
-        far.apply_clicks(&batch("f1", &[("x", 100, 4), ("x", 99, 2), ("x", 102, 8)]))
+        // Bots in one region's item: added to the other's people.
+        far.apply_clicks(&batch("f1", &[("x", 100, 4, 2), ("x", 99, 2, 0), ("x", 102, 8, 0)]))
             .await
             .unwrap();
         for store in [&home, &far] {
             assert_eq!(
                 store.read_clicks("x", Day(100), Day(101)).await.unwrap(),
-                vec![(Day(100), 7), (Day(101), 1)]
+                vec![(Day(100), Clicks::new(7, 2)), (Day(101), Clicks::people(1))]
             );
             assert_eq!(
                 store.read_clicks("x", Day(99), Day(102)).await.unwrap(),
-                vec![(Day(99), 2), (Day(100), 7), (Day(101), 1), (Day(102), 8)]
+                vec![
+                    (Day(99), Clicks::people(2)),
+                    (Day(100), Clicks::new(7, 2)),
+                    (Day(101), Clicks::people(1)),
+                    (Day(102), Clicks::people(8))
+                ]
             );
         }
         // Two items for (x, day 100): neither region's add replaced the other's.

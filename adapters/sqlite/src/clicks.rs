@@ -5,7 +5,7 @@ use crate::store::sql_err;
 use crate::SqliteStore;
 use async_trait::async_trait;
 use rebound_core::Day;
-use rebound_store::{BatchOutcome, ClickBatch, RollupStore, StoreError};
+use rebound_store::{BatchOutcome, ClickBatch, Clicks, RollupStore, StoreError};
 use rusqlite::{params, TransactionBehavior};
 
 /// How long an applied batch id is remembered, as in the DynamoDB adapter: a redelivery
@@ -40,19 +40,25 @@ impl RollupStore for SqliteStore {
                         continue;
                     }
                     // One statement per batch: far cheaper than a statement per row.
-                    let rows = vec!["(?, ?, ?)"; batch.adds.len()].join(", ");
+                    let rows = vec!["(?, ?, ?, ?)"; batch.adds.len()].join(", ");
                     let mut add = tx
                         .prepare_cached(&format!(
-                            "INSERT INTO rollups (code, day, clicks) VALUES {rows} \
-                             ON CONFLICT (code, day) DO UPDATE SET clicks = clicks + excluded.clicks"
+                            "INSERT INTO rollups (code, day, clicks, bot_clicks) VALUES {rows} \
+                             ON CONFLICT (code, day) DO UPDATE SET clicks = clicks + excluded.clicks, \
+                             bot_clicks = bot_clicks + excluded.bot_clicks"
                         ))
                         .map_err(sql_err)?;
-                    let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(batch.adds.len() * 3);
-                    let clicks: Vec<i64> = batch.adds.iter().map(|a| a.clicks as i64).collect();
-                    for (a, n) in batch.adds.iter().zip(&clicks) {
+                    let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(batch.adds.len() * 4);
+                    let counts: Vec<(i64, i64)> = batch
+                        .adds
+                        .iter()
+                        .map(|a| (a.clicks as i64, a.bot_clicks as i64))
+                        .collect();
+                    for (a, (people, bots)) in batch.adds.iter().zip(&counts) {
                         values.push(&a.code);
                         values.push(&a.day.0);
-                        values.push(n);
+                        values.push(people);
+                        values.push(bots);
                     }
                     if !batch.adds.is_empty() {
                         add.execute(values.as_slice()).map_err(sql_err)?;
@@ -70,14 +76,22 @@ impl RollupStore for SqliteStore {
         .await
     }
 
-    async fn read_clicks(&self, code: &str, from: Day, to: Day) -> Result<Vec<(Day, u64)>, StoreError> {
+    async fn read_clicks(&self, code: &str, from: Day, to: Day) -> Result<Vec<(Day, Clicks)>, StoreError> {
         let code = code.to_owned();
         self.read(move |conn| {
             let mut stmt = conn
-                .prepare_cached("SELECT day, clicks FROM clicks.rollups WHERE code = ?1 AND day BETWEEN ?2 AND ?3 AND clicks > 0 ORDER BY day")
+                .prepare_cached(
+                    "SELECT day, clicks, bot_clicks FROM clicks.rollups \
+                     WHERE code = ?1 AND day BETWEEN ?2 AND ?3 AND (clicks > 0 OR bot_clicks > 0) ORDER BY day",
+                )
                 .map_err(sql_err)?;
             let rows = stmt
-                .query_map(params![code, from.0, to.0], |r| Ok((Day(r.get(0)?), r.get::<_, i64>(1)? as u64)))
+                .query_map(params![code, from.0, to.0], |r| {
+                    Ok((
+                        Day(r.get(0)?),
+                        Clicks::new(r.get::<_, i64>(1)? as u64, r.get::<_, i64>(2)? as u64),
+                    ))
+                })
                 .map_err(sql_err)?;
             rows.collect::<rusqlite::Result<Vec<_>>>().map_err(sql_err)
         })
@@ -103,6 +117,7 @@ mod tests {
                 code: "abc".into(),
                 day: Day(3),
                 clicks: 1,
+                bot_clicks: 0,
             }],
         };
         store.apply_clicks(&batch("old")).await.unwrap();
@@ -136,7 +151,7 @@ mod tests {
         );
         assert_eq!(
             store.read_clicks("abc", Day(3), Day(3)).await.unwrap(),
-            vec![(Day(3), 2)]
+            vec![(Day(3), Clicks::people(2))]
         );
     }
 
@@ -151,6 +166,7 @@ mod tests {
                 code: "busy1".into(),
                 day: rebound_core::Day(7),
                 clicks: 4,
+                bot_clicks: 0,
             }],
         };
         store.apply_clicks(&batch).await.unwrap();
@@ -175,7 +191,7 @@ mod tests {
                 .read_clicks("busy1", rebound_core::Day(7), rebound_core::Day(7))
                 .await
                 .unwrap(),
-            vec![(rebound_core::Day(7), 4)],
+            vec![(rebound_core::Day(7), Clicks::people(4))],
             "stats read while the rollups are being written"
         );
         other.execute_batch("COMMIT").unwrap();
@@ -186,7 +202,7 @@ mod tests {
                 .read_clicks("busy1", rebound_core::Day(7), rebound_core::Day(7))
                 .await
                 .unwrap(),
-            vec![(rebound_core::Day(7), 4)],
+            vec![(rebound_core::Day(7), Clicks::people(4))],
             "the rollups survive reopening"
         );
     }

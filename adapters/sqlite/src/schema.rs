@@ -99,18 +99,24 @@ CREATE TABLE IF NOT EXISTS rollups (
     code TEXT NOT NULL,
     day INTEGER NOT NULL,
     clicks INTEGER NOT NULL,
+    bot_clicks INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (code, day)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS applied_batches (id TEXT PRIMARY KEY, applied_at INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS applied_batches_by_time ON applied_batches (applied_at);
 ";
 
+/// The main file's columns added since their table was first made: (table, column, type).
+pub(crate) const MAIN_ADDED_COLUMNS: &[(&str, &str, &str)] = &[("api_keys", "domains", "TEXT")];
+/// The clicks file's: bots counted apart.
+pub(crate) const CLICKS_ADDED_COLUMNS: &[(&str, &str, &str)] =
+    &[("rollups", "bot_clicks", "INTEGER NOT NULL DEFAULT 0")];
+
 /// Columns added since a table was first made: `CREATE TABLE IF NOT EXISTS` leaves an
 /// older file's table as it was, so each is added here, once, at open.
-pub(crate) fn add_missing_columns(main: &Connection) -> Result<(), StoreError> {
-    const ADDED: &[(&str, &str, &str)] = &[("api_keys", "domains", "TEXT")];
-    for (table, column, kind) in ADDED {
-        let present: i64 = main
+pub(crate) fn add_missing_columns(conn: &Connection, added: &[(&str, &str, &str)]) -> Result<(), StoreError> {
+    for (table, column, kind) in added {
+        let present: i64 = conn
             .query_row(
                 "SELECT count(*) FROM pragma_table_info(?1) WHERE name = ?2",
                 [table, column],
@@ -118,7 +124,7 @@ pub(crate) fn add_missing_columns(main: &Connection) -> Result<(), StoreError> {
             )
             .map_err(sql_err)?;
         if present == 0 {
-            main.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {kind}"))
+            conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {kind}"))
                 .map_err(sql_err)?;
         }
     }
@@ -183,7 +189,10 @@ mod tests {
             let store = SqliteStore::open(&path).unwrap();
             assert_eq!(
                 store.read_clicks("old1", day(1), day(9)).await.unwrap(),
-                vec![(day(3), 7), (day(4), 2)],
+                vec![
+                    (day(3), rebound_store::Clicks::people(7)),
+                    (day(4), rebound_store::Clicks::people(2))
+                ],
                 "the history is kept, and moved once"
             );
         }
@@ -194,6 +203,7 @@ mod tests {
                 code: "old1".into(),
                 day: day(3),
                 clicks: 5,
+                bot_clicks: 0,
             }],
         };
         assert_eq!(store.apply_clicks(&replay).await.unwrap(), BatchOutcome::AlreadyApplied);

@@ -2,7 +2,10 @@
 //! the clicks file attached) and the blocking pool every call runs on, and how SQLite's
 //! errors are classified.
 
-use crate::schema::{add_missing_columns, move_rollups_out_of_the_main_file, CLICKS_SCHEMA, SCHEMA};
+use crate::schema::{
+    add_missing_columns, move_rollups_out_of_the_main_file, CLICKS_ADDED_COLUMNS, CLICKS_SCHEMA, MAIN_ADDED_COLUMNS,
+    SCHEMA,
+};
 use rebound_store::StoreError;
 use rusqlite::Connection;
 use std::path::{Path, PathBuf};
@@ -92,10 +95,11 @@ impl SqliteStore {
         }
         let mut writer = open_conn(&path)?;
         writer.execute_batch(SCHEMA).map_err(sql_err)?;
-        add_missing_columns(&writer)?;
+        add_missing_columns(&writer, MAIN_ADDED_COLUMNS)?;
         let clicks_path = clicks_file(&path);
         let clicks_writer = open_conn(&clicks_path)?;
         clicks_writer.execute_batch(CLICKS_SCHEMA).map_err(sql_err)?;
+        add_missing_columns(&clicks_writer, CLICKS_ADDED_COLUMNS)?;
         let clicks_name = clicks_path
             .to_str()
             .ok_or_else(|| StoreError::unavailable("SQLite", format!("{}: not UTF-8", clicks_path.display())))?;

@@ -21,12 +21,18 @@ fn sdk_err<E: std::error::Error + Send + Sync + 'static>(e: E) -> StoreError {
     StoreError::unavailable("SQS", e)
 }
 
-/// The wire form of a batch: `{"id":…,"adds":[[code, day, clicks], …]}`.
+/// The wire form of a batch: `{"id":…,"adds":[[code, day, clicks], …]}`, an add with
+/// bots `[code, day, clicks, bot_clicks]`. An add without bots keeps the three-element
+/// form a consumer from before bots were counted reads: only bots need a consumer that
+/// knows them (upgrade the control planes first: README, "People and bots").
 pub fn encode_batch(batch: &ClickBatch) -> String {
-    let adds: Vec<(&str, i32, u64)> = batch
+    let adds: Vec<serde_json::Value> = batch
         .adds
         .iter()
-        .map(|a| (a.code.as_str(), a.day.0, a.clicks))
+        .map(|a| match a.bot_clicks {
+            0 => serde_json::json!([a.code, a.day.0, a.clicks]),
+            bots => serde_json::json!([a.code, a.day.0, a.clicks, bots]),
+        })
         .collect();
     serde_json::json!({ "id": batch.id, "adds": adds }).to_string()
 }
@@ -37,7 +43,13 @@ pub fn decode_batch(body: &str) -> Result<ClickBatch, StoreError> {
     #[serde(deny_unknown_fields)]
     struct Wire {
         id: String,
-        adds: Vec<(String, i32, u64)>,
+        adds: Vec<WireAdd>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum WireAdd {
+        People(String, i32, u64),
+        WithBots(String, i32, u64, u64),
     }
     let wire: Wire = serde_json::from_str(body).map_err(|e| StoreError::Corrupt(format!("click message: {e}")))?;
     if wire.id.is_empty() || wire.adds.len() > rebound_store::MAX_BATCH_ADDS {
@@ -48,10 +60,17 @@ pub fn decode_batch(body: &str) -> Result<ClickBatch, StoreError> {
         adds: wire
             .adds
             .into_iter()
-            .map(|(code, day, clicks)| ClickAdd {
-                code,
-                day: Day(day),
-                clicks,
+            .map(|add| {
+                let (code, day, clicks, bot_clicks) = match add {
+                    WireAdd::People(code, day, clicks) => (code, day, clicks, 0),
+                    WireAdd::WithBots(code, day, clicks, bots) => (code, day, clicks, bots),
+                };
+                ClickAdd {
+                    code,
+                    day: Day(day),
+                    clicks,
+                    bot_clicks,
+                }
             })
             .collect(),
     })
@@ -330,21 +349,28 @@ mod tests {
 
     #[test]
     fn batches_round_trip_and_garbage_is_refused() {
+        let add = |code: &str, clicks, bot_clicks| ClickAdd {
+            code: code.into(),
+            day: Day(20_000),
+            clicks,
+            bot_clicks,
+        };
         let b = ClickBatch {
             id: "b-1".into(),
-            adds: vec![ClickAdd {
-                code: "abc".into(),
-                day: Day(20_000),
-                clicks: 7,
-            }],
+            adds: vec![add("abc", 7, 0), add("def", 1, 4)],
         };
-        assert_eq!(decode_batch(&encode_batch(&b)).unwrap(), b);
+        let wire = encode_batch(&b);
+        assert_eq!(decode_batch(&wire).unwrap(), b);
+        // An add without bots in the form a consumer from before bots reads.
+        assert_eq!(wire, r#"{"adds":[["abc",20000,7],["def",20000,1,4]],"id":"b-1"}"#);
         for bad in [
             "",
             "{}",
             "not json",
             r#"{"id":"","adds":[]}"#,
             r#"{"id":"x","adds":[["a",1]]}"#,
+            r#"{"id":"x","adds":[["a",1,2,3,4]]}"#,
+            r#"{"id":"x","adds":[["a",1,-2]]}"#,
             r#"{"id":"x","adds":[],"x":1}"#,
         ] {
             assert!(decode_batch(bad).is_err(), "{bad}");
@@ -381,6 +407,7 @@ mod tests {
                     code: "abc".into(),
                     day: Day(1),
                     clicks: 1,
+                    bot_clicks: 0,
                 }],
             })
             .collect();

@@ -1,4 +1,4 @@
-//! A link's daily clicks.
+//! A link's daily clicks: people's, and bots' apart.
 
 use crate::auth::Principal;
 use crate::error::ApiError;
@@ -11,7 +11,8 @@ const DEFAULT_STATS_DAYS: i32 = 30;
 
 impl ControlPlane {
     /// A link's daily clicks over `from..=to` (UTC days; defaults: the 30 days to today),
-    /// every day of the range, from the rollups (and, all-in-one, what is still pending).
+    /// every day of the range, from the rollups (and, all-in-one, what is still pending):
+    /// people's (`clicks`) and bots' (`bot_clicks`: link unfurlers, crawlers, `HEAD`).
     pub(crate) async fn daily_clicks(
         &self,
         principal: &Principal,
@@ -50,21 +51,26 @@ impl ControlPlane {
             ));
         }
         let link = self.visible_link(principal, code).await?;
-        let counts: std::collections::HashMap<Day, u64> = self
+        let counts: std::collections::HashMap<Day, rebound_store::Clicks> = self
             .click_counts
             .read_clicks(&link.code, from, to)
             .await?
             .into_iter()
             .collect();
         let days: Vec<DayClicks> = (from.0..=to.0)
-            .map(|d| DayClicks {
-                day: Day(d).to_iso(),
-                clicks: counts.get(&Day(d)).copied().unwrap_or(0),
+            .map(|d| {
+                let counts = counts.get(&Day(d)).copied().unwrap_or_default();
+                DayClicks {
+                    day: Day(d).to_iso(),
+                    clicks: counts.clicks,
+                    bot_clicks: counts.bot_clicks,
+                }
             })
             .collect();
         Ok(LinkStats {
             code: rebound_core::domain::split_key(&link.code).0.to_owned(),
             total: days.iter().map(|d| d.clicks).sum(),
+            bot_total: days.iter().map(|d| d.bot_clicks).sum(),
             days,
         })
     }

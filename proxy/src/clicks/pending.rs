@@ -4,6 +4,7 @@
 use crate::l1::L1Entry;
 use crate::metrics::ProxyMetrics;
 use rebound_core::Day;
+use rebound_store::Clicks;
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
 use tokio::sync::Notify;
@@ -31,6 +32,10 @@ pub(super) struct Pending {
     /// Entries with clicks counted since the last take. A code can have two (each fill of a
     /// code is a new entry, and the old one may still hold clicks).
     pub(super) dirty: DirtyEntries,
+    /// Bots' clicks since the last take: they are not counted on the entry (whose one
+    /// word holds people's count and the CLOCK bit) but here, off the queue of bots'
+    /// clicks, an entry's run of clicks in one row.
+    pub(super) bots: Vec<(L1Entry, u64)>,
     /// The UTC day the dirty counts are for.
     pub(super) day: Day,
     /// When the oldest dirty count came off the queue.
@@ -44,6 +49,7 @@ impl Default for Pending {
     fn default() -> Self {
         Pending {
             dirty: DirtyEntries::default(),
+            bots: Vec::new(),
             day: Day(0),
             oldest: None,
             takes: VecDeque::new(),
@@ -97,13 +103,19 @@ impl DirtyEntries {
     }
 }
 
+/// One code's counts in a take: people's clicks and bots'.
+pub(super) struct Row {
+    pub(super) entry: L1Entry,
+    pub(super) clicks: Clicks,
+}
+
 /// Counts taken at once, all for one day: one row per code, in code order.
 pub(super) struct Take {
     pub(super) id: u64,
     pub(super) day: Day,
     /// When its oldest count came off the queue.
     oldest: Instant,
-    pub(super) rows: Vec<(L1Entry, u64)>,
+    pub(super) rows: Vec<Row>,
     /// `rows[..done]` are written (or failed); `rows[done..writing]` are being written.
     pub(super) done: usize,
     pub(super) writing: usize,
@@ -112,14 +124,14 @@ pub(super) struct Take {
 impl Take {
     fn row_of(&self, code: &str) -> Option<usize> {
         self.rows
-            .binary_search_by(|(e, _)| e.code_bytes().cmp(code.as_bytes()))
+            .binary_search_by(|r| r.entry.code_bytes().cmp(code.as_bytes()))
             .ok()
     }
 }
 
 /// What a stats read saw pending for one code before it read the rollups.
 pub(super) struct Snapshot {
-    pub(super) counts: Vec<(Day, u64)>,
+    pub(super) counts: Vec<(Day, Clicks)>,
     /// The rows of the code not yet being written then: (take, row).
     unwritten: Vec<(u64, usize)>,
     next_take: u64,
@@ -128,6 +140,25 @@ pub(super) struct Snapshot {
 impl Pending {
     pub(super) fn add_dirty(&mut self, hasher: &ahash::RandomState, entry: L1Entry) {
         self.dirty.push(hasher.hash_one(entry.code()), entry);
+    }
+
+    /// One bot's click on `entry`: added to the last row when it is the same entry (a
+    /// crawler's run on one link), a row of its own otherwise.
+    pub(super) fn add_bot(&mut self, entry: L1Entry) {
+        match self.bots.last_mut() {
+            Some((last, n)) if last.is_same(&entry) => *n += 1,
+            _ => self.bots.push((entry, 1)),
+        }
+    }
+
+    /// Whether nothing was counted since the last take.
+    pub(super) fn is_clean(&self) -> bool {
+        self.dirty.is_empty() && self.bots.is_empty()
+    }
+
+    /// The codes (at most) counted since the last take: the rows a take would make.
+    pub(super) fn dirty_codes(&self) -> usize {
+        self.dirty.len() + self.bots.len()
     }
 
     pub(super) fn is_being_written(&self, code: &str) -> bool {
@@ -140,15 +171,16 @@ impl Pending {
         let in_range = |d: Day| from <= d && d <= to;
         let mut counts = Vec::new();
         if in_range(self.day) {
-            let live: u64 = self.dirty.of_code(hash, code).map(|e| e.clicks()).sum();
-            counts.push((self.day, live));
+            let people: u64 = self.dirty.of_code(hash, code).map(|e| e.clicks()).sum();
+            let bots: u64 = self.bots.iter().filter(|(e, _)| e.code() == code).map(|(_, n)| n).sum();
+            counts.push((self.day, Clicks::new(people, bots)));
         }
         let mut unwritten = Vec::new();
         for t in &self.takes {
             if let Some(i) = t.row_of(code).filter(|&i| i >= t.writing) {
                 unwritten.push((t.id, i));
                 if in_range(t.day) {
-                    counts.push((t.day, t.rows[i].1));
+                    counts.push((t.day, t.rows[i].clicks));
                 }
             }
         }
@@ -170,19 +202,32 @@ impl Pending {
     }
 
     /// Takes the counts of the dirty entries (each at most once: an entry is queued again
-    /// only after its count was taken), one row per code in code order.
+    /// only after its count was taken) and the bots' counts, one row per code in code
+    /// order.
     pub(super) fn take(&mut self, metrics: &ProxyMetrics, now: Instant) -> Option<u64> {
         let mut clicks = 0;
-        let mut rows: Vec<(L1Entry, u64)> = std::mem::take(&mut self.dirty)
+        let mut rows: Vec<Row> = std::mem::take(&mut self.dirty)
             .into_entries()
-            .filter_map(|e| {
-                let n = e.take_clicks();
+            .filter_map(|entry| {
+                let n = entry.take_clicks();
                 clicks += n;
-                (n > 0).then_some((e, n))
+                (n > 0).then_some(Row {
+                    entry,
+                    clicks: Clicks::people(n),
+                })
             })
             .collect();
+        let mut bot_clicks = 0;
+        rows.extend(std::mem::take(&mut self.bots).into_iter().map(|(entry, n)| {
+            bot_clicks += n;
+            Row {
+                entry,
+                clicks: Clicks::new(0, n),
+            }
+        }));
         let oldest = self.oldest.take().unwrap_or(now);
         metrics.clicks_queued.inc_by(clicks);
+        metrics.bot_clicks_queued.inc_by(bot_clicks);
         if rows.is_empty() {
             return None;
         }
@@ -190,11 +235,11 @@ impl Pending {
         // pages instead of a page per row (measured: a million rows in under 2 s instead
         // of about 16). One row per code: a DynamoDB transaction refuses two operations
         // on one item.
-        rows.sort_unstable_by(|(a, _), (b, _)| a.code_bytes().cmp(b.code_bytes()));
-        rows.dedup_by(|(later, n), (kept, total)| {
-            let same = later.code_bytes() == kept.code_bytes();
+        rows.sort_unstable_by(|a, b| a.entry.code_bytes().cmp(b.entry.code_bytes()));
+        rows.dedup_by(|later, kept| {
+            let same = later.entry.code_bytes() == kept.entry.code_bytes();
             if same {
-                *total += *n;
+                kept.clicks += later.clicks;
             }
             same
         });
@@ -214,7 +259,7 @@ impl Pending {
     /// Sets the gauges: codes pending and the age of the oldest pending click.
     pub(super) fn report(&self, metrics: &ProxyMetrics, now: Instant) {
         let taken: usize = self.takes.iter().map(|t| t.rows.len() - t.done).sum();
-        metrics.click_pending_codes.set((self.dirty.len() + taken) as i64);
+        metrics.click_pending_codes.set((self.dirty_codes() + taken) as i64);
         let oldest = self.takes.iter().map(|t| t.oldest).chain(self.oldest).min();
         metrics
             .click_persist_lag

@@ -1,10 +1,13 @@
 //! The bounded lock-free queue between the request path and the shipper: a click is one
 //! atomic add on the L1 entry that answered, and only the first since the last take pushes
-//! the entry, so the request path never waits, allocates or hashes for a click.
+//! the entry, so the request path never waits, allocates or hashes for a click. A bot's
+//! click (a link unfurler, a crawler, a `HEAD`) pushes the entry on a queue of its own
+//! each time: rarer, and kept off the entry's one word of counts.
 
 use super::pending::{Pending, Unpersisted};
 use crate::l1::L1Entry;
 use crate::metrics::ProxyMetrics;
+use crate::visitor::Visitor;
 use crossbeam_queue::ArrayQueue;
 use rebound_core::{Clock, Day};
 use std::sync::Arc;
@@ -15,6 +18,9 @@ use tokio::time::Instant;
 /// stats read, [`ClickQueue::read_with_pending`], is in `stats.rs`.
 pub struct ClickQueue {
     pub(super) queue: ArrayQueue<L1Entry>,
+    /// An entry per bot's click; a quarter of the people's capacity (drained every few
+    /// milliseconds, and bots are the fewer).
+    pub(super) bots: ArrayQueue<L1Entry>,
     pub(super) unpersisted: Unpersisted,
     pub(super) metrics: ProxyMetrics,
     /// Tells the UTC day a click counts for.
@@ -25,6 +31,7 @@ impl ClickQueue {
     pub fn new(capacity: usize, metrics: ProxyMetrics, clock: Arc<dyn Clock>) -> ClickQueue {
         ClickQueue {
             queue: ArrayQueue::new(capacity),
+            bots: ArrayQueue::new((capacity / 4).max(1)),
             unpersisted: Unpersisted::default(),
             metrics,
             clock,
@@ -35,24 +42,39 @@ impl ClickQueue {
     /// when the queue is full, drops the clicks counted on it and counts them as dropped.
     /// Never waits.
     #[inline]
-    pub fn record(&self, entry: &L1Entry) {
-        if entry.count_click() {
-            if let Err(entry) = self.queue.push(entry.clone()) {
-                self.metrics.clicks_dropped.inc_by(entry.take_clicks());
+    pub fn record(&self, entry: &L1Entry, visitor: Visitor) {
+        match visitor {
+            Visitor::Person => {
+                if entry.count_click() {
+                    if let Err(entry) = self.queue.push(entry.clone()) {
+                        self.metrics.clicks_dropped.inc_by(entry.take_clicks());
+                    }
+                }
             }
+            Visitor::Bot => self.record_bot(entry),
+        }
+    }
+
+    #[cold]
+    fn record_bot(&self, entry: &L1Entry) {
+        if self.bots.push(entry.clone()).is_err() {
+            self.metrics.clicks_dropped.inc();
         }
     }
 
     /// Moves the queued entries into the pending set; while it is empty, the pending set
     /// is for today.
     pub(super) fn drain_into(&self, pending: &mut Pending) {
-        if pending.dirty.is_empty() {
+        if pending.is_clean() {
             pending.day = Day::of_millis(self.clock.now_millis());
         }
         while let Some(entry) = self.queue.pop() {
             pending.add_dirty(&self.unpersisted.hasher, entry);
         }
-        if !pending.dirty.is_empty() && pending.oldest.is_none() {
+        while let Some(entry) = self.bots.pop() {
+            pending.add_bot(entry);
+        }
+        if !pending.is_clean() && pending.oldest.is_none() {
             pending.oldest = Some(Instant::now());
         }
     }
@@ -62,6 +84,8 @@ impl ClickQueue {
 mod tests {
     use super::*;
     use crate::clicks::test_util::{clock_at, entry, metrics};
+    use crate::visitor::Visitor;
+    use rebound_store::Clicks;
 
     #[test]
     fn an_entry_is_queued_once_per_take_and_a_full_queue_drops_its_clicks() {
@@ -69,12 +93,12 @@ mod tests {
         let q = ClickQueue::new(2, metrics.clone(), clock_at(0));
         let (a, b, c) = (entry("aaa"), entry("bbb"), entry("ccc"));
         for _ in 0..5 {
-            q.record(&a);
+            q.record(&a, Visitor::Person);
         }
-        q.record(&b);
+        q.record(&b, Visitor::Person);
         // The queue is full: c's clicks are dropped and counted, each time.
-        q.record(&c);
-        q.record(&c);
+        q.record(&c, Visitor::Person);
+        q.record(&c, Visitor::Person);
         assert_eq!(q.queue.len(), 2, "a once, b once");
         assert_eq!(metrics.clicks_dropped.get(), 2);
         let mut pending = Pending::default();
@@ -82,12 +106,44 @@ mod tests {
         q.drain_into(&mut pending);
         pending.take(&metrics, Instant::now());
         let rows = &pending.takes[0].rows;
-        let counts: Vec<_> = rows.iter().map(|(e, n)| (e.code(), *n)).collect();
+        let counts: Vec<_> = rows.iter().map(|r| (r.entry.code(), r.clicks.clicks)).collect();
         assert_eq!(counts, vec![("aaa", 5), ("bbb", 1)]);
         assert_eq!(metrics.clicks_queued.get(), 6);
         // Room again: c is queued with only its new click.
-        q.record(&c);
+        q.record(&c, Visitor::Person);
         assert_eq!(q.queue.len(), 1);
         assert_eq!(c.take_clicks(), 1);
+    }
+
+    #[test]
+    fn bots_clicks_are_counted_apart_merged_per_code_and_dropped_when_full() {
+        let metrics = metrics();
+        // Room for 4 bots' clicks (a quarter of 16).
+        let q = ClickQueue::new(16, metrics.clone(), clock_at(0));
+        let (a, b, a2) = (entry("aaa"), entry("bbb"), entry("aaa"));
+        q.record(&a, Visitor::Person);
+        q.record(&a, Visitor::Bot);
+        q.record(&a, Visitor::Bot);
+        q.record(&b, Visitor::Bot);
+        // Another fill of aaa: a row of its own until the take merges it.
+        q.record(&a2, Visitor::Bot);
+        // Full: this one is dropped and counted.
+        q.record(&b, Visitor::Bot);
+        assert_eq!(metrics.clicks_dropped.get(), 1);
+        assert_eq!(a.clicks(), 1, "bots are not counted on the entry");
+        let mut pending = Pending::default();
+        q.drain_into(&mut pending);
+        assert_eq!(pending.bots.len(), 3, "aaa's run in one row, bbb, the other aaa");
+        assert_eq!(pending.dirty_codes(), 4);
+        pending.take(&metrics, Instant::now());
+        assert!(pending.is_clean());
+        let rows: Vec<_> = pending.takes[0]
+            .rows
+            .iter()
+            .map(|r| (r.entry.code(), r.clicks))
+            .collect();
+        assert_eq!(rows, vec![("aaa", Clicks::new(1, 3)), ("bbb", Clicks::new(0, 1))]);
+        assert_eq!(metrics.clicks_queued.get(), 1);
+        assert_eq!(metrics.bot_clicks_queued.get(), 4);
     }
 }

@@ -89,8 +89,8 @@ pub async fn run_click_shipper(
             queue.drain_into(&mut s);
             let held = s.oldest.map_or(Duration::ZERO, |o| now - o);
             let wrote = Duration::from_nanos(last_write.load(Ordering::Relaxed));
-            let due = writer_idle && pacing.due(s.dirty.len(), now - last_take, wrote, held);
-            let taken = if !s.dirty.is_empty() && (stopping || today != s.day || due) {
+            let due = writer_idle && pacing.due(s.dirty_codes(), now - last_take, wrote, held);
+            let taken = if !s.is_clean() && (stopping || today != s.day || due) {
                 last_take = now;
                 s.take(&queue.metrics, now)
             } else {
@@ -148,15 +148,17 @@ async fn write(queue: &ClickQueue, sink: &dyn ClickSink, ids: &BatchIds, id: u64
                     id: ids.next(),
                     adds: chunk
                         .iter()
-                        .map(|(entry, clicks)| ClickAdd {
-                            code: entry.code().to_owned(),
+                        .map(|row| ClickAdd {
+                            code: row.entry.code().to_owned(),
                             day: t.day,
-                            clicks: *clicks,
+                            clicks: row.clicks.clicks,
+                            bot_clicks: row.clicks.bot_clicks,
                         })
                         .collect(),
                 })
                 .collect();
-            (batches, rows.len(), rows.iter().map(|(_, n)| n).sum::<u64>())
+            let clicks = rows.iter().map(|r| r.clicks.clicks + r.clicks.bot_clicks).sum::<u64>();
+            (batches, rows.len(), clicks)
         };
         let started = Instant::now();
         let shipped = sink.ship(&batches).await;
@@ -195,6 +197,7 @@ async fn write(queue: &ClickQueue, sink: &dyn ClickSink, ids: &BatchIds, id: u64
 mod tests {
     use super::*;
     use crate::clicks::test_util::{clock_at, entry, metrics, pacing, Recorded, Shipper};
+    use crate::visitor::Visitor;
     use rebound_core::ManualClock;
     use rebound_store::MemoryStore;
 
@@ -212,14 +215,14 @@ mod tests {
         let q = Arc::new(ClickQueue::new(10_000, metrics.clone(), clock_at(5 * 86_400_000 + 1)));
         let entries: Vec<_> = (0..150).map(|i| entry(&format!("c{i:02}"))).collect();
         for i in 0..300 {
-            q.record(&entries[i % 150]);
+            q.record(&entries[i % 150], Visitor::Person);
         }
         let store = Arc::new(MemoryStore::new());
         run_until_stopped(q, Arc::new(StoreClickSink(store.clone()))).await;
         assert_eq!(metrics.clicks_flushed.get(), 300);
         assert_eq!(
             store.read_clicks("c07", Day(5), Day(5)).await.unwrap(),
-            vec![(Day(5), 2)]
+            vec![(Day(5), rebound_store::Clicks::people(2))]
         );
     }
 
@@ -229,7 +232,7 @@ mod tests {
         // machine kept busy.
         let stalled = tokio::runtime::Builder::new_current_thread().build().unwrap();
         let q = Arc::new(ClickQueue::new(100, metrics(), clock_at(0)));
-        q.record(&entry("abc"));
+        q.record(&entry("abc"), Visitor::Person);
         let sink = Arc::new(Recorded::default());
         let shipper = Shipper::start(&q, sink.clone(), stalled.handle().clone(), Duration::from_secs(3600));
         tokio::time::timeout(Duration::from_secs(5), shipper.stop())
@@ -252,9 +255,9 @@ mod tests {
             bbb_again.clone(),
             bbb,
         ] {
-            q.record(&e);
+            q.record(&e, Visitor::Person);
         }
-        q.record(&bbb_again);
+        q.record(&bbb_again, Visitor::Person);
         let sink = Arc::new(Recorded::default());
         run_until_stopped(q, sink.clone()).await;
         let written: Vec<(String, u64)> = sink
@@ -279,13 +282,13 @@ mod tests {
         let shipper = Shipper::start(&q, sink.clone(), runtime, Duration::from_secs(3600));
         let e = entry("abc");
         for _ in 0..3 {
-            q.record(&e);
+            q.record(&e, Visitor::Person);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
         clock.advance(2_000); // past midnight
         tokio::time::sleep(Duration::from_millis(50)).await;
         for _ in 0..2 {
-            q.record(&e);
+            q.record(&e, Visitor::Person);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
         shipper.stop().await;
@@ -321,7 +324,7 @@ mod tests {
         let runtime = tokio::runtime::Handle::current();
         let _shipper = Shipper::start(&q, sink.clone(), runtime, Duration::from_secs(1));
         let e = entry("abc");
-        q.record(&e);
+        q.record(&e, Visitor::Person);
         tokio::time::sleep(Duration::from_millis(1_100)).await;
         assert_eq!(
             sink.kept.adds(),
@@ -329,14 +332,14 @@ mod tests {
             "shipped within the interval"
         );
         // The next write blocks in the sink.
-        q.record(&e);
+        q.record(&e, Visitor::Person);
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert_eq!(metrics.clicks_queued.get(), 1, "not taken before the interval");
         tokio::time::sleep(Duration::from_millis(600)).await;
         assert_eq!(metrics.clicks_queued.get(), 2, "taken after the interval");
         // While that write waits, new clicks stay counted on the entry: no second take.
         for _ in 0..3 {
-            q.record(&e);
+            q.record(&e, Visitor::Person);
         }
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert_eq!(metrics.clicks_queued.get(), 2, "one write at a time");
@@ -386,12 +389,12 @@ mod tests {
         };
         let shipper = Shipper::paced(&q, sink.clone(), runtime, pacing);
         let e = entry("abc");
-        q.record(&e);
+        q.record(&e, Visitor::Person);
         tokio::time::sleep(Duration::from_millis(1_600)).await;
         assert_eq!(sink.kept.adds().len(), 1, "the first write, after the interval");
         let first = Instant::now() - Duration::from_millis(600); // when it began, about
         for _ in 0..4 {
-            q.record(&e);
+            q.record(&e, Visitor::Person);
         }
         tokio::time::sleep(Duration::from_millis(2_000)).await;
         assert_eq!(sink.kept.adds().len(), 1, "the interval passed, the time budget not");
@@ -419,7 +422,7 @@ mod tests {
         // 50 rows at 10 a second: due 5 s after the last take.
         let shipper = Shipper::paced(&q, sink.clone(), runtime.clone(), pacing(1_000, 10, 60_000));
         tokio::time::sleep(Duration::from_millis(100)).await;
-        entries.iter().for_each(|e| q.record(e));
+        entries.iter().for_each(|e| q.record(e, Visitor::Person));
         tokio::time::sleep(Duration::from_millis(4_800)).await;
         assert!(sink.adds().is_empty(), "50 rows at 10 per second wait 5 s");
         assert_eq!(metrics.click_pending_codes.get(), 50);
@@ -435,7 +438,7 @@ mod tests {
         let sink = Arc::new(Recorded::default());
         let shipper = Shipper::paced(&q, sink.clone(), runtime, pacing(1_000, 10, 2_000));
         tokio::time::sleep(Duration::from_millis(100)).await;
-        entries.iter().for_each(|e| q.record(e));
+        entries.iter().for_each(|e| q.record(e, Visitor::Person));
         tokio::time::sleep(Duration::from_millis(1_800)).await;
         assert!(sink.adds().is_empty());
         tokio::time::sleep(Duration::from_millis(300)).await;

@@ -5,7 +5,7 @@
 use super::queue::ClickQueue;
 use async_trait::async_trait;
 use rebound_core::Day;
-use rebound_store::{BatchOutcome, ClickBatch, RollupStore, StoreError};
+use rebound_store::{BatchOutcome, ClickBatch, Clicks, RollupStore, StoreError};
 use std::sync::Arc;
 
 impl ClickQueue {
@@ -19,7 +19,7 @@ impl ClickQueue {
         code: &str,
         from: Day,
         to: Day,
-    ) -> Result<Vec<(Day, u64)>, StoreError> {
+    ) -> Result<Vec<(Day, Clicks)>, StoreError> {
         let u = &self.unpersisted;
         let hash = u.hasher.hash_one(code);
         loop {
@@ -49,14 +49,14 @@ impl ClickQueue {
 }
 
 /// Adds two lists of daily counts, in day order, without zeros.
-fn add_days(mut a: Vec<(Day, u64)>, b: &[(Day, u64)]) -> Vec<(Day, u64)> {
+fn add_days(mut a: Vec<(Day, Clicks)>, b: &[(Day, Clicks)]) -> Vec<(Day, Clicks)> {
     for &(day, n) in b {
         match a.iter_mut().find(|(d, _)| *d == day) {
             Some((_, total)) => *total += n,
             None => a.push((day, n)),
         }
     }
-    a.retain(|(_, n)| *n > 0);
+    a.retain(|(_, n)| !n.is_zero());
     a.sort_unstable_by_key(|(d, _)| *d);
     a
 }
@@ -78,7 +78,7 @@ impl RollupStore for RollupsWithPending {
         self.store.apply_click_batches(batches).await
     }
 
-    async fn read_clicks(&self, code: &str, from: Day, to: Day) -> Result<Vec<(Day, u64)>, StoreError> {
+    async fn read_clicks(&self, code: &str, from: Day, to: Day) -> Result<Vec<(Day, Clicks)>, StoreError> {
         self.clicks.read_with_pending(self.store.as_ref(), code, from, to).await
     }
 }
@@ -88,6 +88,7 @@ mod tests {
     use super::*;
     use crate::clicks::test_util::{clock_at, entry, metrics, pacing, Shipper};
     use crate::clicks::{ClickSink, StoreClickSink};
+    use crate::visitor::Visitor;
     use rebound_store::MemoryStore;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::time::Duration;
@@ -118,20 +119,25 @@ mod tests {
         let _shipper = Shipper::paced(&q, sink.clone(), runtime, pacing(1_000, 1_000, 60_000));
         let (a, b) = (entry("aaa"), entry("bbb"));
         for _ in 0..3 {
-            q.record(&a);
+            q.record(&a, Visitor::Person);
         }
-        q.record(&b);
+        q.record(&b, Visitor::Person);
+        // Bots' clicks, counted apart, read alike.
+        q.record(&a, Visitor::Bot);
+        q.record(&b, Visitor::Bot);
+        q.record(&a, Visitor::Bot);
         let read = |code: &'static str| {
             let (q, store) = (q.clone(), store.clone());
             tokio::spawn(async move { q.read_with_pending(store.as_ref(), code, Day(4), Day(4)).await.unwrap() })
         };
         // Counted, not yet taken: the read adds the live counts.
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert_eq!(read("aaa").await.unwrap(), vec![(Day(4), 3)]);
+        assert_eq!(read("aaa").await.unwrap(), vec![(Day(4), Clicks::new(3, 2))]);
         assert_eq!(read("ccc").await.unwrap(), vec![]);
         // Taken and being written (the sink waits): a read of aaa waits for the write.
         tokio::time::sleep(Duration::from_millis(1_000)).await;
-        q.record(&a); // a new click, live on the entry again
+        q.record(&a, Visitor::Person); // a new click, live on the entry again
+        q.record(&a, Visitor::Bot); // and a bot's, pending beside it
         tokio::time::sleep(Duration::from_millis(50)).await;
         let waiting = read("aaa");
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -141,12 +147,16 @@ mod tests {
         );
         assert!(store.read_clicks("aaa", Day(4), Day(4)).await.unwrap().is_empty());
         sink.permits.add_permits(1);
-        assert_eq!(waiting.await.unwrap(), vec![(Day(4), 4)], "3 in the rollups, 1 live");
+        assert_eq!(
+            waiting.await.unwrap(),
+            vec![(Day(4), Clicks::new(4, 3))],
+            "3 and 2 in the rollups, 1 and 1 live"
+        );
         assert_eq!(
             store.read_clicks("aaa", Day(4), Day(4)).await.unwrap(),
-            vec![(Day(4), 3)]
+            vec![(Day(4), Clicks::new(3, 2))]
         );
-        assert_eq!(read("bbb").await.unwrap(), vec![(Day(4), 1)]);
+        assert_eq!(read("bbb").await.unwrap(), vec![(Day(4), Clicks::new(1, 1))]);
         // Outside the range: nothing.
         let q2 = q.clone();
         let other = q2
@@ -176,7 +186,7 @@ mod tests {
             tokio::task::spawn_blocking(move || {
                 for round in 0..40 {
                     for e in &entries {
-                        q.record(e);
+                        q.record(e, Visitor::Person);
                     }
                     clicked.store(round + 1, Ordering::SeqCst);
                     std::thread::sleep(Duration::from_millis(5));
@@ -191,7 +201,7 @@ mod tests {
                 .read_with_pending(store.as_ref(), "c2500", Day(1), Day(1))
                 .await
                 .unwrap();
-            let n = got.first().map_or(0, |(_, n)| *n);
+            let n = got.first().map_or(0, |(_, n)| n.clicks);
             let after = clicked.load(Ordering::SeqCst);
             assert!(n >= last, "went backwards: {n} after {last}");
             assert!(
@@ -209,10 +219,10 @@ mod tests {
             .read_with_pending(store.as_ref(), "c2500", Day(1), Day(1))
             .await
             .unwrap();
-        assert_eq!(got, vec![(Day(1), 40)]);
+        assert_eq!(got, vec![(Day(1), Clicks::people(40))]);
         assert_eq!(
             store.read_clicks("c2500", Day(1), Day(1)).await.unwrap(),
-            vec![(Day(1), 40)]
+            vec![(Day(1), Clicks::people(40))]
         );
         assert!(reads > 10, "{reads} reads");
     }
