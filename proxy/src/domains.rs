@@ -22,7 +22,7 @@ use crate::pages::{DeadEndTargets, DeadEnds};
 use arc_swap::ArcSwap;
 use http::header::HOST;
 use http::Request;
-use rebound_core::domain::{host_of, is_ip_host, link_key, Domain};
+use rebound_core::domain::{host_of, is_address, link_key, Domain};
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -193,41 +193,57 @@ impl DomainRoutes {
     }
 
     /// Where a request for `authority` (its `Host` or `:authority`; `None` when it has none,
-    /// as HTTP/1.0 may) goes.
+    /// as HTTP/1.0 may) goes. The default domain's host, an address or a single label cost
+    /// a comparison and a byte or two; only another name looks into the table.
     #[inline]
-    pub fn route(&self, authority: Option<&str>) -> Routed {
+    pub fn route<A: AsRef<[u8]> + ?Sized>(&self, authority: Option<&A>) -> Routed {
         let Some(authority) = authority else {
             return Routed::Default;
         };
-        let host = host_of(authority);
-        if host.eq_ignore_ascii_case(&self.default_host) || is_ip_host(host) || !host.contains('.') {
+        let host = host_of(authority.as_ref());
+        if host.eq_ignore_ascii_case(self.default_host.as_bytes()) || is_address(host) || !host.contains(&b'.') {
             return Routed::Default;
         }
+        self.route_name(host)
+    }
+
+    /// A host that may be a domain's: looked up in the table.
+    fn route_name(&self, host: &[u8]) -> Routed {
+        // Not text: no domain's name.
+        let Ok(host) = std::str::from_utf8(host) else {
+            return self.unknown_host();
+        };
         let table = self.table.load();
         let found = match host.bytes().any(|b| b.is_ascii_uppercase()) {
             false => table.get(host),
             true => table.get(host.to_ascii_lowercase().as_str()),
         };
-        match (found, self.unknown) {
-            (Some(route), _) => Routed::Domain(route.clone()),
-            (None, UnknownHost::NotFound) => Routed::Unknown,
-            (None, UnknownHost::DefaultDomain) => Routed::Default,
+        match found {
+            Some(route) => Routed::Domain(route.clone()),
+            None => self.unknown_host(),
+        }
+    }
+
+    fn unknown_host(&self) -> Routed {
+        match self.unknown {
+            UnknownHost::NotFound => Routed::Unknown,
+            UnknownHost::DefaultDomain => Routed::Default,
         }
     }
 }
 
-/// The authority a request is for: HTTP/2's `:authority` (hyper puts it in the URI), else
-/// the `Host` header (checked by the edge). Walks the few headers rather than hashing a
-/// name, as the edge's `Host` check does.
+/// The authority a request is for, as bytes: HTTP/2's `:authority` (hyper puts it in the
+/// URI), else the `Host` header (checked by the edge). Walks the few headers rather than
+/// hashing a name, as the edge's `Host` check does.
 #[inline]
-pub fn request_authority<B>(req: &Request<B>) -> Option<&str> {
+pub fn request_authority<B>(req: &Request<B>) -> Option<&[u8]> {
     if let Some(authority) = req.uri().authority() {
-        return Some(authority.as_str());
+        return Some(authority.as_str().as_bytes());
     }
     req.headers()
         .iter()
         .find(|(name, _)| *name == HOST)
-        .and_then(|(_, value)| std::str::from_utf8(value.as_bytes()).ok())
+        .map(|(_, value)| value.as_bytes())
 }
 
 #[cfg(test)]
@@ -300,9 +316,9 @@ mod tests {
         assert_eq!(route.key("promo"), "promo.Zz");
 
         let h1 = Request::get("/abc").header(HOST, "acme.link:80").body(()).unwrap();
-        assert_eq!(request_authority(&h1), Some("acme.link:80"));
+        assert_eq!(request_authority(&h1), Some(&b"acme.link:80"[..]));
         let h2 = Request::get("https://acme.link/abc").body(()).unwrap();
-        assert_eq!(request_authority(&h2), Some("acme.link"));
+        assert_eq!(request_authority(&h2), Some(&b"acme.link"[..]));
         let none = Request::get("/abc").body(()).unwrap();
         assert_eq!(request_authority(&none), None);
     }

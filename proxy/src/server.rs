@@ -368,7 +368,7 @@ impl hyper::service::Service<Request<Incoming>> for Redirects {
             // Maybe a domain added a moment ago: routed again once the routes are current.
             Routed::Unknown if answers.routes.can_resync() => {
                 let (answers, code) = (self.0.clone(), code.to_owned());
-                let authority = request_authority(&req).map(str::to_owned);
+                let authority = request_authority(&req).map(<[u8]>::to_vec);
                 let query = req.uri().query().map(str::to_owned);
                 return Either::Right(Box::pin(async move {
                     answers.routes.resync().await;
