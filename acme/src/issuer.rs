@@ -163,15 +163,31 @@ impl Issuer {
     /// within the renewal window at `now`, one after the other; a domain that is not in
     /// `domains` is never ordered. Exports each domain's expiry.
     pub async fn renew_due(&self, domains: &[String], now: UnixMillis) -> Vec<(String, Outcome)> {
-        let domains: BTreeSet<String> = domains
-            .iter()
-            .map(|d| d.trim_end_matches('.').to_ascii_lowercase())
-            .collect();
+        self.renew_due_knowing(domains, now, &HashMap::new()).await
+    }
+
+    /// [`Issuer::renew_due`], taking a domain's certificate for not due without reading
+    /// the store when `known` (domain -> notAfter, from this process's last listing) says
+    /// it is not: a round over 10,000 domains then reads nothing for the ones not due.
+    /// A domain `known` calls due (or does not know) is read and leased as always.
+    async fn renew_due_knowing(
+        &self,
+        domains: &[String],
+        now: UnixMillis,
+        known: &HashMap<String, UnixMillis>,
+    ) -> Vec<(String, Outcome)> {
+        let domains = configured(domains);
         let _round = self.round.lock().await;
         self.forget_expiries_but(&domains);
         let mut outcomes = Vec::with_capacity(domains.len());
         for domain in domains {
-            let outcome = self.renew_one(&domain, now).await;
+            let outcome = match known.get(&domain) {
+                Some(&not_after) if !self.due_at(not_after, now) => {
+                    self.export_expiry(&domain, not_after);
+                    Outcome::NotDue { not_after }
+                }
+                _ => self.renew_one(&domain, now).await,
+            };
             match &outcome {
                 Outcome::Issued { .. } | Outcome::Renewed { .. } => {
                     tracing::info!(%domain, ?outcome, "certificate issued over ACME")
@@ -254,7 +270,11 @@ impl Issuer {
     }
 
     fn due(&self, stored: &StoredCertificate, now: UnixMillis) -> bool {
-        stored.not_after - millis(self.config.renew_within) <= now
+        self.due_at(stored.not_after, now)
+    }
+
+    fn due_at(&self, not_after: UnixMillis, now: UnixMillis) -> bool {
+        not_after - millis(self.config.renew_within) <= now
     }
 
     /// One order, from its creation to the certificate: the caller holds the lease.
@@ -525,6 +545,7 @@ impl Issuer {
     {
         let mut tick = tokio::time::interval(self.config.check_every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut listing = Listing::default();
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
@@ -535,19 +556,107 @@ impl Issuer {
                 return;
             }
             let list = domains.borrow_and_update().clone();
-            report(self.renew_due(&list, clock.now_millis()).await).await;
-            if let Some(resolver) = &resolver {
-                match install_stored(self.store.as_ref(), &list, resolver).await {
-                    Ok(refused) => {
-                        for e in refused {
-                            tracing::error!(error = %e, "a stored certificate does not load; the previous one keeps serving");
-                        }
-                    }
-                    Err(e) => tracing::warn!(error = %Causes(&e), "cannot read the stored certificates"),
-                }
+            // What the store holds, listed again only when it changed (one point read of
+            // the change number otherwise), when the domains changed, or every RELIST_EVERY.
+            let mark = self.changes_mark().await;
+            if listing.stale(mark, &list) {
+                self.relist(&mut listing, mark, &list, resolver.as_deref()).await;
+            }
+            let outcomes = self
+                .renew_due_knowing(&list, clock.now_millis(), &listing.expiries)
+                .await;
+            let ordered = outcomes
+                .iter()
+                .any(|(_, o)| matches!(o, Outcome::Issued { .. } | Outcome::Renewed { .. }));
+            report(outcomes).await;
+            if ordered {
+                // Served at once, not a round later.
+                let mark = self.changes_mark().await;
+                self.relist(&mut listing, mark, &list, resolver.as_deref()).await;
             }
         }
     }
+
+    /// The store's certificate change number; `None` when it cannot be read (then the
+    /// certificates are listed, as if it had moved).
+    async fn changes_mark(&self) -> Option<u64> {
+        match self.store.certificates_changed().await {
+            Ok(mark) => Some(mark),
+            Err(e) => {
+                tracing::warn!(error = %Causes(&e), "cannot read the certificates' change number; listing them");
+                None
+            }
+        }
+    }
+
+    /// Lists the stored certificates of `domains`: installs them in `resolver` (when this
+    /// port serves them) and remembers their expiries. A failed listing keeps the previous.
+    async fn relist(
+        &self,
+        listing: &mut Listing,
+        mark: Option<u64>,
+        domains: &[String],
+        resolver: Option<&SniResolver>,
+    ) {
+        let configured = configured(domains);
+        match self.store.list_certificates().await {
+            Ok(stored) => {
+                let stored: Vec<StoredCertificate> =
+                    stored.into_iter().filter(|c| configured.contains(&c.domain)).collect();
+                if let Some(resolver) = resolver {
+                    let refused = resolver.load_pem(
+                        stored
+                            .iter()
+                            .map(|c| (c.domain.as_str(), c.chain_pem.as_str(), c.key_pem.as_str())),
+                    );
+                    for e in refused {
+                        tracing::error!(error = %e, "a stored certificate does not load; the previous one keeps serving");
+                    }
+                }
+                listing.expiries = stored.iter().map(|c| (c.domain.clone(), c.not_after)).collect();
+                listing.mark = mark;
+                listing.domains = domains.to_vec();
+                listing.listed_at = Some(tokio::time::Instant::now());
+            }
+            Err(e) => tracing::warn!(error = %Causes(&e), "cannot read the stored certificates"),
+        }
+    }
+}
+
+/// How often a running issuer lists the stored certificates whatever the change number
+/// says: a process that died between storing a certificate and moving the number (the
+/// DynamoDB adapter writes them one after the other) is caught up with within this.
+const RELIST_EVERY: Duration = Duration::from_secs(600);
+
+/// What a running issuer last listed from the store.
+#[derive(Default)]
+struct Listing {
+    /// The change number read before that listing (`None`: unknown, list again).
+    mark: Option<u64>,
+    /// The domains it was listed for.
+    domains: Vec<String>,
+    listed_at: Option<tokio::time::Instant>,
+    /// The listed certificates' notAfter, by domain.
+    expiries: HashMap<String, UnixMillis>,
+}
+
+impl Listing {
+    /// Whether the store must be listed again: never listed, the number unknown or moved,
+    /// the domains changed, or the last listing is older than [`RELIST_EVERY`].
+    fn stale(&self, mark: Option<u64>, domains: &[String]) -> bool {
+        mark.is_none()
+            || mark != self.mark
+            || domains != self.domains.as_slice()
+            || self.listed_at.is_none_or(|t| t.elapsed() >= RELIST_EVERY)
+    }
+}
+
+/// The configured domains as the store names them: lowercase, no trailing dot.
+fn configured(domains: &[String]) -> BTreeSet<String> {
+    domains
+        .iter()
+        .map(|d| d.trim_end_matches('.').to_ascii_lowercase())
+        .collect()
 }
 
 /// Serves in `resolver` the stored certificate of each of `domains` (and no other domain):
@@ -557,10 +666,7 @@ pub async fn install_stored(
     domains: &[String],
     resolver: &SniResolver,
 ) -> Result<Vec<TlsError>, StoreError> {
-    let configured: BTreeSet<String> = domains
-        .iter()
-        .map(|d| d.trim_end_matches('.').to_ascii_lowercase())
-        .collect();
+    let configured = configured(domains);
     let stored = store.list_certificates().await?;
     Ok(resolver.load_pem(
         stored
@@ -621,4 +727,187 @@ fn millis(d: Duration) -> i64 {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rebound_core::ManualClock;
+    use rebound_store::certs::MemoryCertificates;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// The fake store, counting the calls a round makes.
+    #[derive(Default)]
+    struct Counting {
+        inner: MemoryCertificates,
+        gets: AtomicUsize,
+        lists: AtomicUsize,
+        marks: AtomicUsize,
+    }
+
+    impl Counting {
+        fn counts(&self) -> (usize, usize, usize) {
+            let n = |a: &AtomicUsize| a.load(Ordering::SeqCst);
+            (n(&self.marks), n(&self.lists), n(&self.gets))
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl CertificateStore for Counting {
+        async fn get_account(&self) -> Result<Option<String>, StoreError> {
+            self.inner.get_account().await
+        }
+        async fn put_account(&self, credentials: &str) -> Result<(), StoreError> {
+            self.inner.put_account(credentials).await
+        }
+        async fn get_certificate(&self, domain: &str) -> Result<Option<StoredCertificate>, StoreError> {
+            self.gets.fetch_add(1, Ordering::SeqCst);
+            self.inner.get_certificate(domain).await
+        }
+        async fn put_certificate(&self, certificate: &StoredCertificate) -> Result<(), StoreError> {
+            self.inner.put_certificate(certificate).await
+        }
+        async fn list_certificates(&self) -> Result<Vec<StoredCertificate>, StoreError> {
+            self.lists.fetch_add(1, Ordering::SeqCst);
+            self.inner.list_certificates().await
+        }
+        async fn certificates_changed(&self) -> Result<u64, StoreError> {
+            self.marks.fetch_add(1, Ordering::SeqCst);
+            self.inner.certificates_changed().await
+        }
+        async fn try_lease(
+            &self,
+            domain: &str,
+            owner: &str,
+            until: UnixMillis,
+            now: UnixMillis,
+        ) -> Result<bool, StoreError> {
+            self.inner.try_lease(domain, owner, until, now).await
+        }
+        async fn release(&self, domain: &str, owner: &str) -> Result<(), StoreError> {
+            self.inner.release(domain, owner).await
+        }
+        async fn put_challenge(
+            &self,
+            token: &str,
+            key_authorization: &str,
+            until: UnixMillis,
+        ) -> Result<(), StoreError> {
+            self.inner.put_challenge(token, key_authorization, until).await
+        }
+        async fn get_challenge(&self, token: &str, now: UnixMillis) -> Result<Option<String>, StoreError> {
+            self.inner.get_challenge(token, now).await
+        }
+        async fn delete_challenge(&self, token: &str) -> Result<(), StoreError> {
+            self.inner.delete_challenge(token).await
+        }
+    }
+
+    /// A self-signed certificate for `domain`, stored as expiring at `not_after`.
+    fn certificate(domain: &str, not_after: UnixMillis) -> StoredCertificate {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let cert = rcgen::CertificateParams::new(vec![domain.to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        StoredCertificate {
+            domain: domain.to_owned(),
+            chain_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            not_after,
+        }
+    }
+
+    fn sorted(mut v: Vec<String>) -> Vec<String> {
+        v.sort();
+        v
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_round_reads_one_number_and_lists_only_when_the_certificates_or_domains_changed() {
+        let (now, far) = (1_000_000, 4_000_000_000_000);
+        let store = Arc::new(Counting::default());
+        for d in ["a.test", "b.test", "c.test"] {
+            store.inner.put_certificate(&certificate(d, far)).await.unwrap();
+        }
+        let mut config = IssuerConfig::new("https://127.0.0.1:9/directory", "me");
+        config.check_every = Duration::from_secs(15);
+        let issuer = Arc::new(Issuer::new(
+            config,
+            store.clone(),
+            Challenges::new(),
+            AcmeMetrics::detached(),
+        ));
+        let resolver = SniResolver::new(None, None);
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let (domains, rx) = watch::channel(names(&["a.test", "b.test", "c.test"]));
+        let (stop, stopped) = watch::channel(false);
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::at(now));
+        let run = {
+            let (issuer, resolver) = (issuer.clone(), resolver.clone());
+            tokio::spawn(async move { issuer.run(rx, Some(resolver), clock, stopped).await })
+        };
+        // Ten rounds with nothing changed: one listing, no certificate read one by one.
+        tokio::time::sleep(Duration::from_millis(15_000 * 9 + 1)).await;
+        assert_eq!(store.counts(), (10, 1, 0), "(numbers read, listings, reads)");
+        assert_eq!(sorted(resolver.domains()), names(&["a.test", "b.test", "c.test"]));
+
+        // Another process renews b.test: the number moves, the next round lists again.
+        store
+            .inner
+            .put_certificate(&certificate("b.test", far + 1))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        assert_eq!(store.counts(), (11, 2, 0));
+
+        // A domain added (its certificate stored by another process) and one removed: a
+        // listing for the new list; the removed one is no longer served.
+        store.inner.put_certificate(&certificate("d.test", far)).await.unwrap();
+        domains.send(names(&["a.test", "b.test", "d.test"])).unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(store.counts().1, 3);
+        assert_eq!(sorted(resolver.domains()), names(&["a.test", "b.test", "d.test"]));
+
+        // Nothing changes for ten minutes: listed once more all the same.
+        let before = store.counts().1;
+        tokio::time::sleep(RELIST_EVERY + Duration::from_secs(15)).await;
+        assert_eq!(store.counts().1, before + 1, "one listing every RELIST_EVERY");
+        assert_eq!(store.counts().2, 0, "never a read one by one: nothing was due");
+
+        stop.send(true).unwrap();
+        run.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_certificate_the_listing_calls_due_is_read_from_the_store_before_ordering() {
+        let now = 10 * 86_400_000;
+        let store = Arc::new(Counting::default());
+        // Due (within the 30 days), and renewed meanwhile by another process: the read
+        // finds it not due, and nothing is ordered.
+        store
+            .inner
+            .put_certificate(&certificate("due.test", now + 86_400_000))
+            .await
+            .unwrap();
+        let issuer = Issuer::new(
+            IssuerConfig::new("https://127.0.0.1:9/directory", "me"),
+            store.clone(),
+            Challenges::new(),
+            AcmeMetrics::detached(),
+        );
+        let known = HashMap::from([("due.test".to_owned(), now + 86_400_000)]);
+        store
+            .inner
+            .put_certificate(&certificate("due.test", now + 90 * 86_400_000))
+            .await
+            .unwrap();
+        let outcomes = issuer.renew_due_knowing(&["due.test".to_owned()], now, &known).await;
+        assert!(
+            matches!(outcomes[0].1, Outcome::NotDue { not_after } if not_after == now + 90 * 86_400_000),
+            "{outcomes:?}"
+        );
+        assert_eq!(store.counts().2, 1, "read once: not due any more");
+        assert_eq!(store.inner.lease("due.test"), None, "so not leased either");
+    }
 }

@@ -188,6 +188,7 @@ struct StoreOperations {
     delete_domain: OperationMetrics,
     put_certificate: OperationMetrics,
     list_certificates: OperationMetrics,
+    certificates_changed: OperationMetrics,
     try_certificate_lease: OperationMetrics,
     release_certificate_lease: OperationMetrics,
     put_challenge: OperationMetrics,
@@ -241,6 +242,7 @@ impl MeteredStore {
                 delete_domain: op("delete_domain"),
                 put_certificate: op("put_certificate"),
                 list_certificates: op("list_certificates"),
+                certificates_changed: op("certificates_changed"),
                 try_certificate_lease: op("try_certificate_lease"),
                 release_certificate_lease: op("release_certificate_lease"),
                 put_challenge: op("put_challenge"),
@@ -466,6 +468,12 @@ impl CertificateStore for MeteredStore {
         self.ops
             .list_certificates
             .store_call(self.inner.list_certificates())
+            .await
+    }
+    async fn certificates_changed(&self) -> Result<u64, StoreError> {
+        self.ops
+            .certificates_changed
+            .store_call(self.inner.certificates_changed())
             .await
     }
     async fn try_lease(

@@ -6,6 +6,10 @@ use crate::StoreError;
 use async_trait::async_trait;
 use rebound_core::UnixMillis;
 
+/// The counter [`CertificateStore::certificates_changed`] reads, in the counters the store
+/// keeps (a counter like the code counter: `counter#certificate_changes` in DynamoDB).
+pub const CERTIFICATES_CHANGED_COUNTER: &str = "certificate_changes";
+
 /// A domain's certificate as issued: the chain (leaf first) and its private key, both PEM.
 #[derive(Clone, PartialEq, Eq)]
 pub struct StoredCertificate {
@@ -38,10 +42,15 @@ pub trait CertificateStore: Send + Sync {
     async fn put_account(&self, credentials: &str) -> Result<(), StoreError>;
     /// The certificate of `domain`, if any.
     async fn get_certificate(&self, domain: &str) -> Result<Option<StoredCertificate>, StoreError>;
-    /// Stores (or replaces) the certificate of `certificate.domain`.
+    /// Stores (or replaces) the certificate of `certificate.domain`, and moves the number
+    /// [`CertificateStore::certificates_changed`] reads.
     async fn put_certificate(&self, certificate: &StoredCertificate) -> Result<(), StoreError>;
     /// Every stored certificate, in domain order.
     async fn list_certificates(&self) -> Result<Vec<StoredCertificate>, StoreError>;
+    /// A number that moves forward whenever a certificate is stored (one strongly
+    /// consistent point read): a process that listed the certificates when it read this
+    /// number has them all while it reads the same number again.
+    async fn certificates_changed(&self) -> Result<u64, StoreError>;
     /// Takes or extends the lease on ordering `domain`'s certificate for `owner` until `until`:
     /// true unless another owner holds a lease unexpired at `now` (expired once
     /// `until <= now`). A conditional write.
@@ -80,6 +89,8 @@ mod memory {
         leases: BTreeMap<String, (String, UnixMillis)>,
         /// token -> (key authorization, until)
         challenges: BTreeMap<String, (String, UnixMillis)>,
+        /// Moved by every certificate stored.
+        changes: u64,
     }
 
     /// An in-memory [`CertificateStore`] for tests; clones share the same contents.
@@ -126,14 +137,20 @@ mod memory {
         }
 
         async fn put_certificate(&self, certificate: &StoredCertificate) -> Result<(), StoreError> {
-            self.state()
+            let mut state = self.state();
+            state
                 .certificates
                 .insert(certificate.domain.clone(), certificate.clone());
+            state.changes += 1;
             Ok(())
         }
 
         async fn list_certificates(&self) -> Result<Vec<StoredCertificate>, StoreError> {
             Ok(self.state().certificates.values().cloned().collect())
+        }
+
+        async fn certificates_changed(&self) -> Result<u64, StoreError> {
+            Ok(self.state().changes)
         }
 
         async fn try_lease(
@@ -320,9 +337,14 @@ async fn account_and_certificates(store: &dyn CertificateStore) {
         not_after,
     };
     let (a, b) = (format!("a{}", unique_domain()), format!("b{}", unique_domain()));
-    store.put_certificate(&cert(&b, 1)).await.unwrap();
-    store.put_certificate(&cert(&a, 2)).await.unwrap();
-    store.put_certificate(&cert(&b, 1_800_000_000_000)).await.unwrap();
+    let mut changed = store.certificates_changed().await.unwrap();
+    for (domain, not_after) in [(&b, 1), (&a, 2), (&b, 1_800_000_000_000)] {
+        store.put_certificate(&cert(domain, not_after)).await.unwrap();
+        // Every certificate stored moves the number forward (other processes may too).
+        let now = store.certificates_changed().await.unwrap();
+        assert!(now > changed, "{now} after {changed}");
+        changed = now;
+    }
     assert_eq!(
         store.get_certificate(&b).await.unwrap(),
         Some(cert(&b, 1_800_000_000_000))

@@ -329,6 +329,10 @@ impl crate::certs::CertificateStore for MemoryStore {
         self.check()?;
         self.certificates.list_certificates().await
     }
+    async fn certificates_changed(&self) -> Result<u64, StoreError> {
+        self.check()?;
+        self.certificates.certificates_changed().await
+    }
     async fn try_lease(
         &self,
         domain: &str,

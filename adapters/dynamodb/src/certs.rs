@@ -7,8 +7,9 @@ use crate::store::{condition_refused, sdk_err};
 use crate::DynamoStore;
 use async_trait::async_trait;
 use rebound_core::UnixMillis;
-use rebound_store::certs::{CertificateStore, StoredCertificate};
+use rebound_store::certs::{CertificateStore, StoredCertificate, CERTIFICATES_CHANGED_COUNTER};
 use rebound_store::StoreError;
+use rebound_store::{CounterStore, LinkReads};
 
 const ACCOUNT: &str = "acme#account";
 const CERT: &str = "cert#";
@@ -115,7 +116,14 @@ impl CertificateStore for DynamoStore {
             .send()
             .await
             .map_err(sdk_err)?;
+        // After the certificate: a process that reads the new number lists it. A crash in
+        // between leaves the others to their periodic full listing.
+        self.lease_block(CERTIFICATES_CHANGED_COUNTER, 1).await?;
         Ok(())
+    }
+
+    async fn certificates_changed(&self) -> Result<u64, StoreError> {
+        self.high_water(CERTIFICATES_CHANGED_COUNTER).await
     }
 
     async fn list_certificates(&self) -> Result<Vec<StoredCertificate>, StoreError> {

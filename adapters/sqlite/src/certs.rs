@@ -5,7 +5,8 @@ use crate::store::sql_err;
 use crate::SqliteStore;
 use async_trait::async_trait;
 use rebound_core::UnixMillis;
-use rebound_store::certs::{CertificateStore, StoredCertificate};
+use rebound_store::certs::{CertificateStore, StoredCertificate, CERTIFICATES_CHANGED_COUNTER};
+use rebound_store::LinkReads;
 use rebound_store::StoreError;
 use rusqlite::{params, OptionalExtension};
 
@@ -65,15 +66,26 @@ impl CertificateStore for SqliteStore {
     async fn put_certificate(&self, certificate: &StoredCertificate) -> Result<(), StoreError> {
         let c = certificate.clone();
         self.write(move |conn| {
-            conn.execute(
+            // The certificate and the change it makes, in one transaction.
+            let tx = conn.transaction().map_err(sql_err)?;
+            tx.execute(
                 "INSERT INTO certificates (domain, chain_pem, key_pem, not_after) VALUES (?1, ?2, ?3, ?4) \
                  ON CONFLICT (domain) DO UPDATE SET chain_pem = ?2, key_pem = ?3, not_after = ?4",
                 params![c.domain, c.chain_pem, c.key_pem, c.not_after],
             )
             .map_err(sql_err)?;
-            Ok(())
+            tx.execute(
+                "INSERT INTO counters (name, value) VALUES (?1, 1) ON CONFLICT (name) DO UPDATE SET value = value + 1",
+                [CERTIFICATES_CHANGED_COUNTER],
+            )
+            .map_err(sql_err)?;
+            tx.commit().map_err(sql_err)
         })
         .await
+    }
+
+    async fn certificates_changed(&self) -> Result<u64, StoreError> {
+        self.high_water(CERTIFICATES_CHANGED_COUNTER).await
     }
 
     async fn list_certificates(&self) -> Result<Vec<StoredCertificate>, StoreError> {
