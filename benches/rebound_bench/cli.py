@@ -35,6 +35,11 @@ Rebound through its bulk import, and runs every scenario, the servers taking tur
   regions   two regions, each a Redis and 2 proxies, region b's Redis 40 ms away each way
             (a relay): deletes through a control plane of region a alone and through one
             whose peer region is b, in turn                            (delete ms)
+  domains   10,000 domains (--domains) added through the API, a certificate each in the
+            store: start-up to ready and to every certificate served, RSS per domain, the
+            ACME rounds' CPU; TLS handshakes/s by SNI among them against one certificate,
+            each server capped (--cap); instructions per redirect on a domain (callgrind)
+                                                        (adds/s, s, bytes, handshakes/s)
 
 Wall-clock figures on this shared 2-core machine swing 15-25 % between identical runs:
 the servers alternate, every figure is a median of the runs with min and max, and the
@@ -51,12 +56,12 @@ from typing import Callable, Sequence
 
 from . import report
 from .context import Bench, Options
-from .scenarios import abuse, blip, callgrind, conns, create, distributed, regions, side, startup, tls, zipf
+from .scenarios import abuse, blip, callgrind, conns, create, distributed, domains, regions, side, startup, tls, zipf
 from .tools.install import ensure_oha, ensure_tools
 from .tools.proc import cpu_ticks
 from .util import log
 
-SCENARIOS = "side,startup,zipf,redis,create,callgrind,tls,abuse,conns,fleet,blip,regions"
+SCENARIOS = "side,startup,zipf,redis,create,callgrind,tls,abuse,conns,fleet,blip,regions,domains"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -75,6 +80,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rebound-threads", type=int, default=1,
                    help="REBOUND_REDIRECT_THREADS: 1 by default, like nginx's one worker (0: one per core)")
     p.add_argument("--rebound-env", action="append", default=[], help="NAME=VALUE for Rebound (experiments)")
+    p.add_argument("--rebound-bin", help="the Rebound binary every Rebound process of the run executes (default: "
+                                         "target/release/rebound; with --no-build, e.g. a build from before a change)")
+    p.add_argument("--domains", type=int, default=10_000, help="domains in the domains scenario")
+    p.add_argument("--servers", help="the callgrind scenario's servers, a comma list of nginx,hyper,hyper_1,rebound "
+                                     "(default: all; without nginx there is no 'vs nginx')")
+    p.add_argument("--user-agent", help="a User-Agent on every request of the callgrind scenario (a browser's, to "
+                                        "count the bot check in; default: none, as wrk sends)")
     p.add_argument("--cap", default="2500/10000",
                    help="the CPU share of each server in the tls scenario's capped rows: QUOTA/PERIOD in "
                         "microseconds of cgroup v1's cpu.cfs_quota_us/cpu.cfs_period_us (default: a quarter of "
@@ -92,7 +104,8 @@ def options(argv: Sequence[str]) -> Options:
                    connections=args.connections, list_size=args.list_size, only=args.only,
                    redis_links=args.redis_links, no_build=args.no_build, rebound_threads=args.rebound_threads,
                    rebound_env=list(args.rebound_env), cap=args.cap, no_cap=args.no_cap, no_oha=args.no_oha,
-                   out=args.out)
+                   out=args.out, domains=args.domains, rebound_bin=args.rebound_bin, servers=args.servers,
+                   user_agent=args.user_agent)
     if opts.quick:
         opts.links, opts.runs, opts.duration, opts.list_size = 100_000, 3, 5, 200_000
         opts.redis_links = min(opts.redis_links, 5_000)
@@ -104,7 +117,7 @@ def run(b: Bench) -> None:
     only = set(a.only.split(",")) if a.only else None
     log(f"raw outputs in {b.raw}")
     ensure_tools()
-    if not a.no_oha and (only is None or only & {"side", "tls"}):
+    if not a.no_oha and (only is None or only & {"side", "tls", "domains"}):
         b.oha = ensure_oha()
     if not a.no_build:
         b.build()
@@ -122,7 +135,7 @@ def run(b: Bench) -> None:
         ("create", lambda: create.run(b)), ("tls", lambda: tls.run(b, data_dir, usable)),
         ("abuse", lambda: abuse.run(b, data_dir, usable)), ("conns", lambda: conns.run(b, data_dir)),
         ("fleet", lambda: distributed.run_fleet(b)), ("blip", lambda: blip.run(b)),
-        ("regions", lambda: regions.run_regions(b)),
+        ("regions", lambda: regions.run_regions(b)), ("domains", lambda: domains.run(b)),
         ("callgrind", lambda: callgrind.run(b))]
     # A VM's wall-clock figures move with what the hypervisor takes from it (steal): each
     # scenario's share goes into the report beside its figures.

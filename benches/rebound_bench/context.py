@@ -40,6 +40,10 @@ class Options:
     no_cap: bool = False
     no_oha: bool = False
     out: str | None = None
+    domains: int = 10_000
+    rebound_bin: str | None = None
+    servers: str | None = None
+    user_agent: str | None = None
 
 
 class Bench:
@@ -51,7 +55,10 @@ class Bench:
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
         self.raw = raw or os.path.join(ROOT, "benches", "results", "raw", stamp)
         os.makedirs(self.raw, exist_ok=True)
-        self.rebound = os.path.join(ROOT, "target", "release", "rebound")
+        # --rebound-bin: another build of Rebound (the one before a change, say) for every
+        # Rebound process of the run, its CLI's import included.
+        self.rebound = os.path.abspath(opts.rebound_bin) if opts.rebound_bin else os.path.join(
+            ROOT, "target", "release", "rebound")
         self.hyper = os.path.join(ROOT, "target", "release", "hyper-ref")
         self.results: dict[str, Any] = {}
         self.commands: list[str] = []

@@ -11,6 +11,7 @@ from typing import Any
 
 from .context import Bench
 from .scenarios import callgrind, side, tls
+from .scenarios.domains import IDLE_S as IDLE_DOMAINS_S
 from .util import ROOT, Summary, log
 
 
@@ -99,16 +100,17 @@ def render(b: Bench) -> str:
         lines += [f"## Instructions per L1-hit redirect (callgrind, user space): {cg['title']}", "",
                   "| server | instructions per redirect | vs nginx | redirects in the measured stretch |",
                   "| --- | --- | --- | --- |"]
+        def vs_nginx(n: float) -> str:
+            return f"{n / cg['nginx']['per_request']:.2f}x" if "nginx" in cg else "-"
         for name, label in [("rebound", "rebound"), ("nginx", "nginx"), ("hyper", "hyper"),
                             ("hyper_1", "hyper, one thread (`current_thread` runtime)")]:
             if name in cg:
-                lines.append(f"| {label} | {cg[name]['per_request']:,.0f} | "
-                             f"{cg[name]['per_request'] / cg['nginx']['per_request']:.2f}x | "
+                lines.append(f"| {label} | {cg[name]['per_request']:,.0f} | {vs_nginx(cg[name]['per_request'])} | "
                              f"{cg[name]['requests']:,} |")
-        if cg["rebound"].get("path_per_request"):
+        if "rebound" in cg and cg["rebound"].get("path_per_request"):
             p = cg["rebound"]["path_per_request"]
             lines.append(f"| rebound, the request path alone (connection tasks, inclusive) | {p:,.0f} | "
-                         f"{p / cg['nginx']['per_request']:.2f}x | |")
+                         f"{vs_nginx(p)} | |")
         lines += ["", "A server that finds more requests waiting at each wake-up spends fewer instructions "
                       "per request on waking up: the fewer redirects a stretch served, the more each cost."]
         if "rebound_clicks" in cg:
@@ -302,8 +304,82 @@ def render(b: Bench) -> str:
             lines += ["", f"Rebound's L1 filled {r['rss_rebound_cached']:,.0f} codes (its L1 misses) before "
                           f"the RSS was read, with their clicks pending."]
         lines.append("")
+    if "domains" in r:
+        lines += domains_section(r["domains"])
     lines += ["## Commands", "", "```", " ".join(["scripts/bench"] + b.argv)] + b.commands + ["```", ""]
     return "\n".join(lines)
+
+
+def domains_section(d: dict[str, Any]) -> list[str]:
+    """The domains scenario: adds, start-up and memory, handshakes, instructions."""
+    n = d["domains"]
+    ad, made, st = d["adds"], d["certs_made"], d["startup"]
+    lines = [f"## Domains: {n:,} domains, a certificate each", "",
+             f"{n:,} domains added through the API (`POST /api/v1/domains`, `certificate: acme`, one client, one "
+             f"add after the other, ACME off) on a data directory of {d['links']:,} links: {fmt(ad['seconds'], 1)} s, "
+             f"{fmt(ad['per_s'])} adds/s; one add p50 {fmt(ad['p50_ms'], 2)} ms, p99 {fmt(ad['p99_ms'], 2)} ms, "
+             f"max {fmt(ad['max_ms'], 1)} ms ({ad['seconds']['runs']} directories).", "",
+             f"Certificates: one self-signed ECDSA P-256 certificate per domain, each with its own key, valid "
+             f"90 days, and one for the default domain ({n + 1:,}), made with {made['how']} in "
+             f"{made['seconds']:.1f} s and written into the `certificates` table of the stopped directory in "
+             f"{made['store_seconds']:.1f} s (there is no API to upload a certificate). The directory without "
+             "domains holds the default domain's alone.", "",
+             "| set-up | domains routed at ready | exec to ready s | exec to every expiry exported s | exec to "
+             f"every certificate served s | RSS after load MiB | RSS after {IDLE_DOMAINS_S} s idle MiB | CPU s in "
+             f"those {IDLE_DOMAINS_S} s |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    titles = {"files-0": "TLS port with the certificate files, no domain",
+              "files-N": f"the same, {n:,} domains",
+              "acme-0": "ACME on (nowhere to order from), no domain",
+              "acme-N": f"ACME on, {n:,} domains and their certificates"}
+    for key, title in titles.items():
+        v = st[key]
+        lines.append(f"| {title} | {v['routed_at_ready']['median']:,.0f} | {fmt(v['ready_s'], 2)} | "
+                     f"{fmt(v['expiries_s'], 2) if 'expiries_s' in v else '-'} | "
+                     f"{fmt(v['installed_s'], 2) if 'installed_s' in v else '-'} | {fmt(v['rss_loaded_mib'], 1)} | "
+                     f"{fmt(v['rss_idle_mib'], 1)} | {fmt(v['idle_cpu_s'], 2)} |")
+    per = st["bytes_per_domain"]
+    lines += ["", f"Memory per domain (RSS with {n:,} domains less RSS without, in the same round, over {n:,}): "
+              f"without certificates {fmt(per['files']['rss_loaded_mib'])} bytes after the load, "
+              f"{fmt(per['files']['rss_idle_mib'])} after the idle stretch; with their certificates "
+              f"{fmt(per['acme']['rss_loaded_mib'])} and {fmt(per['acme']['rss_idle_mib'])} bytes. "
+              f"Each ACME round (every 15 s) costs {fmt(st['acme_round_cpu_s'], 3)} CPU-seconds more with "
+              f"{n:,} certificates than with one (idle CPU difference over the rounds of the idle stretch). "
+              f"Orders made in all the ACME starts (issued, renewed and failed, from the issuer's counters): "
+              f"{st['acme_ordered']:.0f}; log lines about an order: {st['order_log_lines']}.", ""]
+    hs = d["handshakes"]
+    cap = hs["cap"]
+    lines += [f"TLS handshakes per second with {n:,} certificates chosen by SNI (the ACME set-up) and with one "
+              "certificate for every name (the certificate files, the same directory and domains), "
+              + (f"each server capped to {cap['cores']:.2f} of a core" if cap else "not capped")
+              + " and pinned to CPU 0, the client on CPU 1. Each run on a server started for it, once the first "
+              "ACME round has served the certificates, after a 1 s warm-up; medians of the rounds (min-max), the "
+              "ratio that of each round's two runs:", "",
+              "| run | N certificates /s | one certificate /s | ratio | N per server CPU-second | one per "
+              "server CPU-second | ratio | server's share of a core, N / one | periods throttled, N / one | "
+              "handshakes resumed, N / one | run ended after the start, s (max) |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for key, title in hs["rows"]:
+        x, y = hs[f"{key}:acme"], hs[f"{key}:files"]
+        lines.append(f"| {title} | {fmt(x['rate'])} | {fmt(y['rate'])} | {fmt(hs[f'{key}:ratio'], 3)} | "
+                     f"{fmt(x['per_cpu_s'])} | {fmt(y['per_cpu_s'])} | {fmt(hs[f'{key}:ratio_per_cpu_s'], 3)} | "
+                     f"{100 * x['server_core_share']['median']:.0f} % / {100 * y['server_core_share']['median']:.0f} % | "
+                     f"{100 * x['throttled_share']['median']:.0f} % / {100 * y['throttled_share']['median']:.0f} % | "
+                     f"{100 * x['resumed_share']['median']:.0f} % / {100 * y['resumed_share']['median']:.0f} % | "
+                     f"{max(x['ended_after_start_s']['max'], y['ended_after_start_s']['max']):.1f} |")
+    lines += ["", "The ACME rounds run 15 s apart from the start: a run that ended within 15 s of it had none in it "
+              "but the first (before the warm-up). Resumed: the share of the handshakes the server counted as "
+              "resumed (`rebound_edge_tls_handshakes_total`).", ""]
+    c = d["callgrind"]
+    lines += [f"Instructions per L1-hit redirect (callgrind, user space; {c['connections']} connections over "
+              f"{c['codes']:,} codes, {c['seconds']} s, one redirect thread), the directory with the {n:,} domains:",
+              "", "| requests | instructions per redirect | the request path alone | redirects measured | vs the "
+              "default domain |", "| --- | --- | --- | --- | --- |"]
+    for key, title in [("default", "default domain (by address)"), ("on_domain", f"`Host: {c['domain']}`")]:
+        v = c[key]
+        lines.append(f"| {title} | {v['per_request']:,.0f} | {v['path_per_request']:,.0f} | {v['requests']:,} | "
+                     f"{v['per_request'] / c['default']['per_request']:.3f}x |")
+    lines.append("")
+    return lines
 
 
 def write(b: Bench) -> str:

@@ -38,7 +38,10 @@ def measure(b: Bench, data_dir: str, usable: Table) -> None:
     """Instructions per L1-hit redirect under callgrind: counters zeroed after a warm-up,
     dumped after a fixed wrk run, divided by the requests served; click accounting and
     writes included (every thread of the process is counted)."""
-    for key, title, n_codes, connections, seconds, names, settings in WORKLOADS:
+    wanted = set(b.args.servers.split(",")) if b.args.servers else None
+    headers = [f"User-Agent: {b.args.user_agent}"] if b.args.user_agent else []
+    for key, title, n_codes, connections, seconds, all_names, settings in WORKLOADS:
+        names = [n for n in all_names if wanted is None or n in wanted]
         codes = usable[:n_codes]
         request_file = b.path(f"requests-{key}.txt")
         with open(request_file, "w") as f:
@@ -60,7 +63,7 @@ def measure(b: Bench, data_dir: str, usable: Table) -> None:
             try:
                 s.wait_ready("/readyz" if name == "rebound" else "/", 900)
                 url = f"http://127.0.0.1:{s.port}"
-                wrk(url, [request_file], 20, connections, b.path(f"wrk-{key}-warmup.txt"))
+                wrk(url, [request_file], 20, connections, b.path(f"wrk-{key}-warmup.txt"), headers=headers)
                 cg.zero(s.pid)
                 if name == "rebound":
                     # A scrape of /metrics costs Rebound about 1.1M instructions (434
@@ -68,10 +71,10 @@ def measure(b: Bench, data_dir: str, usable: Table) -> None:
                     # server ~13x, it added ~400 instructions to every redirect measured,
                     # which Prometheus at a 15 s interval and full speed would make ~1.
                     with ClickWatch(f"http://127.0.0.1:{s.metrics_port}/metrics", every=10.0) as clicks:
-                        r = wrk(url, [request_file], seconds, connections, b.path(f"wrk-{key}.txt"))
+                        r = wrk(url, [request_file], seconds, connections, b.path(f"wrk-{key}.txt"), headers=headers)
                     out["rebound_clicks"] = clicks.result
                 else:
-                    r = wrk(url, [request_file], seconds, connections, b.path(f"wrk-{key}.txt"))
+                    r = wrk(url, [request_file], seconds, connections, b.path(f"wrk-{key}.txt"), headers=headers)
                 cg.dump(s.pid)
                 time.sleep(1)
                 total, dumps = cg.dumps_total(b.raw, f"{key}.out.{name}.")
@@ -86,6 +89,7 @@ def measure(b: Bench, data_dir: str, usable: Table) -> None:
             finally:
                 s.stop()
         b.results[key] = out
+        agent = f" -H 'User-Agent: {b.args.user_agent}'" if b.args.user_agent else ""
         b.commands.append(f"valgrind --tool=callgrind SERVER; wrk 20 s warm-up; callgrind_control -z PID; "
-                          f"wrk -t 1 -c {connections} -d {seconds}s ({n_codes:,} codes of a 100,000-link table); "
+                          f"wrk -t 1 -c {connections} -d {seconds}s{agent} ({n_codes:,} codes of a 100,000-link table); "
                           f"callgrind_control -d PID  # {title}")

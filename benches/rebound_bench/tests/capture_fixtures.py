@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -21,7 +23,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 from rebound_bench import servers  # noqa: E402
 from rebound_bench.context import Bench, Options, first_paths  # noqa: E402
-from rebound_bench.tools import callgrind, cgroup, oha, openssl, redis  # noqa: E402
+from rebound_bench.scenarios import domains  # noqa: E402
+from rebound_bench.tools import callgrind, certs, cgroup, oha, openssl, redis  # noqa: E402
 from rebound_bench.tools.proc import perf_events  # noqa: E402
 from rebound_bench.tools.wrk import wrk_command  # noqa: E402
 from rebound_bench.util import free_port, wait_for  # noqa: E402
@@ -40,9 +43,12 @@ def out(cmd: list[str], **kw: object) -> str:
 
 
 def main() -> None:
+    """Every fixture; `capture_fixtures.py domains` the domains scenario's alone."""
     b = Bench(Options(links=1000, list_size=20_000))
     try:
-        capture(b)
+        if sys.argv[1:] != ["domains"]:
+            capture(b)
+        capture_domains(b)
     finally:
         shutil.rmtree(b.raw, ignore_errors=True)
 
@@ -144,6 +150,50 @@ def capture_callgrind(b: Bench, data_dir: str, codes: list[str]) -> None:
         line for line in lines[-5:] if line.startswith(("summary:", "totals:")) or line == "\n"))
     annotated = out(["callgrind_annotate", "--inclusive=yes", os.path.join(b.raw, dumps[-1])])
     save("callgrind-annotate.txt", "".join(annotated.splitlines(keepends=True)[:60]))
+
+
+def capture_domains(b: Bench) -> None:
+    """metrics-acme.txt: /metrics of an all-in-one with ACME on (nowhere to order from) and
+    three domains added through the API, their certificates in the store, after the
+    certificates were served, two more full handshakes and one resuming the second's
+    session; cut to the families the domains scenario reads."""
+    data_dir = b.path("data-domains")
+    b.load_links(data_dir, 10, "domains")
+    names = ["a.bench.example", "b.bench.example", "c.bench.example"]
+    s = b.rebound_server(data_dir).start(b.path("domains-add.log"))
+    try:
+        s.wait_ready("/readyz", 120)
+        domains.add_domains(s.api_port, names)
+    finally:
+        s.stop()
+    made, _ = certs.domain_certificates(names + [domains.DEFAULT_HOST])
+    certs.store_certificates(data_dir, made)
+    s, tls_port = domains.rebound_tls(b, data_dir, "acme", ("", ""))
+    s.start(b.path("domains-acme.log"))
+    try:
+        s.wait_ready("/readyz", 120)
+        wait_for(lambda: domains.served_certificate(tls_port, names[-1]) == made[2].der_sha256, 60,
+                 "the certificates served")
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        session = None
+        for name, resume in [(names[0], False), (names[1], False), (names[1], True)]:
+            with socket.create_connection(("127.0.0.1", tls_port)) as sock, \
+                    ctx.wrap_socket(sock, server_hostname=name, session=session if resume else None) as tls:
+                # A request and its answer: the TLS 1.3 ticket comes after the handshake.
+                tls.sendall(f"GET /nosuchcode HTTP/1.1\r\nHost: {name}\r\nConnection: close\r\n\r\n".encode())
+                while tls.recv(65536):
+                    pass
+                assert tls.session_reused == resume, (name, resume)
+                session = tls.session
+        text = out(["curl", "-s", f"http://127.0.0.1:{s.metrics_port}/metrics"])
+    finally:
+        s.stop()
+    families = ("rebound_acme_", "rebound_domains_routed", "rebound_edge_tls_handshakes_total")
+    kept = [line for line in text.splitlines(keepends=True)
+            if line.startswith(families) or line.startswith(tuple(f"# {k} {f}" for k in ["HELP", "TYPE"]
+                                                                  for f in families))]
+    save("metrics-acme.txt", "".join(kept))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import urllib.request
+from typing import Mapping
 
 
 def fetch(url: str) -> str:
@@ -17,6 +18,41 @@ def parse_metric(text: str, name: str) -> float:
         if line.startswith(name + " "):
             return float(line.rsplit(" ", 1)[1])
     return 0.0
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    """`a="x",b="y"` (the inside of a sample's braces) as a dict; values without escapes,
+    as Rebound's are."""
+    out = {}
+    for part in text.split('",'):
+        if "=" in part:
+            key, value = part.split("=", 1)
+            out[key.strip()] = value.strip().strip('"')
+    return out
+
+
+def samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    """Every sample of the series `name` (exactly that name, not its `_bucket`s): labels
+    and value."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith(name + "{") and "} " in line:
+            labels, value = line[len(name) + 1:].rsplit("} ", 1)
+            out.append((parse_labels(labels), float(value)))
+        elif line.startswith(name + " "):
+            out.append(({}, float(line.rsplit(" ", 1)[1])))
+    return out
+
+
+def parse_series_count(text: str, name: str) -> int:
+    """How many series `name` has (one per label set: the domains of a per-domain gauge)."""
+    return len(samples(text, name))
+
+
+def parse_metric_sum(text: str, name: str, labels: Mapping[str, str] | None = None) -> float:
+    """The sum of the samples of `name` whose labels include `labels` (all of them without)."""
+    want = dict(labels or {})
+    return sum(v for got, v in samples(text, name) if all(got.get(k) == x for k, x in want.items()))
 
 
 def parse_histogram_quantile(text: str, name: str, q: float, labels: str = "") -> tuple[float, float]:

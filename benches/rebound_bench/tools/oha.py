@@ -53,11 +53,12 @@ def available() -> bool:
 
 def oha_command(url_file: str, duration: int, connections: int, http2: bool = False, streams: int = 1,
                 keepalive: bool = True, threads: int = 1, cpus: str | None = None,
-                headers: Sequence[str] = ()) -> list[str]:
+                headers: Sequence[str] = (), connect_to: Sequence[str] = ()) -> list[str]:
     """oha on the URLs of `url_file` for `duration` seconds with `connections`
     connections, on `threads` tokio worker threads (1, like wrk's one thread); HTTP/2 with
     `streams` requests in flight on each connection; a new connection for every request
-    without keep-alive (the handshake rows)."""
+    without keep-alive (the handshake rows); `connect_to` as `--connect-to` each
+    (`host:port:127.0.0.1:port`: a URL's host, so its SNI name and Host, resolved here)."""
     cmd = ["oha", "--no-tui", "--output-format", "json", "--worker-threads", str(threads), "--redirect", "0",
            "--insecure", "-c", str(connections), "-z", f"{duration}s"]
     if http2:
@@ -66,6 +67,8 @@ def oha_command(url_file: str, duration: int, connections: int, http2: bool = Fa
         cmd.append("--disable-keepalive")
     for h in headers:
         cmd += ["-H", h]
+    for c in connect_to:
+        cmd += ["--connect-to", c]
     cmd += ["--urls-from-file", url_file]
     if cpus is not None:
         cmd[0:0] = ["taskset", "-c", cpus]
@@ -74,12 +77,17 @@ def oha_command(url_file: str, duration: int, connections: int, http2: bool = Fa
 
 def oha(url_file: str, duration: int, connections: int, raw_path: str, http2: bool = False, streams: int = 1,
         keepalive: bool = True, threads: int = 1, cpus: str | None = None,
-        env: Mapping[str, str] | None = None) -> OhaResult:
+        env: Mapping[str, str] | None = None, connect_to: Sequence[str] = ()) -> OhaResult:
     """Runs oha, appends its command and JSON report to `raw_path`, and parses it."""
-    cmd = oha_command(url_file, duration, connections, http2, streams, keepalive, threads, cpus)
+    cmd = oha_command(url_file, duration, connections, http2, streams, keepalive, threads, cpus,
+                      connect_to=connect_to)
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=duration + 120).stdout
+    # The raw file names a few of many --connect-to.
+    shown = cmd if len(connect_to) <= 3 else oha_command(
+        url_file, duration, connections, http2, streams, keepalive, threads, cpus,
+        connect_to=connect_to[:3]) + [f"(and {len(connect_to) - 3} more --connect-to)"]
     with open(raw_path, "a") as f:
-        f.write(" ".join(cmd) + "\n" + out + "\n")
+        f.write(" ".join(shown) + "\n" + out + "\n")
     return parse_oha_json(out)
 
 
