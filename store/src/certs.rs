@@ -91,6 +91,8 @@ mod memory {
         challenges: BTreeMap<String, (String, UnixMillis)>,
         /// Moved by every certificate stored.
         changes: u64,
+        /// Calls made: (change number reads, listings, single certificate reads).
+        calls: (usize, usize, usize),
     }
 
     /// An in-memory [`CertificateStore`] for tests; clones share the same contents.
@@ -109,6 +111,12 @@ mod memory {
         /// How many HTTP-01 answers are stored, ended or not.
         pub fn challenge_count(&self) -> usize {
             self.state().challenges.len()
+        }
+
+        /// The calls made so far: (`certificates_changed`, `list_certificates`,
+        /// `get_certificate`), for a test of how much a caller reads.
+        pub fn reads(&self) -> (usize, usize, usize) {
+            self.state().calls
         }
 
         /// The lease on `domain` as stored (owner, until), expired or not.
@@ -133,7 +141,9 @@ mod memory {
         }
 
         async fn get_certificate(&self, domain: &str) -> Result<Option<StoredCertificate>, StoreError> {
-            Ok(self.state().certificates.get(domain).cloned())
+            let mut state = self.state();
+            state.calls.2 += 1;
+            Ok(state.certificates.get(domain).cloned())
         }
 
         async fn put_certificate(&self, certificate: &StoredCertificate) -> Result<(), StoreError> {
@@ -146,11 +156,15 @@ mod memory {
         }
 
         async fn list_certificates(&self) -> Result<Vec<StoredCertificate>, StoreError> {
-            Ok(self.state().certificates.values().cloned().collect())
+            let mut state = self.state();
+            state.calls.1 += 1;
+            Ok(state.certificates.values().cloned().collect())
         }
 
         async fn certificates_changed(&self) -> Result<u64, StoreError> {
-            Ok(self.state().changes)
+            let mut state = self.state();
+            state.calls.0 += 1;
+            Ok(state.changes)
         }
 
         async fn try_lease(
