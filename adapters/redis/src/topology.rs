@@ -286,12 +286,11 @@ mod tests {
         start_cluster_with(&[], &Access::default()).await
     }
 
-    /// [`start_cluster`], each node started with `args` too, reached with `access` (over
-    /// TLS only, the cluster bus too, when it has a CA).
-    async fn start_cluster_with(args: &[&str], access: &Access) -> Cluster {
-        let dir = tempfile::tempdir().unwrap();
-        let mut nodes = Vec::new();
-        for _ in 0..3 {
+    /// One cluster node on free ports, answering PING. Another test may take a port between
+    /// `free_port` and the bind: a node that exits instead of answering is started again on
+    /// other ports (at most five times).
+    async fn start_node(dir: &std::path::Path, args: &[&str], access: &Access) -> (Child, u16) {
+        for _ in 0..5 {
             let (port, bus) = (free_port(), free_port());
             let port_args = match access.ca {
                 Some(_) => vec![
@@ -305,7 +304,7 @@ mod tests {
                 .collect::<Vec<_>>(),
                 None => vec!["--port".to_owned(), port.to_string()],
             };
-            let child = Command::new("redis-server")
+            let mut child = Command::new("redis-server")
                 .args([
                     "--bind",
                     "127.0.0.1",
@@ -320,17 +319,38 @@ mod tests {
                 .args(["--cluster-port", &bus.to_string()])
                 .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
                 .arg("--dir")
-                .arg(dir.path())
+                .arg(dir)
                 .args(args)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
                 .expect("redis-server");
-            nodes.push((child, port));
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            loop {
+                if cli_as(access, port, &["ping"]) == "PONG" {
+                    return (child, port);
+                }
+                if child.try_wait().expect("redis-server's status").is_some() {
+                    break; // a port was taken: again, on others
+                }
+                assert!(std::time::Instant::now() < deadline, "a node answers PING within 30 s");
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
         }
-        let cluster = Cluster { nodes, _dir: dir };
-        for (_, port) in &cluster.nodes {
-            wait_until("a node answers PING", || cli_as(access, *port, &["ping"]) == "PONG").await;
+        panic!("no cluster node started in five tries");
+    }
+
+    /// [`start_cluster`], each node started with `args` too, reached with `access` (over
+    /// TLS only, the cluster bus too, when it has a CA).
+    async fn start_cluster_with(args: &[&str], access: &Access) -> Cluster {
+        // The nodes started so far are killed if a later one does not start.
+        let mut cluster = Cluster {
+            nodes: Vec::new(),
+            _dir: tempfile::tempdir().unwrap(),
+        };
+        for _ in 0..3 {
+            let node = start_node(cluster._dir.path(), args, access).await;
+            cluster.nodes.push(node);
         }
         let addresses: Vec<String> = cluster.nodes.iter().map(|(_, p)| format!("127.0.0.1:{p}")).collect();
         let out = redis_cli(access)
