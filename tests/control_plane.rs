@@ -612,6 +612,52 @@ async fn the_cli_manages_links_and_keys() {
         .as_str()
         .unwrap()
         .to_owned();
+    // An edit: at the version read just before, or the one given; a stale one is refused.
+    let (ok, out, err) = cli(
+        &api,
+        Some(&creator),
+        &[
+            "links",
+            "edit",
+            &code,
+            "--url",
+            "https://example.com/3",
+            "--redirect",
+            "301",
+            "--no-expiry",
+            "--json",
+        ],
+    );
+    assert!(ok, "{err}");
+    let edited = serde_json::from_str::<Value>(&out).unwrap();
+    assert_eq!(
+        (&edited["long_url"], &edited["redirect"], &edited["version"]),
+        (&json!("https://example.com/3"), &json!(301), &json!(2))
+    );
+    let (ok, _, err) = cli(
+        &api,
+        Some(&creator),
+        &["links", "edit", &code, "--forward-query", "--if-match", "1"],
+    );
+    assert!(!ok && err.contains("412 version_mismatch"), "{err}");
+    let (ok, out, err) = cli(
+        &api,
+        Some(&creator),
+        &[
+            "links",
+            "edit",
+            &code,
+            "--forward-query",
+            "--ttl",
+            "600",
+            "--if-match",
+            "2",
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains("https://example.com/3") && out.contains("true"), "{out}");
+    let (ok, _, err) = cli(&api, Some(&creator), &["links", "edit", &code]);
+    assert!(!ok && err.contains("400 empty_edit"), "{err}");
     let (ok, out, _) = cli(&api, Some(&creator), &["links", "delete", &code]);
     assert!(ok && out.contains("deleted"), "{out}");
 

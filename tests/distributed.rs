@@ -29,41 +29,51 @@ async fn i1_delete_and_takedown_reach_both_proxies() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs REBOUND_TEST_REDIS_URL and REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
-async fn deletes_with_two_healthy_proxies_are_timed() {
-    // Sequential deletes of links warmed into both proxies: the API's answer includes the
-    // store's write, the tombstone, the publish and both acknowledgements. Printed, for
-    // one Redis and for the cluster (scripts/test runs this suite on both).
+async fn deletes_and_edits_with_two_healthy_proxies_are_timed() {
+    // Sequential edits and deletes of links warmed into both proxies, one of each per link,
+    // in one run: the API's answer includes the store's write, the record (the tombstone or
+    // the edited one), the publish and both acknowledgements. Printed, for one Redis and for
+    // the cluster (scripts/test runs this suite on both).
     let d = Deployment::new(&shared_aws_url(), Some(&shared_redis_url()));
     let dir = temp_dir();
     let cp = d.control_plane(dir.path(), &[]);
     let proxies = [d.proxy(dir.path(), &[]).await, d.proxy(dir.path(), &[]).await];
-    let mut took = Vec::new();
+    let (mut deletes, mut edits) = (Vec::new(), Vec::new());
     for i in 0..200 {
         let code = create(&cp, json!({"long_url": format!("https://example.com/t/{i}")})).await;
         for p in &proxies {
             assert_eq!(status(p, &code).await, 302);
         }
         let started = Instant::now();
+        let (s, v) = edit_link(&cp, &code, 1, json!({"long_url": format!("https://example.com/e/{i}")})).await;
+        edits.push(started.elapsed());
+        assert_eq!(s, StatusCode::OK, "{v}");
+        for p in &proxies {
+            assert_eq!(status(p, &code).await, 302);
+        }
+        let started = Instant::now();
         let (s, v) = take_down(&cp, &code, false).await;
-        took.push(started.elapsed());
+        deletes.push(started.elapsed());
         assert!(s.is_success(), "{s} {v}");
     }
-    eprintln!("the first five: {:?}", &took[..5]);
-    took.sort();
-    let at = |q: f64| took[((took.len() as f64 * q) as usize).min(took.len() - 1)].as_secs_f64() * 1000.0;
     let cluster = if shared_redis_is_a_cluster() {
         "a Redis Cluster"
     } else {
         "one Redis"
     };
-    eprintln!(
-        "delete on {cluster}, 2 proxies, {} deletes: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; the slowest: {:?}",
-        took.len(),
-        at(0.5),
-        at(0.99),
-        at(1.0),
-        &took[took.len() - 5..]
-    );
+    for (what, took) in [("delete", &mut deletes), ("edit", &mut edits)] {
+        eprintln!("{what}: the first five: {:?}", &took[..5]);
+        took.sort();
+        let at = |q: f64| took[((took.len() as f64 * q) as usize).min(took.len() - 1)].as_secs_f64() * 1000.0;
+        eprintln!(
+            "{what} on {cluster}, 2 proxies, {} of them: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; the slowest: {:?}",
+            took.len(),
+            at(0.5),
+            at(0.99),
+            at(1.0),
+            &took[took.len() - 5..]
+        );
+    }
     let (sum, count) = (
         metric(&cp, "rebound_invalidation_ack_wait_seconds_sum").await,
         metric(&cp, "rebound_invalidation_ack_wait_seconds_count").await,
@@ -71,6 +81,79 @@ async fn deletes_with_two_healthy_proxies_are_timed() {
     eprintln!(
         "of which waiting for the acknowledgements: {:.2} ms on average",
         sum / count * 1000.0
+    );
+    assert_eq!(metric(&cp, "rebound_invalidation_waited_out_total").await, 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_REDIS_URL and REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
+async fn i1_an_edit_reaches_both_proxies_and_no_one_answers_the_old_target() {
+    // SPEC §12: once an edit returned, no proxy redirects to the old target. Each round
+    // warms a link into both proxies' L1 and edits it (four workers at once); the moment the
+    // API answered, both redirect to the new target. Timed like the deletes.
+    let d = Deployment::new(&shared_aws_url(), Some(&shared_redis_url()));
+    let dir = temp_dir();
+    let cp = d.control_plane(dir.path(), &[]);
+    let proxies = [d.proxy(dir.path(), &[]).await, d.proxy(dir.path(), &[]).await];
+    let rounds = 100;
+    let worker = |w: usize| {
+        let (cp, proxies) = (&cp, &proxies);
+        async move {
+            let mut took = Vec::new();
+            for i in (w..rounds).step_by(4) {
+                let old = format!("https://example.com/edit/{i}/old");
+                let code = create(cp, json!({"long_url": old})).await;
+                for version in 1..=3u64 {
+                    let round = version - 1;
+                    for p in proxies {
+                        let target = if round == 0 {
+                            &old
+                        } else {
+                            &format!("https://example.com/edit/{i}/{version}")
+                        };
+                        let status = if round == 0 { 302 } else { 307 };
+                        assert_eq!(location(p, &code).await, (status, Some(target.clone())));
+                        assert_eq!(location(p, &code).await.1.as_ref(), Some(target), "now from L1");
+                    }
+                    let new = format!("https://example.com/edit/{i}/{}", version + 1);
+                    let started = Instant::now();
+                    let (s, v) = edit_link(cp, &code, version, json!({"long_url": new, "redirect": 307})).await;
+                    took.push(started.elapsed());
+                    assert_eq!(s, StatusCode::OK, "{v}");
+                    for (n, p) in proxies.iter().enumerate() {
+                        assert_eq!(
+                            location(p, &code).await,
+                            (307, Some(new.clone())),
+                            "round {i}.{round}: proxy {n} answered an older version after the API answered"
+                        );
+                    }
+                }
+            }
+            took
+        }
+    };
+    let mut took: Vec<Duration> = futures_util::future::join_all((0..4).map(worker))
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    took.sort();
+    let at = |q: f64| took[((took.len() as f64 * q) as usize).min(took.len() - 1)].as_secs_f64() * 1000.0;
+    eprintln!(
+        "edit on {}, 2 proxies, {} edits (4 at a time): p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        if shared_redis_is_a_cluster() {
+            "a Redis Cluster"
+        } else {
+            "one Redis"
+        },
+        took.len(),
+        at(0.5),
+        at(0.99),
+        at(1.0)
+    );
+    assert!(
+        metric(&cp, "rebound_invalidation_acks_total").await >= 2.0 * took.len() as f64,
+        "every edit waited for both proxies' acknowledgements"
     );
     assert_eq!(metric(&cp, "rebound_invalidation_waited_out_total").await, 0.0);
 }

@@ -112,7 +112,7 @@ fn faketime_lib() -> String {
 }
 
 #[test]
-fn the_checker_finds_a_redirect_after_a_delete_and_a_404_after_a_create() {
+fn the_checker_finds_a_redirect_after_a_delete_or_to_an_edited_away_target_and_a_404_after_a_create() {
     let h = History::default();
     let t = Instant::now();
     let at = |ms: u64| t + Duration::from_millis(ms);
@@ -120,6 +120,13 @@ fn the_checker_finds_a_redirect_after_a_delete_and_a_404_after_a_create() {
         code: code.into(),
         proxy: "p".into(),
         status,
+        location: (status == 302).then(|| format!("https://{code}.example/")),
+    };
+    let to = |code: &str, target: &str| Op::Probe {
+        code: code.into(),
+        proxy: "p".into(),
+        status: 302,
+        location: Some(target.into()),
     };
     h.record(
         Op::Create {
@@ -158,15 +165,42 @@ fn the_checker_finds_a_redirect_after_a_delete_and_a_404_after_a_create() {
         at(10),
     );
     h.record(probe("c", 302), at(20), at(21));
+    // An edit of d from its first target to a second: the second any time, the first only
+    // before the edit returned (or overlapping it).
+    h.record(
+        Op::Edit {
+            code: "d".into(),
+            from: "https://d.example/".into(),
+            ok: true,
+        },
+        at(30),
+        at(40),
+    );
+    h.record(to("d", "https://d.example/"), at(20), at(21));
+    h.record(to("d", "https://d.example/"), at(35), at(41));
+    h.record(to("d", "https://second.example/"), at(50), at(51));
+    // A failed edit promises nothing.
+    h.record(
+        Op::Edit {
+            code: "e".into(),
+            from: "https://e.example/".into(),
+            ok: false,
+        },
+        at(0),
+        at(10),
+    );
+    h.record(to("e", "https://e.example/"), at(20), at(21));
     assert!(h.violations().is_empty(), "{:?}", h.violations());
     h.record(probe("a", 302), at(50), at(51));
     h.record(probe("b", 404), at(50), at(51));
+    h.record(to("d", "https://d.example/"), at(60), at(61));
     let found: Vec<&str> = h.violations().iter().map(|v| v.what).collect();
     assert_eq!(
         found,
         [
             "I1: redirected after a successful delete",
-            "I2: 404 after a successful create"
+            "I2: 404 after a successful create",
+            "I1: redirected to the old target after a successful edit"
         ]
     );
     let _: Vec<Event> = h.events();

@@ -316,6 +316,93 @@ async fn delete_and_takedown_are_404_on_the_next_request() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_is_served_on_the_next_request_over_http1_and_h2_while_clicks_race_it() {
+    // The all-in-one: an edit puts its new version into L1 before the API answers, and a
+    // read of the old version still in flight cannot bring it back. Clients click the link
+    // all along; every click that began after an edit returned goes to a newer target, and
+    // the next request after each edit goes there over HTTP/1.1 and h2c.
+    let dir = temp_dir();
+    let rb = Rebound::start(dir.path(), &[]);
+    rb.create(json!({"long_url": "https://example.com/v1", "custom_alias": "moving"}))
+        .await;
+    let over_h2 = |target: &str| {
+        let got = curl_answer(
+            &["-s", "--http2-prior-knowledge", "-o", "/dev/null"],
+            &rb.redirect_url("/moving"),
+        );
+        assert_eq!(
+            got.split(' ').take(3).collect::<Vec<_>>(),
+            ["2", "302", target],
+            "{got}"
+        );
+    };
+    over_h2("https://example.com/v1");
+    let history = std::sync::Arc::new(common::history::History::default());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clickers: Vec<_> = [rb.http.clone(), http(), http(), http()]
+        .into_iter()
+        .enumerate()
+        .map(|(n, client)| {
+            let (history, stop, url) = (history.clone(), stop.clone(), rb.run.addr("redirect"));
+            tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    common::history::probe_with(&history, &client, &url, &format!("c{n}"), "moving").await;
+                }
+            })
+        })
+        .collect();
+    for version in 1..=20u64 {
+        let (from, to) = (
+            format!("https://example.com/v{version}"),
+            format!("https://example.com/v{}", version + 1),
+        );
+        let start = std::time::Instant::now();
+        let res = rb
+            .http
+            .patch(format!("{}/api/v1/links/moving", rb.run.api()))
+            .bearer_auth(OPERATOR_KEY)
+            .header("if-match", format!("\"{version}\""))
+            .json(&json!({"long_url": to}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(header(&res, "etag"), Some(format!("\"{}\"", version + 1).as_str()));
+        history.record(
+            common::history::Op::Edit {
+                code: "moving".into(),
+                from,
+                ok: true,
+            },
+            start,
+            std::time::Instant::now(),
+        );
+        let res = rb.get("/moving").await;
+        assert_eq!(header(&res, "location"), Some(to.as_str()), "version {}", version + 1);
+        over_h2(&to);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for c in clickers {
+        c.await.unwrap();
+    }
+    let probes = history.assert_clean("edits under clicks");
+    assert!(probes > 40, "{probes} probes");
+    // A stale If-Match changes nothing.
+    let res = rb
+        .http
+        .patch(format!("{}/api/v1/links/moving", rb.run.api()))
+        .bearer_auth(OPERATOR_KEY)
+        .header("if-match", "\"3\"")
+        .json(&json!({"long_url": "https://example.com/late"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::PRECONDITION_FAILED);
+    let res = rb.get("/moving").await;
+    assert_eq!(header(&res, "location"), Some("https://example.com/v21"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_create_then_click_rounds_without_a_404() {
     let dir = temp_dir();
     let rb = Rebound::start(dir.path(), &[]);

@@ -97,6 +97,48 @@ async fn a_create_is_served_and_a_delete_is_404_in_both_regions_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs REBOUND_TEST_DYNAMODB_URL and redis-server (the test services): scripts/test starts them and runs it"]
+async fn an_edit_is_served_in_both_regions_at_once_and_the_old_target_nowhere() {
+    // SPEC §12: once an edit returned, no proxy in any region answers with the old target.
+    // Each link is warmed into every proxy's L1 in both regions, then edited twice.
+    let dir = temp_dir();
+    let (cp, proxies, _far, _servers) = two_regions(dir.path()).await;
+    let history = History::default();
+    let mut took = Vec::new();
+    for i in 0..30 {
+        let code = create_recorded(&history, &cp, i).await;
+        let mut target = format!("https://example.com/fault/{i}");
+        for version in 1..=2 {
+            for (name, p) in &proxies {
+                probe(&history, p, name, &code).await;
+                assert_eq!(probe(&history, p, name, &code).await, 302, "{name}: now from L1");
+            }
+            let next = format!("https://example.com/edited/{i}/{version}");
+            let start = Instant::now();
+            assert!(
+                edit_recorded(&history, &cp, &code, version, &target, &next).await,
+                "round {i}: the edit succeeded"
+            );
+            took.push(start.elapsed());
+            for (name, p) in &proxies {
+                probe(&history, p, name, &code).await;
+            }
+            target = next;
+        }
+    }
+    let probes = history.assert_clean("an edit in two regions");
+    assert!(probes >= 30 * 2 * 4 * 3);
+    took.sort();
+    eprintln!(
+        "cross-region edits (40 ms each way to region B's Redis): p50 {:?}, p99 {:?}, max {:?} over {}",
+        took[took.len() / 2],
+        took[took.len() * 99 / 100],
+        took[took.len() - 1],
+        took.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_DYNAMODB_URL and redis-server (the test services): scripts/test starts them and runs it"]
 async fn a_delete_that_could_not_reach_a_region_is_503_and_finished_there_once_it_can() {
     let dir = temp_dir();
     let (cp, proxies, far, servers) = two_regions(dir.path()).await;

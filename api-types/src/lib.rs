@@ -45,6 +45,45 @@ pub struct CreateLinkRequest {
     pub domain: Option<String>,
 }
 
+/// An edit of a link (SPEC §12): only the fields given change. Sent with `If-Match: "<version>"`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EditLinkRequest {
+    /// The new target, under the rules of a create.
+    #[schema(
+        min_length = 1,
+        max_length = 2048,
+        pattern = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s\x00-\x1f\x7f-\x9f]+$"
+    )]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub long_url: Option<String>,
+    /// 301, 302, 307 or 308; null or absent: unchanged.
+    #[schema(schema_with = redirect_schema)]
+    #[serde(default, deserialize_with = "whole_number", skip_serializing_if = "Option::is_none")]
+    pub redirect: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_query: Option<bool>,
+    /// RFC 3339 time in the future, at most 10 years ahead; null removes the expiry; not
+    /// with `ttl_seconds`.
+    #[schema(value_type = Option<String>, format = DateTime, nullable)]
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<Option<String>>,
+    /// Seconds from now until expiry, 1 to 10 years; not with `expires_at`.
+    #[schema(minimum = 1, maximum = 315_360_000)]
+    #[serde(default, deserialize_with = "whole_number", skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds: Option<i64>,
+}
+
+/// A field that may be given as null: absent is `None` (by `#[serde(default)]`), null is
+/// `Some(None)`.
+pub fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
+}
+
 /// A whole JSON number, written `20` or `20.0` (JSON has one number type, and JSON Schema's
 /// `integer` is any number without a fraction), in `T`'s range.
 pub fn whole_number<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
@@ -283,13 +322,22 @@ pub struct AuditEntry {
     pub at: String,
     /// The key id that acted (for `propagated`, the control plane that finished it).
     pub actor: String,
-    /// `delete`, `takedown`, or `propagated`: a control plane finished the propagation of a
-    /// delete or takedown whose own attempt could not confirm it (after an
-    /// `invalidate_failed`).
+    /// `delete`, `takedown`, `edit`, or `propagated`: a control plane finished the
+    /// propagation of a delete, takedown or edit whose own attempt could not confirm it
+    /// (after an `invalidate_failed`).
     pub action: String,
     pub reason: Option<String>,
     /// `ok`, `already_down` or `invalidate_failed`.
     pub outcome: String,
+    /// An edit's changed fields as they were (`long_url`, `redirect`, `forward_query`,
+    /// `expires_at`); absent for other actions.
+    #[schema(value_type = Option<Object>)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old: Option<serde_json::Value>,
+    /// The same fields as the edit made them.
+    #[schema(value_type = Option<Object>)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new: Option<serde_json::Value>,
 }
 
 /// The caller's key.
@@ -412,6 +460,25 @@ mod tests {
         assert!(serde_json::from_str::<CreateLinkRequest>(r#"{"long_url":"x","redirect":301.5}"#).is_err());
         assert!(serde_json::from_str::<CreateLinkRequest>(r#"{"long_url":"x","redirect":70000}"#).is_err());
         assert!(serde_json::from_str::<CreateLinkRequest>(r#"{"long_url":"x","bogus":1}"#).is_err());
+    }
+
+    #[test]
+    fn an_edit_tells_an_absent_expiry_from_a_null_one() {
+        let read = |json: &str| serde_json::from_str::<EditLinkRequest>(json).unwrap();
+        assert_eq!(read("{}"), EditLinkRequest::default());
+        assert_eq!(read(r#"{"expires_at":null}"#).expires_at, Some(None));
+        assert_eq!(
+            read(r#"{"expires_at":"2030-01-01T00:00:00Z"}"#).expires_at,
+            Some(Some("2030-01-01T00:00:00Z".into()))
+        );
+        assert_eq!(read(r#"{"redirect":301.0}"#).redirect, Some(301));
+        let removing = EditLinkRequest {
+            expires_at: Some(None),
+            ..Default::default()
+        };
+        assert_eq!(serde_json::to_string(&removing).unwrap(), r#"{"expires_at":null}"#);
+        assert_eq!(serde_json::to_string(&EditLinkRequest::default()).unwrap(), "{}");
+        assert!(serde_json::from_str::<EditLinkRequest>(r#"{"custom_alias":"x"}"#).is_err());
     }
 
     #[test]

@@ -414,6 +414,7 @@ async function linkPage(code, domain) {
 
   const actions = h("div");
   if (link.is_active) {
+    actions.append(h("h2", {}, "Edit"), editForm(link, base, on, () => linkPage(code, domain)));
     const out = h("div");
     const confirmRow = h("div", { class: "actions", hidden: true },
       h("span", {}, "Delete this link? Visitors will get the not-found page."),
@@ -456,6 +457,57 @@ async function linkPage(code, domain) {
     h("div", { class: "grid2" }, props, qr),
     h("h2", {}, "Clicks"), range, chart, actions, audit);
   drawChart();
+}
+
+/** The edit of an active link at the version shown (If-Match): a change made meanwhile
+ *  elsewhere is refused (412) and said so, never overwritten. Only what changed is sent. */
+function editForm(link, base, on, done) {
+  const longUrl = h("input", { type: "url", name: "edit_long_url", id: "edit-long-url", required: true, value: link.long_url });
+  const redirect = h("select", { name: "edit_redirect", id: "edit-redirect" }, [301, 302, 307, 308].map((s) =>
+    h("option", { value: s, selected: s === link.redirect }, String(s))));
+  const forward = h("input", { type: "checkbox", name: "edit_forward_query", id: "edit-forward" });
+  forward.checked = link.forward_query;
+  const expiry = h("select", { name: "edit_expiry", id: "edit-expiry" },
+    h("option", { value: "keep" }, link.expires_at ? `Keep (${new Date(link.expires_at).toLocaleString()})` : "Keep (never)"),
+    h("option", { value: "never" }, "Never"), h("option", { value: "ttl" }, "After a number of seconds from now"));
+  const ttl = h("input", { type: "number", name: "edit_ttl_seconds", min: 1, max: 315360000, step: 1 });
+  const ttlField = field("Expires after (seconds)", ttl, "1 to 315,360,000 (10 years).");
+  const showTtl = () => { ttlField.hidden = expiry.value !== "ttl"; };
+  expiry.addEventListener("change", showTtl);
+  showTtl();
+  const out = h("div", { id: "edit-out" });
+  return h("form", { class: "stack", id: "edit-form", on: { submit: async (e) => {
+    e.preventDefault();
+    const body = {};
+    if (longUrl.value.trim() !== link.long_url) body.long_url = longUrl.value.trim();
+    if (Number(redirect.value) !== link.redirect) body.redirect = Number(redirect.value);
+    if (forward.checked !== link.forward_query) body.forward_query = forward.checked;
+    if (expiry.value === "never" && link.expires_at) body.expires_at = null;
+    if (expiry.value === "ttl" && ttl.value) body.ttl_seconds = Number(ttl.value);
+    if (Object.keys(body).length === 0) {
+      out.replaceChildren(notice("Nothing to change."));
+      return;
+    }
+    try {
+      await api("PATCH", `${base}${on}`, { body, headers: { "If-Match": `"${link.version}"` } });
+      done();
+    } catch (err) {
+      out.replaceChildren(errorBox(err.status === 412
+        ? new ApiError(412, err.code, `Someone changed this link since you opened it (${err.message}). Reload to see the change, then edit again.`)
+        : err));
+    }
+  } } },
+    field("Target URL", longUrl, "Once saved, no proxy sends visitors to the old target."),
+    field("Redirect status", redirect),
+    field("Forward the visitor's query string to the target", forward),
+    field("Expiry", expiry), ttlField,
+    h("div", { class: "actions" }, h("button", { type: "submit", class: "primary" }, "Save changes")), out);
+}
+
+/** What an edit changed, as `field: old → new` lines. */
+function changeText(e) {
+  if (!e.old || !e.new) return "";
+  return Object.keys(e.new).map((k) => `${k}: ${JSON.stringify(e.old[k])} → ${JSON.stringify(e.new[k])}`).join("\n");
 }
 
 /** A domain's certificate state, and what goes with it: the expiry of an issued one, why
@@ -581,10 +633,10 @@ async function domainsPage() {
 function auditTable(events) {
   if (events.length === 0) return h("p", {}, "Nothing recorded.");
   return h("div", { class: "scroll" }, h("table", { class: "audit" },
-    h("thead", {}, h("tr", {}, ["Time", "Action", "Actor", "Reason", "Outcome"].map((t) => h("th", { scope: "col" }, t)))),
+    h("thead", {}, h("tr", {}, ["Time", "Action", "Actor", "Reason", "Change", "Outcome"].map((t) => h("th", { scope: "col" }, t)))),
     h("tbody", {}, events.map((e) => h("tr", {},
       h("td", {}, new Date(e.at).toLocaleString()), h("td", {}, e.action), h("td", {}, e.actor),
-      h("td", {}, e.reason || ""), h("td", {}, e.outcome))))));
+      h("td", {}, e.reason || ""), h("td", { class: "change" }, changeText(e)), h("td", {}, e.outcome))))));
 }
 
 function operatorsOnly(title) {
@@ -652,7 +704,7 @@ async function auditPage(params) {
     if (domain && !domains.find((d) => d.name === domain.value)?.default) p.set("domain", domain.value);
     location.hash = `#/audit?${p}`;
   } } }, field("Link code", code), domain ? field("Domain", domain) : null, h("button", { type: "submit" }, "Show"));
-  page("Audit log", h("p", {}, "Every delete and takedown of a link: who, when, why and with what outcome."), form, out);
+  page("Audit log", h("p", {}, "Every delete, takedown and edit of a link: who, when, why, what changed and with what outcome."), form, out);
   if (params.get("code")) {
     api("GET", `/api/v1/links/${encodeURIComponent(params.get("code"))}/audit${onDomain(params.get("domain"))}`)
       .then((res) => out.replaceChildren(h("h2", {}, `Link ${res.code}`), auditTable(res.events)))

@@ -10,6 +10,7 @@ use crate::links::{takedown_reason, Creation};
 use crate::ControlPlane;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
+use axum::http::HeaderValue;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
@@ -32,7 +33,10 @@ pub(crate) fn routes() -> Router<Arc<ControlPlane>> {
     Router::new()
         .route("/api/v1/links", post(create_link).get(list_links))
         .route("/api/v1/links/import", post(import_links))
-        .route("/api/v1/links/{code}", get(get_link).delete(delete_link))
+        .route(
+            "/api/v1/links/{code}",
+            get(get_link).delete(delete_link).patch(edit_link),
+        )
         .route("/api/v1/links/{code}/takedown", post(take_down_link))
         .route("/api/v1/links/{code}/stats", get(link_stats))
         .route("/api/v1/links/{code}/qr.svg", get(crate::qr::link_qr))
@@ -200,11 +204,78 @@ async fn get_link(
     caller: Caller,
     Path(code): Path<String>,
     query: Result<Query<OnDomain>, QueryRejection>,
-) -> Result<Json<LinkView>, ApiError> {
+) -> Result<Response, ApiError> {
     let principal = caller.principal()?;
     let key = cp.key_of(&principal, &code, on_domain(query)?.as_deref()).await?;
     let link = cp.visible_link(&principal, &key).await?;
-    Ok(Json(cp.view(&link)))
+    Ok(with_etag(&link, Json(cp.view(&link))))
+}
+
+/// `response` with the link's version as its strong entity tag: what an edit's `If-Match`
+/// names.
+fn with_etag(link: &Link, response: impl IntoResponse) -> Response {
+    let mut response = response.into_response();
+    if let Ok(tag) = HeaderValue::from_str(&format!("\"{}\"", link.version)) {
+        response.headers_mut().insert(axum::http::header::ETAG, tag);
+    }
+    response
+}
+
+/// The version an edit's `If-Match` names: one strong entity tag `"<version>"`; 428 when
+/// there is none, 400 when it is not one (a list, a weak tag, `*`).
+fn if_match(headers: &HeaderMap) -> Result<u64, ApiError> {
+    let Some(value) = one_header(headers, &axum::http::header::IF_MATCH, "invalid_if_match")? else {
+        return Err(ApiError::PreconditionRequired);
+    };
+    value
+        .to_str()
+        .ok()
+        .and_then(|v| v.trim().strip_prefix('"')?.strip_suffix('"'))
+        .filter(|v| !v.is_empty() && v.len() <= 20 && v.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "invalid_if_match",
+                "If-Match must be one entity tag \"<version>\", as the link's ETag gives it",
+            )
+        })
+}
+
+#[utoipa::path(patch, path = "/api/v1/links/{code}", tag = "links", request_body = EditLinkRequest,
+    params(
+        ("code" = String, Path, description = "The short code"),
+        ("domain" = Option<String>, Query, description = "The domain the link is on; the default domain when not given"),
+        ("If-Match" = String, Header, pattern = r#"^"[0-9]{1,20}"$"#, description = "The version the edit changes, as the link's ETag gives it: `\"3\"`"),
+    ),
+    responses(
+        (status = 200, description = "The link as edited (its ETag the new version); no proxy answers with an older version any more", body = LinkView),
+        (status = 400, description = "Invalid input, no field given, or a malformed If-Match", body = ErrorBody),
+        (status = 401, description = "No valid key", body = ErrorBody),
+        (status = 403, description = "Another key's link", body = ErrorBody),
+        (status = 404, description = "No such link", body = ErrorBody),
+        (status = 409, description = "The link is deleted, taken down or expired", body = ErrorBody),
+        (status = 412, description = "The link is at another version than If-Match names", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within the head timeout of its head", body = ErrorBody),
+        (status = 415, description = "Body is not JSON", body = ErrorBody),
+        (status = 428, description = "No If-Match", body = ErrorBody),
+        (status = 429, description = "Rate limited (edits count as creates); see Retry-After", body = ErrorBody),
+        (status = 503, description = "The edit is stored but the caches could not be told; retry the same edit with the same If-Match", body = ErrorBody),
+    ),
+    security(("api_key" = [])))]
+async fn edit_link(
+    State(cp): Cp,
+    caller: Caller,
+    Path(code): Path<String>,
+    query: Result<Query<OnDomain>, QueryRejection>,
+    headers: HeaderMap,
+    body: Result<ApiJson<EditLinkRequest>, ApiError>,
+) -> Result<Response, ApiError> {
+    let principal = caller.clone().principal()?;
+    let key = cp.key_of(&principal, &code, on_domain(query)?.as_deref()).await?;
+    let version = if_match(&headers)?;
+    let link = cp.edit_link(&caller, &key, version, body?.value).await?;
+    Ok(with_etag(&link, Json(cp.view(&link))))
 }
 
 /// The query of a call on one link: the domain it is on (the default one when not given).
@@ -487,7 +558,10 @@ impl utoipa::Modify for CommonResponses {
             ("503", "The store is unavailable; retry"),
         ];
         for item in doc.paths.paths.values_mut() {
-            for op in [&mut item.get, &mut item.post, &mut item.delete].into_iter().flatten() {
+            for op in [&mut item.get, &mut item.post, &mut item.patch, &mut item.delete]
+                .into_iter()
+                .flatten()
+            {
                 if op.security.is_none() {
                     continue;
                 }
@@ -519,10 +593,10 @@ impl utoipa::Modify for BearerAuth {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Rebound control plane", description = "Create, inspect, delete and take down short links on the service's domains; manage domains and API keys; read click statistics."),
-    paths(create_link, import_links, get_link, list_links, delete_link, take_down_link, link_stats, create_key, revoke_key, openapi,
+    paths(create_link, import_links, get_link, edit_link, list_links, delete_link, take_down_link, link_stats, create_key, revoke_key, openapi,
         crate::qr::link_qr, crate::audit::link_audit, crate::me::whoami,
         crate::domains::create_domain, crate::domains::list_domains, crate::domains::get_domain, crate::domains::delete_domain),
-    components(schemas(CreateLinkRequest, ImportRequest, ImportResults, ImportOutcome, LinkCreated, LinkView, LinkList, TakedownRequest, LinkStats, DayClicks, CreateKeyRequest, KeyCreated, ErrorBody,
+    components(schemas(CreateLinkRequest, EditLinkRequest, ImportRequest, ImportResults, ImportOutcome, LinkCreated, LinkView, LinkList, TakedownRequest, LinkStats, DayClicks, CreateKeyRequest, KeyCreated, ErrorBody,
         LinkAudit, AuditEntry, Me, CreateDomainRequest, DomainView, DomainList, DomainRemoved)),
     modifiers(&BearerAuth, &CommonResponses)
 )]

@@ -1,5 +1,6 @@
-//! Reading the audit log: `GET /api/v1/links/{code}/audit` (operators), every delete and
-//! takedown of a link with actor, reason, time and outcome.
+//! Reading the audit log: `GET /api/v1/links/{code}/audit` (operators), every delete,
+//! takedown and edit of a link with actor, reason, time and outcome (an edit's with the
+//! old and the new values).
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
@@ -13,7 +14,7 @@ use std::sync::Arc;
 #[utoipa::path(get, path = "/api/v1/links/{code}/audit", tag = "links",
     params(("code" = String, Path, description = "The short code"), ("domain" = Option<String>, Query, description = "The domain the link is on; the default domain when not given")),
     responses(
-        (status = 200, description = "Every delete and takedown of the link, oldest first", body = LinkAudit),
+        (status = 200, description = "Every delete, takedown and edit of the link, oldest first", body = LinkAudit),
         (status = 401, description = "No valid key", body = ErrorBody),
         (status = 403, description = "Not an operator", body = ErrorBody),
         (status = 404, description = "No such link", body = ErrorBody),
@@ -42,7 +43,15 @@ pub(crate) async fn link_audit(
                 action: e.action,
                 reason: e.reason,
                 outcome: e.outcome,
+                old: detail(e.detail.as_deref(), "old"),
+                new: detail(e.detail.as_deref(), "new"),
             })
             .collect(),
     }))
+}
+
+/// `part` (`old` or `new`) of an audit event's detail, if it has one.
+fn detail(detail: Option<&str>, part: &str) -> Option<serde_json::Value> {
+    let mut value: serde_json::Value = serde_json::from_str(detail?).ok()?;
+    Some(value.get_mut(part)?.take())
 }

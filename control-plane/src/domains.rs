@@ -392,6 +392,7 @@ impl ControlPlane {
             code: None,
             reason: Some(name.to_owned()),
             outcome: "ok".to_owned(),
+            detail: None,
         };
         if let Err(e) = self.store.append_audit(&event).await {
             tracing::warn!(error = %rebound_store::Causes(&e), domain = name, action, "domain change not audited");

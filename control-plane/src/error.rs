@@ -30,6 +30,15 @@ pub enum ApiError {
     RateLimited { retry_after_secs: u64 },
     #[error("the link is down but the caches could not be told yet; retry")]
     InvalidationFailed,
+    /// An edit is stored, but not every cache was told: a retry with the same edit (and the
+    /// same `If-Match`) tells them again.
+    #[error("the edit is stored but the caches could not be told yet; retry the same edit")]
+    EditNotPropagated,
+    /// The `If-Match` of an edit names another version than the link's.
+    #[error("{0}")]
+    PreconditionFailed(String),
+    #[error("an edit must name the version it changes: If-Match: \"<version>\" (from the link's ETag)")]
+    PreconditionRequired,
     #[error("the service is temporarily unavailable; retry")]
     Unavailable(String),
     #[error("this write is made in the home region, which cannot be reached; retry")]
@@ -58,7 +67,11 @@ impl ApiError {
             ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::UnsupportedMediaType => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
             ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
-            ApiError::InvalidationFailed => (StatusCode::SERVICE_UNAVAILABLE, "invalidation_failed"),
+            ApiError::InvalidationFailed | ApiError::EditNotPropagated => {
+                (StatusCode::SERVICE_UNAVAILABLE, "invalidation_failed")
+            }
+            ApiError::PreconditionFailed(_) => (StatusCode::PRECONDITION_FAILED, "version_mismatch"),
+            ApiError::PreconditionRequired => (StatusCode::PRECONDITION_REQUIRED, "if_match_required"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ApiError::HomeUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "home_unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
@@ -117,7 +130,10 @@ impl IntoResponse for ApiError {
             ApiError::RateLimited { retry_after_secs } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
             }
-            ApiError::InvalidationFailed | ApiError::Unavailable(_) | ApiError::HomeUnavailable(_) => {
+            ApiError::InvalidationFailed
+            | ApiError::EditNotPropagated
+            | ApiError::Unavailable(_)
+            | ApiError::HomeUnavailable(_) => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             ApiError::Unauthorized(_) => {

@@ -164,6 +164,7 @@ impl Propagations {
             code: Some(code.clone()),
             reason: None,
             outcome: "ok".to_owned(),
+            detail: None,
         };
         if let Err(e) = self.store.append_audit(&event).await {
             tracing::error!(code, error = %rebound_store::Causes(&e), "audit event of a finished propagation not recorded");
@@ -173,12 +174,12 @@ impl Propagations {
 
     /// The propagation of `link` as stored, bounded by the lease.
     async fn propagate(&self, link: &Link) -> Result<(), EventError> {
-        // Only deletes and takedowns leave one today; an edit (issue 33) will announce its
-        // new version here.
-        if link.is_active {
-            return Ok(());
-        }
-        match tokio::time::timeout(LEASE, self.events.deactivated(link)).await {
+        // A delete or takedown leaves an inactive link, an edit an active one.
+        let propagation = match link.is_active {
+            true => self.events.changed(link),
+            false => self.events.deactivated(link),
+        };
+        match tokio::time::timeout(LEASE, propagation).await {
             Ok(delivered) => delivered,
             Err(_) => Err(EventError("no answer within the lease".into())),
         }
@@ -338,6 +339,49 @@ mod tests {
             ]
         );
         assert_eq!(reconciler.reconcile_once().await, 0, "finished once");
+    }
+
+    #[tokio::test]
+    async fn an_edit_the_caches_did_not_hear_is_announced_by_the_reconciler() {
+        let r = rig().await;
+        r.link("moved").await;
+        r.fail_tombstones(true);
+        let caller = crate::auth::Caller::Key(Principal {
+            id: "op".into(),
+            role: rebound_store::Role::Operator,
+            domains: None,
+        });
+        let request = rebound_api_types::EditLinkRequest {
+            long_url: Some("https://example.org/new".into()),
+            ..Default::default()
+        };
+        assert!(matches!(
+            r.cp.edit_link(&caller, "moved", 1, request).await,
+            Err(ApiError::EditNotPropagated)
+        ));
+        assert_eq!(r.pending().await.iter().map(|p| p.version).collect::<Vec<_>>(), [2]);
+        r.fail_tombstones(false);
+        let reconciler = r.cp.propagations.clone();
+        assert_eq!(reconciler.reconcile_once().await, 1);
+        // The edited record was announced, not a tombstone.
+        let announced: Vec<(String, u64, bool)> = r
+            .events
+            .changed
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|l| (l.long_url.clone(), l.version, l.is_active))
+            .collect();
+        assert_eq!(announced, [("https://example.org/new".to_owned(), 2, true)]);
+        assert_eq!(r.tombstones(), []);
+        assert_eq!(r.pending().await, vec![]);
+        assert_eq!(
+            r.audit("moved").await,
+            [
+                ("edit".into(), "invalidate_failed".into(), "op".into()),
+                ("propagated".into(), "ok".into(), reconciler.owner().to_owned()),
+            ]
+        );
     }
 
     #[tokio::test]

@@ -2051,3 +2051,318 @@ fn the_schema_states_the_domain_rule_the_api_applies() {
     assert_eq!(name["pattern"], rebound_core::domain::DOMAIN_PATTERN);
     assert_eq!(name["maxLength"], 253);
 }
+
+/// `PATCH /api/v1/links/{code}` with `If-Match: "<version>"` and `body`.
+async fn edit(h: &Harness, code: &str, key: &str, version: Option<&str>, body: Value) -> Reply {
+    let mut req = Request::builder()
+        .method(Method::PATCH)
+        .uri(format!("/api/v1/links/{code}"))
+        .header(header::AUTHORIZATION, format!("Bearer {key}"))
+        .header(header::CONTENT_TYPE, "application/json");
+    if let Some(v) = version {
+        req = req.header(header::IF_MATCH, v);
+    }
+    h.send(req.body(Body::from(body.to_string())).unwrap()).await
+}
+
+#[tokio::test]
+async fn an_edit_changes_the_link_at_its_version_tells_the_caches_and_is_audited() {
+    let h = harness().await;
+    let creator = h.new_key("creator").await;
+    let r = h
+        .create(
+            &creator,
+            json!({"long_url": "https://old.example/a", "custom_alias": "moving", "ttl_seconds": 600}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED);
+    let g = h.call(Method::GET, "/api/v1/links/moving", Some(&creator), None).await;
+    assert_eq!(g.headers[header::ETAG], "\"1\"", "the version is the link's entity tag");
+
+    let r = edit(
+        &h,
+        "moving",
+        &creator,
+        Some("\"1\""),
+        json!({"long_url": "https://new.example/b", "redirect": 301, "expires_at": null}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(r.headers[header::ETAG], "\"2\"");
+    assert_eq!(
+        (
+            &r.body["long_url"],
+            &r.body["redirect"],
+            &r.body["expires_at"],
+            &r.body["version"]
+        ),
+        (&json!("https://new.example/b"), &json!(301), &Value::Null, &json!(2))
+    );
+    assert_eq!(r.body["forward_query"], false, "a field not given is kept");
+    let stored = h.store.get_link("moving").await.unwrap().unwrap();
+    assert_eq!((stored.long_url.as_str(), stored.version), ("https://new.example/b", 2));
+    let told: Vec<(String, u64)> = h
+        .events
+        .changed
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|l| (l.long_url.clone(), l.version))
+        .collect();
+    assert_eq!(told, [("https://new.example/b".to_owned(), 2)], "the caches were told");
+
+    let audit = h
+        .call(Method::GET, "/api/v1/links/moving/audit", Some(OPERATOR), None)
+        .await;
+    let entry = &audit.body["events"][0];
+    assert_eq!((&entry["action"], &entry["outcome"]), (&json!("edit"), &json!("ok")));
+    assert_eq!(
+        (&entry["old"], &entry["new"]),
+        (
+            &json!({"long_url": "https://old.example/a", "redirect": 302, "expires_at": "2026-09-21T14:23:20.000Z"}),
+            &json!({"long_url": "https://new.example/b", "redirect": 301, "expires_at": null})
+        )
+    );
+
+    // An operator edits any link; a stale version is 412 and changes nothing.
+    let r = edit(
+        &h,
+        "moving",
+        OPERATOR,
+        Some("\"2\""),
+        json!({"forward_query": true, "ttl_seconds": 60}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(
+        (&r.body["version"], &r.body["expires_at"]),
+        (&json!(3), &json!("2026-09-21T14:14:20.000Z"))
+    );
+    let r = edit(
+        &h,
+        "moving",
+        &creator,
+        Some("\"2\""),
+        json!({"long_url": "https://late.example/"}),
+    )
+    .await;
+    assert_error(&r, StatusCode::PRECONDITION_FAILED, "version_mismatch");
+    assert_eq!(h.store.get_link("moving").await.unwrap().unwrap().version, 3);
+    // An edit that changes nothing writes nothing.
+    let r = edit(&h, "moving", &creator, Some("\"3\""), json!({"forward_query": true})).await;
+    assert_eq!((r.status, &r.body["version"]), (StatusCode::OK, &json!(3)));
+    assert_eq!(h.events.changed.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn a_bad_edit_gets_its_error_and_changes_nothing() {
+    let h = harness_with(|c| c.api.blocked_domains = vec!["evil.example".into()]).await;
+    let creator = h.new_key("creator").await;
+    let other = h.new_key("creator").await;
+    h.create(&creator, json!({"long_url": "https://e.com/", "custom_alias": "mine"}))
+        .await;
+    h.create(&creator, json!({"long_url": "https://e.com/", "custom_alias": "gone"}))
+        .await;
+    let r = h.call(Method::DELETE, "/api/v1/links/gone", Some(&creator), None).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    let url = |u: &str| json!({"long_url": u});
+    /// (code, key, If-Match, body, status, error code)
+    type Case<'a> = (&'a str, &'a str, Option<&'a str>, Value, StatusCode, &'a str);
+    let cases: Vec<Case> = vec![
+        (
+            "mine",
+            &creator,
+            None,
+            url("https://f.com/"),
+            StatusCode::PRECONDITION_REQUIRED,
+            "if_match_required",
+        ),
+        (
+            "mine",
+            &creator,
+            Some("1"),
+            url("https://f.com/"),
+            StatusCode::BAD_REQUEST,
+            "invalid_if_match",
+        ),
+        (
+            "mine",
+            &creator,
+            Some("W/\"1\""),
+            url("https://f.com/"),
+            StatusCode::BAD_REQUEST,
+            "invalid_if_match",
+        ),
+        (
+            "mine",
+            &creator,
+            Some("*"),
+            url("https://f.com/"),
+            StatusCode::BAD_REQUEST,
+            "invalid_if_match",
+        ),
+        (
+            "mine",
+            &creator,
+            Some("\"1\", \"2\""),
+            url("https://f.com/"),
+            StatusCode::BAD_REQUEST,
+            "invalid_if_match",
+        ),
+        (
+            "mine",
+            &creator,
+            Some("\"9\""),
+            url("https://f.com/"),
+            StatusCode::PRECONDITION_FAILED,
+            "version_mismatch",
+        ),
+        (
+            "mine",
+            &creator,
+            Some("\"1\""),
+            json!({}),
+            StatusCode::BAD_REQUEST,
+            "empty_edit",
+        ),
+        (
+            "mine",
+            &creator,
+            Some("\"1\""),
+            json!({"custom_alias": "x"}),
+            StatusCode::BAD_REQUEST,
+            "invalid_json",
+        ),
+        (
+            "mine",
+            &creator,
+            Some("\"1\""),
+            url("ftp://f.com/"),
+            StatusCode::BAD_REQUEST,
+            "invalid_url",
+        ),
+        (
+            "mine",
+            &creator,
+            Some("\"1\""),
+            url("https://sho.rt/abc"),
+            StatusCode::BAD_REQUEST,
+            "invalid_url",
+        ),
+        (
+            "mine",
+            &creator,
+            Some("\"1\""),
+            url("https://a.evil.example/"),
+            StatusCode::BAD_REQUEST,
+            "invalid_url",
+        ),
+        (
+            "mine",
+            &creator,
+            Some("\"1\""),
+            json!({"redirect": 303}),
+            StatusCode::BAD_REQUEST,
+            "invalid_redirect",
+        ),
+        (
+            "mine",
+            &creator,
+            Some("\"1\""),
+            json!({"expires_at": "2020-01-01T00:00:00Z"}),
+            StatusCode::BAD_REQUEST,
+            "invalid_expiry",
+        ),
+        (
+            "mine",
+            &creator,
+            Some("\"1\""),
+            json!({"expires_at": null, "ttl_seconds": 5}),
+            StatusCode::BAD_REQUEST,
+            "invalid_expiry",
+        ),
+        (
+            "mine",
+            &other,
+            Some("\"1\""),
+            url("https://f.com/"),
+            StatusCode::FORBIDDEN,
+            "forbidden",
+        ),
+        (
+            "nope",
+            &creator,
+            Some("\"1\""),
+            url("https://f.com/"),
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            "gone",
+            &creator,
+            Some("\"2\""),
+            url("https://f.com/"),
+            StatusCode::CONFLICT,
+            "link_inactive",
+        ),
+    ];
+    for (code, key, version, body, status, error) in cases {
+        let r = edit(&h, code, key, version, body).await;
+        assert_error(&r, status, error);
+    }
+    let mine = h.store.get_link("mine").await.unwrap().unwrap();
+    assert_eq!(
+        (mine.version, mine.long_url.as_str()),
+        (1, "https://e.com/"),
+        "nothing changed"
+    );
+    assert!(h.events.changed.lock().unwrap().is_empty());
+    assert!(h.store.audit_for("mine").await.unwrap().is_empty());
+    // Expired: final, as it is for the redirect.
+    h.create(
+        &creator,
+        json!({"long_url": "https://e.com/", "custom_alias": "brief", "ttl_seconds": 1}),
+    )
+    .await;
+    h.clock.advance(1_000);
+    let r = edit(&h, "brief", &creator, Some("\"1\""), json!({"expires_at": null})).await;
+    assert_error(&r, StatusCode::CONFLICT, "link_expired");
+}
+
+#[tokio::test]
+async fn an_edit_the_caches_did_not_hear_answers_503_and_its_retry_tells_them() {
+    let h = harness().await;
+    h.create(OPERATOR, json!({"long_url": "https://e.com/", "custom_alias": "retry"}))
+        .await;
+    h.events.fail_deactivations.store(true, Ordering::SeqCst);
+    let body = json!({"long_url": "https://f.com/"});
+    let r = edit(&h, "retry", OPERATOR, Some("\"1\""), body.clone()).await;
+    assert_error(&r, StatusCode::SERVICE_UNAVAILABLE, "invalidation_failed");
+    assert!(r.headers.contains_key(header::RETRY_AFTER));
+    assert_eq!(h.store.get_link("retry").await.unwrap().unwrap().version, 2, "stored");
+    h.events.fail_deactivations.store(false, Ordering::SeqCst);
+    // The same edit with the same If-Match: the caches are told, nothing is written again.
+    let r = edit(&h, "retry", OPERATOR, Some("\"1\""), body).await;
+    assert_eq!(
+        (r.status, &r.body["version"]),
+        (StatusCode::OK, &json!(2)),
+        "{:?}",
+        r.body
+    );
+    assert_eq!(h.events.changed.lock().unwrap().len(), 1);
+    // Another edit of the old version is stale.
+    let r = edit(
+        &h,
+        "retry",
+        OPERATOR,
+        Some("\"1\""),
+        json!({"long_url": "https://g.com/"}),
+    )
+    .await;
+    assert_error(&r, StatusCode::PRECONDITION_FAILED, "version_mismatch");
+    let audit = h.store.audit_for("retry").await.unwrap();
+    assert_eq!(
+        audit.iter().map(|e| e.outcome.as_str()).collect::<Vec<_>>(),
+        ["invalidate_failed"]
+    );
+}

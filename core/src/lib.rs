@@ -31,5 +31,5 @@ pub mod time;
 pub use cache::{CacheRecord, CacheState, CachedVerdict};
 pub use code::{CodeError, RESERVED_WORDS};
 pub use decision::{decide_redirect, StoreVerdict};
-pub use link::{Link, RedirectKind};
+pub use link::{Link, LinkEdit, RedirectKind};
 pub use time::{Clock, Day, ManualClock, SystemClock, UnixMillis};

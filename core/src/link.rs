@@ -61,7 +61,7 @@ pub const DELETED_RETENTION_MILLIS: i64 = 30 * 86_400_000;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Link {
     pub code: String,
-    /// The validated, normalised target. Never changes.
+    /// The validated, normalised target; changed only by an edit (a new version).
     pub long_url: String,
     pub redirect: RedirectKind,
     pub forward_query: bool,
@@ -77,6 +77,15 @@ pub struct Link {
     pub delete_reason: Option<String>,
     /// When the store's TTL may remove the record: cleanup only, never a correctness gate.
     pub purge_at: Option<UnixMillis>,
+}
+
+/// What an edit sets: the new values of every field an edit may change (SPEC §12).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkEdit {
+    pub long_url: String,
+    pub redirect: RedirectKind,
+    pub forward_query: bool,
+    pub expires_at: Option<UnixMillis>,
 }
 
 /// What a delete or takedown records.
@@ -126,6 +135,44 @@ impl Link {
             deleted_by: Some(deletion.by.clone()),
             delete_reason: deletion.reason.clone(),
             purge_at: Some(self.expires_at.map_or(purge, |e| e.min(purge))),
+            ..self.clone()
+        }
+    }
+
+    /// The fields an edit may change, as they are now.
+    pub fn editable(&self) -> LinkEdit {
+        LinkEdit {
+            long_url: self.long_url.clone(),
+            redirect: self.redirect,
+            forward_query: self.forward_query,
+            expires_at: self.expires_at,
+        }
+    }
+
+    /// The record after `edit`: the same link at the next version, purged at its new expiry.
+    pub fn edited(&self, edit: &LinkEdit) -> Link {
+        Link {
+            long_url: edit.long_url.clone(),
+            redirect: edit.redirect,
+            forward_query: edit.forward_query,
+            expires_at: edit.expires_at,
+            purge_at: edit.expires_at,
+            version: self.version + 1,
+            ..self.clone()
+        }
+    }
+
+    /// The record after an operator restored it (a link a threat list took down by
+    /// mistake): active again at the next version, without its deletion record, purged at
+    /// its expiry as an active link is.
+    pub fn restored(&self) -> Link {
+        Link {
+            is_active: true,
+            version: self.version + 1,
+            deleted_at: None,
+            deleted_by: None,
+            delete_reason: None,
+            purge_at: self.expires_at,
             ..self.clone()
         }
     }
@@ -192,5 +239,57 @@ mod tests {
             reason: None,
         });
         assert_eq!(d.purge_at, Some(500));
+    }
+
+    #[test]
+    fn an_edit_bumps_the_version_and_follows_the_new_expiry() {
+        let link = Link::new_active(
+            "abc".into(),
+            "https://e.com/".into(),
+            RedirectKind::Found,
+            false,
+            10,
+            "k".into(),
+            Some(500),
+        );
+        assert_eq!(
+            link.edited(&link.editable()),
+            Link {
+                version: 2,
+                ..link.clone()
+            }
+        );
+        let edit = LinkEdit {
+            long_url: "https://f.com/".into(),
+            redirect: RedirectKind::Permanent,
+            forward_query: true,
+            expires_at: None,
+        };
+        let e = link.edited(&edit);
+        assert_eq!(
+            (e.version, e.is_active, e.created_at, e.created_by.as_str()),
+            (2, true, 10, "k")
+        );
+        assert_eq!(e.editable(), edit);
+        assert_eq!(e.purge_at, None, "no expiry: never purged");
+    }
+
+    #[test]
+    fn a_restore_undoes_a_takedown_at_the_next_version() {
+        let link = Link::new_active(
+            "abc".into(),
+            "https://e.com/".into(),
+            RedirectKind::Found,
+            false,
+            10,
+            "k".into(),
+            Some(9_000),
+        );
+        let down = link.deactivated(&Deletion {
+            at: 100,
+            by: "threat-lists".into(),
+            reason: Some("threat-list:urlhaus".into()),
+        });
+        assert_eq!(down.restored(), Link { version: 3, ..link });
     }
 }

@@ -13,7 +13,7 @@ use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterV
 use rebound_core::cache::CacheRecord;
 use rebound_core::domain::Domain;
 use rebound_core::link::Deletion;
-use rebound_core::{Day, Link, UnixMillis};
+use rebound_core::{Day, Link, LinkEdit, UnixMillis};
 use rebound_store::certs::{CertificateStore, StoredCertificate};
 use rebound_store::domains::DomainStore;
 use rebound_store::{
@@ -159,6 +159,7 @@ struct StoreOperations {
     insert_links: OperationMetrics,
     get_link: OperationMetrics,
     deactivate_link: OperationMetrics,
+    edit_link: OperationMetrics,
     pending_propagations: OperationMetrics,
     lease_propagation: OperationMetrics,
     finish_propagation: OperationMetrics,
@@ -213,6 +214,7 @@ impl MeteredStore {
                 insert_links: op("insert_links"),
                 get_link: op("get_link"),
                 deactivate_link: op("deactivate_link"),
+                edit_link: op("edit_link"),
                 pending_propagations: op("pending_propagations"),
                 lease_propagation: op("lease_propagation"),
                 finish_propagation: op("finish_propagation"),
@@ -300,6 +302,30 @@ impl LinkStore for MeteredStore {
                 self.inner
                     .deactivate_link_pending(code, expected_version, deletion, lease),
             )
+            .await
+    }
+    async fn edit_link_pending(
+        &self,
+        code: &str,
+        expected_version: u64,
+        edit: &LinkEdit,
+        lease: &PropagationLease,
+    ) -> Result<Link, StoreError> {
+        self.ops
+            .edit_link
+            .store_call(self.inner.edit_link_pending(code, expected_version, edit, lease))
+            .await
+    }
+    // Counted as `edit_link`: the same write, the other way round.
+    async fn restore_link_pending(
+        &self,
+        code: &str,
+        expected_version: u64,
+        lease: &PropagationLease,
+    ) -> Result<Link, StoreError> {
+        self.ops
+            .edit_link
+            .store_call(self.inner.restore_link_pending(code, expected_version, lease))
             .await
     }
     async fn pending_propagations(&self, now: UnixMillis, limit: usize) -> Result<Vec<Propagation>, StoreError> {
@@ -550,6 +576,7 @@ pub struct MeteredLinkEvents {
     created: OperationMetrics,
     leased: OperationMetrics,
     deactivated: OperationMetrics,
+    changed: OperationMetrics,
 }
 
 impl MeteredLinkEvents {
@@ -559,6 +586,7 @@ impl MeteredLinkEvents {
             created: metrics.operation("redis", "announce_created"),
             leased: metrics.operation("redis", "announce_high_water"),
             deactivated: metrics.operation("redis", "write_tombstone"),
+            changed: metrics.operation("redis", "write_edit"),
         }
     }
 }
@@ -578,10 +606,13 @@ impl LinkEvents for MeteredLinkEvents {
     async fn deactivated(&self, link: &Link) -> Result<(), EventError> {
         self.deactivated.time(event_outcome, self.inner.deactivated(link)).await
     }
+    async fn changed(&self, link: &Link) -> Result<(), EventError> {
+        self.changed.time(event_outcome, self.inner.changed(link)).await
+    }
 }
 
-/// Each region's share of a delete or takedown (docs/regions.md): how long its tombstone and
-/// its proxies' acknowledgements took, and how often they could not be confirmed.
+/// Each region's share of a delete, takedown or edit (docs/regions.md): how long its record
+/// and its proxies' acknowledgements took, and how often they could not be confirmed.
 #[derive(Clone)]
 pub struct RegionPropagationMetrics {
     seconds: HistogramVec,
@@ -595,7 +626,7 @@ impl RegionPropagationMetrics {
             seconds: HistogramVec::new(
                 HistogramOpts::new(
                     "rebound_region_propagation_seconds",
-                    "How long a delete's or takedown's tombstone and its proxies' acknowledgements took in each region (this control plane's own included).",
+                    "How long a delete's, takedown's or edit's record and its proxies' acknowledgements took in each region (this control plane's own included).",
                 )
                 .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
                 &["region"],
@@ -603,7 +634,7 @@ impl RegionPropagationMetrics {
             failures: IntCounterVec::new(
                 Opts::new(
                     "rebound_region_propagation_failures_total",
-                    "Deletes and takedowns that could not be confirmed in a region (answered 503; the reconciler finishes them).",
+                    "Deletes, takedowns and edits that could not be confirmed in a region (answered 503; the reconciler finishes them).",
                 ),
                 &["region"],
             )?,
@@ -614,7 +645,7 @@ impl RegionPropagationMetrics {
     }
 }
 
-/// One region's [`LinkEvents`] with its deactivations timed and their failures counted under
+/// One region's [`LinkEvents`] with its deactivations and edits timed and their failures counted under
 /// the region's name; the series exist from the start, so dashboards and alerts find them.
 pub struct RegionTimedLinkEvents {
     inner: Arc<dyn LinkEvents>,
@@ -641,8 +672,18 @@ impl LinkEvents for RegionTimedLinkEvents {
         self.inner.leased(high_water).await
     }
     async fn deactivated(&self, link: &Link) -> Result<(), EventError> {
+        self.timed(self.inner.deactivated(link)).await
+    }
+    async fn changed(&self, link: &Link) -> Result<(), EventError> {
+        self.timed(self.inner.changed(link)).await
+    }
+}
+
+impl RegionTimedLinkEvents {
+    /// `propagation` timed when it succeeds, counted when it fails.
+    async fn timed(&self, propagation: impl Future<Output = Result<(), EventError>>) -> Result<(), EventError> {
         let started = Instant::now();
-        let result = self.inner.deactivated(link).await;
+        let result = propagation.await;
         match &result {
             Ok(()) => self.seconds.observe(started.elapsed().as_secs_f64()),
             Err(_) => self.failures.inc(),

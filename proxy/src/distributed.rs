@@ -32,7 +32,8 @@ async fn stopped(shutdown: &mut watch::Receiver<bool>) {
 }
 
 /// Listens to the invalidations on this proxy's own subscription: an invalidation puts the
-/// tombstone with its version into L1 and is then acknowledged as `proxy`; the proxy's own
+/// tombstone with its version into L1 (an edit's voids the older versions there) and is
+/// then acknowledged as `proxy`; the proxy's own
 /// keepalive proves the subscription still delivers. Any end of a subscription, and a
 /// subscription silent for `silent_after` (a half-open connection), is a lapse: L1 is not
 /// trusted until a new subscription is heard. Once the new subscription is made, what was
@@ -62,7 +63,9 @@ pub async fn run_invalidation_listener(
                 let now = clock.now_millis();
                 match message {
                     ChannelMessage::Keepalive { sent } => trust.heard(sent, &l1),
-                    ChannelMessage::Invalidate { version, code } => apply(&channel, &proxy, &l1, version, code, now),
+                    message @ (ChannelMessage::Invalidate { .. } | ChannelMessage::Edited { .. }) => {
+                        apply(&channel, &proxy, &l1, message, now)
+                    }
                     ChannelMessage::Malformed => tracing::warn!("ignoring a malformed invalidation message"),
                 }
             }
@@ -89,22 +92,27 @@ pub async fn run_invalidation_listener(
     }
 }
 
-/// Puts the tombstone of `code` at `version` into L1, then acknowledges it: the delete
-/// waiting for this proxy may answer. Not awaited, so the next message is not held up by a
-/// round trip.
-fn apply(
-    channel: &Arc<dyn InvalidationChannel>,
-    proxy: &Arc<str>,
-    l1: &L1,
-    version: u64,
-    code: String,
-    now: UnixMillis,
-) {
-    l1.fill(
-        &code,
-        CacheRecord::tombstone(version, now, &CachePolicy::default()),
-        now,
-    );
+/// Applies an invalidation to L1, then acknowledges it: the delete or edit waiting for this
+/// proxy may answer. A delete's puts the tombstone of `code` at `version` into L1; an
+/// edit's voids every older version there (the next request reads the new one from L2,
+/// where the control plane wrote it first). Not awaited, so the next message is not held
+/// up by a round trip.
+fn apply(channel: &Arc<dyn InvalidationChannel>, proxy: &Arc<str>, l1: &L1, message: ChannelMessage, now: UnixMillis) {
+    let (version, code) = match message {
+        ChannelMessage::Invalidate { version, code } => {
+            l1.fill(
+                &code,
+                CacheRecord::tombstone(version, now, &CachePolicy::default()),
+                now,
+            );
+            (version, code)
+        }
+        ChannelMessage::Edited { version, code } => {
+            l1.supersede(&code, version, now);
+            (version, code)
+        }
+        ChannelMessage::Keepalive { .. } | ChannelMessage::Malformed => return,
+    };
     let (channel, proxy) = (channel.clone(), proxy.clone());
     tokio::spawn(async move {
         let ack = channel.acknowledge(&proxy, version, &code);
@@ -128,8 +136,8 @@ async fn replay(
     match tokio::time::timeout(KEEPALIVE_EVERY * 4, channel.replay(&position)).await {
         Ok(Ok(Some(missed))) => {
             let count = missed.len();
-            for (version, code) in missed {
-                apply(channel, proxy, l1, version, code, now);
+            for message in missed {
+                apply(channel, proxy, l1, message, now);
             }
             trust.replayed();
             tracing::info!(
@@ -425,6 +433,25 @@ mod tests {
         task.await.unwrap();
     }
 
+    #[tokio::test]
+    async fn an_edit_voids_the_older_versions_in_l1_and_is_acknowledged() {
+        let channel = Arc::new(MemoryChannel::default());
+        let (l1, _trust, clock, stop, task) = listening(channel.clone()).await;
+        let now = clock.now_millis();
+        l1.fill("abc", active("abc", 1, now), now);
+        channel.send(ChannelMessage::Edited {
+            version: 2,
+            code: "abc".into(),
+        });
+        until(|| l1.get("abc").is_some_and(|e| e.is_superseded())).await;
+        assert_eq!(l1.get("abc").unwrap().version(), 2);
+        until(|| channel.acks().contains(&("p1".to_owned(), 2, "abc".to_owned()))).await;
+        // A read of version 1 that was in flight cannot bring it back.
+        assert!(l1.fill("abc", active("abc", 1, now), now).is_superseded());
+        stop.send(true).unwrap();
+        task.await.unwrap();
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_lost_subscription_is_made_again() {
         let channel = Arc::new(MemoryChannel::default());
@@ -490,14 +517,20 @@ mod tests {
         let filled = clock.now_millis();
         l1.fill("kept", active("kept", 1, filled), filled);
         l1.fill("gone", active("gone", 1, filled), filled);
+        l1.fill("moved", active("moved", 1, filled), filled);
         channel.cut();
         until(|| !trust.is_trusted(clock.now_millis())).await;
-        // Deleted while no subscription listened: only the log has it.
+        // Deleted and edited while no subscription listened: only the log has them.
         channel.send(ChannelMessage::Invalidate {
             version: 2,
             code: "gone".into(),
         });
+        channel.send(ChannelMessage::Edited {
+            version: 2,
+            code: "moved".into(),
+        });
         until(|| l1.get("gone").is_some_and(|e| e.is_tombstone())).await;
+        until(|| l1.get("moved").is_some_and(|e| e.is_superseded())).await;
         keepalive(&channel, &trust, &clock).await;
         assert!(
             l1.get("kept").is_some(),

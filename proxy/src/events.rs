@@ -1,7 +1,8 @@
 //! The link-event port carried in process (the all-in-one): a lease raises the issued-code
 //! filter's high-water mark before a code of it is handed out; a create goes into the
 //! filter (an alias) and L1 before the API answers (I2); a delete or takedown puts the
-//! tombstone with its version into L1 before the API answers (I1).
+//! tombstone with its version into L1 before the API answers (I1), and an edit its new
+//! version.
 
 use crate::issued::IssuedCodeGate;
 use crate::l1::L1;
@@ -47,5 +48,14 @@ impl LinkEvents for InProcessLinkEvents {
                 held.version()
             )))
         }
+    }
+
+    async fn changed(&self, link: &Link) -> Result<(), EventError> {
+        let now = self.clock.now_millis();
+        // The new version itself (or a newer one, should another edit have come first): a
+        // late fill of an older one cannot replace it.
+        self.l1
+            .fill(&link.code, CacheRecord::active(link, now, &self.policy), now);
+        Ok(())
     }
 }

@@ -72,7 +72,11 @@ const REDIRECT_SHIFT: u32 = 6;
 /// `forward_query`: bit 9.
 const FORWARD_QUERY_BIT: i64 = 1 << 9;
 
-/// The redirect kinds by their 3-bit number (0: a tombstone; 5-7 are never written).
+/// The redirect kind of a superseded entry (see [`L1Entry::superseded`]).
+const SUPERSEDED: i64 = 5;
+
+/// The redirect kinds by their 3-bit number (0: a tombstone; 5: superseded; 6-7 are never
+/// written).
 const KINDS: [Option<RedirectKind>; 8] = [
     None,
     Some(RedirectKind::Permanent),
@@ -141,6 +145,30 @@ impl L1Entry {
         text.push_str(code);
         text.push_str(&long_url);
         L1Entry(triomphe::Arc::from_header_and_str(fields, &text))
+    }
+
+    /// What an edit leaves of `code` until the new version is read: no destination, no
+    /// use (its verdict is `Dead`, so a reader goes below L1), and `version`, which keeps a
+    /// late fill of an older version out.
+    pub fn superseded(code: &str, version: u64, at: UnixMillis) -> L1Entry {
+        let stamp = stamp(at, code.len(), None, false) | SUPERSEDED << REDIRECT_SHIFT;
+        // Fresh and stale until ~24.8 days before `at`: `Dead` at any `now` a clock can
+        // read near it, without a branch on the redirect path.
+        let fields = Fields {
+            clicks: AtomicU32::new(0),
+            version,
+            stamp,
+            fresh: i32::MIN,
+            stale: i32::MIN,
+            expires: FAR,
+        };
+        L1Entry(triomphe::Arc::from_header_and_str(fields, code))
+    }
+
+    /// True for an entry an edit left (see [`L1Entry::superseded`]).
+    #[inline]
+    pub fn is_superseded(&self) -> bool {
+        (self.fields().stamp >> REDIRECT_SHIFT) & 7 == SUPERSEDED
     }
 
     #[inline]
@@ -360,17 +388,32 @@ impl L1 {
     /// Stores `record` unless the cache holds a newer version; returns what the cache holds
     /// for the code afterwards. A full shard first evicts one entry (CLOCK).
     pub fn fill(&self, code: &str, record: CacheRecord, now: UnixMillis) -> L1Entry {
+        self.put(code, record.version, || L1Entry::new(code, record, now))
+    }
+
+    /// Voids every version of `code` below `version` (an edit): holds a superseded entry
+    /// at `version` unless the cache holds that version or a newer one already; returns
+    /// what the cache holds for the code afterwards.
+    pub fn supersede(&self, code: &str, version: u64, now: UnixMillis) -> L1Entry {
+        self.put(code, version.saturating_sub(1), || {
+            L1Entry::superseded(code, version, now)
+        })
+    }
+
+    /// Stores the entry `make` builds unless the cache holds a version above `at_least`
+    /// (the fill rule: equal versions replace); what the cache holds afterwards.
+    fn put(&self, code: &str, at_least: u64, make: impl FnOnce() -> L1Entry) -> L1Entry {
         let hash = self.hash(code.as_bytes());
         let mut shard = write(self.shard(hash));
         if let Some(existing) = shard.table.find_mut(hash, |e| e.is_for(code)) {
-            if !record.may_replace_version(existing.version()) {
+            if existing.version() > at_least {
                 return existing.clone();
             }
-            let entry = L1Entry::new(code, record, now);
+            let entry = make();
             *existing = entry.clone();
             return entry;
         }
-        let entry = L1Entry::new(code, record, now);
+        let entry = make();
         if shard.table.len() >= self.per_shard {
             shard.evict_one();
         }
@@ -679,6 +722,38 @@ mod tests {
         // Equal versions may overwrite (retries are idempotent).
         let again = l1.fill("abc", CacheRecord::tombstone(2, 5, &CachePolicy::default()), 5);
         assert_eq!(again.fresh_until(), 5 + CachePolicy::default().tombstone_millis);
+    }
+
+    #[test]
+    fn an_edit_voids_older_versions_and_the_new_one_replaces_it() {
+        let l1 = L1::new(100);
+        l1.fill("abc", active(1), 0);
+        let held = l1.supersede("abc", 2, 10);
+        assert!(held.is_superseded() && !held.is_tombstone());
+        assert_eq!((held.version(), held.redirect(), held.long_url()), (2, None, ""));
+        // Never usable, at any time near its making (a clock read a little before it too).
+        for now in [-1_000_000, 9, 10, 11, 86_400_000] {
+            assert_eq!(held.verdict(now), CachedVerdict::Dead, "{now}");
+        }
+        // The read that started before the edit comes back with version 1: kept out.
+        assert!(l1.fill("abc", active(1), 0).is_superseded());
+        // The new version replaces it, and an edit's message heard late leaves it.
+        assert_eq!(l1.fill("abc", active(2), 20).redirect(), Some(RedirectKind::Found));
+        assert!(!l1.supersede("abc", 2, 30).is_superseded());
+        assert!(!l1.supersede("abc", 1, 30).is_superseded());
+        assert!(l1.supersede("abc", 3, 30).is_superseded());
+        // A code L1 did not hold is voided too: a read in flight may bring it.
+        assert!(l1.supersede("new", 5, 0).is_superseded());
+        assert!(l1
+            .fill(
+                "new",
+                CacheRecord {
+                    version: 4,
+                    ..active(4)
+                },
+                0
+            )
+            .is_superseded());
     }
 
     #[test]

@@ -38,6 +38,8 @@ pub struct ProxyMetrics {
     pub fills_dropped: IntCounter,
     pub reads_outdated: IntCounter,
     pub reads_superseded: IntCounter,
+    /// Reads of a version an edit voided while they were in flight: made again.
+    pub reads_edited: IntCounter,
     pub home_found: IntCounter,
     pub home_absent: IntCounter,
     pub home_errors: IntCounter,
@@ -138,6 +140,10 @@ impl ProxyMetrics {
             reads_superseded: counter(
                 "rebound_reads_superseded_total",
                 "Store reads of an active link older than a tombstone of it already seen (a replica behind the delete): answered 404, cached nowhere",
+            )?,
+            reads_edited: counter(
+                "rebound_reads_edited_total",
+                "Reads below L1 that found a version an edit voided while they were in flight: made again",
             )?,
             clicks_queued: counter(
                 "rebound_clicks_queued_total",

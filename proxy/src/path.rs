@@ -211,6 +211,8 @@ impl RedirectPath {
     ///   across a lapse, like any other record.
     /// - A tombstone is final (a deleted code is never active again), so the store's
     ///   tombstone answers 404 whatever L1 holds.
+    /// - An edit's superseded entry in L1 keeps an older version out: a read that found
+    ///   one is made again (`None`).
     fn apply(
         &self,
         code: &str,
@@ -252,6 +254,11 @@ impl RedirectPath {
         let held = self.keep(code, record, read_from, epoch);
         if store_tombstone {
             return Some((Resolution::NotFound, false));
+        }
+        if held.is_superseded() {
+            // An edit voided what this read found while it was in flight: read again.
+            self.metrics.reads_edited.inc();
+            return None;
         }
         Some((self.current_answer(held, read_from, now, epoch)?, false))
     }
@@ -356,6 +363,12 @@ impl RedirectPath {
                 if item.is_none() {
                     // Not in this region's replica (yet): the home region's, if it answers.
                     item = self.read_home(code).await.flatten();
+                } else if self.edited_since(code, item.as_ref()) {
+                    // This region's replica has not caught up with an edit this proxy heard
+                    // of: the home region's, if it answers.
+                    if let Some(Some(home)) = self.read_home(code).await {
+                        item = Some(home);
+                    }
                 }
                 return Learned::FromStore {
                     item,
@@ -387,6 +400,14 @@ impl RedirectPath {
                 None
             }
         }
+    }
+
+    /// True when L1 holds an edit's superseded entry of `code` newer than `item`.
+    fn edited_since(&self, code: &str, item: Option<&Link>) -> bool {
+        let Some(item) = item else { return false };
+        self.l1
+            .get(code)
+            .is_some_and(|e| e.is_superseded() && e.version() > item.version)
     }
 
     /// The version of the newest tombstone of `code` that L1 (whether or not its entry is
@@ -433,8 +454,14 @@ impl RedirectPath {
         now: UnixMillis,
         cause: &str,
     ) -> (Resolution, bool) {
+        // At one version, L2's record over an edit's superseded entry, which cannot answer.
         let newest = match (from_l1, from_l2) {
-            (Some(a), Some(b)) => Some(if b.version() > a.version() { b } else { a }),
+            (Some(a), Some(b)) => Some(
+                match b.version() > a.version() || (b.version() == a.version() && a.is_superseded()) {
+                    true => b,
+                    false => a,
+                },
+            ),
             (a, b) => a.or(b),
         };
         match newest {
@@ -652,6 +679,42 @@ mod tests {
             "the store was asked and failed"
         );
         assert_eq!(f.path.metrics.stale_served.get(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_read_an_edit_voided_in_flight_is_made_again_and_never_answers_the_old_target() {
+        let f = fixture();
+        let old = add(&f.store, "moved", None).await;
+        f.path.resolve("moved").await;
+        // The edit lands in the store and voids version 1 in L1 while a read of version 1
+        // (begun before it) is still in flight.
+        let edit = rebound_core::LinkEdit {
+            long_url: "https://new.example/".into(),
+            ..old.editable()
+        };
+        let lease = rebound_store::PropagationLease {
+            owner: "cp".into(),
+            until: 0,
+        };
+        f.store.edit_link_pending("moved", 1, &edit, &lease).await.unwrap();
+        let now = f.clock.now_millis();
+        f.path.l1.supersede("moved", 2, now);
+        let late = Learned::FromStore {
+            item: Some(old.clone()),
+            seen_tombstone: None,
+        };
+        assert!(f.path.apply("moved", late, now - 5, None, now).is_none(), "read again");
+        assert_eq!(f.path.metrics.reads_edited.get(), 1);
+        // The next request: L1 cannot answer, the store's version 2 does, and L1 keeps it.
+        match f.path.resolve("moved").await {
+            Resolution::Redirect(e) => assert_eq!((e.long_url(), e.version()), ("https://new.example/", 2)),
+            other => panic!("{other:?}"),
+        }
+        // The store failing, with nothing newer than the superseded entry: 503, never the
+        // old target.
+        f.path.l1.supersede("moved", 3, now);
+        f.store.set_unavailable(true);
+        assert!(matches!(f.path.resolve("moved").await, Resolution::Unavailable));
     }
 
     fn with_l2(

@@ -1,10 +1,10 @@
-//! `rebound links …`: create, get, list, delete, the QR code and the daily clicks of links
-//! (`import` has a file of its own).
+//! `rebound links …`: create, get, list, edit, delete, the QR code and the daily clicks of
+//! links (`import` has a file of its own).
 
 use super::client::{api_path, given, Client, NO_BODY};
 use super::output::{as_json, fields, table, Printed, LINK_FIELDS};
 use super::{import, CliError, LinksCommand};
-use rebound_api_types::{CreateLinkRequest, LinkCreated, LinkList, LinkStats, LinkView};
+use rebound_api_types::{CreateLinkRequest, EditLinkRequest, LinkCreated, LinkList, LinkStats, LinkView};
 use reqwest::Method;
 use serde_json::json;
 
@@ -92,6 +92,45 @@ pub(super) async fn run(client: &Client, command: LinksCommand, json_out: bool) 
                 text.push_str(&format!("more: --cursor {c}\n"));
             }
             (as_json(&list), text)
+        }
+        LinksCommand::Edit {
+            code,
+            long_url,
+            redirect,
+            forward_query,
+            no_forward_query,
+            ttl,
+            expires_at,
+            no_expiry,
+            if_match,
+            domain,
+        } => {
+            let path = api_path(&["api", "v1", "links", &code], &on(domain.as_deref()))?;
+            let body = EditLinkRequest {
+                long_url,
+                redirect,
+                forward_query: (forward_query || no_forward_query).then_some(forward_query),
+                expires_at: match (expires_at, no_expiry) {
+                    (Some(at), _) => Some(Some(at)),
+                    (None, true) => Some(None),
+                    (None, false) => None,
+                },
+                ttl_seconds: ttl,
+            };
+            let version = match if_match {
+                Some(v) => v,
+                None => {
+                    let link: LinkView = client.send(Method::GET, &path, NO_BODY, &[]).await?;
+                    link.version
+                }
+            };
+            let tag = format!("\"{version}\"");
+            let link: LinkView = client
+                .send(Method::PATCH, &path, Some(&body), &[("if-match", tag.as_str())])
+                .await?;
+            let v = as_json(&link);
+            let text = fields(&v, LINK_FIELDS);
+            (v, text)
         }
         LinksCommand::Delete { code, domain } => {
             let path = api_path(&["api", "v1", "links", &code], &on(domain.as_deref()))?;

@@ -99,6 +99,41 @@ pub enum LinksCommand {
         #[arg(long)]
         cursor: Option<String>,
     },
+    /// Change where a link goes, how it redirects, or its expiry (only what is given
+    /// changes). Guarded by the link's version: the one given with --if-match, or the one
+    /// read just before (an edit made meanwhile by someone else is then refused, 412, never
+    /// overwritten). Once it returns, no proxy answers with the old target.
+    Edit {
+        code: String,
+        /// The new target URL.
+        #[arg(long = "url")]
+        long_url: Option<String>,
+        /// 301, 302, 307 or 308.
+        #[arg(long)]
+        redirect: Option<u16>,
+        /// Append the visitor's query string to the target.
+        #[arg(long, conflicts_with = "no_forward_query")]
+        forward_query: bool,
+        /// Stop appending the visitor's query string.
+        #[arg(long)]
+        no_forward_query: bool,
+        /// Expire this many seconds from now.
+        #[arg(long, conflicts_with_all = ["expires_at", "no_expiry"])]
+        ttl: Option<i64>,
+        /// Expire at this RFC 3339 time.
+        #[arg(long, conflicts_with = "no_expiry")]
+        expires_at: Option<String>,
+        /// Never expire.
+        #[arg(long)]
+        no_expiry: bool,
+        /// The version to change (the link's ETag, without quotes); default: the version
+        /// the link has when the command reads it.
+        #[arg(long)]
+        if_match: Option<u64>,
+        /// The domain the link is on (default: the default domain, or a scoped key's first).
+        #[arg(long)]
+        domain: Option<String>,
+    },
     /// Delete a link.
     Delete {
         code: String,

@@ -35,6 +35,8 @@ pub async fn run_all<S: Store + ?Sized>(store: &S) {
     idempotency_in_the_same_transaction(store).await;
     versioned_deactivation(store).await;
     propagation_pending_in_the_deactivating_write(store).await;
+    versioned_edit_with_its_propagation_pending(store).await;
+    versioned_restore_with_its_propagation_pending(store).await;
     propagation_leases_are_exclusive(store).await;
     finishing_a_propagation_is_conditional_on_its_version(store).await;
     listing_newest_first_with_cursor(store).await;
@@ -54,6 +56,8 @@ pub async fn run_without_transactions<S: Store + ?Sized>(store: &S) {
     bulk_insert(store).await;
     versioned_deactivation(store).await;
     propagation_pending_in_the_deactivating_write(store).await;
+    versioned_edit_with_its_propagation_pending(store).await;
+    versioned_restore_with_its_propagation_pending(store).await;
     propagation_leases_are_exclusive(store).await;
     finishing_a_propagation_is_conditional_on_its_version(store).await;
     listing_newest_first_with_cursor(store).await;
@@ -286,6 +290,134 @@ async fn propagation_pending_in_the_deactivating_write<S: Store + ?Sized>(store:
         down_and_pending(store, "pb", "cp-a", 5).await;
     }
     assert!(store.pending_propagations(1_000, 2).await.unwrap().len() <= 2);
+}
+
+async fn versioned_edit_with_its_propagation_pending<S: Store + ?Sized>(store: &S) {
+    let code = unique("ed");
+    let original = Link {
+        expires_at: Some(9_000_000_000_000),
+        purge_at: Some(9_000_000_000_000),
+        ..link(&code, "owner", 1)
+    };
+    store.insert_link(&original, None).await.unwrap();
+    let lease = |until: i64| PropagationLease {
+        owner: "cp-a".into(),
+        until,
+    };
+    let edit = LinkEdit {
+        long_url: "https://example.org/new?x=1".into(),
+        redirect: RedirectKind::Permanent,
+        forward_query: true,
+        expires_at: None,
+    };
+    let edited = store.edit_link_pending(&code, 1, &edit, &lease(1_000)).await.unwrap();
+    assert_eq!(edited, original.edited(&edit));
+    assert_eq!(
+        store.get_link(&code).await.unwrap(),
+        Some(edited.clone()),
+        "every field as written"
+    );
+    assert_eq!(
+        (edited.version, edited.expires_at, edited.purge_at, edited.is_active),
+        (2, None, None, true)
+    );
+    assert_eq!(pending_at(store, 999, &code).await, None, "leased to its writer");
+    assert_eq!(pending_at(store, 1_000, &code).await.map(|p| p.version), Some(2));
+    // An expiry set again; a stale version or a link that went down writes nothing.
+    let expiring = LinkEdit {
+        expires_at: Some(8_000_000_000_000),
+        ..edit.clone()
+    };
+    let again = store
+        .edit_link_pending(&code, 2, &expiring, &lease(2_000))
+        .await
+        .unwrap();
+    assert_eq!(store.get_link(&code).await.unwrap(), Some(again.clone()));
+    assert_eq!((again.version, again.purge_at), (3, Some(8_000_000_000_000)));
+    assert_eq!(
+        pending_at(store, 2_000, &code).await.map(|p| p.version),
+        Some(3),
+        "the newer version replaced it"
+    );
+    assert!(matches!(
+        store.edit_link_pending(&code, 2, &edit, &lease(3_000)).await,
+        Err(StoreError::ConditionFailed)
+    ));
+    let deletion = Deletion {
+        at: 100,
+        by: "op".into(),
+        reason: None,
+    };
+    store.deactivate_link(&code, 3, &deletion).await.unwrap();
+    assert!(matches!(
+        store.edit_link_pending(&code, 4, &edit, &lease(3_000)).await,
+        Err(StoreError::ConditionFailed)
+    ));
+    let down = store.get_link(&code).await.unwrap().unwrap();
+    assert_eq!(
+        (down.is_active, down.version, down.long_url.as_str()),
+        (false, 4, edit.long_url.as_str())
+    );
+    assert!(matches!(
+        store.edit_link_pending(&unique("ex"), 1, &edit, &lease(3_000)).await,
+        Err(StoreError::NotFound)
+    ));
+}
+
+async fn versioned_restore_with_its_propagation_pending<S: Store + ?Sized>(store: &S) {
+    let code = unique("rs");
+    let original = Link {
+        expires_at: Some(9_000_000_000_000),
+        purge_at: Some(9_000_000_000_000),
+        ..link(&code, "owner", 1)
+    };
+    store.insert_link(&original, None).await.unwrap();
+    let lease = PropagationLease {
+        owner: "cp-a".into(),
+        until: 1_000,
+    };
+    assert!(
+        matches!(
+            store.restore_link_pending(&code, 1, &lease).await,
+            Err(StoreError::ConditionFailed)
+        ),
+        "an active link is not restored"
+    );
+    let deletion = Deletion {
+        at: 100,
+        by: "threat-lists".into(),
+        reason: Some("threat-list:urlhaus".into()),
+    };
+    store.deactivate_link(&code, 1, &deletion).await.unwrap();
+    assert!(matches!(
+        store.restore_link_pending(&code, 1, &lease).await,
+        Err(StoreError::ConditionFailed)
+    ));
+    let restored = store.restore_link_pending(&code, 2, &lease).await.unwrap();
+    assert_eq!(
+        restored,
+        Link {
+            version: 3,
+            ..original.clone()
+        }
+    );
+    assert_eq!(
+        store.get_link(&code).await.unwrap(),
+        Some(restored),
+        "every field as written"
+    );
+    assert_eq!(pending_at(store, 1_000, &code).await.map(|p| p.version), Some(3));
+    // Without an expiry: never purged.
+    let forever = unique("rs");
+    store.insert_link(&link(&forever, "owner", 1), None).await.unwrap();
+    store.deactivate_link(&forever, 1, &deletion).await.unwrap();
+    let back = store.restore_link_pending(&forever, 2, &lease).await.unwrap();
+    assert_eq!(store.get_link(&forever).await.unwrap(), Some(back.clone()));
+    assert_eq!((back.purge_at, back.deleted_at, back.is_active), (None, None, true));
+    assert!(matches!(
+        store.restore_link_pending(&unique("rx"), 1, &lease).await,
+        Err(StoreError::NotFound)
+    ));
 }
 
 async fn propagation_leases_are_exclusive<S: Store + ?Sized>(store: &S) {
@@ -553,7 +685,7 @@ async fn click_batches_apply_once<S: Store + ?Sized>(store: &S) {
 
 async fn audit_log<S: Store + ?Sized>(store: &S) {
     let code = unique("au");
-    for outcome in ["invalidate_failed", "ok"] {
+    for (outcome, detail) in [("invalidate_failed", None), ("ok", Some(r#"{"old":{},"new":{}}"#))] {
         store
             .append_audit(&AuditEvent {
                 at: 5,
@@ -562,6 +694,7 @@ async fn audit_log<S: Store + ?Sized>(store: &S) {
                 code: Some(code.clone()),
                 reason: Some("malware".into()),
                 outcome: outcome.into(),
+                detail: detail.map(str::to_owned),
             })
             .await
             .unwrap();
@@ -569,6 +702,8 @@ async fn audit_log<S: Store + ?Sized>(store: &S) {
     let events = store.audit_for(&code).await.unwrap();
     assert_eq!(events.len(), 2);
     assert_eq!(events[0].outcome, "invalidate_failed");
+    assert_eq!(events[0].detail, None);
     assert_eq!(events[1].outcome, "ok");
     assert_eq!(events[1].reason.as_deref(), Some("malware"));
+    assert_eq!(events[1].detail.as_deref(), Some(r#"{"old":{},"new":{}}"#));
 }

@@ -2,7 +2,8 @@
 //! written through to L2 and announced on the creation feed (so alias filters learn the
 //! code); every KGS lease announces the counter's new high-water mark before a code of it
 //! is handed out; deletes and takedowns write the tombstone at the new version and publish
-//! the invalidation. The all-in-one carries it in process, distributed mode over Redis.
+//! the invalidation; an edit writes its new record and publishes the invalidation of every
+//! older version. The all-in-one carries it in process, distributed mode over Redis.
 
 use async_trait::async_trait;
 use rebound_core::Link;
@@ -33,6 +34,10 @@ pub trait LinkEvents: Send + Sync {
     /// `link` (inactive, at its new version) went down: write its tombstone and publish
     /// the invalidation. Success must not be reported to the caller before this returns Ok.
     async fn deactivated(&self, link: &Link) -> Result<(), EventError>;
+    /// `link` (active, at its new version) was edited: no cache may answer with an older
+    /// version once this returns Ok (I1 for the old destination). Success must not be
+    /// reported to the caller before this returns Ok.
+    async fn changed(&self, link: &Link) -> Result<(), EventError>;
 }
 
 /// Delivers nothing: for a control plane with no data plane to tell.
@@ -45,6 +50,9 @@ impl LinkEvents for NoLinkEvents {
         Ok(())
     }
     async fn deactivated(&self, _link: &Link) -> Result<(), EventError> {
+        Ok(())
+    }
+    async fn changed(&self, _link: &Link) -> Result<(), EventError> {
         Ok(())
     }
 }
@@ -96,14 +104,19 @@ impl LinkEvents for FanOutLinkEvents {
     async fn deactivated(&self, link: &Link) -> Result<(), EventError> {
         self.everywhere(|region| region.deactivated(link)).await
     }
+    async fn changed(&self, link: &Link) -> Result<(), EventError> {
+        self.everywhere(|region| region.changed(link)).await
+    }
 }
 
-/// A recorder for tests: remembers every event and can be told to fail deactivations.
+/// A recorder for tests: remembers every event and can be told to fail deactivations and
+/// edits.
 #[derive(Debug, Default)]
 pub struct RecordedLinkEvents {
     pub created: std::sync::Mutex<Vec<Link>>,
     pub leased: std::sync::Mutex<Vec<u64>>,
     pub deactivated: std::sync::Mutex<Vec<Link>>,
+    pub changed: std::sync::Mutex<Vec<Link>>,
     pub fail_deactivations: std::sync::atomic::AtomicBool,
 }
 
@@ -125,6 +138,16 @@ impl LinkEvents for RecordedLinkEvents {
             return Err(EventError("tombstone write refused by the test".into()));
         }
         self.deactivated
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(link.clone());
+        Ok(())
+    }
+    async fn changed(&self, link: &Link) -> Result<(), EventError> {
+        if self.fail_deactivations.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(EventError("invalidation refused by the test".into()));
+        }
+        self.changed
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(link.clone());

@@ -19,8 +19,10 @@ pub const REGISTRY_WINDOW_BOUNDS: u32 = 20;
 /// One message of the invalidation channel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChannelMessage {
-    /// `code` changed at `version` (deleted or taken down): drop it from L1.
+    /// `code` went down at `version` (deleted or taken down): its tombstone goes into L1.
     Invalidate { version: u64, code: String },
+    /// `code` was edited at `version`: every older version of it is void, in L1 at once.
+    Edited { version: u64, code: String },
     /// This proxy's own keepalive, sent at `sent` by its own clock, back through its
     /// subscription: every message published before it was delivered before it.
     Keepalive { sent: UnixMillis },
@@ -44,10 +46,11 @@ pub trait InvalidationChannel: Send + Sync {
     /// of invalidations at that moment: once the keepalive is heard back, every
     /// invalidation up to that position has been heard.
     async fn keepalive(&self, proxy: &str, sent: UnixMillis) -> Result<String, StoreError>;
-    /// The invalidations (version, code) published after `position` (one a keepalive
-    /// returned), in order; `None` when they cannot all be told: the log was trimmed past
-    /// the position, the server lost writes since (its epoch changed), or they are too many.
-    async fn replay(&self, position: &str) -> Result<Option<Vec<(u64, String)>>, StoreError>;
+    /// The invalidations (`Invalidate` and `Edited` messages) published after `position`
+    /// (one a keepalive returned), in order; `None` when they cannot all be told: the log
+    /// was trimmed past the position, the server lost writes since (its epoch changed), or
+    /// they are too many.
+    async fn replay(&self, position: &str) -> Result<Option<Vec<ChannelMessage>>, StoreError>;
     /// Removes `proxy` from the registry: it serves no more, deletes stop waiting for it.
     async fn deregister(&self, proxy: &str) -> Result<(), StoreError>;
     /// Tells the control plane that `proxy` has dropped `code` at `version` from its L1.
@@ -99,7 +102,7 @@ mod fakes {
         subscribed: std::sync::atomic::AtomicU64,
         acks: Mutex<Vec<(String, u64, String)>>,
         /// Every invalidation sent, in order; `None` once lost.
-        log: Mutex<Option<Vec<(u64, String)>>>,
+        log: Mutex<Option<Vec<ChannelMessage>>>,
     }
 
     impl Default for MemoryChannel {
@@ -123,8 +126,10 @@ mod fakes {
             // Logged and sent under the lock a keepalive takes: a position never counts an
             // invalidation that is sent after the keepalive.
             let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
-            if let (ChannelMessage::Invalidate { version, code }, Some(log)) = (&message, log.as_mut()) {
-                log.push((*version, code.clone()));
+            if let (ChannelMessage::Invalidate { .. } | ChannelMessage::Edited { .. }, Some(log)) =
+                (&message, log.as_mut())
+            {
+                log.push(message.clone());
             }
             let _ = self.sender.send(Some((None, message)));
         }
@@ -204,7 +209,7 @@ mod fakes {
             Ok(position)
         }
 
-        async fn replay(&self, position: &str) -> Result<Option<Vec<(u64, String)>>, StoreError> {
+        async fn replay(&self, position: &str) -> Result<Option<Vec<ChannelMessage>>, StoreError> {
             if self.failing.load(Ordering::SeqCst) {
                 return Err(StoreError::unavailable("the memory channel", "switched off"));
             }

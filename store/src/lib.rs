@@ -40,7 +40,7 @@ pub mod testing;
 
 use async_trait::async_trait;
 use rebound_core::link::Deletion;
-use rebound_core::{Day, Link, UnixMillis};
+use rebound_core::{Day, Link, LinkEdit, UnixMillis};
 use std::ops::Range;
 
 #[cfg(any(test, feature = "test-util"))]
@@ -197,13 +197,16 @@ pub struct IdempotencyRecord {
 pub struct AuditEvent {
     pub at: UnixMillis,
     pub actor: String,
-    /// `takedown`, `delete`, `propagated` (a reconciler finished a pending propagation),
-    /// `key_create`, `key_revoke`.
+    /// `takedown`, `delete`, `edit`, `propagated` (a reconciler finished a pending
+    /// propagation), `key_create`, `key_revoke`.
     pub action: String,
     pub code: Option<String>,
     pub reason: Option<String>,
     /// `ok`, `invalidate_failed`, `already_down`.
     pub outcome: String,
+    /// What changed, as JSON text: an edit's `{"old": {...}, "new": {...}}` with the fields
+    /// it changed.
+    pub detail: Option<String>,
 }
 
 /// Clicks to add to one (code, day) rollup.
@@ -267,8 +270,7 @@ pub enum BatchOutcome {
 
 /// A change durable in the store that every cache has not yet been told about:
 /// "propagate version `version` of link `code`". Written in the same conditional write as
-/// the change (today a delete or takedown; an edit later), removed once the propagation
-/// succeeded. One per link: a newer version replaces an older one.
+/// the change (a delete, a takedown or an edit), removed once the propagation succeeded. One per link: a newer version replaces an older one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Propagation {
     pub code: String,
@@ -411,6 +413,29 @@ pub trait LinkStore: LinkReads {
         self.deactivate_link_pending(code, expected_version, deletion, &lease)
             .await
     }
+    /// Conditional versioned update of an active link: applies `edit` if the link is still
+    /// active at `expected_version`, bumping the version, and in the same write records the
+    /// propagation of the new version pending, leased to `lease` (as
+    /// [`LinkStore::deactivate_link_pending`] does). Returns the new record;
+    /// `ConditionFailed` when the version moved or the link is down, `NotFound` when there
+    /// is no such link; nothing is written then.
+    async fn edit_link_pending(
+        &self,
+        code: &str,
+        expected_version: u64,
+        edit: &LinkEdit,
+        lease: &PropagationLease,
+    ) -> Result<Link, StoreError>;
+    /// Conditional versioned update of a link that is down: active again at the next
+    /// version, without its deletion record ([`Link::restored`]; an operator undoing a
+    /// threat list's takedown), with its propagation pending as an edit's. `ConditionFailed`
+    /// when the version moved or the link is active, `NotFound` when there is none.
+    async fn restore_link_pending(
+        &self,
+        code: &str,
+        expected_version: u64,
+        lease: &PropagationLease,
+    ) -> Result<Link, StoreError>;
     /// Pending propagations whose lease has expired at `now`, oldest lease first, at most
     /// `limit`: a read of the pending records alone (an index), never of the links.
     async fn pending_propagations(&self, now: UnixMillis, limit: usize) -> Result<Vec<Propagation>, StoreError>;

@@ -20,6 +20,19 @@ struct State {
     propagations: HashMap<String, Propagation>,
 }
 
+impl State {
+    /// Records the propagation of `link` (at its new version) pending, leased to `lease`.
+    fn pending(&mut self, link: &Link, lease: &PropagationLease) {
+        let pending = Propagation {
+            code: link.code.clone(),
+            version: link.version,
+            lease_owner: lease.owner.clone(),
+            lease_until: lease.until,
+        };
+        self.propagations.insert(link.code.clone(), pending);
+    }
+}
+
 /// The in-memory fake.
 #[derive(Default)]
 pub struct MemoryStore {
@@ -54,6 +67,26 @@ impl MemoryStore {
 
     fn check(&self) -> Result<(), StoreError> {
         self.state().map(drop)
+    }
+
+    /// A versioned change of a link (see the SQLite adapter's `change_link`).
+    fn change_link(
+        &self,
+        code: &str,
+        expected_version: u64,
+        was_active: bool,
+        lease: &PropagationLease,
+        change: impl FnOnce(&Link) -> Link,
+    ) -> Result<Link, StoreError> {
+        let mut s = self.state()?;
+        let link = s.links.get_mut(code).ok_or(StoreError::NotFound)?;
+        if link.version != expected_version || link.is_active != was_active {
+            return Err(StoreError::ConditionFailed);
+        }
+        *link = change(link);
+        let next = link.clone();
+        s.pending(&next, lease);
+        Ok(next)
     }
 }
 
@@ -116,21 +149,26 @@ impl LinkStore for MemoryStore {
         deletion: &Deletion,
         lease: &PropagationLease,
     ) -> Result<Link, StoreError> {
-        let mut s = self.state()?;
-        let link = s.links.get_mut(code).ok_or(StoreError::NotFound)?;
-        if link.version != expected_version || !link.is_active {
-            return Err(StoreError::ConditionFailed);
-        }
-        *link = link.deactivated(deletion);
-        let down = link.clone();
-        let pending = Propagation {
-            code: code.to_owned(),
-            version: down.version,
-            lease_owner: lease.owner.clone(),
-            lease_until: lease.until,
-        };
-        s.propagations.insert(code.to_owned(), pending);
-        Ok(down)
+        self.change_link(code, expected_version, true, lease, |l| l.deactivated(deletion))
+    }
+
+    async fn edit_link_pending(
+        &self,
+        code: &str,
+        expected_version: u64,
+        edit: &LinkEdit,
+        lease: &PropagationLease,
+    ) -> Result<Link, StoreError> {
+        self.change_link(code, expected_version, true, lease, |l| l.edited(edit))
+    }
+
+    async fn restore_link_pending(
+        &self,
+        code: &str,
+        expected_version: u64,
+        lease: &PropagationLease,
+    ) -> Result<Link, StoreError> {
+        self.change_link(code, expected_version, false, lease, Link::restored)
     }
 
     async fn pending_propagations(&self, now: UnixMillis, limit: usize) -> Result<Vec<Propagation>, StoreError> {

@@ -1,7 +1,8 @@
 """The console in real headless Chromium (Debian's /usr/bin/chromium, driven by Playwright),
 against the real all-in-one binary on free loopback ports: sign in, create a link, find it,
 click it on the redirect port, see the clicks on its chart, download its QR code and decode
-it back to the short URL (zbarimg), create a creator key, take a link down and read the
+it back to the short URL (zbarimg), edit its target (and see a stale edit refused, and the
+edit in the audit log), create a creator key, take a link down and read the
 audit log, delete the link and see the dead-link page; add a domain (and see one refused in
 the API's words), see it pending, create a link on it from the form and follow it on the
 redirect port by its host, scope a creator key to it, remove it (taking its link down when
@@ -237,6 +238,36 @@ def main(binary, results):
             qr_page.close()
             decoded = subprocess.run(["zbarimg", "--raw", "-q", png_path], capture_output=True, text=True)
             run.check(decoded.stdout.strip() == short_url, f"QR decodes to {decoded.stdout!r}, not {short_url}")
+
+            # Edit it: a new target at the version shown; the next click goes there.
+            page.get_by_label("Target URL").fill("https://example.com/edited?from=console")
+            run.shot(page, "link-edit")
+            page.get_by_role("button", name="Save changes").click()
+            expect(page.locator(".props")).to_contain_text("https://example.com/edited?from=console")
+            status, location, _ = visit(f"{short_url}?n=9")
+            run.check(status == 301, f"edited redirect {status}")
+            run.check(location == "https://example.com/edited?from=console&n=9", location)
+            # Changed elsewhere meanwhile (the API, at the version the page shows): the
+            # page's edit is refused and says so; nothing is overwritten.
+            req = urllib.request.Request(
+                f"{console}/api/v1/links/console-e2e",
+                data=b'{"redirect": 302}',
+                method="PATCH",
+                headers={"Authorization": f"Bearer {OPERATOR_KEY}", "Content-Type": "application/json",
+                         "If-Match": '"2"'},
+            )
+            run.check(urllib.request.urlopen(req, timeout=10).status == 200, "the API edit went through")
+            page.get_by_label("Target URL").fill("https://example.com/stale")
+            page.get_by_role("button", name="Save changes").click()
+            expect(page.get_by_role("alert")).to_contain_text("Someone changed this link since you opened it")
+            run.shot(page, "link-edit-stale")
+            status, location, _ = visit(short_url)
+            run.check((status, location) == (302, "https://example.com/edited?from=console"), f"{status} {location}")
+            page.reload()
+            expect(page.locator("table.audit")).to_contain_text("edit")
+            expect(page.locator("table.audit")).to_contain_text(
+                'long_url: "https://example.com/landing?from=console" → "https://example.com/edited?from=console"')
+            run.shot(page, "link-edited-audit")
 
             # Keys: create a creator key (shown once).
             page.get_by_role("link", name="API keys").click()

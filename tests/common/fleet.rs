@@ -183,6 +183,31 @@ pub async fn take_down(cp: &Running, code: &str, takedown: bool) -> (StatusCode,
     }
 }
 
+/// Edits `code` at `version` (`If-Match`) through `cp`'s API, as the operator.
+pub async fn edit_link(cp: &Running, code: &str, version: u64, body: Value) -> (StatusCode, Value) {
+    let res = http()
+        .patch(format!("{}/api/v1/links/{code}", cp.api()))
+        .bearer_auth(OPERATOR_KEY)
+        .header("if-match", format!("\"{version}\""))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = res.status();
+    (status, res.json().await.unwrap_or(Value::Null))
+}
+
+/// Where `proxy` redirects `code` (its status and `Location`).
+pub async fn location(proxy: &Running, code: &str) -> (u16, Option<String>) {
+    let res = get(proxy, code).await;
+    let at = res
+        .headers()
+        .get("location")
+        .and_then(|l| l.to_str().ok())
+        .map(str::to_owned);
+    (res.status().as_u16(), at)
+}
+
 pub async fn api(cp: &Running, method: reqwest::Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
     let mut req = http()
         .request(method, format!("{}{}", cp.api(), path))

@@ -1,6 +1,7 @@
-//! The history of a fault test: every operation (create, delete) and every probe of a proxy,
-//! with when it started and ended on this process's monotonic clock and what it answered;
-//! and the checker that decides from the history alone whether SPEC §4's I1 or I2 broke.
+//! The history of a fault test: every operation (create, delete, edit) and every probe of a
+//! proxy, with when it started and ended on this process's monotonic clock and what it
+//! answered; and the checker that decides from the history alone whether SPEC §4's I1 (for
+//! a deleted link, and for an edited link's old target, SPEC §12) or I2 broke.
 #![allow(dead_code)]
 
 use super::{http, Running, OPERATOR_KEY};
@@ -15,8 +16,16 @@ pub enum Op {
     Create { code: String, ok: bool },
     /// A delete or takedown of `code`; `ok` when it answered success.
     Delete { code: String, ok: bool },
-    /// A request of `code` on proxy `proxy`, answered `status` (0: no answer).
-    Probe { code: String, proxy: String, status: u16 },
+    /// An edit of `code` away from the target `from`; `ok` when it answered success.
+    Edit { code: String, from: String, ok: bool },
+    /// A request of `code` on proxy `proxy`, answered `status` (0: no answer) and, for a
+    /// redirect, `location`.
+    Probe {
+        code: String,
+        proxy: String,
+        status: u16,
+        location: Option<String>,
+    },
     /// A fault the test injected, from its start to its end.
     Fault { what: String },
 }
@@ -55,13 +64,18 @@ impl History {
     }
 
     /// Every redirect that began after a delete of its code had returned success (I1),
-    /// and every 404 that began after a create of its code had returned success, with no
-    /// delete of that code begun before the probe ended (I2).
+    /// every redirect to a target that began after an edit of its code away from that
+    /// target had returned success (I1 for the old target), and every 404 that began after
+    /// a create of its code had returned success, with no delete of that code begun before
+    /// the probe ended (I2).
     pub fn violations(&self) -> Vec<Violation> {
         let events = self.events();
         let mut found = Vec::new();
         for probe in &events {
-            let Op::Probe { code, status, .. } = &probe.op else {
+            let Op::Probe {
+                code, status, location, ..
+            } = &probe.op
+            else {
                 continue;
             };
             for cause in &events {
@@ -71,6 +85,17 @@ impl History {
                     {
                         found.push(Violation {
                             what: "I1: redirected after a successful delete",
+                            cause: cause.clone(),
+                            probe: probe.clone(),
+                        })
+                    }
+                    Op::Edit {
+                        code: c,
+                        from,
+                        ok: true,
+                    } if c == code && cause.end < probe.start && location.as_ref() == Some(from) => {
+                        found.push(Violation {
+                            what: "I1: redirected to the old target after a successful edit",
                             cause: cause.clone(),
                             probe: probe.clone(),
                         })
@@ -151,16 +176,22 @@ pub async fn probe(history: &History, proxy: &Running, name: &str, code: &str) -
 /// answer (0 when none came: a stopped proxy, with a client's short timeout).
 pub async fn probe_with(history: &History, client: &reqwest::Client, proxy: &str, name: &str, code: &str) -> u16 {
     let start = Instant::now();
-    let answer = client
-        .get(format!("{proxy}/{code}"))
-        .send()
-        .await
-        .map(|r| r.status().as_u16())
-        .unwrap_or(0);
+    let (answer, location) = match client.get(format!("{proxy}/{code}")).send().await {
+        Ok(r) => {
+            let location = r
+                .headers()
+                .get("location")
+                .and_then(|l| l.to_str().ok())
+                .map(str::to_owned);
+            (r.status().as_u16(), location)
+        }
+        Err(_) => (0, None),
+    };
     let op = Op::Probe {
         code: code.to_owned(),
         proxy: name.to_owned(),
         status: answer,
+        location,
     };
     history.record(op, start, Instant::now());
     answer
@@ -241,4 +272,25 @@ pub async fn delete_at(history: &History, client: &reqwest::Client, api: &str, c
     };
     history.record(op, start, Instant::now());
     answer
+}
+
+/// Edits `code` at `version` (`If-Match`) from the target `from` to `to` through `cp`, and
+/// records whether the API answered success.
+pub async fn edit_recorded(history: &History, cp: &Running, code: &str, version: u64, from: &str, to: &str) -> bool {
+    let start = Instant::now();
+    let ok = http()
+        .patch(format!("{}/api/v1/links/{code}", cp.api()))
+        .bearer_auth(OPERATOR_KEY)
+        .header("if-match", format!("\"{version}\""))
+        .json(&json!({"long_url": to}))
+        .send()
+        .await
+        .is_ok_and(|r| r.status().is_success());
+    let op = Op::Edit {
+        code: code.to_owned(),
+        from: from.to_owned(),
+        ok,
+    };
+    history.record(op, start, Instant::now());
+    ok
 }

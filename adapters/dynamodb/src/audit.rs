@@ -26,6 +26,9 @@ impl AuditLog for DynamoStore {
         if let Some(r) = &event.reason {
             req = req.item("reason", s(r));
         }
+        if let Some(d) = &event.detail {
+            req = req.item("detail", s(d));
+        }
         req.send().await.map_err(sdk_err)?;
         Ok(())
     }
@@ -52,6 +55,7 @@ impl AuditLog for DynamoStore {
                     code: opt_s(i, "code").filter(|c| c != "-"),
                     reason: opt_s(i, "reason"),
                     outcome: get_s(i, "outcome")?,
+                    detail: opt_s(i, "detail"),
                 })
             })
             .collect()

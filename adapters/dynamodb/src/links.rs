@@ -6,9 +6,10 @@ use crate::item::{get_n, get_s, idempotency_pk, link_from_item, link_item, n, s,
 use crate::store::{cancelled_conditions, condition_refused, sdk_err, unbuilt};
 use crate::DynamoStore;
 use async_trait::async_trait;
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use rebound_core::link::Deletion;
-use rebound_core::{Link, UnixMillis};
+use rebound_core::{Link, LinkEdit, UnixMillis};
 use rebound_store::{
     IdempotencyRecord, LinkPage, LinkReads, LinkStore, ListCursor, Propagation, PropagationLease, StoreError,
 };
@@ -48,6 +49,57 @@ impl DynamoStore {
         let out = req.key_condition_expression(condition).send().await.map_err(sdk_err)?;
         let links = out.items().iter().map(link_from_item).collect::<Result<Vec<_>, _>>()?;
         Ok(LinkPage::from_overfetch(links, limit))
+    }
+
+    /// A conditional update of the link `code` at `expected_version`, active as
+    /// `was_active` says, to `next`, with the names and values of the condition, the new
+    /// version (`:next`) and the pending propagation leased to `lease` (`#active`,
+    /// `#pshard`, `#pver`, `#powner`, `#puntil`); the caller adds its own fields and the
+    /// update expression.
+    fn pending_update(
+        &self,
+        code: &str,
+        expected_version: u64,
+        was_active: bool,
+        next: &Link,
+        lease: &PropagationLease,
+    ) -> UpdateItemFluentBuilder {
+        self.client
+            .update_item()
+            .table_name(self.table("links"))
+            .key("code", s(code))
+            .condition_expression("attribute_exists(#code) AND #version = :expected AND #active = :was")
+            .expression_attribute_names("#code", "code")
+            .expression_attribute_names("#active", "is_active")
+            .expression_attribute_names("#version", "version")
+            .expression_attribute_names("#pshard", "prop_shard")
+            .expression_attribute_names("#pver", "prop_version")
+            .expression_attribute_names("#powner", "prop_owner")
+            .expression_attribute_names("#puntil", "prop_until")
+            .expression_attribute_values(":was", AttributeValue::Bool(was_active))
+            .expression_attribute_values(":next", n(next.version))
+            .expression_attribute_values(":expected", n(expected_version))
+            .expression_attribute_values(":pshard", s(PENDING_PARTITION))
+            .expression_attribute_values(":powner", s(&lease.owner))
+            .expression_attribute_values(":puntil", n(lease.until))
+    }
+
+    /// Sends a [`DynamoStore::pending_update`]: `next` when written; `NotFound` or
+    /// `ConditionFailed` when its condition failed.
+    async fn send_pending_update(
+        &self,
+        code: &str,
+        req: UpdateItemFluentBuilder,
+        next: Link,
+    ) -> Result<Link, StoreError> {
+        match req.send().await.map_err(condition_refused) {
+            Ok(_) => Ok(next),
+            Err(StoreError::ConditionFailed) => match self.get_link(code).await? {
+                None => Err(StoreError::NotFound),
+                Some(_) => Err(StoreError::ConditionFailed),
+            },
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -219,47 +271,100 @@ impl LinkStore for DynamoStore {
              #purgems = :purgems, #pshard = :pshard, #pver = :next, #powner = :powner, #puntil = :puntil"
             .to_owned();
         let mut req = self
-            .client
-            .update_item()
-            .table_name(self.table("links"))
-            .key("code", s(code))
-            .condition_expression("attribute_exists(#code) AND #version = :expected AND #active = :true")
-            .expression_attribute_names("#code", "code")
-            .expression_attribute_names("#active", "is_active")
-            .expression_attribute_names("#version", "version")
+            .pending_update(code, expected_version, true, &next, lease)
             .expression_attribute_names("#dat", "deleted_at")
             .expression_attribute_names("#dby", "deleted_by")
             .expression_attribute_names("#purge", "purge_at")
             .expression_attribute_names("#purgems", "purge_at_ms")
-            .expression_attribute_names("#pshard", "prop_shard")
-            .expression_attribute_names("#pver", "prop_version")
-            .expression_attribute_names("#powner", "prop_owner")
-            .expression_attribute_names("#puntil", "prop_until")
             .expression_attribute_values(":purgems", n(next.purge_at.unwrap_or(deletion.at)))
             .expression_attribute_values(":false", AttributeValue::Bool(false))
-            .expression_attribute_values(":true", AttributeValue::Bool(true))
-            .expression_attribute_values(":next", n(next.version))
-            .expression_attribute_values(":expected", n(expected_version))
             .expression_attribute_values(":dat", n(deletion.at))
             .expression_attribute_values(":dby", s(&deletion.by))
-            .expression_attribute_values(":purge", n(next.purge_at.unwrap_or(deletion.at) / 1000))
-            .expression_attribute_values(":pshard", s(PENDING_PARTITION))
-            .expression_attribute_values(":powner", s(&lease.owner))
-            .expression_attribute_values(":puntil", n(lease.until));
+            .expression_attribute_values(":purge", n(next.purge_at.unwrap_or(deletion.at) / 1000));
         if let Some(reason) = &deletion.reason {
             update.push_str(", #reason = :reason");
             req = req
                 .expression_attribute_names("#reason", "delete_reason")
                 .expression_attribute_values(":reason", s(reason));
         }
-        match req.update_expression(update).send().await.map_err(condition_refused) {
-            Ok(_) => Ok(next),
-            Err(StoreError::ConditionFailed) => match self.get_link(code).await? {
-                None => Err(StoreError::NotFound),
-                Some(_) => Err(StoreError::ConditionFailed),
-            },
-            Err(e) => Err(e),
+        self.send_pending_update(code, req.update_expression(update), next)
+            .await
+    }
+
+    async fn edit_link_pending(
+        &self,
+        code: &str,
+        expected_version: u64,
+        edit: &LinkEdit,
+        lease: &PropagationLease,
+    ) -> Result<Link, StoreError> {
+        let current = self.get_link(code).await?.ok_or(StoreError::NotFound)?;
+        if current.version != expected_version || !current.is_active {
+            return Err(StoreError::ConditionFailed);
         }
+        let next = current.edited(edit);
+        let mut set = "SET #version = :next, #url = :url, #redirect = :redirect, #fq = :fq, \
+             #pshard = :pshard, #pver = :next, #powner = :powner, #puntil = :puntil"
+            .to_owned();
+        let mut req = self
+            .pending_update(code, expected_version, true, &next, lease)
+            .expression_attribute_names("#url", "long_url")
+            .expression_attribute_names("#redirect", "redirect")
+            .expression_attribute_names("#fq", "forward_query")
+            .expression_attribute_names("#exp", "expires_at")
+            .expression_attribute_names("#purge", "purge_at")
+            .expression_attribute_names("#purgems", "purge_at_ms")
+            .expression_attribute_values(":url", s(&next.long_url))
+            .expression_attribute_values(":redirect", n(next.redirect.status()))
+            .expression_attribute_values(":fq", AttributeValue::Bool(next.forward_query));
+        // The expiry and the purge time follow the edit: set, or removed with it.
+        let update = match next.expires_at {
+            Some(at) => {
+                set.push_str(", #exp = :exp, #purge = :purge, #purgems = :exp");
+                req = req
+                    .expression_attribute_values(":exp", n(at))
+                    .expression_attribute_values(":purge", n(at / 1000));
+                set
+            }
+            None => format!("{set} REMOVE #exp, #purge, #purgems"),
+        };
+        self.send_pending_update(code, req.update_expression(update), next)
+            .await
+    }
+
+    async fn restore_link_pending(
+        &self,
+        code: &str,
+        expected_version: u64,
+        lease: &PropagationLease,
+    ) -> Result<Link, StoreError> {
+        let current = self.get_link(code).await?.ok_or(StoreError::NotFound)?;
+        if current.version != expected_version || current.is_active {
+            return Err(StoreError::ConditionFailed);
+        }
+        let next = current.restored();
+        let set = "SET #active = :true, #version = :next, #pshard = :pshard, #pver = :next, #powner = :powner, \
+             #puntil = :puntil";
+        let mut req = self
+            .pending_update(code, expected_version, false, &next, lease)
+            .expression_attribute_names("#dat", "deleted_at")
+            .expression_attribute_names("#dby", "deleted_by")
+            .expression_attribute_names("#reason", "delete_reason")
+            .expression_attribute_names("#purge", "purge_at")
+            .expression_attribute_names("#purgems", "purge_at_ms")
+            .expression_attribute_values(":true", AttributeValue::Bool(true));
+        // Purged at its expiry as an active link is, or never.
+        let update = match next.purge_at {
+            Some(at) => {
+                req = req
+                    .expression_attribute_values(":purge", n(at / 1000))
+                    .expression_attribute_values(":purgems", n(at));
+                format!("{set}, #purge = :purge, #purgems = :purgems REMOVE #dat, #dby, #reason")
+            }
+            None => format!("{set} REMOVE #dat, #dby, #reason, #purge, #purgems"),
+        };
+        self.send_pending_update(code, req.update_expression(update), next)
+            .await
     }
 
     async fn pending_propagations(&self, now: UnixMillis, limit: usize) -> Result<Vec<Propagation>, StoreError> {

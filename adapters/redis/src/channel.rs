@@ -4,7 +4,7 @@
 //! registry `proxies` they keep, and the acknowledgements published on `acks`.
 
 use crate::topology::{self, Deployment};
-use crate::{decode_invalidation, encode_ack, encode_invalidation, RedisCache};
+use crate::{decode_message, encode_ack, encode_invalidation, RedisCache};
 use async_trait::async_trait;
 use futures_util::stream::BoxStream;
 use futures_util::StreamExt;
@@ -32,13 +32,14 @@ const LOG_LEN: usize = 100_000;
 const REPLAY_MAX: usize = 10_000;
 
 impl RedisCache {
-    /// Publishes the invalidation of `code` at `version` to every proxy.
-    pub async fn publish_invalidation(&self, code: &str, version: u64) -> Result<(), StoreError> {
+    /// Publishes the invalidation of `code` at `version` (`edited`: an edit's, otherwise a
+    /// delete's) to every proxy.
+    pub async fn publish_invalidation(&self, code: &str, version: u64, edited: bool) -> Result<(), StoreError> {
         let mut c = self.conn().await?;
         self.scripts
             .invalidate
             .key(self.invalidations_key())
-            .arg(encode_invalidation(version, code))
+            .arg(encode_invalidation(version, code, edited))
             .arg(self.invalidate_channel())
             .arg(LOG_LEN)
             .arg(self.publish_command())
@@ -48,20 +49,21 @@ impl RedisCache {
         Ok(())
     }
 
-    /// A delete's three steps in one round trip, on one Redis: `tombstone` written for `code`
-    /// (unless a newer version is there), its invalidation logged and published, then the
-    /// registry read as [`RedisCache::registry`] does (`within`), in that order with no other
-    /// client's command in between (the script `DEACTIVATE`). `None` on a cluster, where the
-    /// record, the log and the registry are on different slots: the caller makes the three
-    /// steps one after the other.
-    pub async fn deactivate_in_one_step(
+    /// A delete's or an edit's three steps in one round trip, on one Redis: `record` (a
+    /// delete's tombstone, an edit's new record) written for `code` (unless a newer version
+    /// is there), its invalidation logged and published, then the registry read as
+    /// [`RedisCache::registry`] does (`within`), in that order with no other client's
+    /// command in between (the script `DEACTIVATE`). `None` on a cluster, where the record,
+    /// the log and the registry are on different slots: the caller makes the three steps
+    /// one after the other.
+    pub async fn propagate_in_one_step(
         &self,
         code: &str,
-        tombstone: &CacheRecord,
+        record: &CacheRecord,
         now: UnixMillis,
         within: Duration,
     ) -> Result<Option<RegistryRead>, StoreError> {
-        let ttl = tombstone.ttl_millis(now);
+        let ttl = record.ttl_millis(now);
         if self.is_cluster() || ttl <= 0 {
             return Ok(None);
         }
@@ -74,10 +76,10 @@ impl RedisCache {
             .key(self.invalidations_key())
             .key(self.proxies_key())
             .key(self.fleet_identity_key())
-            .arg(tombstone.version)
-            .arg(serde_json::to_string(tombstone).unwrap_or_default())
+            .arg(record.version)
+            .arg(serde_json::to_string(record).unwrap_or_default())
             .arg(ttl)
-            .arg(encode_invalidation(tombstone.version, code))
+            .arg(encode_invalidation(record.version, code, !record.is_tombstone()))
             .arg(self.invalidate_channel())
             .arg(LOG_LEN)
             .arg(self.publish_command())
@@ -96,7 +98,7 @@ impl RedisCache {
 
     /// The invalidations logged after `position` (as [`RedisCache::keepalive`] returned it),
     /// or `None` when they cannot all be told.
-    pub async fn replay(&self, position: &str) -> Result<Option<Vec<(u64, String)>>, StoreError> {
+    pub async fn replay(&self, position: &str) -> Result<Option<Vec<ChannelMessage>>, StoreError> {
         let Some((epoch, id)) = position.split_once(' ') else {
             return Ok(None);
         };
@@ -112,12 +114,7 @@ impl RedisCache {
             .invoke_async(&mut c)
             .await
             .map_err(|e| self.failed(e))?;
-        Ok(entries.map(|entries| {
-            entries
-                .iter()
-                .filter_map(|e| decode_invalidation(e).map(|(v, code)| (v, code.to_owned())))
-                .collect()
-        }))
+        Ok(entries.map(|entries| entries.iter().filter_map(|e| decode_message(e)).collect()))
     }
 
     /// Sends `proxy`'s keepalive (its own send time `sent`) on its own channel and
@@ -251,13 +248,7 @@ impl InvalidationChannel for RedisCache {
                         Err(_) => ChannelMessage::Malformed,
                     };
                 }
-                match decode_invalidation(&payload) {
-                    Some((version, code)) => ChannelMessage::Invalidate {
-                        version,
-                        code: code.to_owned(),
-                    },
-                    None => ChannelMessage::Malformed,
-                }
+                decode_message(&payload).unwrap_or(ChannelMessage::Malformed)
             })
             .boxed())
     }
@@ -266,7 +257,7 @@ impl InvalidationChannel for RedisCache {
         RedisCache::keepalive(self, proxy, sent).await
     }
 
-    async fn replay(&self, position: &str) -> Result<Option<Vec<(u64, String)>>, StoreError> {
+    async fn replay(&self, position: &str) -> Result<Option<Vec<ChannelMessage>>, StoreError> {
         RedisCache::replay(self, position).await
     }
 
@@ -289,13 +280,22 @@ mod tests {
         let cache = crate::connection::test_cache("log");
         let empty = InvalidationChannel::keepalive(&cache, "p1", 1).await.unwrap();
         assert_eq!(cache.replay(&empty).await.unwrap(), Some(vec![]), "nothing logged yet");
-        cache.publish_invalidation("one", 1).await.unwrap();
+        cache.publish_invalidation("one", 1, false).await.unwrap();
         let position = InvalidationChannel::keepalive(&cache, "p1", 2).await.unwrap();
-        cache.publish_invalidation("two", 2).await.unwrap();
-        cache.publish_invalidation("three", 3).await.unwrap();
+        cache.publish_invalidation("two", 2, false).await.unwrap();
+        cache.publish_invalidation("three", 3, true).await.unwrap();
         assert_eq!(
             cache.replay(&position).await.unwrap(),
-            Some(vec![(2, "two".to_owned()), (3, "three".to_owned())])
+            Some(vec![
+                ChannelMessage::Invalidate {
+                    version: 2,
+                    code: "two".into()
+                },
+                ChannelMessage::Edited {
+                    version: 3,
+                    code: "three".into()
+                }
+            ])
         );
         assert_eq!(cache.replay(&empty).await.unwrap().map(|v| v.len()), Some(3));
         assert_eq!(cache.replay("garbage").await.unwrap(), None);
@@ -338,7 +338,7 @@ mod tests {
         let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
         let tombstone = CacheRecord::tombstone(2, now, &policy);
         let read = cache
-            .deactivate_in_one_step("gone", &tombstone, now, Duration::from_secs(60))
+            .propagate_in_one_step("gone", &tombstone, now, Duration::from_secs(60))
             .await
             .unwrap();
         if cache.is_cluster() {
@@ -364,12 +364,15 @@ mod tests {
         );
         assert_eq!(
             cache.replay(&position).await.unwrap(),
-            Some(vec![(2, "gone".to_owned())])
+            Some(vec![ChannelMessage::Invalidate {
+                version: 2,
+                code: "gone".into()
+            }])
         );
         // An older version does not replace a newer record, and is still published.
         let older = CacheRecord::tombstone(1, now, &policy);
         cache
-            .deactivate_in_one_step("gone", &older, now, Duration::from_secs(60))
+            .propagate_in_one_step("gone", &older, now, Duration::from_secs(60))
             .await
             .unwrap();
         assert!(matches!(cache.get_record("gone").await.unwrap(), L2Read::Found(r) if r.version == 2));
@@ -388,7 +391,7 @@ mod tests {
         let cache = crate::connection::test_cache("ch");
         let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
         let mut other = InvalidationChannel::subscribe(&cache, "p2").await.unwrap();
-        cache.publish_invalidation("abc", 7).await.unwrap();
+        cache.publish_invalidation("abc", 7, false).await.unwrap();
         InvalidationChannel::keepalive(&cache, "p1", 7).await.unwrap();
         // Garbage on the invalidation channel is heard (the channel is alive), not obeyed.
         let mut c = cache.conn().await.unwrap();

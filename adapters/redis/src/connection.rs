@@ -715,7 +715,7 @@ pub(crate) mod tests {
         assert!(cache.put_record("tlscode", &record(3), now).await.unwrap());
         assert!(matches!(cache.get_record("tlscode").await.unwrap(), L2Read::Found(r) if r.version == 3));
         let mut messages = InvalidationChannel::subscribe(&cache, "p1").await.unwrap();
-        cache.publish_invalidation("tlscode", 4).await.unwrap();
+        cache.publish_invalidation("tlscode", 4, false).await.unwrap();
         assert_eq!(
             crate::connection::next_message(&mut messages).await,
             Some(ChannelMessage::Invalidate {

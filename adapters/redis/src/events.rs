@@ -1,22 +1,22 @@
 //! The control plane's side of Redis: the link events ([`RedisLinkEvents`]) that write
-//! creates through to L2 and the feed, and deletes as tombstones and invalidations that
-//! wait for the proxies' acknowledgements.
+//! creates through to L2 and the feed, and deletes (as tombstones) and edits (as their new
+//! records) with invalidations that wait for the proxies' acknowledgements.
 
 use crate::{acks, RedisCache};
 use async_trait::async_trait;
-use rebound_core::CacheRecord;
+use rebound_core::{CacheRecord, UnixMillis};
 use rebound_store::RecordCache;
 use std::time::Duration;
 
 /// Longest a create waits on the write-through and the announcement.
 const CREATE_ANNOUNCE_BUDGET: Duration = Duration::from_millis(300);
-/// Longest a delete or takedown waits on its tombstone and invalidation before answering 503.
+/// Longest a delete, takedown or edit waits on its record and invalidation before answering 503.
 const DEACTIVATE_BUDGET: Duration = Duration::from_secs(1);
 
 /// The link-event port over Redis (the control plane's side): a create is written through
 /// to L2 and appended to the creation feed; a delete or takedown writes the tombstone with
-/// its version (synchronously), publishes the invalidation, and then waits until every
-/// live proxy has acknowledged it, or `invalidation_bound` for those that do not (see
+/// its version (an edit its new record), publishes the invalidation, and then waits until
+/// every live proxy has acknowledged it, or `invalidation_bound` for those that do not (see
 /// [`acks`](crate::acks)).
 pub struct RedisLinkEvents {
     pub cache: std::sync::Arc<RedisCache>,
@@ -32,6 +32,64 @@ impl RedisLinkEvents {
     /// How far back the registry counts a proxy as one a delete must wait for.
     fn registry_window(&self) -> Duration {
         self.invalidation_bound * rebound_store::fleet::REGISTRY_WINDOW_BOUNDS
+    }
+
+    /// A delete's or an edit's propagation: `record` (the tombstone, or the edited link's
+    /// record) written for `code` at its version, the invalidation published, and every
+    /// live proxy's acknowledgement waited for (or the bound).
+    async fn propagate(
+        &self,
+        code: &str,
+        record: CacheRecord,
+        now: UnixMillis,
+    ) -> Result<(), rebound_store::EventError> {
+        let version = record.version;
+        // Counting before the publish: no acknowledgement can come before it.
+        let expectation = self.acks.expect(code, version);
+        // On one Redis the record, the publish and the registry read are one step (one
+        // round trip: what a far region's Redis costs); on a cluster, three.
+        let one_step = self
+            .cache
+            .propagate_in_one_step(code, &record, now, self.registry_window());
+        let read = match tokio::time::timeout(DEACTIVATE_BUDGET, one_step).await {
+            Ok(result) => result.map_err(rebound_store::EventError::from)?,
+            Err(_) => return Err(rebound_store::EventError("redis did not answer in time".into())),
+        };
+        let registry = match read {
+            Some(registry) => Ok(registry),
+            None => {
+                let invalidate = async {
+                    self.cache.put_record(code, &record, now).await?;
+                    self.cache
+                        .publish_invalidation(code, version, !record.is_tombstone())
+                        .await
+                };
+                match tokio::time::timeout(DEACTIVATE_BUDGET, invalidate).await {
+                    Ok(result) => result.map_err(rebound_store::EventError::from)?,
+                    Err(_) => return Err(rebound_store::EventError("redis did not answer in time".into())),
+                }
+                match tokio::time::timeout(DEACTIVATE_BUDGET, self.cache.registry(self.registry_window())).await {
+                    Ok(Ok(registry)) => Ok(registry),
+                    Ok(Err(_)) | Err(_) => Err(()),
+                }
+            }
+        };
+        // The bound counts from the publish: a proxy that missed it stops trusting its L1
+        // within invalidation_timeout of it, and what it kept then lives l1_ttl more.
+        let deadline = tokio::time::Instant::now() + self.invalidation_bound;
+        // Every proxy registered within the window (by Redis's clock) may still hold the
+        // code, even one that stopped sending keepalives (cut off from Redis, it still
+        // serves). Not knowing which (the registry unreadable), the bound is waited out.
+        // A Redis that lost its data (a failover to a replica that had not synced, a
+        // restore) lost registrations: the proxies seen before are waited for too.
+        let proxies = match registry {
+            Ok(registry) => self.acks.to_wait_for(&registry, self.registry_window()),
+            Err(()) => vec![String::from("(registry unreadable)")],
+        };
+        if let acks::WaitOutcome::WaitedOut(missing) = expectation.wait_for(&proxies, deadline).await {
+            tracing::warn!(code, proxies = ?missing, "no acknowledgement within invalidation_timeout + l1_ttl; their L1 entries have expired by now");
+        }
+        Ok(())
     }
 }
 
@@ -67,50 +125,15 @@ impl rebound_store::LinkEvents for RedisLinkEvents {
     async fn deactivated(&self, link: &rebound_core::Link) -> Result<(), rebound_store::EventError> {
         let now = self.clock.now_millis();
         let tomb = CacheRecord::tombstone(link.version, now, &self.policy);
-        // Counting before the publish: no acknowledgement can come before it.
-        let expectation = self.acks.expect(&link.code, link.version);
-        // On one Redis the tombstone, the publish and the registry read are one step (one
-        // round trip: what a far region's Redis costs); on a cluster, three.
-        let one_step = self
-            .cache
-            .deactivate_in_one_step(&link.code, &tomb, now, self.registry_window());
-        let read = match tokio::time::timeout(DEACTIVATE_BUDGET, one_step).await {
-            Ok(result) => result.map_err(rebound_store::EventError::from)?,
-            Err(_) => return Err(rebound_store::EventError("redis did not answer in time".into())),
-        };
-        let registry = match read {
-            Some(registry) => Ok(registry),
-            None => {
-                let invalidate = async {
-                    self.cache.put_record(&link.code, &tomb, now).await?;
-                    self.cache.publish_invalidation(&link.code, link.version).await
-                };
-                match tokio::time::timeout(DEACTIVATE_BUDGET, invalidate).await {
-                    Ok(result) => result.map_err(rebound_store::EventError::from)?,
-                    Err(_) => return Err(rebound_store::EventError("redis did not answer in time".into())),
-                }
-                match tokio::time::timeout(DEACTIVATE_BUDGET, self.cache.registry(self.registry_window())).await {
-                    Ok(Ok(registry)) => Ok(registry),
-                    Ok(Err(_)) | Err(_) => Err(()),
-                }
-            }
-        };
-        // The bound counts from the publish: a proxy that missed it stops trusting its L1
-        // within invalidation_timeout of it, and what it kept then lives l1_ttl more.
-        let deadline = tokio::time::Instant::now() + self.invalidation_bound;
-        // Every proxy registered within the window (by Redis's clock) may still hold the
-        // code, even one that stopped sending keepalives (cut off from Redis, it still
-        // serves). Not knowing which (the registry unreadable), the bound is waited out.
-        // A Redis that lost its data (a failover to a replica that had not synced, a
-        // restore) lost registrations: the proxies seen before are waited for too.
-        let proxies = match registry {
-            Ok(registry) => self.acks.to_wait_for(&registry, self.registry_window()),
-            Err(()) => vec![String::from("(registry unreadable)")],
-        };
-        if let acks::WaitOutcome::WaitedOut(missing) = expectation.wait_for(&proxies, deadline).await {
-            tracing::warn!(code = %link.code, proxies = ?missing, "no acknowledgement within invalidation_timeout + l1_ttl; their L1 entries have expired by now");
-        }
-        Ok(())
+        self.propagate(&link.code, tomb, now).await
+    }
+
+    async fn changed(&self, link: &rebound_core::Link) -> Result<(), rebound_store::EventError> {
+        let now = self.clock.now_millis();
+        // The new record goes into L2 before the invalidation: a proxy that drops the old
+        // version reads the new one there.
+        let record = CacheRecord::active(link, now, &self.policy);
+        self.propagate(&link.code, record, now).await
     }
 }
 
@@ -227,7 +250,8 @@ mod tests {
     async fn a_delete_with_two_healthy_proxies_takes_under_50_ms_at_p99() {
         // Redis's part of a delete (the tombstone, the invalidation, the registry read, both
         // acknowledgements), with two proxies that acknowledge what they hear, as the
-        // proxies' listeners do. On a cluster the tombstones land on every shard.
+        // proxies' listeners do. On a cluster the tombstones land on every shard. An edit's
+        // part (the new record instead of the tombstone) is timed in the same run, printed.
         let cache = Arc::new(crate::connection::test_cache("p99"));
         let (acks, metrics, stop, listener) = listening(&cache).await;
         let mut proxies = Vec::new();
@@ -237,7 +261,9 @@ mod tests {
             let cache = cache.clone();
             proxies.push(tokio::spawn(async move {
                 while let Some(message) = heard.next().await {
-                    if let ChannelMessage::Invalidate { version, code } = message {
+                    if let ChannelMessage::Invalidate { version, code } | ChannelMessage::Edited { version, code } =
+                        message
+                    {
                         cache.publish_ack(proxy, version, &code).await.unwrap();
                     }
                 }
@@ -250,24 +276,35 @@ mod tests {
             acks,
             invalidation_bound: Duration::from_secs(3),
         };
-        let mut took = Vec::new();
+        let (mut took, mut edits) = (Vec::new(), Vec::new());
         for i in 0..500 {
             let started = std::time::Instant::now();
             events.deactivated(&link(&format!("del{i}"), 2)).await.unwrap();
             took.push(started.elapsed());
+            let edited = rebound_core::Link {
+                is_active: true,
+                ..link(&format!("edit{i}"), 2)
+            };
+            let started = std::time::Instant::now();
+            events.changed(&edited).await.unwrap();
+            edits.push(started.elapsed());
         }
-        took.sort();
-        let (p50, p99) = (took[took.len() / 2], took[took.len() * 99 / 100]);
-        eprintln!(
-            "a delete's Redis part, 2 proxies, {}: p50 {p50:?}, p99 {p99:?}, max {:?}",
-            if cache.is_cluster() {
-                "a Redis Cluster"
-            } else {
-                "one Redis"
-            },
-            took[took.len() - 1]
-        );
-        assert_eq!(metrics.waited_out.get(), 0, "every delete was acknowledged");
+        for (what, took) in [("a delete's", &mut took), ("an edit's", &mut edits)] {
+            took.sort();
+            let p50 = took[took.len() / 2];
+            eprintln!(
+                "{what} Redis part, 2 proxies, {}: p50 {p50:?}, p99 {:?}, max {:?}",
+                if cache.is_cluster() {
+                    "a Redis Cluster"
+                } else {
+                    "one Redis"
+                },
+                took[took.len() * 99 / 100],
+                took[took.len() - 1]
+            );
+        }
+        assert_eq!(metrics.waited_out.get(), 0, "every delete and edit was acknowledged");
+        let p99 = took[took.len() * 99 / 100];
         assert!(p99 <= Duration::from_millis(50), "p99 {p99:?}");
         stop.send(true).unwrap();
         listener.await.unwrap();

@@ -50,7 +50,8 @@ mod topology;
 
 pub use channel::RegistryRead;
 pub use codec::{
-    decode_ack, decode_invalidation, decode_record, decode_stamped_record, encode_ack, encode_invalidation,
+    decode_ack, decode_invalidation, decode_message, decode_record, decode_stamped_record, encode_ack,
+    encode_invalidation,
 };
 pub use connection::{RedisCache, RedisSettingError};
 pub use events::RedisLinkEvents;

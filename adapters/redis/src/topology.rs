@@ -462,7 +462,7 @@ e7d1 127.0.0.1:30001@31001,host-b master - 0 0 1 connected 0-5460
             crate::connection::next_message(&mut messages).await,
             Some(ChannelMessage::Keepalive { sent: 1 })
         );
-        cache.publish_invalidation("abc", 2).await.unwrap();
+        cache.publish_invalidation("abc", 2, false).await.unwrap();
         assert!(matches!(
             crate::connection::next_message(&mut messages).await,
             Some(ChannelMessage::Invalidate { version: 2, .. })
@@ -485,7 +485,7 @@ e7d1 127.0.0.1:30001@31001,host-b master - 0 0 1 connected 0-5460
             crate::connection::next_message(&mut messages).await,
             Some(ChannelMessage::Keepalive { sent: 3 })
         );
-        cache.publish_invalidation("abd", 4).await.unwrap();
+        cache.publish_invalidation("abd", 4, false).await.unwrap();
         assert!(matches!(
             crate::connection::next_message(&mut messages).await,
             Some(ChannelMessage::Invalidate { version: 4, .. })

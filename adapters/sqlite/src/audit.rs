@@ -12,8 +12,9 @@ impl AuditLog for SqliteStore {
         let e = event.clone();
         self.write(move |conn| {
             conn.execute(
-                "INSERT INTO audit (at, actor, action, code, reason, outcome) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![e.at, e.actor, e.action, e.code, e.reason, e.outcome],
+                "INSERT INTO audit (at, actor, action, code, reason, outcome, detail) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![e.at, e.actor, e.action, e.code, e.reason, e.outcome, e.detail],
             )
             .map_err(sql_err)?;
             Ok(())
@@ -26,7 +27,8 @@ impl AuditLog for SqliteStore {
         self.read(move |conn| {
             let mut stmt = conn
                 .prepare_cached(
-                    "SELECT at, actor, action, code, reason, outcome FROM audit WHERE code = ?1 ORDER BY seq",
+                    "SELECT at, actor, action, code, reason, outcome, detail FROM audit WHERE code = ?1 \
+                     ORDER BY seq",
                 )
                 .map_err(sql_err)?;
             let rows = stmt
@@ -38,6 +40,7 @@ impl AuditLog for SqliteStore {
                         code: r.get(3)?,
                         reason: r.get(4)?,
                         outcome: r.get(5)?,
+                        detail: r.get(6)?,
                     })
                 })
                 .map_err(sql_err)?;

@@ -6,7 +6,7 @@ use crate::SqliteStore;
 use async_trait::async_trait;
 use rebound_core::link::Deletion;
 use rebound_core::RedirectKind;
-use rebound_core::{Link, UnixMillis};
+use rebound_core::{Link, LinkEdit, UnixMillis};
 use rebound_store::{
     IdempotencyRecord, LinkPage, LinkReads, LinkStore, ListCursor, Propagation, PropagationLease, StoreError,
 };
@@ -48,6 +48,19 @@ fn get_link_in(conn: &Connection, code: &str) -> Result<Option<Link>, StoreError
 }
 
 /// Inserts a link unless its code is taken; true when inserted.
+/// Records the propagation of `link` (at its new version) pending, leased to `lease`: one
+/// per link, a newer version replacing an older one.
+fn record_pending(conn: &Connection, link: &Link, lease: &PropagationLease) -> Result<(), StoreError> {
+    conn.execute(
+        "INSERT INTO propagations (code, version, lease_owner, lease_until) VALUES (?1, ?2, ?3, ?4) \
+         ON CONFLICT (code) DO UPDATE SET version = excluded.version, \
+         lease_owner = excluded.lease_owner, lease_until = excluded.lease_until",
+        params![link.code, link.version as i64, lease.owner, lease.until],
+    )
+    .map_err(sql_err)?;
+    Ok(())
+}
+
 fn insert_link_in(conn: &Connection, link: &Link) -> Result<bool, StoreError> {
     let n = conn
         .prepare_cached(&format!(
@@ -113,6 +126,63 @@ impl LinkReads for SqliteStore {
             conn.query_row("SELECT value FROM settings WHERE name = ?1", [name], |r| r.get(0))
                 .optional()
                 .map_err(sql_err)
+        })
+        .await
+    }
+}
+
+impl SqliteStore {
+    /// The versioned update every change of a link is (a delete, an edit, a restore): if
+    /// `code` is at `expected_version` and active as `was_active` says, it becomes
+    /// `change(current)`, and its propagation is recorded pending, leased to `lease`, in the
+    /// same transaction. `ConditionFailed` or `NotFound` otherwise, with nothing written.
+    async fn change_link(
+        &self,
+        code: &str,
+        expected_version: u64,
+        was_active: bool,
+        lease: &PropagationLease,
+        change: impl FnOnce(&Link) -> Link + Send + 'static,
+    ) -> Result<Link, StoreError> {
+        let code = code.to_owned();
+        let lease = lease.clone();
+        self.write(move |conn| {
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(sql_err)?;
+            let current = get_link_in(&tx, &code)?.ok_or(StoreError::NotFound)?;
+            if current.version != expected_version || current.is_active != was_active {
+                return Err(StoreError::ConditionFailed);
+            }
+            let next = change(&current);
+            let changed = tx
+                .execute(
+                    "UPDATE links SET long_url = ?1, redirect = ?2, forward_query = ?3, expires_at = ?4, \
+                     is_active = ?5, version = ?6, deleted_at = ?7, deleted_by = ?8, delete_reason = ?9, \
+                     purge_at = ?10 WHERE code = ?11 AND version = ?12 AND is_active = ?13",
+                    params![
+                        next.long_url,
+                        next.redirect.status(),
+                        next.forward_query,
+                        next.expires_at,
+                        next.is_active,
+                        next.version as i64,
+                        next.deleted_at,
+                        next.deleted_by,
+                        next.delete_reason,
+                        next.purge_at,
+                        code,
+                        expected_version as i64,
+                        was_active
+                    ],
+                )
+                .map_err(sql_err)?;
+            if changed != 1 {
+                return Err(StoreError::ConditionFailed);
+            }
+            record_pending(&tx, &next, &lease)?;
+            tx.commit().map_err(sql_err)?;
+            Ok(next)
         })
         .await
     }
@@ -191,47 +261,31 @@ impl LinkStore for SqliteStore {
         deletion: &Deletion,
         lease: &PropagationLease,
     ) -> Result<Link, StoreError> {
-        let code = code.to_owned();
         let deletion = deletion.clone();
-        let lease = lease.clone();
-        self.write(move |conn| {
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(sql_err)?;
-            let current = get_link_in(&tx, &code)?.ok_or(StoreError::NotFound)?;
-            if current.version != expected_version || !current.is_active {
-                return Err(StoreError::ConditionFailed);
-            }
-            let next = current.deactivated(&deletion);
-            let changed = tx
-                .execute(
-                    "UPDATE links SET is_active = 0, version = ?1, deleted_at = ?2, deleted_by = ?3, \
-                     delete_reason = ?4, purge_at = ?5 WHERE code = ?6 AND version = ?7 AND is_active = 1",
-                    params![
-                        next.version as i64,
-                        next.deleted_at,
-                        next.deleted_by,
-                        next.delete_reason,
-                        next.purge_at,
-                        code,
-                        expected_version as i64
-                    ],
-                )
-                .map_err(sql_err)?;
-            if changed != 1 {
-                return Err(StoreError::ConditionFailed);
-            }
-            tx.execute(
-                "INSERT INTO propagations (code, version, lease_owner, lease_until) VALUES (?1, ?2, ?3, ?4) \
-                 ON CONFLICT (code) DO UPDATE SET version = excluded.version, \
-                 lease_owner = excluded.lease_owner, lease_until = excluded.lease_until",
-                params![code, next.version as i64, lease.owner, lease.until],
-            )
-            .map_err(sql_err)?;
-            tx.commit().map_err(sql_err)?;
-            Ok(next)
-        })
-        .await
+        self.change_link(code, expected_version, true, lease, move |l| l.deactivated(&deletion))
+            .await
+    }
+
+    async fn edit_link_pending(
+        &self,
+        code: &str,
+        expected_version: u64,
+        edit: &LinkEdit,
+        lease: &PropagationLease,
+    ) -> Result<Link, StoreError> {
+        let edit = edit.clone();
+        self.change_link(code, expected_version, true, lease, move |l| l.edited(&edit))
+            .await
+    }
+
+    async fn restore_link_pending(
+        &self,
+        code: &str,
+        expected_version: u64,
+        lease: &PropagationLease,
+    ) -> Result<Link, StoreError> {
+        self.change_link(code, expected_version, false, lease, Link::restored)
+            .await
     }
 
     async fn pending_propagations(&self, now: UnixMillis, limit: usize) -> Result<Vec<Propagation>, StoreError> {

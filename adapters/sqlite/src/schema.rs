@@ -56,7 +56,9 @@ CREATE TABLE IF NOT EXISTS audit (
     action TEXT NOT NULL,
     code TEXT,
     reason TEXT,
-    outcome TEXT NOT NULL
+    outcome TEXT NOT NULL,
+    -- An edit's old and new values (JSON); added by `add_missing_columns` to an older file.
+    detail TEXT
 );
 CREATE INDEX IF NOT EXISTS audit_by_code ON audit (code, seq);
 -- Propagations pending: a version of a link durable here that the caches may not know yet,
@@ -107,7 +109,8 @@ CREATE INDEX IF NOT EXISTS applied_batches_by_time ON applied_batches (applied_a
 ";
 
 /// The main file's columns added since their table was first made: (table, column, type).
-pub(crate) const MAIN_ADDED_COLUMNS: &[(&str, &str, &str)] = &[("api_keys", "domains", "TEXT")];
+pub(crate) const MAIN_ADDED_COLUMNS: &[(&str, &str, &str)] =
+    &[("api_keys", "domains", "TEXT"), ("audit", "detail", "TEXT")];
 /// The clicks file's: bots counted apart.
 pub(crate) const CLICKS_ADDED_COLUMNS: &[(&str, &str, &str)] =
     &[("rollups", "bot_clicks", "INTEGER NOT NULL DEFAULT 0")];

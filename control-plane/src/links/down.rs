@@ -1,12 +1,12 @@
 //! Delete and takedown: the versioned write with the propagation pending, then the
-//! tombstone and the invalidation, then the audit event.
+//! tombstone and the invalidation, then the audit event (`settle`, which edits share).
 
 use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::ControlPlane;
 use rebound_core::link::Deletion;
 use rebound_core::Link;
-use rebound_store::{AuditEvent, StoreError};
+use rebound_store::{AuditEvent, EventError, StoreError};
 
 impl ControlPlane {
     /// Delete and takedown (SPEC §5): conditional update (recording the propagation
@@ -63,13 +63,31 @@ impl ControlPlane {
             action: action.to_owned(),
             code: Some(code.to_owned()),
             reason,
-            outcome: if delivered.is_ok() {
-                outcome
-            } else {
-                "invalidate_failed"
-            }
-            .to_owned(),
+            outcome: outcome.to_owned(),
+            detail: None,
         };
+        if self.settle(&link, delivered, event).await? {
+            Ok(link)
+        } else {
+            Err(ApiError::InvalidationFailed)
+        }
+    }
+
+    /// After a versioned write that left its propagation pending, and the propagation
+    /// (`delivered`): the audit event (its outcome `invalidate_failed` when not delivered),
+    /// and the pending record cleared (delivered) or its lease given back (not) for a
+    /// reconciler to finish. Whether it was delivered; an error when the audit event could
+    /// not be recorded.
+    pub(super) async fn settle(
+        &self,
+        link: &Link,
+        delivered: Result<(), EventError>,
+        mut event: AuditEvent,
+    ) -> Result<bool, ApiError> {
+        let (code, action) = (link.code.as_str(), event.action.clone());
+        if delivered.is_err() {
+            event.outcome = "invalidate_failed".to_owned();
+        }
         // Propagated: the pending record is cleared beside the audit write, off the answer's
         // path (one store write less to wait for, on every delete). Should this process die
         // before it lands, the lease expires and a reconciler runs the propagation again,
@@ -89,10 +107,10 @@ impl ControlPlane {
             return Err(e.into());
         }
         if let Err(e) = delivered {
-            tracing::warn!(code, action, error = %rebound_store::Causes(&e), "tombstone not written; a reconciler finishes it");
-            return Err(ApiError::InvalidationFailed);
+            tracing::warn!(code, action, error = %rebound_store::Causes(&e), "caches not told; a reconciler finishes it");
+            return Ok(false);
         }
-        Ok(link)
+        Ok(true)
     }
 }
 

@@ -1,11 +1,13 @@
 //! The links service: what the link handlers of `api` do, apart from HTTP; every rule of
 //! SPEC §5 lives here. This module creates links (rate limits, KGS codes with retries,
 //! aliases, idempotency); `import` imports up to 1,000 at once, `down` deletes and takes
-//! down (the versioned write, then the invalidation, then the audit event), `stats` reads
+//! down (the versioned write, then the invalidation, then the audit event), `edit` edits
+//! (the same, with the new record), `stats` reads
 //! daily clicks, `validate` checks a create request, and `idempotency` compares a retried
 //! request with the first.
 
 mod down;
+mod edit;
 mod idempotency;
 mod import;
 mod stats;

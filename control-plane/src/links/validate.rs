@@ -1,12 +1,12 @@
-//! A create request checked: the target, the alias, the expiry and the redirect.
+//! A create or edit request checked: the target, the alias, the expiry and the redirect.
 
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::ControlPlane;
-use rebound_api_types::CreateLinkRequest;
+use rebound_api_types::{CreateLinkRequest, EditLinkRequest};
 use rebound_core::code::{check_alias, CodeError};
 use rebound_core::time::parse_rfc3339;
-use rebound_core::RedirectKind;
+use rebound_core::{Link, LinkEdit, RedirectKind};
 
 pub(super) const MAX_TTL_SECONDS: i64 = 10 * 365 * 86_400;
 
@@ -44,14 +44,33 @@ pub(super) fn validate_create(
     if let Some(alias) = &req.custom_alias {
         check_alias(alias).map_err(|e| code_error("custom_alias", e))?;
     }
-    let expires_at = match (req.expires_at, req.ttl_seconds) {
-        (Some(_), Some(_)) => {
-            return Err(ApiError::bad_request(
-                "invalid_expiry",
-                "give expires_at or ttl_seconds, not both",
-            ));
-        }
-        (Some(at), None) => {
+    let expires_at = expiry(req.expires_at.map(Some), req.ttl_seconds, now)?.flatten();
+    let redirect = redirect(req.redirect)?.unwrap_or_default();
+    Ok(NewLink {
+        long_url,
+        alias: req.custom_alias,
+        expires_at,
+        redirect,
+        forward_query: req.forward_query.unwrap_or(false),
+        domain: req.domain,
+    })
+}
+
+/// The expiry a request asks for: `None` when it gives none, `Some(None)` when it removes
+/// it (an edit's `"expires_at": null`), `Some(Some(at))` for a time in the future at most 10
+/// years ahead (`expires_at`, or `ttl_seconds` from `now`).
+fn expiry(
+    expires_at: Option<Option<String>>,
+    ttl_seconds: Option<i64>,
+    now: i64,
+) -> Result<Option<Option<i64>>, ApiError> {
+    match (expires_at, ttl_seconds) {
+        (Some(_), Some(_)) => Err(ApiError::bad_request(
+            "invalid_expiry",
+            "give expires_at or ttl_seconds, not both",
+        )),
+        (Some(None), None) => Ok(Some(None)),
+        (Some(Some(at)), None) => {
             let at = parse_rfc3339(&at)
                 .ok_or_else(|| ApiError::bad_request("invalid_expiry", "expires_at must be an RFC 3339 time"))?;
             if at <= now {
@@ -66,7 +85,7 @@ pub(super) fn validate_create(
                     "expires_at must be at most 10 years ahead",
                 ));
             }
-            Some(at)
+            Ok(Some(Some(at)))
         }
         (None, Some(ttl)) => {
             if !(1..=MAX_TTL_SECONDS).contains(&ttl) {
@@ -75,21 +94,52 @@ pub(super) fn validate_create(
                     "ttl_seconds must be between 1 and 315360000 (10 years)",
                 ));
             }
-            Some(now + ttl * 1000)
+            Ok(Some(Some(now + ttl * 1000)))
         }
-        (None, None) => None,
-    };
-    let redirect = match req.redirect {
-        None => RedirectKind::default(),
-        Some(s) => RedirectKind::from_status(s)
-            .ok_or_else(|| ApiError::bad_request("invalid_redirect", "redirect must be 301, 302, 307 or 308"))?,
-    };
-    Ok(NewLink {
-        long_url,
-        alias: req.custom_alias,
-        expires_at,
-        redirect,
-        forward_query: req.forward_query.unwrap_or(false),
-        domain: req.domain,
-    })
+        (None, None) => Ok(None),
+    }
+}
+
+/// The redirect kind a request asks for, if any.
+fn redirect(status: Option<u16>) -> Result<Option<RedirectKind>, ApiError> {
+    status
+        .map(|s| {
+            RedirectKind::from_status(s)
+                .ok_or_else(|| ApiError::bad_request("invalid_redirect", "redirect must be 301, 302, 307 or 308"))
+        })
+        .transpose()
+}
+
+/// An edit of `link` checked by the rules of a create (a key holder's target policy: the
+/// blocklist, this service's own hosts): the link's new editable fields. 400 `empty_edit`
+/// when it changes nothing it could (no field given).
+pub(super) fn validate_edit(
+    cp: &ControlPlane,
+    link: &Link,
+    req: EditLinkRequest,
+    now: i64,
+) -> Result<LinkEdit, ApiError> {
+    if req == EditLinkRequest::default() {
+        return Err(ApiError::bad_request(
+            "empty_edit",
+            "give at least one of long_url, redirect, forward_query, expires_at, ttl_seconds",
+        ));
+    }
+    let mut edit = link.editable();
+    if let Some(url) = req.long_url {
+        edit.long_url = cp
+            .targets
+            .validate(&url)
+            .map_err(|e| ApiError::bad_request("invalid_url", e.to_string()))?;
+    }
+    if let Some(kind) = redirect(req.redirect)? {
+        edit.redirect = kind;
+    }
+    if let Some(forward) = req.forward_query {
+        edit.forward_query = forward;
+    }
+    if let Some(expires_at) = expiry(req.expires_at, req.ttl_seconds, now)? {
+        edit.expires_at = expires_at;
+    }
+    Ok(edit)
 }
