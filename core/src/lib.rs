@@ -12,6 +12,8 @@
 //! - `cache`: the cache record (Redis `url:{code}` and L1) and how it is judged.
 //! - `decision`: the pure redirect decision of a store read, and response details.
 //! - `target`: validation and normalisation of target URLs.
+//! - `threat`: public threat feeds (URLhaus, PhishTank, OpenPhish, host lists) read into
+//!   entries, and the index that matches normalised targets against them.
 //! - `time`: timestamps, UTC days and clocks.
 //!
 //! Nothing here does I/O: no sockets, no files, no runtime.
@@ -26,6 +28,7 @@ pub mod generated;
 pub mod link;
 pub mod permute;
 pub mod target;
+pub mod threat;
 pub mod time;
 
 pub use cache::{CacheRecord, CacheState, CachedVerdict};

@@ -68,7 +68,7 @@ impl HostIdentity {
         Ok(HostIdentity::of(&host))
     }
 
-    fn of<S: AsRef<str>>(host: &Host<S>) -> HostIdentity {
+    pub(crate) fn of<S: AsRef<str>>(host: &Host<S>) -> HostIdentity {
         let ip = match host {
             Host::Domain(d) => {
                 let name = normalise_host(d.as_ref());
