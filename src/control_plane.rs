@@ -85,6 +85,8 @@ pub struct ControlPlane {
     consumer: Option<Consumer>,
     /// Outside the home region: where unique writes are forwarded.
     home: Option<Arc<dyn HomeRegion>>,
+    /// The threat lists to load, if any.
+    threats: Option<crate::settings::ThreatSettings>,
 }
 
 impl ControlPlane {
@@ -182,6 +184,7 @@ impl ControlPlane {
             acks,
             consumer,
             home,
+            threats: Some(settings.threats.clone()).filter(|t| !t.lists.is_empty()),
         })
     }
 
@@ -198,6 +201,16 @@ impl ControlPlane {
             tasks.push(port.serve("metrics", router, self.metrics_edge, stop.clone())?);
         }
         tasks.push(tokio::spawn(self.api.reconciler().run(stop.clone())));
+        if let Some(threats) = self.threats {
+            // Rescanned in the home region only: its takedowns reach every region.
+            let rescan = self.home.is_none();
+            tasks.push(tokio::spawn(crate::threats::run(
+                self.api.clone(),
+                threats,
+                rescan,
+                stop.clone(),
+            )));
+        }
         let router = rebound_control_plane::router_forwarding(self.api, self.home);
         tasks.push(listeners.api.serve("API", router, self.api_edge, stop.clone())?);
         if let Some(c) = self.consumer {

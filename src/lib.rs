@@ -22,6 +22,7 @@
 //! - `metrics_port`: `/metrics`, `/healthz` and `/readyz`.
 //! - `process_metrics`: what every process exports: process collector and build info.
 //! - `cli`: the operator CLI that talks HTTP to the control plane.
+//! - `threats`: the threat lists' loader (files and URLs, on a schedule) and the rescan after a change.
 #![forbid(unsafe_code)]
 
 pub mod all_in_one;
@@ -38,3 +39,4 @@ pub mod process_metrics;
 pub mod regions;
 pub mod settings;
 pub mod signals;
+pub mod threats;

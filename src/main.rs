@@ -1,7 +1,7 @@
 //! `rebound`: parse flags, load and validate the configuration, start tracing, run.
 
 use clap::{Parser, Subcommand};
-use rebound::cli::{self, ClientArgs, ClientCommand, DomainsCommand, KeysCommand, LinksCommand};
+use rebound::cli::{self, AbuseCommand, ClientArgs, ClientCommand, DomainsCommand, KeysCommand, LinksCommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -54,6 +54,9 @@ enum Command {
     /// Manage the domains links are served on.
     #[command(subcommand)]
     Domains(DomainsCommand),
+    /// Threat lists, links they took down, and abuse reports.
+    #[command(subcommand)]
+    Abuse(AbuseCommand),
     /// About the configuration.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -104,6 +107,7 @@ fn main() -> ExitCode {
         }
         Some(Command::Keys(c)) => Process::Client(ClientCommand::Keys(c)),
         Some(Command::Domains(c)) => Process::Client(ClientCommand::Domains(c)),
+        Some(Command::Abuse(c)) => Process::Client(ClientCommand::Abuse(c)),
         Some(Command::Config(ConfigCommand::Docs)) => {
             print!("{}", rebound::config::document());
             return ExitCode::SUCCESS;

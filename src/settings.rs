@@ -98,6 +98,25 @@ pub struct AcmeSettings {
     pub challenge: rebound_acme::ChallengeKind,
 }
 
+/// Threat lists (SPEC §12): where each is read from, and how often.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreatSettings {
+    pub lists: Vec<ThreatListSource>,
+    /// Seconds between two loads of every list.
+    pub refresh_secs: u64,
+    /// A feed larger than this is refused (its entries before stay in force).
+    pub max_feed_bytes: u64,
+}
+
+/// One threat list: its name (in `threat-list:<name>`), its format and where it is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreatListSource {
+    pub name: String,
+    pub format: rebound_core::threat::FeedFormat,
+    /// An `http://` or `https://` URL, or a file's path.
+    pub source: String,
+}
+
 /// Everything Rebound is configured with.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -136,6 +155,7 @@ pub struct Settings {
     pub acme: Option<AcmeSettings>,
     /// None: [`UPGRADE_SOCK_FILE`] in the data directory.
     pub upgrade_sock: Option<PathBuf>,
+    pub threats: ThreatSettings,
 }
 
 impl Settings {

@@ -435,6 +435,63 @@ pub struct DomainRemoved {
     pub taken_down: u64,
 }
 
+/// An abuse report of a short link (anyone may send one; rate limited).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReportRequest {
+    /// The short URL (`https://sho.rt/abc`) or its code on the default domain.
+    #[schema(min_length = 1, max_length = 2048)]
+    pub link: String,
+    /// What is wrong with it: 1 to 1,000 characters.
+    #[schema(min_length = 1, max_length = 1000)]
+    pub reason: String,
+}
+
+/// One abuse report, for operators.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ReportView {
+    /// RFC 3339, UTC.
+    pub at: String,
+    /// The key id that reported, or `anonymous:<network>`.
+    pub reporter: String,
+    pub code: String,
+    pub short_url: String,
+    pub reason: String,
+}
+
+/// The newest reports, newest first.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ReportList {
+    pub reports: Vec<ReportView>,
+}
+
+/// A configured threat list and its last load.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ThreatListView {
+    pub name: String,
+    /// `urlhaus`, `phishtank`, `openphish` or `domains`.
+    pub format: String,
+    /// The file or URL it is read from.
+    pub source: String,
+    /// Entries in force.
+    pub entries: u64,
+    /// Lines the last good load could not read.
+    pub skipped: u64,
+    /// When the entries in force were loaded; null: never.
+    pub loaded_at: Option<String>,
+    /// Why the last load failed (the entries before it stay in force); null when it did not.
+    pub error: Option<String>,
+}
+
+/// The threat lists and the last rescan of the links against them.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ThreatListsView {
+    pub lists: Vec<ThreatListView>,
+    pub last_rescan_at: Option<String>,
+    pub last_rescan_scanned: Option<u64>,
+    pub last_rescan_taken_down: Option<u64>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -128,6 +128,7 @@ function drawNav(route) {
     isOperator() ? item("#/domains", "Domains", "domains") : null,
     isOperator() ? item("#/keys", "API keys", "keys") : null,
     isOperator() ? item("#/audit", "Audit log", "audit") : null,
+    isOperator() ? item("#/abuse", "Abuse", "abuse") : null,
     h("span", { class: "hint" }, `${me.id} (${me.role})`),
     h("button", { type: "button", on: { click: () => { signOut(); location.hash = "#/signin"; } } }, "Sign out"),
   ].filter(Boolean));
@@ -413,6 +414,19 @@ async function linkPage(code, domain) {
     field("From (UTC day)", from), field("To (UTC day)", to), h("button", { type: "submit" }, "Show clicks"));
 
   const actions = h("div");
+  if (!link.is_active && isOperator() && (link.delete_reason || "").startsWith("threat-list:") && link.deleted_by === "threat-lists") {
+    const out = h("div");
+    actions.append(h("h2", {}, "Reinstate"),
+      h("p", {}, `A threat list (${link.delete_reason.slice("threat-list:".length)}) took this link down. Reinstated, it is served again and no threat list takes it down again.`),
+      h("button", { type: "button", class: "primary", on: { click: async () => {
+        try {
+          await api("POST", `${base}/reinstate${on}`);
+          linkPage(code, domain);
+        } catch (err) {
+          out.replaceChildren(errorBox(err));
+        }
+      } } }, "Reinstate link"), out);
+  }
   if (link.is_active) {
     actions.append(h("h2", {}, "Edit"), editForm(link, base, on, () => linkPage(code, domain)));
     const out = h("div");
@@ -712,6 +726,52 @@ async function auditPage(params) {
   }
 }
 
+/** The threat lists in force (and the last rescan) and the abuse reports, for operators. */
+async function abusePage() {
+  if (!isOperator()) return operatorsOnly("Abuse");
+  page("Abuse", h("p", {}, "Loading…"));
+  let lists, reports;
+  try {
+    [lists, reports] = await Promise.all([api("GET", "/api/v1/threat-lists"), api("GET", "/api/v1/abuse-reports")]);
+  } catch (err) {
+    page("Abuse", errorBox(err));
+    return;
+  }
+  const when = (t) => (t ? new Date(t).toLocaleString() : "never");
+  const listTable = lists.lists.length === 0
+    ? h("p", {}, "No threat list is configured (threats.lists).")
+    : h("div", { class: "scroll" }, h("table", { id: "threat-lists" },
+      h("thead", {}, h("tr", {}, ["List", "Format", "Source", "Entries", "Loaded", "Last load"].map((t) => h("th", { scope: "col" }, t)))),
+      h("tbody", {}, lists.lists.map((l) => h("tr", { "data-list": l.name },
+        h("td", {}, l.name), h("td", {}, l.format), h("td", { class: "target" }, l.source),
+        h("td", {}, String(l.entries)), h("td", {}, when(l.loaded_at)),
+        h("td", {}, l.error ? h("span", { class: "error" }, `failed: ${l.error}`) : "ok"))))));
+  const rescan = lists.last_rescan_at
+    ? h("p", { id: "last-rescan" }, `Last check of every link: ${when(lists.last_rescan_at)}, ${lists.last_rescan_scanned} links read, ${lists.last_rescan_taken_down} taken down.`)
+    : h("p", { id: "last-rescan" }, "No check of the links against the lists yet.");
+  const reportTable = reports.reports.length === 0
+    ? h("p", {}, "No reports.")
+    : h("div", { class: "scroll" }, h("table", { id: "reports" },
+      h("thead", {}, h("tr", {}, ["Time", "Link", "Reporter", "Reason"].map((t) => h("th", { scope: "col" }, t)))),
+      h("tbody", {}, reports.reports.map((r) => h("tr", {},
+        h("td", {}, when(r.at)),
+        h("td", {}, h("a", { href: linkHref(r.code, domainOf(r.short_url)) }, r.short_url || r.code)),
+        h("td", {}, r.reporter), h("td", { class: "change" }, r.reason))))));
+  page("Abuse",
+    h("p", {}, "Links whose target a threat list holds are taken down automatically (reason threat-list:<name>); a link taken down by mistake can be reinstated from its page. Anyone can report a link; the newest reports are below."),
+    h("h2", {}, "Threat lists"), listTable, rescan,
+    h("h2", {}, "Reports"), reportTable);
+}
+
+/** The host of a short URL, or none. */
+function domainOf(shortUrl) {
+  try {
+    return new URL(shortUrl).hostname;
+  } catch (_) {
+    return null;
+  }
+}
+
 // ---- routing --------------------------------------------------------------------------
 
 async function route() {
@@ -738,6 +798,7 @@ async function route() {
   if (name === "domains") return domainsPage();
   if (name === "keys") return keysPage();
   if (name === "audit") return auditPage(params);
+  if (name === "abuse") return abusePage();
   if (name === "signin") {
     location.hash = "#/links";
     return;

@@ -38,6 +38,12 @@ pub(crate) fn routes() -> Router<Arc<ControlPlane>> {
             get(get_link).delete(delete_link).patch(edit_link),
         )
         .route("/api/v1/links/{code}/takedown", post(take_down_link))
+        .route("/api/v1/links/{code}/reinstate", post(crate::threats::restore_link))
+        .route(
+            "/api/v1/abuse-reports",
+            post(crate::threats::report).get(crate::threats::reports),
+        )
+        .route("/api/v1/threat-lists", get(crate::threats::threat_lists))
         .route("/api/v1/links/{code}/stats", get(link_stats))
         .route("/api/v1/links/{code}/qr.svg", get(crate::qr::link_qr))
         .route("/api/v1/links/{code}/audit", get(crate::audit::link_audit))
@@ -595,9 +601,11 @@ impl utoipa::Modify for BearerAuth {
     info(title = "Rebound control plane", description = "Create, inspect, delete and take down short links on the service's domains; manage domains and API keys; read click statistics."),
     paths(create_link, import_links, get_link, edit_link, list_links, delete_link, take_down_link, link_stats, create_key, revoke_key, openapi,
         crate::qr::link_qr, crate::audit::link_audit, crate::me::whoami,
-        crate::domains::create_domain, crate::domains::list_domains, crate::domains::get_domain, crate::domains::delete_domain),
+        crate::domains::create_domain, crate::domains::list_domains, crate::domains::get_domain, crate::domains::delete_domain,
+        crate::threats::restore_link, crate::threats::report, crate::threats::reports, crate::threats::threat_lists),
     components(schemas(CreateLinkRequest, EditLinkRequest, ImportRequest, ImportResults, ImportOutcome, LinkCreated, LinkView, LinkList, TakedownRequest, LinkStats, DayClicks, CreateKeyRequest, KeyCreated, ErrorBody,
-        LinkAudit, AuditEntry, Me, CreateDomainRequest, DomainView, DomainList, DomainRemoved)),
+        LinkAudit, AuditEntry, Me, CreateDomainRequest, DomainView, DomainList, DomainRemoved,
+        ReportRequest, ReportView, ReportList, ThreatListView, ThreatListsView)),
     modifiers(&BearerAuth, &CommonResponses)
 )]
 struct ApiDoc;

@@ -21,8 +21,10 @@
 //! - `metrics`: every metric of the control plane and its click consumer.
 //! - `qr`: a link's QR code as SVG.
 //! - `ratelimit`: creation rate limits.
-//! - `reconcile`: pending propagations of deletes and takedowns, finished under a lease
-//!   by every control plane's reconciler.
+//! - `reconcile`: pending propagations of deletes, takedowns and edits, finished under a
+//!   lease by every control plane's reconciler.
+//! - `threats`: threat lists (creates and edits refused, rescans that take links down,
+//!   restores) and abuse reports.
 #![forbid(unsafe_code)]
 
 pub mod aliases;
@@ -43,6 +45,7 @@ pub mod metrics;
 mod qr;
 pub mod ratelimit;
 pub mod reconcile;
+pub mod threats;
 
 use axum::Router;
 use config::ControlPlaneConfig;
@@ -128,6 +131,10 @@ pub struct ControlPlane {
     pub(crate) propagations: reconcile::Propagations,
     /// The domains' names by id, and the default one's.
     pub(crate) domains: domains::Domains,
+    /// The threat lists in force.
+    pub(crate) threats: threats::ThreatLists,
+    /// Held by the rescan under way: one at a time.
+    pub(crate) rescanning: tokio::sync::Mutex<()>,
 }
 
 impl ControlPlane {
@@ -194,7 +201,14 @@ impl ControlPlane {
             domains,
             metrics,
             propagations,
+            threats: threats::ThreatLists::default(),
+            rescanning: tokio::sync::Mutex::new(()),
         }))
+    }
+
+    /// Now, by its clock.
+    pub fn now(&self) -> rebound_core::UnixMillis {
+        self.clock.now_millis()
     }
 
     /// The configuration it runs with.

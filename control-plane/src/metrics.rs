@@ -18,6 +18,12 @@ pub struct ApiMetrics {
     writes: IntCounterVec,
     rate_limited: IntCounterVec,
     kgs_leases: IntCounterVec,
+    threat_refused: IntCounterVec,
+    threat_takedowns: IntCounterVec,
+    threat_entries: prometheus::IntGaugeVec,
+    threat_loads: IntCounterVec,
+    /// Abuse reports recorded.
+    pub(crate) reports: IntCounter,
 }
 
 impl ApiMetrics {
@@ -63,6 +69,38 @@ impl ApiMetrics {
                     ),
                     &["outcome"],
                 )?,
+                threat_refused: IntCounterVec::new(
+                    Opts::new(
+                        "rebound_threat_refused_total",
+                        "Creates and edits refused blocked_target, by the threat list that holds the target.",
+                    ),
+                    &["list"],
+                )?,
+                threat_takedowns: IntCounterVec::new(
+                    Opts::new(
+                        "rebound_threat_takedowns_total",
+                        "Active links a rescan took down because a threat list holds their target, by list.",
+                    ),
+                    &["list"],
+                )?,
+                threat_entries: prometheus::IntGaugeVec::new(
+                    Opts::new(
+                        "rebound_threat_list_entries",
+                        "Entries in force of each threat list (from its last load that succeeded).",
+                    ),
+                    &["list"],
+                )?,
+                threat_loads: IntCounterVec::new(
+                    Opts::new(
+                        "rebound_threat_list_loads_total",
+                        "Loads of each threat list, by outcome (ok, failed: the entries before stay in force).",
+                    ),
+                    &["list", "outcome"],
+                )?,
+                reports: IntCounter::new(
+                    "rebound_abuse_reports_total",
+                    "Abuse reports recorded (POST /api/v1/abuse-reports).",
+                )?,
             })
         };
         let metrics = families().expect("metric names and labels are valid");
@@ -81,7 +119,29 @@ impl ApiMetrics {
         registry.register(Box::new(self.writes.clone()))?;
         registry.register(Box::new(self.rate_limited.clone()))?;
         registry.register(Box::new(self.kgs_leases.clone()))?;
+        registry.register(Box::new(self.threat_refused.clone()))?;
+        registry.register(Box::new(self.threat_takedowns.clone()))?;
+        registry.register(Box::new(self.reports.clone()))?;
+        registry.register(Box::new(self.threat_entries.clone()))?;
+        registry.register(Box::new(self.threat_loads.clone()))?;
         Ok(())
+    }
+
+    /// A create or edit refused because `list` holds its target.
+    pub(crate) fn threat_refused(&self, list: &str) {
+        self.threat_refused.with_label_values(&[list]).inc();
+    }
+
+    /// A load of `list`: its entries in force, and whether this load failed.
+    pub(crate) fn threat_loaded(&self, list: &str, entries: usize, failed: bool) {
+        self.threat_entries.with_label_values(&[list]).set(entries as i64);
+        let outcome = if failed { "failed" } else { "ok" };
+        self.threat_loads.with_label_values(&[list, outcome]).inc();
+    }
+
+    /// A link taken down because `list` holds its target.
+    pub(crate) fn threat_takedown(&self, list: &str) {
+        self.threat_takedowns.with_label_values(&[list]).inc();
     }
 
     /// The KGS lease counters, one per outcome.
@@ -147,6 +207,9 @@ fn write_operation(method: &str, route: &str) -> Option<&'static str> {
         ("POST", "/api/v1/links/import") => "import",
         ("DELETE", "/api/v1/links/{code}") => "delete",
         ("POST", "/api/v1/links/{code}/takedown") => "takedown",
+        ("PATCH", "/api/v1/links/{code}") => "edit",
+        ("POST", "/api/v1/links/{code}/reinstate") => "reinstate",
+        ("POST", "/api/v1/abuse-reports") => "report",
         ("POST", "/api/v1/keys") => "key_create",
         ("DELETE", "/api/v1/keys/{id}") => "key_revoke",
         _ => return None,

@@ -19,6 +19,7 @@ const NOW: i64 = 1_790_000_000_000; // 2026-09-21
 
 struct Harness {
     app: axum::Router,
+    cp: Arc<ControlPlane>,
     store: Arc<MemoryStore>,
     events: Arc<RecordedLinkEvents>,
     clock: ManualClock,
@@ -43,7 +44,8 @@ async fn harness_with(change: impl FnOnce(&mut ControlPlaneConfig)) -> Harness {
     .await
     .unwrap();
     Harness {
-        app: router(cp),
+        app: router(cp.clone()),
+        cp,
         store,
         events,
         clock,
@@ -1619,7 +1621,7 @@ async fn the_console_is_served_at_the_root_with_a_strict_policy_and_nothing_inli
 }
 
 /// A control plane of region `region` on `store`, or why it refused to start.
-async fn region_on(store: &Arc<MemoryStore>, region: &str, slot: u8) -> Result<axum::Router, String> {
+async fn region_on(store: &Arc<MemoryStore>, region: &str, slot: u8) -> Result<Arc<ControlPlane>, String> {
     let mut config = ControlPlaneConfig {
         bootstrap_key: Some(OPERATOR.into()),
         public_base_url: "https://sho.rt".into(),
@@ -1634,7 +1636,6 @@ async fn region_on(store: &Arc<MemoryStore>, region: &str, slot: u8) -> Result<a
         Arc::new(ManualClock::at(NOW)) as Arc<dyn Clock>,
     )
     .await
-    .map(router)
     .map_err(|e| e.to_string())
 }
 
@@ -1648,9 +1649,10 @@ async fn regions_create_from_their_own_slots_and_a_slot_held_by_another_region_i
     let codes = GeneratedCodes::new(rebound_core::generated::key_from_hex(&key).unwrap());
     let mut seen = std::collections::HashSet::new();
     for i in 0..200 {
-        for (app, slot) in [(&home, 0u8), (&away, 1u8)] {
+        for (cp, slot) in [(&home, 0u8), (&away, 1u8)] {
             let h = Harness {
-                app: app.clone(),
+                app: router(cp.clone()),
+                cp: cp.clone(),
                 store: store.clone(),
                 events: Arc::new(RecordedLinkEvents::default()),
                 clock: ManualClock::at(NOW),
@@ -1671,7 +1673,10 @@ async fn regions_create_from_their_own_slots_and_a_slot_held_by_another_region_i
     }
     assert!(store.high_water(&region_counter(1)).await.unwrap() >= 200);
     // A second region on a held slot is refused, naming both; the holder starts again.
-    let refused = region_on(&store, "ap-south-1", 1).await.unwrap_err();
+    let refused = match region_on(&store, "ap-south-1", 1).await {
+        Err(refused) => refused,
+        Ok(_) => panic!("a second region on a held slot started"),
+    };
     assert!(
         refused.contains("region slot 1") && refused.contains("eu-west-1") && refused.contains("ap-south-1"),
         "{refused}"
@@ -2365,4 +2370,242 @@ async fn an_edit_the_caches_did_not_hear_answers_503_and_its_retry_tells_them() 
         audit.iter().map(|e| e.outcome.as_str()).collect::<Vec<_>>(),
         ["invalidate_failed"]
     );
+}
+
+/// Puts `lists` (name, format, feed text) in force, as the loader does.
+fn threat_lists(h: &Harness, lists: &[(&str, rebound_core::threat::FeedFormat, &str)]) {
+    use rebound_control_plane::threats::ListState;
+    use rebound_core::threat::{parse_feed, ThreatIndex};
+    let feeds: Vec<_> = lists
+        .iter()
+        .map(|(name, format, text)| (name.to_string(), parse_feed(*format, text.as_bytes()).unwrap()))
+        .collect();
+    let states = feeds
+        .iter()
+        .map(|(name, feed)| ListState {
+            name: name.clone(),
+            format: "domains".into(),
+            source: "test".into(),
+            entries: feed.len(),
+            skipped: feed.skipped(),
+            loaded_at: Some(NOW),
+            error: None,
+        })
+        .collect();
+    h.cp.install_threat_lists(ThreatIndex::build(feeds), states);
+}
+
+#[tokio::test]
+async fn a_target_on_a_threat_list_is_refused_on_create_edit_and_import_naming_the_list() {
+    use rebound_core::threat::FeedFormat;
+    let h = harness().await;
+    threat_lists(
+        &h,
+        &[
+            ("local", FeedFormat::Domains, "# ours\nevil.example\n"),
+            ("openphish", FeedFormat::Openphish, "https://phish.example/login?x=1\n"),
+        ],
+    );
+    let r = h
+        .create(OPERATOR, json!({"long_url": "https://a.EVIL.example./x"}))
+        .await;
+    assert_error(&r, StatusCode::BAD_REQUEST, "blocked_target");
+    assert!(
+        r.body["error"]["message"].as_str().unwrap().contains("\"local\""),
+        "{:?}",
+        r.body
+    );
+    let r = h
+        .create(OPERATOR, json!({"long_url": "https://phish.example/login?x=1#top"}))
+        .await;
+    assert_error(&r, StatusCode::BAD_REQUEST, "blocked_target");
+    assert!(r.body["error"]["message"].as_str().unwrap().contains("\"openphish\""));
+    // Another page of that host is not on a URL list.
+    let r = h
+        .create(
+            OPERATOR,
+            json!({"long_url": "https://phish.example/about", "custom_alias": "fine"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    let r = edit(
+        &h,
+        "fine",
+        OPERATOR,
+        Some("\"1\""),
+        json!({"long_url": "https://evil.example/"}),
+    )
+    .await;
+    assert_error(&r, StatusCode::BAD_REQUEST, "blocked_target");
+    let r = h
+        .call(
+            Method::POST,
+            "/api/v1/links/import",
+            Some(OPERATOR),
+            Some(json!({"links": [{"long_url": "https://ok.example/"}, {"long_url": "http://evil.example/"}]})),
+        )
+        .await;
+    assert_eq!(
+        (r.body["created"].as_u64(), r.body["failed"].as_u64()),
+        (Some(1), Some(1)),
+        "{:?}",
+        r.body
+    );
+    assert_eq!(r.body["results"][1]["error"]["code"], "blocked_target");
+    assert_eq!(h.link_count().await, 2, "fine and ok.example");
+    let lists = h.call(Method::GET, "/api/v1/threat-lists", Some(OPERATOR), None).await;
+    assert_eq!(lists.status, StatusCode::OK);
+    assert_eq!(lists.body["lists"][0]["name"], "local");
+    assert_eq!(lists.body["lists"][0]["entries"], 1);
+}
+
+#[tokio::test]
+async fn a_rescan_takes_matching_links_down_and_an_operator_reinstates_one_for_good() {
+    use rebound_core::threat::FeedFormat;
+    let h = harness().await;
+    for (alias, url) in [
+        ("bad1", "https://x.malware.example/a"),
+        ("bad2", "http://malware.example/"),
+        ("good", "https://fine.example/"),
+        ("gone", "https://malware.example/gone"),
+    ] {
+        let r = h
+            .create(OPERATOR, json!({"long_url": url, "custom_alias": alias}))
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED);
+    }
+    h.call(Method::DELETE, "/api/v1/links/gone", Some(OPERATOR), None).await;
+    threat_lists(&h, &[("urlhaus", FeedFormat::Domains, "malware.example\n")]);
+    let outcome = h.cp.rescan_threats().await.unwrap();
+    assert_eq!(
+        (
+            outcome.scanned,
+            outcome.matched,
+            outcome.taken_down,
+            outcome.allowed,
+            outcome.failed
+        ),
+        (4, 2, 2, 0, 0)
+    );
+    for code in ["bad1", "bad2"] {
+        let link = h.store.get_link(code).await.unwrap().unwrap();
+        assert!(!link.is_active, "{code}");
+        assert_eq!(link.delete_reason.as_deref(), Some("threat-list:urlhaus"));
+        assert_eq!(link.deleted_by.as_deref(), Some("threat-lists"));
+        let audit = h
+            .call(
+                Method::GET,
+                &format!("/api/v1/links/{code}/audit"),
+                Some(OPERATOR),
+                None,
+            )
+            .await;
+        assert_eq!(audit.body["events"][0]["reason"], "threat-list:urlhaus");
+        assert_eq!(audit.body["events"][0]["actor"], "threat-lists");
+    }
+    assert!(h.store.get_link("good").await.unwrap().unwrap().is_active);
+    // Reinstated by an operator: active at the next version, told to the caches, audited,
+    // and no later rescan takes it down again.
+    let creator = h.new_key("creator").await;
+    let r = h
+        .call(Method::POST, "/api/v1/links/bad1/reinstate", Some(&creator), None)
+        .await;
+    assert_error(&r, StatusCode::FORBIDDEN, "forbidden");
+    let r = h
+        .call(Method::POST, "/api/v1/links/bad1/reinstate", Some(OPERATOR), None)
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!((&r.body["is_active"], &r.body["version"]), (&json!(true), &json!(3)));
+    assert_eq!(r.body["delete_reason"], Value::Null);
+    let told = h
+        .events
+        .changed
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|l| (l.code.clone(), l.is_active))
+        .collect::<Vec<_>>();
+    assert_eq!(told, [("bad1".to_owned(), true)]);
+    let outcome = h.cp.rescan_threats().await.unwrap();
+    assert_eq!((outcome.matched, outcome.taken_down, outcome.allowed), (1, 0, 1));
+    assert!(h.store.get_link("bad1").await.unwrap().unwrap().is_active);
+    let audit = h.store.audit_for("bad1").await.unwrap();
+    assert_eq!(
+        audit.iter().map(|e| e.action.as_str()).collect::<Vec<_>>(),
+        ["takedown", "reinstate"]
+    );
+    // Deletes and takedowns by people are final.
+    for code in ["gone", "good"] {
+        let r = h
+            .call(
+                Method::POST,
+                &format!("/api/v1/links/{code}/reinstate"),
+                Some(OPERATOR),
+                None,
+            )
+            .await;
+        assert_error(&r, StatusCode::CONFLICT, "not_restorable");
+    }
+}
+
+#[tokio::test]
+async fn anyone_reports_a_link_rate_limited_and_operators_list_the_reports() {
+    let h = harness().await;
+    h.create(OPERATOR, json!({"long_url": "https://e.com/", "custom_alias": "sus"}))
+        .await;
+    let report = |link: &str, reason: &str| {
+        let body = json!({"link": link, "reason": reason});
+        let req = Request::builder()
+            .method(Method::POST)
+            .uri("/api/v1/abuse-reports")
+            .header(header::CONTENT_TYPE, "application/json")
+            .extension(axum::extract::ConnectInfo(std::net::SocketAddr::from((
+                [192, 0, 2, 7],
+                4000,
+            ))))
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        h.send(req)
+    };
+    let r = report("https://sho.rt/sus", "phishing page asking for a bank password").await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    let r = report("sus", "still there").await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    for (link, reason, status, code) in [
+        ("https://sho.rt/nope", "x", StatusCode::NOT_FOUND, "not_found"),
+        (
+            "https://other.example/sus",
+            "x",
+            StatusCode::BAD_REQUEST,
+            "invalid_link",
+        ),
+        ("a/b", "x", StatusCode::BAD_REQUEST, "invalid_link"),
+        ("sus", "", StatusCode::BAD_REQUEST, "invalid_reason"),
+        ("sus", &"r".repeat(1001), StatusCode::BAD_REQUEST, "invalid_reason"),
+    ] {
+        assert_error(&report(link, reason).await, status, code);
+    }
+    // Five at once, then one a minute.
+    for _ in 0..3 {
+        assert_eq!(report("sus", "again").await.status, StatusCode::ACCEPTED);
+    }
+    let r = report("sus", "one too many").await;
+    assert_error(&r, StatusCode::TOO_MANY_REQUESTS, "rate_limited");
+    assert!(r.headers.contains_key(header::RETRY_AFTER));
+    let listed = h.call(Method::GET, "/api/v1/abuse-reports", Some(OPERATOR), None).await;
+    assert_eq!(listed.status, StatusCode::OK);
+    let reports = listed.body["reports"].as_array().unwrap();
+    assert_eq!(reports.len(), 5);
+    assert_eq!(
+        reports[4]["reason"], "phishing page asking for a bank password",
+        "newest first"
+    );
+    assert_eq!(reports[0]["code"], "sus");
+    assert_eq!(reports[0]["short_url"], "https://sho.rt/sus");
+    assert_eq!(reports[0]["reporter"], "anonymous:192.0.2.7");
+    let creator = h.new_key("creator").await;
+    let r = h.call(Method::GET, "/api/v1/abuse-reports", Some(&creator), None).await;
+    assert_error(&r, StatusCode::FORBIDDEN, "forbidden");
+    // On the link's own audit log too.
+    assert_eq!(h.store.audit_for("sus").await.unwrap().len(), 5);
 }

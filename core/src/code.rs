@@ -28,12 +28,16 @@ pub const RESERVED_WORDS: &[&str] = &[
     "stats",
     "keys",
     "domains",
+    "reinstate",
+    "abuse-reports",
+    "threat-lists",
     // Pages the console (SPEC §10) may use (`qr`, `v1` or `qr.svg` are no codes anyway).
     "console",
     "audit",
     "search",
     "new",
     "export",
+    "abuse",
 ];
 
 /// Why a string is not a usable code or alias.

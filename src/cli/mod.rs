@@ -7,6 +7,7 @@
 //! - `output`: tables, field lists and what `--json` prints instead.
 //! - `links`, `import`, `takedown`, `keys`, `domains`: the commands, a file per group.
 
+mod abuse;
 mod client;
 mod domains;
 mod import;
@@ -218,6 +219,31 @@ pub enum DomainsCommand {
     },
 }
 
+#[derive(Debug, Subcommand)]
+pub enum AbuseCommand {
+    /// The threat lists in force, each one's last load, and the last check of the links
+    /// (operators).
+    Lists,
+    /// The newest abuse reports, newest first (operators).
+    Reports,
+    /// Report a short link (no key needed).
+    Report {
+        /// The short URL, or a code of the default domain.
+        link: String,
+        /// What is wrong with it.
+        #[arg(long)]
+        reason: String,
+    },
+    /// Reinstate a link a threat list took down (operators): served again, and never taken
+    /// down by a list again.
+    Reinstate {
+        code: String,
+        /// The domain the link is on (default: the default domain).
+        #[arg(long)]
+        domain: Option<String>,
+    },
+}
+
 /// What the CLI was asked to do.
 #[derive(Debug)]
 pub enum ClientCommand {
@@ -229,6 +255,7 @@ pub enum ClientCommand {
     },
     Keys(KeysCommand),
     Domains(DomainsCommand),
+    Abuse(AbuseCommand),
 }
 
 /// A failed CLI call, printed as one clear line.
@@ -253,6 +280,7 @@ pub async fn run(args: &ClientArgs, command: ClientCommand) -> Result<String, Cl
         }
         ClientCommand::Keys(command) => keys::run(&client, command).await?,
         ClientCommand::Domains(command) => domains::run(&client, command).await?,
+        ClientCommand::Abuse(command) => abuse::run(&client, command).await?,
     };
     Ok(printed.render(args.json))
 }

@@ -8,7 +8,7 @@ use super::setting::{Check, Setting};
 use super::{ConfigError, Source};
 use crate::settings::{
     AcmeSettings, ApiSettings, ControlPlaneConfig, EdgeSettings, HomeStore, PeerRegion, QueueChoice, RedirectSettings,
-    Settings, StoreChoice, TlsFiles, TlsSettings, UPGRADE_SOCK_FILE,
+    Settings, StoreChoice, ThreatListSource, ThreatSettings, TlsFiles, TlsSettings, UPGRADE_SOCK_FILE,
 };
 use rebound_edge::EdgeLimits;
 use std::net::SocketAddr;
@@ -91,6 +91,50 @@ fn acme_domains(domains: Vec<String>) -> Result<Vec<String>, ConfigError> {
         }
     }
     Ok(checked)
+}
+
+fn threat_lists(entries: Vec<String>) -> Result<Vec<ThreatListSource>, ConfigError> {
+    let mut lists: Vec<ThreatListSource> = Vec::new();
+    for entry in entries.iter().map(|e| e.trim()).filter(|e| !e.is_empty()) {
+        let refused = |why: String| THREAT_LISTS.refused(format!("{entry:?} {why}"));
+        let Some((name, rest)) = entry.split_once('=') else {
+            return Err(refused("is not `<name>=<format>:<file or URL>`".into()));
+        };
+        let Some((format, source)) = rest.split_once(':') else {
+            return Err(refused("is not `<name>=<format>:<file or URL>`".into()));
+        };
+        let name = name.trim();
+        if !(1..=32).contains(&name.len())
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        {
+            return Err(refused(
+                "needs a name of 1 to 32 lower-case letters, digits or '-'".into(),
+            ));
+        }
+        let Some(format) = rebound_core::threat::FeedFormat::parse(format.trim()) else {
+            return Err(refused(
+                "names no format: urlhaus, phishtank, openphish or domains".into(),
+            ));
+        };
+        let source = source.trim();
+        if source.is_empty() {
+            return Err(refused("names no file or URL".into()));
+        }
+        if source.contains("://") && !(source.starts_with("http://") || source.starts_with("https://")) {
+            return Err(refused("is read from a file or an http(s) URL".into()));
+        }
+        if lists.iter().any(|l| l.name == name) {
+            return Err(refused(format!("names the list {name:?} twice")));
+        }
+        lists.push(ThreatListSource {
+            name: name.to_owned(),
+            format,
+            source: source.to_owned(),
+        });
+    }
+    Ok(lists)
 }
 
 fn peer_regions(entries: Vec<String>, here: &str) -> Result<Vec<PeerRegion>, ConfigError> {
@@ -559,6 +603,30 @@ pub const ROOT_URL: Setting<Option<String>> = Setting::new("redirect.root_url", 
         "where `GET /` on the redirect port sends the visitor (`302`); the same rule as `not_found_url`. Unset: the \
          404 answer (the page, or `not_found_url`)",
     );
+pub const THREAT_LISTS: Setting<Vec<String>> = Setting::new("threats.lists", Vec::new)
+    .var("REBOUND_THREAT_LISTS")
+    .check(Elsewhere(
+        "a list of `<name>=<format>:<file or http(s) URL>` entries, each name once",
+    ))
+    .doc(
+        "threat lists the control plane refuses targets on (`blocked_target`) and takes matching links down by \
+         (SPEC §12): `urlhaus=urlhaus:https://urlhaus.abuse.ch/downloads/csv_recent/`, \
+         `phish=phishtank:/var/lib/rebound/online-valid.json`, `op=openphish:https://openphish.com/feed.txt`, \
+         `local=domains:/etc/rebound/blocked-hosts.txt` (formats: `urlhaus` CSV, `phishtank` JSON, `openphish` \
+         URLs, `domains` one host or hosts-file line each). Each is loaded at start and every `refresh_secs`; a \
+         load that fails keeps the entries before it. The variable is comma-separated",
+    );
+pub const THREAT_REFRESH_SECS: Setting<u64> = Setting::new("threats.refresh_secs", || 3600)
+    .var("REBOUND_THREAT_REFRESH_SECS")
+    .check(Between(1, 604_800))
+    .doc(
+        "seconds between two loads of the threat lists; when one changed, every active link is checked against \
+         them again and the matching ones are taken down (reason `threat-list:<name>`). Public feeds ask for no \
+         more than a load every few minutes",
+    );
+pub const THREAT_MAX_FEED_BYTES: Setting<u64> = Setting::new("threats.max_feed_bytes", || 128 << 20)
+    .check(Between(1024, 4 << 30))
+    .doc("a threat feed larger than this is refused (the entries before it stay in force)");
 pub const SERVE_UNKNOWN_HOSTS: Setting<bool> =
     Setting::new("redirect.serve_unknown_hosts", || redirect().serve_unknown_hosts)
         .var("REBOUND_SERVE_UNKNOWN_HOSTS")
@@ -616,6 +684,11 @@ pub(super) fn read(src: &mut impl Source) -> Result<Settings, ConfigError> {
         },
         acme: None,
         upgrade_sock: src.get(&UPGRADE_SOCK)?,
+        threats: ThreatSettings {
+            lists: threat_lists(src.get(&THREAT_LISTS)?)?,
+            refresh_secs: src.get(&THREAT_REFRESH_SECS)?,
+            max_feed_bytes: src.get(&THREAT_MAX_FEED_BYTES)?,
+        },
         edge: EdgeSettings {
             head_timeout_ms: src.get(&HEAD_TIMEOUT_MS)?,
             idle_timeout_ms: src.get(&IDLE_TIMEOUT_MS)?,

@@ -70,7 +70,7 @@ it stays valid).
 ";
 
 /// Each table: its key prefix, its heading and the paragraphs before and after it.
-fn sections() -> [(&'static str, &'static str, String, String); 5] {
+fn sections() -> [(&'static str, &'static str, String, String); 6] {
     [
         ("", "## Top level", String::new(), String::new()),
         (
@@ -99,6 +99,14 @@ fn sections() -> [(&'static str, &'static str, String, String); 5] {
             "## `[acme]`: certificates ordered and renewed over ACME",
             "The README section [Certificates over ACME](../README.md#certificates-over-acme) has the\n\
              steps for a public CA (DNS, ports 80 and 443, staging first, rate limits).\n"
+                .into(),
+            String::new(),
+        ),
+        (
+            "threats",
+            "## `[threats]`: threat lists",
+            "The README section [A link's life](../README.md#a-links-life-edits-bots-abuse)\n\
+             says what a list does to creates, edits and live links, and how an operator reinstates one.\n"
                 .into(),
             String::new(),
         ),

@@ -4,7 +4,9 @@ click it on the redirect port, see the clicks on its chart, download its QR code
 it back to the short URL (zbarimg), edit its target (and see a stale edit refused, and the
 edit in the audit log), create a creator key, take a link down and read the
 audit log, delete the link and see the dead-link page; add a domain (and see one refused in
-the API's words), see it pending, create a link on it from the form and follow it on the
+the API's words), see a threat list take a link down and reinstate it, report a link and
+read the report on the Abuse page, see a domain pending, create a link on it from the form
+and follow it on the
 redirect port by its host, scope a creator key to it, remove it (taking its link down when
 the API says it has links); and check that a creator key does not get the operator pages. A screenshot of every page goes to the results folder it prints.
 
@@ -69,7 +71,12 @@ def start_rebound(binary, data_dir):
         "REBOUND_PUBLIC_BASE_URL": f"http://{redirect}",
         "REBOUND_BOOTSTRAP_KEY": OPERATOR_KEY,
         "REBOUND_LOG": "warn",
+        # A local threat list, loaded every second; the test adds a host to it.
+        "REBOUND_THREAT_LISTS": f"local=domains:{os.path.join(data_dir, 'blocked-hosts.txt')}",
+        "REBOUND_THREAT_REFRESH_SECS": "1",
     }
+    with open(os.path.join(data_dir, "blocked-hosts.txt"), "w") as f:
+        f.write("# the browser test's list\nnever-used.example\n")
     proc = subprocess.Popen([binary], env=env, stdout=subprocess.DEVNULL)
     deadline = time.time() + 30
     while time.time() < deadline:
@@ -298,6 +305,42 @@ def main(binary, results):
             expect(page.locator("table.audit")).to_contain_text("phishing, reported by the browser test")
             expect(page.locator("table.audit")).to_contain_text("takedown")
             run.shot(page, "audit")
+
+            # A threat list takes a link down on its next load; an operator reinstates it.
+            page.get_by_role("link", name="New link").click()
+            page.get_by_label("Target URL").fill("https://listed-later.example/download")
+            page.get_by_label("Custom alias (optional)").fill("console-listed")
+            page.get_by_role("button", name="Create link").click()
+            expect(page.get_by_role("heading", name="Link console-listed")).to_be_visible()
+            with open(os.path.join(data_dir, "blocked-hosts.txt"), "a") as f:
+                f.write("listed-later.example\n")
+            deadline = time.time() + 15
+            while visit(f"{redirect}/console-listed")[0] != 404:
+                run.check(time.time() < deadline, "the listed link taken down within 15 s")
+                time.sleep(0.3)
+            page.reload()
+            expect(page.locator("#link-state")).to_have_text("deleted")
+            expect(page.get_by_text("A threat list (local) took this link down.")).to_be_visible()
+            run.shot(page, "link-taken-down-by-a-list")
+            page.get_by_role("button", name="Reinstate link").click()
+            expect(page.locator("#link-state")).to_have_text("active")
+            status, location, _ = visit(f"{redirect}/console-listed")
+            run.check((status, location) == (302, "https://listed-later.example/download"), f"{status} {location}")
+            # A report of it, anonymous, and the Abuse page that lists it with the lists.
+            req = urllib.request.Request(
+                f"{console}/api/v1/abuse-reports",
+                data=f'{{"link": "{redirect}/console-listed", "reason": "looks like malware"}}'.encode(),
+                method="POST",
+                headers={"Content-Type": "application/json"},
+            )
+            run.check(urllib.request.urlopen(req, timeout=10).status == 202, "the report was accepted")
+            page.get_by_role("link", name="Abuse").click()
+            expect(page.get_by_role("heading", name="Abuse")).to_be_visible()
+            expect(page.locator("#threat-lists tr[data-list='local']")).to_contain_text("ok")
+            expect(page.locator("#reports")).to_contain_text("looks like malware")
+            run.shot(page, "abuse")
+            page.locator("#reports").get_by_role("link").first.click()
+            expect(page.get_by_role("heading", name="Link console-listed")).to_be_visible()
 
             # Delete the first link; its short URL then shows the dead-link page.
             page.goto(console + "/#/links/console-e2e")

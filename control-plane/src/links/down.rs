@@ -78,7 +78,7 @@ impl ControlPlane {
     /// and the pending record cleared (delivered) or its lease given back (not) for a
     /// reconciler to finish. Whether it was delivered; an error when the audit event could
     /// not be recorded.
-    pub(super) async fn settle(
+    pub(crate) async fn settle(
         &self,
         link: &Link,
         delivered: Result<(), EventError>,

@@ -41,6 +41,7 @@ pub(super) fn validate_create(
     let long_url = targets
         .validate(&req.long_url)
         .map_err(|e| ApiError::bad_request("invalid_url", e.to_string()))?;
+    cp.refuse_threat(&long_url)?;
     if let Some(alias) = &req.custom_alias {
         check_alias(alias).map_err(|e| code_error("custom_alias", e))?;
     }
@@ -131,6 +132,7 @@ pub(super) fn validate_edit(
             .targets
             .validate(&url)
             .map_err(|e| ApiError::bad_request("invalid_url", e.to_string()))?;
+        cp.refuse_threat(&edit.long_url)?;
     }
     if let Some(kind) = redirect(req.redirect)? {
         edit.redirect = kind;

@@ -1,0 +1,154 @@
+//! The threat lists' loader (SPEC §12): every configured list read from its file or URL at
+//! start and every `refresh_secs`, parsed, and put in force in the control plane's index; a
+//! list that fails to load keeps its entries before. When a list's content changed, every
+//! link is checked against the lists again (in the home region only: its takedowns reach
+//! every region).
+
+use crate::settings::{ThreatListSource, ThreatSettings};
+use rebound_control_plane::threats::ListState;
+use rebound_control_plane::ControlPlane;
+use rebound_core::threat::{parse_feed, ThreatIndex};
+use rebound_core::UnixMillis;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Longest a feed's download may take.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A list's last good content, and how its last load went.
+struct Loaded {
+    source: ThreatListSource,
+    /// The bytes in force, their hash, and when they were loaded.
+    good: Option<(Vec<u8>, u64, UnixMillis)>,
+    error: Option<String>,
+}
+
+/// Loads the lists now and every `settings.refresh_secs` until `stop`; rescans the links
+/// after a change when `rescan` (the home region).
+pub async fn run(cp: Arc<ControlPlane>, settings: ThreatSettings, rescan: bool, mut stop: watch::Receiver<bool>) {
+    let client = match reqwest::Client::builder().timeout(FETCH_TIMEOUT).build() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "no HTTP client for the threat lists; none is loaded");
+            return;
+        }
+    };
+    let mut loaded: Vec<Loaded> = settings
+        .lists
+        .iter()
+        .map(|source| Loaded {
+            source: source.clone(),
+            good: None,
+            error: None,
+        })
+        .collect();
+    loop {
+        let changed = load_all(&cp, &client, &mut loaded, settings.max_feed_bytes).await;
+        if changed && rescan {
+            match cp.rescan_threats().await {
+                Ok(o) => tracing::info!(
+                    scanned = o.scanned,
+                    matched = o.matched,
+                    taken_down = o.taken_down,
+                    allowed = o.allowed,
+                    failed = o.failed,
+                    ms = o.millis,
+                    "links checked against the threat lists"
+                ),
+                Err(e) => {
+                    tracing::warn!(error = %rebound_store::Causes(&e), "the threat-list rescan stopped; it runs again at the next change")
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(settings.refresh_secs)) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// Loads every list once and puts them in force; whether any list's content changed.
+async fn load_all(cp: &ControlPlane, client: &reqwest::Client, loaded: &mut [Loaded], max: u64) -> bool {
+    let mut changed = false;
+    for list in loaded.iter_mut() {
+        let attempt = match fetch(client, &list.source.source, max).await {
+            Ok(bytes) => parse_feed(list.source.format, &bytes)
+                .map(|_| bytes)
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e),
+        };
+        match attempt {
+            Ok(bytes) => {
+                let hash = hash(&bytes);
+                if list.good.as_ref().map(|g| g.1) != Some(hash) {
+                    changed = true;
+                    list.good = Some((bytes, hash, cp.now()));
+                }
+                list.error = None;
+            }
+            Err(error) => {
+                tracing::warn!(list = %list.source.name, source = %list.source.source, %error, "threat list not loaded; its entries before stay in force");
+                list.error = Some(error);
+            }
+        }
+    }
+    let mut feeds = Vec::new();
+    let mut states = Vec::new();
+    for list in loaded.iter() {
+        let feed = list
+            .good
+            .as_ref()
+            .and_then(|(bytes, _, _)| parse_feed(list.source.format, bytes).ok());
+        states.push(ListState {
+            name: list.source.name.clone(),
+            format: list.source.format.as_str().to_owned(),
+            source: list.source.source.clone(),
+            entries: feed.as_ref().map_or(0, |f| f.len()),
+            skipped: feed.as_ref().map_or(0, |f| f.skipped()),
+            loaded_at: list.good.as_ref().map(|g| g.2),
+            error: list.error.clone(),
+        });
+        if let Some(feed) = feed {
+            feeds.push((list.source.name.clone(), feed));
+        }
+    }
+    cp.install_threat_lists(ThreatIndex::build(feeds), states);
+    changed
+}
+
+/// The feed at `source`: an http(s) URL, or a file; refused past `max` bytes.
+async fn fetch(client: &reqwest::Client, source: &str, max: u64) -> Result<Vec<u8>, String> {
+    let too_big = || format!("the feed is larger than {max} bytes (threats.max_feed_bytes)");
+    if source.starts_with("http://") || source.starts_with("https://") {
+        let mut res = client.get(source).send().await.map_err(|e| format!("{e}"))?;
+        if !res.status().is_success() {
+            return Err(format!("the server answered {}", res.status()));
+        }
+        if res.content_length().is_some_and(|n| n > max) {
+            return Err(too_big());
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = res.chunk().await.map_err(|e| format!("{e}"))? {
+            if (body.len() + chunk.len()) as u64 > max {
+                return Err(too_big());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
+    } else {
+        let meta = tokio::fs::metadata(source)
+            .await
+            .map_err(|e| format!("{source}: {e}"))?;
+        if meta.len() > max {
+            return Err(too_big());
+        }
+        tokio::fs::read(source).await.map_err(|e| format!("{source}: {e}"))
+    }
+}
+
+/// A hash of a feed's bytes, to tell a changed list.
+fn hash(bytes: &[u8]) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(bytes)
+}

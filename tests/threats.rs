@@ -1,0 +1,269 @@
+//! Abuse kept out (SPEC §12, issue 33), black-box on the all-in-one: threat lists read from
+//! a local file and from a feed served on loopback, refreshed every second; a create on a
+//! listed target refused naming the list; a feed refresh taking a live link down with its
+//! audit entry; an operator reinstating it for good; anonymous abuse reports, rate limited
+//! and listed for operators.
+
+mod common;
+
+use common::rebound::Rebound;
+use common::*;
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A feed served over HTTP on loopback: every request gets the body as it is now.
+struct Feed {
+    body: Arc<Mutex<String>>,
+    url: String,
+    served: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Feed {
+    async fn start(body: &str) -> Feed {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/downloads/csv_recent/", listener.local_addr().unwrap());
+        let body = Arc::new(Mutex::new(body.to_owned()));
+        let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (text, count) = (body.clone(), served.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut conn, _)) = listener.accept().await else {
+                    return;
+                };
+                let text = text.lock().unwrap().clone();
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut head = vec![0u8; 4096];
+                    let _ = conn.read(&mut head).await;
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/csv\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+                        text.len()
+                    );
+                    let _ = conn.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        Feed { body, url, served }
+    }
+
+    fn set(&self, body: &str) {
+        *self.body.lock().unwrap() = body.to_owned();
+    }
+}
+
+/// A URLhaus `csv_recent` feed listing `urls`, in the shape the real one has.
+fn urlhaus(urls: &[&str]) -> String {
+    let mut text = String::from(
+        "################################################################\n\
+         # abuse.ch URLhaus Database Dump (CSV - recent URLs only)      #\n\
+         ################################################################\n\
+         #\n\
+         # id,dateadded,url,url_status,last_online,threat,tags,urlhaus_link,reporter\n",
+    );
+    for (i, url) in urls.iter().enumerate() {
+        text.push_str(&format!(
+            "\"{}\",\"2026-12-05 06:00:00\",\"{url}\",\"online\",\"2026-12-05 06:00:00\",\"malware_download\",\"elf\",\"https://urlhaus.abuse.ch/url/{}/\",\"anonymous\"\n",
+            3_000_000 + i,
+            3_000_000 + i
+        ));
+    }
+    text
+}
+
+async fn status_of(rb: &Rebound, code: &str) -> u16 {
+    rb.get(&format!("/{code}")).await.status().as_u16()
+}
+
+/// Polls until `done` holds, for at most 20 s.
+async fn within_20_s<F: std::future::Future<Output = bool>>(what: &str, mut done: impl FnMut() -> F) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done().await {
+        assert!(Instant::now() < deadline, "{what} within 20 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn threat_lists_refuse_targets_take_links_down_on_refresh_and_operators_reinstate_them() {
+    let dir = temp_dir();
+    let hosts = dir.path().join("blocked-hosts.txt");
+    std::fs::write(&hosts, "# local list\n0.0.0.0 bad.example\n").unwrap();
+    let feed = Feed::start(&urlhaus(&["http://203.0.113.9/bins/x86"])).await;
+    let lists = format!("urlhaus=urlhaus:{},local=domains:{}", feed.url, hosts.display());
+    let rb = Rebound::start(
+        dir.path(),
+        &[("REBOUND_THREAT_LISTS", &lists), ("REBOUND_THREAT_REFRESH_SECS", "1")],
+    );
+    rb.wait_ready().await;
+    within_20_s("both lists loaded", || async {
+        let (_, v) = rb.api(Method::GET, "/api/v1/threat-lists", None).await;
+        v["lists"]
+            .as_array()
+            .is_some_and(|l| l.len() == 2 && l.iter().all(|l| l["entries"] == 1))
+    })
+    .await;
+
+    // Creates on a listed target are refused, naming the list; the rest are served.
+    for (url, list) in [
+        ("http://203.0.113.9/bins/x86", "urlhaus"),
+        ("https://cdn.bad.example/a", "local"),
+    ] {
+        let (s, v) = rb
+            .api(Method::POST, "/api/v1/links", Some(json!({"long_url": url})))
+            .await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+        assert_eq!(v["error"]["code"], "blocked_target");
+        assert!(v["error"]["message"].as_str().unwrap().contains(list), "{v}");
+    }
+    let victim = rb
+        .create_code(json!({"long_url": "https://victim.example/download/setup.exe", "custom_alias": "victim"}))
+        .await;
+    let fine = rb.create_code(json!({"long_url": "https://fine.example/"})).await;
+    for code in [&victim, &fine] {
+        assert_eq!(status_of(&rb, code).await, 302);
+        assert_eq!(status_of(&rb, code).await, 302, "now from L1");
+    }
+
+    // The feed lists the victim's target: the next refresh takes the link down, audited.
+    feed.set(&urlhaus(&[
+        "http://203.0.113.9/bins/x86",
+        "https://victim.example/download/setup.exe",
+    ]));
+    within_20_s("the listed link taken down", || async {
+        status_of(&rb, &victim).await == 404
+    })
+    .await;
+    assert_eq!(status_of(&rb, &fine).await, 302);
+    let (_, audit) = rb.api(Method::GET, "/api/v1/links/victim/audit", None).await;
+    let entry = &audit["events"][0];
+    assert_eq!(
+        (&entry["action"], &entry["actor"], &entry["reason"], &entry["outcome"]),
+        (
+            &json!("takedown"),
+            &json!("threat-lists"),
+            &json!("threat-list:urlhaus"),
+            &json!("ok")
+        ),
+        "{audit}"
+    );
+    let (_, link) = rb.api(Method::GET, "/api/v1/links/victim", None).await;
+    assert_eq!(
+        (&link["is_active"], &link["delete_reason"]),
+        (&json!(false), &json!("threat-list:urlhaus"))
+    );
+
+    // An operator reinstates it (a false positive): served again at once, and kept up through
+    // later refreshes and rescans.
+    let (ok, out, err) = cli(&rb.run.api(), Some(OPERATOR_KEY), &["abuse", "reinstate", "victim"]);
+    assert!(
+        ok && out.contains("https://victim.example/download/setup.exe"),
+        "{out}{err}"
+    );
+    assert_eq!(status_of(&rb, &victim).await, 302);
+    let served = feed.served.load(std::sync::atomic::Ordering::SeqCst);
+    feed.set(&urlhaus(&[
+        "http://203.0.113.9/bins/x86",
+        "https://victim.example/download/setup.exe",
+        "http://203.0.113.10/i",
+    ]));
+    within_20_s("two more loads of the feed", || async {
+        feed.served.load(std::sync::atomic::Ordering::SeqCst) >= served + 2
+    })
+    .await;
+    assert_eq!(status_of(&rb, &victim).await, 302, "reinstated for good");
+    // The local file changes too: a new host is refused from the next load.
+    std::fs::write(&hosts, "# local list\n0.0.0.0 bad.example\nworse.example\n").unwrap();
+    within_20_s("the file's new host refused", || async {
+        let (s, _) = rb
+            .api(
+                Method::POST,
+                "/api/v1/links",
+                Some(json!({"long_url": "https://worse.example/"})),
+            )
+            .await;
+        s == StatusCode::BAD_REQUEST
+    })
+    .await;
+    let (_, lists) = rb.api(Method::GET, "/api/v1/threat-lists", None).await;
+    assert_eq!(lists["lists"][0]["entries"], 3, "{lists}");
+    assert_eq!(lists["lists"][1]["entries"], 2, "{lists}");
+    assert!(lists["last_rescan_scanned"].as_u64().unwrap() >= 2, "{lists}");
+    let (ok, out, err) = cli(&rb.run.api(), Some(OPERATOR_KEY), &["abuse", "lists"]);
+    assert!(
+        ok && out.contains("urlhaus") && out.contains("local") && out.contains("last check"),
+        "{out}{err}"
+    );
+
+    // A feed that breaks keeps the entries before it, and says why.
+    feed.set("<html><body>503 Service Unavailable</body></html>");
+    within_20_s("the failed load reported", || async {
+        let (_, v) = rb.api(Method::GET, "/api/v1/threat-lists", None).await;
+        v["lists"][0]["error"].is_string()
+    })
+    .await;
+    let (s, _) = rb
+        .api(
+            Method::POST,
+            "/api/v1/links",
+            Some(json!({"long_url": "http://203.0.113.10/i"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "the entries before stay in force");
+    assert!(rb.metric("rebound_threat_takedowns_total{list=\"urlhaus\"}").await >= 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anyone_reports_a_short_link_and_operators_see_the_reports() {
+    let dir = temp_dir();
+    let rb = Rebound::start(dir.path(), &[("REBOUND_MAX_BODY_BYTES", "4096")]);
+    let code = rb.create_code(json!({"long_url": "https://example.com/odd"})).await;
+    let short = format!("{}/{code}", rb.run.addr("redirect"));
+    let report = |link: String, reason: &str| {
+        let body = json!({"link": link, "reason": reason});
+        let req = rb
+            .http
+            .post(format!("{}/api/v1/abuse-reports", rb.run.api()))
+            .json(&body);
+        async move {
+            let res = req.send().await.unwrap();
+            (res.status(), res.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (s, v) = report(short.clone(), "a fake bank login page").await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{v}");
+    let (s, v) = report(format!("{short}-not-a-link"), "x").await;
+    assert_eq!((s, &v["error"]["code"]), (StatusCode::NOT_FOUND, &json!("not_found")));
+    // Size bounded: the body (api.max_body_bytes), and the reason.
+    let (s, v) = report(short.clone(), &"x".repeat(1_001)).await;
+    assert_eq!(
+        (s, &v["error"]["code"]),
+        (StatusCode::BAD_REQUEST, &json!("invalid_reason"))
+    );
+    let huge = "x".repeat(5_000);
+    let (s, _) = report(short.clone(), &huge).await;
+    assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE);
+    let mut limited = false;
+    for _ in 0..6 {
+        let (s, _) = report(short.clone(), "again").await;
+        limited |= s == StatusCode::TOO_MANY_REQUESTS;
+    }
+    assert!(limited, "reports are rate limited per network");
+    let (s, v) = rb.api(Method::GET, "/api/v1/abuse-reports", None).await;
+    assert_eq!(s, StatusCode::OK);
+    let reports = v["reports"].as_array().unwrap();
+    assert_eq!(reports.len(), 5, "{v}");
+    assert_eq!(reports[4]["reason"], "a fake bank login page");
+    assert_eq!(reports[4]["code"], code);
+    assert_eq!(reports[4]["reporter"], "anonymous:127.0.0.1");
+    let (ok, out, err) = cli(&rb.run.api(), Some(OPERATOR_KEY), &["abuse", "reports"]);
+    assert!(
+        ok && out.contains("a fake bank login page") && out.contains(&code),
+        "{out}{err}"
+    );
+    // The CLI reports with no key; this network's reports are spent for now.
+    let (ok, _, err) = cli(&rb.run.api(), None, &["abuse", "report", &short, "--reason", "spam"]);
+    assert!(!ok && err.contains("429"), "{err}");
+}
