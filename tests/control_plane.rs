@@ -658,6 +658,36 @@ async fn the_cli_manages_links_and_keys() {
     assert!(out.contains("https://example.com/3") && out.contains("true"), "{out}");
     let (ok, _, err) = cli(&api, Some(&creator), &["links", "edit", &code]);
     assert!(!ok && err.contains("400 empty_edit"), "{err}");
+    // A password set, then removed; never printed.
+    let (ok, out, err) = cli(
+        &api,
+        Some(&creator),
+        &["links", "edit", &code, "--password", "cli secret", "--json"],
+    );
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("\"password_protected\": true") && !out.contains("cli secret"),
+        "{out}"
+    );
+    let (ok, out, err) = cli(
+        &api,
+        Some(&creator),
+        &["links", "edit", &code, "--no-password", "--json"],
+    );
+    assert!(ok && out.contains("\"password_protected\": false"), "{out}{err}");
+    let (ok, out, err) = cli(
+        &api,
+        Some(&creator),
+        &[
+            "links",
+            "create",
+            "https://example.com/locked",
+            "--password",
+            "shh shh",
+            "--json",
+        ],
+    );
+    assert!(ok && out.contains("\"password_protected\": true"), "{out}{err}");
     let (ok, out, _) = cli(&api, Some(&creator), &["links", "delete", &code]);
     assert!(ok && out.contains("deleted"), "{out}");
 

@@ -43,6 +43,11 @@ pub struct CreateLinkRequest {
     #[schema(max_length = 253)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub domain: Option<String>,
+    /// A password visitors must give before the redirect (SPEC §12): 4 to 128 characters,
+    /// stored as an Argon2id hash, never shown again.
+    #[schema(min_length = 4, max_length = 128)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<String>,
 }
 
 /// An edit of a link (SPEC §12): only the fields given change. Sent with `If-Match: "<version>"`.
@@ -72,6 +77,10 @@ pub struct EditLinkRequest {
     #[schema(minimum = 1, maximum = 315_360_000)]
     #[serde(default, deserialize_with = "whole_number", skip_serializing_if = "Option::is_none")]
     pub ttl_seconds: Option<i64>,
+    /// A new password (4 to 128 characters); null removes the password.
+    #[schema(value_type = Option<String>, min_length = 4, max_length = 128, nullable)]
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    pub password: Option<Option<String>>,
 }
 
 /// A field that may be given as null: absent is `None` (by `#[serde(default)]`), null is
@@ -186,6 +195,9 @@ pub struct LinkCreated {
     pub expires_at: Option<String>,
     pub created_at: String,
     pub version: u64,
+    /// Visitors give a password before the redirect.
+    #[serde(default)]
+    pub password_protected: bool,
 }
 
 /// A link as stored, deleted ones included.
@@ -198,6 +210,9 @@ pub struct LinkView {
     pub long_url: String,
     pub redirect: u16,
     pub forward_query: bool,
+    /// Visitors give a password before the redirect (the password is never shown).
+    #[serde(default)]
+    pub password_protected: bool,
     pub expires_at: Option<String>,
     pub created_at: String,
     pub created_by: String,
@@ -506,6 +521,7 @@ mod tests {
             redirect: None,
             forward_query: None,
             domain: None,
+            password: None,
         };
         assert_eq!(
             serde_json::to_string(&req).unwrap(),

@@ -269,6 +269,7 @@ async function newLinkPage() {
     h("option", { value: s }, { 301: "301 Moved Permanently", 302: "302 Found (default)", 307: "307 Temporary Redirect", 308: "308 Permanent Redirect" }[s])));
   const forward = h("input", { type: "checkbox", name: "forward_query" });
   const idem = h("input", { type: "text", name: "idempotency_key", autocomplete: "off", maxlength: 255 });
+  const password = h("input", { type: "password", name: "password", autocomplete: "new-password", minlength: 4, maxlength: 128 });
   const atField = field("Expires at (your local time)", expiresAt);
   const ttlField = field("Expires after (seconds)", ttl, "1 to 315,360,000 (10 years).");
   const showExpiry = () => {
@@ -284,6 +285,7 @@ async function newLinkPage() {
     if (domain) body.domain = domain.value;
     if (expiry.value === "at" && expiresAt.value) body.expires_at = new Date(expiresAt.value).toISOString();
     if (expiry.value === "ttl" && ttl.value) body.ttl_seconds = Number(ttl.value);
+    if (password.value) body.password = password.value;
     const headers = idem.value.trim() ? { "Idempotency-Key": idem.value.trim() } : {};
     try {
       const link = await api("POST", "/api/v1/links", { body, headers });
@@ -299,6 +301,7 @@ async function newLinkPage() {
     atField, ttlField,
     field("Redirect status", redirect),
     field("Forward the visitor's query string to the target", forward),
+    field("Password (optional)", password, "4 to 128 characters. Visitors must enter it before they are redirected; it is stored hashed and never shown again."),
     field("Idempotency key (optional)", idem, "Sending the same key again returns the first answer instead of a second link."),
     h("div", { class: "actions" }, h("button", { type: "submit", class: "primary" }, "Create link")),
   );
@@ -377,6 +380,7 @@ async function linkPage(code, domain) {
     h("dt", {}, "State"), h("dd", { id: "link-state" }, stateBadge(link)),
     h("dt", {}, "Redirect"), h("dd", {}, String(link.redirect)),
     h("dt", {}, "Forwards query"), h("dd", {}, link.forward_query ? "yes" : "no"),
+    h("dt", {}, "Password"), h("dd", { id: "link-password" }, link.password_protected ? "yes: visitors enter it first" : "no"),
     h("dt", {}, "Created"), h("dd", {}, `${new Date(link.created_at).toLocaleString()} by ${link.created_by}`),
     h("dt", {}, "Expires"), h("dd", {}, link.expires_at ? new Date(link.expires_at).toLocaleString() : "never"),
     h("dt", {}, "Version"), h("dd", {}, String(link.version)),
@@ -486,6 +490,15 @@ function editForm(link, base, on, done) {
     h("option", { value: "never" }, "Never"), h("option", { value: "ttl" }, "After a number of seconds from now"));
   const ttl = h("input", { type: "number", name: "edit_ttl_seconds", min: 1, max: 315360000, step: 1 });
   const ttlField = field("Expires after (seconds)", ttl, "1 to 315,360,000 (10 years).");
+  const passwordChoice = h("select", { name: "edit_password", id: "edit-password" },
+    h("option", { value: "keep" }, link.password_protected ? "Keep the password" : "No password"),
+    h("option", { value: "set" }, link.password_protected ? "Change the password" : "Set a password"),
+    link.password_protected ? h("option", { value: "remove" }, "Remove the password") : null);
+  const newPassword = h("input", { type: "password", name: "edit_new_password", autocomplete: "new-password", minlength: 4, maxlength: 128 });
+  const newPasswordField = field("New password", newPassword, "4 to 128 characters; stored hashed, never shown.");
+  const showPassword = () => { newPasswordField.hidden = passwordChoice.value !== "set"; };
+  passwordChoice.addEventListener("change", showPassword);
+  showPassword();
   const showTtl = () => { ttlField.hidden = expiry.value !== "ttl"; };
   expiry.addEventListener("change", showTtl);
   showTtl();
@@ -498,6 +511,8 @@ function editForm(link, base, on, done) {
     if (forward.checked !== link.forward_query) body.forward_query = forward.checked;
     if (expiry.value === "never" && link.expires_at) body.expires_at = null;
     if (expiry.value === "ttl" && ttl.value) body.ttl_seconds = Number(ttl.value);
+    if (passwordChoice.value === "set" && newPassword.value) body.password = newPassword.value;
+    if (passwordChoice.value === "remove") body.password = null;
     if (Object.keys(body).length === 0) {
       out.replaceChildren(notice("Nothing to change."));
       return;
@@ -515,6 +530,7 @@ function editForm(link, base, on, done) {
     field("Redirect status", redirect),
     field("Forward the visitor's query string to the target", forward),
     field("Expiry", expiry), ttlField,
+    field("Password", passwordChoice), newPasswordField,
     h("div", { class: "actions" }, h("button", { type: "submit", class: "primary" }, "Save changes")), out);
 }
 

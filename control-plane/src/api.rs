@@ -88,6 +88,7 @@ impl ControlPlane {
             long_url: link.long_url.clone(),
             redirect: link.redirect.status(),
             forward_query: link.forward_query,
+            password_protected: link.password_hash.is_some(),
             expires_at: link.expires_at.map(to_rfc3339),
             created_at: to_rfc3339(link.created_at),
             created_by: link.created_by.clone(),
@@ -110,6 +111,7 @@ impl ControlPlane {
             expires_at: link.expires_at.map(to_rfc3339),
             created_at: to_rfc3339(link.created_at),
             version: link.version,
+            password_protected: link.password_hash.is_some(),
         }
     }
 }

@@ -135,7 +135,12 @@ pub struct ControlPlane {
     pub(crate) threats: threats::ThreatLists,
     /// Held by the rescan under way: one at a time.
     pub(crate) rescanning: tokio::sync::Mutex<()>,
+    /// Passwords hashed or checked at once, at most (each 19 MiB, tens of milliseconds).
+    pub(crate) hashing: tokio::sync::Semaphore,
 }
+
+/// Passwords a control plane hashes at once, at most.
+pub const HASHES_AT_ONCE: usize = 2;
 
 impl ControlPlane {
     /// Assembles the runtime from its validated configuration and its adapters; the stats read the
@@ -187,6 +192,11 @@ impl ControlPlane {
             metrics::PropagationMetrics::unregistered(),
         );
         let domains = domains::Domains::new(&config.public_base_url);
+        // The proxies' key for the cookies of password-protected links, made once.
+        let candidate: [u8; 32] = rand::random();
+        store
+            .get_or_init_setting(rebound_core::password::UNLOCK_KEY_SETTING, &hex::encode(candidate))
+            .await?;
         Ok(Arc::new(ControlPlane {
             config,
             store,
@@ -203,6 +213,7 @@ impl ControlPlane {
             propagations,
             threats: threats::ThreatLists::default(),
             rescanning: tokio::sync::Mutex::new(()),
+            hashing: tokio::sync::Semaphore::new(HASHES_AT_ONCE),
         }))
     }
 

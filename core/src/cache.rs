@@ -35,6 +35,10 @@ pub enum CacheState {
         long_url: String,
         redirect: RedirectKind,
         forward_query: bool,
+        /// The link asks for a password: its redirect answers the form first (the hash
+        /// stays in the store).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        protected: bool,
     },
     /// The link was deleted or taken down.
     Deleted,
@@ -108,6 +112,7 @@ impl CacheRecord {
                 long_url: link.long_url.clone(),
                 redirect: link.redirect,
                 forward_query: link.forward_query,
+                protected: link.password_hash.is_some(),
             },
             version: link.version,
             expires_at: link.expires_at,
@@ -175,6 +180,34 @@ mod tests {
             "k".into(),
             expires_at,
         )
+    }
+
+    #[test]
+    fn a_protected_record_says_so_and_one_written_before_passwords_reads_as_open() {
+        let open = CacheRecord::active(&link(None), 0, &CachePolicy::default());
+        let json = serde_json::to_string(&open).unwrap();
+        assert!(
+            !json.contains("protected"),
+            "unchanged for links without a password: {json}"
+        );
+        let locked = CacheRecord::active(
+            &Link {
+                password_hash: Some("$argon2id$x".into()),
+                ..link(None)
+            },
+            0,
+            &CachePolicy::default(),
+        );
+        let json = serde_json::to_string(&locked).unwrap();
+        assert!(
+            json.contains(r#""protected":true"#) && !json.contains("argon2"),
+            "{json}"
+        );
+        assert_eq!(serde_json::from_str::<CacheRecord>(&json).unwrap(), locked);
+        assert_eq!(
+            serde_json::from_str::<CacheRecord>(&serde_json::to_string(&open).unwrap()).unwrap(),
+            open
+        );
     }
 
     #[test]

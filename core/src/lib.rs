@@ -12,6 +12,7 @@
 //! - `cache`: the cache record (Redis `url:{code}` and L1) and how it is judged.
 //! - `decision`: the pure redirect decision of a store read, and response details.
 //! - `target`: validation and normalisation of target URLs.
+//! - `password`: password-protected links: the Argon2id hash, its check, the signed cookie.
 //! - `threat`: public threat feeds (URLhaus, PhishTank, OpenPhish, host lists) read into
 //!   entries, and the index that matches normalised targets against them.
 //! - `time`: timestamps, UTC days and clocks.
@@ -26,6 +27,7 @@ pub mod decision;
 pub mod domain;
 pub mod generated;
 pub mod link;
+pub mod password;
 pub mod permute;
 pub mod target;
 pub mod threat;

@@ -77,6 +77,10 @@ pub struct Link {
     pub delete_reason: Option<String>,
     /// When the store's TTL may remove the record: cleanup only, never a correctness gate.
     pub purge_at: Option<UnixMillis>,
+    /// The password's Argon2id hash (a PHC string, `password`), when the link asks for one:
+    /// never the password, never shown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_hash: Option<String>,
 }
 
 /// What an edit sets: the new values of every field an edit may change (SPEC §12).
@@ -86,6 +90,8 @@ pub struct LinkEdit {
     pub redirect: RedirectKind,
     pub forward_query: bool,
     pub expires_at: Option<UnixMillis>,
+    /// The new password's hash; `None`: no password.
+    pub password_hash: Option<String>,
 }
 
 /// What a delete or takedown records.
@@ -121,6 +127,7 @@ impl Link {
             deleted_by: None,
             delete_reason: None,
             purge_at: expires_at,
+            password_hash: None,
         }
     }
 
@@ -146,6 +153,7 @@ impl Link {
             redirect: self.redirect,
             forward_query: self.forward_query,
             expires_at: self.expires_at,
+            password_hash: self.password_hash.clone(),
         }
     }
 
@@ -157,6 +165,7 @@ impl Link {
             forward_query: edit.forward_query,
             expires_at: edit.expires_at,
             purge_at: edit.expires_at,
+            password_hash: edit.password_hash.clone(),
             version: self.version + 1,
             ..self.clone()
         }
@@ -264,6 +273,7 @@ mod tests {
             redirect: RedirectKind::Permanent,
             forward_query: true,
             expires_at: None,
+            password_hash: Some("$argon2id$…".into()),
         };
         let e = link.edited(&edit);
         assert_eq!(

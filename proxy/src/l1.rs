@@ -71,6 +71,8 @@ const CODE_LEN_MASK: i64 = 0x3f;
 const REDIRECT_SHIFT: u32 = 6;
 /// `forward_query`: bit 9.
 const FORWARD_QUERY_BIT: i64 = 1 << 9;
+/// The link asks for a password: bit 10.
+const PROTECTED_BIT: i64 = 1 << 10;
 
 /// The redirect kind of a superseded entry (see [`L1Entry::superseded`]).
 const SUPERSEDED: i64 = 5;
@@ -123,15 +125,19 @@ fn expiry_offset(expires_at: Option<UnixMillis>, base: UnixMillis) -> i32 {
 impl L1Entry {
     /// The entry for `code` holding `record`.
     pub fn new(code: &str, record: CacheRecord, filled_at: UnixMillis) -> L1Entry {
-        let (redirect, forward_query, long_url) = match record.state {
+        let (redirect, forward_query, protected, long_url) = match record.state {
             CacheState::Active {
                 long_url,
                 redirect,
                 forward_query,
-            } => (Some(redirect), forward_query, long_url),
-            CacheState::Deleted => (None, false, String::new()),
+                protected,
+            } => (Some(redirect), forward_query, protected, long_url),
+            CacheState::Deleted => (None, false, false, String::new()),
         };
-        let stamp = stamp(filled_at, code.len(), redirect, forward_query);
+        let mut stamp = stamp(filled_at, code.len(), redirect, forward_query);
+        if protected {
+            stamp |= PROTECTED_BIT;
+        }
         let base = stamp >> STAMP_SHIFT;
         let fields = Fields {
             clicks: AtomicU32::new(0),
@@ -241,6 +247,12 @@ impl L1Entry {
     #[inline]
     pub fn forward_query(&self) -> bool {
         self.fields().stamp & FORWARD_QUERY_BIT != 0
+    }
+
+    /// The link asks for a password before it redirects.
+    #[inline]
+    pub fn is_protected(&self) -> bool {
+        self.fields().stamp & PROTECTED_BIT != 0
     }
 
     /// The expiry; `None` also for one more than ~24.8 days after the fill (see [`Fields`]).
@@ -521,6 +533,7 @@ mod tests {
                     long_url: "https://example.com/page/1?ref=bench".into(),
                     redirect,
                     forward_query,
+                    protected: false,
                 },
                 None => CacheState::Deleted,
             },
@@ -774,7 +787,15 @@ mod tests {
         assert_eq!(e.long_url(), "https://example.com/a?b=c");
         assert_eq!(e.redirect(), Some(RedirectKind::PermanentKeepMethod));
         assert!(e.forward_query());
+        assert!(!e.is_protected());
         assert_eq!(e.expires_at(), Some(90_000));
+        let locked = Link {
+            password_hash: Some("$argon2id$…".into()),
+            ..link.clone()
+        };
+        let p_entry = L1Entry::new("Xy7_-", CacheRecord::active(&locked, 1_000, &p), 1_000);
+        assert!(p_entry.is_protected() && p_entry.forward_query());
+        assert_eq!(p_entry.redirect(), Some(RedirectKind::PermanentKeepMethod));
         for now in [0, 1_000, 89_999, 90_000, 10_000_000] {
             assert_eq!(e.verdict(now), record.verdict(now), "at {now}");
         }

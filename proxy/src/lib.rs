@@ -37,4 +37,5 @@ pub mod pages;
 pub mod path;
 pub mod server;
 pub mod trust;
+pub mod unlock;
 pub mod visitor;

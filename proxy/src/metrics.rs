@@ -16,6 +16,9 @@ pub struct ProxyMetrics {
     pub gone: IntCounter,
     pub unavailable: IntCounter,
     pub bad_method: IntCounter,
+    /// Answers of password-protected links: the form, and the attempts by outcome.
+    pub unlock_forms: IntCounter,
+    pub unlock_attempts: IntCounterVec,
     pub bad_path: IntCounter,
     /// Requests for a host that is no domain of the fleet (404).
     pub unknown_host: IntCounter,
@@ -92,6 +95,17 @@ impl ProxyMetrics {
             gone: requests.with_label_values(&["gone"]),
             unavailable: requests.with_label_values(&["unavailable"]),
             bad_method: requests.with_label_values(&["method_not_allowed"]),
+            unlock_forms: requests.with_label_values(&["password_form"]),
+            unlock_attempts: registered(
+                registry,
+                IntCounterVec::new(
+                    Opts::new(
+                        "rebound_password_attempts_total",
+                        "Passwords posted to protected links, by outcome (unlocked, wrong, limited: 429, busy: 503 with every check slot taken)",
+                    ),
+                    &["outcome"],
+                )?,
+            )?,
             bad_path: requests.with_label_values(&["bad_path"]),
             unknown_host: requests.with_label_values(&["unknown_host"]),
             domains_routed: registered(
@@ -212,6 +226,10 @@ impl ProxyMetrics {
                 h
             },
         };
+        // Every outcome shows 0 before its first attempt, so dashboards and alerts find it.
+        for outcome in ["unlocked", "wrong", "limited", "busy"] {
+            metrics.unlock_attempts.with_label_values(&[outcome]);
+        }
         registry.register(Box::new(requests))?;
         registry.register(Box::new(lookups))?;
         Ok(metrics)

@@ -6,14 +6,18 @@
 
 use crate::clicks::ClickQueue;
 use crate::domains::{request_authority, DomainRoutes, Route, Routed, UnknownHost};
+use crate::l1::L1Entry;
 use crate::pages::DeadEnds;
 use crate::path::{RedirectPath, Resolution};
+use crate::unlock::{Attempt, Unlocks};
 use crate::visitor::{BotPatterns, Visitor};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::future::Either;
-use http::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, LOCATION, RETRY_AFTER};
-use http::{Method, Request, Response, StatusCode};
+use http::header::{
+    HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, LOCATION, RETRY_AFTER, SET_COOKIE,
+};
+use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use pingora::server::configuration::{Opt, ServerConf};
@@ -51,6 +55,8 @@ pub struct RedirectAnswers {
     routes: Arc<DomainRoutes>,
     /// Whose clicks a redirect counts: people's or bots' (SPEC §12).
     bots: Arc<BotPatterns>,
+    /// The gate of password-protected links (SPEC §12).
+    unlocks: Arc<Unlocks>,
 }
 
 /// The HTTP-01 validations in flight: this process's own, then the fleet's in the store (the
@@ -61,9 +67,10 @@ pub struct AcmeAnswers {
     pub shared: Arc<dyn CertificateStore>,
 }
 
-/// The hyper service of the redirect port (cheap to clone: one per connection).
+/// The hyper service of the redirect port (cheap to clone: one per connection), with the
+/// connection's client address when known (password attempts are limited by it).
 #[derive(Clone)]
-pub struct Redirects(Arc<RedirectAnswers>);
+pub struct Redirects(Arc<RedirectAnswers>, Option<std::net::IpAddr>);
 
 const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
 const EMPTY: HeaderValue = HeaderValue::from_static("0");
@@ -114,16 +121,26 @@ impl Redirects {
         let cache_control = (0..=max_age_secs)
             .map(|s| HeaderValue::from_str(&format!("public, max-age={s}")).expect("digits are a valid header value"))
             .collect();
-        Redirects(Arc::new(RedirectAnswers {
-            path,
-            clicks,
-            cache_control,
-            max_age_secs,
-            dead_ends,
-            acme,
-            routes,
-            bots: BotPatterns::shared(),
-        }))
+        let unlocks = Arc::new(Unlocks::new(path.store.clone()));
+        Redirects(
+            Arc::new(RedirectAnswers {
+                path,
+                clicks,
+                cache_control,
+                max_age_secs,
+                dead_ends,
+                acme,
+                routes,
+                bots: BotPatterns::shared(),
+                unlocks,
+            }),
+            None,
+        )
+    }
+
+    /// The service of a connection from `peer`.
+    pub fn for_peer(&self, peer: std::net::IpAddr) -> Redirects {
+        Redirects(self.0.clone(), Some(peer))
     }
 }
 
@@ -162,6 +179,16 @@ enum Refusal {
     SharedChallenge(String),
 }
 
+/// The `Cookie` headers of a request alone, for a lookup that may find a
+/// password-protected link (no allocation when there is none).
+fn cookies_of(headers: &HeaderMap) -> HeaderMap {
+    let mut cookies = HeaderMap::new();
+    for value in headers.get_all(http::header::COOKIE) {
+        cookies.append(http::header::COOKIE, value.clone());
+    }
+    cookies
+}
+
 /// A request refused before any lookup, or an answer without a page.
 fn status_reply(status: StatusCode) -> Reply {
     let mut res = Response::new(Full::default());
@@ -185,7 +212,8 @@ impl RedirectAnswers {
     fn check<'r>(&self, req: &'r Request<Incoming>) -> Result<&'r str, Refusal> {
         // `Host` was checked by the edge (RFC 9112 §3.2, the same on every port).
         let m = &self.path.metrics;
-        if req.method() != Method::GET && req.method() != Method::HEAD {
+        // POST: a password for a protected link (or 405, decided once the link is known).
+        if req.method() != Method::GET && req.method() != Method::HEAD && req.method() != Method::POST {
             m.bad_method.inc();
             return Err(Refusal::Status(StatusCode::METHOD_NOT_ALLOWED));
         }
@@ -267,7 +295,9 @@ impl RedirectAnswers {
         }
     }
 
-    /// The answer for what the path decided; `pages` answer what is not a redirect.
+    /// The answer for what the path decided; `pages` answer what is not a redirect. A
+    /// password-protected link's redirect is not answered here: its entry comes back
+    /// (`Err`) for [`RedirectAnswers::gate`].
     fn reply(
         &self,
         pages: &DeadEnds,
@@ -276,36 +306,22 @@ impl RedirectAnswers {
         is_get: bool,
         query: Option<&str>,
         now: UnixMillis,
-    ) -> Reply {
+    ) -> Result<Reply, L1Entry> {
         let m = &self.path.metrics;
         let status = match resolution {
-            Resolution::Redirect(entry) => match entry.redirect() {
-                Some(kind) => {
-                    let query = query.filter(|q| query_is_forwardable(q));
-                    let mut location = Vec::with_capacity(entry.long_url().len() + query.map_or(0, |q| q.len() + 1));
-                    push_location(&mut location, entry.long_url(), entry.forward_query(), query);
-                    // Targets are validated at creation and queries just above: this cannot fail.
-                    if let Ok(location) = HeaderValue::from_maybe_shared(Bytes::from(location)) {
-                        let max_age = max_age_seconds(self.max_age_secs, entry.expires_at(), now);
-                        let mut res = Response::new(Full::default());
-                        *res.status_mut() = StatusCode::from_u16(kind.status()).unwrap_or(StatusCode::FOUND);
-                        let headers = res.headers_mut();
-                        headers.insert(LOCATION, location);
-                        headers.insert(CACHE_CONTROL, self.cache_control[max_age as usize].clone());
-                        m.redirects.inc();
-                        self.clicks.record(&entry, visitor);
-                        return match is_get {
-                            true => res,
-                            false => as_head(res),
-                        };
+            Resolution::Redirect(entry) if entry.is_protected() => return Err(entry),
+            Resolution::Redirect(entry) => match self.redirect(&entry, None, visitor, is_get, query, now) {
+                Some(res) => return Ok(res),
+                None => match entry.redirect() {
+                    Some(_) => {
+                        m.unavailable.inc();
+                        StatusCode::SERVICE_UNAVAILABLE
                     }
-                    m.unavailable.inc();
-                    StatusCode::SERVICE_UNAVAILABLE
-                }
-                None => {
-                    m.not_found.inc();
-                    StatusCode::NOT_FOUND
-                }
+                    None => {
+                        m.not_found.inc();
+                        StatusCode::NOT_FOUND
+                    }
+                },
             },
             Resolution::NotFound => {
                 m.not_found.inc();
@@ -320,7 +336,136 @@ impl RedirectAnswers {
                 StatusCode::SERVICE_UNAVAILABLE
             }
         };
-        self.refuse_with(pages, Refusal::Status(status), !is_get)
+        Ok(self.refuse_with(pages, Refusal::Status(status), !is_get))
+    }
+
+    /// The redirect of `entry` (with `status` instead of the link's own when given), its
+    /// click counted; `None` for a tombstone, or a target that cannot be a header.
+    fn redirect(
+        &self,
+        entry: &L1Entry,
+        status: Option<StatusCode>,
+        visitor: Visitor,
+        is_get: bool,
+        query: Option<&str>,
+        now: UnixMillis,
+    ) -> Option<Reply> {
+        let kind = entry.redirect()?;
+        let query = query.filter(|q| query_is_forwardable(q));
+        let mut location = Vec::with_capacity(entry.long_url().len() + query.map_or(0, |q| q.len() + 1));
+        push_location(&mut location, entry.long_url(), entry.forward_query(), query);
+        // Targets are validated at creation and queries just above: this cannot fail.
+        let location = HeaderValue::from_maybe_shared(Bytes::from(location)).ok()?;
+        let max_age = max_age_seconds(self.max_age_secs, entry.expires_at(), now);
+        let mut res = Response::new(Full::default());
+        *res.status_mut() = status.unwrap_or_else(|| StatusCode::from_u16(kind.status()).unwrap_or(StatusCode::FOUND));
+        let headers = res.headers_mut();
+        headers.insert(LOCATION, location);
+        headers.insert(
+            CACHE_CONTROL,
+            match entry.is_protected() {
+                // Never kept by a shared cache: it would let everyone through.
+                true => NO_STORE,
+                false => self.cache_control[max_age as usize].clone(),
+            },
+        );
+        self.path.metrics.redirects.inc();
+        self.clicks.record(entry, visitor);
+        Some(match is_get {
+            true => res,
+            false => as_head(res),
+        })
+    }
+
+    /// The answer for what a lookup past memory decided: [`RedirectAnswers::reply`], or
+    /// for a password-protected link [`RedirectAnswers::gate`]. `request` is the key, the
+    /// request's cookies, who asks, whether it is a GET, and the query.
+    async fn answer(
+        &self,
+        pages: &DeadEnds,
+        resolution: Resolution,
+        request: (&str, &HeaderMap, Visitor, bool, Option<&str>),
+    ) -> Reply {
+        let (key, cookies, visitor, is_get, query) = request;
+        let now = self.path.clock.now_millis();
+        match self.reply(pages, resolution, visitor, is_get, query, now) {
+            Ok(reply) => reply,
+            Err(entry) => self.gate(entry, key, cookies, visitor, is_get, query).await,
+        }
+    }
+
+    /// The answer of a password-protected link to GET or HEAD: its redirect when the
+    /// request's cookie lets it through, the form otherwise.
+    async fn gate(
+        &self,
+        entry: L1Entry,
+        key: &str,
+        headers: &HeaderMap,
+        visitor: Visitor,
+        is_get: bool,
+        query: Option<&str>,
+    ) -> Reply {
+        let now = self.path.clock.now_millis();
+        if self.unlocks.cookie_lets_through(headers, key, &entry, now).await {
+            if let Some(res) = self.redirect(&entry, None, visitor, is_get, query, now) {
+                return res;
+            }
+        }
+        self.path.metrics.unlock_forms.inc();
+        self.unlocks.form(!is_get)
+    }
+
+    /// A POST to `/{code}`: a password for a protected link (on the domain the request is
+    /// routed to); 405 for anything else, as before passwords.
+    async fn post(&self, req: Request<Incoming>, code: String, peer: Option<std::net::IpAddr>) -> Reply {
+        let routed = self.routes.route(request_authority(&req));
+        let key = match &routed {
+            Routed::Default => code,
+            Routed::Domain(route) => route.key(&code),
+            Routed::Unknown => return status_reply(StatusCode::METHOD_NOT_ALLOWED),
+        };
+        let entry = match self.path.resolve(&key).await {
+            Resolution::Redirect(entry) if entry.is_protected() => entry,
+            _ => {
+                self.path.metrics.bad_method.inc();
+                return status_reply(StatusCode::METHOD_NOT_ALLOWED);
+            }
+        };
+        let (parts, body) = req.into_parts();
+        let now = self.path.clock.now_millis();
+        let attempt = self
+            .unlocks
+            .attempt(&key, &entry, peer, &parts.headers, body, now)
+            .await;
+        let m = &self.path.metrics;
+        match attempt {
+            Ok(cookie) => {
+                m.unlock_attempts.with_label_values(&[Attempt::Unlocked.label()]).inc();
+                // 303: the browser follows with a GET, whatever the link's status (a 307 or
+                // 308 would post the password to the target).
+                let visitor = self.bots.classify(&Method::GET, &parts.headers);
+                match self.redirect(
+                    &entry,
+                    Some(StatusCode::SEE_OTHER),
+                    visitor,
+                    true,
+                    parts.uri.query(),
+                    now,
+                ) {
+                    Some(mut res) => {
+                        if let Some(cookie) = cookie {
+                            res.headers_mut().insert(SET_COOKIE, cookie);
+                        }
+                        res
+                    }
+                    None => status_reply(StatusCode::SERVICE_UNAVAILABLE),
+                }
+            }
+            Err((outcome, res)) => {
+                m.unlock_attempts.with_label_values(&[outcome.label()]).inc();
+                res
+            }
+        }
     }
 }
 
@@ -358,6 +503,10 @@ impl hyper::service::Service<Request<Incoming>> for Redirects {
                 return Either::Left(ready(Ok(answers.refuse_with(pages.get(answers), refusal, head))));
             }
         };
+        if req.method() == Method::POST {
+            let (answers, code, peer) = (self.0.clone(), code.to_owned(), self.1);
+            return Either::Right(Box::pin(async move { Ok(answers.post(req, code, peer).await) }));
+        }
         let is_get = req.method() == Method::GET;
         let visitor = answers.bots.classify(req.method(), req.headers());
         // The default domain's key is its code: no key is built.
@@ -370,6 +519,7 @@ impl hyper::service::Service<Request<Incoming>> for Redirects {
                 let (answers, code) = (self.0.clone(), code.to_owned());
                 let authority = request_authority(&req).map(<[u8]>::to_vec);
                 let query = req.uri().query().map(str::to_owned);
+                let headers = cookies_of(req.headers());
                 return Either::Right(Box::pin(async move {
                     answers.routes.resync().await;
                     let (key, pages) = match answers.routes.route(authority.as_deref()) {
@@ -381,8 +531,8 @@ impl hyper::service::Service<Request<Incoming>> for Redirects {
                         }
                     };
                     let resolution = answers.path.resolve(&key).await;
-                    let now = answers.path.clock.now_millis();
-                    Ok(answers.reply(pages.get(&answers), resolution, visitor, is_get, query.as_deref(), now))
+                    let request = (key.as_str(), &headers, visitor, is_get, query.as_deref());
+                    Ok(answers.answer(pages.get(&answers), resolution, request).await)
                 }));
             }
             Routed::Unknown => {
@@ -393,23 +543,32 @@ impl hyper::service::Service<Request<Incoming>> for Redirects {
         };
         let now = answers.path.clock.now_millis();
         match answers.path.resolve_from_memory(&key, now) {
-            Some(resolution) => Either::Left(ready(Ok(answers.reply(
-                pages.get(answers),
-                resolution,
-                visitor,
-                is_get,
-                req.uri().query(),
-                now,
-            )))),
+            Some(resolution) => {
+                match answers.reply(pages.get(answers), resolution, visitor, is_get, req.uri().query(), now) {
+                    Ok(reply) => Either::Left(ready(Ok(reply))),
+                    // A password-protected link: off the hot path, past memory.
+                    Err(entry) => {
+                        let (answers, key) = (self.0.clone(), key.into_owned());
+                        let query = req.uri().query().map(str::to_owned);
+                        let headers = cookies_of(req.headers());
+                        Either::Right(Box::pin(async move {
+                            Ok(answers
+                                .gate(entry, &key, &headers, visitor, is_get, query.as_deref())
+                                .await)
+                        }))
+                    }
+                }
+            }
             None => {
                 let (answers, key) = (self.0.clone(), key.into_owned());
                 let query = req.uri().query().map(str::to_owned);
+                let headers = cookies_of(req.headers());
                 // Only what waits is timed: an answer from memory or a refusal never waits.
                 let started = Instant::now();
                 Either::Right(Box::pin(async move {
                     let resolution = answers.path.resolve_beyond_memory(&key).await;
-                    let now = answers.path.clock.now_millis();
-                    let reply = answers.reply(pages.get(&answers), resolution, visitor, is_get, query.as_deref(), now);
+                    let request = (key.as_str(), &headers, visitor, is_get, query.as_deref());
+                    let reply = answers.answer(pages.get(&answers), resolution, request).await;
                     answers
                         .path
                         .metrics
@@ -519,7 +678,7 @@ impl Service for RedirectService {
         rebound_edge::serve_listener_spread(
             listener,
             edge,
-            move |_| redirects.clone(),
+            move |peer: std::net::SocketAddr| redirects.for_peer(peer.ip()),
             shutdown,
             pingora_runtime::current_handle,
         )

@@ -20,9 +20,11 @@ pub(super) async fn run(client: &Client, command: LinksCommand, json_out: bool) 
             forward_query,
             idempotency_key,
             domain,
+            password,
         } => {
             let body = CreateLinkRequest {
                 domain,
+                password,
                 long_url,
                 custom_alias: alias,
                 expires_at,
@@ -102,6 +104,8 @@ pub(super) async fn run(client: &Client, command: LinksCommand, json_out: bool) 
             ttl,
             expires_at,
             no_expiry,
+            password,
+            no_password,
             if_match,
             domain,
         } => {
@@ -116,6 +120,11 @@ pub(super) async fn run(client: &Client, command: LinksCommand, json_out: bool) 
                     (None, false) => None,
                 },
                 ttl_seconds: ttl,
+                password: match (password, no_password) {
+                    (Some(p), _) => Some(Some(p)),
+                    (None, true) => Some(None),
+                    (None, false) => None,
+                },
             };
             let version = match if_match {
                 Some(v) => v,

@@ -66,6 +66,9 @@ pub enum LinksCommand {
         /// key's first domain).
         #[arg(long)]
         domain: Option<String>,
+        /// A password visitors give before the redirect (4 to 128 characters).
+        #[arg(long)]
+        password: Option<String>,
     },
     /// Create many links from a file: CSV (RFC 4180: quote a field holding a comma; columns
     /// `long_url[,alias]`, or named by a header row among long_url, alias, expires_at,
@@ -127,6 +130,12 @@ pub enum LinksCommand {
         /// Never expire.
         #[arg(long)]
         no_expiry: bool,
+        /// A new password visitors give before the redirect.
+        #[arg(long, conflicts_with = "no_password")]
+        password: Option<String>,
+        /// Remove the password.
+        #[arg(long)]
+        no_password: bool,
         /// The version to change (the link's ETag, without quotes); default: the version
         /// the link has when the command reads it.
         #[arg(long)]

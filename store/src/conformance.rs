@@ -297,9 +297,15 @@ async fn versioned_edit_with_its_propagation_pending<S: Store + ?Sized>(store: &
     let original = Link {
         expires_at: Some(9_000_000_000_000),
         purge_at: Some(9_000_000_000_000),
+        password_hash: Some("$argon2id$v=19$m=19456,t=2,p=1$b3JpZ2luYWw$b3JpZ2luYWw".into()),
         ..link(&code, "owner", 1)
     };
     store.insert_link(&original, None).await.unwrap();
+    assert_eq!(
+        store.get_link(&code).await.unwrap(),
+        Some(original.clone()),
+        "the password's hash kept"
+    );
     let lease = |until: i64| PropagationLease {
         owner: "cp-a".into(),
         until,
@@ -309,6 +315,7 @@ async fn versioned_edit_with_its_propagation_pending<S: Store + ?Sized>(store: &
         redirect: RedirectKind::Permanent,
         forward_query: true,
         expires_at: None,
+        password_hash: Some("$argon2id$v=19$m=19456,t=2,p=1$c2FsdHNhbHQ$aGFzaGhhc2g".into()),
     };
     let edited = store.edit_link_pending(&code, 1, &edit, &lease(1_000)).await.unwrap();
     assert_eq!(edited, original.edited(&edit));
@@ -324,8 +331,10 @@ async fn versioned_edit_with_its_propagation_pending<S: Store + ?Sized>(store: &
     assert_eq!(pending_at(store, 999, &code).await, None, "leased to its writer");
     assert_eq!(pending_at(store, 1_000, &code).await.map(|p| p.version), Some(2));
     // An expiry set again; a stale version or a link that went down writes nothing.
+    // The password removed with it.
     let expiring = LinkEdit {
         expires_at: Some(8_000_000_000_000),
+        password_hash: None,
         ..edit.clone()
     };
     let again = store

@@ -276,6 +276,39 @@ def main(binary, results):
                 'long_url: "https://example.com/landing?from=console" → "https://example.com/edited?from=console"')
             run.shot(page, "link-edited-audit")
 
+            # A password-protected link: created from the form; its short URL shows the
+            # password form in Chromium, a wrong password says so, the right one redirects.
+            page.get_by_role("link", name="New link").click()
+            page.get_by_label("Target URL").fill("https://example.com/behind-a-password")
+            page.get_by_label("Custom alias (optional)").fill("console-locked")
+            page.get_by_label("Password (optional)").fill("browser secret")
+            page.get_by_role("button", name="Create link").click()
+            expect(page.get_by_role("heading", name="Link console-locked")).to_be_visible()
+            expect(page.locator("#link-password")).to_have_text("yes: visitors enter it first")
+            visitor = context.new_page()
+            res = visitor.goto(f"{redirect}/console-locked")
+            run.check(res.status == 200, f"the form, not {res.status}")
+            expect(visitor.get_by_role("heading", name="This link is protected")).to_be_visible()
+            run.shot(visitor, "password-form")
+            visitor.get_by_label("Password").fill("not it")
+            with visitor.expect_response(lambda r: r.request.method == "POST") as posted:
+                visitor.get_by_role("button", name="Continue").click()
+            run.check(posted.value.status == 401, f"a wrong password: {posted.value.status}")
+            expect(visitor.get_by_role("alert")).to_contain_text("not right")
+            run.shot(visitor, "password-wrong")
+            visitor.get_by_label("Password").fill("browser secret")
+            with visitor.expect_response(lambda r: r.request.method == "POST") as posted:
+                visitor.get_by_role("button", name="Continue").click()
+            run.check(posted.value.status == 303, f"the right password: {posted.value.status}")
+            run.check(posted.value.headers.get("location") == "https://example.com/behind-a-password",
+                      posted.value.headers.get("location"))
+            # The cookie it set lets the visitor through on a reload, straight to the target.
+            again = visitor.request.get(f"{redirect}/console-locked", max_redirects=0)
+            run.check(again.status == 302, f"with the cookie: {again.status}")
+            run.check(again.headers.get("location") == "https://example.com/behind-a-password",
+                      again.headers.get("location"))
+            visitor.close()
+
             # Keys: create a creator key (shown once).
             page.get_by_role("link", name="API keys").click()
             expect(page.get_by_role("heading", name="API keys")).to_be_visible()

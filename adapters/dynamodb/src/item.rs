@@ -86,6 +86,7 @@ pub(crate) fn link_item(link: &Link) -> Item {
     // DynamoDB's TTL reads epoch seconds.
     opt("purge_at", link.purge_at.map(|p| n(p / 1000)));
     opt("purge_at_ms", link.purge_at.map(n));
+    opt("password_hash", link.password_hash.as_ref().map(s));
     item
 }
 
@@ -106,6 +107,7 @@ pub(crate) fn link_from_item(item: &Item) -> Result<Link, StoreError> {
         deleted_by: opt_s(item, "deleted_by"),
         delete_reason: opt_s(item, "delete_reason"),
         purge_at: opt_n(item, "purge_at_ms")?,
+        password_hash: opt_s(item, "password_hash"),
     })
 }
 

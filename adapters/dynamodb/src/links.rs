@@ -314,19 +314,32 @@ impl LinkStore for DynamoStore {
             .expression_attribute_names("#exp", "expires_at")
             .expression_attribute_names("#purge", "purge_at")
             .expression_attribute_names("#purgems", "purge_at_ms")
+            .expression_attribute_names("#pw", "password_hash")
             .expression_attribute_values(":url", s(&next.long_url))
             .expression_attribute_values(":redirect", n(next.redirect.status()))
             .expression_attribute_values(":fq", AttributeValue::Bool(next.forward_query));
-        // The expiry and the purge time follow the edit: set, or removed with it.
-        let update = match next.expires_at {
+        // The expiry (with the purge time) and the password follow the edit: set, or
+        // removed with it.
+        let mut remove = Vec::new();
+        match next.expires_at {
             Some(at) => {
                 set.push_str(", #exp = :exp, #purge = :purge, #purgems = :exp");
                 req = req
                     .expression_attribute_values(":exp", n(at))
                     .expression_attribute_values(":purge", n(at / 1000));
-                set
             }
-            None => format!("{set} REMOVE #exp, #purge, #purgems"),
+            None => remove.extend(["#exp", "#purge", "#purgems"]),
+        }
+        match &next.password_hash {
+            Some(hash) => {
+                set.push_str(", #pw = :pw");
+                req = req.expression_attribute_values(":pw", s(hash));
+            }
+            None => remove.push("#pw"),
+        }
+        let update = match remove.is_empty() {
+            true => set,
+            false => format!("{set} REMOVE {}", remove.join(", ")),
         };
         self.send_pending_update(code, req.update_expression(update), next)
             .await

@@ -13,7 +13,7 @@ use rebound_store::{
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 const LINK_COLUMNS: &str = "code, long_url, redirect, forward_query, created_at, created_by, is_active, \
-     version, expires_at, deleted_at, deleted_by, delete_reason, purge_at";
+     version, expires_at, deleted_at, deleted_by, delete_reason, purge_at, password_hash";
 
 fn link_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Link, StoreError>> {
     let redirect: u16 = row.get(2)?;
@@ -35,6 +35,7 @@ fn link_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Link, Store
         deleted_by: row.get(10)?,
         delete_reason: row.get(11)?,
         purge_at: row.get(12)?,
+        password_hash: row.get(13)?,
     }))
 }
 
@@ -47,7 +48,6 @@ fn get_link_in(conn: &Connection, code: &str) -> Result<Option<Link>, StoreError
         .transpose()
 }
 
-/// Inserts a link unless its code is taken; true when inserted.
 /// Records the propagation of `link` (at its new version) pending, leased to `lease`: one
 /// per link, a newer version replacing an older one.
 fn record_pending(conn: &Connection, link: &Link, lease: &PropagationLease) -> Result<(), StoreError> {
@@ -61,10 +61,11 @@ fn record_pending(conn: &Connection, link: &Link, lease: &PropagationLease) -> R
     Ok(())
 }
 
+/// Inserts a link unless its code is taken; true when inserted.
 fn insert_link_in(conn: &Connection, link: &Link) -> Result<bool, StoreError> {
     let n = conn
         .prepare_cached(&format!(
-            "INSERT INTO links ({LINK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) \
+            "INSERT INTO links ({LINK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) \
              ON CONFLICT (code) DO NOTHING"
         ))
         .map_err(sql_err)?
@@ -82,6 +83,7 @@ fn insert_link_in(conn: &Connection, link: &Link) -> Result<bool, StoreError> {
             link.deleted_by,
             link.delete_reason,
             link.purge_at,
+            link.password_hash,
         ])
         .map_err(sql_err)?;
     Ok(n == 1)
@@ -159,7 +161,7 @@ impl SqliteStore {
                 .execute(
                     "UPDATE links SET long_url = ?1, redirect = ?2, forward_query = ?3, expires_at = ?4, \
                      is_active = ?5, version = ?6, deleted_at = ?7, deleted_by = ?8, delete_reason = ?9, \
-                     purge_at = ?10 WHERE code = ?11 AND version = ?12 AND is_active = ?13",
+                     purge_at = ?10, password_hash = ?11 WHERE code = ?12 AND version = ?13 AND is_active = ?14",
                     params![
                         next.long_url,
                         next.redirect.status(),
@@ -171,6 +173,7 @@ impl SqliteStore {
                         next.deleted_by,
                         next.delete_reason,
                         next.purge_at,
+                        next.password_hash,
                         code,
                         expected_version as i64,
                         was_active

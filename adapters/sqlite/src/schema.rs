@@ -19,7 +19,9 @@ CREATE TABLE IF NOT EXISTS links (
     deleted_at INTEGER,
     deleted_by TEXT,
     delete_reason TEXT,
-    purge_at INTEGER
+    purge_at INTEGER,
+    -- A password's Argon2id hash; added by `add_missing_columns` to an older file.
+    password_hash TEXT
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS links_by_owner ON links (created_by, created_at DESC, code DESC);
 CREATE INDEX IF NOT EXISTS links_by_time ON links (created_at DESC, code DESC);
@@ -109,8 +111,11 @@ CREATE INDEX IF NOT EXISTS applied_batches_by_time ON applied_batches (applied_a
 ";
 
 /// The main file's columns added since their table was first made: (table, column, type).
-pub(crate) const MAIN_ADDED_COLUMNS: &[(&str, &str, &str)] =
-    &[("api_keys", "domains", "TEXT"), ("audit", "detail", "TEXT")];
+pub(crate) const MAIN_ADDED_COLUMNS: &[(&str, &str, &str)] = &[
+    ("api_keys", "domains", "TEXT"),
+    ("audit", "detail", "TEXT"),
+    ("links", "password_hash", "TEXT"),
+];
 /// The clicks file's: bots counted apart.
 pub(crate) const CLICKS_ADDED_COLUMNS: &[(&str, &str, &str)] =
     &[("rollups", "bot_clicks", "INTEGER NOT NULL DEFAULT 0")];

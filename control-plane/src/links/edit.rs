@@ -46,17 +46,31 @@ impl ControlPlane {
         if link.version != if_match && !retried {
             return Err(stale(&link));
         }
-        let edit = validate_edit(self, &link, request, now)?;
+        let (mut edit, password) = validate_edit(self, &link, request, now)?;
         if retried {
             // The same edit again, after a 503: the link holds it already. Tell the caches
             // again (harmless when they knew); any other edit of that version is stale.
-            if edit != link.editable() {
+            let same_password = match (password, &link.password_hash) {
+                (Some(given), Some(hash)) => self.password_matches(given, hash.clone()).await?,
+                (Some(_), None) => false,
+                (None, _) => true,
+            };
+            // The password's hash differs with each salt: the rest compared as values.
+            let rest_same = LinkEdit {
+                password_hash: link.password_hash.clone(),
+                ..edit.clone()
+            } == link.editable();
+            let removal_same = edit.password_hash.is_some() || link.password_hash.is_none();
+            if !(same_password && rest_same && removal_same) {
                 return Err(stale(&link));
             }
             return match self.events.changed(&link).await {
                 Ok(()) => Ok(link),
                 Err(_) => Err(ApiError::EditNotPropagated),
             };
+        }
+        if let Some(password) = password {
+            edit.password_hash = Some(self.hash_password(password).await?);
         }
         if edit == link.editable() {
             return Ok(link);
@@ -121,6 +135,15 @@ fn changes(old: &LinkEdit, new: &LinkEdit) -> Value {
         json!(old.expires_at.map(to_rfc3339)),
         json!(new.expires_at.map(to_rfc3339)),
     );
+    // Never the hash: whether there is a password, and whether it changed.
+    if old.password_hash != new.password_hash {
+        let then = old.password_hash.as_ref().map(|_| "set");
+        let now = new
+            .password_hash
+            .as_ref()
+            .map(|_| if then.is_some() { "changed" } else { "set" });
+        field("password", json!(then), json!(now));
+    }
     json!({ "old": was, "new": is })
 }
 
@@ -136,6 +159,7 @@ mod tests {
             redirect: RedirectKind::Found,
             forward_query: false,
             expires_at: Some(0),
+            password_hash: None,
         };
         let cases = [
             (old.clone(), json!({"old": {}, "new": {}})),

@@ -104,15 +104,22 @@ impl ControlPlane {
                 }
                 None => domain.key(&self.next_code().await?),
             };
-            let link = Link::new_active(
-                code,
-                new.long_url,
-                new.redirect,
-                new.forward_query,
-                now,
-                owner.clone(),
-                new.expires_at,
-            );
+            let password_hash = match new.password {
+                Some(password) => Some(self.hash_password(password).await?),
+                None => None,
+            };
+            let link = Link {
+                password_hash,
+                ..Link::new_active(
+                    code,
+                    new.long_url,
+                    new.redirect,
+                    new.forward_query,
+                    now,
+                    owner.clone(),
+                    new.expires_at,
+                )
+            };
             pending.push((i, link, generated));
         }
         let record = |i: usize, link: &Link| {

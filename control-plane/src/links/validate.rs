@@ -26,6 +26,8 @@ pub(super) struct NewLink {
     pub(super) forward_query: bool,
     /// The domain asked for, resolved by the caller (it reads the store).
     pub(super) domain: Option<String>,
+    /// The password asked for, checked; the caller hashes it.
+    pub(super) password: Option<String>,
 }
 
 pub(super) fn validate_create(
@@ -47,6 +49,9 @@ pub(super) fn validate_create(
     }
     let expires_at = expiry(req.expires_at.map(Some), req.ttl_seconds, now)?.flatten();
     let redirect = redirect(req.redirect)?.unwrap_or_default();
+    if let Some(password) = &req.password {
+        check_password(password)?;
+    }
     Ok(NewLink {
         long_url,
         alias: req.custom_alias,
@@ -54,6 +59,7 @@ pub(super) fn validate_create(
         redirect,
         forward_query: req.forward_query.unwrap_or(false),
         domain: req.domain,
+        password: req.password,
     })
 }
 
@@ -111,15 +117,22 @@ fn redirect(status: Option<u16>) -> Result<Option<RedirectKind>, ApiError> {
         .transpose()
 }
 
+/// A password checked, or 400 `invalid_password`.
+fn check_password(password: &str) -> Result<(), ApiError> {
+    rebound_core::password::check_password(password)
+        .map_err(|e| ApiError::bad_request("invalid_password", e.to_string()))
+}
+
 /// An edit of `link` checked by the rules of a create (a key holder's target policy: the
-/// blocklist, this service's own hosts): the link's new editable fields. 400 `empty_edit`
-/// when it changes nothing it could (no field given).
+/// blocklist, this service's own hosts): the link's new editable fields, and the new
+/// password when it sets one (the caller hashes it into the edit). 400 `empty_edit` when it
+/// changes nothing it could (no field given).
 pub(super) fn validate_edit(
     cp: &ControlPlane,
     link: &Link,
     req: EditLinkRequest,
     now: i64,
-) -> Result<LinkEdit, ApiError> {
+) -> Result<(LinkEdit, Option<String>), ApiError> {
     if req == EditLinkRequest::default() {
         return Err(ApiError::bad_request(
             "empty_edit",
@@ -143,5 +156,16 @@ pub(super) fn validate_edit(
     if let Some(expires_at) = expiry(req.expires_at, req.ttl_seconds, now)? {
         edit.expires_at = expires_at;
     }
-    Ok(edit)
+    let password = match req.password {
+        Some(Some(password)) => {
+            check_password(&password)?;
+            Some(password)
+        }
+        Some(None) => {
+            edit.password_hash = None;
+            None
+        }
+        None => None,
+    };
+    Ok((edit, password))
 }

@@ -1,0 +1,321 @@
+//! Password-protected links on the redirect port (SPEC §12). A protected link's redirect
+//! answers a small form instead; the form posts the password back to the same URL; a
+//! correct one gets the redirect (303 to the target, so a 307/308 link never re-posts the
+//! password there) and a cookie signed with the fleet's key that lets its visitor through
+//! for 15 minutes at this version of the link; a wrong one gets the form again.
+//!
+//! Guessing is slow: attempts are limited per link and per client network (429 with
+//! `Retry-After`), before anything is read or checked. A check (Argon2id, tens of
+//! milliseconds) runs on the runtime's blocking threads, never on the redirect threads,
+//! at most [`CHECKS_AT_ONCE`] at a time; a check with none free is answered 503 at once, so
+//! a storm of attempts costs the redirect path nothing. Unprotected links never come here.
+
+use crate::l1::L1Entry;
+use bytes::Bytes;
+use governor::clock::{Clock as _, DefaultClock};
+use governor::{Quota, RateLimiter};
+use http::header::{
+    HeaderValue, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_SECURITY_POLICY, CONTENT_TYPE, COOKIE, RETRY_AFTER,
+};
+use http::{HeaderMap, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use rebound_core::password::{cookie_unlocks, unlock_cookie, verify_password, UNLOCK_KEY_SETTING, UNLOCK_MILLIS};
+use rebound_core::UnixMillis;
+use rebound_store::LinkReads;
+use std::net::IpAddr;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use tokio::sync::{OnceCell, Semaphore};
+
+/// Password checks at once, at most (each 19 MiB and tens of milliseconds of a core).
+pub const CHECKS_AT_ONCE: usize = 2;
+/// The cookie's name (its path is the link's, so each link has its own).
+const COOKIE_NAME: &str = "rebound_unlock";
+/// The longest form body read.
+const MAX_FORM_BYTES: usize = 1024;
+/// Attempts per client network: 5 at once, then one every 12 s.
+const PER_CLIENT_BURST: u32 = 5;
+const PER_CLIENT_EVERY_SECS: u64 = 12;
+/// Attempts per link, from everyone: 30 at once, then one every 2 s.
+const PER_LINK_BURST: u32 = 30;
+const PER_LINK_EVERY_SECS: u64 = 2;
+/// Keys kept by each limiter before the idle ones are forgotten.
+const FORGET_ABOVE: usize = 100_000;
+
+type Keyed<K> = RateLimiter<K, governor::state::keyed::DefaultKeyedStateStore<K>, DefaultClock>;
+
+/// The answer to a reply of the redirect port.
+type Reply = Response<Full<Bytes>>;
+
+/// How an attempt ended, for the metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attempt {
+    Unlocked,
+    Wrong,
+    Limited,
+    Busy,
+}
+
+impl Attempt {
+    pub fn label(self) -> &'static str {
+        match self {
+            Attempt::Unlocked => "unlocked",
+            Attempt::Wrong => "wrong",
+            Attempt::Limited => "limited",
+            Attempt::Busy => "busy",
+        }
+    }
+}
+
+/// What the form says above its field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Notice {
+    None,
+    Wrong,
+    TooMany,
+}
+
+/// The gate of password-protected links.
+pub struct Unlocks {
+    store: Arc<dyn LinkReads>,
+    /// The fleet's cookie key, read from the store once it is there.
+    key: OnceCell<Vec<u8>>,
+    checks: Arc<Semaphore>,
+    per_client: Keyed<u128>,
+    per_link: Keyed<String>,
+}
+
+fn quota(burst: u32, every_secs: u64) -> Quota {
+    let burst = NonZeroU32::new(burst).expect("a burst above 0");
+    Quota::with_period(std::time::Duration::from_secs(every_secs))
+        .expect("a period above 0")
+        .allow_burst(burst)
+}
+
+/// A client's network: an IPv4 address, or an IPv6 /64 (one client holds a whole /64).
+fn network(ip: IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(v4) => u128::from(u32::from(v4)),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => u128::from(u32::from(v4)),
+            None => u128::from(v6) & !((1u128 << 64) - 1) | (1 << 32),
+        },
+    }
+}
+
+impl Unlocks {
+    pub fn new(store: Arc<dyn LinkReads>) -> Unlocks {
+        Unlocks {
+            store,
+            key: OnceCell::new(),
+            checks: Arc::new(Semaphore::new(CHECKS_AT_ONCE)),
+            per_client: RateLimiter::keyed(quota(PER_CLIENT_BURST, PER_CLIENT_EVERY_SECS)),
+            per_link: RateLimiter::keyed(quota(PER_LINK_BURST, PER_LINK_EVERY_SECS)),
+        }
+    }
+
+    /// The fleet's cookie key; `None` until a control plane has made it (then no cookie
+    /// unlocks anything, and none is given: every visit asks for the password).
+    async fn key(&self) -> Option<&[u8]> {
+        let key = self
+            .key
+            .get_or_try_init(|| async {
+                match self.store.read_setting(UNLOCK_KEY_SETTING).await {
+                    Ok(Some(key)) => hex::decode(key).map_err(drop),
+                    _ => Err(()),
+                }
+            })
+            .await;
+        key.ok().map(Vec::as_slice)
+    }
+
+    /// Whether the request's cookies let it through to `key` at `entry`'s version.
+    pub async fn cookie_lets_through(&self, headers: &HeaderMap, key: &str, entry: &L1Entry, now: UnixMillis) -> bool {
+        let Some(secret) = self.key().await else { return false };
+        headers
+            .get_all(COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(cookie::Cookie::split_parse)
+            .filter_map(Result::ok)
+            .filter(|c| c.name() == COOKIE_NAME)
+            .any(|c| cookie_unlocks(secret, c.value(), key, entry.version(), now))
+    }
+
+    /// The form (200), or only its headers for a HEAD.
+    pub fn form(&self, head: bool) -> Reply {
+        page(StatusCode::OK, Notice::None, head, None)
+    }
+
+    /// An attempt: the password in the form body, checked against the link `key` at
+    /// `entry`'s version. `Ok` with the `Set-Cookie` value when it unlocks (the caller
+    /// answers the redirect), `Err` with the answer otherwise.
+    pub async fn attempt(
+        &self,
+        key: &str,
+        entry: &L1Entry,
+        client: Option<IpAddr>,
+        headers: &HeaderMap,
+        body: hyper::body::Incoming,
+        now: UnixMillis,
+    ) -> Result<Option<HeaderValue>, (Attempt, Reply)> {
+        // Limited before anything is read or checked.
+        let clock = DefaultClock::default();
+        let limited = |wait: std::time::Duration| {
+            let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            (
+                Attempt::Limited,
+                page(StatusCode::TOO_MANY_REQUESTS, Notice::TooMany, false, Some(secs.max(1))),
+            )
+        };
+        if let Some(ip) = client {
+            if let Err(until) = self.per_client.check_key(&network(ip)) {
+                return Err(limited(until.wait_time_from(clock.now())));
+            }
+        }
+        if let Err(until) = self.per_link.check_key(&key.to_owned()) {
+            return Err(limited(until.wait_time_from(clock.now())));
+        }
+        self.forget_idle();
+        let is_form = headers
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|t| t.starts_with("application/x-www-form-urlencoded"));
+        let body = match Limited::new(body, MAX_FORM_BYTES).collect().await {
+            Ok(body) if is_form => body.to_bytes(),
+            _ => {
+                return Err((
+                    Attempt::Wrong,
+                    page(StatusCode::BAD_REQUEST, Notice::Wrong, false, None),
+                ))
+            }
+        };
+        let password = form_urlencoded::parse(&body)
+            .find(|(name, _)| name == "password")
+            .map(|(_, value)| value.into_owned())
+            .unwrap_or_default();
+        // At most CHECKS_AT_ONCE checks; a storm gets 503 at once instead of a queue.
+        let Ok(permit) = self.checks.clone().try_acquire_owned() else {
+            let mut busy = page(StatusCode::SERVICE_UNAVAILABLE, Notice::None, false, None);
+            busy.headers_mut().insert(RETRY_AFTER, HeaderValue::from_static("1"));
+            return Err((Attempt::Busy, busy));
+        };
+        // The hash from the store, at the version the visitor was shown.
+        let hash = match self.store.get_link(key).await {
+            Ok(Some(link)) if link.is_active && link.version == entry.version() => link.password_hash,
+            _ => None,
+        };
+        let Some(hash) = hash else {
+            drop(permit);
+            let mut again = page(StatusCode::SERVICE_UNAVAILABLE, Notice::None, false, None);
+            again.headers_mut().insert(RETRY_AFTER, HeaderValue::from_static("1"));
+            return Err((Attempt::Busy, again));
+        };
+        let matches = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            verify_password(&password, &hash)
+        })
+        .await
+        .unwrap_or(false);
+        if !matches {
+            return Err((
+                Attempt::Wrong,
+                page(StatusCode::UNAUTHORIZED, Notice::Wrong, false, None),
+            ));
+        }
+        let Some(secret) = self.key().await else {
+            return Ok(None);
+        };
+        let value = unlock_cookie(secret, key, entry.version(), now + UNLOCK_MILLIS);
+        let path = format!("/{}", rebound_core::domain::split_key(key).0);
+        let cookie = cookie::Cookie::build((COOKIE_NAME, value))
+            .path(path)
+            .http_only(true)
+            .same_site(cookie::SameSite::Lax)
+            .max_age(cookie::time::Duration::milliseconds(UNLOCK_MILLIS))
+            .build();
+        Ok(HeaderValue::from_str(&cookie.to_string()).ok())
+    }
+
+    /// Forgets the limiters' idle keys once they hold many.
+    fn forget_idle(&self) {
+        if self.per_client.len() > FORGET_ABOVE {
+            self.per_client.retain_recent();
+        }
+        if self.per_link.len() > FORGET_ABOVE {
+            self.per_link.retain_recent();
+        }
+    }
+}
+
+/// The form's page at `status`; with `retry_after` seconds the header says so.
+fn page(status: StatusCode, notice: Notice, head: bool, retry_after: Option<u64>) -> Reply {
+    let message = match notice {
+        Notice::None => "",
+        Notice::Wrong => r#"<p class="error" role="alert">That password is not right. Try again.</p>"#,
+        Notice::TooMany => r#"<p class="error" role="alert">Too many tries. Wait a little, then try again.</p>"#,
+    };
+    let body = format!(
+        r#"<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><meta name="robots" content="noindex"><title>Password needed</title>
+<style>body{{font:1rem/1.5 system-ui,sans-serif;max-width:34rem;margin:12vh auto;padding:0 1.25rem;color:#1f2328;background:#fff}}h1{{font-size:1.5rem}}label{{display:block;font-weight:600;margin:.75rem 0 .25rem}}input{{font:inherit;padding:.4rem;width:100%;box-sizing:border-box}}button{{font:inherit;margin-top:.75rem;padding:.4rem 1rem}}.error{{color:#b42318}}@media(prefers-color-scheme:dark){{body{{color:#e6edf3;background:#0d1117}}.error{{color:#ff7b72}}}}</style></head>
+<body><main><h1>This link is protected</h1><p>Whoever shared it set a password. Enter it to continue.</p>{message}
+<form method="post"><label for="password">Password</label><input id="password" name="password" type="password" autocomplete="current-password" required maxlength="128" autofocus><button type="submit">Continue</button></form></main></body></html>
+"#
+    );
+    let length = HeaderValue::from(body.len());
+    let mut res = match head {
+        true => Response::new(Full::default()),
+        false => Response::new(Full::new(Bytes::from(body))),
+    };
+    *res.status_mut() = status;
+    let headers = res.headers_mut();
+    headers.insert(CONTENT_LENGTH, length);
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'self' http: https:; frame-ancestors 'none'",
+        ),
+    );
+    headers.insert("referrer-policy", HeaderValue::from_static("no-referrer"));
+    if let Some(secs) = retry_after {
+        headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+    }
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_network_is_its_ipv4_address_or_its_ipv6_64() {
+        let n = |s: &str| network(s.parse().unwrap());
+        assert_eq!(n("192.0.2.7"), n("::ffff:192.0.2.7"));
+        assert_ne!(n("192.0.2.7"), n("192.0.2.8"));
+        assert_eq!(n("2001:db8:1:2::1"), n("2001:db8:1:2:ffff::9"));
+        assert_ne!(n("2001:db8:1:2::1"), n("2001:db8:1:3::1"));
+        assert_ne!(n("0.0.0.1"), n("::1"), "IPv4 and IPv6 never collide");
+    }
+
+    #[test]
+    fn the_form_is_a_page_that_loads_nothing_and_posts_to_itself() {
+        let res = page(StatusCode::TOO_MANY_REQUESTS, Notice::TooMany, false, Some(12));
+        assert_eq!(res.status(), 429);
+        assert_eq!(res.headers()[RETRY_AFTER], "12");
+        assert_eq!(res.headers()[CACHE_CONTROL], "no-store");
+        // The form posts here, and the answer redirects to the target (a browser holds
+        // form-action to the redirect too).
+        assert!(res.headers()[CONTENT_SECURITY_POLICY]
+            .to_str()
+            .unwrap()
+            .contains("form-action 'self' http: https:"));
+        let head = page(StatusCode::OK, Notice::None, true, None);
+        assert_eq!(
+            head.headers()[CONTENT_LENGTH],
+            page(StatusCode::OK, Notice::None, false, None).headers()[CONTENT_LENGTH]
+        );
+    }
+}
