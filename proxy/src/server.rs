@@ -296,8 +296,9 @@ impl RedirectAnswers {
     }
 
     /// The answer for what the path decided; `pages` answer what is not a redirect. A
-    /// password-protected link's redirect is not answered here: its entry comes back
-    /// (`Err`) for [`RedirectAnswers::gate`].
+    /// password-protected link's redirect is [`RedirectAnswers::gate`]'s, which the callers
+    /// ask first: here it only ever gets the form.
+    #[inline]
     fn reply(
         &self,
         pages: &DeadEnds,
@@ -306,12 +307,12 @@ impl RedirectAnswers {
         is_get: bool,
         query: Option<&str>,
         now: UnixMillis,
-    ) -> Result<Reply, L1Entry> {
+    ) -> Reply {
         let m = &self.path.metrics;
         let status = match resolution {
-            Resolution::Redirect(entry) if entry.is_protected() => return Err(entry),
+            Resolution::Redirect(entry) if entry.is_protected() => return self.unlocks.form(!is_get),
             Resolution::Redirect(entry) => match self.redirect(&entry, None, visitor, is_get, query, now) {
-                Some(res) => return Ok(res),
+                Some(res) => return res,
                 None => match entry.redirect() {
                     Some(_) => {
                         m.unavailable.inc();
@@ -336,11 +337,12 @@ impl RedirectAnswers {
                 StatusCode::SERVICE_UNAVAILABLE
             }
         };
-        Ok(self.refuse_with(pages, Refusal::Status(status), !is_get))
+        self.refuse_with(pages, Refusal::Status(status), !is_get)
     }
 
     /// The redirect of `entry` (with `status` instead of the link's own when given), its
     /// click counted; `None` for a tombstone, or a target that cannot be a header.
+    #[inline]
     fn redirect(
         &self,
         entry: &L1Entry,
@@ -387,10 +389,14 @@ impl RedirectAnswers {
         request: (&str, &HeaderMap, Visitor, bool, Option<&str>),
     ) -> Reply {
         let (key, cookies, visitor, is_get, query) = request;
-        let now = self.path.clock.now_millis();
-        match self.reply(pages, resolution, visitor, is_get, query, now) {
-            Ok(reply) => reply,
-            Err(entry) => self.gate(entry, key, cookies, visitor, is_get, query).await,
+        match resolution {
+            Resolution::Redirect(entry) if entry.is_protected() => {
+                self.gate(entry, key, cookies, visitor, is_get, query).await
+            }
+            resolution => {
+                let now = self.path.clock.now_millis();
+                self.reply(pages, resolution, visitor, is_get, query, now)
+            }
         }
     }
 
@@ -543,22 +549,25 @@ impl hyper::service::Service<Request<Incoming>> for Redirects {
         };
         let now = answers.path.clock.now_millis();
         match answers.path.resolve_from_memory(&key, now) {
-            Some(resolution) => {
-                match answers.reply(pages.get(answers), resolution, visitor, is_get, req.uri().query(), now) {
-                    Ok(reply) => Either::Left(ready(Ok(reply))),
-                    // A password-protected link: off the hot path, past memory.
-                    Err(entry) => {
-                        let (answers, key) = (self.0.clone(), key.into_owned());
-                        let query = req.uri().query().map(str::to_owned);
-                        let headers = cookies_of(req.headers());
-                        Either::Right(Box::pin(async move {
-                            Ok(answers
-                                .gate(entry, &key, &headers, visitor, is_get, query.as_deref())
-                                .await)
-                        }))
-                    }
-                }
+            // A password-protected link: off the hot path, past memory.
+            Some(Resolution::Redirect(entry)) if entry.is_protected() => {
+                let (answers, key) = (self.0.clone(), key.into_owned());
+                let query = req.uri().query().map(str::to_owned);
+                let headers = cookies_of(req.headers());
+                Either::Right(Box::pin(async move {
+                    Ok(answers
+                        .gate(entry, &key, &headers, visitor, is_get, query.as_deref())
+                        .await)
+                }))
             }
+            Some(resolution) => Either::Left(ready(Ok(answers.reply(
+                pages.get(answers),
+                resolution,
+                visitor,
+                is_get,
+                req.uri().query(),
+                now,
+            )))),
             None => {
                 let (answers, key) = (self.0.clone(), key.into_owned());
                 let query = req.uri().query().map(str::to_owned);
