@@ -212,8 +212,7 @@ impl RedirectAnswers {
     fn check<'r>(&self, req: &'r Request<Incoming>) -> Result<&'r str, Refusal> {
         // `Host` was checked by the edge (RFC 9112 §3.2, the same on every port).
         let m = &self.path.metrics;
-        // POST: a password for a protected link (or 405, decided once the link is known).
-        if req.method() != Method::GET && req.method() != Method::HEAD && req.method() != Method::POST {
+        if req.method() != Method::GET && req.method() != Method::HEAD {
             m.bad_method.inc();
             return Err(Refusal::Status(StatusCode::METHOD_NOT_ALLOWED));
         }
@@ -423,7 +422,14 @@ impl RedirectAnswers {
 
     /// A POST to `/{code}`: a password for a protected link (on the domain the request is
     /// routed to); 405 for anything else, as before passwords.
-    async fn post(&self, req: Request<Incoming>, code: String, peer: Option<std::net::IpAddr>) -> Reply {
+    async fn post(&self, req: Request<Incoming>, peer: Option<std::net::IpAddr>) -> Reply {
+        let code = match req.uri().path().strip_prefix('/') {
+            Some(code) if is_valid_code(code.as_bytes()) => code.to_owned(),
+            _ => {
+                self.path.metrics.bad_method.inc();
+                return status_reply(StatusCode::METHOD_NOT_ALLOWED);
+            }
+        };
         let routed = self.routes.route(request_authority(&req));
         let key = match &routed {
             Routed::Default => code,
@@ -484,6 +490,11 @@ impl hyper::service::Service<Request<Incoming>> for Redirects {
     type Future = Either<Ready<Result<Reply, Infallible>>, Lookup>;
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
+        // POST: a password for a protected link (405 for anything else), whole past here.
+        if req.method() == Method::POST {
+            let (answers, peer) = (self.0.clone(), self.1);
+            return Either::Right(Box::pin(async move { Ok(answers.post(req, peer).await) }));
+        }
         let answers = &self.0;
         let code = match answers.check(&req) {
             Ok(code) => code,
@@ -509,10 +520,6 @@ impl hyper::service::Service<Request<Incoming>> for Redirects {
                 return Either::Left(ready(Ok(answers.refuse_with(pages.get(answers), refusal, head))));
             }
         };
-        if req.method() == Method::POST {
-            let (answers, code, peer) = (self.0.clone(), code.to_owned(), self.1);
-            return Either::Right(Box::pin(async move { Ok(answers.post(req, code, peer).await) }));
-        }
         let is_get = req.method() == Method::GET;
         let visitor = answers.bots.classify(req.method(), req.headers());
         // The default domain's key is its code: no key is built.
