@@ -337,15 +337,16 @@ pub(crate) async fn report(
             (format!("report:{bucket}"), bucket)
         }
     };
+    // Charged before any store read: a flood of reports of made-up links costs no more.
+    cp.limiter
+        .take(&who, 1.0 / REPORT_EVERY_SECS, REPORT_BURST, now)
+        .map_err(|retry_after_secs| ApiError::RateLimited { retry_after_secs })?;
     let key = cp.reported_key(&req.link).await?;
     let link = cp
         .store
         .get_link(&key)
         .await?
         .ok_or(ApiError::NotFound("no such link"))?;
-    cp.limiter
-        .take(&who, 1.0 / REPORT_EVERY_SECS, REPORT_BURST, now)
-        .map_err(|retry_after_secs| ApiError::RateLimited { retry_after_secs })?;
     let detail = serde_json::json!({ "link": link.code, "short_url": cp.short_url(&link) }).to_string();
     for code in [link.code.as_str(), REPORTS_STREAM] {
         cp.store

@@ -2579,25 +2579,23 @@ async fn anyone_reports_a_link_rate_limited_and_operators_list_the_reports() {
             StatusCode::BAD_REQUEST,
             "invalid_link",
         ),
-        ("a/b", "x", StatusCode::BAD_REQUEST, "invalid_link"),
         ("sus", "", StatusCode::BAD_REQUEST, "invalid_reason"),
         ("sus", &"r".repeat(1001), StatusCode::BAD_REQUEST, "invalid_reason"),
     ] {
         assert_error(&report(link, reason).await, status, code);
     }
-    // Five at once, then one a minute.
-    for _ in 0..3 {
-        assert_eq!(report("sus", "again").await.status, StatusCode::ACCEPTED);
-    }
+    // Five at once, then one a minute: the reports of links that are not there counted
+    // too (charged before the store is read); the bad reasons did not.
+    assert_eq!(report("sus", "again").await.status, StatusCode::ACCEPTED);
     let r = report("sus", "one too many").await;
     assert_error(&r, StatusCode::TOO_MANY_REQUESTS, "rate_limited");
     assert!(r.headers.contains_key(header::RETRY_AFTER));
     let listed = h.call(Method::GET, "/api/v1/abuse-reports", Some(OPERATOR), None).await;
     assert_eq!(listed.status, StatusCode::OK);
     let reports = listed.body["reports"].as_array().unwrap();
-    assert_eq!(reports.len(), 5);
+    assert_eq!(reports.len(), 3);
     assert_eq!(
-        reports[4]["reason"], "phishing page asking for a bank password",
+        reports[2]["reason"], "phishing page asking for a bank password",
         "newest first"
     );
     assert_eq!(reports[0]["code"], "sus");
@@ -2607,5 +2605,5 @@ async fn anyone_reports_a_link_rate_limited_and_operators_list_the_reports() {
     let r = h.call(Method::GET, "/api/v1/abuse-reports", Some(&creator), None).await;
     assert_error(&r, StatusCode::FORBIDDEN, "forbidden");
     // On the link's own audit log too.
-    assert_eq!(h.store.audit_for("sus").await.unwrap().len(), 5);
+    assert_eq!(h.store.audit_for("sus").await.unwrap().len(), 3);
 }
