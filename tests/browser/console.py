@@ -1,14 +1,15 @@
 """The console in real headless Chromium (Debian's /usr/bin/chromium, driven by Playwright),
 against the real all-in-one binary on free loopback ports: sign in, create a link, find it,
 click it on the redirect port, see the clicks on its chart, download its QR code and decode
-it back to the short URL (zbarimg), edit its target (and see a stale edit refused, and the
-edit in the audit log), create a creator key, take a link down and read the
-audit log, delete the link and see the dead-link page; add a domain (and see one refused in
-the API's words), see a threat list take a link down and reinstate it, report a link and
-read the report on the Abuse page, see a domain pending, create a link on it from the form
-and follow it on the
-redirect port by its host, scope a creator key to it, remove it (taking its link down when
-the API says it has links); and check that a creator key does not get the operator pages. A screenshot of every page goes to the results folder it prints.
+it back to the short URL (zbarimg), edit its target (a stale edit refused, the edit in the
+audit log), open a password-protected link (the form, a wrong password, the right one, the
+cookie), create a creator key, take a link down and read the audit log, see a threat list
+take a link down and reinstate it, report a link and read the report on the Abuse page,
+delete the link and see the dead-link page; add a domain (and see one refused in the API's
+words), see it pending, create a link on it from the form and follow it on the redirect
+port by its host, scope a creator key to it, remove it (taking its link down when the API
+says it has links); and check that a creator key does not get the operator pages. A
+screenshot of every page goes to the results folder it prints.
 
 Usage: python3 tests/browser/console.py BINARY RESULTS_DIR
 """
