@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::fleet::edit_link;
 use common::rebound::Rebound;
 use common::*;
 use reqwest::{Method, StatusCode};
@@ -141,16 +142,8 @@ async fn a_protected_link_asks_for_its_password_and_a_cookie_lets_its_visitor_th
     assert!(counted <= 3, "forms and refusals are no clicks: {counted}");
 
     // An edit that changes the password: the old cookie no longer lets anyone through.
-    let res = rb
-        .http
-        .patch(format!("{}/api/v1/links/locked", rb.run.api()))
-        .bearer_auth(OPERATOR_KEY)
-        .header("if-match", "\"1\"")
-        .json(&json!({"password": "new secret"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::OK);
+    let (s, v) = edit_link(&rb.run, "locked", 1, json!({"password": "new secret"})).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
     let res = visitor
         .get(rb.redirect_url("/locked"))
         .header("cookie", &pair)
@@ -162,16 +155,8 @@ async fn a_protected_link_asks_for_its_password_and_a_cookie_lets_its_visitor_th
     assert_eq!(audit["events"][0]["new"]["password"], "changed", "{audit}");
     assert!(!audit.to_string().contains("new secret") && !audit.to_string().contains("argon2"));
     // And one that removes it: the link redirects again at once.
-    let res = rb
-        .http
-        .patch(format!("{}/api/v1/links/locked", rb.run.api()))
-        .bearer_auth(OPERATOR_KEY)
-        .header("if-match", "\"2\"")
-        .json(&json!({"password": null}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::OK);
+    let (s, v) = edit_link(&rb.run, "locked", 2, json!({"password": null})).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
     let res = visitor.get(rb.redirect_url("/locked")).send().await.unwrap();
     assert_eq!(res.status(), StatusCode::TEMPORARY_REDIRECT);
     // A bad password is refused at create.

@@ -388,16 +388,8 @@ async fn an_edit_is_served_on_the_next_request_over_http1_and_h2_while_clicks_ra
     let probes = history.assert_clean("edits under clicks");
     assert!(probes > 40, "{probes} probes");
     // A stale If-Match changes nothing.
-    let res = rb
-        .http
-        .patch(format!("{}/api/v1/links/moving", rb.run.api()))
-        .bearer_auth(OPERATOR_KEY)
-        .header("if-match", "\"3\"")
-        .json(&json!({"long_url": "https://example.com/late"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::PRECONDITION_FAILED);
+    let (s, v) = common::fleet::edit_link(&rb.run, "moving", 3, json!({"long_url": "https://example.com/late"})).await;
+    assert_eq!(s, StatusCode::PRECONDITION_FAILED, "{v}");
     let res = rb.get("/moving").await;
     assert_eq!(header(&res, "location"), Some("https://example.com/v21"));
 }
