@@ -50,6 +50,10 @@ class Server:
         want = 200 if self.ready_url else None
 
         def ready() -> bool:
+            if self.proc is not None and self.proc.poll() is not None:
+                # Dead (a binary missing, a crash under valgrind): no use waiting out the limit.
+                where = f" (its output: {self.log.name})" if self.log is not None else ""
+                raise SystemExit(f"bench: {self.name} exited with {self.proc.returncode} before it was ready{where}")
             s = http_status(url, 1.0)
             return s is not None and (want is None or s == want)
         wait_for(ready, limit, f"{self.name} ready")
