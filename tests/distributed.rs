@@ -33,8 +33,13 @@ async fn deletes_and_edits_with_two_healthy_proxies_are_timed() {
     // Sequential edits and deletes of links warmed into both proxies, one of each per link,
     // in one run: the API's answer includes the store's write, the record (the tombstone or
     // the edited one), the publish and both acknowledgements. Printed, for one Redis and for
-    // the cluster (scripts/test runs this suite on both).
-    let d = Deployment::new(&shared_aws_url(), Some(&shared_redis_url()));
+    // the cluster (scripts/test runs this suite on both). On moto's DynamoDB by default;
+    // `REBOUND_TIMED_ON_DYNALITE=1` puts DynamoDB on dynalite instead, a store emulator
+    // that answers faster, to see the delete's and the edit's own time beside the store's.
+    let d = match std::env::var_os("REBOUND_TIMED_ON_DYNALITE") {
+        Some(_) => Deployment::with_dynamodb(&shared_aws_url(), &shared_dynalite_url(), Some(&shared_redis_url())),
+        None => Deployment::new(&shared_aws_url(), Some(&shared_redis_url())),
+    };
     let dir = temp_dir();
     let cp = d.control_plane(dir.path(), &[]);
     let proxies = [d.proxy(dir.path(), &[]).await, d.proxy(dir.path(), &[]).await];
@@ -79,8 +84,12 @@ async fn deletes_and_edits_with_two_healthy_proxies_are_timed() {
         metric(&cp, "rebound_invalidation_ack_wait_seconds_count").await,
     );
     eprintln!(
-        "of which waiting for the acknowledgements: {:.2} ms on average",
-        sum / count * 1000.0
+        "of which waiting for the acknowledgements: {:.2} ms on average ({})",
+        sum / count * 1000.0,
+        match std::env::var_os("REBOUND_TIMED_ON_DYNALITE") {
+            Some(_) => "DynamoDB on dynalite",
+            None => "DynamoDB on moto",
+        }
     );
     assert_eq!(metric(&cp, "rebound_invalidation_waited_out_total").await, 0.0);
 }

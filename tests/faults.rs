@@ -540,6 +540,8 @@ async fn a_randomized_schedule_of_faults_breaks_neither_i1_nor_i2() {
     let pids: Vec<u32> = proxies.iter().map(|p| p.pid()).collect();
     let history = Arc::new(History::default());
     let pending = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    // Edits that answered 503: each code with the target it was edited away from.
+    let pending_edits = Arc::new(std::sync::Mutex::new(Vec::<(String, String)>::new()));
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let client = http_builder()
         .redirect(reqwest::redirect::Policy::none())
@@ -548,12 +550,13 @@ async fn a_randomized_schedule_of_faults_breaks_neither_i1_nor_i2() {
         .unwrap();
 
     let workers = (0..3).map(|w| {
-        let (history, addrs, client, apis, pending) = (
+        let (history, addrs, client, apis, pending, pending_edits) = (
             history.clone(),
             addrs.clone(),
             client.clone(),
             apis.clone(),
             pending.clone(),
+            pending_edits.clone(),
         );
         let mut rng = Schedule(seed.rotate_left(w * 8 + 1) | 1);
         async move {
@@ -570,9 +573,26 @@ async fn a_randomized_schedule_of_faults_breaks_neither_i1_nor_i2() {
                         probe_with(&history, &client, addr, name, &code).await;
                     }
                 }
+                // Two links in three are edited, once or twice (SPEC §12: the old target
+                // is never served once an edit returned), each edit probed on every proxy.
+                let mut target = format!("https://example.com/fault/{}", w as usize * 1_000_000 + i);
+                for version in 1..=rng.below(3) {
+                    let api = apis[rng.below(2) as usize].lock().unwrap().clone();
+                    let next = format!("{target}/v{}", version + 1);
+                    match edit_at(&history, &client, &api, &code, (version, &target, &next)).await {
+                        Changed::Ok => {}
+                        Changed::Pending => pending_edits.lock().unwrap().push((code.clone(), target.clone())),
+                        // Maybe made, maybe not (a killed control plane): the version is unknown.
+                        Changed::Unknown => break,
+                    }
+                    target = next;
+                    for (name, addr) in &addrs {
+                        probe_with(&history, &client, addr, name, &code).await;
+                    }
+                }
                 if rng.below(3) > 0 {
                     let api = apis[rng.below(2) as usize].lock().unwrap().clone();
-                    if let Deleted::Pending = delete_at(&history, &client, &api, &code, rng.below(2) == 0).await {
+                    if let Changed::Pending = delete_at(&history, &client, &api, &code, rng.below(2) == 0).await {
                         pending.lock().unwrap().push(code.clone());
                     }
                 }
@@ -647,13 +667,27 @@ async fn a_randomized_schedule_of_faults_breaks_neither_i1_nor_i2() {
         .iter()
         .filter(|e| matches!(e.op, Op::Delete { ok: true, .. }))
         .count();
+    let edits = events
+        .iter()
+        .filter(|e| matches!(e.op, Op::Edit { ok: true, .. }))
+        .count();
     eprintln!(
-        "fault schedule seed {seed}: {} faults, {deletes} deletes, {} events; faults: {injected:?}",
+        "fault schedule seed {seed}: {} faults, {deletes} deletes, {edits} edits, {} events; faults: {injected:?}",
         injected.len(),
         events.len()
     );
     history.assert_clean(&format!("seed {seed} (faults: {injected:?})"));
-    assert!(deletes >= 10 && injected.len() >= 5, "too little happened to judge");
+    assert!(
+        deletes >= 10 && edits >= 5 && injected.len() >= 5,
+        "too little happened to judge"
+    );
+    // The checker compares locations with the targets edited away from: the proxies must
+    // have answered with the edited targets too, or it compared nothing.
+    let served_edited = events
+        .iter()
+        .filter(|e| matches!(&e.op, Op::Probe { location: Some(l), .. } if l.ends_with("/v2")))
+        .count();
+    assert!(served_edited > 0, "no probe was answered with an edited target");
     // Deletes that answered 503 were durable: the reconcilers finish them, with no retry.
     let pending = pending.lock().unwrap().clone();
     let started = Instant::now();
@@ -690,6 +724,37 @@ async fn a_randomized_schedule_of_faults_breaks_neither_i1_nor_i2() {
     eprintln!(
         "fault schedule seed {seed}: {} deletes answered 503, all 404 everywhere {:?} after the schedule ended",
         pending.len(),
+        started.elapsed()
+    );
+    // Edits that answered 503 were durable too: the reconcilers tell every proxy, and the
+    // old target goes (the link may have been deleted since: a 404 is gone too).
+    let pending_edits = pending_edits.lock().unwrap().clone();
+    let started = Instant::now();
+    for (code, old) in &pending_edits {
+        for (name, addr) in &addrs {
+            let limit = Duration::from_secs(20);
+            loop {
+                // Only an answer counts: one without the old target in its `Location`.
+                if let Ok(res) = client.get(format!("{addr}/{code}")).send().await {
+                    if res
+                        .headers()
+                        .get("location")
+                        .is_none_or(|l| l.as_bytes() != old.as_bytes())
+                    {
+                        break;
+                    }
+                }
+                assert!(
+                    started.elapsed() < limit,
+                    "seed {seed}: {code} still redirects to {old} (or does not answer) on {name} after {limit:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    eprintln!(
+        "fault schedule seed {seed}: {} edits answered 503, the old target gone everywhere {:?} after",
+        pending_edits.len(),
         started.elapsed()
     );
     drop(proxies);

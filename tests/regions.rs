@@ -151,10 +151,10 @@ async fn a_delete_that_could_not_reach_a_region_is_503_and_finished_there_once_i
     far.freeze();
     let answer = delete_at(&history, &http(), &cp.api(), &code, false).await;
     assert!(
-        matches!(answer, Deleted::Pending),
+        matches!(answer, Changed::Pending),
         "the delete is not confirmed in region B: 503, not {}",
         match answer {
-            Deleted::Ok => "a success",
+            Changed::Ok => "a success",
             _ => "another answer",
         }
     );
@@ -579,7 +579,7 @@ async fn a_region_that_loses_its_redis_keeps_every_delete_and_every_link() {
     for code in &codes[..2] {
         assert!(matches!(
             delete_at(&history, &http(), &regions.cps[0].api(), code, false).await,
-            Deleted::Pending
+            Changed::Pending
         ));
         for (name, p) in &regions.proxies[..2] {
             assert_eq!(probe(&history, p, name, code).await, 404, "{name}");
@@ -668,7 +668,7 @@ async fn a_partition_between_regions_refuses_what_needs_both_and_converges_once_
     // A delete through A cannot be confirmed in B: 503, and 404 in A at once.
     assert!(matches!(
         delete_at(&history, &http(), &cp_a.api(), &before, false).await,
-        Deleted::Pending
+        Changed::Pending
     ));
     for (name, p) in &regions.proxies[..2] {
         assert_eq!(probe(&history, p, name, &before).await, 404, "{name}");
@@ -679,7 +679,7 @@ async fn a_partition_between_regions_refuses_what_needs_both_and_converges_once_
     let doomed = doomed["code"].as_str().unwrap().to_owned();
     assert!(matches!(
         delete_at(&history, &http(), &cp_b.api(), &doomed, true).await,
-        Deleted::Pending
+        Changed::Pending
     ));
     for (name, p) in &regions.proxies[2..] {
         assert_eq!(probe(&history, p, name, &doomed).await, 404, "{name}");

@@ -208,7 +208,7 @@ pub async fn create_recorded(history: &History, cp: &Running, i: usize) -> Strin
 pub async fn delete_recorded(history: &History, cp: &Running, code: &str, takedown: bool) -> bool {
     matches!(
         delete_at(history, &http(), &cp.api(), code, takedown).await,
-        Deleted::Ok
+        Changed::Ok
     )
 }
 
@@ -238,8 +238,9 @@ pub async fn create_at(history: &History, client: &reqwest::Client, api: &str, i
     Some(code)
 }
 
-/// How a delete through the schedule ended.
-pub enum Deleted {
+/// How a delete or an edit through the schedule ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Changed {
     Ok,
     /// 503 `invalidation_failed`: durable in the store, its propagation left to the
     /// reconcilers.
@@ -248,9 +249,22 @@ pub enum Deleted {
     Unknown,
 }
 
+impl Changed {
+    async fn of(answer: reqwest::Result<reqwest::Response>) -> Changed {
+        match answer {
+            Ok(res) if res.status().is_success() => Changed::Ok,
+            Ok(res) => match res.json::<serde_json::Value>().await {
+                Ok(v) if v["error"]["code"] == "invalidation_failed" => Changed::Pending,
+                _ => Changed::Unknown,
+            },
+            Err(_) => Changed::Unknown,
+        }
+    }
+}
+
 /// Deletes (or takes down) `code` through the API at `api` and records whether it answered
 /// success.
-pub async fn delete_at(history: &History, client: &reqwest::Client, api: &str, code: &str, takedown: bool) -> Deleted {
+pub async fn delete_at(history: &History, client: &reqwest::Client, api: &str, code: &str, takedown: bool) -> Changed {
     let start = Instant::now();
     let req = match takedown {
         false => client.delete(format!("{api}/api/v1/links/{code}")),
@@ -258,17 +272,10 @@ pub async fn delete_at(history: &History, client: &reqwest::Client, api: &str, c
             .post(format!("{api}/api/v1/links/{code}/takedown"))
             .json(&json!({"reason": "spam"})),
     };
-    let answer = match req.bearer_auth(OPERATOR_KEY).send().await {
-        Ok(res) if res.status().is_success() => Deleted::Ok,
-        Ok(res) => match res.json::<serde_json::Value>().await {
-            Ok(v) if v["error"]["code"] == "invalidation_failed" => Deleted::Pending,
-            _ => Deleted::Unknown,
-        },
-        Err(_) => Deleted::Unknown,
-    };
+    let answer = Changed::of(req.bearer_auth(OPERATOR_KEY).send().await).await;
     let op = Op::Delete {
         code: code.to_owned(),
-        ok: matches!(answer, Deleted::Ok),
+        ok: matches!(answer, Changed::Ok),
     };
     history.record(op, start, Instant::now());
     answer
@@ -277,20 +284,32 @@ pub async fn delete_at(history: &History, client: &reqwest::Client, api: &str, c
 /// Edits `code` at `version` (`If-Match`) from the target `from` to `to` through `cp`, and
 /// records whether the API answered success.
 pub async fn edit_recorded(history: &History, cp: &Running, code: &str, version: u64, from: &str, to: &str) -> bool {
+    let edit = (version, from, to);
+    edit_at(history, &http(), &cp.api(), code, edit).await == Changed::Ok
+}
+
+/// Edits `code` through the API at `api`: at `version` (`If-Match`), from the target
+/// `from` to `to`; records whether it answered success. A 503 `invalidation_failed` edit
+/// is durable and its propagation left to the reconcilers, like a delete's.
+pub async fn edit_at(
+    history: &History,
+    client: &reqwest::Client,
+    api: &str,
+    code: &str,
+    (version, from, to): (u64, &str, &str),
+) -> Changed {
     let start = Instant::now();
-    let ok = http()
-        .patch(format!("{}/api/v1/links/{code}", cp.api()))
+    let req = client
+        .patch(format!("{api}/api/v1/links/{code}"))
         .bearer_auth(OPERATOR_KEY)
         .header("if-match", format!("\"{version}\""))
-        .json(&json!({"long_url": to}))
-        .send()
-        .await
-        .is_ok_and(|r| r.status().is_success());
+        .json(&json!({"long_url": to}));
+    let answer = Changed::of(req.send().await).await;
     let op = Op::Edit {
         code: code.to_owned(),
         from: from.to_owned(),
-        ok,
+        ok: answer == Changed::Ok,
     };
     history.record(op, start, Instant::now());
-    ok
+    answer
 }
