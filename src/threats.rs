@@ -5,10 +5,11 @@
 //! every region).
 
 use crate::settings::{ThreatListSource, ThreatSettings};
-use rebound_control_plane::threats::ListState;
+use rebound_control_plane::threats::{ListState, Rescan};
 use rebound_control_plane::ControlPlane;
-use rebound_core::threat::{parse_feed, ThreatIndex};
+use rebound_core::threat::{parse_feed, ThreatIndex, RULES_VERSION};
 use rebound_core::UnixMillis;
+use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -25,7 +26,9 @@ struct Loaded {
 }
 
 /// Loads the lists now and every `settings.refresh_secs` until `stop`; rescans the links
-/// after a change when `rescan` (the home region).
+/// after a change when `rescan` (the home region), unless a rescan against the same lists
+/// was already made (the first load after a start is a change, and the lists are usually
+/// the ones rescanned before the restart).
 pub async fn run(cp: Arc<ControlPlane>, settings: ThreatSettings, rescan: bool, mut stop: watch::Receiver<bool>) {
     let client = match reqwest::Client::builder().timeout(FETCH_TIMEOUT).build() {
         Ok(c) => c,
@@ -46,8 +49,12 @@ pub async fn run(cp: Arc<ControlPlane>, settings: ThreatSettings, rescan: bool, 
     loop {
         let changed = load_all(&cp, &client, &mut loaded, settings.max_feed_bytes).await;
         if changed && rescan {
-            match cp.rescan_threats().await {
-                Ok(o) => tracing::info!(
+            match cp.rescan_threats_once(&digest(&loaded)).await {
+                Ok(Rescan::MadeBefore(o)) => tracing::info!(
+                    at = o.at,
+                    "the lists in force were rescanned before (here or by another control plane); links not read again"
+                ),
+                Ok(Rescan::Made(o)) => tracing::info!(
                     scanned = o.scanned,
                     matched = o.matched,
                     taken_down = o.taken_down,
@@ -145,6 +152,28 @@ async fn fetch(client: &reqwest::Client, source: &str, max: u64) -> Result<Vec<u
         }
         tokio::fs::read(source).await.map_err(|e| format!("{source}: {e}"))
     }
+}
+
+/// A hash of the lists in force (each one's name, format and content, in order) and of the
+/// matching rules: the key of a rescan made against them. SHA-256, so it is the same in
+/// every process and version.
+fn digest(loaded: &[Loaded]) -> String {
+    let mut h = Sha256::new();
+    h.update(RULES_VERSION.to_be_bytes());
+    for list in loaded {
+        for field in [list.source.name.as_bytes(), list.source.format.as_str().as_bytes()] {
+            h.update((field.len() as u64).to_be_bytes());
+            h.update(field);
+        }
+        match &list.good {
+            Some((bytes, _, _)) => {
+                h.update([1]);
+                h.update(Sha256::digest(bytes));
+            }
+            None => h.update([0]),
+        }
+    }
+    hex::encode(h.finalize())
 }
 
 /// A hash of a feed's bytes, to tell a changed list.

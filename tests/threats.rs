@@ -1,8 +1,8 @@
 //! Abuse kept out (SPEC §12, issue 33), black-box on the all-in-one: threat lists read from
 //! a local file and from a feed served on loopback, refreshed every second; a create on a
 //! listed target refused naming the list; a feed refresh taking a live link down with its
-//! audit entry; an operator reinstating it for good; anonymous abuse reports, rate limited
-//! and listed for operators.
+//! audit entry; an operator reinstating it for good; a restart on lists already rescanned
+//! reading no link again; anonymous abuse reports, rate limited and listed for operators.
 
 mod common;
 
@@ -213,6 +213,57 @@ async fn threat_lists_refuse_targets_take_links_down_on_refresh_and_operators_re
         .await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "the entries before stay in force");
     assert!(rb.metric("rebound_threat_takedowns_total{list=\"urlhaus\"}").await >= 1.0);
+}
+
+/// The last rescan's time, once there was one.
+async fn last_rescan(rb: &Rebound) -> Option<String> {
+    let (_, v) = rb.api(Method::GET, "/api/v1/threat-lists", None).await;
+    v["last_rescan_at"].as_str().map(str::to_owned)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_with_the_lists_already_rescanned_reads_no_link_again() {
+    let dir = temp_dir();
+    let hosts = dir.path().join("blocked-hosts.txt");
+    std::fs::write(&hosts, "bad.example\n").unwrap();
+    let lists = format!("local=domains:{}", hosts.display());
+    let env = [
+        ("REBOUND_THREAT_LISTS", lists.as_str()),
+        ("REBOUND_THREAT_REFRESH_SECS", "1"),
+    ];
+    let rb = Rebound::start(dir.path(), &env);
+    rb.wait_ready().await;
+    rb.create_code(json!({"long_url": "https://fine.example/", "custom_alias": "fine"}))
+        .await;
+    let first = Arc::new(Mutex::new(None));
+    within_20_s("the first load's rescan", || async {
+        *first.lock().unwrap() = last_rescan(&rb).await;
+        first.lock().unwrap().is_some()
+    })
+    .await;
+    let first = first.lock().unwrap().clone().unwrap();
+    drop(rb);
+
+    // The same lists after a restart: the rescan recorded in the store is the last one; no
+    // link is read again (a rescan now would have a time of its own).
+    let rb = Rebound::start(dir.path(), &env);
+    rb.wait_ready().await;
+    within_20_s("the lists loaded again", || async { last_rescan(&rb).await.is_some() }).await;
+    assert_eq!(last_rescan(&rb).await.as_deref(), Some(first.as_str()));
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        last_rescan(&rb).await.as_deref(),
+        Some(first.as_str()),
+        "refreshes of unchanged lists rescan nothing"
+    );
+
+    // Changed lists are rescanned: a link they hold is taken down.
+    std::fs::write(&hosts, "bad.example\nfine.example\n").unwrap();
+    within_20_s("the changed list rescanned", || async {
+        status_of(&rb, "fine").await == 404
+    })
+    .await;
+    assert_ne!(last_rescan(&rb).await.unwrap(), first, "a rescan of its own");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,7 +3,7 @@
 //! operator: `reinstate`), the lists' state for operators, and anonymous abuse reports.
 //!
 //! Loading the lists (files, URLs, the schedule) is the caller's: it hands each load to
-//! [`ThreatLists::install`] and asks for a [`ControlPlane::rescan_threats`] when a list
+//! [`ThreatLists::install`] and asks for a [`ControlPlane::rescan_threats_once`] when a list
 //! changed. Nothing here fetches anything.
 
 use crate::auth::{Caller, Principal};
@@ -54,7 +54,7 @@ pub struct ListState {
 }
 
 /// What the last rescan did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RescanOutcome {
     pub at: UnixMillis,
     /// Links read.
@@ -106,6 +106,21 @@ fn allowed_setting(key: &str) -> String {
     format!("threat_allowed:{key}")
 }
 
+/// The setting that records a rescan against the lists whose content hashes to `digest`
+/// (its outcome, as JSON), written once that rescan finished with no failure.
+fn rescanned_setting(digest: &str) -> String {
+    format!("threat_rescanned:{digest}")
+}
+
+/// A rescan asked for after the lists changed: made now, or made before against the same
+/// lists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rescan {
+    Made(RescanOutcome),
+    /// Made before by this control plane or another, now or before a restart: not again.
+    MadeBefore(RescanOutcome),
+}
+
 impl ControlPlane {
     /// The threat lists in force (their loader installs them).
     pub fn threat_lists(&self) -> &ThreatLists {
@@ -133,6 +148,33 @@ impl ControlPlane {
             }
             None => Ok(()),
         }
+    }
+
+    /// [`Self::rescan_threats`], unless a rescan against exactly these lists (`digest`: a
+    /// hash of every list's name, format and content in force, and of the matching rules)
+    /// already finished with no failure, here or in another control plane, before a restart
+    /// too: then its outcome is the last rescan, and no link is read. Links made since were
+    /// checked against the same lists when they were made (and edits too), so a rescan would
+    /// find nothing new; a control plane's start no longer reads the whole table when its
+    /// lists are the ones already rescanned. A rescan with a failed takedown is not recorded,
+    /// so the next change or start tries again.
+    pub async fn rescan_threats_once(&self, digest: &str) -> Result<Rescan, StoreError> {
+        let setting = rescanned_setting(digest);
+        if let Some(saved) = self.store.read_setting(&setting).await? {
+            match serde_json::from_str::<RescanOutcome>(&saved) {
+                Ok(outcome) => {
+                    *self.threats.last_rescan.write().unwrap_or_else(|e| e.into_inner()) = Some(outcome.clone());
+                    return Ok(Rescan::MadeBefore(outcome));
+                }
+                Err(e) => tracing::warn!(error = %e, %setting, "a recorded rescan is not readable; rescanning"),
+            }
+        }
+        let outcome = self.rescan_threats().await?;
+        if outcome.failed == 0 {
+            let saved = serde_json::to_string(&outcome).expect("a rescan outcome serializes");
+            self.store.get_or_init_setting(&setting, &saved).await?;
+        }
+        Ok(Rescan::Made(outcome))
     }
 
     /// Reads every link and takes down each active one a list holds (reason

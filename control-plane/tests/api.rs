@@ -2460,6 +2460,51 @@ async fn a_target_on_a_threat_list_is_refused_on_create_edit_and_import_naming_t
 }
 
 #[tokio::test]
+async fn a_rescan_against_lists_already_rescanned_is_not_made_again() {
+    use rebound_control_plane::threats::Rescan;
+    use rebound_core::threat::FeedFormat;
+    let h = harness().await;
+    let r = h
+        .create(
+            OPERATOR,
+            json!({"long_url": "https://malware.example/a", "custom_alias": "bad1"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED);
+    threat_lists(&h, &[("urlhaus", FeedFormat::Domains, "malware.example\n")]);
+    let made = match h.cp.rescan_threats_once("lists-1").await.unwrap() {
+        Rescan::Made(o) => o,
+        other => panic!("a first rescan is made: {other:?}"),
+    };
+    assert_eq!((made.scanned, made.taken_down, made.failed), (1, 1, 0));
+    // A link made while no list was in force (a control plane whose lists had not loaded):
+    // a rescan against the same lists again reads nothing and leaves it, and the last
+    // rescan shown is the recorded one.
+    threat_lists(&h, &[]);
+    let r = h
+        .create(
+            OPERATOR,
+            json!({"long_url": "https://malware.example/b", "custom_alias": "bad2"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED);
+    threat_lists(&h, &[("urlhaus", FeedFormat::Domains, "malware.example\n")]);
+    assert_eq!(
+        h.cp.rescan_threats_once("lists-1").await.unwrap(),
+        Rescan::MadeBefore(made.clone())
+    );
+    assert!(h.store.get_link("bad2").await.unwrap().unwrap().is_active);
+    let lists = h.call(Method::GET, "/api/v1/threat-lists", Some(OPERATOR), None).await;
+    assert_eq!(lists.body["last_rescan_scanned"], 1, "{:?}", lists.body);
+    // Other lists are rescanned.
+    match h.cp.rescan_threats_once("lists-2").await.unwrap() {
+        Rescan::Made(o) => assert_eq!((o.scanned, o.matched, o.taken_down), (2, 1, 1)),
+        other => panic!("other lists are rescanned: {other:?}"),
+    }
+    assert!(!h.store.get_link("bad2").await.unwrap().unwrap().is_active);
+}
+
+#[tokio::test]
 async fn a_rescan_takes_matching_links_down_and_an_operator_reinstates_one_for_good() {
     use rebound_core::threat::FeedFormat;
     let h = harness().await;

@@ -21,6 +21,12 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use url::Host;
 
+/// The version of the reading and matching rules above. A rescan against some lists is
+/// recorded under a hash of their content and of this number, so that a control plane
+/// whose lists were already rescanned does not read every link again: bump it whenever a
+/// feed is read or a target matched differently, so the next start rescans.
+pub const RULES_VERSION: u32 = 1;
+
 /// Longest URL entry kept, in bytes: longer than any target a deployment should accept.
 pub const MAX_FEED_URL_BYTES: usize = 16 * 1024;
 
