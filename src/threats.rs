@@ -7,7 +7,7 @@
 use crate::settings::{ThreatListSource, ThreatSettings};
 use rebound_control_plane::threats::{ListState, Rescan};
 use rebound_control_plane::ControlPlane;
-use rebound_core::threat::{parse_feed, ThreatIndex, RULES_VERSION};
+use rebound_core::threat::{parse_feed, ParsedFeed, ThreatIndex, RULES_VERSION};
 use rebound_core::UnixMillis;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -20,9 +20,17 @@ const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
 /// A list's last good content, and how its last load went.
 struct Loaded {
     source: ThreatListSource,
-    /// The bytes in force, their hash, and when they were loaded.
-    good: Option<(Vec<u8>, u64, UnixMillis)>,
+    good: Option<Good>,
     error: Option<String>,
+}
+
+/// A list's content in force.
+struct Good {
+    feed: ParsedFeed,
+    /// The SHA-256 of the bytes it was read from: a download with the same is not read again.
+    sha: [u8; 32],
+    /// When it was loaded.
+    at: UnixMillis,
 }
 
 /// Loads the lists now and every `settings.refresh_secs` until `stop`; rescans the links
@@ -75,22 +83,35 @@ pub async fn run(cp: Arc<ControlPlane>, settings: ThreatSettings, rescan: bool, 
     }
 }
 
-/// Loads every list once and puts them in force; whether any list's content changed.
+/// Loads every list once and puts them in force; whether any list's content changed. A
+/// download with the bytes in force is not parsed again, and the index is built again only
+/// when a list's content changed.
 async fn load_all(cp: &ControlPlane, client: &reqwest::Client, loaded: &mut [Loaded], max: u64) -> bool {
     let mut changed = false;
     for list in loaded.iter_mut() {
         let attempt = match fetch(client, &list.source.source, max).await {
-            Ok(bytes) => parse_feed(list.source.format, &bytes)
-                .map(|_| bytes)
-                .map_err(|e| e.to_string()),
+            Ok(bytes) => {
+                let sha: [u8; 32] = Sha256::digest(&bytes).into();
+                match list.good.as_ref().is_some_and(|g| g.sha == sha) {
+                    true => Ok(None),
+                    false => parse_feed(list.source.format, &bytes)
+                        .map(|feed| {
+                            Some(Good {
+                                feed,
+                                sha,
+                                at: cp.now(),
+                            })
+                        })
+                        .map_err(|e| e.to_string()),
+                }
+            }
             Err(e) => Err(e),
         };
         match attempt {
-            Ok(bytes) => {
-                let hash = hash(&bytes);
-                if list.good.as_ref().map(|g| g.1) != Some(hash) {
+            Ok(good) => {
+                if let Some(good) = good {
                     changed = true;
-                    list.good = Some((bytes, hash, cp.now()));
+                    list.good = Some(good);
                 }
                 list.error = None;
             }
@@ -100,27 +121,26 @@ async fn load_all(cp: &ControlPlane, client: &reqwest::Client, loaded: &mut [Loa
             }
         }
     }
-    let mut feeds = Vec::new();
-    let mut states = Vec::new();
-    for list in loaded.iter() {
-        let feed = list
-            .good
-            .as_ref()
-            .and_then(|(bytes, _, _)| parse_feed(list.source.format, bytes).ok());
-        states.push(ListState {
+    let states = loaded
+        .iter()
+        .map(|list| ListState {
             name: list.source.name.clone(),
             format: list.source.format.as_str().to_owned(),
             source: list.source.source.clone(),
-            entries: feed.as_ref().map_or(0, |f| f.len()),
-            skipped: feed.as_ref().map_or(0, |f| f.skipped()),
-            loaded_at: list.good.as_ref().map(|g| g.2),
+            entries: list.good.as_ref().map_or(0, |g| g.feed.len()),
+            skipped: list.good.as_ref().map_or(0, |g| g.feed.skipped()),
+            loaded_at: list.good.as_ref().map(|g| g.at),
             error: list.error.clone(),
-        });
-        if let Some(feed) = feed {
-            feeds.push((list.source.name.clone(), feed));
-        }
+        })
+        .collect();
+    if changed {
+        let feeds = loaded
+            .iter()
+            .filter_map(|list| Some((list.source.name.clone(), list.good.as_ref()?.feed.clone())));
+        cp.install_threat_lists(ThreatIndex::build(feeds), states);
+    } else {
+        cp.update_threat_lists(states);
     }
-    cp.install_threat_lists(ThreatIndex::build(feeds), states);
     changed
 }
 
@@ -166,18 +186,12 @@ fn digest(loaded: &[Loaded]) -> String {
             h.update(field);
         }
         match &list.good {
-            Some((bytes, _, _)) => {
+            Some(good) => {
                 h.update([1]);
-                h.update(Sha256::digest(bytes));
+                h.update(good.sha);
             }
             None => h.update([0]),
         }
     }
     hex::encode(h.finalize())
-}
-
-/// A hash of a feed's bytes, to tell a changed list.
-fn hash(bytes: &[u8]) -> u64 {
-    use std::hash::{BuildHasher, BuildHasherDefault};
-    BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(bytes)
 }

@@ -213,6 +213,27 @@ async fn threat_lists_refuse_targets_take_links_down_on_refresh_and_operators_re
         .await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "the entries before stay in force");
     assert!(rb.metric("rebound_threat_takedowns_total{list=\"urlhaus\"}").await >= 1.0);
+
+    // The feed back as it was: the error goes, and the same bytes are the same list (not a
+    // change: its load time and the last rescan stay).
+    let (_, before) = rb.api(Method::GET, "/api/v1/threat-lists", None).await;
+    feed.set(&urlhaus(&[
+        "http://203.0.113.9/bins/x86",
+        "https://victim.example/download/setup.exe",
+        "http://203.0.113.10/i",
+    ]));
+    within_20_s("the feed read again", || async {
+        let (_, v) = rb.api(Method::GET, "/api/v1/threat-lists", None).await;
+        v["lists"][0]["error"].is_null()
+    })
+    .await;
+    let (_, after) = rb.api(Method::GET, "/api/v1/threat-lists", None).await;
+    assert_eq!(after["lists"][0]["entries"], 3, "{after}");
+    assert_eq!(
+        after["lists"][0]["loaded_at"], before["lists"][0]["loaded_at"],
+        "{after}"
+    );
+    assert_eq!(after["last_rescan_at"], before["last_rescan_at"], "{after}");
 }
 
 /// The last rescan's time, once there was one.

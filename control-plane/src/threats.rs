@@ -3,7 +3,7 @@
 //! operator: `reinstate`), the lists' state for operators, and anonymous abuse reports.
 //!
 //! Loading the lists (files, URLs, the schedule) is the caller's: it hands each load to
-//! [`ThreatLists::install`] and asks for a [`ControlPlane::rescan_threats_once`] when a list
+//! [`ControlPlane::install_threat_lists`] and asks for a [`ControlPlane::rescan_threats_once`] when a list
 //! changed. Nothing here fetches anything.
 
 use crate::auth::{Caller, Principal};
@@ -85,9 +85,12 @@ impl ThreatLists {
         index.find(target).map(str::to_owned)
     }
 
-    /// Puts `index` (built from every list's entries in force) and the lists' states in force.
-    fn install(&self, index: ThreatIndex, lists: Vec<ListState>) {
+    /// Puts `index` (built from every list's entries in force) in force.
+    fn install_index(&self, index: ThreatIndex) {
         *self.index.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(index);
+    }
+
+    fn install_states(&self, lists: Vec<ListState>) {
         *self.lists.write().unwrap_or_else(|e| e.into_inner()) = lists;
     }
 
@@ -130,10 +133,17 @@ impl ControlPlane {
     /// Puts the lists' index and states in force after a load of every list (counted in the
     /// metrics: a state with an error is a load that failed).
     pub fn install_threat_lists(&self, index: ThreatIndex, lists: Vec<ListState>) {
+        self.threats.install_index(index);
+        self.update_threat_lists(lists);
+    }
+
+    /// Puts the lists' states in force after a load of every list that changed no list's
+    /// entries (the index in force stays; counted in the metrics like an install).
+    pub fn update_threat_lists(&self, lists: Vec<ListState>) {
         for l in &lists {
             self.metrics.threat_loaded(&l.name, l.entries, l.error.is_some());
         }
-        self.threats.install(index, lists);
+        self.threats.install_states(lists);
     }
 
     /// 400 `blocked_target` when a threat list holds `target` (a normalised target).
