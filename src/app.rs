@@ -60,6 +60,7 @@ pub fn run_all_in_one(
     let all_in_one = runtime
         .block_on(AllInOne::build(&settings, metrics, store, clock))
         .with_context(|| format!("starting on {}", store_place(&settings)))?;
+    let stop = stop_requested(true, runtime.handle());
     listeners.announce_redirect()?;
     api_port.announce("API")?;
     listeners.metrics.announce("metrics")?;
@@ -70,7 +71,7 @@ pub fn run_all_in_one(
             api: api_port,
         },
         click_writes,
-        stop_requested(true),
+        stop,
         runtime,
     )
 }
@@ -95,6 +96,7 @@ pub fn run_proxy(settings: Settings, options: RunOptions, runtime: &tokio::runti
     if let Some(cache) = &redis {
         RedisBreakerState::register(&metrics.registry, cache.clone()).context("declaring metrics")?;
     }
+    let stop = stop_requested(true, runtime.handle());
     listeners.announce_redirect()?;
     listeners.metrics.announce("metrics")?;
     let sink: Arc<dyn ClickSink> = match &settings.queue {
@@ -126,7 +128,7 @@ pub fn run_proxy(settings: Settings, options: RunOptions, runtime: &tokio::runti
         certificates: store.clone(),
         domains: store,
     };
-    dp.run(adapters, listeners, stop_requested(true), runtime)
+    dp.run(adapters, listeners, stop, runtime)
 }
 
 /// A proxy's start: a configured permutation key other than the one the control planes
@@ -209,12 +211,13 @@ pub async fn run_control_plane(settings: Settings) -> anyhow::Result<()> {
     let cp = ControlPlane::build(&settings, &metrics, adapters)
         .await
         .with_context(|| format!("starting on {}", store_place(&settings)))?;
+    let stop = stop_requested(false, &tokio::runtime::Handle::current());
     listeners.api.announce("API")?;
     if let Some(port) = &listeners.metrics {
         port.announce("metrics")?;
     }
     cp.run(listeners, async {
-        stop_requested(false).await;
+        stop.await;
     })
     .await
 }

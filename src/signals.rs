@@ -10,15 +10,21 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-/// Resolves when the process is asked to stop: SIGTERM drains; with `hand_over`, SIGQUIT
-/// hands the listeners over. SIGINT exits the process at once.
-pub async fn stop_requested(hand_over: bool) -> Shutdown {
+/// Listens, from this call on, for what asks the process to stop, and resolves when it is
+/// asked: SIGTERM drains; with `hand_over`, SIGQUIT hands the listeners over. SIGINT exits
+/// the process at once. The handlers are installed here, not at the first poll: a process
+/// polls it only once its redirect server runs, and a SIGTERM before that (an orchestrator
+/// stopping a process it just started) would otherwise take the signal's default action and
+/// end the process without its drain. Call it before announcing the listeners, on a thread
+/// inside `runtime` (its reactor receives the signals).
+pub fn stop_requested(
+    hand_over: bool,
+    runtime: &tokio::runtime::Handle,
+) -> impl std::future::Future<Output = Shutdown> + Send + 'static {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-        tracing::error!("cannot listen for signals");
-        return std::future::pending().await;
-    };
-    let mut quit = match hand_over {
+    let _inside = runtime.enter();
+    let listening = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()));
+    let quit = match hand_over {
         true => match signal(SignalKind::quit()) {
             Ok(quit) => Some(quit),
             Err(e) => {
@@ -28,24 +34,31 @@ pub async fn stop_requested(hand_over: bool) -> Shutdown {
         },
         false => None,
     };
-    let quit = async {
-        match &mut quit {
-            Some(quit) => quit.recv().await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        _ = term.recv() => {
-            tracing::info!("SIGTERM: draining");
-            Shutdown::Drain
-        }
-        _ = quit => {
-            tracing::info!("SIGQUIT: handing the listeners to the new process, then draining");
-            Shutdown::HandOver
-        }
-        _ = int.recv() => {
-            tracing::info!("SIGINT: exiting now");
-            std::process::exit(130);
+    async move {
+        let (Ok(mut term), Ok(mut int)) = listening else {
+            tracing::error!("cannot listen for signals");
+            return std::future::pending().await;
+        };
+        let mut quit = quit;
+        let quit = async {
+            match &mut quit {
+                Some(quit) => quit.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = term.recv() => {
+                tracing::info!("SIGTERM: draining");
+                Shutdown::Drain
+            }
+            _ = quit => {
+                tracing::info!("SIGQUIT: handing the listeners to the new process, then draining");
+                Shutdown::HandOver
+            }
+            _ = int.recv() => {
+                tracing::info!("SIGINT: exiting now");
+                std::process::exit(130);
+            }
         }
     }
 }

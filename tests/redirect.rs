@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::rebound::{exchange, End, Rebound};
+use common::rebound::{exchange, End, Rebound, ALL_PORTS};
 use common::*;
 use reqwest::StatusCode;
 use serde_json::json;
@@ -664,6 +664,22 @@ async fn a_tiny_click_queue_drops_and_counts_without_failing_redirects() {
     while rb.metric("rebound_clicks_flushed_total").await < queued {
         assert!(Instant::now() < deadline, "the queued clicks were not written");
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A SIGTERM the moment a process has announced its ports (an orchestrator stopping what
+/// it just started) drains it like any other: the handlers are installed before the ports
+/// are announced, not when the redirect server first waits for them (before, such a
+/// SIGTERM took its default action and killed the process).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigterm_right_after_start_drains_and_exits_cleanly() {
+    for round in 0..5 {
+        let dir = temp_dir();
+        let mut run = start(&[], dir.path(), &[("REBOUND_LOG", "info")], ALL_PORTS);
+        let status = run.terminate();
+        let log = run.log();
+        assert!(status.success(), "round {round}: {status:?}\n{log:#?}");
+        assert!(log.iter().any(|l| l.contains("SIGTERM: draining")), "{log:#?}");
     }
 }
 
