@@ -486,6 +486,53 @@ async fn deletes_wait_for_the_proxies_a_redis_that_lost_writes_dropped_from_the_
     history.assert_clean("a Redis that lost the registry");
 }
 
+/// The proxies of a fault schedule, probed after it.
+struct Fleet<'a> {
+    history: &'a History,
+    client: &'a reqwest::Client,
+    /// Each proxy's name and redirect URL, beside `proxies`.
+    addrs: &'a [(String, String)],
+    proxies: &'a [Running],
+    seed: u64,
+}
+
+impl Fleet<'_> {
+    /// Probes `code` on every proxy until `settled(status, location)` holds there (status 0:
+    /// no answer), each probe recorded; panics with the proxy's metrics when one has not
+    /// settled 20 s after `started`. `wanted` names the settled answer in that message.
+    async fn settles(&self, code: &str, started: Instant, wanted: &str, settled: impl Fn(u16, Option<&str>) -> bool) {
+        let limit = Duration::from_secs(20);
+        for ((name, addr), proxy) in self.addrs.iter().zip(self.proxies) {
+            loop {
+                let (status, location) = probe_answer(self.history, self.client, addr, name, code).await;
+                if settled(status, location.as_deref()) {
+                    break;
+                }
+                if started.elapsed() >= limit {
+                    // What the proxy's tiers and invalidation channel say, for the diagnosis.
+                    let said: Vec<String> = scrape(proxy)
+                        .await
+                        .lines()
+                        .filter(|l| !l.starts_with('#'))
+                        .filter(|l| {
+                            ["invalidation", "lookups", "l1_", "epoch", "reads_"]
+                                .iter()
+                                .any(|k| l.contains(k))
+                        })
+                        .map(str::to_owned)
+                        .collect();
+                    panic!(
+                        "seed {}: {code} still answers {status} ({location:?}), not {wanted}, on {name} after {limit:?}; its metrics:\n{}",
+                        self.seed,
+                        said.join("\n")
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
 /// A small generator from a seed (xorshift), so a schedule replays from its seed.
 struct Schedule(u64);
 
@@ -689,37 +736,17 @@ async fn a_randomized_schedule_of_faults_breaks_neither_i1_nor_i2() {
         .count();
     assert!(served_edited > 0, "no probe was answered with an edited target");
     // Deletes that answered 503 were durable: the reconcilers finish them, with no retry.
+    let fleet = Fleet {
+        history: &history,
+        client: &client,
+        addrs: &addrs,
+        proxies: &proxies,
+        seed,
+    };
     let pending = pending.lock().unwrap().clone();
     let started = Instant::now();
     for code in &pending {
-        for ((name, addr), proxy) in addrs.iter().zip(&proxies) {
-            let limit = Duration::from_secs(20);
-            loop {
-                let answer = probe_with(&history, &client, addr, name, code).await;
-                if answer == 404 {
-                    break;
-                }
-                if started.elapsed() >= limit {
-                    // What the proxy's tiers and invalidation channel say, for the diagnosis.
-                    let said: Vec<String> = scrape(proxy)
-                        .await
-                        .lines()
-                        .filter(|l| !l.starts_with('#'))
-                        .filter(|l| {
-                            ["invalidation", "lookups", "l1_", "epoch", "reads_"]
-                                .iter()
-                                .any(|k| l.contains(k))
-                        })
-                        .map(str::to_owned)
-                        .collect();
-                    panic!(
-                        "seed {seed}: {code} still answers {answer} on {name} after {limit:?}; its metrics:\n{}",
-                        said.join("\n")
-                    );
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
+        fleet.settles(code, started, "404", |status, _| status == 404).await;
     }
     eprintln!(
         "fault schedule seed {seed}: {} deletes answered 503, all 404 everywhere {:?} after the schedule ended",
@@ -727,30 +754,15 @@ async fn a_randomized_schedule_of_faults_breaks_neither_i1_nor_i2() {
         started.elapsed()
     );
     // Edits that answered 503 were durable too: the reconcilers tell every proxy, and the
-    // old target goes (the link may have been deleted since: a 404 is gone too).
+    // old target goes (the link may have been deleted since: a 404 is gone too). Only an
+    // answer counts: one without the old target in its `Location`.
     let pending_edits = pending_edits.lock().unwrap().clone();
     let started = Instant::now();
     for (code, old) in &pending_edits {
-        for (name, addr) in &addrs {
-            let limit = Duration::from_secs(20);
-            loop {
-                // Only an answer counts: one without the old target in its `Location`.
-                if let Ok(res) = client.get(format!("{addr}/{code}")).send().await {
-                    if res
-                        .headers()
-                        .get("location")
-                        .is_none_or(|l| l.as_bytes() != old.as_bytes())
-                    {
-                        break;
-                    }
-                }
-                assert!(
-                    started.elapsed() < limit,
-                    "seed {seed}: {code} still redirects to {old} (or does not answer) on {name} after {limit:?}"
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
+        let gone = |status, location: Option<&str>| status != 0 && location != Some(old.as_str());
+        fleet
+            .settles(code, started, &format!("no redirect to {old}"), gone)
+            .await;
     }
     eprintln!(
         "fault schedule seed {seed}: {} edits answered 503, the old target gone everywhere {:?} after",

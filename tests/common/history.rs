@@ -175,6 +175,17 @@ pub async fn probe(history: &History, proxy: &Running, name: &str, code: &str) -
 /// Probes `code` at `proxy` (its redirect port's URL) with `client` and records the
 /// answer (0 when none came: a stopped proxy, with a client's short timeout).
 pub async fn probe_with(history: &History, client: &reqwest::Client, proxy: &str, name: &str, code: &str) -> u16 {
+    probe_answer(history, client, proxy, name, code).await.0
+}
+
+/// [`probe_with`], returning the `Location` too.
+pub async fn probe_answer(
+    history: &History,
+    client: &reqwest::Client,
+    proxy: &str,
+    name: &str,
+    code: &str,
+) -> (u16, Option<String>) {
     let start = Instant::now();
     let (answer, location) = match client.get(format!("{proxy}/{code}")).send().await {
         Ok(r) => {
@@ -191,10 +202,10 @@ pub async fn probe_with(history: &History, client: &reqwest::Client, proxy: &str
         code: code.to_owned(),
         proxy: name.to_owned(),
         status: answer,
-        location,
+        location: location.clone(),
     };
     history.record(op, start, Instant::now());
-    answer
+    (answer, location)
 }
 
 /// Creates a link through `cp` and records it; returns its code.
