@@ -329,12 +329,17 @@ impl ControlPlane {
         let lease = self.propagations.lease_from(now);
         let restored = match self.store.restore_link_pending(key, link.version, &lease).await {
             Ok(restored) => restored,
-            Err(StoreError::ConditionFailed) => {
-                return Err(ApiError::Conflict {
-                    code: "conflict",
-                    message: "the link was changed by another request meanwhile; retry",
-                })
-            }
+            // Changed meanwhile; or this very write landed and the store client's retry of it
+            // found its condition spent: active one version on is this reinstatement.
+            Err(StoreError::ConditionFailed) => match self.store.get_link(key).await? {
+                Some(now) if now.is_active && now.version == link.version + 1 => now,
+                _ => {
+                    return Err(ApiError::Conflict {
+                        code: "conflict",
+                        message: "the link was changed by another request meanwhile; retry",
+                    })
+                }
+            },
             Err(e) => return Err(e.into()),
         };
         let delivered = self.events.changed(&restored).await;

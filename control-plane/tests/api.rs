@@ -2372,6 +2372,79 @@ async fn an_edit_the_caches_did_not_hear_answers_503_and_its_retry_tells_them() 
     );
 }
 
+#[tokio::test]
+async fn an_edit_whose_store_write_was_retried_after_it_landed_answers_200_not_412() {
+    let h = harness().await;
+    h.create(
+        OPERATOR,
+        json!({"long_url": "https://e.com/", "custom_alias": "landed"}),
+    )
+    .await;
+    // The write lands, and the store client's retry of it finds version 2 and answers that
+    // its condition failed.
+    h.store.set_writes_retried(true);
+    let r = edit(
+        &h,
+        "landed",
+        OPERATOR,
+        Some("\"1\""),
+        json!({"long_url": "https://f.com/", "password": "open sesame"}),
+    )
+    .await;
+    h.store.set_writes_retried(false);
+    assert_eq!(
+        (r.status, &r.body["version"], &r.body["long_url"]),
+        (StatusCode::OK, &json!(2), &json!("https://f.com/")),
+        "{:?}",
+        r.body
+    );
+    assert_eq!(h.events.changed.lock().unwrap().len(), 1, "the caches were told");
+    // A write that another edit of version 1 made (other fields) is still refused.
+    h.store.set_writes_retried(true);
+    let r = edit(
+        &h,
+        "landed",
+        OPERATOR,
+        Some("\"2\""),
+        json!({"long_url": "https://g.com/"}),
+    )
+    .await;
+    h.store.set_writes_retried(false);
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let r = edit(
+        &h,
+        "landed",
+        OPERATOR,
+        Some("\"2\""),
+        json!({"long_url": "https://h.com/"}),
+    )
+    .await;
+    assert_error(&r, StatusCode::PRECONDITION_FAILED, "version_mismatch");
+    let link = h.store.get_link("landed").await.unwrap().unwrap();
+    assert_eq!((link.version, link.long_url.as_str()), (3, "https://g.com/"));
+}
+
+#[tokio::test]
+async fn a_reinstatement_whose_store_write_was_retried_after_it_landed_answers_200_not_409() {
+    use rebound_core::threat::FeedFormat;
+    let h = harness().await;
+    h.create(
+        OPERATOR,
+        json!({"long_url": "https://x.listed.example/", "custom_alias": "relisted"}),
+    )
+    .await;
+    threat_lists(&h, &[("local", FeedFormat::Domains, "listed.example\n")]);
+    assert_eq!(h.cp.rescan_threats().await.unwrap().taken_down, 1);
+    h.store.set_writes_retried(true);
+    let r = h
+        .call(Method::POST, "/api/v1/links/relisted/reinstate", Some(OPERATOR), None)
+        .await;
+    h.store.set_writes_retried(false);
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!((&r.body["is_active"], &r.body["version"]), (&json!(true), &json!(3)));
+    assert_eq!(h.events.changed.lock().unwrap().len(), 1, "the caches were told");
+}
+
 /// Puts `lists` (name, format, feed text) in force, as the loader does.
 fn threat_lists(h: &Harness, lists: &[(&str, rebound_core::threat::FeedFormat, &str)]) {
     use rebound_control_plane::threats::ListState;

@@ -38,6 +38,7 @@ impl State {
 pub struct MemoryStore {
     state: Mutex<State>,
     unavailable: AtomicBool,
+    retried_writes: AtomicBool,
     link_reads: AtomicU64,
     certificates: crate::certs::MemoryCertificates,
     domains: crate::domains::MemoryDomains,
@@ -51,6 +52,12 @@ impl MemoryStore {
     /// While true, every call fails with `Unavailable`.
     pub fn set_unavailable(&self, down: bool) {
         self.unavailable.store(down, Ordering::SeqCst);
+    }
+
+    /// While true, each versioned change of a link is applied and then answered as a store
+    /// client's retry of it would be after a lost answer: `ConditionFailed`.
+    pub fn set_writes_retried(&self, retried: bool) {
+        self.retried_writes.store(retried, Ordering::SeqCst);
     }
 
     /// How many `get_link` calls were made.
@@ -86,7 +93,10 @@ impl MemoryStore {
         *link = change(link);
         let next = link.clone();
         s.pending(&next, lease);
-        Ok(next)
+        match self.retried_writes.load(Ordering::SeqCst) {
+            true => Err(StoreError::ConditionFailed),
+            false => Ok(next),
+        }
     }
 }
 

@@ -79,17 +79,23 @@ impl ControlPlane {
         let lease = self.propagations.lease_from(now);
         let edited = match self.store.edit_link_pending(key, if_match, &edit, &lease).await {
             Ok(edited) => edited,
-            // Changed, or taken down, meanwhile.
-            Err(StoreError::ConditionFailed) => {
-                return Err(match self.store.get_link(key).await? {
-                    Some(now) if now.is_active => stale(&now),
-                    Some(_) => ApiError::Conflict {
-                        code: "link_inactive",
-                        message: "the link is deleted or taken down; it cannot be edited",
-                    },
-                    None => ApiError::NotFound("no such link"),
-                })
-            }
+            // Changed, or taken down, meanwhile; or this very write landed and a retry of it
+            // (the store client's, after a lost answer) found its condition spent: the link
+            // one version on with exactly these fields (the password's hash is this write's,
+            // salt and all) is this edit.
+            Err(StoreError::ConditionFailed) => match self.store.get_link(key).await? {
+                Some(now) if now.is_active && now.version == if_match + 1 && now.editable() == edit => now,
+                found => {
+                    return Err(match found {
+                        Some(now) if now.is_active => stale(&now),
+                        Some(_) => ApiError::Conflict {
+                            code: "link_inactive",
+                            message: "the link is deleted or taken down; it cannot be edited",
+                        },
+                        None => ApiError::NotFound("no such link"),
+                    })
+                }
+            },
             Err(StoreError::NotFound) => return Err(ApiError::NotFound("no such link")),
             Err(e) => return Err(e.into()),
         };
