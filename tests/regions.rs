@@ -732,3 +732,153 @@ async fn a_partition_between_regions_refuses_what_needs_both_and_converges_once_
     assert_eq!(status, 201, "{link}");
     history.assert_clean("a partition between the regions");
 }
+
+/// The target `proxy` redirects `code` to right now (`None`: not a redirect).
+async fn target_at(history: &History, proxy: &Running, name: &str, code: &str) -> Option<String> {
+    probe_answer(history, &http(), &proxy.addr("redirect"), name, code)
+        .await
+        .1
+}
+
+/// What each region's replica holds for `code`, read through its control plane:
+/// (is_active, version, long_url).
+async fn as_replicated(cp: &Running, code: &str) -> (bool, u64, String) {
+    let (s, v) = api(cp, reqwest::Method::GET, &format!("/api/v1/links/{code}"), None).await;
+    assert_eq!(s, reqwest::StatusCode::OK, "{v}");
+    (
+        v["is_active"].as_bool().unwrap(),
+        v["version"].as_u64().unwrap(),
+        v["long_url"].as_str().unwrap().to_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_DYNAMODB_URL, moto_server and redis-server (the test services): scripts/test starts them and runs it"]
+async fn a_link_changed_in_two_regions_at_once_is_changed_once_and_a_deletion_is_never_undone() {
+    // Issue 42, items 10 and 11: every change of an existing link is decided in the home
+    // region, so two changes of one version made through two regions cannot both succeed,
+    // and an edit can never revive a link deleted through the other region.
+    let dir = temp_dir();
+    let regions = Regions::start(dir.path()).await;
+    let history = History::default();
+    let [cp_a, cp_b] = &regions.cps;
+    let apis = [cp_a.api(), cp_b.api()];
+    let client = http();
+    let mut codes = Vec::new();
+    for i in 0..10 {
+        let (status, link) = create_with(
+            &history,
+            &regions.cps[i % 2],
+            json!({"long_url": format!("https://example.com/both/{i}")}),
+        )
+        .await;
+        assert_eq!(status, 201, "{link}");
+        codes.push(link["code"].as_str().unwrap().to_owned());
+    }
+    // Both replicas hold every link, and every proxy has it in L1.
+    regions.replicated.settle(Duration::from_secs(30)).await;
+    for code in &codes {
+        for (name, p) in &regions.proxies {
+            assert_eq!(probe(&history, p, name, code).await, 302, "{name}");
+        }
+    }
+
+    // Two edits of version 1 at once, one through each region: one succeeds, the other is
+    // refused as stale, and every proxy and both replicas end on the one that succeeded.
+    let mut winners = BTreeMap::new();
+    for (i, code) in codes[..4].iter().enumerate() {
+        let from = format!("https://example.com/both/{i}");
+        let (to_a, to_b) = (
+            format!("https://example.com/a/{i}"),
+            format!("https://example.com/b/{i}"),
+        );
+        let (a, b) = tokio::join!(
+            edit_at(&history, &client, &apis[0], code, (1, &from, &to_a)),
+            edit_at(&history, &client, &apis[1], code, (1, &from, &to_b)),
+        );
+        let winner = match (a, b) {
+            (Changed::Ok, Changed::Unknown) => to_a,
+            (Changed::Unknown, Changed::Ok) => to_b,
+            other => panic!("{code}: two edits of version 1 answered {other:?}; exactly one may succeed"),
+        };
+        for (name, p) in &regions.proxies {
+            assert_eq!(
+                target_at(&history, p, name, code).await.as_deref(),
+                Some(winner.as_str()),
+                "{name}: {code} right after the edits returned"
+            );
+        }
+        winners.insert(code.clone(), winner);
+    }
+
+    // A delete or takedown through one region, then an edit of the old version through the
+    // other: the edit is refused, and the link stays down everywhere.
+    for (i, code) in codes[4..].iter().enumerate() {
+        let (delete_in, edit_in) = if i % 2 == 0 { (1, 0) } else { (0, 1) };
+        assert_eq!(
+            delete_at(&history, &client, &apis[delete_in], code, i % 3 == 2).await,
+            Changed::Ok,
+            "{code}: the delete through region {delete_in}"
+        );
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let from = format!("https://example.com/both/{}", i + 4);
+        let to = format!("https://example.com/revived/{i}");
+        let start = Instant::now();
+        let answer = client
+            .patch(format!("{}/api/v1/links/{code}", apis[edit_in]))
+            .bearer_auth(OPERATOR_KEY)
+            .header("if-match", "\"1\"")
+            .json(&json!({"long_url": to}))
+            .send()
+            .await
+            .unwrap();
+        let status = answer.status().as_u16();
+        history.record(
+            Op::Edit {
+                code: code.clone(),
+                from,
+                ok: status == 200,
+            },
+            start,
+            Instant::now(),
+        );
+        assert!(
+            matches!(status, 409 | 412),
+            "{code}: an edit through region {edit_in} after the delete answered {status}"
+        );
+        for (name, p) in &regions.proxies {
+            assert_eq!(probe(&history, p, name, code).await, 404, "{name}: {code}");
+        }
+    }
+
+    // Once replicated, both replicas agree, and so does every proxy.
+    regions.replicated.settle(Duration::from_secs(30)).await;
+    tokio::time::sleep(REPLICATION_LAG).await;
+    regions.replicated.settle(Duration::from_secs(30)).await;
+    for (code, winner) in &winners {
+        for cp in &regions.cps {
+            assert_eq!(as_replicated(cp, code).await, (true, 2, winner.clone()), "{code}");
+        }
+        for (name, p) in &regions.proxies {
+            assert_eq!(
+                target_at(&history, p, name, code).await.as_deref(),
+                Some(winner.as_str()),
+                "{name}: {code} once replicated"
+            );
+        }
+    }
+    for code in &codes[4..] {
+        for cp in &regions.cps {
+            let (active, _, _) = as_replicated(cp, code).await;
+            assert!(!active, "{code}: a replica holds the deleted link active");
+        }
+        for (name, p) in &regions.proxies {
+            assert_eq!(
+                probe(&history, p, name, code).await,
+                404,
+                "{name}: {code} once replicated"
+            );
+        }
+    }
+    history.assert_clean("changes in two regions at once");
+}

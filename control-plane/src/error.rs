@@ -43,6 +43,10 @@ pub enum ApiError {
     Unavailable(String),
     #[error("this write is made in the home region, which cannot be reached; retry")]
     HomeUnavailable(String),
+    /// A change of a link made in this region moments ago, which the home region (where a
+    /// link's changes are decided) has not received yet.
+    #[error("the link was made in this region moments ago and the home region, which decides its changes, does not have it yet; retry")]
+    NotReplicated,
     #[error("internal error")]
     Internal(String),
 }
@@ -74,6 +78,7 @@ impl ApiError {
             ApiError::PreconditionRequired => (StatusCode::PRECONDITION_REQUIRED, "if_match_required"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ApiError::HomeUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "home_unavailable"),
+            ApiError::NotReplicated => (StatusCode::SERVICE_UNAVAILABLE, "not_replicated"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -133,7 +138,8 @@ impl IntoResponse for ApiError {
             ApiError::InvalidationFailed
             | ApiError::EditNotPropagated
             | ApiError::Unavailable(_)
-            | ApiError::HomeUnavailable(_) => {
+            | ApiError::HomeUnavailable(_)
+            | ApiError::NotReplicated => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             ApiError::Unauthorized(_) => {

@@ -6,17 +6,20 @@
 //! earlier one). Generated codes are not forwarded: each region leases from its own slot of
 //! the code space.
 //!
-//! A delete or takedown is made here when this region's replica has the link: a link only
-//! ever goes from active to down, so two regions taking one link down at once converge on a
-//! link that is down whichever write wins, and the tombstone is fanned out from here to
-//! every region. When this replica does not have the link (yet: an alias made at home, not
-//! replicated here), the home region's answer decides.
+//! Every change of an existing link (edit, delete, takedown, reinstate) is decided at home
+//! too: the replicas converge by last writer wins, so two changes of one version made in two
+//! regions would both succeed and the later copy would silently replace the earlier one (an
+//! edit reviving a deleted link, two edits each told "200"). At home the store's
+//! conditional write orders them. A link made here moments ago that the home replica does
+//! not have yet is asked for again there until it is replicated ([`REPLICATION_WAIT`]).
+//! When the home region cannot be reached, a delete or takedown is still made here (its
+//! region's proxies answer 404 at once) and answers 503: only the home region confirms it.
 
 use crate::error::ApiError;
 use async_trait::async_trait;
 use axum::body::{Body, Bytes};
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderName, Method, Response};
+use axum::http::{HeaderName, Method, Response, StatusCode};
 use axum::middleware::Next;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,9 +52,19 @@ pub const FORWARDED_HEADERS: [HeaderName; 5] = [
 pub enum Where {
     Here,
     Home,
-    /// Here, unless this region's replica does not have the link (404): then at home.
-    HereElseHome,
+    /// A change of an existing link: at home, asked again while the home replica lacks a
+    /// link that this one has; with `down`, a delete or takedown made here (answered 503)
+    /// when the home region cannot be reached.
+    Change {
+        down: bool,
+    },
 }
+
+/// Longest a change of a link made here waits for the home replica to receive the link
+/// (a global table replicates in about a second), asking every [`REPLICATION_POLL`].
+pub const REPLICATION_WAIT: Duration = Duration::from_secs(10);
+/// How often a change waiting for the home replica asks again.
+pub const REPLICATION_POLL: Duration = Duration::from_millis(250);
 
 /// Where a request is answered, from the route it matched, the method, whether an
 /// `Idempotency-Key` came and the body (a create with an alias). A body that is not a JSON
@@ -76,16 +89,21 @@ pub fn answered(method: &Method, route: &str, idempotency_key: bool, body: &[u8]
         // A domain's name is unique, and its id comes from a counter that must be one.
         | ("POST", "/api/v1/domains")
         | ("DELETE", "/api/v1/domains/{name}") => Where::Home,
-        ("DELETE", "/api/v1/links/{code}") | ("POST", "/api/v1/links/{code}/takedown") => Where::HereElseHome,
+        ("DELETE", "/api/v1/links/{code}") | ("POST", "/api/v1/links/{code}/takedown") => Where::Change { down: true },
+        ("PATCH", "/api/v1/links/{code}") | ("POST", "/api/v1/links/{code}/reinstate") => {
+            Where::Change { down: false }
+        }
         _ => Where::Here,
     }
 }
 
-/// The forwarder's parts: the home region, and the body limits of this API (a body is read
-/// whole before it is known where it goes).
+/// The forwarder's parts: the home region, this region's own API (to tell whether this
+/// replica shows the caller a link), and the body limits of this API (a body is read whole
+/// before it is known where it goes).
 #[derive(Clone)]
 pub struct Forwarding {
     pub home: Arc<dyn HomeRegion>,
+    pub here: axum::Router,
     pub max_body_bytes: usize,
     pub max_import_body_bytes: usize,
     pub body_timeout: Duration,
@@ -119,18 +137,47 @@ pub(crate) async fn forward_unique_writes(
             false => ApiError::bad_request("invalid_body", "the request body could not be read"),
         })?;
     let idempotency_key = parts.headers.contains_key("idempotency-key");
-    match answered(&parts.method, &route, idempotency_key, &body) {
+    let down = match answered(&parts.method, &route, idempotency_key, &body) {
         Where::Here => return Ok(next.run(Request::from_parts(parts, Body::from(body))).await),
-        Where::HereElseHome => {
-            let answer = next
-                .run(Request::from_parts(parts.clone(), Body::from(body.clone())))
-                .await;
-            if answer.status() != axum::http::StatusCode::NOT_FOUND {
-                return Ok(answer);
-            }
+        Where::Home => return forward(&f, &parts, body).await,
+        Where::Change { down } => down,
+    };
+    let asked_at_home = match forward(&f, &parts, body.clone()).await {
+        Ok(answer) if answer.status() != StatusCode::NOT_FOUND => return Ok(answer),
+        Ok(not_found) => not_found,
+        Err(unavailable) if down => {
+            // Made here, so this region's proxies answer 404 at once; only the home region
+            // confirms it, so the answer is a retry whatever happened here.
+            // A link this replica does not have may be at home: not known here either way.
+            let here = next.run(Request::from_parts(parts, Body::from(body))).await;
+            return match here.status().is_success() || here.status() == StatusCode::NOT_FOUND {
+                true => Err(unavailable),
+                false => Ok(here),
+            };
         }
-        Where::Home => {}
+        Err(unavailable) => return Err(unavailable),
+    };
+    if !shown_here(&f, &parts).await {
+        return Ok(asked_at_home);
     }
+    // Made here moments ago: asked at home again once the home replica has it.
+    let deadline = tokio::time::Instant::now() + REPLICATION_WAIT;
+    while tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(REPLICATION_POLL).await;
+        let answer = forward(&f, &parts, body.clone()).await?;
+        if answer.status() != StatusCode::NOT_FOUND {
+            return Ok(answer);
+        }
+    }
+    Err(ApiError::NotReplicated)
+}
+
+/// `parts` with `body`, as the home region answered it.
+async fn forward(
+    f: &Forwarding,
+    parts: &axum::http::request::Parts,
+    body: Bytes,
+) -> Result<axum::response::Response, ApiError> {
     let mut forwarded = axum::http::Request::builder()
         .method(parts.method.clone())
         .uri(parts.uri.path_and_query().map_or("/", |p| p.as_str()));
@@ -148,6 +195,32 @@ pub(crate) async fn forward_unique_writes(
     }
 }
 
+/// Whether this region's replica shows the caller the link that `parts` changes: its
+/// `GET /api/v1/links/{code}` (same key, same domain) answered here.
+async fn shown_here(f: &Forwarding, parts: &axum::http::request::Parts) -> bool {
+    let path = parts.uri.path();
+    let link = path
+        .strip_suffix("/takedown")
+        .or_else(|| path.strip_suffix("/reinstate"))
+        .unwrap_or(path);
+    let uri = match parts.uri.query() {
+        Some(query) => format!("{link}?{query}"),
+        None => link.to_owned(),
+    };
+    let mut get = axum::http::Request::builder().method(Method::GET).uri(uri);
+    if let Some(auth) = parts.headers.get(axum::http::header::AUTHORIZATION) {
+        get = get.header(axum::http::header::AUTHORIZATION, auth);
+    }
+    let Ok(get) = get.body(Body::empty()) else {
+        return false;
+    };
+    use tower::util::ServiceExt;
+    match f.here.clone().oneshot(get).await {
+        Ok(answer) => answer.status() == StatusCode::OK,
+        Err(never) => match never {},
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,7 +228,7 @@ mod tests {
     #[test]
     fn where_each_request_is_answered() {
         use Where::*;
-        let (post, delete, get) = (Method::POST, Method::DELETE, Method::GET);
+        let (post, delete, get, patch) = (Method::POST, Method::DELETE, Method::GET, Method::PATCH);
         let cases: &[(&Method, &str, bool, &str, Where)] = &[
             // A generated code is made here, from this region's slot.
             (&post, "/api/v1/links", false, r#"{"long_url":"https://e.com"}"#, Here),
@@ -184,9 +257,17 @@ mod tests {
             (&delete, "/api/v1/domains/{name}", false, "", Home),
             (&get, "/api/v1/domains", false, "", Here),
             (&get, "/api/v1/domains/{name}", false, "", Here),
-            // A link this replica has is taken down here.
-            (&delete, "/api/v1/links/{code}", false, "", HereElseHome),
-            (&post, "/api/v1/links/{code}/takedown", false, "", HereElseHome),
+            // Every change of an existing link is decided at home.
+            (&delete, "/api/v1/links/{code}", false, "", Change { down: true }),
+            (&post, "/api/v1/links/{code}/takedown", false, "", Change { down: true }),
+            (&patch, "/api/v1/links/{code}", false, "{}", Change { down: false }),
+            (
+                &post,
+                "/api/v1/links/{code}/reinstate",
+                false,
+                "",
+                Change { down: false },
+            ),
             // Reads are answered from this region's replica.
             (&get, "/api/v1/links/{code}", false, "", Here),
             (&get, "/api/v1/links", false, "", Here),

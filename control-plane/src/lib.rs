@@ -295,6 +295,7 @@ pub fn router_forwarding(cp: Arc<ControlPlane>, home: Option<Arc<dyn home::HomeR
     if let Some(home) = home {
         let forwarding = home::Forwarding {
             home,
+            here: api::routes().with_state(cp.clone()),
             max_body_bytes: cp.config.api.max_body_bytes,
             max_import_body_bytes: cp.config.api.max_import_body_bytes,
             body_timeout: cp.config.api.body_timeout,
