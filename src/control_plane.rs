@@ -122,6 +122,7 @@ impl ControlPlane {
                         policy: r.cache_policy(),
                         acks: listener,
                         invalidation_bound: Duration::from_millis(r.invalidation_timeout_ms + r.l1_ttl_ms),
+                        l1_ttl: Duration::from_millis(r.l1_ttl_ms),
                     });
                     Arc::new(RegionTimedLinkEvents::new(events, &propagation, name))
                 };

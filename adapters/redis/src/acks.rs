@@ -115,21 +115,32 @@ pub enum WaitOutcome {
 }
 
 impl Expectation<'_> {
-    /// Waits until every one of `proxies` has acknowledged, or until `deadline`.
-    pub async fn wait_for(&self, proxies: &[String], deadline: Instant) -> WaitOutcome {
+    /// Waits until every one of `proxies` has acknowledged, or its own deadline passed (by
+    /// then what it cached of the code can no longer answer).
+    pub async fn wait_for(&self, proxies: &[(String, Instant)]) -> WaitOutcome {
         let started = Instant::now();
         let outcome = loop {
             let notified = self.waiting.notify.notified();
-            let missing: Vec<String> = {
+            let now = Instant::now();
+            let (mut unheard, mut next) = (Vec::new(), None::<Instant>);
+            {
                 let acked = self.waiting.acked.lock().unwrap_or_else(|e| e.into_inner());
-                proxies.iter().filter(|p| !acked.contains(*p)).cloned().collect()
-            };
-            if missing.is_empty() {
-                break WaitOutcome::Acknowledged;
+                for (proxy, deadline) in proxies.iter().filter(|(p, _)| !acked.contains(p)) {
+                    unheard.push(proxy.clone());
+                    if *deadline > now {
+                        next = Some(next.map_or(*deadline, |n| n.min(*deadline)));
+                    }
+                }
             }
+            let Some(next) = next else {
+                break match unheard.is_empty() {
+                    true => WaitOutcome::Acknowledged,
+                    false => WaitOutcome::WaitedOut(unheard),
+                };
+            };
             tokio::select! {
                 _ = notified => {}
-                _ = tokio::time::sleep_until(deadline) => break WaitOutcome::WaitedOut(missing),
+                _ = tokio::time::sleep_until(next) => {}
             }
         };
         let m = &self.acks.metrics;
@@ -139,6 +150,16 @@ impl Expectation<'_> {
         }
         outcome
     }
+}
+
+/// How long after a registry read a proxy that has not acknowledged may still answer with
+/// what the invalidation voids: while it trusts its L1 (at most `timeout` after the last
+/// keepalive it sent, which registered it `age` before the read), and then from entries
+/// at most `l1_ttl` old, filled before the change was written (so at most `l1_ttl` after
+/// the read). A proxy silent for longer than `timeout` (dead, or cut off from Redis) is
+/// waited for `l1_ttl`, not the whole bound.
+pub fn may_still_serve(age: Duration, timeout: Duration, l1_ttl: Duration) -> Duration {
+    timeout.saturating_sub(age).max(l1_ttl)
 }
 
 impl Acknowledgements {
@@ -159,17 +180,34 @@ impl Acknowledgements {
         }
     }
 
-    /// The proxies a delete waits for, from a registry read over `window`: those it lists
-    /// and, when it is younger than the window (the Redis lost its data), those seen in an
-    /// earlier epoch within the window and not re-registered since.
-    pub fn to_wait_for(&self, registry: &RegistryRead, window: Duration) -> Vec<String> {
+    /// The proxies a delete waits for, each with how long from the read it may still
+    /// answer from its L1 ([`may_still_serve`]), from a registry read over `window`: those
+    /// it lists and, when it is younger than the window (the Redis lost its data), those
+    /// seen in an earlier epoch within the window and not re-registered since (their last
+    /// keepalive unknown: the whole bound, `timeout + l1_ttl`).
+    pub fn to_wait_for(
+        &self,
+        registry: &RegistryRead,
+        window: Duration,
+        timeout: Duration,
+        l1_ttl: Duration,
+    ) -> Vec<(String, Duration)> {
         self.remember(registry);
-        let mut proxies = registry.proxies.clone();
+        let mut proxies: Vec<(String, Duration)> = registry
+            .proxies
+            .iter()
+            .enumerate()
+            .map(|(i, proxy)| {
+                let age = registry.ages_ms.get(i).map_or(0, |a| (*a).max(0) as u64);
+                let serves = may_still_serve(Duration::from_millis(age), timeout, l1_ttl);
+                (proxy.clone(), serves)
+            })
+            .collect();
         if !registry.complete {
             let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
             for (proxy, (epoch, at)) in seen.iter() {
-                if *epoch != registry.epoch && at.elapsed() <= window && !proxies.contains(proxy) {
-                    proxies.push(proxy.clone());
+                if *epoch != registry.epoch && at.elapsed() <= window && !registry.proxies.contains(proxy) {
+                    proxies.push((proxy.clone(), timeout + l1_ttl));
                 }
             }
         }
@@ -278,15 +316,15 @@ mod tests {
     async fn a_wait_ends_when_every_proxy_named_has_acknowledged_and_only_then() {
         let a = acks();
         let e = a.expect("abc", 3);
-        let proxies = vec!["p1".to_owned(), "p2".to_owned()];
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let proxies = vec![("p1".to_owned(), deadline), ("p2".to_owned(), deadline)];
         a.heard("p1", 3, "abc");
         a.heard("p2", 2, "abc"); // another version
         a.heard("p2", 3, "abd"); // another code
-        let deadline = Instant::now() + Duration::from_secs(3);
         let waiting = tokio::spawn({
             let a = a.clone();
             let proxies = proxies.clone();
-            async move { a.expect("zzz", 1).wait_for(&proxies, deadline).await }
+            async move { a.expect("zzz", 1).wait_for(&proxies).await }
         });
         tokio::task::yield_now().await;
         let late = tokio::spawn({
@@ -296,38 +334,113 @@ mod tests {
                 a.heard("p2", 3, "abc");
             }
         });
-        assert_eq!(e.wait_for(&proxies, deadline).await, WaitOutcome::Acknowledged);
+        assert_eq!(e.wait_for(&proxies).await, WaitOutcome::Acknowledged);
         assert!(Instant::now() < deadline, "it did not wait for the bound");
         late.await.unwrap();
         assert_eq!(
             waiting.await.unwrap(),
-            WaitOutcome::WaitedOut(proxies.clone()),
+            WaitOutcome::WaitedOut(vec!["p1".to_owned(), "p2".to_owned()]),
             "nobody acknowledged zzz: the bound was waited out"
         );
         assert_eq!(a.metrics.waited_out.get(), 1);
         assert_eq!(a.metrics.received.get(), 2);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_proxy_holds_a_wait_only_until_its_own_deadline() {
+        let a = acks();
+        let e = a.expect("abc", 5);
+        let start = Instant::now();
+        let proxies = vec![
+            ("live".to_owned(), start + Duration::from_secs(3)),
+            ("dead".to_owned(), start + Duration::from_secs(1)),
+        ];
+        let acked = tokio::spawn({
+            let a = a.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                a.heard("live", 5, "abc");
+            }
+        });
+        assert_eq!(
+            e.wait_for(&proxies).await,
+            WaitOutcome::WaitedOut(vec!["dead".to_owned()])
+        );
+        // The live one's acknowledgement ended it, not its deadline.
+        assert_eq!(start.elapsed(), Duration::from_millis(1500));
+        acked.await.unwrap();
+        // Nobody answers: the wait ends at the latest deadline, no later.
+        let e = a.expect("abd", 1);
+        let all = vec!["live".to_owned(), "dead".to_owned()];
+        assert_eq!(e.wait_for(&proxies).await, WaitOutcome::WaitedOut(all));
+        assert_eq!(start.elapsed(), Duration::from_secs(3));
+    }
+
+    #[test]
+    fn what_a_proxy_that_has_not_acknowledged_may_still_serve() {
+        let (timeout, l1_ttl) = (Duration::from_secs(2), Duration::from_secs(1));
+        let ms = Duration::from_millis;
+        // (how long ago it last registered, how long from the read it may still serve)
+        let table = [
+            (ms(0), ms(2000)),
+            (ms(500), ms(1500)),
+            (ms(1000), ms(1000)),
+            (ms(1500), ms(1000)),
+            (ms(2000), ms(1000)),
+            (ms(60_000), ms(1000)),
+        ];
+        for (age, serves) in table {
+            assert_eq!(may_still_serve(age, timeout, l1_ttl), serves, "{age:?}");
+        }
+    }
+
     #[test]
     fn after_redis_lost_its_data_the_proxies_seen_before_are_waited_for_too() {
         let a = acks();
         let window = Duration::from_secs(60);
+        let (timeout, l1_ttl) = (Duration::from_secs(2), Duration::from_secs(1));
         let read = |epoch: i64, complete: bool, proxies: &[&str]| RegistryRead {
             proxies: proxies.iter().map(|p| p.to_string()).collect(),
+            ages_ms: proxies
+                .iter()
+                .map(|p| if *p == "silent" { 30_000 } else { 0 })
+                .collect(),
             epoch,
             complete,
         };
+        let names = |waited: Vec<(String, Duration)>| {
+            let mut names: Vec<String> = waited.into_iter().map(|(p, _)| p).collect();
+            names.sort();
+            names
+        };
         a.remember(&read(1, true, &["p1", "p2", "left"]));
         // The same epoch: a proxy missing from the registry left it (deregistered).
-        assert_eq!(a.to_wait_for(&read(1, false, &["p1", "p2"]), window), ["p1", "p2"]);
-        // A new epoch, younger than the window: whoever was seen before may still serve.
-        let mut waited = a.to_wait_for(&read(2, false, &["p1"]), window);
-        waited.sort();
-        assert_eq!(waited, ["left", "p1", "p2"]);
+        assert_eq!(
+            names(a.to_wait_for(&read(1, false, &["p1", "p2"]), window, timeout, l1_ttl)),
+            ["p1", "p2"]
+        );
+        // A new epoch, younger than the window: whoever was seen before may still serve, for
+        // the whole bound (when it last registered is not known).
+        let waited = a.to_wait_for(&read(2, false, &["p1", "silent"]), window, timeout, l1_ttl);
+        assert_eq!(names(waited.clone()), ["left", "p1", "p2", "silent"]);
+        for (proxy, serves) in waited {
+            let expected = match proxy.as_str() {
+                "p1" => timeout,
+                "silent" => l1_ttl,
+                _ => timeout + l1_ttl,
+            };
+            assert_eq!(serves, expected, "{proxy}");
+        }
         // Once the new epoch is as old as the window, the registry alone counts.
-        assert_eq!(a.to_wait_for(&read(2, true, &["p1"]), window), ["p1"]);
+        assert_eq!(
+            names(a.to_wait_for(&read(2, true, &["p1"]), window, timeout, l1_ttl)),
+            ["p1"]
+        );
         // Seen longer ago than the window: not waited for.
-        assert_eq!(a.to_wait_for(&read(3, false, &["p1"]), Duration::ZERO), ["p1"]);
+        assert_eq!(
+            names(a.to_wait_for(&read(3, false, &["p1"]), Duration::ZERO, timeout, l1_ttl)),
+            ["p1"]
+        );
     }
 
     #[tokio::test]
@@ -335,10 +448,7 @@ mod tests {
         let a = acks();
         {
             let e = a.expect("abc", 1);
-            assert_eq!(
-                e.wait_for(&[], Instant::now() + Duration::from_secs(60)).await,
-                WaitOutcome::Acknowledged
-            );
+            assert_eq!(e.wait_for(&[]).await, WaitOutcome::Acknowledged);
         }
         assert!(a.waiting.lock().unwrap().is_empty());
     }

@@ -16,6 +16,9 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegistryRead {
     pub proxies: Vec<String>,
+    /// How long before the read each of `proxies` last registered, in milliseconds of
+    /// Redis's clock (the same order).
+    pub ages_ms: Vec<i64>,
     /// The epoch of the Redis they were read from.
     pub epoch: i64,
     /// False when the epoch is younger than the window: proxies registered before it (in
@@ -68,7 +71,8 @@ impl RedisCache {
             return Ok(None);
         }
         let mut c = self.conn().await?;
-        let (_, record_epoch, (epoch, age_ms, proxies)): (i64, i64, (i64, i64, Vec<String>)) = self
+        type Registry = (i64, i64, Vec<String>, Vec<i64>);
+        let (_, record_epoch, (epoch, age_ms, proxies, ages_ms)): (i64, i64, Registry) = self
             .scripts
             .deactivate
             .key(self.record_key(code))
@@ -91,6 +95,7 @@ impl RedisCache {
         self.saw_epoch(FLEET_EPOCH, epoch);
         Ok(Some(RegistryRead {
             proxies,
+            ages_ms,
             epoch,
             complete: age_ms >= within.as_millis() as i64,
         }))
@@ -159,7 +164,7 @@ impl RedisCache {
     /// registry younger than `within` may miss proxies registered in the epoch before.
     pub async fn registry(&self, within: Duration) -> Result<RegistryRead, StoreError> {
         let mut c = self.conn().await?;
-        let (epoch, age_ms, proxies): (i64, i64, Vec<String>) = self
+        let (epoch, age_ms, proxies, ages_ms): (i64, i64, Vec<String>, Vec<i64>) = self
             .scripts
             .live_proxies
             .key(self.proxies_key())
@@ -171,6 +176,7 @@ impl RedisCache {
         self.saw_epoch(FLEET_EPOCH, epoch);
         Ok(RegistryRead {
             proxies,
+            ages_ms,
             epoch,
             complete: age_ms >= within.as_millis() as i64,
         })

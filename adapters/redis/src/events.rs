@@ -26,6 +26,9 @@ pub struct RedisLinkEvents {
     /// `invalidation_timeout + l1_ttl`: the longest a proxy that heard nothing may still
     /// redirect from its L1, and so the longest a delete waits for one.
     pub invalidation_bound: Duration,
+    /// `l1_ttl`: how long a proxy that no longer trusts its L1 keeps an entry, and so how
+    /// long a delete waits for a proxy silent for longer than the invalidation timeout.
+    pub l1_ttl: Duration,
 }
 
 impl RedisLinkEvents {
@@ -74,20 +77,29 @@ impl RedisLinkEvents {
                 }
             }
         };
-        // The bound counts from the publish: a proxy that missed it stops trusting its L1
-        // within invalidation_timeout of it, and what it kept then lives l1_ttl more.
-        let deadline = tokio::time::Instant::now() + self.invalidation_bound;
+        // Each proxy's deadline counts from the read, which came after the publish: a proxy
+        // that missed it stops trusting its L1 within invalidation_timeout of the last
+        // keepalive it sent, and what it kept then lives l1_ttl more; one silent for longer
+        // than the timeout (dead, or cut off from Redis) serves only entries filled in the
+        // last l1_ttl, before the change was written.
+        let read_at = tokio::time::Instant::now();
+        let timeout = self.invalidation_bound.saturating_sub(self.l1_ttl);
         // Every proxy registered within the window (by Redis's clock) may still hold the
         // code, even one that stopped sending keepalives (cut off from Redis, it still
         // serves). Not knowing which (the registry unreadable), the bound is waited out.
         // A Redis that lost its data (a failover to a replica that had not synced, a
         // restore) lost registrations: the proxies seen before are waited for too.
-        let proxies = match registry {
-            Ok(registry) => self.acks.to_wait_for(&registry, self.registry_window()),
-            Err(()) => vec![String::from("(registry unreadable)")],
+        let proxies: Vec<(String, tokio::time::Instant)> = match registry {
+            Ok(registry) => self
+                .acks
+                .to_wait_for(&registry, self.registry_window(), timeout, self.l1_ttl)
+                .into_iter()
+                .map(|(proxy, serves)| (proxy, read_at + serves))
+                .collect(),
+            Err(()) => vec![(String::from("(registry unreadable)"), read_at + self.invalidation_bound)],
         };
-        if let acks::WaitOutcome::WaitedOut(missing) = expectation.wait_for(&proxies, deadline).await {
-            tracing::warn!(code, proxies = ?missing, "no acknowledgement within invalidation_timeout + l1_ttl; their L1 entries have expired by now");
+        if let acks::WaitOutcome::WaitedOut(missing) = expectation.wait_for(&proxies).await {
+            tracing::warn!(code, proxies = ?missing, "no acknowledgement before what they cached could expire; their L1 entries have expired by now");
         }
         Ok(())
     }
@@ -193,6 +205,7 @@ mod tests {
             policy: rebound_core::cache::CachePolicy::default(),
             acks,
             invalidation_bound: Duration::from_secs(30),
+            l1_ttl: Duration::from_secs(1),
         });
         // Two live proxies; one that left is not waited for.
         cache.keepalive("pa", 1).await.unwrap();
@@ -227,19 +240,35 @@ mod tests {
         assert_eq!(metrics.received.get(), 2);
         assert_eq!(metrics.waited_out.get(), 0);
 
-        // A proxy that never acknowledges holds a delete for the bound, and no longer.
+        // A proxy that never acknowledges holds a delete while it may still answer from its
+        // L1: at least l1_ttl, however long ago it last registered.
         let short = RedisLinkEvents {
             cache: cache.clone(),
             clock: Arc::new(rebound_core::SystemClock),
             policy: rebound_core::cache::CachePolicy::default(),
             acks: acks::Acknowledgements::new(acks::AckMetrics::register(&prometheus::Registry::new()).unwrap()),
             invalidation_bound: Duration::from_millis(300),
+            l1_ttl: Duration::from_millis(100),
         };
         let started = std::time::Instant::now();
         short.deactivated(&link("other", 2)).await.unwrap();
         assert!(
-            started.elapsed() >= Duration::from_millis(300),
-            "the bound was not waited out"
+            started.elapsed() >= Duration::from_millis(100),
+            "l1_ttl was not waited out"
+        );
+        // How long ago each proxy last registered is read by Redis's clock: a proxy silent for
+        // longer than the invalidation timeout is waited for l1_ttl, not the whole bound.
+        cache.keepalive("mute", 1).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let read = cache.registry(Duration::from_secs(30)).await.unwrap();
+        let at = read.proxies.iter().position(|p| p == "mute").unwrap();
+        assert!(read.ages_ms[at] >= 400, "{read:?}");
+        let waited = short
+            .acks
+            .to_wait_for(&read, Duration::from_secs(30), Duration::from_millis(200), short.l1_ttl);
+        assert!(
+            waited.contains(&("mute".to_owned(), Duration::from_millis(100))),
+            "{waited:?}"
         );
         stop.send(true).unwrap();
         listener.await.unwrap();
@@ -275,6 +304,7 @@ mod tests {
             policy: rebound_core::cache::CachePolicy::default(),
             acks,
             invalidation_bound: Duration::from_secs(3),
+            l1_ttl: Duration::from_secs(1),
         };
         let (mut took, mut edits) = (Vec::new(), Vec::new());
         for i in 0..500 {

@@ -124,14 +124,21 @@ for i, entry in ipairs(entries) do out[i] = entry[2][2] end
 return out
 ";
 
-/// The epoch, its age in milliseconds, and the proxies registered within the last `ARGV[1]`
-/// milliseconds of Redis's time (those registered in an earlier epoch may be missing).
+/// The epoch, its age in milliseconds, the proxies registered within the last `ARGV[1]`
+/// milliseconds of Redis's time (those registered in an earlier epoch may be missing), and
+/// how long ago each last registered, by Redis's clock.
 const LIVE_PROXIES_FN: &str = r"
 local function live_proxies(proxies, identity, within)
   local e = epoch(identity)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  return {e, now - e, redis.call('ZRANGEBYSCORE', proxies, now - tonumber(within), '+inf')}
+  local found = redis.call('ZRANGEBYSCORE', proxies, now - tonumber(within), '+inf', 'WITHSCORES')
+  local names, ages = {}, {}
+  for i = 1, #found, 2 do
+    names[#names + 1] = found[i]
+    ages[#ages + 1] = now - tonumber(found[i + 1])
+  end
+  return {e, now - e, names, ages}
 end
 ";
 
