@@ -40,6 +40,8 @@ Rebound through its bulk import, and runs every scenario, the servers taking tur
             ACME rounds' CPU; TLS handshakes/s by SNI among them against one certificate,
             each server capped (--cap); instructions per redirect on a domain (callgrind)
                                                         (adds/s, s, bytes, handshakes/s)
+  idle      the all-in-one, a control plane and a proxy with no traffic, 60 s each: CPU time
+            and wake-ups (--compare-bin: a second binary in turn)   (CPU-s and wake-ups/min)
 
 Wall-clock figures on this shared 2-core machine swing 15-25 % between identical runs:
 the servers alternate, every figure is a median of the runs with min and max, and the
@@ -56,12 +58,12 @@ from typing import Callable, Sequence
 
 from . import report
 from .context import Bench, Options
-from .scenarios import abuse, blip, callgrind, conns, create, distributed, domains, regions, side, startup, tls, zipf
+from .scenarios import abuse, blip, callgrind, conns, create, distributed, domains, idle, regions, side, startup, tls, zipf
 from .tools.install import ensure_oha, ensure_tools
 from .tools.proc import cpu_ticks
 from .util import log
 
-SCENARIOS = "side,startup,zipf,redis,create,callgrind,tls,abuse,conns,fleet,blip,regions,domains"
+SCENARIOS = "side,startup,zipf,redis,create,callgrind,tls,abuse,conns,fleet,blip,regions,domains,idle"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -82,6 +84,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rebound-env", action="append", default=[], help="NAME=VALUE for Rebound (experiments)")
     p.add_argument("--rebound-bin", help="the Rebound binary every Rebound process of the run executes (default: "
                                          "target/release/rebound; with --no-build, e.g. a build from before a change)")
+    p.add_argument("--compare-bin", help="the idle scenario measures this binary too, in turn with the run's own "
+                                         "(e.g. a build from before a change)")
     p.add_argument("--domains", type=int, default=10_000, help="domains in the domains scenario")
     p.add_argument("--servers", help="the callgrind scenario's servers, a comma list of nginx,hyper,hyper_1,rebound "
                                      "(default: all; without nginx there is no 'vs nginx')")
@@ -104,7 +108,8 @@ def options(argv: Sequence[str]) -> Options:
                    connections=args.connections, list_size=args.list_size, only=args.only,
                    redis_links=args.redis_links, no_build=args.no_build, rebound_threads=args.rebound_threads,
                    rebound_env=list(args.rebound_env), cap=args.cap, no_cap=args.no_cap, no_oha=args.no_oha,
-                   out=args.out, domains=args.domains, rebound_bin=args.rebound_bin, servers=args.servers,
+                   out=args.out, domains=args.domains, rebound_bin=args.rebound_bin,
+                   compare_bin=args.compare_bin, servers=args.servers,
                    user_agent=args.user_agent)
     if opts.quick:
         opts.links, opts.runs, opts.duration, opts.list_size = 100_000, 3, 5, 200_000
@@ -136,7 +141,7 @@ def run(b: Bench) -> None:
         ("abuse", lambda: abuse.run(b, data_dir, usable)), ("conns", lambda: conns.run(b, data_dir)),
         ("fleet", lambda: distributed.run_fleet(b)), ("blip", lambda: blip.run(b)),
         ("regions", lambda: regions.run_regions(b)), ("domains", lambda: domains.run(b)),
-        ("callgrind", lambda: callgrind.run(b))]
+        ("callgrind", lambda: callgrind.run(b)), ("idle", lambda: idle.run_idle(b))]
     # A VM's wall-clock figures move with what the hypervisor takes from it (steal): each
     # scenario's share goes into the report beside its figures.
     b.results["steal"] = {}

@@ -42,6 +42,7 @@ class Options:
     out: str | None = None
     domains: int = 10_000
     rebound_bin: str | None = None
+    compare_bin: str | None = None
     servers: str | None = None
     user_agent: str | None = None
 

@@ -120,6 +120,18 @@ def render(b: Bench) -> str:
                           f"largest lag {c['max_lag_s']:.1f} s (sampled every 10 s: a scrape of /metrics "
                           f"costs about 1.1M instructions), {c['dropped']:,.0f} clicks dropped."]
         lines.append("")
+    if "idle" in r:
+        i = r["idle"]
+        lines += [f"## Idle: no traffic, {i['seconds']} s per process", "",
+                  "| process | binary | CPU-seconds per minute | wake-ups per minute |", "| --- | --- | --- | --- |"]
+        for role in ("all-in-one", "control-plane", "proxy"):
+            for label in i["binaries"]:
+                row = i.get(f"{role}:{label}")
+                if row:
+                    lines.append(f"| {role} | {label} (`{i['binaries'][label]}`) | {row['cpu_s_per_min']:.4f} | "
+                                 f"{row['wakeups_per_min']:,.0f} |")
+        lines += ["", "Wake-ups are the process's voluntary context switches (each a sleep); CPU time is every "
+                      "thread's schedstat. The proxy and the control plane run on Redis and moto.", ""]
     if "tls" in r:
         t = r["tls"]
         c = r["tls_per_cpu_s"]

@@ -90,3 +90,45 @@ def test_new_rows(tmp_path: object) -> None:
     del results["tls_capped"], results["warm_oha"]
     text = report.render(b)
     assert "oha" not in text and "capped" not in text
+
+
+def test_idle_rows(tmp_path: object) -> None:
+    """The idle scenario's table: a row per process and binary, in that order."""
+    row = {"cpu_s_per_min": 0.01234, "wakeups_per_min": 1234.0}
+    b = Bench(options(["--no-build", "--only", "idle", "--compare-bin", "/old/rebound"]), [], raw=str(tmp_path))
+    b.results = {"idle": {"seconds": 60, "binaries": {"this": "/new/rebound", "compared": "/old/rebound"},
+                          **{f"{role}:{label}": row for role in ("all-in-one", "control-plane", "proxy")
+                             for label in ("this", "compared")}}}
+    lines = report.render(b).splitlines()
+    start = lines.index("## Idle: no traffic, 60 s per process")
+    table = lines[start + 4:lines.index("", start + 4)]
+    assert table[0] == "| all-in-one | this (`/new/rebound`) | 0.0123 | 1,234 |"
+    assert [line.split(" | ")[0][2:] for line in table] == [
+        "all-in-one", "all-in-one", "control-plane", "control-plane", "proxy", "proxy"]
+
+
+def test_a_process_cost_counts_every_thread(tmp_path: object) -> None:
+    """The idle scenario's reading of /proc: CPU time and sleeps of this process's threads."""
+    import threading
+    import time
+
+    from rebound_bench.scenarios.idle import process_cost
+
+    ns0, sw0 = process_cost(os.getpid())
+    slept, release = threading.Event(), threading.Event()
+
+    def sleeper() -> None:
+        for _ in range(20):
+            time.sleep(0.001)
+        slept.set()
+        release.wait()
+
+    thread = threading.Thread(target=sleeper)
+    thread.start()
+    sum(i * i for i in range(200_000))
+    slept.wait()
+    ns1, sw1 = process_cost(os.getpid())
+    release.set()
+    thread.join()
+    assert ns1 > ns0
+    assert sw1 - sw0 >= 10, "each sleep of the thread is a voluntary switch"
