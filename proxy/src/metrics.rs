@@ -56,6 +56,7 @@ pub struct ProxyMetrics {
     pub click_rows_written: IntCounter,
     pub click_batches_written: IntCounter,
     pub click_write_seconds: Counter,
+    pub click_shipper_wakeups: IntCounter,
     pub bloom_loaded_codes: IntGauge,
     /// Answers that looked past memory (L2, the issued-code filter, the store), timed.
     pub lookup_latency: Histogram,
@@ -189,6 +190,10 @@ impl ProxyMetrics {
                     "rebound_click_persist_lag_seconds",
                     "Age of the oldest click not yet written (or handed to the click queue); 0 when none is pending",
                 )?,
+            )?,
+            click_shipper_wakeups: counter(
+                "rebound_click_shipper_wakeups_total",
+                "Times the click shipper woke to drain the queue (with nothing counted it sleeps until a click is queued)",
             )?,
             click_rows_written: counter(
                 "rebound_click_rows_written_total",

@@ -18,12 +18,14 @@ pub struct ClickPacing {
 }
 
 impl ClickPacing {
-    /// Whether the counts of `codes` pending codes are due, `since_take` after the last
-    /// take, whose write took `last_write`, their oldest click having waited `held`.
-    pub(super) fn due(&self, codes: usize, since_take: Duration, last_write: Duration, held: Duration) -> bool {
+    /// How long until the counts of `codes` pending codes are due (zero: they are),
+    /// `since_take` after the last take, whose write took `last_write`, their oldest click
+    /// having waited `held`, as nothing else changes.
+    pub(super) fn due_in(&self, codes: usize, since_take: Duration, last_write: Duration, held: Duration) -> Duration {
         let rows = Duration::from_secs_f64(codes as f64 / self.rows_per_sec.max(1) as f64);
         let time = last_write.div_f64(self.write_share.clamp(f64::MIN_POSITIVE, 1.0));
-        since_take >= self.every.max(rows).max(time) || held >= self.max_hold
+        let by_budget = self.every.max(rows).max(time).saturating_sub(since_take);
+        by_budget.min(self.max_hold.saturating_sub(held))
     }
 }
 
@@ -58,9 +60,25 @@ mod tests {
         ];
         for (codes, since, wrote, held, want) in table {
             assert_eq!(
-                pacing.due(codes, since, wrote, held),
+                pacing.due_in(codes, since, wrote, held).is_zero(),
                 want,
                 "{codes} codes, {since:?} after a take whose write took {wrote:?}, {held:?}"
+            );
+        }
+        // (codes pending, since the last take, its write took, oldest held, due in)
+        let table = [
+            (10, ms(250), ms(1), s(0), ms(750)),
+            (10, s(3), ms(1), s(3), s(0)),
+            (5_000, s(4), ms(1), s(4), s(6)),  // the rows' budget
+            (10, s(2), ms(50), s(2), s(3)),    // the time share
+            (5_000, s(20), s(1), s(58), s(2)), // the longest hold comes first
+            (1_000_000, s(10), ms(1), s(70), s(0)),
+        ];
+        for (codes, since, wrote, held, want) in table {
+            assert_eq!(
+                pacing.due_in(codes, since, wrote, held),
+                want,
+                "{codes} codes, {since:?}, {wrote:?}, {held:?}"
             );
         }
     }

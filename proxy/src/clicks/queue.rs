@@ -10,7 +10,9 @@ use crate::metrics::ProxyMetrics;
 use crate::visitor::Visitor;
 use crossbeam_queue::ArrayQueue;
 use rebound_core::{Clock, Day};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// The bounded queue between the request path and the shipper (entries with clicks counted
@@ -25,6 +27,10 @@ pub struct ClickQueue {
     pub(super) metrics: ProxyMetrics,
     /// Tells the UTC day a click counts for.
     pub(super) clock: Arc<dyn Clock>,
+    /// Set by the shipper before it sleeps with nothing counted and nothing pending; the
+    /// first push after that wakes it (`wake`). Read on every push: one load, no store.
+    pub(super) idle: AtomicBool,
+    pub(super) wake: Notify,
 }
 
 impl ClickQueue {
@@ -35,6 +41,8 @@ impl ClickQueue {
             unpersisted: Unpersisted::default(),
             metrics,
             clock,
+            idle: AtomicBool::new(false),
+            wake: Notify::new(),
         }
     }
 
@@ -46,8 +54,9 @@ impl ClickQueue {
         match visitor {
             Visitor::Person => {
                 if entry.count_click() {
-                    if let Err(entry) = self.queue.push(entry.clone()) {
-                        self.metrics.clicks_dropped.inc_by(entry.take_clicks());
+                    match self.queue.push(entry.clone()) {
+                        Ok(()) => self.wake_if_idle(),
+                        Err(entry) => self.metrics.clicks_dropped.inc_by(entry.take_clicks()),
                     }
                 }
             }
@@ -57,26 +66,59 @@ impl ClickQueue {
 
     #[cold]
     fn record_bot(&self, entry: &L1Entry) {
-        if self.bots.push(entry.clone()).is_err() {
-            self.metrics.clicks_dropped.inc();
+        match self.bots.push(entry.clone()) {
+            Ok(()) => self.wake_if_idle(),
+            Err(_) => self.metrics.clicks_dropped.inc(),
         }
     }
 
+    /// After a push: wakes the shipper if it sleeps with nothing to do. `SeqCst` here and
+    /// in [`ClickQueue::sleep_if_idle`] (with the queue's own `SeqCst` push and emptiness
+    /// check): either the shipper sees this push, or this sees the shipper asleep.
+    #[inline]
+    pub(super) fn wake_if_idle(&self) {
+        if self.idle.load(Ordering::SeqCst) {
+            self.wake_shipper();
+        }
+    }
+
+    #[cold]
+    fn wake_shipper(&self) {
+        if self.idle.swap(false, Ordering::SeqCst) {
+            self.wake.notify_one();
+        }
+    }
+
+    /// The shipper, with nothing counted and nothing pending, may sleep until a push wakes
+    /// it: true when it may (`idle` is then set), false when something was queued meanwhile.
+    pub(super) fn sleep_if_idle(&self) -> bool {
+        self.idle.store(true, Ordering::SeqCst);
+        if self.queue.is_empty() && self.bots.is_empty() {
+            return true;
+        }
+        self.idle.store(false, Ordering::SeqCst);
+        false
+    }
+
     /// Moves the queued entries into the pending set; while it is empty, the pending set
-    /// is for today.
-    pub(super) fn drain_into(&self, pending: &mut Pending) {
+    /// is for today. How many entries it moved.
+    pub(super) fn drain_into(&self, pending: &mut Pending) -> usize {
         if pending.is_clean() {
             pending.day = Day::of_millis(self.clock.now_millis());
         }
+        let mut moved = 0;
         while let Some(entry) = self.queue.pop() {
             pending.add_dirty(&self.unpersisted.hasher, entry);
+            moved += 1;
         }
         while let Some(entry) = self.bots.pop() {
             pending.add_bot(entry);
+            moved += 1;
         }
         if !pending.is_clean() && pending.oldest.is_none() {
             pending.oldest = Some(Instant::now());
         }
+        moved
     }
 }
 

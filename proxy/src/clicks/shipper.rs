@@ -1,6 +1,7 @@
-//! The shipper: empties the queue every few milliseconds, takes the counts when they are
-//! due, and has a writer hand them to a [`ClickSink`] in batches, one write at a time; and
-//! the sink of the embedded mode, the store's rollups.
+//! The shipper: empties the queue as often as it must not to fill up, takes the counts
+//! when they are due, and has a writer hand them to a [`ClickSink`] in batches, one write
+//! at a time; with nothing counted it sleeps until a click comes; and the sink of the
+//! embedded mode, the store's rollups.
 
 use super::pacing::ClickPacing;
 use super::queue::ClickQueue;
@@ -15,9 +16,25 @@ use tokio::time::Instant;
 
 /// Batches handed to the sink at once (10 is also SQS's limit per call).
 const SHIP_GROUP: usize = 10;
-/// How often the shipper empties the queue: short enough that a full queue means more
-/// distinct codes clicked in this time than it has slots.
-const DRAIN_EVERY: Duration = Duration::from_millis(10);
+/// The shortest time between two drains of the queue: at high rates of new codes the
+/// queue is emptied this often, so a full queue means more distinct codes clicked in this
+/// time than it has slots.
+const DRAIN_SHORTEST: Duration = Duration::from_millis(10);
+/// The longest, while counts are pending: the queue then fills in this time only if the
+/// rate of codes new to it jumps a hundredfold from the last drain's (at low rates a drain
+/// every 10 ms was most of a redirect's fixed cost, issue 43).
+const DRAIN_LONGEST: Duration = Duration::from_millis(100);
+
+/// How long until the next drain: before a quarter of the smaller queue fills at the rate
+/// of the last drain (`moved` entries in `since`), before the counts are due (`due_in`),
+/// within [`DRAIN_SHORTEST`, `DRAIN_LONGEST`].
+fn next_drain_in(capacity: usize, moved: usize, since: Duration, due_in: Duration) -> Duration {
+    let quarter_fills = match moved {
+        0 => DRAIN_LONGEST,
+        n => since.mul_f64((capacity / 4).max(1) as f64 / n as f64),
+    };
+    quarter_fills.min(due_in).clamp(DRAIN_SHORTEST, DRAIN_LONGEST)
+}
 
 /// Embedded mode: adds batches to the store's rollups.
 pub struct StoreClickSink(pub Arc<dyn RollupStore>);
@@ -58,11 +75,12 @@ pub struct ClickWriter {
     pub sink: Arc<dyn ClickSink>,
 }
 
-/// Empties the queue every few milliseconds; takes the counts and has them written when
-/// `pacing` says they are due, once the previous write is done; and at once when the UTC
-/// day changes (so clicks count for the day they happened, give or take a drain) and when
-/// `shutdown` flips (that last write runs on the caller's runtime), after which it waits
-/// for any write still in flight.
+/// Empties the queue every 10 to 100 milliseconds while counts are pending ([`next_drain_in`]),
+/// and sleeps until a click is queued when none are; takes the counts and has them written
+/// when `pacing` says they are due, once the previous write is done; and at once when the
+/// UTC day changes (so clicks count for the day they happened, give or take a drain) and
+/// when `shutdown` flips (that last write runs on the caller's runtime), after which it
+/// waits for any write still in flight.
 pub async fn run_click_shipper(
     queue: Arc<ClickQueue>,
     writer: ClickWriter,
@@ -70,26 +88,29 @@ pub async fn run_click_shipper(
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let ids = Arc::new(BatchIds::new());
-    let mut tick = tokio::time::interval(DRAIN_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last_take = Instant::now();
+    let capacity = queue.queue.capacity().min(queue.bots.capacity());
+    let (mut last_take, mut last_drain) = (Instant::now(), Instant::now());
+    let mut next_drain = Some(last_drain + DRAIN_SHORTEST);
     let mut writing: Option<JoinHandle<()>> = None;
     // How long the last take's write took, in nanoseconds (its task records it).
     let last_write = Arc::new(AtomicU64::new(0));
     loop {
         let stopping = tokio::select! {
-            _ = tick.tick() => false,
+            _ = sleep_until_some(next_drain) => false,
+            _ = queue.wake.notified(), if next_drain.is_none() => false,
             _ = shutdown.changed() => true,
         } || *shutdown.borrow();
+        queue.metrics.click_shipper_wakeups.inc();
         let now = Instant::now();
         let today = Day::of_millis(queue.clock.now_millis());
         let writer_idle = writing.as_ref().is_none_or(|w| w.is_finished());
         let taken = {
             let mut s = queue.unpersisted.lock();
-            queue.drain_into(&mut s);
+            let moved = queue.drain_into(&mut s);
             let held = s.oldest.map_or(Duration::ZERO, |o| now - o);
             let wrote = Duration::from_nanos(last_write.load(Ordering::Relaxed));
-            let due = writer_idle && pacing.due(s.dirty_codes(), now - last_take, wrote, held);
+            let due_in = pacing.due_in(s.dirty_codes(), now - last_take, wrote, held);
+            let due = writer_idle && due_in.is_zero();
             let taken = if !s.is_clean() && (stopping || today != s.day || due) {
                 last_take = now;
                 s.take(&queue.metrics, now)
@@ -97,6 +118,13 @@ pub async fn run_click_shipper(
                 None
             };
             s.report(&queue.metrics, now);
+            // Nothing pending: asleep until a click is queued (decided under the lock, which
+            // a stats read that drains the queue takes too, so that read wakes it).
+            next_drain = match s.is_clean() && queue.sleep_if_idle() {
+                true => None,
+                false => Some(now + next_drain_in(capacity, moved, now - last_drain, due_in)),
+            };
+            last_drain = now;
             taken
         };
         if let Some(take) = taken {
@@ -126,6 +154,14 @@ pub async fn run_click_shipper(
             queue.unpersisted.lock().report(&queue.metrics, Instant::now());
             return;
         }
+    }
+}
+
+/// Sleeps until `deadline`; never ends without one.
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -183,6 +219,8 @@ async fn write(queue: &ClickQueue, sink: &dyn ClickSink, ids: &BatchIds, id: u64
             };
             if finished {
                 s.takes.retain(|t| t.id != id);
+                // The shipper may be asleep: the gauges say what is left now.
+                s.report(metrics, Instant::now());
             }
             finished
         };
@@ -410,6 +448,62 @@ mod tests {
         // Writing took 1 s of about 6.1 s: within 10 % plus the write in progress.
         assert!(metrics.click_write_seconds.get() <= 1.0 + 1e-9);
         shipper.stop().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_nothing_counted_the_shipper_sleeps_until_a_click_is_queued() {
+        let metrics = metrics();
+        let q = Arc::new(ClickQueue::new(1_000, metrics.clone(), clock_at(86_400_000)));
+        let sink = Arc::new(Recorded::default());
+        let shipper = Shipper::paced(
+            &q,
+            sink.clone(),
+            tokio::runtime::Handle::current(),
+            pacing(1_000, 1_000, 60_000),
+        );
+        // A minute with no click: it woke once at start, found nothing, and slept.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let idle = metrics.click_shipper_wakeups.get();
+        assert!(idle <= 2, "{idle} wake-ups in an idle minute");
+        // A click wakes it at once, and is written at once: the last take was long ago.
+        q.record(&entry("abc"), Visitor::Person);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(sink.adds(), vec![("abc".to_owned(), Day(1), 1)]);
+        assert_eq!(metrics.click_shipper_wakeups.get(), idle + 1);
+        // The next one waits until due (1 s after that take), the queue drained at most every
+        // 100 ms meanwhile; then it sleeps again.
+        q.record(&entry("abd"), Visitor::Person);
+        tokio::time::sleep(Duration::from_millis(1_150)).await;
+        assert_eq!(sink.adds().len(), 2);
+        let busy = metrics.click_shipper_wakeups.get() - idle;
+        assert!((10..=14).contains(&busy), "{busy} wake-ups for a click held 1 s");
+        assert_eq!(metrics.click_pending_codes.get(), 0);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(metrics.click_shipper_wakeups.get() - idle - busy <= 1);
+        shipper.stop().await;
+    }
+
+    #[test]
+    fn the_queue_is_drained_before_a_quarter_of_it_fills_and_before_the_counts_are_due() {
+        let (ms, s) = (Duration::from_millis, Duration::from_secs);
+        // (capacity, entries moved by the last drain, since it, counts due in, next drain in)
+        let table = [
+            (65_536, 0, ms(100), s(1), ms(100)),      // nothing came: the longest
+            (65_536, 300, ms(100), s(1), ms(100)),    // 3,000 new codes/s: a quarter in 5 s
+            (65_536, 16_384, ms(100), s(1), ms(100)), // a quarter in 100 ms
+            (65_536, 65_536, ms(100), s(1), ms(25)),  // 655,360/s: a quarter in 25 ms
+            (65_536, 65_536, ms(10), s(1), ms(10)),   // never under 10 ms
+            (65_536, 10, ms(100), ms(40), ms(40)),    // the counts are due first
+            (65_536, 10, ms(100), Duration::ZERO, ms(10)),
+            (4, 10, ms(100), s(1), ms(10)),
+        ];
+        for (capacity, moved, since, due_in, want) in table {
+            assert_eq!(
+                next_drain_in(capacity, moved, since, due_in),
+                want,
+                "{capacity} {moved} {since:?} {due_in:?}"
+            );
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -27,8 +27,11 @@ impl ClickQueue {
             tokio::pin!(written);
             let snapshot = {
                 let mut s = u.lock();
-                // What the request path queued since the shipper's last drain counts too.
-                self.drain_into(&mut s);
+                // What the request path queued since the shipper's last drain counts too; a
+                // shipper asleep with nothing pending must now write it.
+                if self.drain_into(&mut s) > 0 {
+                    self.wake_if_idle();
+                }
                 if s.is_being_written(code) {
                     written.as_mut().enable();
                     None
