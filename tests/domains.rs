@@ -600,3 +600,40 @@ async fn a_link_on_a_domain_added_a_moment_ago_answers_its_first_click() {
         "{spent} counter reads for 200 unknown hosts in {elapsed} ms (bound {bound})"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_domain_added_a_moment_ago_answers_its_root_and_every_path_at_once() {
+    let (_dir, rb) = start_on_domains();
+    // No waiting anywhere: the first request of each path on each new host finds the domain
+    // routed, with its own pages (an unknown host sends the routes to the store first,
+    // whether or not the path is a code).
+    for i in 0..4 {
+        let host = format!("pages{i}.fresh.test");
+        let (root, missing) = (
+            format!("https://fresh.example/{i}/root"),
+            format!("https://fresh.example/{i}/missing"),
+        );
+        let body = json!({"name": host, "certificate": "files", "root_url": root, "not_found_url": missing});
+        assert_eq!(add_domain(&rb, body).await.0, StatusCode::CREATED);
+        // The first request on the host: `/`, a path that is no code, or one that is.
+        let (first, then) = match i % 3 {
+            0 => ("/", ["/not/a/code", "/nocode1"]),
+            1 => ("/not/a/code", ["/", "/nocode1"]),
+            _ => ("/nocode1", ["/", "/not/a/code"]),
+        };
+        let h2 = i % 2 == 1;
+        let v = ["1.1", "2"][i % 2];
+        for path in std::iter::once(first).chain(then) {
+            let want = if path == "/" { &root } else { &missing };
+            assert_eq!(
+                get_on(&rb, &host, path, h2),
+                format!("{v} 302 {want}"),
+                "{host}{path}, the first request being {first}"
+            );
+        }
+    }
+    // A host of no domain: the default 404, for every path.
+    for path in ["/", "/not/a/code", "/nocode1"] {
+        assert_eq!(get_on(&rb, "made-up.fresh.test", path, false), "1.1 404 ", "{path}");
+    }
+}
