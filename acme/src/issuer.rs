@@ -1,7 +1,8 @@
 //! Ordering and renewing certificates: [`Issuer::renew_due`] orders a certificate for each
-//! configured domain that has none or whose certificate expires within the renewal window,
-//! one process of the fleet at a time per domain (the store's lease), and backs off
-//! exponentially per domain after a failure. [`Issuer::run`] does that on a timer and
+//! configured domain that has none or whose certificate is due ([`renew_at`]: once a third
+//! of its lifetime is left, as certbot and Caddy renew, so a 90-day certificate 30 days
+//! before it expires and a 6-day one 2 days before), one process of the fleet at a time per
+//! domain (the store's lease), and backs off exponentially per domain after a failure. [`Issuer::run`] does that on a timer and
 //! installs the store's certificates in the port's [`SniResolver`].
 
 use crate::challenges::Challenges;
@@ -58,8 +59,9 @@ pub struct IssuerConfig {
     pub owner: String,
     /// The challenge answered when both are offered (the other one otherwise); HTTP-01.
     pub prefer: ChallengeKind,
-    /// A certificate is renewed once it expires within this window: 30 days.
-    pub renew_within: Duration,
+    /// The share of a certificate's lifetime (notBefore to notAfter) left when it is
+    /// renewed: one third ([`renew_at`]).
+    pub renew_left: f64,
     /// The bound on one order, from creating it to the certificate: 5 minutes.
     pub order_timeout: Duration,
     /// The first wait between polls of an order, doubled after each poll: 250 ms.
@@ -84,7 +86,7 @@ impl IssuerConfig {
             contact: Vec::new(),
             owner: owner.to_owned(),
             prefer: ChallengeKind::Http01,
-            renew_within: Duration::from_secs(30 * 86_400),
+            renew_left: RENEW_LEFT,
             order_timeout: Duration::from_secs(300),
             poll_first: Duration::from_millis(250),
             poll_max: Duration::from_secs(5),
@@ -99,6 +101,20 @@ impl IssuerConfig {
     fn lease_for(&self) -> Duration {
         self.order_timeout + Duration::from_secs(60)
     }
+}
+
+/// The share of its lifetime a certificate has left when it is renewed, by default: one
+/// third, as certbot and Caddy renew.
+pub const RENEW_LEFT: f64 = 1.0 / 3.0;
+
+/// When a certificate valid from `not_before` to `not_after` is due: once `left` (a share,
+/// 0 to 1) of its lifetime is left. A 90-day certificate with a third left is renewed 30
+/// days before it expires, a 6-day one 2 days before, a 90-second one 30 seconds before:
+/// each once per lifetime, however short. An inverted validity is due at its `not_after`.
+pub fn renew_at(not_before: UnixMillis, not_after: UnixMillis, left: f64) -> UnixMillis {
+    let lifetime = not_after.saturating_sub(not_before).max(0);
+    let left = (lifetime as f64 * left.clamp(0.0, 1.0)) as i64;
+    not_after.saturating_sub(left)
 }
 
 /// What [`Issuer::renew_due`] did for one domain.
@@ -167,14 +183,15 @@ impl Issuer {
     }
 
     /// [`Issuer::renew_due`], taking a domain's certificate for not due without reading
-    /// the store when `known` (domain -> notAfter, from this process's last listing) says
-    /// it is not: a round over 10,000 domains then reads nothing for the ones not due.
-    /// A domain `known` calls due (or does not know) is read and leased as always.
+    /// the store when `known` (domain -> its certificate's validity, from this process's
+    /// last listing) says it is not: a round over 10,000 domains then reads nothing for the
+    /// ones not due. A domain `known` calls due (or does not know) is read and leased as
+    /// always.
     async fn renew_due_knowing(
         &self,
         domains: &[String],
         now: UnixMillis,
-        known: &HashMap<String, UnixMillis>,
+        known: &HashMap<String, Validity>,
     ) -> Vec<(String, Outcome)> {
         let domains = configured(domains);
         let _round = self.round.lock().await;
@@ -182,9 +199,11 @@ impl Issuer {
         let mut outcomes = Vec::with_capacity(domains.len());
         for domain in domains {
             let outcome = match known.get(&domain) {
-                Some(&not_after) if !self.due_at(not_after, now) => {
-                    self.export_expiry(&domain, not_after);
-                    Outcome::NotDue { not_after }
+                Some(&validity) if !self.due_at(validity, now) => {
+                    self.export_expiry(&domain, validity.not_after);
+                    Outcome::NotDue {
+                        not_after: validity.not_after,
+                    }
                 }
                 _ => self.renew_one(&domain, now).await,
             };
@@ -270,11 +289,11 @@ impl Issuer {
     }
 
     fn due(&self, stored: &StoredCertificate, now: UnixMillis) -> bool {
-        self.due_at(stored.not_after, now)
+        self.due_at(Validity::of(stored), now)
     }
 
-    fn due_at(&self, not_after: UnixMillis, now: UnixMillis) -> bool {
-        not_after - millis(self.config.renew_within) <= now
+    fn due_at(&self, validity: Validity, now: UnixMillis) -> bool {
+        renew_at(validity.not_before, validity.not_after, self.config.renew_left) <= now
     }
 
     /// One order, from its creation to the certificate: the caller holds the lease.
@@ -320,7 +339,7 @@ impl Issuer {
             }
         };
         let key_pem = key.serialize_pem();
-        let not_after = leaf_not_after(domain, &chain_pem)?;
+        let (_, not_after) = leaf_validity(domain, &chain_pem)?;
         // Stored only if the port will load it.
         let provider = rustls::crypto::aws_lc_rs::default_provider();
         certified_key_from_pem(domain, chain_pem.as_bytes(), key_pem.as_bytes(), &provider).map_err(|e| {
@@ -613,7 +632,7 @@ impl Issuer {
                         tracing::error!(error = %e, "a stored certificate does not load; the previous one keeps serving");
                     }
                 }
-                listing.expiries = stored.iter().map(|c| (c.domain.clone(), c.not_after)).collect();
+                listing.expiries = stored.iter().map(|c| (c.domain.clone(), Validity::of(c))).collect();
                 listing.mark = mark;
                 listing.domains = domains.to_vec();
                 listing.listed_at = Some(tokio::time::Instant::now());
@@ -636,8 +655,30 @@ struct Listing {
     /// The domains it was listed for.
     domains: Vec<String>,
     listed_at: Option<tokio::time::Instant>,
-    /// The listed certificates' notAfter, by domain.
-    expiries: HashMap<String, UnixMillis>,
+    /// The listed certificates' validity, by domain.
+    expiries: HashMap<String, Validity>,
+}
+
+/// When a stored certificate is valid: its leaf's notBefore, and the notAfter the store
+/// records (the leaf's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Validity {
+    not_before: UnixMillis,
+    not_after: UnixMillis,
+}
+
+impl Validity {
+    /// `stored`'s validity; a chain whose leaf cannot be read (the port does not load it
+    /// either) is taken as valid since ever, so it is due.
+    fn of(stored: &StoredCertificate) -> Validity {
+        let not_before = leaf_validity(&stored.domain, &stored.chain_pem)
+            .map(|(not_before, _)| not_before)
+            .unwrap_or(UnixMillis::MIN);
+        Validity {
+            not_before,
+            not_after: stored.not_after,
+        }
+    }
 }
 
 impl Listing {
@@ -706,8 +747,8 @@ impl Drop for Answers<'_> {
     }
 }
 
-/// The notAfter of the chain's first certificate, in Unix milliseconds.
-fn leaf_not_after(domain: &str, chain_pem: &str) -> Result<UnixMillis, AcmeError> {
+/// The notBefore and notAfter of the chain's first certificate, in Unix milliseconds.
+fn leaf_validity(domain: &str, chain_pem: &str) -> Result<(UnixMillis, UnixMillis), AcmeError> {
     use rustls::pki_types::pem::PemObject;
     let problem = |problem: String| AcmeError::Certificate {
         domain: domain.to_owned(),
@@ -718,7 +759,11 @@ fn leaf_not_after(domain: &str, chain_pem: &str) -> Result<UnixMillis, AcmeError
         .ok_or_else(|| problem("no certificate in the chain".to_owned()))?
         .map_err(|e| problem(e.to_string()))?;
     let (_, cert) = x509_parser::parse_x509_certificate(leaf.as_ref()).map_err(|e| problem(e.to_string()))?;
-    Ok(cert.validity().not_after.timestamp() * 1000)
+    let validity = cert.validity();
+    Ok((
+        validity.not_before.timestamp() * 1000,
+        validity.not_after.timestamp() * 1000,
+    ))
 }
 
 fn millis(d: Duration) -> i64 {
@@ -735,13 +780,13 @@ mod tests {
     use rebound_core::ManualClock;
     use rebound_store::certs::MemoryCertificates;
 
-    /// A self-signed certificate for `domain`, stored as expiring at `not_after`.
+    /// A self-signed certificate for `domain`, valid from 1970, stored as expiring at
+    /// `not_after`.
     fn certificate(domain: &str, not_after: UnixMillis) -> StoredCertificate {
         let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
-        let cert = rcgen::CertificateParams::new(vec![domain.to_owned()])
-            .unwrap()
-            .self_signed(&key)
-            .unwrap();
+        let mut params = rcgen::CertificateParams::new(vec![domain.to_owned()]).unwrap();
+        params.not_before = rcgen::date_time_ymd(1970, 1, 1);
+        let cert = params.self_signed(&key).unwrap();
         StoredCertificate {
             domain: domain.to_owned(),
             chain_pem: cert.pem(),
@@ -811,8 +856,8 @@ mod tests {
     async fn a_certificate_the_listing_calls_due_is_read_from_the_store_before_ordering() {
         let now = 10 * 86_400_000;
         let store = Arc::new(MemoryCertificates::new());
-        // Due (within the 30 days), and renewed meanwhile by another process: the read
-        // finds it not due, and nothing is ordered.
+        // Due (less than a third of its 11 days left), and renewed meanwhile by another
+        // process: the read finds it not due, and nothing is ordered.
         store
             .put_certificate(&certificate("due.test", now + 86_400_000))
             .await
@@ -823,7 +868,11 @@ mod tests {
             Challenges::new(),
             AcmeMetrics::detached(),
         );
-        let known = HashMap::from([("due.test".to_owned(), now + 86_400_000)]);
+        let due = Validity {
+            not_before: 0,
+            not_after: now + 86_400_000,
+        };
+        let known = HashMap::from([("due.test".to_owned(), due)]);
         store
             .put_certificate(&certificate("due.test", now + 90 * 86_400_000))
             .await
@@ -835,5 +884,58 @@ mod tests {
         );
         assert_eq!(store.reads().2, 1, "read once: not due any more");
         assert_eq!(store.lease("due.test"), None, "so not leased either");
+    }
+
+    #[test]
+    fn a_certificate_is_due_once_a_third_of_its_lifetime_is_left() {
+        const DAY: i64 = 86_400_000;
+        // (notBefore, notAfter, share left, renewed at)
+        let cases: &[(i64, i64, f64, i64)] = &[
+            // Let's Encrypt's 90 days: 30 days before expiry, as the fixed window was.
+            (0, 90 * DAY, RENEW_LEFT, 60 * DAY),
+            // Its short-lived profile's 6 days: 2 days before, not at once.
+            (1_000, 1_000 + 6 * DAY, RENEW_LEFT, 1_000 + 4 * DAY),
+            // pebble's 90 s: 30 s before.
+            (5_000, 95_000, RENEW_LEFT, 65_000),
+            // Other shares, and the bounds.
+            (0, 100 * DAY, 0.5, 50 * DAY),
+            (0, 100 * DAY, 1.0, 0),
+            (0, 100 * DAY, 0.0, 100 * DAY),
+            (0, 100 * DAY, 7.0, 0),
+            (0, 100 * DAY, -1.0, 100 * DAY),
+            // No lifetime, or an inverted one: due at notAfter.
+            (50, 50, RENEW_LEFT, 50),
+            (90 * DAY, 10 * DAY, RENEW_LEFT, 10 * DAY),
+        ];
+        for &(not_before, not_after, left, want) in cases {
+            assert_eq!(
+                renew_at(not_before, not_after, left),
+                want,
+                "{not_before}..{not_after}, {left} left"
+            );
+        }
+        // An unreadable chain: valid since ever, so due now.
+        assert!(renew_at(UnixMillis::MIN, 90 * DAY, RENEW_LEFT) < 0);
+        // Due at that instant, not before.
+        let issuer = Issuer::new(
+            IssuerConfig::new("https://127.0.0.1:9/directory", "me"),
+            Arc::new(MemoryCertificates::new()),
+            Challenges::new(),
+            AcmeMetrics::detached(),
+        );
+        let six_days = Validity {
+            not_before: 0,
+            not_after: 6 * DAY,
+        };
+        assert!(!issuer.due_at(six_days, 4 * DAY - 1));
+        assert!(issuer.due_at(six_days, 4 * DAY));
+        let stored = certificate("x.test", 90 * DAY);
+        assert_eq!(
+            Validity::of(&stored),
+            Validity {
+                not_before: 0,
+                not_after: 90 * DAY
+            }
+        );
     }
 }

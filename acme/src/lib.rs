@@ -55,5 +55,5 @@ pub mod testing;
 
 pub use challenges::{tls_alpn01_token, Challenges, FleetTlsAlpn};
 pub use error::{AcmeError, FailureKind};
-pub use issuer::{install_stored, ChallengeKind, Issuer, IssuerConfig, Outcome};
+pub use issuer::{install_stored, renew_at, ChallengeKind, Issuer, IssuerConfig, Outcome, RENEW_LEFT};
 pub use metrics::AcmeMetrics;
