@@ -2,14 +2,21 @@
 //! configured domain that has none or whose certificate is due ([`renew_at`]: once a third
 //! of its lifetime is left, as certbot and Caddy renew, so a 90-day certificate 30 days
 //! before it expires and a 6-day one 2 days before), one process of the fleet at a time per
-//! domain (the store's lease), and backs off exponentially per domain after a failure. [`Issuer::run`] does that on a timer and
+//! domain (the store's lease), and backs off exponentially per domain after a failure. When
+//! the CA offers ACME Renewal Information (RFC 9773, `renewalInfo` in its directory), its
+//! suggested window decides instead ([`ari_renew_at`]): asked about each certificate again
+//! after the CA's `Retry-After`, so a CA that wants its certificates replaced early (a
+//! revocation coming) is followed within that. [`Issuer::run`] does that on a timer and
 //! installs the store's certificates in the port's [`SniResolver`].
 
 use crate::challenges::Challenges;
 use crate::client::acme_http_client;
 use crate::error::AcmeError;
 use crate::metrics::AcmeMetrics;
-use instant_acme::{Account, AuthorizationStatus, ChallengeType, Identifier, NewAccount, NewOrder, Order, OrderStatus};
+use instant_acme::{
+    Account, AuthorizationStatus, CertificateIdentifier, ChallengeType, Identifier, NewAccount, NewOrder, Order,
+    OrderStatus,
+};
 use rebound_core::{Clock, UnixMillis};
 use rebound_edge::sni::{certified_key_from_pem, SniResolver};
 use rebound_edge::tls::TlsError;
@@ -117,6 +124,28 @@ pub fn renew_at(not_before: UnixMillis, not_after: UnixMillis, left: f64) -> Uni
     not_after.saturating_sub(left)
 }
 
+/// Where in the renewal window `start..end` that a CA suggests (RFC 9773 §4.2) a certificate
+/// expiring at `not_after` is renewed: `fraction` (0 to 1) of the way in, a point drawn
+/// once per certificate as the RFC's uniformly random choice (so every process of the fleet
+/// picks the same one); an inverted window is its start. `None` for a window that starts
+/// at or past the expiry, which no renewal could follow: the lifetime rule decides then.
+pub fn ari_renew_at(start: UnixMillis, end: UnixMillis, fraction: f64, not_after: UnixMillis) -> Option<UnixMillis> {
+    if start >= not_after {
+        return None;
+    }
+    let span = end.saturating_sub(start).max(0);
+    Some(start.saturating_add((span as f64 * fraction.clamp(0.0, 1.0)) as i64))
+}
+
+/// The bound on one question to the CA about a certificate's renewal.
+const ARI_TIMEOUT: Duration = Duration::from_secs(10);
+/// The CA's `Retry-After` for its renewal information, bounded below …
+const ARI_MIN_RECHECK: Duration = Duration::from_secs(60);
+/// … and above (RFC 9773 §4.3.2 asks clients to check at least daily).
+const ARI_MAX_RECHECK: Duration = Duration::from_secs(24 * 3600);
+/// The wait after the CA could not be asked (or the account not loaded).
+const ARI_RETRY: Duration = Duration::from_secs(3600);
+
 /// What [`Issuer::renew_due`] did for one domain.
 #[derive(Debug)]
 pub enum Outcome {
@@ -151,6 +180,8 @@ pub struct Issuer {
     backoff: Mutex<HashMap<String, Backoff>>,
     /// Domains whose expiry is exported.
     exported: Mutex<BTreeSet<String>>,
+    /// What the CA's renewal information said.
+    ari: tokio::sync::Mutex<AriState>,
     /// One round at a time: the leases are per owner, not per call.
     round: tokio::sync::Mutex<()>,
 }
@@ -171,6 +202,7 @@ impl Issuer {
             account: tokio::sync::Mutex::new(None),
             backoff: Mutex::new(HashMap::new()),
             exported: Mutex::new(BTreeSet::new()),
+            ari: tokio::sync::Mutex::new(AriState::default()),
             round: tokio::sync::Mutex::new(()),
         }
     }
@@ -191,19 +223,21 @@ impl Issuer {
         &self,
         domains: &[String],
         now: UnixMillis,
-        known: &HashMap<String, Validity>,
+        known: &HashMap<String, Held>,
     ) -> Vec<(String, Outcome)> {
         let domains = configured(domains);
         let _round = self.round.lock().await;
         self.forget_expiries_but(&domains);
         let mut outcomes = Vec::with_capacity(domains.len());
         for domain in domains {
-            let outcome = match known.get(&domain) {
-                Some(&validity) if !self.due_at(validity, now) => {
-                    self.export_expiry(&domain, validity.not_after);
-                    Outcome::NotDue {
-                        not_after: validity.not_after,
-                    }
+            let not_due = match known.get(&domain) {
+                Some(held) => (!self.due_held(&domain, held, now).await).then_some(held.validity.not_after),
+                None => None,
+            };
+            let outcome = match not_due {
+                Some(not_after) => {
+                    self.export_expiry(&domain, not_after);
+                    Outcome::NotDue { not_after }
                 }
                 _ => self.renew_one(&domain, now).await,
             };
@@ -248,7 +282,7 @@ impl Issuer {
         let stored = self.store.get_certificate(domain).await?;
         if let Some(stored) = &stored {
             self.export_expiry(domain, stored.not_after);
-            if !self.due(stored, now) {
+            if !self.due(stored, now).await {
                 return Ok(Outcome::NotDue {
                     not_after: stored.not_after,
                 });
@@ -262,7 +296,7 @@ impl Issuer {
         // Another process may have renewed it between the read and the lease.
         let stored = self.store.get_certificate(domain).await?;
         if let Some(stored) = &stored {
-            if !self.due(stored, now) {
+            if !self.due(stored, now).await {
                 self.export_expiry(domain, stored.not_after);
                 self.store.release(domain, &self.config.owner).await?;
                 return Ok(Outcome::NotDue {
@@ -288,8 +322,100 @@ impl Issuer {
         })
     }
 
-    fn due(&self, stored: &StoredCertificate, now: UnixMillis) -> bool {
-        self.due_at(Validity::of(stored), now)
+    async fn due(&self, stored: &StoredCertificate, now: UnixMillis) -> bool {
+        self.due_held(&stored.domain, &Held::of(stored), now).await
+    }
+
+    /// Whether `domain`'s certificate `held` is due at `now`: at the point of the CA's
+    /// suggested window when it offers one ([`Issuer::ari_renew_at`]), else by its lifetime.
+    async fn due_held(&self, domain: &str, held: &Held, now: UnixMillis) -> bool {
+        let suggested = match &held.ari_id {
+            Some(id) => self.ari_renew_at(domain, held.validity, id, now).await,
+            None => None,
+        };
+        match suggested {
+            Some(at) => at <= now,
+            None => self.due_at(held.validity, now),
+        }
+    }
+
+    /// The renewal time the CA's renewal information (RFC 9773) gives `domain`'s
+    /// certificate `id`, valid `validity`: [`ari_renew_at`] of its suggested window, asked
+    /// again once the CA's `Retry-After` (bounded to a minute .. a day) has passed. `None`
+    /// when the CA offers none (then never asked again), cannot be asked now (asked again
+    /// after [`ARI_RETRY`]; a window known for the certificate is kept meanwhile), or its
+    /// window is past the expiry.
+    async fn ari_renew_at(
+        &self,
+        domain: &str,
+        validity: Validity,
+        id: &CertificateIdentifier<'static>,
+        now: UnixMillis,
+    ) -> Option<UnixMillis> {
+        let mut ari = self.ari.lock().await;
+        if ari.offered == Some(false) {
+            return None;
+        }
+        let known = ari
+            .windows
+            .get(domain)
+            .filter(|w| w.not_after == validity.not_after)
+            .copied();
+        if ari.quiet_until > now || known.is_some_and(|w| w.check_at > now) {
+            return known.map(|w| w.renew_at);
+        }
+        let asked = async {
+            let account = self.account().await?;
+            account
+                .renewal_info(id)
+                .await
+                .map_err(AcmeError::acme("reading the renewal information"))
+        };
+        match tokio::time::timeout(ARI_TIMEOUT, asked).await {
+            Ok(Ok((info, retry_after))) => {
+                ari.offered = Some(true);
+                let window = &info.suggested_window;
+                let ms = |nanos: i128| i64::try_from(nanos / 1_000_000).unwrap_or(i64::MAX);
+                let (start, end) = (
+                    ms(window.start.unix_timestamp_nanos()),
+                    ms(window.end.unix_timestamp_nanos()),
+                );
+                let renew_at = ari_renew_at(start, end, fraction_of(id), validity.not_after);
+                let check_at = now + millis(retry_after.clamp(ARI_MIN_RECHECK, ARI_MAX_RECHECK));
+                match renew_at {
+                    Some(renew_at) => {
+                        ari.windows.insert(
+                            domain.to_owned(),
+                            AriWindow {
+                                not_after: validity.not_after,
+                                renew_at,
+                                check_at,
+                            },
+                        );
+                    }
+                    None => {
+                        ari.windows.remove(domain);
+                    }
+                }
+                renew_at
+            }
+            Ok(Err(AcmeError::Acme {
+                source: instant_acme::Error::Unsupported(_),
+                ..
+            })) => {
+                ari.offered = Some(false);
+                None
+            }
+            failed => {
+                let cause = match failed {
+                    Ok(Err(e)) => Causes(&e).to_string(),
+                    _ => format!("no answer within {ARI_TIMEOUT:?}"),
+                };
+                tracing::warn!(%domain, error = %cause, "cannot read the CA's renewal information; the lifetime decides meanwhile");
+                ari.quiet_until = now + millis(ARI_RETRY);
+                known.map(|w| w.renew_at)
+            }
+        }
     }
 
     fn due_at(&self, validity: Validity, now: UnixMillis) -> bool {
@@ -632,7 +758,7 @@ impl Issuer {
                         tracing::error!(error = %e, "a stored certificate does not load; the previous one keeps serving");
                     }
                 }
-                listing.expiries = stored.iter().map(|c| (c.domain.clone(), Validity::of(c))).collect();
+                listing.expiries = stored.iter().map(|c| (c.domain.clone(), Held::of(c))).collect();
                 listing.mark = mark;
                 listing.domains = domains.to_vec();
                 listing.listed_at = Some(tokio::time::Instant::now());
@@ -655,8 +781,62 @@ struct Listing {
     /// The domains it was listed for.
     domains: Vec<String>,
     listed_at: Option<tokio::time::Instant>,
-    /// The listed certificates' validity, by domain.
-    expiries: HashMap<String, Validity>,
+    /// The listed certificates' validity and identifier, by domain.
+    expiries: HashMap<String, Held>,
+}
+
+/// What the CA's renewal information (RFC 9773) said.
+#[derive(Default)]
+struct AriState {
+    /// `Some(false)` once the CA said it offers none: never asked again.
+    offered: Option<bool>,
+    /// Not asked before this, after it could not be asked.
+    quiet_until: UnixMillis,
+    /// By domain.
+    windows: HashMap<String, AriWindow>,
+}
+
+/// The renewal time the CA suggested for a domain's certificate.
+#[derive(Debug, Clone, Copy)]
+struct AriWindow {
+    /// The certificate asked about, by its expiry (a new one is asked about anew).
+    not_after: UnixMillis,
+    renew_at: UnixMillis,
+    /// When to ask again.
+    check_at: UnixMillis,
+}
+
+/// A stored certificate as the renewal sees it: its validity and its identifier for the
+/// CA's renewal information (`None` without an Authority Key Identifier).
+#[derive(Debug, Clone)]
+struct Held {
+    validity: Validity,
+    ari_id: Option<CertificateIdentifier<'static>>,
+}
+
+impl Held {
+    fn of(stored: &StoredCertificate) -> Held {
+        use rustls::pki_types::pem::PemObject;
+        let ari_id = rustls::pki_types::CertificateDer::pem_slice_iter(stored.chain_pem.as_bytes())
+            .next()
+            .and_then(Result::ok)
+            .and_then(|leaf| CertificateIdentifier::try_from(&leaf).ok())
+            .map(CertificateIdentifier::into_owned);
+        Held {
+            validity: Validity::of(stored),
+            ari_id,
+        }
+    }
+}
+
+/// The point of a suggested window a certificate is renewed at, drawn from its identifier:
+/// the same for every process of the fleet, evenly spread over certificates.
+fn fraction_of(id: &CertificateIdentifier<'_>) -> f64 {
+    use std::hash::{Hash, Hasher};
+    // SipHash with fixed keys: the same identifier, the same point, in every process.
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    id.to_string().hash(&mut h);
+    (h.finish() % 1_000_000) as f64 / 1_000_000.0
 }
 
 /// When a stored certificate is valid: its leaf's notBefore, and the notAfter the store
@@ -872,7 +1052,13 @@ mod tests {
             not_before: 0,
             not_after: now + 86_400_000,
         };
-        let known = HashMap::from([("due.test".to_owned(), due)]);
+        let known = HashMap::from([(
+            "due.test".to_owned(),
+            Held {
+                validity: due,
+                ari_id: None,
+            },
+        )]);
         store
             .put_certificate(&certificate("due.test", now + 90 * 86_400_000))
             .await
@@ -937,5 +1123,224 @@ mod tests {
                 not_after: 90 * DAY
             }
         );
+    }
+
+    #[test]
+    fn a_cas_suggested_window_gives_one_point_per_certificate_never_past_its_expiry() {
+        // (start, end, fraction, notAfter, renewed at)
+        let cases: &[(i64, i64, f64, i64, Option<i64>)] = &[
+            (100, 200, 0.0, 1_000, Some(100)),
+            (100, 200, 0.5, 1_000, Some(150)),
+            (100, 200, 1.0, 1_000, Some(200)),
+            (100, 200, 3.0, 1_000, Some(200)),
+            (100, 200, -1.0, 1_000, Some(100)),
+            // An inverted window: its start.
+            (200, 100, 0.7, 1_000, Some(200)),
+            // Starting at or past the expiry: no use, the lifetime decides.
+            (1_000, 2_000, 0.5, 1_000, None),
+            (5_000, 6_000, 0.5, 1_000, None),
+            // A window in the past: due at once.
+            (-500, -100, 0.25, 1_000, Some(-400)),
+        ];
+        for &(start, end, fraction, not_after, want) in cases {
+            assert_eq!(
+                ari_renew_at(start, end, fraction, not_after),
+                want,
+                "{start}..{end} at {fraction}, expiring {not_after}"
+            );
+        }
+        // The point is drawn from the certificate: the same for one, spread over many.
+        let id = |serial: &[u8]| {
+            CertificateIdentifier::new(
+                rustls::pki_types::Der::from_slice(b"aki"),
+                rustls::pki_types::Der::from_slice(serial),
+            )
+        };
+        assert_eq!(fraction_of(&id(b"\x01")), fraction_of(&id(b"\x01")));
+        let points: Vec<f64> = (0..200u8).map(|n| fraction_of(&id(&[n]))).collect();
+        assert!(points.iter().all(|f| (0.0..1.0).contains(f)));
+        let low = points.iter().filter(|f| **f < 0.5).count();
+        assert!((60..140).contains(&low), "{low} of 200 in the first half");
+    }
+
+    /// A CA's directory and renewal information over HTTPS on 127.0.0.1 (nothing else: no
+    /// order can be made), answering every certificate with `window` (Unix seconds) and
+    /// `Retry-After: 3600`; the renewal information is offered when `ari`. The CA's
+    /// certificate (PEM), its directory URL, and the count of renewal-information requests.
+    async fn fake_ca(ari: bool, window: (i64, i64)) -> (String, String, Arc<std::sync::atomic::AtomicUsize>) {
+        use http_body_util::Full;
+        use hyper::body::Bytes;
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let provider = rustls::crypto::aws_lc_rs::default_provider();
+        let certified =
+            certified_key_from_pem("ca", cert.pem().as_bytes(), key.serialize_pem().as_bytes(), &provider).unwrap();
+        let resolver = Arc::new(rustls::sign::SingleCertAndKey::from(Arc::new(certified)));
+        let tls = rustls::ServerConfig::builder_with_provider(Arc::new(provider))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_cert_resolver(resolver);
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("https://127.0.0.1:{}", listener.local_addr().unwrap().port());
+        let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let directory = {
+            let mut d = serde_json::json!({
+                "newNonce": format!("{base}/nonce"),
+                "newAccount": format!("{base}/account"),
+                "newOrder": format!("{base}/order"),
+            });
+            if ari {
+                d["renewalInfo"] = format!("{base}/ari").into();
+            }
+            d.to_string()
+        };
+        let rfc3339 = |secs: i64| {
+            time::OffsetDateTime::from_unix_timestamp(secs)
+                .unwrap()
+                .format(&time::format_description::well_known::Rfc3339)
+                .unwrap()
+        };
+        let info =
+            serde_json::json!({"suggestedWindow": {"start": rfc3339(window.0), "end": rfc3339(window.1)}}).to_string();
+        let counted = asked.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else { return };
+                let (acceptor, directory, info, asked) =
+                    (acceptor.clone(), directory.clone(), info.clone(), counted.clone());
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else { return };
+                    let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                        let path = req.uri().path().to_owned();
+                        let (directory, info, asked) = (directory.clone(), info.clone(), asked.clone());
+                        async move {
+                            if path == "/directory" {
+                                hyper::Response::builder().body(Full::new(Bytes::from(directory)))
+                            } else if path.starts_with("/ari/") {
+                                asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                                hyper::Response::builder()
+                                    .header("content-type", "application/json")
+                                    .header("retry-after", "3600")
+                                    .body(Full::new(Bytes::from(info)))
+                            } else {
+                                hyper::Response::builder().status(404).body(Full::new(Bytes::new()))
+                            }
+                        }
+                    });
+                    let io = hyper_util::rt::TokioIo::new(tls);
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(io, service)
+                        .await;
+                });
+            }
+        });
+        (cert.pem(), format!("{base}/directory"), asked)
+    }
+
+    /// A certificate for `domain` valid `days` from `not_before` (Unix seconds), issued by a
+    /// CA of its own (so it has the Authority Key Identifier an ARI identifier is made of).
+    fn issued(domain: &str, not_before: i64, days: i64) -> StoredCertificate {
+        let ca_key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let issuer = rcgen::Issuer::new(ca, ca_key);
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut params = rcgen::CertificateParams::new(vec![domain.to_owned()]).unwrap();
+        params.use_authority_key_identifier_extension = true;
+        let at = |secs: i64| time::OffsetDateTime::from_unix_timestamp(secs).unwrap();
+        params.not_before = at(not_before);
+        params.not_after = at(not_before + days * 86_400);
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        StoredCertificate {
+            domain: domain.to_owned(),
+            chain_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            not_after: (not_before + days * 86_400) * 1000,
+        }
+    }
+
+    /// An issuer of `directory` (trusting `ca_pem`) whose store holds an account there.
+    async fn issuer_of(directory: &str, ca_pem: &str) -> (Issuer, Arc<MemoryCertificates>) {
+        let store = Arc::new(MemoryCertificates::new());
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let credentials = serde_json::json!({
+            "id": directory.replace("/directory", "/account/1"),
+            "key_pkcs8": base64url(&key.serialize_der()),
+            "directory": directory,
+        });
+        store.put_account(&credentials.to_string()).await.unwrap();
+        let mut config = IssuerConfig::new(directory, "me");
+        config.acme_roots_pem = Some(ca_pem.to_owned());
+        let issuer = Issuer::new(config, store.clone(), Challenges::new(), AcmeMetrics::detached());
+        (issuer, store)
+    }
+
+    fn base64url(bytes: &[u8]) -> String {
+        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let mut out = String::new();
+        for chunk in bytes.chunks(3) {
+            let n = chunk
+                .iter()
+                .enumerate()
+                .fold(0u32, |n, (i, b)| n | (*b as u32) << (16 - 8 * i));
+            for i in 0..=chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            }
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn the_cas_renewal_information_decides_when_offered_asked_again_after_its_retry_after() {
+        let now_secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        let now = now_secs * 1000;
+        // A 90-day certificate issued a day ago: by its lifetime due in 59 days.
+        let cert = issued("ari.test", now_secs - 86_400, 90);
+        let by_lifetime = renew_at(now - 86_400_000, cert.not_after, RENEW_LEFT);
+        assert!(
+            Held::of(&cert).ari_id.is_some(),
+            "an identifier from the AKI and serial"
+        );
+
+        // The CA wants it replaced now (a window already past, as RFC 9773 §4.2 says: renew
+        // at once): due, 59 days before its lifetime would have it.
+        let (ca, directory, asked) = fake_ca(true, (now_secs - 7200, now_secs - 3600)).await;
+        let (issuer, _) = issuer_of(&directory, &ca).await;
+        assert!(issuer.due(&cert, now).await);
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
+        // Asked again only after its Retry-After (an hour).
+        assert!(issuer.due(&cert, now + 1_000).await);
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(issuer.due(&cert, now + 3_600_000).await);
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 2);
+
+        // The CA suggests a window later than the lifetime's third: followed, not earlier.
+        let (start, end) = (now_secs + 70 * 86_400, now_secs + 71 * 86_400);
+        let (ca, directory, asked) = fake_ca(true, (start, end)).await;
+        let (issuer, _) = issuer_of(&directory, &ca).await;
+        assert!(!issuer.due(&cert, by_lifetime).await);
+        assert!(!issuer.due(&cert, start * 1000 - 1).await);
+        assert!(issuer.due(&cert, end * 1000).await);
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 3);
+
+        // A CA without renewal information: the lifetime decides, and it is not asked.
+        let (ca, directory, asked) = fake_ca(false, (0, 0)).await;
+        let (issuer, _) = issuer_of(&directory, &ca).await;
+        assert!(!issuer.due(&cert, by_lifetime - 1).await);
+        assert!(issuer.due(&cert, by_lifetime).await);
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 0);
+
+        // A CA that cannot be reached: the lifetime decides meanwhile.
+        let (issuer, _) = issuer_of("https://127.0.0.1:9/directory", &ca).await;
+        assert!(!issuer.due(&cert, now).await);
+        assert!(issuer.due(&cert, by_lifetime).await);
     }
 }
