@@ -2,7 +2,7 @@
 //! removed through the API; links on a domain, the same alias on two domains; the redirect
 //! port routing by `Host` (HTTP/1) and `:authority` (HTTP/2) with each domain's own pages, a
 //! host of no domain answered 404; keys scoped to domains; over TLS, a request for another
-//! host than the SNI name answered 421.
+//! host than the SNI name answered 421, and one without a host answered as the SNI name's.
 
 mod common;
 
@@ -477,6 +477,98 @@ async fn over_tls_a_request_for_another_host_than_the_sni_name_is_misdirected() 
     assert!(rb.refusals("redirect_tls", "misdirected").await >= 2.0);
 }
 
+/// One HTTP/1.0 exchange written raw on a TLS connection to `tls` by `openssl s_client`, the
+/// client sending `sni` by SNI (none when `None`): "<status> <Location>".
+fn raw_tls_answer(tls: &str, sni: Option<&str>, request: &str) -> String {
+    use std::io::Write;
+    let mut cmd = std::process::Command::new("openssl");
+    cmd.args(["s_client", "-quiet", "-connect", tls]);
+    match sni {
+        Some(name) => cmd.args(["-servername", name]),
+        None => cmd.arg("-noservername"),
+    };
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("openssl s_client");
+    child.stdin.take().unwrap().write_all(request.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let status = text.split_whitespace().nth(1).unwrap_or_default().to_owned();
+    let location = text
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .starts_with("location:")
+                .then(|| l[9..].trim().to_owned())
+        })
+        .unwrap_or_default();
+    format!("{status} {location}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_a_request_without_host_is_for_the_sni_name_never_the_default_domain() {
+    let dir = temp_dir();
+    let (cert, key) = self_signed(dir.path(), "edge", "ec");
+    let mut env = tls_env(&cert, &key).to_vec();
+    let base = format!("https://{DEFAULT}");
+    env.push(("REBOUND_PUBLIC_BASE_URL", &base));
+    let rb = Rebound::from(start(
+        &[],
+        &dir.path().join("data"),
+        &env,
+        &["redirect", "redirect TLS", "API", "metrics"],
+    ));
+    let alpha = "go.alpha.test";
+    assert_eq!(
+        add_domain(&rb, json!({"name": alpha, "certificate": "files"})).await.0,
+        StatusCode::CREATED
+    );
+    rb.create(json!({"long_url": "https://example.com/default-home", "custom_alias": "home1"}))
+        .await;
+    rb.create(json!({"long_url": "https://alpha.example/home", "custom_alias": "home1", "domain": alpha}))
+        .await;
+    let tls = rb.run.addrs["redirect TLS"].clone();
+    let no_host = "GET /home1 HTTP/1.0\r\n\r\n";
+    // The client named go.alpha.test: the request is for it (the port serves its own
+    // certificate for every name; openssl does not check it).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let got = tokio::task::block_in_place(|| raw_tls_answer(&tls, Some(alpha), no_host));
+        if got == "302 https://alpha.example/home" {
+            break;
+        }
+        assert_ne!(
+            got, "302 https://example.com/default-home",
+            "SNI {alpha}: the default domain's link"
+        );
+        assert!(Instant::now() < deadline, "SNI {alpha}: {got:?} for 20 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The same request naming its host as the SNI name: the same answer.
+    let named = format!("GET /home1 HTTP/1.0\r\nHost: {alpha}\r\n\r\n");
+    assert_eq!(
+        tokio::task::block_in_place(|| raw_tls_answer(&tls, Some(alpha), &named)),
+        "302 https://alpha.example/home"
+    );
+    // A name that is no domain of the fleet: that name's 404, never the default's link.
+    assert_eq!(
+        tokio::task::block_in_place(|| raw_tls_answer(&tls, Some("nowhere.alpha.test"), no_host)),
+        "404 "
+    );
+    // The default domain's name, or no name at all (a client that connected to the
+    // address): the default domain's link, as before.
+    for sni in [Some(DEFAULT), None] {
+        assert_eq!(
+            tokio::task::block_in_place(|| raw_tls_answer(&tls, sni, no_host)),
+            "302 https://example.com/default-home",
+            "SNI {sni:?}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_link_on_a_domain_added_a_moment_ago_answers_its_first_click() {
     let (_dir, rb) = start_on_domains();
@@ -507,4 +599,41 @@ async fn a_link_on_a_domain_added_a_moment_ago_answers_its_first_click() {
         spent <= bound,
         "{spent} counter reads for 200 unknown hosts in {elapsed} ms (bound {bound})"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_domain_added_a_moment_ago_answers_its_root_and_every_path_at_once() {
+    let (_dir, rb) = start_on_domains();
+    // No waiting anywhere: the first request of each path on each new host finds the domain
+    // routed, with its own pages (an unknown host sends the routes to the store first,
+    // whether or not the path is a code).
+    for i in 0..4 {
+        let host = format!("pages{i}.fresh.test");
+        let (root, missing) = (
+            format!("https://fresh.example/{i}/root"),
+            format!("https://fresh.example/{i}/missing"),
+        );
+        let body = json!({"name": host, "certificate": "files", "root_url": root, "not_found_url": missing});
+        assert_eq!(add_domain(&rb, body).await.0, StatusCode::CREATED);
+        // The first request on the host: `/`, a path that is no code, or one that is.
+        let (first, then) = match i % 3 {
+            0 => ("/", ["/not/a/code", "/nocode1"]),
+            1 => ("/not/a/code", ["/", "/nocode1"]),
+            _ => ("/nocode1", ["/", "/not/a/code"]),
+        };
+        let h2 = i % 2 == 1;
+        let v = ["1.1", "2"][i % 2];
+        for path in std::iter::once(first).chain(then) {
+            let want = if path == "/" { &root } else { &missing };
+            assert_eq!(
+                get_on(&rb, &host, path, h2),
+                format!("{v} 302 {want}"),
+                "{host}{path}, the first request being {first}"
+            );
+        }
+    }
+    // A host of no domain: the default 404, for every path.
+    for path in ["/", "/not/a/code", "/nocode1"] {
+        assert_eq!(get_on(&rb, "made-up.fresh.test", path, false), "1.1 404 ", "{path}");
+    }
 }

@@ -1,14 +1,22 @@
 //! Ordering and renewing certificates: [`Issuer::renew_due`] orders a certificate for each
-//! configured domain that has none or whose certificate expires within the renewal window,
-//! one process of the fleet at a time per domain (the store's lease), and backs off
-//! exponentially per domain after a failure. [`Issuer::run`] does that on a timer and
+//! configured domain that has none or whose certificate is due ([`renew_at`]: once a third
+//! of its lifetime is left, as certbot and Caddy renew, so a 90-day certificate 30 days
+//! before it expires and a 6-day one 2 days before), one process of the fleet at a time per
+//! domain (the store's lease), and backs off exponentially per domain after a failure. When
+//! the CA offers ACME Renewal Information (RFC 9773, `renewalInfo` in its directory), its
+//! suggested window decides instead ([`ari_renew_at`]): asked about each certificate again
+//! after the CA's `Retry-After`, so a CA that wants its certificates replaced early (a
+//! revocation coming) is followed within that. [`Issuer::run`] does that on a timer and
 //! installs the store's certificates in the port's [`SniResolver`].
 
 use crate::challenges::Challenges;
 use crate::client::acme_http_client;
 use crate::error::AcmeError;
 use crate::metrics::AcmeMetrics;
-use instant_acme::{Account, AuthorizationStatus, ChallengeType, Identifier, NewAccount, NewOrder, Order, OrderStatus};
+use instant_acme::{
+    Account, AuthorizationStatus, CertificateIdentifier, ChallengeType, Identifier, NewAccount, NewOrder, Order,
+    OrderStatus,
+};
 use rebound_core::{Clock, UnixMillis};
 use rebound_edge::sni::{certified_key_from_pem, SniResolver};
 use rebound_edge::tls::TlsError;
@@ -58,8 +66,9 @@ pub struct IssuerConfig {
     pub owner: String,
     /// The challenge answered when both are offered (the other one otherwise); HTTP-01.
     pub prefer: ChallengeKind,
-    /// A certificate is renewed once it expires within this window: 30 days.
-    pub renew_within: Duration,
+    /// The share of a certificate's lifetime (notBefore to notAfter) left when it is
+    /// renewed: one third ([`renew_at`]).
+    pub renew_left: f64,
     /// The bound on one order, from creating it to the certificate: 5 minutes.
     pub order_timeout: Duration,
     /// The first wait between polls of an order, doubled after each poll: 250 ms.
@@ -84,7 +93,7 @@ impl IssuerConfig {
             contact: Vec::new(),
             owner: owner.to_owned(),
             prefer: ChallengeKind::Http01,
-            renew_within: Duration::from_secs(30 * 86_400),
+            renew_left: RENEW_LEFT,
             order_timeout: Duration::from_secs(300),
             poll_first: Duration::from_millis(250),
             poll_max: Duration::from_secs(5),
@@ -100,6 +109,42 @@ impl IssuerConfig {
         self.order_timeout + Duration::from_secs(60)
     }
 }
+
+/// The share of its lifetime a certificate has left when it is renewed, by default: one
+/// third, as certbot and Caddy renew.
+pub const RENEW_LEFT: f64 = 1.0 / 3.0;
+
+/// When a certificate valid from `not_before` to `not_after` is due: once `left` (a share,
+/// 0 to 1) of its lifetime is left. A 90-day certificate with a third left is renewed 30
+/// days before it expires, a 6-day one 2 days before, a 90-second one 30 seconds before:
+/// each once per lifetime, however short. An inverted validity is due at its `not_after`.
+pub fn renew_at(not_before: UnixMillis, not_after: UnixMillis, left: f64) -> UnixMillis {
+    let lifetime = not_after.saturating_sub(not_before).max(0);
+    let left = (lifetime as f64 * left.clamp(0.0, 1.0)) as i64;
+    not_after.saturating_sub(left)
+}
+
+/// Where in the renewal window `start..end` that a CA suggests (RFC 9773 §4.2) a certificate
+/// expiring at `not_after` is renewed: `fraction` (0 to 1) of the way in, a point drawn
+/// once per certificate as the RFC's uniformly random choice (so every process of the fleet
+/// picks the same one); an inverted window is its start. `None` for a window that starts
+/// at or past the expiry, which no renewal could follow: the lifetime rule decides then.
+pub fn ari_renew_at(start: UnixMillis, end: UnixMillis, fraction: f64, not_after: UnixMillis) -> Option<UnixMillis> {
+    if start >= not_after {
+        return None;
+    }
+    let span = end.saturating_sub(start).max(0);
+    Some(start.saturating_add((span as f64 * fraction.clamp(0.0, 1.0)) as i64))
+}
+
+/// The bound on one question to the CA about a certificate's renewal.
+const ARI_TIMEOUT: Duration = Duration::from_secs(10);
+/// The CA's `Retry-After` for its renewal information, bounded below …
+const ARI_MIN_RECHECK: Duration = Duration::from_secs(60);
+/// … and above (RFC 9773 §4.3.2 asks clients to check at least daily).
+const ARI_MAX_RECHECK: Duration = Duration::from_secs(24 * 3600);
+/// The wait after the CA could not be asked (or the account not loaded).
+const ARI_RETRY: Duration = Duration::from_secs(3600);
 
 /// What [`Issuer::renew_due`] did for one domain.
 #[derive(Debug)]
@@ -135,6 +180,8 @@ pub struct Issuer {
     backoff: Mutex<HashMap<String, Backoff>>,
     /// Domains whose expiry is exported.
     exported: Mutex<BTreeSet<String>>,
+    /// What the CA's renewal information said.
+    ari: tokio::sync::Mutex<AriState>,
     /// One round at a time: the leases are per owner, not per call.
     round: tokio::sync::Mutex<()>,
 }
@@ -155,6 +202,7 @@ impl Issuer {
             account: tokio::sync::Mutex::new(None),
             backoff: Mutex::new(HashMap::new()),
             exported: Mutex::new(BTreeSet::new()),
+            ari: tokio::sync::Mutex::new(AriState::default()),
             round: tokio::sync::Mutex::new(()),
         }
     }
@@ -167,22 +215,27 @@ impl Issuer {
     }
 
     /// [`Issuer::renew_due`], taking a domain's certificate for not due without reading
-    /// the store when `known` (domain -> notAfter, from this process's last listing) says
-    /// it is not: a round over 10,000 domains then reads nothing for the ones not due.
-    /// A domain `known` calls due (or does not know) is read and leased as always.
+    /// the store when `known` (domain -> its certificate's validity, from this process's
+    /// last listing) says it is not: a round over 10,000 domains then reads nothing for the
+    /// ones not due. A domain `known` calls due (or does not know) is read and leased as
+    /// always.
     async fn renew_due_knowing(
         &self,
         domains: &[String],
         now: UnixMillis,
-        known: &HashMap<String, UnixMillis>,
+        known: &HashMap<String, Held>,
     ) -> Vec<(String, Outcome)> {
         let domains = configured(domains);
         let _round = self.round.lock().await;
         self.forget_expiries_but(&domains);
         let mut outcomes = Vec::with_capacity(domains.len());
         for domain in domains {
-            let outcome = match known.get(&domain) {
-                Some(&not_after) if !self.due_at(not_after, now) => {
+            let not_due = match known.get(&domain) {
+                Some(held) => (!self.due_held(&domain, held, now).await).then_some(held.validity.not_after),
+                None => None,
+            };
+            let outcome = match not_due {
+                Some(not_after) => {
                     self.export_expiry(&domain, not_after);
                     Outcome::NotDue { not_after }
                 }
@@ -229,7 +282,7 @@ impl Issuer {
         let stored = self.store.get_certificate(domain).await?;
         if let Some(stored) = &stored {
             self.export_expiry(domain, stored.not_after);
-            if !self.due(stored, now) {
+            if !self.due(stored, now).await {
                 return Ok(Outcome::NotDue {
                     not_after: stored.not_after,
                 });
@@ -243,7 +296,7 @@ impl Issuer {
         // Another process may have renewed it between the read and the lease.
         let stored = self.store.get_certificate(domain).await?;
         if let Some(stored) = &stored {
-            if !self.due(stored, now) {
+            if !self.due(stored, now).await {
                 self.export_expiry(domain, stored.not_after);
                 self.store.release(domain, &self.config.owner).await?;
                 return Ok(Outcome::NotDue {
@@ -269,12 +322,104 @@ impl Issuer {
         })
     }
 
-    fn due(&self, stored: &StoredCertificate, now: UnixMillis) -> bool {
-        self.due_at(stored.not_after, now)
+    async fn due(&self, stored: &StoredCertificate, now: UnixMillis) -> bool {
+        self.due_held(&stored.domain, &Held::of(stored), now).await
     }
 
-    fn due_at(&self, not_after: UnixMillis, now: UnixMillis) -> bool {
-        not_after - millis(self.config.renew_within) <= now
+    /// Whether `domain`'s certificate `held` is due at `now`: at the point of the CA's
+    /// suggested window when it offers one ([`Issuer::ari_renew_at`]), else by its lifetime.
+    async fn due_held(&self, domain: &str, held: &Held, now: UnixMillis) -> bool {
+        let suggested = match &held.ari_id {
+            Some(id) => self.ari_renew_at(domain, held.validity, id, now).await,
+            None => None,
+        };
+        match suggested {
+            Some(at) => at <= now,
+            None => self.due_at(held.validity, now),
+        }
+    }
+
+    /// The renewal time the CA's renewal information (RFC 9773) gives `domain`'s
+    /// certificate `id`, valid `validity`: [`ari_renew_at`] of its suggested window, asked
+    /// again once the CA's `Retry-After` (bounded to a minute .. a day) has passed. `None`
+    /// when the CA offers none (then never asked again), cannot be asked now (asked again
+    /// after [`ARI_RETRY`]; a window known for the certificate is kept meanwhile), or its
+    /// window is past the expiry.
+    async fn ari_renew_at(
+        &self,
+        domain: &str,
+        validity: Validity,
+        id: &CertificateIdentifier<'static>,
+        now: UnixMillis,
+    ) -> Option<UnixMillis> {
+        let mut ari = self.ari.lock().await;
+        if ari.offered == Some(false) {
+            return None;
+        }
+        let known = ari
+            .windows
+            .get(domain)
+            .filter(|w| w.not_after == validity.not_after)
+            .copied();
+        if ari.quiet_until > now || known.is_some_and(|w| w.check_at > now) {
+            return known.map(|w| w.renew_at);
+        }
+        let asked = async {
+            let account = self.account().await?;
+            account
+                .renewal_info(id)
+                .await
+                .map_err(AcmeError::acme("reading the renewal information"))
+        };
+        match tokio::time::timeout(ARI_TIMEOUT, asked).await {
+            Ok(Ok((info, retry_after))) => {
+                ari.offered = Some(true);
+                let window = &info.suggested_window;
+                let ms = |nanos: i128| i64::try_from(nanos / 1_000_000).unwrap_or(i64::MAX);
+                let (start, end) = (
+                    ms(window.start.unix_timestamp_nanos()),
+                    ms(window.end.unix_timestamp_nanos()),
+                );
+                let renew_at = ari_renew_at(start, end, fraction_of(id), validity.not_after);
+                let check_at = now + millis(retry_after.clamp(ARI_MIN_RECHECK, ARI_MAX_RECHECK));
+                match renew_at {
+                    Some(renew_at) => {
+                        ari.windows.insert(
+                            domain.to_owned(),
+                            AriWindow {
+                                not_after: validity.not_after,
+                                renew_at,
+                                check_at,
+                            },
+                        );
+                    }
+                    None => {
+                        ari.windows.remove(domain);
+                    }
+                }
+                renew_at
+            }
+            Ok(Err(AcmeError::Acme {
+                source: instant_acme::Error::Unsupported(_),
+                ..
+            })) => {
+                ari.offered = Some(false);
+                None
+            }
+            failed => {
+                let cause = match failed {
+                    Ok(Err(e)) => Causes(&e).to_string(),
+                    _ => format!("no answer within {ARI_TIMEOUT:?}"),
+                };
+                tracing::warn!(%domain, error = %cause, "cannot read the CA's renewal information; the lifetime decides meanwhile");
+                ari.quiet_until = now + millis(ARI_RETRY);
+                known.map(|w| w.renew_at)
+            }
+        }
+    }
+
+    fn due_at(&self, validity: Validity, now: UnixMillis) -> bool {
+        renew_at(validity.not_before, validity.not_after, self.config.renew_left) <= now
     }
 
     /// One order, from its creation to the certificate: the caller holds the lease.
@@ -320,7 +465,7 @@ impl Issuer {
             }
         };
         let key_pem = key.serialize_pem();
-        let not_after = leaf_not_after(domain, &chain_pem)?;
+        let (_, not_after) = leaf_validity(domain, &chain_pem)?;
         // Stored only if the port will load it.
         let provider = rustls::crypto::aws_lc_rs::default_provider();
         certified_key_from_pem(domain, chain_pem.as_bytes(), key_pem.as_bytes(), &provider).map_err(|e| {
@@ -613,7 +758,7 @@ impl Issuer {
                         tracing::error!(error = %e, "a stored certificate does not load; the previous one keeps serving");
                     }
                 }
-                listing.expiries = stored.iter().map(|c| (c.domain.clone(), c.not_after)).collect();
+                listing.expiries = stored.iter().map(|c| (c.domain.clone(), Held::of(c))).collect();
                 listing.mark = mark;
                 listing.domains = domains.to_vec();
                 listing.listed_at = Some(tokio::time::Instant::now());
@@ -636,8 +781,84 @@ struct Listing {
     /// The domains it was listed for.
     domains: Vec<String>,
     listed_at: Option<tokio::time::Instant>,
-    /// The listed certificates' notAfter, by domain.
-    expiries: HashMap<String, UnixMillis>,
+    /// The listed certificates' validity and identifier, by domain.
+    expiries: HashMap<String, Held>,
+}
+
+/// What the CA's renewal information (RFC 9773) said.
+#[derive(Default)]
+struct AriState {
+    /// `Some(false)` once the CA said it offers none: never asked again.
+    offered: Option<bool>,
+    /// Not asked before this, after it could not be asked.
+    quiet_until: UnixMillis,
+    /// By domain.
+    windows: HashMap<String, AriWindow>,
+}
+
+/// The renewal time the CA suggested for a domain's certificate.
+#[derive(Debug, Clone, Copy)]
+struct AriWindow {
+    /// The certificate asked about, by its expiry (a new one is asked about anew).
+    not_after: UnixMillis,
+    renew_at: UnixMillis,
+    /// When to ask again.
+    check_at: UnixMillis,
+}
+
+/// A stored certificate as the renewal sees it: its validity and its identifier for the
+/// CA's renewal information (`None` without an Authority Key Identifier).
+#[derive(Debug, Clone)]
+struct Held {
+    validity: Validity,
+    ari_id: Option<CertificateIdentifier<'static>>,
+}
+
+impl Held {
+    fn of(stored: &StoredCertificate) -> Held {
+        use rustls::pki_types::pem::PemObject;
+        let ari_id = rustls::pki_types::CertificateDer::pem_slice_iter(stored.chain_pem.as_bytes())
+            .next()
+            .and_then(Result::ok)
+            .and_then(|leaf| CertificateIdentifier::try_from(&leaf).ok())
+            .map(CertificateIdentifier::into_owned);
+        Held {
+            validity: Validity::of(stored),
+            ari_id,
+        }
+    }
+}
+
+/// The point of a suggested window a certificate is renewed at, drawn from its identifier:
+/// the same for every process of the fleet, evenly spread over certificates.
+fn fraction_of(id: &CertificateIdentifier<'_>) -> f64 {
+    use std::hash::{Hash, Hasher};
+    // SipHash with fixed keys: the same identifier, the same point, in every process.
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    id.to_string().hash(&mut h);
+    (h.finish() % 1_000_000) as f64 / 1_000_000.0
+}
+
+/// When a stored certificate is valid: its leaf's notBefore, and the notAfter the store
+/// records (the leaf's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Validity {
+    not_before: UnixMillis,
+    not_after: UnixMillis,
+}
+
+impl Validity {
+    /// `stored`'s validity; a chain whose leaf cannot be read (the port does not load it
+    /// either) is taken as valid since ever, so it is due.
+    fn of(stored: &StoredCertificate) -> Validity {
+        let not_before = leaf_validity(&stored.domain, &stored.chain_pem)
+            .map(|(not_before, _)| not_before)
+            .unwrap_or(UnixMillis::MIN);
+        Validity {
+            not_before,
+            not_after: stored.not_after,
+        }
+    }
 }
 
 impl Listing {
@@ -706,8 +927,8 @@ impl Drop for Answers<'_> {
     }
 }
 
-/// The notAfter of the chain's first certificate, in Unix milliseconds.
-fn leaf_not_after(domain: &str, chain_pem: &str) -> Result<UnixMillis, AcmeError> {
+/// The notBefore and notAfter of the chain's first certificate, in Unix milliseconds.
+fn leaf_validity(domain: &str, chain_pem: &str) -> Result<(UnixMillis, UnixMillis), AcmeError> {
     use rustls::pki_types::pem::PemObject;
     let problem = |problem: String| AcmeError::Certificate {
         domain: domain.to_owned(),
@@ -718,7 +939,11 @@ fn leaf_not_after(domain: &str, chain_pem: &str) -> Result<UnixMillis, AcmeError
         .ok_or_else(|| problem("no certificate in the chain".to_owned()))?
         .map_err(|e| problem(e.to_string()))?;
     let (_, cert) = x509_parser::parse_x509_certificate(leaf.as_ref()).map_err(|e| problem(e.to_string()))?;
-    Ok(cert.validity().not_after.timestamp() * 1000)
+    let validity = cert.validity();
+    Ok((
+        validity.not_before.timestamp() * 1000,
+        validity.not_after.timestamp() * 1000,
+    ))
 }
 
 fn millis(d: Duration) -> i64 {
@@ -735,13 +960,13 @@ mod tests {
     use rebound_core::ManualClock;
     use rebound_store::certs::MemoryCertificates;
 
-    /// A self-signed certificate for `domain`, stored as expiring at `not_after`.
+    /// A self-signed certificate for `domain`, valid from 1970, stored as expiring at
+    /// `not_after`.
     fn certificate(domain: &str, not_after: UnixMillis) -> StoredCertificate {
         let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
-        let cert = rcgen::CertificateParams::new(vec![domain.to_owned()])
-            .unwrap()
-            .self_signed(&key)
-            .unwrap();
+        let mut params = rcgen::CertificateParams::new(vec![domain.to_owned()]).unwrap();
+        params.not_before = rcgen::date_time_ymd(1970, 1, 1);
+        let cert = params.self_signed(&key).unwrap();
         StoredCertificate {
             domain: domain.to_owned(),
             chain_pem: cert.pem(),
@@ -811,8 +1036,8 @@ mod tests {
     async fn a_certificate_the_listing_calls_due_is_read_from_the_store_before_ordering() {
         let now = 10 * 86_400_000;
         let store = Arc::new(MemoryCertificates::new());
-        // Due (within the 30 days), and renewed meanwhile by another process: the read
-        // finds it not due, and nothing is ordered.
+        // Due (less than a third of its 11 days left), and renewed meanwhile by another
+        // process: the read finds it not due, and nothing is ordered.
         store
             .put_certificate(&certificate("due.test", now + 86_400_000))
             .await
@@ -823,7 +1048,17 @@ mod tests {
             Challenges::new(),
             AcmeMetrics::detached(),
         );
-        let known = HashMap::from([("due.test".to_owned(), now + 86_400_000)]);
+        let due = Validity {
+            not_before: 0,
+            not_after: now + 86_400_000,
+        };
+        let known = HashMap::from([(
+            "due.test".to_owned(),
+            Held {
+                validity: due,
+                ari_id: None,
+            },
+        )]);
         store
             .put_certificate(&certificate("due.test", now + 90 * 86_400_000))
             .await
@@ -835,5 +1070,277 @@ mod tests {
         );
         assert_eq!(store.reads().2, 1, "read once: not due any more");
         assert_eq!(store.lease("due.test"), None, "so not leased either");
+    }
+
+    #[test]
+    fn a_certificate_is_due_once_a_third_of_its_lifetime_is_left() {
+        const DAY: i64 = 86_400_000;
+        // (notBefore, notAfter, share left, renewed at)
+        let cases: &[(i64, i64, f64, i64)] = &[
+            // Let's Encrypt's 90 days: 30 days before expiry, as the fixed window was.
+            (0, 90 * DAY, RENEW_LEFT, 60 * DAY),
+            // Its short-lived profile's 6 days: 2 days before, not at once.
+            (1_000, 1_000 + 6 * DAY, RENEW_LEFT, 1_000 + 4 * DAY),
+            // pebble's 90 s: 30 s before.
+            (5_000, 95_000, RENEW_LEFT, 65_000),
+            // Other shares, and the bounds.
+            (0, 100 * DAY, 0.5, 50 * DAY),
+            (0, 100 * DAY, 1.0, 0),
+            (0, 100 * DAY, 0.0, 100 * DAY),
+            (0, 100 * DAY, 7.0, 0),
+            (0, 100 * DAY, -1.0, 100 * DAY),
+            // No lifetime, or an inverted one: due at notAfter.
+            (50, 50, RENEW_LEFT, 50),
+            (90 * DAY, 10 * DAY, RENEW_LEFT, 10 * DAY),
+        ];
+        for &(not_before, not_after, left, want) in cases {
+            assert_eq!(
+                renew_at(not_before, not_after, left),
+                want,
+                "{not_before}..{not_after}, {left} left"
+            );
+        }
+        // An unreadable chain: valid since ever, so due now.
+        assert!(renew_at(UnixMillis::MIN, 90 * DAY, RENEW_LEFT) < 0);
+        // Due at that instant, not before.
+        let issuer = Issuer::new(
+            IssuerConfig::new("https://127.0.0.1:9/directory", "me"),
+            Arc::new(MemoryCertificates::new()),
+            Challenges::new(),
+            AcmeMetrics::detached(),
+        );
+        let six_days = Validity {
+            not_before: 0,
+            not_after: 6 * DAY,
+        };
+        assert!(!issuer.due_at(six_days, 4 * DAY - 1));
+        assert!(issuer.due_at(six_days, 4 * DAY));
+        let stored = certificate("x.test", 90 * DAY);
+        assert_eq!(
+            Validity::of(&stored),
+            Validity {
+                not_before: 0,
+                not_after: 90 * DAY
+            }
+        );
+    }
+
+    #[test]
+    fn a_cas_suggested_window_gives_one_point_per_certificate_never_past_its_expiry() {
+        // (start, end, fraction, notAfter, renewed at)
+        let cases: &[(i64, i64, f64, i64, Option<i64>)] = &[
+            (100, 200, 0.0, 1_000, Some(100)),
+            (100, 200, 0.5, 1_000, Some(150)),
+            (100, 200, 1.0, 1_000, Some(200)),
+            (100, 200, 3.0, 1_000, Some(200)),
+            (100, 200, -1.0, 1_000, Some(100)),
+            // An inverted window: its start.
+            (200, 100, 0.7, 1_000, Some(200)),
+            // Starting at or past the expiry: no use, the lifetime decides.
+            (1_000, 2_000, 0.5, 1_000, None),
+            (5_000, 6_000, 0.5, 1_000, None),
+            // A window in the past: due at once.
+            (-500, -100, 0.25, 1_000, Some(-400)),
+        ];
+        for &(start, end, fraction, not_after, want) in cases {
+            assert_eq!(
+                ari_renew_at(start, end, fraction, not_after),
+                want,
+                "{start}..{end} at {fraction}, expiring {not_after}"
+            );
+        }
+        // The point is drawn from the certificate: the same for one, spread over many.
+        let id = |serial: &[u8]| {
+            CertificateIdentifier::new(
+                rustls::pki_types::Der::from_slice(b"aki"),
+                rustls::pki_types::Der::from_slice(serial),
+            )
+        };
+        assert_eq!(fraction_of(&id(b"\x01")), fraction_of(&id(b"\x01")));
+        let points: Vec<f64> = (0..200u8).map(|n| fraction_of(&id(&[n]))).collect();
+        assert!(points.iter().all(|f| (0.0..1.0).contains(f)));
+        let low = points.iter().filter(|f| **f < 0.5).count();
+        assert!((60..140).contains(&low), "{low} of 200 in the first half");
+    }
+
+    /// A CA's directory and renewal information over HTTPS on 127.0.0.1 (nothing else: no
+    /// order can be made), answering every certificate with `window` (Unix seconds) and
+    /// `Retry-After: 3600`; the renewal information is offered when `ari`. The CA's
+    /// certificate (PEM), its directory URL, and the count of renewal-information requests.
+    async fn fake_ca(ari: bool, window: (i64, i64)) -> (String, String, Arc<std::sync::atomic::AtomicUsize>) {
+        use http_body_util::Full;
+        use hyper::body::Bytes;
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let provider = rustls::crypto::aws_lc_rs::default_provider();
+        let certified =
+            certified_key_from_pem("ca", cert.pem().as_bytes(), key.serialize_pem().as_bytes(), &provider).unwrap();
+        let resolver = Arc::new(rustls::sign::SingleCertAndKey::from(Arc::new(certified)));
+        let tls = rustls::ServerConfig::builder_with_provider(Arc::new(provider))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_cert_resolver(resolver);
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("https://127.0.0.1:{}", listener.local_addr().unwrap().port());
+        let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let directory = {
+            let mut d = serde_json::json!({
+                "newNonce": format!("{base}/nonce"),
+                "newAccount": format!("{base}/account"),
+                "newOrder": format!("{base}/order"),
+            });
+            if ari {
+                d["renewalInfo"] = format!("{base}/ari").into();
+            }
+            d.to_string()
+        };
+        let rfc3339 = |secs: i64| {
+            time::OffsetDateTime::from_unix_timestamp(secs)
+                .unwrap()
+                .format(&time::format_description::well_known::Rfc3339)
+                .unwrap()
+        };
+        let info =
+            serde_json::json!({"suggestedWindow": {"start": rfc3339(window.0), "end": rfc3339(window.1)}}).to_string();
+        let counted = asked.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else { return };
+                let (acceptor, directory, info, asked) =
+                    (acceptor.clone(), directory.clone(), info.clone(), counted.clone());
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else { return };
+                    let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                        let path = req.uri().path().to_owned();
+                        let (directory, info, asked) = (directory.clone(), info.clone(), asked.clone());
+                        async move {
+                            if path == "/directory" {
+                                hyper::Response::builder().body(Full::new(Bytes::from(directory)))
+                            } else if path.starts_with("/ari/") {
+                                asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                                hyper::Response::builder()
+                                    .header("content-type", "application/json")
+                                    .header("retry-after", "3600")
+                                    .body(Full::new(Bytes::from(info)))
+                            } else {
+                                hyper::Response::builder().status(404).body(Full::new(Bytes::new()))
+                            }
+                        }
+                    });
+                    let io = hyper_util::rt::TokioIo::new(tls);
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(io, service)
+                        .await;
+                });
+            }
+        });
+        (cert.pem(), format!("{base}/directory"), asked)
+    }
+
+    /// A certificate for `domain` valid `days` from `not_before` (Unix seconds), issued by a
+    /// CA of its own (so it has the Authority Key Identifier an ARI identifier is made of).
+    fn issued(domain: &str, not_before: i64, days: i64) -> StoredCertificate {
+        let ca_key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let issuer = rcgen::Issuer::new(ca, ca_key);
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut params = rcgen::CertificateParams::new(vec![domain.to_owned()]).unwrap();
+        params.use_authority_key_identifier_extension = true;
+        let at = |secs: i64| time::OffsetDateTime::from_unix_timestamp(secs).unwrap();
+        params.not_before = at(not_before);
+        params.not_after = at(not_before + days * 86_400);
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        StoredCertificate {
+            domain: domain.to_owned(),
+            chain_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            not_after: (not_before + days * 86_400) * 1000,
+        }
+    }
+
+    /// An issuer of `directory` (trusting `ca_pem`) whose store holds an account there.
+    async fn issuer_of(directory: &str, ca_pem: &str) -> (Issuer, Arc<MemoryCertificates>) {
+        let store = Arc::new(MemoryCertificates::new());
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let credentials = serde_json::json!({
+            "id": directory.replace("/directory", "/account/1"),
+            "key_pkcs8": base64url(&key.serialize_der()),
+            "directory": directory,
+        });
+        store.put_account(&credentials.to_string()).await.unwrap();
+        let mut config = IssuerConfig::new(directory, "me");
+        config.acme_roots_pem = Some(ca_pem.to_owned());
+        let issuer = Issuer::new(config, store.clone(), Challenges::new(), AcmeMetrics::detached());
+        (issuer, store)
+    }
+
+    fn base64url(bytes: &[u8]) -> String {
+        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let mut out = String::new();
+        for chunk in bytes.chunks(3) {
+            let n = chunk
+                .iter()
+                .enumerate()
+                .fold(0u32, |n, (i, b)| n | (*b as u32) << (16 - 8 * i));
+            for i in 0..=chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            }
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn the_cas_renewal_information_decides_when_offered_asked_again_after_its_retry_after() {
+        let now_secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        let now = now_secs * 1000;
+        // A 90-day certificate issued a day ago: by its lifetime due in 59 days.
+        let cert = issued("ari.test", now_secs - 86_400, 90);
+        let by_lifetime = renew_at(now - 86_400_000, cert.not_after, RENEW_LEFT);
+        assert!(
+            Held::of(&cert).ari_id.is_some(),
+            "an identifier from the AKI and serial"
+        );
+
+        // The CA wants it replaced now (a window already past, as RFC 9773 §4.2 says: renew
+        // at once): due, 59 days before its lifetime would have it.
+        let (ca, directory, asked) = fake_ca(true, (now_secs - 7200, now_secs - 3600)).await;
+        let (issuer, _) = issuer_of(&directory, &ca).await;
+        assert!(issuer.due(&cert, now).await);
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
+        // Asked again only after its Retry-After (an hour).
+        assert!(issuer.due(&cert, now + 1_000).await);
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(issuer.due(&cert, now + 3_600_000).await);
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 2);
+
+        // The CA suggests a window later than the lifetime's third: followed, not earlier.
+        let (start, end) = (now_secs + 70 * 86_400, now_secs + 71 * 86_400);
+        let (ca, directory, asked) = fake_ca(true, (start, end)).await;
+        let (issuer, _) = issuer_of(&directory, &ca).await;
+        assert!(!issuer.due(&cert, by_lifetime).await);
+        assert!(!issuer.due(&cert, start * 1000 - 1).await);
+        assert!(issuer.due(&cert, end * 1000).await);
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 3);
+
+        // A CA without renewal information: the lifetime decides, and it is not asked.
+        let (ca, directory, asked) = fake_ca(false, (0, 0)).await;
+        let (issuer, _) = issuer_of(&directory, &ca).await;
+        assert!(!issuer.due(&cert, by_lifetime - 1).await);
+        assert!(issuer.due(&cert, by_lifetime).await);
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 0);
+
+        // A CA that cannot be reached: the lifetime decides meanwhile.
+        let (issuer, _) = issuer_of("https://127.0.0.1:9/directory", &ca).await;
+        assert!(!issuer.due(&cert, now).await);
+        assert!(issuer.due(&cert, by_lifetime).await);
     }
 }

@@ -12,8 +12,10 @@
 //!   the cleartext port ([`Challenges::answer_path`]), TLS-ALPN-01 certificates for the TLS
 //!   port's [`SniResolver`] (it implements [`ChallengeCerts`]).
 //! - `issuer`: [`Issuer`], which orders (account from the store or created, lease, challenge,
-//!   bounded polling, ECDSA P-256 key and CSR, store) and renews: [`Issuer::renew_due`] for
-//!   one round, [`Issuer::run`] on a timer, [`install_stored`] to serve what the store holds.
+//!   bounded polling, ECDSA P-256 key and CSR, store) and renews ([`renew_at`]: a third of
+//!   the lifetime left; [`ari_renew_at`]: the CA's suggested window, RFC 9773, when it offers
+//!   one): [`Issuer::renew_due`] for one round, [`Issuer::run`] on a timer,
+//!   [`install_stored`] to serve what the store holds.
 //! - `client`: the HTTPS client instant-acme speaks through (rustls with aws-lc-rs, the
 //!   system's roots or configured ones).
 //! - `error`: [`AcmeError`], classified once into a [`FailureKind`].
@@ -55,5 +57,5 @@ pub mod testing;
 
 pub use challenges::{tls_alpn01_token, Challenges, FleetTlsAlpn};
 pub use error::{AcmeError, FailureKind};
-pub use issuer::{install_stored, ChallengeKind, Issuer, IssuerConfig, Outcome};
+pub use issuer::{ari_renew_at, install_stored, renew_at, ChallengeKind, Issuer, IssuerConfig, Outcome, RENEW_LEFT};
 pub use metrics::AcmeMetrics;

@@ -212,11 +212,11 @@ async fn tls_alpn01_issues_a_certificate_that_the_sni_resolver_serves() {
 #[tokio::test]
 #[ignore = "needs pebble (Debian's pebble package): scripts/test runs it"]
 async fn a_certificate_expiring_within_the_window_is_renewed() {
-    // Valid 120 s, renewed within an hour of expiry: due as soon as issued.
+    // Valid 120 s, renewed with all of its lifetime left: due as soon as issued.
     let rig = Rig::start(Some(120)).await;
     let metrics = AcmeMetrics::detached();
     let mut config = rig.pebble.config("one", ChallengeKind::Http01);
-    config.renew_within = Duration::from_secs(3600);
+    config.renew_left = 1.0;
     let issuer = rig.issuer(config.clone(), &metrics);
     let list = domains(&["r.rebound.test"]);
 
@@ -242,12 +242,93 @@ async fn a_certificate_expiring_within_the_window_is_renewed() {
     assert_eq!(rig.pebble.orders(), 2);
     assert_eq!(rig.verify(&list, "r.rebound.test").await.unwrap(), leaf_of(&stored));
 
-    // With a window shorter than what is left, nothing is due.
-    config.renew_within = Duration::from_secs(10);
+    // Renewed with a twentieth left (6 s): nothing is due.
+    config.renew_left = 0.05;
     let patient = rig.issuer(config, &metrics);
     let outcomes = patient.renew_due(&list, now_millis()).await;
     assert!(matches!(outcomes[0].1, Outcome::NotDue { .. }), "{outcomes:?}");
     assert_eq!(rig.pebble.orders(), 2);
+}
+
+#[tokio::test]
+#[ignore = "needs pebble (Debian's pebble package): scripts/test runs it"]
+async fn a_short_lived_certificate_is_ordered_once_per_lifetime_share_not_every_round() {
+    // Valid 15 s (as Let's Encrypt's 6-day profile, scaled down), the default renewal at a
+    // third left; a round every 250 ms for 16 s: each name is issued, renewed once about 10 s
+    // later, and left alone in every other round.
+    let rig = Rig::start(Some(15)).await;
+    let metrics = AcmeMetrics::detached();
+    let config = rig.pebble.config("one", ChallengeKind::Http01);
+    assert_eq!(config.renew_left, rebound_acme::RENEW_LEFT);
+    let issuer = rig.issuer(config, &metrics);
+    let list = domains(&["s1.rebound.test", "s2.rebound.test"]);
+    let started = std::time::Instant::now();
+    let mut rounds = 0;
+    // Per name, each order: when, what it did, the validity of the certificate it replaced.
+    let mut ordered: Vec<Ordered> = Vec::new();
+    while started.elapsed() < Duration::from_secs(16) {
+        let before: Vec<Option<(i64, i64)>> = {
+            let mut v = Vec::new();
+            for name in &list {
+                v.push(rig.store.get_certificate(name).await.unwrap().map(|c| validity_of(&c)));
+            }
+            v
+        };
+        let now = now_millis();
+        for (i, (name, outcome)) in issuer.renew_due(&list, now).await.into_iter().enumerate() {
+            match outcome {
+                Outcome::NotDue { .. } => {}
+                Outcome::Issued { .. } => ordered.push((name, now, "issued".into(), None)),
+                Outcome::Renewed { .. } => ordered.push((name, now, "renewed".into(), before[i])),
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+        rounds += 1;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let summary: Vec<(&str, &str)> = ordered
+        .iter()
+        .map(|(n, _, what, _)| (n.as_str(), what.as_str()))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("s1.rebound.test", "issued"),
+            ("s2.rebound.test", "issued"),
+            ("s1.rebound.test", "renewed"),
+            ("s2.rebound.test", "renewed"),
+        ],
+        "in {rounds} rounds"
+    );
+    assert!(rounds > 20, "{rounds} rounds");
+    assert_eq!(
+        rig.pebble.orders(),
+        4,
+        "one order per name per lifetime share, not per round"
+    );
+    // Each renewal came once a third of the replaced certificate's lifetime was left, not
+    // before, and before it expired.
+    for (name, at, _, replaced) in ordered.iter().filter(|o| o.2 == "renewed") {
+        let (not_before, not_after) = replaced.expect("a certificate replaced");
+        let due = rebound_acme::renew_at(not_before, not_after, rebound_acme::RENEW_LEFT);
+        assert!(
+            *at >= due && *at < not_after,
+            "{name}: renewed at {at}, due {due}, expiring {not_after}"
+        );
+    }
+    assert_eq!((metrics.issued_count(), metrics.renewed_count()), (2, 2));
+}
+
+/// An order a round made: the name, when, what it did, and the validity of the
+/// certificate it replaced.
+type Ordered = (String, i64, String, Option<(i64, i64)>);
+
+/// The stored certificate's leaf notBefore and notAfter, in Unix milliseconds.
+fn validity_of(stored: &StoredCertificate) -> (i64, i64) {
+    let leaf = leaf_of(stored);
+    let (_, cert) = x509_parser::parse_x509_certificate(leaf.as_ref()).unwrap();
+    let v = cert.validity();
+    (v.not_before.timestamp() * 1000, v.not_after.timestamp() * 1000)
 }
 
 #[tokio::test]

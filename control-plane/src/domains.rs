@@ -15,10 +15,12 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::Json;
 use rebound_api_types::{CreateDomainRequest, DomainList, DomainRemoved, DomainView};
+use rebound_core::domain::is_dns_name;
 use rebound_core::domain::{
     domain_id, normalize_domain, split_key, CertificateSource, Domain, DomainPages, DOMAINS_CHANGED_COUNTER,
     DOMAIN_ID_COUNTER,
 };
+use rebound_core::target::{is_on_domain, served_name_of, TargetError};
 use rebound_core::time::to_rfc3339;
 use rebound_core::Link;
 use rebound_store::{AuditEvent, StoreError};
@@ -28,6 +30,9 @@ use std::sync::{Arc, RwLock};
 
 /// Links read per page when a domain's links are looked for.
 const SCAN_PAGE: usize = 1_000;
+
+/// Links a refused domain add names, at most (the message gives the count of the rest).
+const NAMED_LINKS: usize = 5;
 
 /// A domain a request named, resolved: its canonical name and its id (`None`: the default
 /// domain).
@@ -251,14 +256,82 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// A page URL of a domain, checked as a link's target.
-    fn page_url(&self, field: &'static str, url: Option<String>) -> Result<Option<String>, ApiError> {
-        url.map(|u| {
-            self.targets
-                .validate(&u)
-                .map_err(|e| ApiError::bad_request("invalid_url", format!("{field}: {e}")))
-        })
-        .transpose()
+    /// A page URL of the domain `name` being added, checked as a link's target: never on
+    /// the default domain's host, the domain itself, or another domain the fleet serves.
+    async fn page_url(&self, name: &str, field: &'static str, url: Option<String>) -> Result<Option<String>, ApiError> {
+        let Some(url) = url else {
+            return Ok(None);
+        };
+        let url = self
+            .targets
+            .validate(&url)
+            .map_err(|e| ApiError::bad_request("invalid_url", format!("{field}: {e}")))?;
+        if is_on_domain(&url, name) {
+            return Err(own_host(Some(field)));
+        }
+        self.refuse_served_domain(Some(field), &url).await?;
+        Ok(Some(url))
+    }
+
+    /// The own-host rule for the domains added to the fleet (SPEC §5, §11): 400
+    /// `invalid_url` when `target` (validated) is on one of them, at any port, as a target
+    /// on the default domain's host and port is. `field` names a page URL; `None` is a
+    /// link's `long_url`. One strongly consistent read of the store, only for a target on a
+    /// name that can be a domain's.
+    pub(crate) async fn refuse_served_domain(&self, field: Option<&'static str>, target: &str) -> Result<(), ApiError> {
+        match self.is_on_served_domain(target).await? {
+            true => Err(own_host(field)),
+            false => Ok(()),
+        }
+    }
+
+    /// Whether `target` is on a domain added to the fleet, at any port (the store says).
+    pub(crate) async fn is_on_served_domain(&self, target: &str) -> Result<bool, ApiError> {
+        let Some(name) = served_name_of(target).filter(|n| is_dns_name(n) && *n != self.domains.default_name()) else {
+            return Ok(false);
+        };
+        Ok(self.store.get_domain(&name).await?.is_some())
+    }
+
+    /// What already targets the name of a domain about to be added, which would loop once it
+    /// is served: the links that redirect (active and not expired; an expired link cannot be
+    /// edited back, and a reinstated one is checked again), up to [`NAMED_LINKS`] of them by
+    /// short URL with the count of all; and the other domains whose page URLs are on it. One
+    /// read of every link, as a domain's removal makes.
+    async fn targeting(&self, name: &str) -> Result<(Vec<String>, usize, Vec<String>), ApiError> {
+        let now = self.clock.now_millis();
+        let (mut cursor, mut named, mut count) = (None::<String>, Vec::new(), 0);
+        loop {
+            let page = self.store.list_links(None, SCAN_PAGE, cursor.as_deref()).await?;
+            let found: Vec<Link> = page
+                .links
+                .into_iter()
+                .filter(|l| l.is_active && !l.is_expired(now) && is_on_domain(&l.long_url, name))
+                .collect();
+            count += found.len();
+            if named.len() < NAMED_LINKS && !found.is_empty() {
+                self.domains.learn(self.store.as_ref(), &found).await?;
+                named.extend(found.iter().take(NAMED_LINKS - named.len()).map(|l| self.short_url(l)));
+            }
+            match page.next_cursor {
+                Some(c) => cursor = Some(c),
+                None => break,
+            }
+        }
+        let pages = self
+            .store
+            .list_domains()
+            .await?
+            .into_iter()
+            .filter(|d| {
+                [&d.pages.not_found_url, &d.pages.expired_url, &d.pages.root_url]
+                    .into_iter()
+                    .flatten()
+                    .any(|url| is_on_domain(url, name))
+            })
+            .map(|d| d.name)
+            .collect();
+        Ok((named, count, pages))
     }
 
     /// Adds a domain (SPEC §11): a new id from the counter, the conditional insert, then the
@@ -284,14 +357,36 @@ impl ControlPlane {
             }
         };
         let pages = DomainPages {
-            not_found_url: self.page_url("not_found_url", req.not_found_url)?,
-            expired_url: self.page_url("expired_url", req.expired_url)?,
-            root_url: self.page_url("root_url", req.root_url)?,
+            not_found_url: self.page_url(&name, "not_found_url", req.not_found_url).await?,
+            expired_url: self.page_url(&name, "expired_url", req.expired_url).await?,
+            root_url: self.page_url(&name, "root_url", req.root_url).await?,
         };
         if self.store.get_domain(&name).await?.is_some() {
             return Err(ApiError::Conflict {
                 code: "domain_exists",
                 message: "this domain is already added",
+            });
+        }
+        // Served, the name would loop what already targets it: refused, naming it.
+        let (links, count, pages_on_it) = self.targeting(&name).await?;
+        if count > 0 || !pages_on_it.is_empty() {
+            let mut what = Vec::new();
+            if count > 0 {
+                let more = match count - links.len() {
+                    0 => String::new(),
+                    rest => format!(" and {rest} more"),
+                };
+                what.push(format!("{count} link(s) target it ({}{more})", links.join(", ")));
+            }
+            if !pages_on_it.is_empty() {
+                what.push(format!("the page URLs of {} are on it", pages_on_it.join(", ")));
+            }
+            return Err(ApiError::ConflictWith {
+                code: "domain_targeted",
+                message: format!(
+                    "served, this domain would loop: {}; edit or delete them first",
+                    what.join("; ")
+                ),
             });
         }
         // Values from 0: an id is never reused, even when its insert then fails.
@@ -400,15 +495,24 @@ impl ControlPlane {
     }
 }
 
+/// The refusal of a target on a host the fleet serves; `field` names a page URL.
+pub(crate) fn own_host(field: Option<&str>) -> ApiError {
+    let e = TargetError::OwnHost;
+    match field {
+        Some(field) => ApiError::bad_request("invalid_url", format!("{field}: {e}")),
+        None => ApiError::bad_request("invalid_url", e.to_string()),
+    }
+}
+
 type Cp = State<Arc<ControlPlane>>;
 
 #[utoipa::path(post, path = "/api/v1/domains", tag = "domains", request_body = CreateDomainRequest,
     responses(
         (status = 201, description = "Added; every proxy routes it within seconds", body = DomainView),
-        (status = 400, description = "Not a DNS name, a bad page URL or certificate source, or malformed", body = ErrorBody),
+        (status = 400, description = "Not a DNS name, a bad page URL (one on a host the fleet serves included) or certificate source, or malformed", body = ErrorBody),
         (status = 401, description = "No valid key", body = ErrorBody),
         (status = 403, description = "Not an operator", body = ErrorBody),
-        (status = 409, description = "Already added, or the default domain", body = ErrorBody),
+        (status = 409, description = "Already added, or the default domain (`domain_exists`); or links, or other domains' page URLs, already target it and would loop once it is served (`domain_targeted`: the message names them)", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 408, description = "The body did not arrive within the head timeout of its head", body = ErrorBody),
         (status = 415, description = "Body is not JSON", body = ErrorBody),

@@ -22,6 +22,10 @@ pub enum ApiError {
     BodyTimeout(std::time::Duration),
     #[error("{message}")]
     Conflict { code: &'static str, message: &'static str },
+    /// A conflict whose message names what it is with (a domain's name that live links
+    /// already target).
+    #[error("{message}")]
+    ConflictWith { code: &'static str, message: String },
     #[error("request body is larger than {0} bytes")]
     PayloadTooLarge(usize),
     #[error("request body must be JSON (Content-Type: application/json)")]
@@ -67,7 +71,7 @@ impl ApiError {
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
-            ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code),
+            ApiError::Conflict { code, .. } | ApiError::ConflictWith { code, .. } => (StatusCode::CONFLICT, code),
             ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::UnsupportedMediaType => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
             ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),

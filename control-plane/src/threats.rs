@@ -285,6 +285,7 @@ pub(crate) async fn threat_lists(
         (status = 401, description = "No valid key", body = ErrorBody),
         (status = 403, description = "Not an operator", body = ErrorBody),
         (status = 404, description = "No such link", body = ErrorBody),
+        (status = 400, description = "Its target is on a domain the fleet has served since (a loop)", body = ErrorBody),
         (status = 409, description = "Not a link a threat list took down (deletes and other takedowns are final)", body = ErrorBody),
         (status = 503, description = "Restored, but the caches could not be told; retry", body = ErrorBody),
     ),
@@ -322,6 +323,8 @@ impl ControlPlane {
                 message: "only a link a threat list took down can be restored; deletes and takedowns are final",
             });
         }
+        // Its target may be on a domain added since: served, it would loop.
+        self.refuse_served_domain(None, &link.long_url).await?;
         let now = self.clock.now_millis();
         self.store
             .get_or_init_setting(&allowed_setting(key), &principal.id)

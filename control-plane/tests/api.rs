@@ -2725,3 +2725,248 @@ async fn anyone_reports_a_link_rate_limited_and_operators_list_the_reports() {
     // On the link's own audit log too.
     assert_eq!(h.store.audit_for("sus").await.unwrap().len(), 3);
 }
+
+async fn add_domain(h: &Harness, body: Value) -> Reply {
+    h.call(Method::POST, "/api/v1/domains", Some(OPERATOR), Some(body))
+        .await
+}
+
+#[tokio::test]
+async fn a_target_on_any_domain_the_fleet_serves_is_refused_as_a_loop_on_create_import_edit_and_reinstate() {
+    use rebound_core::threat::FeedFormat;
+    let h = harness().await;
+    // Made before go.alpha.test is served, to be reinstated after.
+    let r = h
+        .create(
+            OPERATOR,
+            json!({"long_url": "https://go.alpha.test/later", "custom_alias": "later"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    threat_lists(&h, &[("urls", FeedFormat::Openphish, "https://go.alpha.test/later\n")]);
+    assert_eq!(h.cp.rescan_threats().await.unwrap().taken_down, 1);
+    threat_lists(&h, &[]);
+    for name in ["go.alpha.test", "beta.test"] {
+        let r = add_domain(&h, json!({"name": name, "certificate": "files"})).await;
+        assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    }
+    let before = h.link_count().await;
+    // The loop, then every spelling and port, on the domain itself, on another
+    // domain and on the default one.
+    let loops = [
+        "http://go.alpha.test/selfa",
+        "https://go.alpha.test/selfa",
+        "http://go.alpha.test:80/selfa",
+        "https://go.alpha.test:443/selfa",
+        "http://go.alpha.test:8080/selfa",
+        "HTTPS://GO.Alpha.Test./selfa",
+        "https://beta.test/x",
+        "http://BETA.test.:48080/x",
+    ];
+    for target in loops {
+        for domain in [Some("go.alpha.test"), Some("beta.test"), None] {
+            let mut body = json!({"long_url": target, "custom_alias": "selfa"});
+            if let Some(d) = domain {
+                body["domain"] = json!(d);
+            }
+            let r = h.create(OPERATOR, body).await;
+            assert_error(&r, StatusCode::BAD_REQUEST, "invalid_url");
+            assert!(
+                r.body["error"]["message"].as_str().unwrap().contains("own short links"),
+                "{target} on {domain:?}: {:?}",
+                r.body
+            );
+        }
+    }
+    assert_eq!(h.link_count().await, before, "nothing written");
+    // Names the fleet does not serve are other services.
+    for (i, target) in [
+        "https://x.go.alpha.test/",
+        "https://alpha.test/",
+        "https://go.alpha.test.example/",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let r = h
+            .create(
+                OPERATOR,
+                json!({"long_url": target, "custom_alias": format!("fine{i}")}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{target}: {:?}", r.body);
+    }
+    // Import: the loop refused, the rest written.
+    let r = h
+        .call(
+            Method::POST,
+            "/api/v1/links/import",
+            Some(OPERATOR),
+            Some(json!({"links": [
+                {"long_url": "https://ok.example/"},
+                {"long_url": "http://go.alpha.test:8080/selfa", "custom_alias": "selfa", "domain": "go.alpha.test"},
+                {"long_url": "https://go.alpha.test/other"},
+            ]})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(
+        (r.body["created"].as_u64(), r.body["failed"].as_u64()),
+        (Some(1), Some(2)),
+        "{:?}",
+        r.body
+    );
+    assert_eq!(r.body["results"][1]["error"]["code"], "invalid_url");
+    assert_eq!(r.body["results"][2]["error"]["code"], "invalid_url");
+    // Edit: refused, the link unchanged.
+    let r = edit(
+        &h,
+        "fine0",
+        OPERATOR,
+        Some("\"1\""),
+        json!({"long_url": "https://go.alpha.test:8443/selfa"}),
+    )
+    .await;
+    assert_error(&r, StatusCode::BAD_REQUEST, "invalid_url");
+    let link = h.store.get_link("fine0").await.unwrap().unwrap();
+    assert_eq!((link.version, link.long_url.as_str()), (1, "https://x.go.alpha.test/"));
+    // Reinstate: a target on a domain served since the takedown would loop.
+    let r = h
+        .call(Method::POST, "/api/v1/links/later/reinstate", Some(OPERATOR), None)
+        .await;
+    assert_error(&r, StatusCode::BAD_REQUEST, "invalid_url");
+    assert!(!h.store.get_link("later").await.unwrap().unwrap().is_active);
+}
+
+#[tokio::test]
+async fn a_domains_page_urls_must_not_be_on_a_host_the_fleet_serves() {
+    let h = harness().await;
+    let r = add_domain(&h, json!({"name": "beta.test", "certificate": "files"})).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    // (field, URL): on the domain being added (any port), on another domain, on the
+    // default domain.
+    let cases = [
+        ("not_found_url", "https://go.alpha.test/missing"),
+        ("not_found_url", "http://GO.ALPHA.TEST.:8080/"),
+        ("expired_url", "https://go.alpha.test:443/expired"),
+        ("root_url", "https://go.alpha.test/"),
+        ("root_url", "https://beta.test/home"),
+        ("expired_url", "http://beta.test:48080/x"),
+        ("not_found_url", "https://sho.rt/missing"),
+    ];
+    for (field, url) in cases {
+        let r = add_domain(&h, json!({"name": "go.alpha.test", field: url})).await;
+        assert_error(&r, StatusCode::BAD_REQUEST, "invalid_url");
+        let message = r.body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with(field) && message.contains("own short links"),
+            "{message}"
+        );
+    }
+    let r = h
+        .call(Method::GET, "/api/v1/domains/go.alpha.test", Some(OPERATOR), None)
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "nothing added");
+    let r = add_domain(
+        &h,
+        json!({"name": "go.alpha.test", "not_found_url": "https://www.alpha.test/missing", "root_url": "https://x.beta.test/"}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+}
+
+#[tokio::test]
+async fn a_domain_that_live_links_or_page_urls_already_target_is_refused_naming_them() {
+    let h = harness().await;
+    for i in 0..7 {
+        let r = h
+            .create(
+                OPERATOR,
+                json!({"long_url": format!("https://go.alpha.test:{}/x{i}", 8000 + i), "custom_alias": format!("to-alpha{i}")}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    }
+    h.create(
+        OPERATOR,
+        json!({"long_url": "https://alpha.example/", "custom_alias": "elsewhere"}),
+    )
+    .await;
+    // Deleted and expired links redirect no more: not counted.
+    h.create(
+        OPERATOR,
+        json!({"long_url": "https://go.alpha.test/d", "custom_alias": "deleted"}),
+    )
+    .await;
+    h.call(Method::DELETE, "/api/v1/links/deleted", Some(OPERATOR), None)
+        .await;
+    h.create(
+        OPERATOR,
+        json!({"long_url": "https://go.alpha.test/e", "custom_alias": "expiring", "ttl_seconds": 60}),
+    )
+    .await;
+    h.clock.advance(61_000);
+
+    let r = add_domain(&h, json!({"name": "Go.Alpha.Test."})).await;
+    assert_error(&r, StatusCode::CONFLICT, "domain_targeted");
+    let message = r.body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("7 link(s)") && message.contains("and 2 more"),
+        "{message}"
+    );
+    let named = (0..7)
+        .filter(|i| message.contains(&format!("https://sho.rt/to-alpha{i}")))
+        .count();
+    assert_eq!(named, 5, "a bounded list: {message}");
+    assert!(!message.contains("elsewhere") && !message.contains("deleted") && !message.contains("expiring"));
+    let r = h
+        .call(Method::GET, "/api/v1/domains/go.alpha.test", Some(OPERATOR), None)
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "not added");
+
+    // Once they point elsewhere (edited or deleted), it is added.
+    for i in 0..7 {
+        let r = match i % 2 {
+            0 => {
+                h.call(
+                    Method::DELETE,
+                    &format!("/api/v1/links/to-alpha{i}"),
+                    Some(OPERATOR),
+                    None,
+                )
+                .await
+            }
+            _ => {
+                edit(
+                    &h,
+                    &format!("to-alpha{i}"),
+                    OPERATOR,
+                    Some("\"1\""),
+                    json!({"long_url": "https://alpha.example/moved"}),
+                )
+                .await
+            }
+        };
+        assert!(r.status.is_success(), "{:?}", r.body);
+    }
+    // Another domain's page URL on the name loops as well.
+    let r = add_domain(
+        &h,
+        json!({"name": "beta.test", "not_found_url": "https://go.alpha.test/missing"}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    let r = add_domain(&h, json!({"name": "go.alpha.test"})).await;
+    assert_error(&r, StatusCode::CONFLICT, "domain_targeted");
+    assert!(
+        r.body["error"]["message"].as_str().unwrap().contains("beta.test"),
+        "{:?}",
+        r.body
+    );
+    let r = h
+        .call(Method::DELETE, "/api/v1/domains/beta.test", Some(OPERATOR), None)
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let r = add_domain(&h, json!({"name": "go.alpha.test"})).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+}

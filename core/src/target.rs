@@ -228,6 +228,29 @@ impl TargetPolicy {
     }
 }
 
+/// The name of `target`'s host as the fleet's added domains are named (lower-case punycode,
+/// no trailing dot: `rebound_core::domain::normalize_domain`), in any spelling the URL
+/// parser reads; `None` when the host is an address, `localhost`, or `target` no URL.
+///
+/// The own-host rule for added domains (SPEC §11): the fleet routes a request to a domain
+/// by its name alone, on every port it listens on, so a target on a served domain's name,
+/// at any port, reaches the fleet again (a loop, [`TargetError::OwnHost`]). Which names are
+/// served is the store's to say: the caller looks this name up ([`is_on_domain`] for one
+/// name it holds).
+pub fn served_name_of(target: &str) -> Option<String> {
+    let url = Url::parse(target).ok()?;
+    match HostIdentity::of(&url.host()?) {
+        HostIdentity::Name(name) => Some(name),
+        HostIdentity::Loopback | HostIdentity::Ip(_) => None,
+    }
+}
+
+/// Whether `target` is on the added domain `domain` (canonical), at any port: a loop
+/// through the fleet ([`served_name_of`]).
+pub fn is_on_domain(target: &str, domain: &str) -> bool {
+    served_name_of(target).is_some_and(|name| name == domain)
+}
+
 fn is_default_port(port: u16) -> bool {
     port == 80 || port == 443
 }
@@ -359,6 +382,47 @@ mod tests {
         assert_eq!(p.validate("https://127.0.0.1:8080/abc"), Err(TargetError::OwnHost));
         assert!(p.validate("http://127.0.0.1:8081/abc").is_ok());
         assert!(p.validate("http://127.0.0.1/abc").is_ok());
+    }
+
+    #[test]
+    fn a_target_on_an_added_domain_is_on_it_at_every_port_in_every_spelling() {
+        let domain = "go.alpha.test";
+        let on: &[&str] = &[
+            "http://go.alpha.test/selfa",
+            "https://go.alpha.test/selfa",
+            "http://go.alpha.test:80/selfa",
+            "https://go.alpha.test:443/selfa",
+            "http://go.alpha.test:8080/selfa",
+            "https://go.alpha.test:48443/x?y#z",
+            "HTTP://GO.Alpha.TEST/selfa",
+            "http://go.alpha.test./selfa",
+            "http://GO.ALPHA.TEST.:8080/",
+            "http://go.alpha.test",
+            "http://go%2ealpha.test/x",
+        ];
+        for target in on {
+            assert!(is_on_domain(target, domain), "{target} is on {domain}");
+            assert_eq!(served_name_of(target).as_deref(), Some(domain), "{target}");
+        }
+        let off: &[&str] = &[
+            "http://alpha.test/selfa",
+            "http://x.go.alpha.test/selfa",
+            "http://go.alpha.test.example/selfa",
+            "http://go-alpha.test/selfa",
+            "http://example.com/go.alpha.test",
+            "http://example.com/?u=http://go.alpha.test/",
+            "http://127.0.0.1:8080/selfa",
+            "http://[::1]/selfa",
+            "http://localhost/selfa",
+            "not a url",
+        ];
+        for target in off {
+            assert!(!is_on_domain(target, domain), "{target} is not on {domain}");
+        }
+        // Unicode names are named as domains are: in punycode.
+        assert!(is_on_domain("https://Bücher.example:8443/x", "xn--bcher-kva.example"));
+        assert_eq!(served_name_of("http://10.1.2.3/x"), None);
+        assert_eq!(served_name_of("http://a.localhost/x"), None);
     }
 
     #[test]

@@ -471,7 +471,8 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Prefixed<I> {
 }
 
 /// Counts HTTP/2 streams as they are dispatched and, on a TLS connection with SNI, answers
-/// 421 to a stream for another host (the connection and its other streams go on).
+/// 421 to a stream for another host (the connection and its other streams go on) and gives
+/// a stream that names no host the SNI name as its `Host`.
 #[derive(Clone)]
 struct CountStreams<S> {
     inner: S,
@@ -487,9 +488,9 @@ where
     type Response = Response<B>;
     type Error = S::Error;
     type Future = Checked<S::Future, Response<B>>;
-    fn call(&self, req: Request<ReqBody>) -> Self::Future {
+    fn call(&self, mut req: Request<ReqBody>) -> Self::Future {
         self.streams.inc();
-        if let Some(misdirected) = self.sni.as_ref().and_then(|sni| sni.refuse(&req)) {
+        if let Some(misdirected) = self.sni.as_ref().and_then(|sni| sni.admit(&mut req)) {
             return Checked::Refused(std::future::ready(misdirected));
         }
         Checked::Served(self.inner.call(req))

@@ -9,9 +9,13 @@
 //! fronted by one name for another). Each request's host (the target's authority, else
 //! `Host`; HTTP/2's `:authority` is the former) must be the SNI name, or it is answered 421
 //! Misdirected Request, which tells the client to ask again on a connection of its own; the
-//! connection stays open. A client without SNI (one that connected to an IP address) named
-//! nothing to compare with, and a cleartext connection has no SNI: neither checks anything,
-//! and the check is a test of an `Option` per request for them.
+//! connection stays open. A request that names no host at all (HTTP/1.0 without `Host`, an
+//! HTTP/2 stream without `:authority` or `Host`) on a connection with SNI is for the SNI
+//! name, the only one the connection was authenticated for: it is handed on with that name
+//! as its `Host`, never as a request for whatever the service would pick by default. A
+//! client without SNI (one that connected to an IP address) named nothing to compare with,
+//! and a cleartext connection has no SNI: neither checks anything, and the check is a test
+//! of an `Option` per request for them.
 
 use crate::guard::HeadArrived;
 use http::header::{HeaderValue, CACHE_CONTROL, CONNECTION, HOST};
@@ -173,6 +177,9 @@ fn request_host<B>(req: &Request<B>) -> Option<&[u8]> {
 #[derive(Clone)]
 pub(crate) struct SniCheck {
     name: Arc<str>,
+    /// The name as the `Host` of a request that names none; `None` when it cannot be one
+    /// (rustls hands over DNS names only, so never in practice): such a request is refused.
+    host: Option<HeaderValue>,
     misdirected: IntCounter,
 }
 
@@ -181,16 +188,25 @@ impl SniCheck {
     pub(crate) fn new(name: &str, misdirected: IntCounter) -> SniCheck {
         SniCheck {
             name: Arc::from(name),
+            host: HeaderValue::from_str(name).ok(),
             misdirected,
         }
     }
 
     /// The 421 for `req` when it is for another host than the SNI name (counted); `None`
     /// when it may be served. A request that names no host at all (HTTP/1.0 without
-    /// `Host`) is for whatever the connection reached, and may be.
-    pub(crate) fn refuse<B: Default, R>(&self, req: &Request<R>) -> Option<Response<B>> {
-        if request_host(req).is_none_or(|host| sni_matches_host(&self.name, host)) {
-            return None;
+    /// `Host`, HTTP/2 without `:authority`) is for the SNI name: it gets it as its `Host`,
+    /// so the service answers it as that name's, never as another's.
+    pub(crate) fn admit<B: Default, R>(&self, req: &mut Request<R>) -> Option<Response<B>> {
+        match request_host(req) {
+            Some(host) if sni_matches_host(&self.name, host) => return None,
+            Some(_) => {}
+            None => {
+                if let Some(host) = &self.host {
+                    req.headers_mut().insert(HOST, host.clone());
+                    return None;
+                }
+            }
         }
         self.misdirected.inc();
         Some(refusal(StatusCode::MISDIRECTED_REQUEST))
@@ -201,7 +217,8 @@ impl SniCheck {
 /// is answered 400 with `Connection: close` and counted as
 /// [`Refusal::BadRequest`](crate::Refusal::BadRequest). On a TLS connection with SNI, a
 /// request for another host is then answered 421 and counted as
-/// [`Refusal::Misdirected`](crate::Refusal::Misdirected).
+/// [`Refusal::Misdirected`](crate::Refusal::Misdirected), and one that names no host gets the
+/// SNI name as its `Host`.
 #[derive(Clone)]
 pub struct HostChecked<S> {
     pub(crate) inner: S,
@@ -222,13 +239,13 @@ where
     type Error = S::Error;
     type Future = Checked<S::Future, Response<B>>;
 
-    fn call(&self, req: Request<ReqBody>) -> Self::Future {
+    fn call(&self, mut req: Request<ReqBody>) -> Self::Future {
         self.head_arrived.mark();
         if !host_is_acceptable(&req) {
             self.refused.inc();
             return Checked::Refused(std::future::ready(bad_request()));
         }
-        if let Some(misdirected) = self.sni.as_ref().and_then(|sni| sni.refuse(&req)) {
+        if let Some(misdirected) = self.sni.as_ref().and_then(|sni| sni.admit(&mut req)) {
             return Checked::Refused(std::future::ready(misdirected));
         }
         Checked::Served(self.inner.call(req))
@@ -479,11 +496,11 @@ mod tests {
             ("https://a.example:443/a", Some("b.example"), true),
             ("https://b.example/a", Some("a.example"), false),
             ("https://[::1]/a", Some("a.example"), false),
-            // Nothing named: for whatever the connection reached.
+            // Nothing named: for the SNI name (below).
             ("/a", None, true),
         ];
         for (uri, host, served) in cases {
-            let answer = sni.refuse::<String, _>(&req(uri, host));
+            let answer = sni.admit::<String, _>(&mut req(uri, host));
             assert_eq!(answer.is_none(), served, "{uri} with Host {host:?}");
             if let Some(answer) = answer {
                 assert_eq!(answer.status(), StatusCode::MISDIRECTED_REQUEST);
@@ -493,5 +510,31 @@ mod tests {
             }
         }
         assert_eq!(misdirected.get(), 3);
+    }
+
+    #[test]
+    fn a_request_naming_no_host_is_for_the_sni_name_and_gets_it_as_its_host() {
+        let misdirected = IntCounter::new("misdirected", "test").unwrap();
+        let sni = SniCheck::new("go.alpha.example", misdirected.clone());
+        for version in [Version::HTTP_10, Version::HTTP_2] {
+            let mut req = Request::builder().version(version).uri("/home1").body(()).unwrap();
+            assert!(sni.admit::<String, _>(&mut req).is_none(), "{version:?}: served");
+            assert_eq!(
+                req.headers().get_all(HOST).iter().collect::<Vec<_>>(),
+                ["go.alpha.example"],
+                "{version:?}"
+            );
+            // What the service reads it by: the SNI name, not "none" (the default domain).
+            assert_eq!(request_host(&req), Some(&b"go.alpha.example"[..]));
+        }
+        // A request that names its host keeps it.
+        let mut req = Request::builder()
+            .uri("/a")
+            .header(HOST, "GO.alpha.example:443")
+            .body(())
+            .unwrap();
+        assert!(sni.admit::<String, _>(&mut req).is_none());
+        assert_eq!(req.headers()[HOST], "GO.alpha.example:443");
+        assert_eq!(misdirected.get(), 0);
     }
 }

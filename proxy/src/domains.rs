@@ -12,8 +12,9 @@
 //!
 //! A host not in the table may be a domain added a moment ago: before its 404 the table is
 //! brought up to date from the store ([`DomainRoutes::resync`]: one read of the store's
-//! change counter, the list only when it moved), so a link on a new domain answers on its
-//! first click. At most one such read runs at a time (a request arriving meanwhile takes its
+//! change counter, the list only when it moved), whatever the path (a code, `/`, or a path
+//! that is no code), so a new domain's links, root and pages answer its first request. At
+//! most one such read runs at a time (a request arriving meanwhile takes its
 //! result), and they are paced by a token bucket ([`RESYNC_BURST`], [`RESYNC_PER_SEC`]): a
 //! flood of made-up hosts costs the store a few reads a second, and while it lasts a new
 //! domain is routed by the poll instead.

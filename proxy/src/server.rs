@@ -248,6 +248,16 @@ impl RedirectAnswers {
         self.refuse_with(&self.dead_ends, refusal, head)
     }
 
+    /// The answer of a path that is no code, or `/`, on the host `routed`: its domain's
+    /// pages (a host of no domain has no root: 404 with the default domain's).
+    fn refuse_routed(&self, routed: &Routed, refusal: Refusal, head: bool) -> Reply {
+        let refusal = match (routed, refusal) {
+            (Routed::Unknown, Refusal::Root) => Refusal::Status(StatusCode::NOT_FOUND),
+            (_, refusal) => refusal,
+        };
+        self.refuse_with(Pages::of(routed).get(self), refusal, head)
+    }
+
     /// The answer of a status without a redirect: the 404 and 410 answers of `pages` are
     /// prebuilt.
     fn refuse_with(&self, pages: &DeadEnds, refusal: Refusal, head: bool) -> Reply {
@@ -501,14 +511,20 @@ impl hyper::service::Service<Request<Incoming>> for Redirects {
             Err(refusal) => {
                 // A path that is no code, or `/`: the domain's answer (a host of no domain
                 // has no root).
-                let routed = answers.routes.route(request_authority(&req));
-                let refusal = match (&routed, refusal) {
-                    (Routed::Unknown, Refusal::Root) => Refusal::Status(StatusCode::NOT_FOUND),
-                    (_, refusal) => refusal,
-                };
-                let pages = Pages::of(&routed);
                 let head = req.method() == Method::HEAD;
-                return Either::Left(ready(Ok(answers.refuse_with(pages.get(answers), refusal, head))));
+                let routed = answers.routes.route(request_authority(&req));
+                // Maybe a domain added a moment ago, as for a code: its root and pages
+                // answer once the routes are current.
+                if matches!(routed, Routed::Unknown) && answers.routes.can_resync() {
+                    let answers = self.0.clone();
+                    let authority = request_authority(&req).map(<[u8]>::to_vec);
+                    return Either::Right(Box::pin(async move {
+                        answers.routes.resync().await;
+                        let routed = answers.routes.route(authority.as_deref());
+                        Ok(answers.refuse_routed(&routed, refusal, head))
+                    }));
+                }
+                return Either::Left(ready(Ok(answers.refuse_routed(&routed, refusal, head))));
             }
         };
         let is_get = req.method() == Method::GET;

@@ -334,7 +334,9 @@ pub const ACME_DIRECTORY_URL: Setting<Option<String>> = Setting::new("acme.direc
         "the directory of an ACME server (RFC 8555; Let's Encrypt's is \
          `https://acme-v02.api.letsencrypt.org/directory`, its staging one \
          `https://acme-staging-v02.api.letsencrypt.org/directory`): the TLS port's certificates for \
-         `acme.domains` are then ordered and renewed (30 days before expiry) by the processes serving it, one at \
+         `acme.domains` are then ordered and renewed (once a third of a certificate's lifetime is left: 30 days before a 90-day one \
+         expires; within the CA's suggested window when it offers ACME Renewal Information, RFC 9773) by the \
+         processes serving it, one at \
          a time through a lease in the store, kept in the store for every process, and served by SNI. Needs \
          `tls_addr`, and the domains' DNS pointing at the redirect port (HTTP-01, port 80) or the TLS port \
          (TLS-ALPN-01, port 443). Unset: certificates come from `tls_cert` and `tls_key` only",

@@ -47,6 +47,9 @@ impl ControlPlane {
             return Err(stale(&link));
         }
         let (mut edit, password) = validate_edit(self, &link, request, now)?;
+        if edit.long_url != link.long_url {
+            self.refuse_served_domain(None, &edit.long_url).await?;
+        }
         if retried {
             // The same edit again, after a 503: the link holds it already. Tell the caches
             // again (harmless when they knew); any other edit of that version is stale.

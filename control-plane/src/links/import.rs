@@ -53,13 +53,31 @@ impl ControlPlane {
             None => vec![None; requests.len()],
         };
         let mut valid: Vec<(usize, NewLink)> = Vec::new();
+        // Each target host is looked up among the served domains once per import.
+        let mut loops_by_host: std::collections::HashMap<Option<String>, bool> = std::collections::HashMap::new();
         for (i, req) in requests.into_iter().enumerate() {
             if outcomes[i].is_some() {
                 continue;
             }
-            match req.and_then(|req| validate_create(self, caller, req, now)) {
-                Ok(new) => valid.push((i, new)),
-                Err(e) => outcomes[i] = Some(failed(e)),
+            let new = match req.and_then(|req| validate_create(self, caller, req, now)) {
+                Ok(new) => new,
+                Err(e) => {
+                    outcomes[i] = Some(failed(e));
+                    continue;
+                }
+            };
+            let host = rebound_core::target::served_name_of(&new.long_url);
+            let loops = match loops_by_host.get(&host) {
+                Some(&loops) => loops,
+                None => {
+                    let loops = self.is_on_served_domain(&new.long_url).await?;
+                    loops_by_host.insert(host, loops);
+                    loops
+                }
+            };
+            match loops {
+                true => outcomes[i] = Some(failed(crate::domains::own_host(None))),
+                false => valid.push((i, new)),
             }
         }
         // Only links that would be written are charged (a replayed one is not); those the

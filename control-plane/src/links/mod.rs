@@ -65,6 +65,7 @@ impl ControlPlane {
             }
         }
         let new = validate_create(self, caller, request, now)?;
+        self.refuse_served_domain(None, &new.long_url).await?;
         let domain = self.domain_for(caller, new.domain.as_deref()).await?;
         self.charge(caller, now)?;
         let password_hash = match &new.password {
