@@ -643,6 +643,13 @@ impl RegionPropagationMetrics {
         registry.register(Box::new(m.failures.clone()))?;
         Ok(m)
     }
+
+    /// `region`'s series, made at 0 without anything to time (a control plane that tells
+    /// no proxy): the dashboard and the alerts read 0 rather than no data.
+    pub fn declare(&self, region: &str) {
+        self.seconds.with_label_values(&[region]);
+        self.failures.with_label_values(&[region]);
+    }
 }
 
 /// One region's [`LinkEvents`] with its deactivations and edits timed and their failures counted under
@@ -743,6 +750,28 @@ mod tests {
         assert_eq!(calls(&metrics, "memory", "revoke_key", "ok"), 0);
         let timed = metrics.latency.with_label_values(&["memory", "get_link"]);
         assert_eq!(timed.get_sample_count(), 1);
+    }
+
+    #[test]
+    fn a_declared_region_reads_zero_before_any_delete() {
+        let registry = Registry::new();
+        let metrics = RegionPropagationMetrics::register(&registry).unwrap();
+        metrics.declare("solo");
+        let families = registry.gather();
+        for name in [
+            "rebound_region_propagation_seconds",
+            "rebound_region_propagation_failures_total",
+        ] {
+            let family = families.iter().find(|f| f.name() == name);
+            let family = family.unwrap_or_else(|| panic!("{name} is exported"));
+            let metric = &family.get_metric()[0];
+            assert_eq!(metric.get_label()[0].value(), "solo", "{name}");
+            let value = match name {
+                "rebound_region_propagation_seconds" => metric.get_histogram().get_sample_count() as f64,
+                _ => metric.get_counter().get_value(),
+            };
+            assert_eq!(value, 0.0, "{name}");
+        }
     }
 
     #[tokio::test]
