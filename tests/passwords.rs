@@ -1,12 +1,13 @@
 //! Password-protected links (SPEC §12, issue 33), black-box on the all-in-one: the form in
 //! place of the redirect, a wrong password, the right one's redirect and cookie, attempts
 //! limited per client, a storm of attempts that leaves the redirect path alone, and edits
-//! that set, change or remove the password.
+//! that set, change or remove the password; the cookie `Secure` over TLS.
 
 mod common;
 
 use common::fleet::edit_link;
 use common::rebound::Rebound;
+use common::tls::{self_signed, tls_env};
 use common::*;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
@@ -220,4 +221,52 @@ async fn a_storm_of_attempts_is_bounded_and_leaves_the_redirect_path_alone() {
     );
     assert_eq!(wrong + busy + limited, 30.0, "every attempt counted once");
     eprintln!("30 attempts at once: {wrong} checked, {busy} refused busy, {limited} limited");
+}
+
+/// Issue 42 item 7: the cookie of a correct password is `Secure` when the request came over
+/// Rebound's own TLS listener, and not over the cleartext one (a browser would never send
+/// a `Secure` cookie back over `http://`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_unlock_cookie_is_secure_over_tls_and_not_over_cleartext() {
+    let dir = temp_dir();
+    let (cert, key) = self_signed(dir.path(), "edge", "ec");
+    let mut env = tls_env(&cert, &key).to_vec();
+    env.push(("REBOUND_PUBLIC_BASE_URL", "https://localhost"));
+    let rb = Rebound::from(start(
+        &[],
+        &dir.path().join("data"),
+        &env,
+        &["redirect", "redirect TLS", "API", "metrics"],
+    ));
+    rb.create(json!({"long_url": "https://example.com/s", "custom_alias": "tlslock", "password": "open sesame"}))
+        .await;
+    let tls_port = rb.run.addrs["redirect TLS"].rsplit_once(':').unwrap().1.to_owned();
+    let clear_port = rb.redirect().rsplit_once(':').unwrap().1.to_owned();
+    let cacert = cert.to_str().unwrap();
+    let answer = |scheme: &str, port: &str| {
+        let resolve = format!("localhost:{port}:127.0.0.1");
+        let url = format!("{scheme}://localhost:{port}/tlslock");
+        curl(
+            "%{http_code} %header{set-cookie}",
+            &[
+                "--resolve",
+                &resolve,
+                "--cacert",
+                cacert,
+                "--data-urlencode",
+                "password=open sesame",
+                &url,
+            ],
+        )
+    };
+    let attributes = |answer: &str| -> Vec<String> { answer.split(';').map(|a| a.trim().to_owned()).collect() };
+    let over_tls = answer("https", &tls_port);
+    assert!(over_tls.starts_with("303 rebound_unlock="), "{over_tls}");
+    assert!(attributes(&over_tls).contains(&"Secure".to_owned()), "{over_tls}");
+    let in_clear = answer("http", &clear_port);
+    assert!(in_clear.starts_with("303 rebound_unlock="), "{in_clear}");
+    assert!(!attributes(&in_clear).contains(&"Secure".to_owned()), "{in_clear}");
+    for answer in [&over_tls, &in_clear] {
+        assert!(attributes(answer).contains(&"HttpOnly".to_owned()), "{answer}");
+    }
 }

@@ -75,6 +75,15 @@ enum Notice {
     TooMany,
 }
 
+/// Who makes an attempt, as the connection tells.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Client {
+    /// The client's address (attempts are limited per client network).
+    pub address: Option<IpAddr>,
+    /// The request came over TLS: the cookie is `Secure` then.
+    pub over_tls: bool,
+}
+
 /// The gate of password-protected links.
 pub struct Unlocks {
     store: Arc<dyn LinkReads>,
@@ -149,12 +158,13 @@ impl Unlocks {
 
     /// An attempt: the password in the form body, checked against the link `key` at
     /// `entry`'s version. `Ok` with the `Set-Cookie` value when it unlocks (the caller
-    /// answers the redirect), `Err` with the answer otherwise.
+    /// answers the redirect; the cookie `Secure` when the request came over TLS), `Err`
+    /// with the answer otherwise.
     pub async fn attempt(
         &self,
         key: &str,
         entry: &L1Entry,
-        client: Option<IpAddr>,
+        client: Client,
         headers: &HeaderMap,
         body: hyper::body::Incoming,
         now: UnixMillis,
@@ -168,7 +178,7 @@ impl Unlocks {
                 page(StatusCode::TOO_MANY_REQUESTS, Notice::TooMany, false, Some(secs.max(1))),
             )
         };
-        if let Some(ip) = client {
+        if let Some(ip) = client.address {
             if let Err(until) = self.per_client.check_key(&network(ip)) {
                 return Err(limited(until.wait_time_from(clock.now())));
             }
@@ -227,14 +237,7 @@ impl Unlocks {
             return Ok(None);
         };
         let value = unlock_cookie(secret, key, entry.version(), now + UNLOCK_MILLIS);
-        let path = format!("/{}", rebound_core::domain::split_key(key).0);
-        let cookie = cookie::Cookie::build((COOKIE_NAME, value))
-            .path(path)
-            .http_only(true)
-            .same_site(cookie::SameSite::Lax)
-            .max_age(cookie::time::Duration::milliseconds(UNLOCK_MILLIS))
-            .build();
-        Ok(HeaderValue::from_str(&cookie.to_string()).ok())
+        Ok(HeaderValue::from_str(&unlock_set_cookie(key, value, client.over_tls)).ok())
     }
 
     /// Forgets the limiters' idle keys once they hold many.
@@ -246,6 +249,21 @@ impl Unlocks {
             self.per_link.retain_recent();
         }
     }
+}
+
+/// The `Set-Cookie` value of the cookie `value` for the link `key`: only for its path, never
+/// read by scripts, not sent along cross-site posts, for [`UNLOCK_MILLIS`]; `Secure` when
+/// the request came over TLS (a browser then never sends it in the clear).
+fn unlock_set_cookie(key: &str, value: String, secure: bool) -> String {
+    let path = format!("/{}", rebound_core::domain::split_key(key).0);
+    cookie::Cookie::build((COOKIE_NAME, value))
+        .path(path)
+        .http_only(true)
+        .secure(secure)
+        .same_site(cookie::SameSite::Lax)
+        .max_age(cookie::time::Duration::milliseconds(UNLOCK_MILLIS))
+        .build()
+        .to_string()
 }
 
 /// The form's page at `status`; with `retry_after` seconds the header says so.
@@ -298,6 +316,18 @@ mod tests {
         assert_eq!(n("2001:db8:1:2::1"), n("2001:db8:1:2:ffff::9"));
         assert_ne!(n("2001:db8:1:2::1"), n("2001:db8:1:3::1"));
         assert_ne!(n("0.0.0.1"), n("::1"), "IPv4 and IPv6 never collide");
+    }
+
+    #[test]
+    fn the_unlock_cookie_is_secure_exactly_when_the_request_came_over_tls() {
+        for (over_tls, secure) in [(true, true), (false, false)] {
+            let cookie = unlock_set_cookie("abc", "1.2.ff".into(), over_tls);
+            let attributes: Vec<&str> = cookie.split(';').map(str::trim).collect();
+            assert_eq!(attributes.contains(&"Secure"), secure, "{cookie}");
+            for always in ["rebound_unlock=1.2.ff", "HttpOnly", "SameSite=Lax", "Path=/abc"] {
+                assert!(attributes.contains(&always), "{always} in {cookie}");
+            }
+        }
     }
 
     #[test]
