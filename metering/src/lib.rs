@@ -17,14 +17,14 @@ use rebound_core::{Day, Link, LinkEdit, UnixMillis};
 use rebound_store::certs::{CertificateStore, StoredCertificate};
 use rebound_store::domains::DomainStore;
 use rebound_store::{
-    ApiKeyRecord, AuditEvent, AuditLog, BatchOutcome, ClickBatch, ClickSink, CounterStore, EventError,
+    ApiKeyRecord, AttemptBudget, AuditEvent, AuditLog, BatchOutcome, ClickBatch, ClickSink, CounterStore, EventError,
     IdempotencyRecord, KeyStore, L2Read, LinkEvents, LinkPage, LinkReads, LinkStore, Propagation, PropagationLease,
     RecordCache, RollupStore, Store, StoreError,
 };
 use std::future::Future;
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The label of a failed call: one per [`StoreError`] variant, so the set is bounded.
 pub fn error_outcome(e: &StoreError) -> &'static str {
@@ -565,6 +565,31 @@ impl RecordCache for MeteredRecordCache {
     async fn put_record(&self, code: &str, record: &CacheRecord, now: UnixMillis) -> Result<bool, StoreError> {
         self.put_record
             .store_call(self.inner.put_record(code, record, now))
+            .await
+    }
+}
+
+/// The fleet's budget of password attempts ([`AttemptBudget`], Redis), counted and timed as
+/// `redis` `take_attempt`.
+pub struct MeteredAttemptBudget {
+    inner: Arc<dyn AttemptBudget>,
+    take_attempt: OperationMetrics,
+}
+
+impl MeteredAttemptBudget {
+    pub fn new(inner: Arc<dyn AttemptBudget>, metrics: &AdapterMetrics) -> MeteredAttemptBudget {
+        MeteredAttemptBudget {
+            inner,
+            take_attempt: metrics.operation("redis", "take_attempt"),
+        }
+    }
+}
+
+#[async_trait]
+impl AttemptBudget for MeteredAttemptBudget {
+    async fn take_attempt(&self, key: &str, burst: u32, every: Duration) -> Result<Option<Duration>, StoreError> {
+        self.take_attempt
+            .store_call(self.inner.take_attempt(key, burst, every))
             .await
     }
 }

@@ -139,7 +139,7 @@ impl Redirects {
         let cache_control = (0..=max_age_secs)
             .map(|s| HeaderValue::from_str(&format!("public, max-age={s}")).expect("digits are a valid header value"))
             .collect();
-        let unlocks = Arc::new(Unlocks::new(path.store.clone()));
+        let unlocks = Arc::new(Unlocks::new(path.store.clone(), path.attempts.clone()));
         Redirects(
             Arc::new(RedirectAnswers {
                 path,
