@@ -105,13 +105,18 @@ impl ControlPlane {
         } = adapters;
         let registry = &metrics.registry;
         let mut acks = Vec::new();
+        // Each region's share of a delete, declared by every kind of control plane (one
+        // region alone too), so the dashboard's panels and the alerts read 0, not no data.
+        let propagation = RegionPropagationMetrics::register(registry).context("declaring metrics")?;
         let events: Arc<dyn LinkEvents> = match announce {
-            Announce::InProcess(events) => events,
+            // The all-in-one: its one region's share is the in-process invalidation.
+            Announce::InProcess(events) => {
+                Arc::new(RegionTimedLinkEvents::new(events, &propagation, &settings.api.region))
+            }
             Announce::Redis { local, peers } => {
                 // One set of acknowledgement metrics for every region's waits; each
                 // region's propagation timed under its name.
                 let ack_metrics = AckMetrics::register(registry).context("declaring metrics")?;
-                let propagation = RegionPropagationMetrics::register(registry).context("declaring metrics")?;
                 let r = &settings.redirect;
                 let mut region = |name: &str, cache: Arc<RedisCache>| -> Arc<dyn LinkEvents> {
                     let listener = Acknowledgements::new(ack_metrics.clone());
@@ -140,7 +145,11 @@ impl ControlPlane {
                 };
                 Arc::new(MeteredLinkEvents::new(events, &metrics.adapters))
             }
-            Announce::Nowhere => Arc::new(MeteredLinkEvents::new(Arc::new(NoLinkEvents), &metrics.adapters)),
+            Announce::Nowhere => {
+                // Nothing is told, so nothing is timed: the series stay at 0.
+                propagation.declare(&settings.api.region);
+                Arc::new(MeteredLinkEvents::new(Arc::new(NoLinkEvents), &metrics.adapters))
+            }
         };
         let home: Option<Arc<dyn HomeRegion>> = match &settings.home_region_url {
             Some(url) => {

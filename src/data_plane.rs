@@ -16,7 +16,7 @@ use rebound_core::Clock;
 use rebound_edge::sni::{ChallengeCerts, SniResolver};
 use rebound_edge::tls::{watch_certificate, CertificateFiles, ReloadableCert};
 use rebound_edge::Edge;
-use rebound_metering::MeteredRecordCache;
+use rebound_metering::{MeteredAttemptBudget, MeteredRecordCache};
 use rebound_proxy::clicks::{run_click_shipper, ClickPacing, ClickQueue, ClickWriter, RollupsWithPending};
 use rebound_proxy::distributed::{run_creation_feed, run_invalidation_listener, run_keepalive, sync_embedded_filter};
 use rebound_proxy::domains::{DomainRoutes, UnknownHost};
@@ -359,6 +359,9 @@ impl DataPlane {
                 Fleet::Redis(cache) => {
                     let l2 = Arc::new(MeteredRecordCache::new(cache.clone(), &self.metrics.adapters));
                     path = path.with_l2(l2, Duration::from_millis(r.l2_budget_ms), trust.clone());
+                    // Password attempts per link: one budget for the fleet.
+                    let attempts = MeteredAttemptBudget::new(cache.clone(), &self.metrics.adapters);
+                    path = path.with_attempt_budget(Arc::new(attempts));
                     // This process's name in the proxies' registry and in its acknowledgements.
                     let proxy: Arc<str> =
                         Arc::from(format!("{:x}{:x}", self.clock.now_millis(), std::process::id()));

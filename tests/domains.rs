@@ -637,3 +637,58 @@ async fn a_domain_added_a_moment_ago_answers_its_root_and_every_path_at_once() {
         assert_eq!(get_on(&rb, "made-up.fresh.test", path, false), "1.1 404 ", "{path}");
     }
 }
+
+/// The paragraph of `rebound domains add --help` about `flag`.
+fn help_of(flag: &str) -> String {
+    let (ok, help, err) = cli("http://127.0.0.1:9", None, &["domains", "add", "--help"]);
+    assert!(ok, "{err}");
+    let flag = format!("{flag} <");
+    let mut lines = help.lines().skip_while(|l| !l.contains(&flag));
+    let first = lines.next().unwrap_or_else(|| panic!("{flag} in {help}"));
+    // Its lines up to the next option's.
+    std::iter::once(first.split_once('>').map_or("", |(_, text)| text))
+        .chain(lines.take_while(|l| !l.trim_start().starts_with('-')))
+        .flat_map(str::split_whitespace)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Issue 42 item 17: a deleted link of a domain goes to its `not_found_url`, never its
+/// `expired_url`, and the CLI's help and the API's schema say just that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_link_goes_to_not_found_url_as_the_help_says() {
+    let (_dir, rb) = start_on_domains();
+    let (status, d) = add_domain(
+        &rb,
+        json!({"name": "pages.test", "not_found_url": "https://pages.example/missing",
+               "expired_url": "https://pages.example/expired"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{d}");
+    rb.create(json!({"long_url": "https://pages.example/t", "custom_alias": "bye", "domain": "pages.test"}))
+        .await;
+    routed(&rb, "pages.test", "/bye", "1.1 302 https://pages.example/t").await;
+    let (status, _) = rb
+        .api(Method::DELETE, "/api/v1/links/bye?domain=pages.test", None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    routed(&rb, "pages.test", "/bye", "1.1 302 https://pages.example/missing").await;
+
+    let expired = help_of("--expired-url");
+    assert!(expired.contains("expired link"), "{expired}");
+    assert!(
+        !expired.contains("deleted"),
+        "a deleted link does not go there: {expired}"
+    );
+    let not_found = help_of("--not-found-url");
+    assert!(not_found.contains("deleted"), "{not_found}");
+    let doc: Value = serde_json::from_str(&rebound_control_plane::openapi_json()).unwrap();
+    let fields = &doc["components"]["schemas"]["CreateDomainRequest"]["properties"];
+    let expired = fields["expired_url"]["description"].as_str().unwrap_or_default();
+    assert!(
+        expired.contains("expired link") && !expired.contains("deleted"),
+        "{expired}"
+    );
+    let not_found = fields["not_found_url"]["description"].as_str().unwrap_or_default();
+    assert!(not_found.contains("deleted"), "{not_found}");
+}

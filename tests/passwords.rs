@@ -1,12 +1,14 @@
 //! Password-protected links (SPEC §12, issue 33), black-box on the all-in-one: the form in
 //! place of the redirect, a wrong password, the right one's redirect and cookie, attempts
 //! limited per client, a storm of attempts that leaves the redirect path alone, and edits
-//! that set, change or remove the password.
+//! that set, change or remove the password; the cookie `Secure` over TLS; and, on Redis,
+//! one budget of attempts per link for every proxy of the fleet.
 
 mod common;
 
-use common::fleet::edit_link;
+use common::fleet::{edit_link, Deployment};
 use common::rebound::Rebound;
+use common::tls::{self_signed, tls_env};
 use common::*;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
@@ -220,4 +222,124 @@ async fn a_storm_of_attempts_is_bounded_and_leaves_the_redirect_path_alone() {
     );
     assert_eq!(wrong + busy + limited, 30.0, "every attempt counted once");
     eprintln!("30 attempts at once: {wrong} checked, {busy} refused busy, {limited} limited");
+}
+
+/// Issue 42 item 7: the cookie of a correct password is `Secure` when the request came over
+/// Rebound's own TLS listener, and not over the cleartext one (a browser would never send
+/// a `Secure` cookie back over `http://`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_unlock_cookie_is_secure_over_tls_and_not_over_cleartext() {
+    let dir = temp_dir();
+    let (cert, key) = self_signed(dir.path(), "edge", "ec");
+    let mut env = tls_env(&cert, &key).to_vec();
+    env.push(("REBOUND_PUBLIC_BASE_URL", "https://localhost"));
+    let rb = Rebound::from(start(
+        &[],
+        &dir.path().join("data"),
+        &env,
+        &["redirect", "redirect TLS", "API", "metrics"],
+    ));
+    rb.create(json!({"long_url": "https://example.com/s", "custom_alias": "tlslock", "password": "open sesame"}))
+        .await;
+    let tls_port = rb.run.addrs["redirect TLS"].rsplit_once(':').unwrap().1.to_owned();
+    let clear_port = rb.redirect().rsplit_once(':').unwrap().1.to_owned();
+    let cacert = cert.to_str().unwrap();
+    let answer = |scheme: &str, port: &str| {
+        let resolve = format!("localhost:{port}:127.0.0.1");
+        let url = format!("{scheme}://localhost:{port}/tlslock");
+        curl(
+            "%{http_code} %header{set-cookie}",
+            &[
+                "--resolve",
+                &resolve,
+                "--cacert",
+                cacert,
+                "--data-urlencode",
+                "password=open sesame",
+                &url,
+            ],
+        )
+    };
+    let attributes = |answer: &str| -> Vec<String> { answer.split(';').map(|a| a.trim().to_owned()).collect() };
+    let over_tls = answer("https", &tls_port);
+    assert!(over_tls.starts_with("303 rebound_unlock="), "{over_tls}");
+    assert!(attributes(&over_tls).contains(&"Secure".to_owned()), "{over_tls}");
+    let in_clear = answer("http", &clear_port);
+    assert!(in_clear.starts_with("303 rebound_unlock="), "{in_clear}");
+    assert!(!attributes(&in_clear).contains(&"Secure".to_owned()), "{in_clear}");
+    for answer in [&over_tls, &in_clear] {
+        assert!(attributes(answer).contains(&"HttpOnly".to_owned()), "{answer}");
+    }
+}
+
+/// Issue 42 item 6: the per-link budget of password attempts is the fleet's: two proxies on
+/// one Redis let 30 attempts on a link through between them (then one per 2 s), not 30
+/// each; each client is still limited on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_REDIS_URL and REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
+async fn two_proxies_share_one_budget_of_attempts_per_link() {
+    let d = Deployment::new(&shared_aws_url(), Some(&shared_redis_url()));
+    let dir = temp_dir();
+    let cp = d.control_plane(dir.path(), &[]);
+    let proxies = [d.proxy(dir.path(), &[]).await, d.proxy(dir.path(), &[]).await];
+    let made = create_link(
+        &cp,
+        json!({"long_url": "https://example.com/fleet-vault", "custom_alias": "fvault", "password": "long enough"}),
+    )
+    .await;
+    assert_eq!(made["password_protected"], true, "{made}");
+    for p in &proxies {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while http()
+            .get(format!("{}/fvault", p.addr("redirect")))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            != StatusCode::OK
+        {
+            assert!(std::time::Instant::now() < deadline, "the proxy never showed the form");
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+    // 40 wrong attempts at once, each from a client of its own, 20 through each proxy.
+    let started = std::time::Instant::now();
+    let attempts = (0..40u8).map(|i| {
+        let client = client_from([127, 0, 2, 10 + i]);
+        let url = format!("{}/fvault", proxies[usize::from(i % 2)].addr("redirect"));
+        async move {
+            let res = client
+                .post(url)
+                .form(&[("password", "wrong guess")])
+                .send()
+                .await
+                .unwrap();
+            res.status().as_u16()
+        }
+    });
+    let answers = futures_util::future::join_all(attempts).await;
+    let elapsed = started.elapsed();
+    assert!(
+        answers.iter().all(|s| matches!(s, 401 | 503 | 429)),
+        "each attempt wrong, busy or limited: {answers:?}"
+    );
+    // Each let through (checked, or refused busy after taking its turn) came from the one
+    // budget: 30 at once, one more per 2 s since.
+    let through = answers.iter().filter(|s| **s != 429).count();
+    let budget = 30 + elapsed.as_secs() as usize / 2 + 1;
+    assert!(
+        through <= budget,
+        "{through} attempts let through in {elapsed:?} by two proxies, above the link's one budget of {budget}: {answers:?}"
+    );
+    assert!(through >= 30, "the link's budget lets 30 through: {answers:?}");
+    let mut limited = 0.0;
+    for p in &proxies {
+        limited += metric(p, "rebound_password_attempts_total{outcome=\"limited\"}").await;
+    }
+    assert_eq!(
+        limited as usize,
+        40 - through,
+        "every refusal counted where it was made"
+    );
+    eprintln!("40 attempts at once through two proxies in {elapsed:?}: {through} let through");
 }

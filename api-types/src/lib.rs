@@ -384,13 +384,14 @@ pub struct CreateDomainRequest {
     #[schema(schema_with = certificate_source_schema)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate: Option<String>,
-    /// Where a code this domain does not have redirects (302); the built-in 404 page when
-    /// not given. Same rules as a link's `long_url`.
+    /// Where a code this domain does not have, or a deleted or taken-down link of it,
+    /// redirects (302); the built-in 404 page when not given. Same rules as a link's
+    /// `long_url`.
     #[schema(max_length = 2048)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_found_url: Option<String>,
-    /// Where an expired or deleted link of this domain redirects; the built-in 410 page
-    /// when not given.
+    /// Where an expired link of this domain redirects (302); the built-in 410 page when
+    /// not given.
     #[schema(max_length = 2048)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expired_url: Option<String>,

@@ -650,8 +650,8 @@ async function domainsPage() {
   } } },
     field("Domain name", name, "A DNS name of two labels or more; point its DNS at the proxies."),
     field("Certificate", certificate, "ACME needs a TLS port with ACME; with files, the certificate is yours to install."),
-    field("Not-found page URL (optional)", notFound, "Where a code this domain does not have redirects. Empty: the built-in 404 page."),
-    field("Expired page URL (optional)", expired, "Where an expired or deleted link redirects. Empty: the built-in 410 page."),
+    field("Not-found page URL (optional)", notFound, "Where a code this domain does not have, or a deleted or taken-down link of it, redirects. Empty: the built-in 404 page."),
+    field("Expired page URL (optional)", expired, "Where an expired link redirects. Empty: the built-in 410 page."),
     field("Root page URL (optional)", root, "Where / of this domain redirects. Empty: the built-in page."),
     h("div", { class: "actions" }, h("button", { type: "submit", class: "primary" }, "Add domain")));
 

@@ -52,6 +52,7 @@ use config::ControlPlaneConfig;
 use rebound_core::generated::{
     key_from_hex, key_to_hex, store_permutation_key, CodeKeyMismatch, GeneratedCodes, CODE_KEY_SETTING, COUNTER,
 };
+use rebound_core::password::IDEMPOTENCY_KEY_SETTING;
 use rebound_core::target::TargetPolicy;
 use rebound_core::Clock;
 use rebound_store::{ApiKeyRecord, LinkEvents, Role, RollupStore, Store, StoreError};
@@ -71,6 +72,8 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error("the stored code permutation key is malformed")]
     BadCodeKey,
+    #[error("the stored idempotency password key (the store's setting {IDEMPOTENCY_KEY_SETTING}) is malformed")]
+    BadIdempotencyKey,
     #[error(transparent)]
     CodeKey(#[from] CodeKeyMismatch),
     /// Another region generates codes from this slot's range: two regions on one slot would
@@ -137,6 +140,9 @@ pub struct ControlPlane {
     pub(crate) rescanning: tokio::sync::Mutex<()>,
     /// Passwords hashed or checked at once, at most (each 19 MiB, tens of milliseconds).
     pub(crate) hashing: tokio::sync::Semaphore,
+    /// The key of a password's MAC in idempotency fingerprints (the store's
+    /// [`IDEMPOTENCY_KEY_SETTING`], made once for the fleet).
+    pub(crate) idempotency_secret: Vec<u8>,
 }
 
 /// Passwords a control plane hashes at once, at most.
@@ -197,6 +203,16 @@ impl ControlPlane {
         store
             .get_or_init_setting(rebound_core::password::UNLOCK_KEY_SETTING, &hex::encode(candidate))
             .await?;
+        // The key of passwords' MACs in idempotency fingerprints, made once: every control
+        // plane of the fleet fingerprints a replay alike.
+        let candidate: [u8; 32] = rand::random();
+        let idempotency_secret = store
+            .get_or_init_setting(IDEMPOTENCY_KEY_SETTING, &hex::encode(candidate))
+            .await?;
+        let idempotency_secret = hex::decode(idempotency_secret)
+            .ok()
+            .filter(|k| !k.is_empty())
+            .ok_or(StartError::BadIdempotencyKey)?;
         Ok(Arc::new(ControlPlane {
             config,
             store,
@@ -214,6 +230,7 @@ impl ControlPlane {
             threats: threats::ThreatLists::default(),
             rescanning: tokio::sync::Mutex::new(()),
             hashing: tokio::sync::Semaphore::new(HASHES_AT_ONCE),
+            idempotency_secret,
         }))
     }
 

@@ -2010,6 +2010,145 @@ mod imports_and_idempotency {
     }
 
     #[tokio::test]
+    async fn a_replay_with_another_password_is_another_request() {
+        let h = harness().await;
+        let create = |password: &str| {
+            let body = json!({"long_url": "https://e.com/pw", "password": password});
+            keyed(Method::POST, "/api/v1/links", &["pw-create"], &body.to_string())
+        };
+        let first = h.send(create("first secret")).await;
+        assert_eq!(first.status, StatusCode::CREATED, "{:?}", first.body);
+        let again = h.send(create("first secret")).await;
+        assert_eq!((again.status, &again.body), (StatusCode::CREATED, &first.body));
+        assert_error(
+            &h.send(create("other secret")).await,
+            StatusCode::CONFLICT,
+            "idempotency_key_reused",
+        );
+        assert_eq!(h.link_count().await, 1);
+
+        // An import, its links read as creates or not ("redirect" cannot be read); a link
+        // created beside them records the import's hash.
+        for (key, link) in [
+            ("pw-import", json!({"long_url": "https://e.com/i"})),
+            (
+                "pw-import-unread",
+                json!({"long_url": "https://e.com/i", "redirect": "x"}),
+            ),
+        ] {
+            let import_with = |password: &str| {
+                let mut link = link.clone();
+                link["password"] = json!(password);
+                import(key, &json!({"links": [{"long_url": "https://e.com/beside"}, link]}))
+            };
+            let first = h.send(import_with("first secret")).await;
+            assert_eq!(first.status, StatusCode::OK, "{key}: {:?}", first.body);
+            let again = h.send(import_with("first secret")).await;
+            assert_eq!((again.status, &again.body), (StatusCode::OK, &first.body), "{key}");
+            assert_error(
+                &h.send(import_with("other secret")).await,
+                StatusCode::CONFLICT,
+                "idempotency_key_reused",
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn idempotency_records_hold_a_password_only_as_a_keyed_mac() {
+        use rebound_core::password::{IDEMPOTENCY_KEY_SETTING, UNLOCK_KEY_SETTING};
+        use sha2::Digest;
+        // Two fleets (two stores, so two secrets) record the same requests.
+        let (a, b) = (harness().await, harness().await);
+        let password = "correct horse battery";
+        let with_password = json!({"long_url": "https://e.com/k", "password": password});
+        let without = json!({"long_url": "https://e.com/n"});
+        let mut hashes = Vec::new();
+        for h in [&a, &b] {
+            let secret = h.store.read_setting(IDEMPOTENCY_KEY_SETTING).await.unwrap();
+            let secret = secret.expect("the secret is made at start");
+            assert_eq!(hex::decode(&secret).unwrap().len(), 32);
+            let unlock = h.store.read_setting(UNLOCK_KEY_SETTING).await.unwrap();
+            assert_ne!(Some(secret), unlock, "a key of its own, never the proxies'");
+            let mut records = Vec::new();
+            for (key, req) in [
+                (
+                    "c-pw",
+                    keyed(Method::POST, "/api/v1/links", &["c-pw"], &with_password.to_string()),
+                ),
+                ("i-pw#0", import("i-pw", &json!({"links": [with_password.clone()]}))),
+                (
+                    "u-pw#0",
+                    import(
+                        "u-pw",
+                        &json!({"links": [without.clone(), {"long_url": "https://e.com/u", "password": password, "redirect": "x"}]}),
+                    ),
+                ),
+                (
+                    "c-none",
+                    keyed(Method::POST, "/api/v1/links", &["c-none"], &without.to_string()),
+                ),
+            ] {
+                let r = h.send(req).await;
+                assert!(r.status.is_success(), "{key}: {:?}", r.body);
+                let record = h.store.get_idempotency("bootstrap", key, NOW).await.unwrap();
+                let record = record.unwrap_or_else(|| panic!("{key}: recorded"));
+                let stored = serde_json::to_string(&record.request_hash).unwrap() + &record.body;
+                assert!(!stored.contains(password), "{key}: {stored}");
+                assert!(!stored.contains(&hex::encode(sha2::Sha256::digest(password))), "{key}");
+                records.push(record.request_hash);
+            }
+            hashes.push(records);
+        }
+        for (i, key) in ["c-pw", "i-pw", "u-pw"].iter().enumerate() {
+            assert_ne!(
+                hashes[0][i], hashes[1][i],
+                "{key}: the password is in it under each fleet's secret"
+            );
+        }
+        // A request without a password is fingerprinted as before: records made before
+        // the upgrade still replay.
+        assert_eq!(hashes[0][3], hashes[1][3]);
+    }
+
+    #[tokio::test]
+    async fn a_record_of_a_create_with_its_password_left_out_is_not_replayed() {
+        use sha2::Digest;
+        let h = harness().await;
+        // What the previous version stored for a create with a password: the request with
+        // `"(given)"` for the password, so any password matched.
+        let request: rebound_api_types::CreateLinkRequest =
+            serde_json::from_value(json!({"long_url": "https://e.com/old", "password": "(given)"})).unwrap();
+        let digest = sha2::Sha256::new()
+            .chain_update(b"create\0")
+            .chain_update(serde_json::to_string(&request).unwrap().as_bytes())
+            .finalize();
+        let link = rebound_core::Link::new_active(
+            "oldpw".into(),
+            "https://e.com/old".into(),
+            rebound_core::RedirectKind::default(),
+            false,
+            NOW,
+            "bootstrap".into(),
+            None,
+        );
+        let record = rebound_store::IdempotencyRecord {
+            scope: "bootstrap".into(),
+            key: "old-pw".into(),
+            request_hash: format!("v2:{}", hex::encode(digest)),
+            status: 201,
+            body: r#"{"code":"oldpw"}"#.into(),
+            created_at: NOW,
+            expires_at: NOW + 86_400_000,
+        };
+        h.store.insert_link(&link, Some(&record)).await.unwrap();
+        let body = json!({"long_url": "https://e.com/old", "password": "whatever guess"});
+        let r = h
+            .send(keyed(Method::POST, "/api/v1/links", &["old-pw"], &body.to_string()))
+            .await;
+        assert_error(&r, StatusCode::CONFLICT, "idempotency_key_reused");
+    }
+
+    #[tokio::test]
     async fn an_idempotency_record_of_the_previous_hash_still_replays() {
         use sha2::Digest;
         let h = harness().await;

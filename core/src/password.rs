@@ -15,6 +15,10 @@ pub const PASSWORD_CHARS: std::ops::RangeInclusive<usize> = 4..=128;
 /// The store setting holding the key (hex) the fleet signs unlock cookies with, made by
 /// the first control plane that starts.
 pub const UNLOCK_KEY_SETTING: &str = "unlock_cookie_key";
+/// The store setting holding the key (hex) the control planes take a password's MAC with
+/// where an idempotency record's request fingerprint needs it ([`password_fingerprint`]),
+/// made by the first control plane that starts. Only control planes read it.
+pub const IDEMPOTENCY_KEY_SETTING: &str = "idempotency_password_key";
 
 /// How long the cookie of a correct password lets its visitor through.
 pub const UNLOCK_MILLIS: i64 = 15 * 60_000;
@@ -89,6 +93,18 @@ pub fn cookie_unlocks(secret: &[u8], value: &str, key: &str, version: u64, now: 
     mac(secret, key, version, until).verify_slice(&sig).is_ok()
 }
 
+/// A password as a request fingerprint (an idempotency record's) holds it:
+/// `hmac-sha256:<hex>`, an HMAC-SHA256 keyed with `secret` (the store's
+/// [`IDEMPOTENCY_KEY_SETTING`]). Equal passwords give equal fingerprints under one key, so a
+/// replay with another password is told apart; without the key a guess cannot be checked
+/// against a record, so a reader of the store cannot guess passwords at a fast hash's speed.
+pub fn password_fingerprint(secret: &[u8], password: &str) -> String {
+    let mut mac = HmacSha256::new_from_slice(secret).expect("HMAC takes a key of any length");
+    mac.update(b"rebound idempotency password\n");
+    mac.update(password.as_bytes());
+    format!("hmac-sha256:{}", hex::encode(mac.finalize().into_bytes()))
+}
+
 type HmacSha256 = Hmac<Sha256>;
 
 fn mac(secret: &[u8], key: &str, version: u64, until: UnixMillis) -> HmacSha256 {
@@ -119,6 +135,35 @@ mod tests {
             assert_eq!(verify_password(given, &hash), matches, "{given:?}");
         }
         assert!(!verify_password("x", "not a hash"));
+    }
+
+    #[test]
+    fn a_password_fingerprint_is_keyed_and_holds_no_fast_hash_of_it() {
+        use sha2::Digest;
+        let a = password_fingerprint(b"server secret", "correct horse");
+        assert!(a.starts_with("hmac-sha256:"), "{a}");
+        assert_eq!(
+            a,
+            password_fingerprint(b"server secret", "correct horse"),
+            "stable under a key"
+        );
+        assert_ne!(
+            a,
+            password_fingerprint(b"server secret", "correct hors"),
+            "tells passwords apart"
+        );
+        assert_ne!(
+            a,
+            password_fingerprint(b"another secret", "correct horse"),
+            "depends on the key"
+        );
+        assert!(!a.contains("correct horse"));
+        for unkeyed in [
+            hex::encode(Sha256::digest(b"correct horse")),
+            hex::encode(Sha256::digest(b"rebound idempotency password\ncorrect horse")),
+        ] {
+            assert!(!a.contains(&unkeyed), "no unkeyed hash of the password");
+        }
     }
 
     #[test]

@@ -92,6 +92,11 @@ impl Edge {
         Edge::new(limits, metrics, Some(tls))
     }
 
+    /// Whether it serves TLS (its connections came over TLS).
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
     fn new(limits: EdgeLimits, metrics: PortMetrics, tls: Option<ServerTls>) -> Edge {
         let mut h1 = http1::Builder::new();
         if tls.is_some() {

@@ -17,14 +17,14 @@ use rebound_core::{Day, Link, LinkEdit, UnixMillis};
 use rebound_store::certs::{CertificateStore, StoredCertificate};
 use rebound_store::domains::DomainStore;
 use rebound_store::{
-    ApiKeyRecord, AuditEvent, AuditLog, BatchOutcome, ClickBatch, ClickSink, CounterStore, EventError,
+    ApiKeyRecord, AttemptBudget, AuditEvent, AuditLog, BatchOutcome, ClickBatch, ClickSink, CounterStore, EventError,
     IdempotencyRecord, KeyStore, L2Read, LinkEvents, LinkPage, LinkReads, LinkStore, Propagation, PropagationLease,
     RecordCache, RollupStore, Store, StoreError,
 };
 use std::future::Future;
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The label of a failed call: one per [`StoreError`] variant, so the set is bounded.
 pub fn error_outcome(e: &StoreError) -> &'static str {
@@ -569,6 +569,31 @@ impl RecordCache for MeteredRecordCache {
     }
 }
 
+/// The fleet's budget of password attempts ([`AttemptBudget`], Redis), counted and timed as
+/// `redis` `take_attempt`.
+pub struct MeteredAttemptBudget {
+    inner: Arc<dyn AttemptBudget>,
+    take_attempt: OperationMetrics,
+}
+
+impl MeteredAttemptBudget {
+    pub fn new(inner: Arc<dyn AttemptBudget>, metrics: &AdapterMetrics) -> MeteredAttemptBudget {
+        MeteredAttemptBudget {
+            inner,
+            take_attempt: metrics.operation("redis", "take_attempt"),
+        }
+    }
+}
+
+#[async_trait]
+impl AttemptBudget for MeteredAttemptBudget {
+    async fn take_attempt(&self, key: &str, burst: u32, every: Duration) -> Result<Option<Duration>, StoreError> {
+        self.take_attempt
+            .store_call(self.inner.take_attempt(key, burst, every))
+            .await
+    }
+}
+
 /// A control plane's [`LinkEvents`] over Redis (write-through, tombstone, invalidation,
 /// creation feed), counted and timed as `redis`.
 pub struct MeteredLinkEvents {
@@ -642,6 +667,13 @@ impl RegionPropagationMetrics {
         registry.register(Box::new(m.seconds.clone()))?;
         registry.register(Box::new(m.failures.clone()))?;
         Ok(m)
+    }
+
+    /// `region`'s series, made at 0 without anything to time (a control plane that tells
+    /// no proxy): the dashboard and the alerts read 0 rather than no data.
+    pub fn declare(&self, region: &str) {
+        self.seconds.with_label_values(&[region]);
+        self.failures.with_label_values(&[region]);
     }
 }
 
@@ -743,6 +775,28 @@ mod tests {
         assert_eq!(calls(&metrics, "memory", "revoke_key", "ok"), 0);
         let timed = metrics.latency.with_label_values(&["memory", "get_link"]);
         assert_eq!(timed.get_sample_count(), 1);
+    }
+
+    #[test]
+    fn a_declared_region_reads_zero_before_any_delete() {
+        let registry = Registry::new();
+        let metrics = RegionPropagationMetrics::register(&registry).unwrap();
+        metrics.declare("solo");
+        let families = registry.gather();
+        for name in [
+            "rebound_region_propagation_seconds",
+            "rebound_region_propagation_failures_total",
+        ] {
+            let family = families.iter().find(|f| f.name() == name);
+            let family = family.unwrap_or_else(|| panic!("{name} is exported"));
+            let metric = &family.get_metric()[0];
+            assert_eq!(metric.get_label()[0].value(), "solo", "{name}");
+            let value = match name {
+                "rebound_region_propagation_seconds" => metric.get_histogram().get_sample_count() as f64,
+                _ => metric.get_counter().get_value(),
+            };
+            assert_eq!(value, 0.0, "{name}");
+        }
     }
 
     #[tokio::test]

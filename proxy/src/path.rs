@@ -11,7 +11,7 @@ pub use crate::trust::InvalidationTrust;
 use rebound_core::cache::CachePolicy;
 use rebound_core::{decide_redirect, CacheRecord, CacheState, CachedVerdict, Clock, Link, StoreVerdict, UnixMillis};
 use rebound_store::LinkReads;
-use rebound_store::{L2Read, RecordCache};
+use rebound_store::{AttemptBudget, L2Read, RecordCache};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,6 +67,8 @@ pub struct RedirectPath {
     /// The home region's replica (docs/regions.md), read before a 404 outside the home
     /// region: a code created in another region may not have reached this region yet.
     pub home: Option<Arc<dyn LinkReads>>,
+    /// The fleet's budget of password attempts per link (Redis), when configured.
+    pub attempts: Option<Arc<dyn AttemptBudget>>,
     flights: SingleFlight<(Resolution, bool)>,
     last_stale_warning: AtomicI64,
 }
@@ -92,6 +94,7 @@ impl RedirectPath {
             l2_budget: Duration::from_millis(150),
             trust: None,
             home: None,
+            attempts: None,
             flights: SingleFlight::default(),
             last_stale_warning: AtomicI64::new(0),
         }
@@ -107,6 +110,12 @@ impl RedirectPath {
         self.l2 = Some(l2);
         self.l2_budget = budget;
         self.trust = Some(trust);
+        self
+    }
+
+    /// Counts password attempts per link in `budget`, the fleet's (SPEC §12).
+    pub fn with_attempt_budget(mut self, budget: Arc<dyn AttemptBudget>) -> RedirectPath {
+        self.attempts = Some(budget);
         self
     }
 

@@ -9,7 +9,7 @@ use crate::domains::{request_authority, DomainRoutes, Route, Routed, UnknownHost
 use crate::l1::L1Entry;
 use crate::pages::DeadEnds;
 use crate::path::{RedirectPath, Resolution};
-use crate::unlock::{Attempt, Unlocks};
+use crate::unlock::{Attempt, Client, Unlocks};
 use crate::visitor::{BotPatterns, Visitor};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -67,10 +67,28 @@ pub struct AcmeAnswers {
     pub shared: Arc<dyn CertificateStore>,
 }
 
-/// The hyper service of the redirect port (cheap to clone: one per connection), with the
-/// connection's client address when known (password attempts are limited by it).
+/// The hyper service of the redirect port (cheap to clone: one per connection), with what
+/// it knows of the connection.
 #[derive(Clone)]
-pub struct Redirects(Arc<RedirectAnswers>, Option<std::net::IpAddr>);
+pub struct Redirects(Arc<RedirectAnswers>, Connection);
+
+/// What the redirect service knows of a request's connection.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Connection {
+    /// The client's address, when known (password attempts are limited by it).
+    pub peer: Option<std::net::IpAddr>,
+    /// Accepted on Rebound's own TLS listener: the request came over TLS.
+    pub tls: bool,
+}
+
+impl Connection {
+    /// Whether the request came over TLS, so that a cookie given in its answer may be
+    /// `Secure`: only when Rebound itself terminated TLS for it. A trusted proxy's
+    /// `X-Forwarded-Proto: https` (a later issue) is to be read here, from `_headers`.
+    pub fn came_over_tls(&self, _headers: &HeaderMap) -> bool {
+        self.tls
+    }
+}
 
 const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
 const EMPTY: HeaderValue = HeaderValue::from_static("0");
@@ -121,7 +139,7 @@ impl Redirects {
         let cache_control = (0..=max_age_secs)
             .map(|s| HeaderValue::from_str(&format!("public, max-age={s}")).expect("digits are a valid header value"))
             .collect();
-        let unlocks = Arc::new(Unlocks::new(path.store.clone()));
+        let unlocks = Arc::new(Unlocks::new(path.store.clone(), path.attempts.clone()));
         Redirects(
             Arc::new(RedirectAnswers {
                 path,
@@ -134,13 +152,21 @@ impl Redirects {
                 bots: BotPatterns::shared(),
                 unlocks,
             }),
-            None,
+            Connection::default(),
         )
     }
 
-    /// The service of a connection from `peer`.
+    /// The service of a cleartext connection from `peer`.
     pub fn for_peer(&self, peer: std::net::IpAddr) -> Redirects {
-        Redirects(self.0.clone(), Some(peer))
+        self.for_connection(Connection {
+            peer: Some(peer),
+            tls: false,
+        })
+    }
+
+    /// The service of `connection`.
+    pub fn for_connection(&self, connection: Connection) -> Redirects {
+        Redirects(self.0.clone(), connection)
     }
 }
 
@@ -434,7 +460,7 @@ impl RedirectAnswers {
 
     /// A POST to `/{code}`: a password for a protected link (on the domain the request is
     /// routed to); 405 for anything else, as before passwords.
-    async fn post(&self, req: Request<Incoming>, peer: Option<std::net::IpAddr>) -> Reply {
+    async fn post(&self, req: Request<Incoming>, connection: Connection) -> Reply {
         let code = match req.uri().path().strip_prefix('/') {
             Some(code) if is_valid_code(code.as_bytes()) => code.to_owned(),
             _ => {
@@ -457,9 +483,13 @@ impl RedirectAnswers {
         };
         let (parts, body) = req.into_parts();
         let now = self.path.clock.now_millis();
+        let client = Client {
+            address: connection.peer,
+            over_tls: connection.came_over_tls(&parts.headers),
+        };
         let attempt = self
             .unlocks
-            .attempt(&key, &entry, peer, &parts.headers, body, now)
+            .attempt(&key, &entry, client, &parts.headers, body, now)
             .await;
         let m = &self.path.metrics;
         match attempt {
@@ -493,8 +523,8 @@ impl hyper::service::Service<Request<Incoming>> for Redirects {
     fn call(&self, req: Request<Incoming>) -> Self::Future {
         // POST: a password for a protected link (405 for anything else), whole past here.
         if req.method() == Method::POST {
-            let (answers, peer) = (self.0.clone(), self.1);
-            return Either::Right(Box::pin(async move { Ok(answers.post(req, peer).await) }));
+            let (answers, connection) = (self.0.clone(), self.1);
+            return Either::Right(Box::pin(async move { Ok(answers.post(req, connection).await) }));
         }
         let answers = &self.0;
         let code = match answers.check(&req) {
@@ -698,10 +728,16 @@ impl Service for RedirectService {
             }
         };
         let (edge, redirects) = (self.port.edge.clone(), self.port.redirects.clone());
+        let tls = edge.is_tls();
         rebound_edge::serve_listener_spread(
             listener,
             edge,
-            move |peer: std::net::SocketAddr| redirects.for_peer(peer.ip()),
+            move |peer: std::net::SocketAddr| {
+                redirects.for_connection(Connection {
+                    peer: Some(peer.ip()),
+                    tls,
+                })
+            },
             shutdown,
             pingora_runtime::current_handle,
         )

@@ -5,10 +5,14 @@
 //! for 15 minutes at this version of the link; a wrong one gets the form again.
 //!
 //! Guessing is slow: attempts are limited per link and per client network (429 with
-//! `Retry-After`), before anything is read or checked. A check (Argon2id, tens of
-//! milliseconds) runs on the runtime's blocking threads, never on the redirect threads,
-//! at most [`CHECKS_AT_ONCE`] at a time; a check with none free is answered 503 at once, so
-//! a storm of attempts costs the redirect path nothing. Unprotected links never come here.
+//! `Retry-After`), before anything is read or checked. The per-link budget is the fleet's
+//! when Redis is there (every proxy takes from one budget, so N proxies let no more
+//! guesses through than one), and this proxy's own count besides, which alone bounds them
+//! while Redis cannot be reached: never unlimited. The per-client budget is each proxy's.
+//! A check (Argon2id, tens of milliseconds) runs on the runtime's blocking threads, never
+//! on the redirect threads, at most [`CHECKS_AT_ONCE`] at a time; a check with none free is
+//! answered 503 at once, so a storm of attempts costs the redirect path nothing.
+//! Unprotected links never come here.
 
 use crate::l1::L1Entry;
 use bytes::Bytes;
@@ -21,7 +25,7 @@ use http::{HeaderMap, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use rebound_core::password::{cookie_unlocks, unlock_cookie, verify_password, UNLOCK_KEY_SETTING, UNLOCK_MILLIS};
 use rebound_core::UnixMillis;
-use rebound_store::LinkReads;
+use rebound_store::{AttemptBudget, LinkReads};
 use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -39,6 +43,8 @@ const PER_CLIENT_EVERY_SECS: u64 = 12;
 /// Attempts per link, from everyone: 30 at once, then one every 2 s.
 const PER_LINK_BURST: u32 = 30;
 const PER_LINK_EVERY_SECS: u64 = 2;
+/// The longest an attempt waits for the fleet's budget before counting on this proxy's own.
+const FLEET_BUDGET_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
 /// Keys kept by each limiter before the idle ones are forgotten.
 const FORGET_ABOVE: usize = 100_000;
 
@@ -75,6 +81,15 @@ enum Notice {
     TooMany,
 }
 
+/// Who makes an attempt, as the connection tells.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Client {
+    /// The client's address (attempts are limited per client network).
+    pub address: Option<IpAddr>,
+    /// The request came over TLS: the cookie is `Secure` then.
+    pub over_tls: bool,
+}
+
 /// The gate of password-protected links.
 pub struct Unlocks {
     store: Arc<dyn LinkReads>,
@@ -82,7 +97,10 @@ pub struct Unlocks {
     key: OnceCell<Vec<u8>>,
     checks: Arc<Semaphore>,
     per_client: Keyed<u128>,
+    /// This proxy's own count per link: the bound while the fleet's cannot be reached.
     per_link: Keyed<String>,
+    /// The fleet's budget per link (Redis), when there is one.
+    fleet: Option<Arc<dyn AttemptBudget>>,
 }
 
 fn quota(burst: u32, every_secs: u64) -> Quota {
@@ -104,13 +122,16 @@ fn network(ip: IpAddr) -> u128 {
 }
 
 impl Unlocks {
-    pub fn new(store: Arc<dyn LinkReads>) -> Unlocks {
+    /// The gate, reading hashes from `store`, with the fleet's per-link budget `fleet`
+    /// when there is one.
+    pub fn new(store: Arc<dyn LinkReads>, fleet: Option<Arc<dyn AttemptBudget>>) -> Unlocks {
         Unlocks {
             store,
             key: OnceCell::new(),
             checks: Arc::new(Semaphore::new(CHECKS_AT_ONCE)),
             per_client: RateLimiter::keyed(quota(PER_CLIENT_BURST, PER_CLIENT_EVERY_SECS)),
             per_link: RateLimiter::keyed(quota(PER_LINK_BURST, PER_LINK_EVERY_SECS)),
+            fleet,
         }
     }
 
@@ -149,34 +170,25 @@ impl Unlocks {
 
     /// An attempt: the password in the form body, checked against the link `key` at
     /// `entry`'s version. `Ok` with the `Set-Cookie` value when it unlocks (the caller
-    /// answers the redirect), `Err` with the answer otherwise.
+    /// answers the redirect; the cookie `Secure` when the request came over TLS), `Err`
+    /// with the answer otherwise.
     pub async fn attempt(
         &self,
         key: &str,
         entry: &L1Entry,
-        client: Option<IpAddr>,
+        client: Client,
         headers: &HeaderMap,
         body: hyper::body::Incoming,
         now: UnixMillis,
     ) -> Result<Option<HeaderValue>, (Attempt, Reply)> {
         // Limited before anything is read or checked.
-        let clock = DefaultClock::default();
-        let limited = |wait: std::time::Duration| {
+        if let Err(wait) = self.admit(key, client.address).await {
             let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-            (
+            return Err((
                 Attempt::Limited,
                 page(StatusCode::TOO_MANY_REQUESTS, Notice::TooMany, false, Some(secs.max(1))),
-            )
-        };
-        if let Some(ip) = client {
-            if let Err(until) = self.per_client.check_key(&network(ip)) {
-                return Err(limited(until.wait_time_from(clock.now())));
-            }
+            ));
         }
-        if let Err(until) = self.per_link.check_key(&key.to_owned()) {
-            return Err(limited(until.wait_time_from(clock.now())));
-        }
-        self.forget_idle();
         let is_form = headers
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
@@ -227,14 +239,33 @@ impl Unlocks {
             return Ok(None);
         };
         let value = unlock_cookie(secret, key, entry.version(), now + UNLOCK_MILLIS);
-        let path = format!("/{}", rebound_core::domain::split_key(key).0);
-        let cookie = cookie::Cookie::build((COOKIE_NAME, value))
-            .path(path)
-            .http_only(true)
-            .same_site(cookie::SameSite::Lax)
-            .max_age(cookie::time::Duration::milliseconds(UNLOCK_MILLIS))
-            .build();
-        Ok(HeaderValue::from_str(&cookie.to_string()).ok())
+        Ok(HeaderValue::from_str(&unlock_set_cookie(key, value, client.over_tls)).ok())
+    }
+
+    /// Takes an attempt on the link `key` from `client`'s budget, then from the link's: the
+    /// fleet's when it answers in time, and this proxy's own in any case (alone the bound
+    /// while the fleet's cannot be reached). `Err` with the wait when one is spent.
+    async fn admit(&self, key: &str, client: Option<IpAddr>) -> Result<(), std::time::Duration> {
+        let clock = DefaultClock::default();
+        if let Some(ip) = client {
+            if let Err(until) = self.per_client.check_key(&network(ip)) {
+                return Err(until.wait_time_from(clock.now()));
+            }
+        }
+        if let Some(fleet) = &self.fleet {
+            let every = std::time::Duration::from_secs(PER_LINK_EVERY_SECS);
+            match tokio::time::timeout(FLEET_BUDGET_WAIT, fleet.take_attempt(key, PER_LINK_BURST, every)).await {
+                Ok(Ok(None)) => {}
+                Ok(Ok(Some(wait))) => return Err(wait),
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %rebound_store::Causes(&e), "the fleet's attempt budget is away: this proxy's alone");
+                }
+                Err(_) => tracing::debug!("the fleet's attempt budget is slow: this proxy's alone"),
+            }
+        }
+        let local = self.per_link.check_key(&key.to_owned());
+        self.forget_idle();
+        local.map_err(|until| until.wait_time_from(clock.now()))
     }
 
     /// Forgets the limiters' idle keys once they hold many.
@@ -246,6 +277,21 @@ impl Unlocks {
             self.per_link.retain_recent();
         }
     }
+}
+
+/// The `Set-Cookie` value of the cookie `value` for the link `key`: only for its path, never
+/// read by scripts, not sent along cross-site posts, for [`UNLOCK_MILLIS`]; `Secure` when
+/// the request came over TLS (a browser then never sends it in the clear).
+fn unlock_set_cookie(key: &str, value: String, secure: bool) -> String {
+    let path = format!("/{}", rebound_core::domain::split_key(key).0);
+    cookie::Cookie::build((COOKIE_NAME, value))
+        .path(path)
+        .http_only(true)
+        .secure(secure)
+        .same_site(cookie::SameSite::Lax)
+        .max_age(cookie::time::Duration::milliseconds(UNLOCK_MILLIS))
+        .build()
+        .to_string()
 }
 
 /// The form's page at `status`; with `retry_after` seconds the header says so.
@@ -289,6 +335,97 @@ fn page(status: StatusCode, notice: Notice, head: bool, retry_after: Option<u64>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rebound_store::{MemoryStore, StoreError};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
+
+    /// A fleet's budget in memory: attempts taken per link, no refill (the tests take far
+    /// less than a refill's 2 s); while `away`, every call fails as Redis down would.
+    #[derive(Default)]
+    struct FleetBudget {
+        taken: Mutex<std::collections::HashMap<String, u32>>,
+        away: AtomicBool,
+    }
+
+    #[async_trait::async_trait]
+    impl AttemptBudget for FleetBudget {
+        async fn take_attempt(
+            &self,
+            key: &str,
+            burst: u32,
+            every: std::time::Duration,
+        ) -> Result<Option<std::time::Duration>, StoreError> {
+            if self.away.load(Ordering::Relaxed) {
+                return Err(StoreError::unavailable("Redis", "down"));
+            }
+            let mut taken = self.taken.lock().unwrap();
+            let n = taken.entry(key.to_owned()).or_default();
+            if *n >= burst {
+                return Ok(Some(every));
+            }
+            *n += 1;
+            Ok(None)
+        }
+    }
+
+    fn proxy(fleet: &Arc<FleetBudget>) -> Unlocks {
+        Unlocks::new(
+            Arc::new(MemoryStore::new()),
+            Some(fleet.clone() as Arc<dyn AttemptBudget>),
+        )
+    }
+
+    /// `n` attempts on `key`, each from a client of its own, alternating between `proxies`:
+    /// how many were let through.
+    async fn admitted(proxies: &[&Unlocks], key: &str, n: u8, first_client: u8) -> usize {
+        let mut through = 0;
+        for i in 0..n {
+            let client = IpAddr::from([10, 0, first_client, i]);
+            if proxies[usize::from(i) % proxies.len()]
+                .admit(key, Some(client))
+                .await
+                .is_ok()
+            {
+                through += 1;
+            }
+        }
+        through
+    }
+
+    #[tokio::test]
+    async fn two_proxies_share_one_budget_per_link() {
+        let fleet = Arc::new(FleetBudget::default());
+        let (a, b) = (proxy(&fleet), proxy(&fleet));
+        let burst = PER_LINK_BURST as usize;
+        assert_eq!(admitted(&[&a, &b], "locked", 40, 1).await, burst, "one budget for both");
+        // Either proxy refuses the next, and says how long to wait.
+        for p in [&a, &b] {
+            let wait = p.admit("locked", Some(IpAddr::from([10, 0, 2, 1]))).await;
+            assert_eq!(wait, Err(std::time::Duration::from_secs(PER_LINK_EVERY_SECS)));
+        }
+        // Another link has its own budget.
+        assert_eq!(admitted(&[&a, &b], "other", 2, 3).await, 2);
+    }
+
+    #[tokio::test]
+    async fn with_the_fleets_budget_away_each_proxy_still_limits_per_link() {
+        let fleet = Arc::new(FleetBudget::default());
+        fleet.away.store(true, Ordering::Relaxed);
+        let a = proxy(&fleet);
+        let burst = PER_LINK_BURST as usize;
+        assert_eq!(
+            admitted(&[&a], "locked", 40, 1).await,
+            burst,
+            "this proxy's own limit, never none"
+        );
+        // And the per-client limit holds with or without the fleet's.
+        let b = proxy(&fleet);
+        let client = Some(IpAddr::from([10, 0, 9, 9]));
+        for i in 0..PER_CLIENT_BURST {
+            assert!(b.admit(&format!("link{i}"), client).await.is_ok(), "attempt {i}");
+        }
+        assert!(b.admit("link-next", client).await.is_err());
+    }
 
     #[test]
     fn a_client_network_is_its_ipv4_address_or_its_ipv6_64() {
@@ -298,6 +435,18 @@ mod tests {
         assert_eq!(n("2001:db8:1:2::1"), n("2001:db8:1:2:ffff::9"));
         assert_ne!(n("2001:db8:1:2::1"), n("2001:db8:1:3::1"));
         assert_ne!(n("0.0.0.1"), n("::1"), "IPv4 and IPv6 never collide");
+    }
+
+    #[test]
+    fn the_unlock_cookie_is_secure_exactly_when_the_request_came_over_tls() {
+        for (over_tls, secure) in [(true, true), (false, false)] {
+            let cookie = unlock_set_cookie("abc", "1.2.ff".into(), over_tls);
+            let attributes: Vec<&str> = cookie.split(';').map(str::trim).collect();
+            assert_eq!(attributes.contains(&"Secure"), secure, "{cookie}");
+            for always in ["rebound_unlock=1.2.ff", "HttpOnly", "SameSite=Lax", "Path=/abc"] {
+                assert!(attributes.contains(&always), "{always} in {cookie}");
+            }
+        }
     }
 
     #[test]

@@ -12,8 +12,9 @@ use sha2::Digest;
 /// An import file as read: what identifies it, and each link with the line it came from,
 /// or why that line cannot be sent.
 struct ImportFile {
-    /// Hex SHA-256 of the whole file: with a chunk's lines, what its idempotency key is
-    /// derived from, so that running the same file again replays instead of creating.
+    /// Hex SHA-256 of the whole file (of its lines with passwords left out, when it has
+    /// any: [`file_identity`]): with a chunk's lines, what its idempotency key is derived
+    /// from, so that running the same file again replays instead of creating.
     identity: String,
     links: Vec<ImportLine>,
 }
@@ -52,9 +53,43 @@ fn read_import(file: &str, format: Option<&str>) -> Result<ImportFile, CliError>
             .collect()
     };
     Ok(ImportFile {
-        identity: hex::encode(sha2::Sha256::digest(text.as_bytes())),
+        identity: file_identity(&text, &links),
         links,
     })
+}
+
+/// What identifies an import file in its idempotency keys: the SHA-256 of its text; for
+/// a file that names a password anywhere, of its lines with every password left out
+/// ([`keyed_value`]; a line that cannot be read counts by its number alone). The server
+/// keeps a key as it was sent, so a fast hash of a password in it would let whoever reads
+/// the store test guesses; the server compares the passwords themselves, keyed, so a file
+/// run again with another password is still told apart (409).
+fn file_identity(text: &str, links: &[ImportLine]) -> String {
+    if !text.contains("password") {
+        // As before passwords: the same file keeps its keys across an upgrade.
+        return hex::encode(sha2::Sha256::digest(text.as_bytes()));
+    }
+    let mut hash = sha2::Sha256::new();
+    hash.update(b"rebound-import-lines\0");
+    for (line, value) in links {
+        match value {
+            Ok(value) => hash.update(format!("{line}\0{}\0", keyed_value(value)).as_bytes()),
+            Err(_) => hash.update(format!("{line}\0!\0").as_bytes()),
+        }
+    }
+    hex::encode(hash.finalize())
+}
+
+/// A link as it goes into an idempotency key: its password, if any, as `"(given)"`.
+fn keyed_value(value: &Value) -> std::borrow::Cow<'_, Value> {
+    match value.get("password") {
+        Some(_) => {
+            let mut value = value.clone();
+            value["password"] = json!("(given)");
+            std::borrow::Cow::Owned(value)
+        }
+        None => std::borrow::Cow::Borrowed(value),
+    }
 }
 
 /// The columns a CSV header row may name (`alias` is `custom_alias`).
@@ -150,13 +185,14 @@ fn read_csv(text: &str) -> Result<Vec<ImportLine>, CliError> {
 }
 
 /// The idempotency key of one import request: the file's identity and the chunk's lines
-/// (numbers and values), so that the same lines of the same file always carry the same key.
+/// (numbers and values, passwords left out: [`keyed_value`]), so that the same lines of the
+/// same file always carry the same key.
 fn chunk_key(identity: &str, lines: &[&(usize, Value)]) -> String {
     let mut hash = sha2::Sha256::new();
     hash.update(b"rebound-import\0");
     hash.update(identity.as_bytes());
     for (line, value) in lines {
-        hash.update(format!("\0{line}\0{value}").as_bytes());
+        hash.update(format!("\0{line}\0{}", keyed_value(value)).as_bytes());
     }
     format!("import-{}", hex::encode(hash.finalize()))
 }
@@ -321,4 +357,54 @@ pub(super) async fn run(
         return Err(CliError("nothing was imported".into()));
     }
     Ok((value, out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The idempotency keys of every chunk of `text` (JSON lines), one link per chunk.
+    fn keys_of(text: &str) -> Vec<String> {
+        let path = std::env::temp_dir().join(format!("rebound-import-keys-{}.jsonl", std::process::id()));
+        std::fs::write(&path, text).unwrap();
+        let file = read_import(path.to_str().unwrap(), None).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let owned: Vec<(usize, Value)> = file
+            .links
+            .iter()
+            .filter_map(|(l, v)| v.as_ref().ok().map(|v| (*l, v.clone())))
+            .collect();
+        owned.iter().map(|line| chunk_key(&file.identity, &[line])).collect()
+    }
+
+    #[test]
+    fn an_import_key_holds_no_fast_hash_of_a_password() {
+        let with = |password: &str| {
+            format!(
+                "{{\"long_url\":\"https://e.com/a\",\"password\":\"{password}\"}}\n{{\"long_url\":\"https://e.com/b\"}}\n"
+            )
+        };
+        // Keys that differ only by the password would let a reader of the store (which
+        // keeps them) test guesses at SHA-256's speed: the password is not in them.
+        assert_eq!(keys_of(&with("first secret")), keys_of(&with("other secret")));
+        // Still a file of its own: a link with a password is not the same link without.
+        let without = "{\"long_url\":\"https://e.com/a\"}\n{\"long_url\":\"https://e.com/b\"}\n";
+        assert_ne!(keys_of(&with("first secret"))[0], keys_of(without)[0]);
+        // A file without passwords keeps the keys it always had.
+        let identity = hex::encode(sha2::Sha256::digest(without.as_bytes()));
+        let old = |line: usize, value: &str| {
+            let mut hash = sha2::Sha256::new();
+            hash.update(b"rebound-import\0");
+            hash.update(identity.as_bytes());
+            hash.update(format!("\0{line}\0{value}").as_bytes());
+            format!("import-{}", hex::encode(hash.finalize()))
+        };
+        assert_eq!(
+            keys_of(without),
+            [
+                old(1, r#"{"long_url":"https://e.com/a"}"#),
+                old(2, r#"{"long_url":"https://e.com/b"}"#)
+            ]
+        );
+    }
 }

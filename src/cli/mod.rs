@@ -203,11 +203,11 @@ pub enum DomainsCommand {
         /// the TLS port has ACME) or `files` (the TLS port's certificate files).
         #[arg(long)]
         certificate: Option<String>,
-        /// Where a code this domain does not have redirects (default: the 404 page).
+        /// Where a code this domain does not have, or a deleted or taken-down link of it,
+        /// redirects (default: the 404 page).
         #[arg(long)]
         not_found_url: Option<String>,
-        /// Where an expired or deleted link of this domain redirects (default: the 410
-        /// page).
+        /// Where an expired link of this domain redirects (default: the 410 page).
         #[arg(long)]
         expired_url: Option<String>,
         /// Where `/` of this domain redirects (default: the built-in page).

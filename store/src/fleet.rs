@@ -67,6 +67,17 @@ pub enum FeedEntry {
     HighWater(u64),
 }
 
+/// Password attempts on links, counted for the whole fleet (SPEC §12): every proxy takes
+/// from one budget per link, so N proxies let no more guesses through than one.
+#[async_trait]
+pub trait AttemptBudget: Send + Sync {
+    /// Takes one attempt on the link `key` from its budget, `burst` at once and then one
+    /// per `every`: `None` when taken, `Some(wait)` when spent (the next one comes after
+    /// `wait`). An error when the budget cannot be reached: the caller counts on its own
+    /// then, never not at all.
+    async fn take_attempt(&self, key: &str, burst: u32, every: Duration) -> Result<Option<Duration>, StoreError>;
+}
+
 /// A new entry's position and the entries read from the creation feed.
 pub type FeedRead = (Option<String>, Vec<FeedEntry>);
 

@@ -50,7 +50,7 @@ pub use cache::{L2Read, RecordCache};
 pub use clicks::MemoryInbox;
 pub use clicks::{ClickInbox, ClickSink, InboxMessage, QueueDepth};
 pub use events::{EventError, FanOutLinkEvents, LinkEvents, NoLinkEvents};
-pub use fleet::{ChannelMessage, CreationFeed, FeedEntry, InvalidationChannel};
+pub use fleet::{AttemptBudget, ChannelMessage, CreationFeed, FeedEntry, InvalidationChannel};
 #[cfg(any(test, feature = "test-util"))]
 pub use memory::MemoryStore;
 

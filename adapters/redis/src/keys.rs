@@ -63,6 +63,11 @@ impl Keys {
         }
     }
 
+    /// The password attempts on the link `key` (one key per script call: any slot).
+    pub(crate) fn attempts(&self, key: &str) -> String {
+        format!("{}attempts:{}", self.prefix, key)
+    }
+
     /// The record of `code`.
     pub(crate) fn record(&self, code: &str) -> String {
         if self.cluster {

@@ -12,7 +12,8 @@
 //! (`"<version> <code>"`), `alive:{proxy}` (each proxy's keepalives, heard by itself
 //! alone), `acks` (`"<proxy> <version> <code>"`), the sorted set `proxies` (each proxy
 //! scored by its last keepalive, in Redis's own time), and the stream `created` (field
-//! `code` for a created link, field `hwm` for a KGS lease's high-water mark).
+//! `code` for a created link, field `hwm` for a KGS lease's high-water mark), and
+//! `attempts:{key}` (a link's password attempts, the fleet's: see `attempts`).
 //!
 //! On a Redis Cluster the same names carry hash tags so that each script's keys share a
 //! slot: the fleet's keys and channels under `{fleet}`, each record with the identity key
@@ -32,11 +33,13 @@
 //! - `channel`: the invalidation channel port: subscribe, keepalives and the registry, the
 //!   replay of the log, acknowledgements.
 //! - `feed`: the creation feed port.
+//! - `attempts`: the fleet's budget of password attempts per link ([`rebound_store::AttemptBudget`]).
 //! - `events`: [`RedisLinkEvents`], the control plane's side.
 //! - `acks`: strict I1 across proxies, the deletes waiting for acknowledgements.
 //! - `metrics`: [`RedisBreakerState`], the connection's own metrics.
 
 pub mod acks;
+mod attempts;
 mod cache;
 mod channel;
 mod codec;

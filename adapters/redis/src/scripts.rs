@@ -162,6 +162,27 @@ invalidate(KEYS[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
 return {written, e, live_proxies(KEYS[4], KEYS[5], ARGV[8])}
 ";
 
+/// Takes one password attempt on a link from the fleet's budget (a GCRA on Redis's own
+/// clock, so the proxies' clocks do not matter). KEYS: the link's attempts key. ARGV: the
+/// burst, the milliseconds between two attempts once it is spent. The key holds the
+/// theoretical arrival time of the next attempt, and expires once the budget is full
+/// again. Returns 0 when taken, else the milliseconds until the next one is.
+const TAKE_ATTEMPT: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local burst = tonumber(ARGV[1])
+local every = tonumber(ARGV[2])
+local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tat < now then tat = now end
+local next_tat = tat + every
+local allowed_at = next_tat - burst * every
+if allowed_at > now then
+  return allowed_at - now
+end
+redis.call('SET', KEYS[1], next_tat, 'PX', next_tat - now)
+return 0
+"#;
+
 /// The scripts of one cache, the epoch function prepended to those that report it.
 pub(crate) struct Scripts {
     /// [`VERSIONED_SET`].
@@ -178,6 +199,8 @@ pub(crate) struct Scripts {
     pub(crate) replay: redis::Script,
     /// [`DEACTIVATE`].
     pub(crate) deactivate: redis::Script,
+    /// [`TAKE_ATTEMPT`].
+    pub(crate) take_attempt: redis::Script,
 }
 
 impl Scripts {
@@ -192,6 +215,7 @@ impl Scripts {
             deactivate: redis::Script::new(&format!(
                 "{IDENTITY}{VERSIONED_SET_FN}{INVALIDATE_FN}{LIVE_PROXIES_FN}{DEACTIVATE}"
             )),
+            take_attempt: redis::Script::new(TAKE_ATTEMPT),
         }
     }
 }

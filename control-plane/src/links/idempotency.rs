@@ -2,6 +2,7 @@
 
 use crate::error::ApiError;
 use rebound_api_types::CreateLinkRequest;
+use rebound_core::password::password_fingerprint;
 use rebound_store::IdempotencyRecord;
 use sha2::{Digest, Sha256};
 
@@ -12,6 +13,15 @@ use super::Creation;
 /// absent field, key order and spacing do not count), hashed with a version prefix. A
 /// record without the prefix was written by an earlier version from the body's JSON, keys
 /// sorted; it is compared with that (records live a day, so this can go a day after).
+///
+/// A password is in the hash only as its keyed MAC ([`password_fingerprint`], with the
+/// fleet's secret): never the password, nor a fast unkeyed hash of it, so a reader of the
+/// store cannot check guesses against a record; and a replay with another password is
+/// another request (409). Records written before this rule (a create's password as
+/// `"(given)"`, an import's in the clear) never match a request with a password now: such a
+/// retry across the upgrade is refused 409 rather than answered without its password
+/// checked; records without a password still match. The old records expire with their
+/// retention (`api.idempotency_ttl_secs`, a day).
 pub(super) struct RequestHash {
     pub(super) current: String,
     /// The earlier hash of the same body, for records without the prefix; none for an import.
@@ -21,14 +31,9 @@ pub(super) struct RequestHash {
 pub(super) const REQUEST_HASH_VERSION: &str = "v2:";
 
 impl RequestHash {
-    pub(super) fn of_create(request: &CreateLinkRequest, raw: &[u8]) -> RequestHash {
-        // A password is never hashed fast (it would be guessable from the record): a
-        // request with one counts as the same whatever the password.
-        let without_password = CreateLinkRequest {
-            password: request.password.as_ref().map(|_| "(given)".to_owned()),
-            ..request.clone()
-        };
-        let canonical = serde_json::to_string(&without_password).unwrap_or_default();
+    /// A create, its password (if any) as its MAC under `secret`.
+    pub(super) fn of_create(request: &CreateLinkRequest, raw: &[u8], secret: &[u8]) -> RequestHash {
+        let canonical = serde_json::to_string(&fingerprinted(request, secret)).unwrap_or_default();
         let legacy = serde_json::from_slice::<serde_json::Value>(raw)
             .map(|v| v.to_string())
             .unwrap_or_default();
@@ -39,17 +44,30 @@ impl RequestHash {
     }
 
     /// An import's links: each as its create request was read, or, when it could not be
-    /// read as one, as the JSON value it is (keys sorted).
+    /// read as one, as the JSON value it is (keys sorted); a password, in either, as its
+    /// MAC under `secret`.
     pub(super) fn of_import(
         links: &[serde_json::Value],
         requests: &[Result<CreateLinkRequest, ApiError>],
+        secret: &[u8],
     ) -> RequestHash {
         let canonical: Vec<serde_json::Value> = links
             .iter()
             .zip(requests)
             .map(|(raw, req)| match req {
-                Ok(req) => serde_json::to_value(req).unwrap_or_default(),
-                Err(_) => raw.clone(),
+                Ok(req) => serde_json::to_value(fingerprinted(req, secret)).unwrap_or_default(),
+                Err(_) => {
+                    let mut raw = raw.clone();
+                    if let Some(password) = raw.get_mut("password") {
+                        // Not read as a password (perhaps not a string), but still one.
+                        let given = match &*password {
+                            serde_json::Value::String(p) => p.clone(),
+                            other => other.to_string(),
+                        };
+                        *password = serde_json::Value::String(password_fingerprint(secret, &given));
+                    }
+                    raw
+                }
             })
             .collect();
         RequestHash {
@@ -65,6 +83,14 @@ impl RequestHash {
         } else {
             self.legacy.as_deref() == Some(stored)
         }
+    }
+}
+
+/// `request` with its password, if any, replaced by its MAC under `secret`.
+fn fingerprinted(request: &CreateLinkRequest, secret: &[u8]) -> CreateLinkRequest {
+    CreateLinkRequest {
+        password: request.password.as_deref().map(|p| password_fingerprint(secret, p)),
+        ..request.clone()
     }
 }
 

@@ -43,7 +43,7 @@ impl ControlPlane {
                     .map_err(|e| ApiError::bad_request("invalid_json", format!("the link is invalid: {e}")))
             })
             .collect();
-        let hash = RequestHash::of_import(&links, &requests);
+        let hash = RequestHash::of_import(&links, &requests, &self.idempotency_secret);
         drop(links);
         let keys: Option<Vec<String>> = idem_key
             .as_ref()

@@ -57,7 +57,7 @@ impl ControlPlane {
     ) -> Result<Creation, ApiError> {
         let now = self.clock.now_millis();
         let Creator { owner, scope } = creator;
-        let hash = RequestHash::of_create(&request, raw);
+        let hash = RequestHash::of_create(&request, raw, &self.idempotency_secret);
         if let Some(key) = &idem_key {
             if let Some(record) = self.store.get_idempotency(&scope, key, now).await? {
                 // A replay creates nothing, so it costs nothing: a retry is never refused 429.
