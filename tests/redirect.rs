@@ -746,7 +746,13 @@ async fn stats_count_the_clicks_still_waiting_for_the_row_budget_and_sigterm_wri
     let mut rb = Rebound::start(dir.path(), &env);
     let codes: Vec<String> = (0..30).map(|i| format!("wait{i:02}")).collect();
     click_codes(&rb, &codes, 3).await;
-    let pending = rb.metric("rebound_click_pending_codes").await;
+    // The gauge is as of the shipper's last drain (at most 100 ms ago while counts wait).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut pending = rb.metric("rebound_click_pending_codes").await;
+    while pending < 20.0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        pending = rb.metric("rebound_click_pending_codes").await;
+    }
     assert!(
         pending >= 20.0,
         "the rows wait for the budget ({pending} codes pending)"
