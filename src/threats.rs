@@ -1,13 +1,13 @@
 //! The threat lists' loader (SPEC §12): every configured list read from its file or URL at
 //! start and every `refresh_secs`, parsed, and put in force in the control plane's index; a
-//! list that fails to load keeps its entries before. When a list's content changed, every
-//! link is checked against the lists again (in the home region only: its takedowns reach
-//! every region).
+//! list that fails to load keeps its entries before. When a list's content changed, the
+//! links on the hosts of its new entries are checked against the lists (in the home region
+//! only: its takedowns reach every region).
 
 use crate::settings::{ThreatListSource, ThreatSettings};
-use rebound_control_plane::threats::{ListState, Rescan};
+use rebound_control_plane::threats::ListState;
 use rebound_control_plane::ControlPlane;
-use rebound_core::threat::{parse_feed, ParsedFeed, ThreatIndex, RULES_VERSION};
+use rebound_core::threat::{parse_feed, ParsedFeed, ThreatIndex};
 use rebound_core::UnixMillis;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -33,10 +33,9 @@ struct Good {
     at: UnixMillis,
 }
 
-/// Loads the lists now and every `settings.refresh_secs` until `stop`; rescans the links
-/// after a change when `rescan` (the home region), unless a rescan against the same lists
-/// was already made (the first load after a start is a change, and the lists are usually
-/// the ones rescanned before the restart).
+/// Loads the lists now and every `settings.refresh_secs` until `stop`; after a change,
+/// when `rescan` (the home region), checks the links on the hosts of the entries new since
+/// the last rescan (every entry's after a start: a read of the links on those hosts alone).
 pub async fn run(cp: Arc<ControlPlane>, settings: ThreatSettings, rescan: bool, mut stop: watch::Receiver<bool>) {
     let client = match reqwest::Client::builder().timeout(FETCH_TIMEOUT).build() {
         Ok(c) => c,
@@ -57,19 +56,16 @@ pub async fn run(cp: Arc<ControlPlane>, settings: ThreatSettings, rescan: bool, 
     loop {
         let changed = load_all(&cp, &client, &mut loaded, settings.max_feed_bytes).await;
         if changed && rescan {
-            match cp.rescan_threats_once(&digest(&loaded)).await {
-                Ok(Rescan::MadeBefore(o)) => tracing::info!(
-                    at = o.at,
-                    "the lists in force were rescanned before (here or by another control plane); links not read again"
-                ),
-                Ok(Rescan::Made(o)) => tracing::info!(
+            match cp.rescan_threats().await {
+                Ok(o) => tracing::info!(
+                    looked_up = o.looked_up,
                     scanned = o.scanned,
                     matched = o.matched,
                     taken_down = o.taken_down,
                     allowed = o.allowed,
                     failed = o.failed,
                     ms = o.millis,
-                    "links checked against the threat lists"
+                    "the links on the hosts of the lists' new entries checked against the threat lists"
                 ),
                 Err(e) => {
                     tracing::warn!(error = %rebound_store::Causes(&e), "the threat-list rescan stopped; it runs again at the next change")
@@ -172,26 +168,4 @@ async fn fetch(client: &reqwest::Client, source: &str, max: u64) -> Result<Vec<u
         }
         tokio::fs::read(source).await.map_err(|e| format!("{source}: {e}"))
     }
-}
-
-/// A hash of the lists in force (each one's name, format and content, in order) and of the
-/// matching rules: the key of a rescan made against them. SHA-256, so it is the same in
-/// every process and version.
-fn digest(loaded: &[Loaded]) -> String {
-    let mut h = Sha256::new();
-    h.update(RULES_VERSION.to_be_bytes());
-    for list in loaded {
-        for field in [list.source.name.as_bytes(), list.source.format.as_str().as_bytes()] {
-            h.update((field.len() as u64).to_be_bytes());
-            h.update(field);
-        }
-        match &list.good {
-            Some(good) => {
-                h.update([1]);
-                h.update(good.sha);
-            }
-            None => h.update([0]),
-        }
-    }
-    hex::encode(h.finalize())
 }

@@ -1,8 +1,9 @@
 //! Abuse kept out (SPEC §12, issue 33), black-box on the all-in-one: threat lists read from
 //! a local file and from a feed served on loopback, refreshed every second; a create on a
 //! listed target refused naming the list; a feed refresh taking a live link down with its
-//! audit entry; an operator reinstating it for good; a restart on lists already rescanned
-//! reading no link again; anonymous abuse reports, rate limited and listed for operators.
+//! audit entry; an operator reinstating it for good; a restart reading only the links on
+//! the listed hosts, and lists back to content they held before taking down a link made in
+//! between (issue 42); anonymous abuse reports, rate limited and listed for operators.
 
 mod common;
 
@@ -242,8 +243,13 @@ async fn last_rescan(rb: &Rebound) -> Option<String> {
     v["last_rescan_at"].as_str().map(str::to_owned)
 }
 
+async fn last_scanned(rb: &Rebound) -> Option<u64> {
+    let (_, v) = rb.api(Method::GET, "/api/v1/threat-lists", None).await;
+    v["last_rescan_scanned"].as_u64()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restart_with_the_lists_already_rescanned_reads_no_link_again() {
+async fn a_restart_reads_only_the_links_on_the_listed_hosts_again() {
     let dir = temp_dir();
     let hosts = dir.path().join("blocked-hosts.txt");
     std::fs::write(&hosts, "bad.example\n").unwrap();
@@ -254,23 +260,24 @@ async fn a_restart_with_the_lists_already_rescanned_reads_no_link_again() {
     ];
     let rb = Rebound::start(dir.path(), &env);
     rb.wait_ready().await;
-    rb.create_code(json!({"long_url": "https://fine.example/", "custom_alias": "fine"}))
-        .await;
-    let first = Arc::new(Mutex::new(None));
-    within_20_s("the first load's rescan", || async {
-        *first.lock().unwrap() = last_rescan(&rb).await;
-        first.lock().unwrap().is_some()
-    })
-    .await;
-    let first = first.lock().unwrap().clone().unwrap();
+    for (alias, url) in [
+        ("fine", "https://fine.example/"),
+        ("also", "https://also.fine.example/x"),
+        ("other", "https://other.example/"),
+    ] {
+        rb.create_code(json!({"long_url": url, "custom_alias": alias})).await;
+    }
+    within_20_s("the first load's rescan", || async { last_rescan(&rb).await.is_some() }).await;
+    assert_eq!(last_scanned(&rb).await, Some(0), "no link on bad.example");
     drop(rb);
 
-    // The same lists after a restart: the rescan recorded in the store is the last one; no
-    // link is read again (a rescan now would have a time of its own).
+    // The same lists after a restart: their entries looked up again, no link read (none is
+    // on their hosts); refreshes of unchanged lists rescan nothing.
     let rb = Rebound::start(dir.path(), &env);
     rb.wait_ready().await;
     within_20_s("the lists loaded again", || async { last_rescan(&rb).await.is_some() }).await;
-    assert_eq!(last_rescan(&rb).await.as_deref(), Some(first.as_str()));
+    let first = last_rescan(&rb).await.unwrap();
+    assert_eq!(last_scanned(&rb).await, Some(0));
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert_eq!(
         last_rescan(&rb).await.as_deref(),
@@ -278,13 +285,69 @@ async fn a_restart_with_the_lists_already_rescanned_reads_no_link_again() {
         "refreshes of unchanged lists rescan nothing"
     );
 
-    // Changed lists are rescanned: a link they hold is taken down.
+    // An entry added: the links on its host alone are read, and taken down.
     std::fs::write(&hosts, "bad.example\nfine.example\n").unwrap();
     within_20_s("the changed list rescanned", || async {
-        status_of(&rb, "fine").await == 404
+        status_of(&rb, "fine").await == 404 && status_of(&rb, "also").await == 404
     })
     .await;
-    assert_ne!(last_rescan(&rb).await.unwrap(), first, "a rescan of its own");
+    assert_eq!(last_scanned(&rb).await, Some(2), "the two links on fine.example alone");
+    assert_eq!(status_of(&rb, "other").await, 302);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_back_to_content_it_held_before_takes_down_a_link_made_in_between() {
+    // Issue 42, item 12: content A (holds w.example), then B (without it), a link to
+    // w.example made under B, then A again.
+    let dir = temp_dir();
+    let hosts = dir.path().join("hosts.txt");
+    let (a, b) = ("w.example\nx.example\n", "x.example\n");
+    std::fs::write(&hosts, a).unwrap();
+    let lists = format!("local=domains:{}", hosts.display());
+    let rb = Rebound::start(
+        dir.path(),
+        &[("REBOUND_THREAT_LISTS", &lists), ("REBOUND_THREAT_REFRESH_SECS", "1")],
+    );
+    rb.wait_ready().await;
+    let seen = Arc::new(Mutex::new(None));
+    within_20_s("A rescanned", || async {
+        *seen.lock().unwrap() = last_rescan(&rb).await;
+        seen.lock().unwrap().is_some()
+    })
+    .await;
+    let after_a = seen.lock().unwrap().clone().unwrap();
+    std::fs::write(&hosts, b).unwrap();
+    within_20_s("B rescanned", || async {
+        last_rescan(&rb).await.is_some_and(|at| at != after_a)
+    })
+    .await;
+    let (s, v) = rb
+        .api(
+            Method::POST,
+            "/api/v1/links",
+            Some(json!({"long_url": "https://w.example/p", "custom_alias": "wlink"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    assert_eq!(status_of(&rb, "wlink").await, 302);
+    std::fs::write(&hosts, a).unwrap();
+    within_20_s("the link made under B taken down", || async {
+        status_of(&rb, "wlink").await == 404
+    })
+    .await;
+    let (_, link) = rb.api(Method::GET, "/api/v1/links/wlink", None).await;
+    assert_eq!(link["delete_reason"], "threat-list:local", "{link}");
+    let (s, v) = rb
+        .api(
+            Method::POST,
+            "/api/v1/links",
+            Some(json!({"long_url": "https://w.example/q"})),
+        )
+        .await;
+    assert_eq!(
+        (s, &v["error"]["code"]),
+        (StatusCode::BAD_REQUEST, &json!("blocked_target"))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -296,13 +296,20 @@ impl ControlPlane {
     /// What already targets the name of a domain about to be added, which would loop once it
     /// is served: the links that redirect (active and not expired; an expired link cannot be
     /// edited back, and a reinstated one is checked again), up to [`NAMED_LINKS`] of them by
-    /// short URL with the count of all; and the other domains whose page URLs are on it. One
-    /// read of every link, as a domain's removal makes.
+    /// short URL with the count of all; and the other domains whose page URLs are on it. A
+    /// read of the links on that host alone (the store's index by target host).
     async fn targeting(&self, name: &str) -> Result<(Vec<String>, usize, Vec<String>), ApiError> {
         let now = self.clock.now_millis();
         let (mut cursor, mut named, mut count) = (None::<String>, Vec::new(), 0);
+        self.index_older_links().await?;
+        let Some(key) = rebound_core::threat::host_key(&format!("https://{name}/")) else {
+            return Err(ApiError::bad_request("invalid_domain", "not a domain name"));
+        };
         loop {
-            let page = self.store.list_links(None, SCAN_PAGE, cursor.as_deref()).await?;
+            let page = self
+                .store
+                .links_by_target_host(&key, SCAN_PAGE, cursor.as_deref())
+                .await?;
             let found: Vec<Link> = page
                 .links
                 .into_iter()
@@ -418,12 +425,13 @@ impl ControlPlane {
         Ok(domain)
     }
 
-    /// The active links of the domain `id`: one read of the links, newest first.
+    /// The active links of the domain `id`, through the store's per-domain index.
     async fn active_links_of(&self, id: &str) -> Result<Vec<Link>, ApiError> {
         let now = self.clock.now_millis();
         let (mut cursor, mut found) = (None::<String>, Vec::new());
+        self.index_older_links().await?;
         loop {
-            let page = self.store.list_links(None, SCAN_PAGE, cursor.as_deref()).await?;
+            let page = self.store.links_on_domain(id, SCAN_PAGE, cursor.as_deref()).await?;
             found.extend(
                 page.links
                     .into_iter()

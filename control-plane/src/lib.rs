@@ -38,6 +38,7 @@ pub mod consumer;
 mod domains;
 pub mod error;
 pub mod home;
+mod indexes;
 pub mod kgs;
 mod links;
 pub mod me;
@@ -138,6 +139,9 @@ pub struct ControlPlane {
     pub(crate) threats: threats::ThreatLists,
     /// Held by the rescan under way: one at a time.
     pub(crate) rescanning: tokio::sync::Mutex<()>,
+    /// Set once the store's indexes of active links by target host and by domain hold every
+    /// link (see [`indexes`]); held while this control plane puts older links in them.
+    pub(crate) links_indexed: tokio::sync::OnceCell<()>,
     /// Passwords hashed or checked at once, at most (each 19 MiB, tens of milliseconds).
     pub(crate) hashing: tokio::sync::Semaphore,
     /// The key of a password's MAC in idempotency fingerprints (the store's
@@ -229,6 +233,7 @@ impl ControlPlane {
             propagations,
             threats: threats::ThreatLists::default(),
             rescanning: tokio::sync::Mutex::new(()),
+            links_indexed: tokio::sync::OnceCell::new(),
             hashing: tokio::sync::Semaphore::new(HASHES_AT_ONCE),
             idempotency_secret,
         }))

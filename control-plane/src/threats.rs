@@ -3,7 +3,7 @@
 //! operator: `reinstate`), the lists' state for operators, and anonymous abuse reports.
 //!
 //! Loading the lists (files, URLs, the schedule) is the caller's: it hands each load to
-//! [`ControlPlane::install_threat_lists`] and asks for a [`ControlPlane::rescan_threats_once`] when a list
+//! [`ControlPlane::install_threat_lists`] and asks for a [`ControlPlane::rescan_threats`] when a list
 //! changed. Nothing here fetches anything.
 
 use crate::auth::{Caller, Principal};
@@ -32,8 +32,6 @@ const REPORT_BURST: u32 = 5;
 const REPORT_EVERY_SECS: f64 = 60.0;
 /// Reports listed at most, newest first.
 const REPORTS_LISTED: usize = 500;
-/// Links read per page of a rescan.
-const RESCAN_PAGE: usize = 1000;
 
 /// One list as last loaded, for operators and metrics.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +55,8 @@ pub struct ListState {
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RescanOutcome {
     pub at: UnixMillis,
+    /// Host keys looked up in the index of links by target host (one per new entry's host).
+    pub looked_up: u64,
     /// Links read.
     pub scanned: u64,
     /// Active links that matched a list.
@@ -76,6 +76,9 @@ pub struct ThreatLists {
     index: RwLock<Arc<ThreatIndex>>,
     lists: RwLock<Vec<ListState>>,
     last_rescan: RwLock<Option<RescanOutcome>>,
+    /// The index the last rescan with no failure was made against: the next looks up only
+    /// the entries added since. None: every entry is looked up (after a start).
+    rescanned: RwLock<Option<Arc<ThreatIndex>>>,
 }
 
 impl ThreatLists {
@@ -104,25 +107,22 @@ impl ThreatLists {
     }
 }
 
-/// The audit-log key of the operator's decision that `key` stays up whatever the lists say.
-fn allowed_setting(key: &str) -> String {
+/// The setting that records an operator's decision that the link `key` stays up while it
+/// points at `target`, whatever the lists say: an edit of its target ends it.
+fn allowed_setting(key: &str, target: &str) -> String {
+    use sha2::Digest;
+    let target = hex::encode(sha2::Sha256::digest(target.as_bytes()));
+    format!("threat_allowed:{key}:{target}")
+}
+
+/// The setting an earlier version recorded for a reinstatement, whatever the target: it
+/// still counts until the link's target is edited after that reinstatement.
+fn allowed_setting_before_targets(key: &str) -> String {
     format!("threat_allowed:{key}")
 }
 
-/// The setting that records a rescan against the lists whose content hashes to `digest`
-/// (its outcome, as JSON), written once that rescan finished with no failure.
-fn rescanned_setting(digest: &str) -> String {
-    format!("threat_rescanned:{digest}")
-}
-
-/// A rescan asked for after the lists changed: made now, or made before against the same
-/// lists.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Rescan {
-    Made(RescanOutcome),
-    /// Made before by this control plane or another, now or before a restart: not again.
-    MadeBefore(RescanOutcome),
-}
+/// Links read per page of the index of links by target host.
+const LOOKUP_PAGE: usize = 1000;
 
 impl ControlPlane {
     /// The threat lists in force (their loader installs them).
@@ -160,87 +160,120 @@ impl ControlPlane {
         }
     }
 
-    /// [`Self::rescan_threats`], unless a rescan against exactly these lists (`digest`: a
-    /// hash of every list's name, format and content in force, and of the matching rules)
-    /// already finished with no failure, here or in another control plane, before a restart
-    /// too: then its outcome is the last rescan, and no link is read. Links made since were
-    /// checked against the same lists when they were made (and edits too), so a rescan would
-    /// find nothing new; a control plane's start no longer reads the whole table when its
-    /// lists are the ones already rescanned. A rescan with a failed takedown is not recorded,
-    /// so the next change or start tries again.
-    pub async fn rescan_threats_once(&self, digest: &str) -> Result<Rescan, StoreError> {
-        let setting = rescanned_setting(digest);
-        if let Some(saved) = self.store.read_setting(&setting).await? {
-            match serde_json::from_str::<RescanOutcome>(&saved) {
-                Ok(outcome) => {
-                    *self.threats.last_rescan.write().unwrap_or_else(|e| e.into_inner()) = Some(outcome.clone());
-                    return Ok(Rescan::MadeBefore(outcome));
-                }
-                Err(e) => tracing::warn!(error = %e, %setting, "a recorded rescan is not readable; rescanning"),
-            }
-        }
-        let outcome = self.rescan_threats().await?;
-        if outcome.failed == 0 {
-            let saved = serde_json::to_string(&outcome).expect("a rescan outcome serializes");
-            self.store.get_or_init_setting(&setting, &saved).await?;
-        }
-        Ok(Rescan::Made(outcome))
-    }
-
-    /// Reads every link and takes down each active one a list holds (reason
-    /// `threat-list:<name>`, actor `threat-lists`, audited), unless an operator restored
-    /// it before. Run by the loader after a list changed; one rescan at a time.
+    /// Takes down each active link a list holds (reason `threat-list:<name>`, actor
+    /// `threat-lists`, audited), unless an operator reinstated it for its present target.
+    /// Run by the loader after a list changed; one rescan at a time. Reads only the links on
+    /// the hosts of the entries added since the last rescan with no failure (all entries
+    /// after a start), through the store's index of active links by target host: links
+    /// made or edited since were checked against the entries in force when they were
+    /// written, so what an entry there before matched is down already. A list that goes
+    /// back to entries it dropped looks them up again. A store written by an older version
+    /// has its links indexed first, once for the fleet ([`Self::index_older_links`]).
     pub async fn rescan_threats(&self) -> Result<RescanOutcome, StoreError> {
         let _one = self.rescanning.lock().await;
         let started = std::time::Instant::now();
         let index = self.threats.index();
+        let before = self.threats.rescanned.read().unwrap_or_else(|e| e.into_inner()).clone();
         let mut outcome = RescanOutcome {
             at: self.clock.now_millis(),
             ..RescanOutcome::default()
         };
+        let keys = index.host_keys_added_since(before.as_deref());
+        self.index_older_links().await?;
+        for key in &keys {
+            outcome.looked_up += 1;
+            let mut cursor: Option<String> = None;
+            loop {
+                let page = self
+                    .store
+                    .links_by_target_host(key, LOOKUP_PAGE, cursor.as_deref())
+                    .await?;
+                self.check_against(&index, &page.links, &mut outcome).await?;
+                match page.next_cursor {
+                    Some(next) => cursor = Some(next),
+                    None => break,
+                }
+            }
+        }
+        outcome.millis = started.elapsed().as_millis() as u64;
+        if outcome.failed == 0 {
+            *self.threats.rescanned.write().unwrap_or_else(|e| e.into_inner()) = Some(index);
+        }
+        *self.threats.last_rescan.write().unwrap_or_else(|e| e.into_inner()) = Some(outcome.clone());
+        Ok(outcome)
+    }
+
+    /// Takes down each of `links` that is active, unexpired and on a list of `index`,
+    /// unless an operator reinstated it for its present target; counted in `outcome`.
+    async fn check_against(
+        &self,
+        index: &ThreatIndex,
+        links: &[Link],
+        outcome: &mut RescanOutcome,
+    ) -> Result<(), StoreError> {
         let system = Principal {
             id: THREAT_ACTOR.to_owned(),
             role: Role::Operator,
             domains: None,
         };
-        let mut cursor: Option<String> = None;
-        loop {
-            let page = self.store.list_links(None, RESCAN_PAGE, cursor.as_deref()).await?;
-            let now = self.clock.now_millis();
-            for link in &page.links {
-                outcome.scanned += 1;
-                if !link.is_active || link.is_expired(now) {
-                    continue;
-                }
-                let Some(list) = index.find(&link.long_url) else {
-                    continue;
-                };
-                outcome.matched += 1;
-                if self.store.read_setting(&allowed_setting(&link.code)).await?.is_some() {
-                    outcome.allowed += 1;
-                    continue;
-                }
-                let reason = format!("{THREAT_REASON_PREFIX}{list}");
-                match self.take_down(&system, &link.code, Some(reason), "takedown").await {
-                    Ok(_) => {
-                        outcome.taken_down += 1;
-                        self.metrics.threat_takedown(list);
-                        tracing::warn!(code = %link.code, list, "taken down: the target is on a threat list");
-                    }
-                    Err(e) => {
-                        outcome.failed += 1;
-                        tracing::warn!(code = %link.code, list, error = %e, "threat-list takedown failed; retried at the next rescan");
-                    }
-                }
+        let now = self.clock.now_millis();
+        for link in links {
+            outcome.scanned += 1;
+            if !link.is_active || link.is_expired(now) {
+                continue;
             }
-            match page.next_cursor {
-                Some(next) => cursor = Some(next),
-                None => break,
+            let Some(list) = index.find(&link.long_url) else {
+                continue;
+            };
+            outcome.matched += 1;
+            if self.reinstated_for_its_target(link).await? {
+                outcome.allowed += 1;
+                continue;
+            }
+            let reason = format!("{THREAT_REASON_PREFIX}{list}");
+            match self.take_down(&system, &link.code, Some(reason), "takedown").await {
+                Ok(_) => {
+                    outcome.taken_down += 1;
+                    self.metrics.threat_takedown(list);
+                    tracing::warn!(code = %link.code, list, "taken down: the target is on a threat list");
+                }
+                Err(e) => {
+                    outcome.failed += 1;
+                    tracing::warn!(code = %link.code, list, error = %e, "threat-list takedown failed; retried at the next rescan");
+                }
             }
         }
-        outcome.millis = started.elapsed().as_millis() as u64;
-        *self.threats.last_rescan.write().unwrap_or_else(|e| e.into_inner()) = Some(outcome.clone());
-        Ok(outcome)
+        Ok(())
+    }
+
+    /// Whether an operator reinstated `link` while it pointed at its present target. A
+    /// decision recorded by an earlier version (for no target in particular) counts until
+    /// the link's first edit after it.
+    async fn reinstated_for_its_target(&self, link: &Link) -> Result<bool, StoreError> {
+        if self
+            .store
+            .read_setting(&allowed_setting(&link.code, &link.long_url))
+            .await?
+            .is_some()
+        {
+            return Ok(true);
+        }
+        if self
+            .store
+            .read_setting(&allowed_setting_before_targets(&link.code))
+            .await?
+            .is_none()
+        {
+            return Ok(false);
+        }
+        let log = self.store.audit_for(&link.code).await?;
+        let reinstated = log.iter().rposition(|e| e.action == "reinstate" && e.outcome == "ok");
+        let edited = log.iter().rposition(|e| e.action == "edit" && e.outcome == "ok");
+        Ok(match (reinstated, edited) {
+            (Some(r), Some(e)) => r > e,
+            (Some(_), None) => true,
+            (None, _) => false,
+        })
     }
 }
 
@@ -327,7 +360,7 @@ impl ControlPlane {
         self.refuse_served_domain(None, &link.long_url).await?;
         let now = self.clock.now_millis();
         self.store
-            .get_or_init_setting(&allowed_setting(key), &principal.id)
+            .get_or_init_setting(&allowed_setting(key, &link.long_url), &principal.id)
             .await?;
         let lease = self.propagations.lease_from(now);
         let restored = match self.store.restore_link_pending(key, link.version, &lease).await {

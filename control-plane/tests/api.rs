@@ -2671,49 +2671,220 @@ async fn a_target_on_a_threat_list_is_refused_on_create_edit_and_import_naming_t
     assert_eq!(lists.body["lists"][0]["entries"], 1);
 }
 
+/// `h`'s store under a control plane started again: nothing of `h`'s memory kept, its
+/// threat lists not loaded yet.
+async fn restarted(h: &Harness) -> Harness {
+    let config = ControlPlaneConfig {
+        bootstrap_key: Some(OPERATOR.into()),
+        public_base_url: "https://sho.rt".into(),
+        ..ControlPlaneConfig::default()
+    };
+    let events = Arc::new(RecordedLinkEvents::default());
+    let cp = ControlPlane::new(
+        config,
+        h.store.clone() as Arc<dyn Store>,
+        events.clone(),
+        Arc::new(h.clock.clone()) as Arc<dyn Clock>,
+    )
+    .await
+    .unwrap();
+    Harness {
+        app: router(cp.clone()),
+        cp,
+        store: h.store.clone(),
+        events,
+        clock: h.clock.clone(),
+    }
+}
+
 #[tokio::test]
-async fn a_rescan_against_lists_already_rescanned_is_not_made_again() {
-    use rebound_control_plane::threats::Rescan;
+async fn a_rescan_reads_only_the_links_on_the_hosts_of_the_entries_new_since_the_last() {
     use rebound_core::threat::FeedFormat;
+    let h = harness().await;
+    for (alias, url) in [
+        ("mal1", "https://malware.example/a"),
+        ("mal2", "https://cdn.malware.example/b"),
+        ("phi1", "https://phish.example/login"),
+        ("phi2", "https://phish.example/other"),
+        ("fin1", "https://fine.example/"),
+        ("fin2", "https://notmalware.example/"),
+    ] {
+        let r = h
+            .create(OPERATOR, json!({"long_url": url, "custom_alias": alias}))
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    }
+    threat_lists(&h, &[("urlhaus", FeedFormat::Domains, "malware.example\n")]);
+    let o = h.cp.rescan_threats().await.unwrap();
+    assert_eq!(
+        (o.looked_up, o.scanned, o.matched, o.taken_down),
+        (1, 2, 2, 2),
+        "the links on malware.example and its subdomains alone"
+    );
+    // The same lists again: nothing new, nothing read.
+    let o = h.cp.rescan_threats().await.unwrap();
+    assert_eq!((o.looked_up, o.scanned), (0, 0));
+    // A URL entry added: its host's links read, the one URL taken down.
+    let both = [
+        ("urlhaus", FeedFormat::Domains, "malware.example\n"),
+        ("openphish", FeedFormat::Openphish, "https://phish.example/login\n"),
+    ];
+    threat_lists(&h, &both);
+    let o = h.cp.rescan_threats().await.unwrap();
+    assert_eq!((o.looked_up, o.scanned, o.matched, o.taken_down), (1, 2, 1, 1));
+    for (code, up) in [
+        ("mal1", false),
+        ("mal2", false),
+        ("phi1", false),
+        ("phi2", true),
+        ("fin1", true),
+        ("fin2", true),
+    ] {
+        assert_eq!(h.store.get_link(code).await.unwrap().unwrap().is_active, up, "{code}");
+    }
+    // A control plane started again looks every entry up, and reads only what is still up
+    // on those hosts.
+    let h = restarted(&h).await;
+    threat_lists(&h, &both);
+    let o = h.cp.rescan_threats().await.unwrap();
+    assert_eq!((o.looked_up, o.scanned, o.matched, o.taken_down), (2, 1, 0, 0));
+    let lists = h.call(Method::GET, "/api/v1/threat-lists", Some(OPERATOR), None).await;
+    assert_eq!(lists.body["last_rescan_scanned"], 1, "{:?}", lists.body);
+}
+
+#[tokio::test]
+async fn lists_back_to_entries_they_held_before_take_down_the_links_made_in_between() {
+    use rebound_core::threat::FeedFormat;
+    // Issue 42, item 12: content A (holds w.example), then B (without it), a link to
+    // w.example made under B, then A again.
+    let a = [("local", FeedFormat::Domains, "w.example\nx.example\n")];
+    let b = [("local", FeedFormat::Domains, "x.example\n")];
+    let h = harness().await;
+    threat_lists(&h, &a);
+    h.cp.rescan_threats().await.unwrap();
+    threat_lists(&h, &b);
+    h.cp.rescan_threats().await.unwrap();
+    let r = h
+        .create(
+            OPERATOR,
+            json!({"long_url": "https://w.example/p", "custom_alias": "wlink"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    threat_lists(&h, &a);
+    let o = h.cp.rescan_threats().await.unwrap();
+    assert_eq!((o.looked_up, o.scanned, o.matched, o.taken_down), (1, 1, 1, 1));
+    let link = h.store.get_link("wlink").await.unwrap().unwrap();
+    assert_eq!(
+        (link.is_active, link.delete_reason.as_deref()),
+        (false, Some("threat-list:local"))
+    );
+    // The same across a restart, and for a link made by a control plane whose lists had
+    // not loaded yet: the first rescan after a start looks every entry up.
+    threat_lists(&h, &b);
+    h.cp.rescan_threats().await.unwrap();
+    let h = restarted(&h).await;
+    let r = h
+        .create(
+            OPERATOR,
+            json!({"long_url": "https://w.example/q", "custom_alias": "wlink2"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    threat_lists(&h, &a);
+    let o = h.cp.rescan_threats().await.unwrap();
+    assert_eq!((o.looked_up, o.matched, o.taken_down), (2, 1, 1));
+    assert!(!h.store.get_link("wlink2").await.unwrap().unwrap().is_active);
+}
+
+#[tokio::test]
+async fn a_reinstatement_holds_for_the_target_it_was_made_for_and_an_edit_of_the_target_ends_it() {
+    use rebound_core::threat::FeedFormat;
+    // Issue 42, item 13.
     let h = harness().await;
     let r = h
         .create(
             OPERATOR,
-            json!({"long_url": "https://malware.example/a", "custom_alias": "bad1"}),
+            json!({"long_url": "https://fp.example/a", "custom_alias": "fpl"}),
         )
         .await;
     assert_eq!(r.status, StatusCode::CREATED);
-    threat_lists(&h, &[("urlhaus", FeedFormat::Domains, "malware.example\n")]);
-    let made = match h.cp.rescan_threats_once("lists-1").await.unwrap() {
-        Rescan::Made(o) => o,
-        other => panic!("a first rescan is made: {other:?}"),
-    };
-    assert_eq!((made.scanned, made.taken_down, made.failed), (1, 1, 0));
-    // A link made while no list was in force (a control plane whose lists had not loaded):
-    // a rescan against the same lists again reads nothing and leaves it, and the last
-    // rescan shown is the recorded one.
-    threat_lists(&h, &[]);
+    threat_lists(&h, &[("local", FeedFormat::Domains, "fp.example\n")]);
+    assert_eq!(h.cp.rescan_threats().await.unwrap().taken_down, 1);
     let r = h
-        .create(
-            OPERATOR,
-            json!({"long_url": "https://malware.example/b", "custom_alias": "bad2"}),
-        )
+        .call(Method::POST, "/api/v1/links/fpl/reinstate", Some(OPERATOR), None)
         .await;
-    assert_eq!(r.status, StatusCode::CREATED);
-    threat_lists(&h, &[("urlhaus", FeedFormat::Domains, "malware.example\n")]);
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    // Still on fp.example: a later rescan of it leaves it up.
+    let h = restarted(&h).await;
+    threat_lists(&h, &[("local", FeedFormat::Domains, "fp.example\n")]);
+    let o = h.cp.rescan_threats().await.unwrap();
+    assert_eq!((o.matched, o.taken_down, o.allowed), (1, 0, 1));
+    // Edited to another target, which a list holds afterwards: taken down.
+    let r = edit(
+        &h,
+        "fpl",
+        OPERATOR,
+        Some("\"3\""),
+        json!({"long_url": "https://phish.example/login"}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    threat_lists(&h, &[("local", FeedFormat::Domains, "fp.example\nphish.example\n")]);
+    let o = h.cp.rescan_threats().await.unwrap();
+    assert_eq!((o.matched, o.taken_down, o.allowed), (1, 1, 0));
+    let link = h.store.get_link("fpl").await.unwrap().unwrap();
     assert_eq!(
-        h.cp.rescan_threats_once("lists-1").await.unwrap(),
-        Rescan::MadeBefore(made.clone())
+        (link.is_active, link.delete_reason.as_deref()),
+        (false, Some("threat-list:local"))
     );
-    assert!(h.store.get_link("bad2").await.unwrap().unwrap().is_active);
-    let lists = h.call(Method::GET, "/api/v1/threat-lists", Some(OPERATOR), None).await;
-    assert_eq!(lists.body["last_rescan_scanned"], 1, "{:?}", lists.body);
-    // Other lists are rescanned.
-    match h.cp.rescan_threats_once("lists-2").await.unwrap() {
-        Rescan::Made(o) => assert_eq!((o.scanned, o.matched, o.taken_down), (2, 1, 1)),
-        other => panic!("other lists are rescanned: {other:?}"),
+}
+
+#[tokio::test]
+async fn a_reinstatement_an_earlier_version_recorded_holds_until_the_links_next_edit() {
+    use rebound_core::threat::FeedFormat;
+    use rebound_store::{AuditEvent, CounterStore};
+    let h = harness().await;
+    for alias in ["kept", "edited"] {
+        let r = h
+            .create(
+                OPERATOR,
+                json!({"long_url": format!("https://old.example/{alias}"), "custom_alias": alias}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED);
+        // As an earlier version recorded a reinstatement: for the link, whatever its target.
+        h.store
+            .get_or_init_setting(&format!("threat_allowed:{alias}"), "op")
+            .await
+            .unwrap();
+        h.store
+            .append_audit(&AuditEvent {
+                at: NOW,
+                actor: "op".into(),
+                action: "reinstate".into(),
+                code: Some(alias.into()),
+                reason: None,
+                outcome: "ok".into(),
+                detail: None,
+            })
+            .await
+            .unwrap();
     }
-    assert!(!h.store.get_link("bad2").await.unwrap().unwrap().is_active);
+    let r = edit(
+        &h,
+        "edited",
+        OPERATOR,
+        Some("\"1\""),
+        json!({"long_url": "https://old.example/moved"}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    threat_lists(&h, &[("local", FeedFormat::Domains, "old.example\n")]);
+    let o = h.cp.rescan_threats().await.unwrap();
+    assert_eq!((o.matched, o.taken_down, o.allowed), (2, 1, 1));
+    assert!(h.store.get_link("kept").await.unwrap().unwrap().is_active);
+    assert!(!h.store.get_link("edited").await.unwrap().unwrap().is_active);
 }
 
 #[tokio::test]
@@ -2742,7 +2913,8 @@ async fn a_rescan_takes_matching_links_down_and_an_operator_reinstates_one_for_g
             outcome.allowed,
             outcome.failed
         ),
-        (4, 2, 2, 0, 0)
+        (2, 2, 2, 0, 0),
+        "the active links on the listed host read"
     );
     for code in ["bad1", "bad2"] {
         let link = h.store.get_link(code).await.unwrap().unwrap();
@@ -2783,6 +2955,10 @@ async fn a_rescan_takes_matching_links_down_and_an_operator_reinstates_one_for_g
         .map(|l| (l.code.clone(), l.is_active))
         .collect::<Vec<_>>();
     assert_eq!(told, [("bad1".to_owned(), true)]);
+    // The list dropped and listed again: the host's links read again, bad1 left up.
+    threat_lists(&h, &[]);
+    h.cp.rescan_threats().await.unwrap();
+    threat_lists(&h, &[("urlhaus", FeedFormat::Domains, "malware.example\n")]);
     let outcome = h.cp.rescan_threats().await.unwrap();
     assert_eq!((outcome.matched, outcome.taken_down, outcome.allowed), (1, 0, 1));
     assert!(h.store.get_link("bad1").await.unwrap().unwrap().is_active);

@@ -142,13 +142,18 @@ async fn unique_writes_are_answered_by_the_home_region_and_the_rest_here() {
     .await;
     assert_eq!(home.sent.lock().unwrap().len(), 2);
     assert!(store.get_link("mine").await.unwrap().is_none(), "nothing written here");
-    // A delete of a link this replica has is made here; of one it has not, at home.
+    // Every change of a link is decided at home (issue 42, items 10 and 11): a delete of a
+    // link this replica has, and of one it has not yet.
     let (status, _) = call(&app, Method::DELETE, &format!("/api/v1/links/{code}"), None, &[]).await;
-    assert_eq!(status, StatusCode::NO_CONTENT);
-    assert_eq!(home.sent.lock().unwrap().len(), 2);
+    assert_eq!(status, StatusCode::CREATED, "the home region's answer");
+    assert_eq!(home.sent.lock().unwrap()[2].1, format!("/api/v1/links/{code}"));
+    assert!(
+        store.get_link(&code).await.unwrap().unwrap().is_active,
+        "nothing changed here"
+    );
     let (status, _) = call(&app, Method::DELETE, "/api/v1/links/not-here-yet", None, &[]).await;
     assert_eq!(status, StatusCode::CREATED, "the home region's answer");
-    assert_eq!(home.sent.lock().unwrap()[2].1, "/api/v1/links/not-here-yet");
+    assert_eq!(home.sent.lock().unwrap()[3].1, "/api/v1/links/not-here-yet");
 }
 
 #[tokio::test]
@@ -157,13 +162,31 @@ async fn a_home_region_out_of_reach_is_503_and_a_body_over_the_limit_413_with_no
         down: true,
         ..FakeHome::default()
     });
-    let (app, _) = region(home.clone()).await;
+    let (app, store) = region(home.clone()).await;
     let alias = json!({"long_url": "https://e.com/b", "custom_alias": "mine"}).to_string();
     let (status, answer) = call(&app, Method::POST, "/api/v1/links", Some(alias), &[]).await;
     assert_eq!(
         (status, answer["error"]["code"].as_str()),
         (StatusCode::SERVICE_UNAVAILABLE, Some("home_unavailable"))
     );
+    // A delete while home is out of reach is made here too, so this region stops serving
+    // the link at once, and answered 503: only the home region can confirm it.
+    let (status, here) = call(
+        &app,
+        Method::POST,
+        "/api/v1/links",
+        Some(json!({"long_url": "https://e.com/a"}).to_string()),
+        &[],
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{here}");
+    let code = here["code"].as_str().unwrap();
+    let (status, answer) = call(&app, Method::DELETE, &format!("/api/v1/links/{code}"), None, &[]).await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("home_unavailable"))
+    );
+    assert!(!store.get_link(code).await.unwrap().unwrap().is_active, "made here");
     let before = home.sent.lock().unwrap().len();
     let huge = format!(
         r#"{{"long_url":"https://e.com/{}","custom_alias":"big"}}"#,

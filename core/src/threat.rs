@@ -21,12 +21,6 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use url::Host;
 
-/// The version of the reading and matching rules above. A rescan against some lists is
-/// recorded under a hash of their content and of this number, so that a control plane
-/// whose lists were already rescanned does not read every link again: bump it whenever a
-/// feed is read or a target matched differently, so the next start rescans.
-pub const RULES_VERSION: u32 = 1;
-
 /// Longest URL entry kept, in bytes: longer than any target a deployment should accept.
 pub const MAX_FEED_URL_BYTES: usize = 16 * 1024;
 
@@ -496,6 +490,92 @@ impl ThreatIndex {
     }
 }
 
+impl ThreatIndex {
+    /// What a rescan after the lists went from `before` to `self` must look up in the index
+    /// of links by target host: the [`host_key`] prefix of every entry `self` holds and
+    /// `before` did not (a URL entry's host, for the URL is matched afterwards with
+    /// [`ThreatIndex::find`]), each once, sorted. Every entry when `before` is `None` (no
+    /// rescan made yet). Entries dropped need nothing: the links they matched are down.
+    pub fn host_keys_added_since(&self, before: Option<&ThreatIndex>) -> Vec<String> {
+        let mut keys = std::collections::BTreeSet::new();
+        for url in self.urls.keys() {
+            if before.is_some_and(|b| b.urls.contains_key(url)) {
+                continue;
+            }
+            if let Some(key) = host_key(url) {
+                keys.insert(key);
+            }
+        }
+        for name in self.names.keys() {
+            if !before.is_some_and(|b| b.names.contains_key(name)) {
+                keys.insert(name_key(name));
+            }
+        }
+        for ip in self.addresses.keys() {
+            if !before.is_some_and(|b| b.addresses.contains_key(ip)) {
+                keys.insert(address_key(*ip));
+            }
+        }
+        keys.into_iter().collect()
+    }
+}
+
+/// The key the stores index an active link under by its target's host (the index a rescan
+/// reads instead of every link, SPEC §12): a name's labels in reverse order, each followed
+/// by a dot (`a.evil.example` → `example.evil.a.`), so that the links on a host and on
+/// every subdomain of it are the keys that start with the host's key; an address in
+/// brackets (`[203.0.113.7]`, an IPv4-mapped IPv6 address as its IPv4). `None` for a target
+/// that is not a normalised http(s) URL, or whose host is this machine: no list holds it.
+pub fn host_key(target: &str) -> Option<String> {
+    let (start, end) = host_span(target)?;
+    match index_host(&target[start..end]) {
+        IndexHost::Name(name) if !name.is_empty() => Some(name_key(name)),
+        IndexHost::Ip(ip) => Some(address_key(ip)),
+        _ => None,
+    }
+}
+
+fn name_key(name: &str) -> String {
+    let mut key = String::with_capacity(name.len() + 1);
+    for label in name.rsplit('.') {
+        key.push_str(label);
+        key.push('.');
+    }
+    key
+}
+
+fn address_key(ip: IpAddr) -> String {
+    format!("[{ip}]")
+}
+
+/// The part of a [`host_key`] that a store partitions its index by, when it must
+/// (DynamoDB's key condition reads one partition): a name's last two labels (`example.evil`
+/// for every host under `evil.example`), a name of one label that label, an address whole.
+/// Every key that starts with the key of a name of two labels or more, or with the key of
+/// a URL entry's host, has the same zone as that key; host entries have two labels or more
+/// ([`ThreatIndex::find`] never matches one label alone). `None` for what is not a key.
+pub fn host_key_zone(key: &str) -> Option<&str> {
+    if key.starts_with('[') {
+        return key.ends_with(']').then_some(key);
+    }
+    let first = key.find('.')?;
+    match key[first + 1..].find('.') {
+        Some(second) => Some(&key[..first + 1 + second]),
+        None => Some(&key[..first]),
+    }
+}
+
+/// The least string greater than every string that starts with `prefix` (a key range's
+/// end, exclusive): `prefix` with its last character's successor. Keys are ASCII.
+pub fn host_key_prefix_end(prefix: &str) -> String {
+    let mut end = prefix.to_owned();
+    match end.pop() {
+        Some(last) => end.push(char::from_u32(last as u32 + 1).unwrap_or(char::MAX)),
+        None => end.push(char::MAX),
+    }
+    end
+}
+
 fn earliest(found: Option<u32>, other: Option<&u32>) -> Option<u32> {
     match (found, other) {
         (Some(a), Some(&b)) => Some(a.min(b)),
@@ -506,6 +586,68 @@ fn earliest(found: Option<u32>, other: Option<&u32>) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_keys_put_a_host_and_its_subdomains_under_one_prefix() {
+        let cases: &[(&str, Option<&str>)] = &[
+            ("https://evil.example/p", Some("example.evil.")),
+            ("https://a.b.evil.example:8443/p?q#f", Some("example.evil.b.a.")),
+            ("http://evil.example./", Some("example.evil.")),
+            ("http://203.0.113.7/x", Some("[203.0.113.7]")),
+            ("http://[::ffff:203.0.113.7]/x", Some("[203.0.113.7]")),
+            ("http://[2001:db8::1]:80/", Some("[2001:db8::1]")),
+            ("http://127.0.0.1/", None),
+            ("ftp://evil.example/", None),
+        ];
+        for (target, key) in cases {
+            assert_eq!(host_key(target).as_deref(), *key, "{target}");
+        }
+        let sub = host_key("https://a.evil.example/").unwrap();
+        let other = host_key("https://notevil.example/").unwrap();
+        assert!(sub.starts_with("example.evil."));
+        assert!(!other.starts_with("example.evil."));
+        let zones: &[(&str, Option<&str>)] = &[
+            ("example.evil.b.a.", Some("example.evil")),
+            ("example.evil.", Some("example.evil")),
+            ("intranet.", Some("intranet")),
+            ("nodot", None),
+            ("[203.0.113.7]", Some("[203.0.113.7]")),
+        ];
+        for (key, zone) in zones {
+            assert_eq!(host_key_zone(key), *zone, "{key}");
+        }
+        assert_eq!(host_key_prefix_end("example.evil."), "example.evil/");
+        assert!(host_key_prefix_end("example.evil.").as_str() > "example.evil.zzz.");
+    }
+
+    #[test]
+    fn the_host_keys_a_list_change_looks_up_are_its_new_entries_alone() {
+        let index = |hosts: &str, urls: &str| {
+            let mut lists = vec![(
+                "d".to_owned(),
+                parse_feed(FeedFormat::Domains, hosts.as_bytes()).unwrap(),
+            )];
+            if !urls.is_empty() {
+                lists.push((
+                    "u".to_owned(),
+                    parse_feed(FeedFormat::Openphish, urls.as_bytes()).unwrap(),
+                ));
+            }
+            ThreatIndex::build(lists)
+        };
+        let a = index("w.example\nx.example\n203.0.113.9\n", "https://phish.web.app/login\n");
+        let b = index("x.example\n", "");
+        assert_eq!(
+            a.host_keys_added_since(None),
+            vec!["[203.0.113.9]", "app.web.phish.", "example.w.", "example.x."]
+        );
+        assert_eq!(b.host_keys_added_since(Some(&a)), Vec::<String>::new());
+        assert_eq!(
+            a.host_keys_added_since(Some(&b)),
+            vec!["[203.0.113.9]", "app.web.phish.", "example.w."]
+        );
+        assert_eq!(a.host_keys_added_since(Some(&a)), Vec::<String>::new());
+    }
 
     /// The shape of `https://urlhaus.abuse.ch/downloads/csv_recent/` (made-up ids and hosts).
     const URLHAUS: &str = r#"################################################################

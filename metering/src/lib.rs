@@ -164,6 +164,9 @@ struct StoreOperations {
     lease_propagation: OperationMetrics,
     finish_propagation: OperationMetrics,
     list_links: OperationMetrics,
+    links_by_target_host: OperationMetrics,
+    links_on_domain: OperationMetrics,
+    index_older_links: OperationMetrics,
     high_water: OperationMetrics,
     list_aliases: OperationMetrics,
     read_setting: OperationMetrics,
@@ -219,6 +222,9 @@ impl MeteredStore {
                 lease_propagation: op("lease_propagation"),
                 finish_propagation: op("finish_propagation"),
                 list_links: op("list_links"),
+                links_by_target_host: op("links_by_target_host"),
+                links_on_domain: op("links_on_domain"),
+                index_older_links: op("index_older_links"),
                 high_water: op("high_water"),
                 list_aliases: op("list_aliases"),
                 read_setting: op("read_setting"),
@@ -361,6 +367,29 @@ impl LinkStore for MeteredStore {
         self.ops
             .list_links
             .store_call(self.inner.list_links(owner, limit, cursor))
+            .await
+    }
+    async fn links_by_target_host(
+        &self,
+        prefix: &str,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<LinkPage, StoreError> {
+        self.ops
+            .links_by_target_host
+            .store_call(self.inner.links_by_target_host(prefix, limit, cursor))
+            .await
+    }
+    async fn links_on_domain(&self, id: &str, limit: usize, cursor: Option<&str>) -> Result<LinkPage, StoreError> {
+        self.ops
+            .links_on_domain
+            .store_call(self.inner.links_on_domain(id, limit, cursor))
+            .await
+    }
+    async fn index_older_links(&self, cursor: Option<&str>, limit: usize) -> Result<Option<String>, StoreError> {
+        self.ops
+            .index_older_links
+            .store_call(self.inner.index_older_links(cursor, limit))
             .await
     }
     async fn get_idempotency(

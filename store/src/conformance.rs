@@ -40,6 +40,7 @@ pub async fn run_all<S: Store + ?Sized>(store: &S) {
     propagation_leases_are_exclusive(store).await;
     finishing_a_propagation_is_conditional_on_its_version(store).await;
     listing_newest_first_with_cursor(store).await;
+    indexes_by_target_host_and_by_domain(store).await;
     bad_cursors(store).await;
     aliases_are_listed_from_the_index(store).await;
     keys(store).await;
@@ -61,6 +62,7 @@ pub async fn run_without_transactions<S: Store + ?Sized>(store: &S) {
     propagation_leases_are_exclusive(store).await;
     finishing_a_propagation_is_conditional_on_its_version(store).await;
     listing_newest_first_with_cursor(store).await;
+    indexes_by_target_host_and_by_domain(store).await;
     bad_cursors(store).await;
     aliases_are_listed_from_the_index(store).await;
     counter_blocks_never_overlap(store).await;
@@ -549,6 +551,135 @@ async fn listing_newest_first_with_cursor<S: Store + ?Sized>(store: &S) {
         .links
         .windows(2)
         .all(|w| (w[0].created_at, &w[0].code) > (w[1].created_at, &w[1].code)));
+}
+
+async fn host_page<S: Store + ?Sized>(store: &S, prefix: &str, limit: usize) -> Vec<String> {
+    let (mut codes, mut cursor) = (Vec::new(), None::<String>);
+    loop {
+        let page = store
+            .links_by_target_host(prefix, limit, cursor.as_deref())
+            .await
+            .unwrap();
+        assert!(page.links.len() <= limit);
+        codes.extend(page.links.into_iter().map(|l| l.code));
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return codes,
+        }
+    }
+}
+
+async fn domain_page<S: Store + ?Sized>(store: &S, id: &str) -> Vec<String> {
+    let (mut codes, mut cursor) = (Vec::new(), None::<String>);
+    loop {
+        let page = store.links_on_domain(id, 1, cursor.as_deref()).await.unwrap();
+        codes.extend(page.links.into_iter().map(|l| l.code));
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return codes,
+        }
+    }
+}
+
+/// The index of active links by target host and the per-domain index: a link is in them
+/// while active, under its target's host as last edited; an edit moves it, a delete takes
+/// it out, a restore puts it back, links written one by one or in bulk alike.
+async fn indexes_by_target_host_and_by_domain<S: Store + ?Sized>(store: &S) {
+    let h = unique("h");
+    let id = unique("d");
+    let on = |code: &str, url: String| Link {
+        long_url: url,
+        ..link(code, "owner", 1)
+    };
+    let (a, b, c, d) = (
+        unique("ia"),
+        unique("ib"),
+        unique("ic"),
+        format!("{}.{id}", unique("id")),
+    );
+    store
+        .insert_link(&on(&a, format!("https://{h}.example/a")), None)
+        .await
+        .unwrap();
+    let bulk = [
+        on(&b, format!("https://sub.{h}.example/b?q=1")),
+        on(&c, format!("https://not{h}.example/c")),
+        on(&d, format!("http://{h}.example:8080/d")),
+    ];
+    assert!(store.insert_links(&bulk).await.unwrap().iter().all(Result::is_ok));
+    let prefix = format!("example.{h}.");
+    // Links under one host key come in any order (DynamoDB's, within a sort key).
+    let sorted = |mut v: Vec<String>| {
+        v[..2].sort();
+        v
+    };
+    let under_h = sorted(vec![a.clone(), d.clone(), b.clone()]);
+    assert_eq!(
+        sorted(host_page(store, &prefix, 1).await),
+        under_h,
+        "the host, then its subdomain, paged"
+    );
+    assert_eq!(sorted(host_page(store, &prefix, 100).await), under_h);
+    assert_eq!(
+        host_page(store, &format!("example.{h}.sub."), 10).await,
+        vec![b.clone()]
+    );
+    assert_eq!(host_page(store, &format!("example.not{h}."), 10).await, vec![c.clone()]);
+    assert_eq!(domain_page(store, &id).await, vec![d.clone()]);
+    // An edit moves it; a delete takes it out; a restore puts it back.
+    let lease = PropagationLease {
+        owner: "cp".into(),
+        until: 1,
+    };
+    let moved = LinkEdit {
+        long_url: format!("https://else{h}.example/b"),
+        redirect: RedirectKind::Found,
+        forward_query: false,
+        expires_at: None,
+        password_hash: None,
+    };
+    store.edit_link_pending(&b, 1, &moved, &lease).await.unwrap();
+    let deletion = Deletion {
+        at: 5,
+        by: "op".into(),
+        reason: Some("threat-list:x".into()),
+    };
+    store.deactivate_link(&a, 1, &deletion).await.unwrap();
+    store.deactivate_link(&d, 1, &deletion).await.unwrap();
+    assert_eq!(host_page(store, &prefix, 10).await, Vec::<String>::new());
+    assert_eq!(
+        host_page(store, &format!("example.else{h}."), 10).await,
+        vec![b.clone()]
+    );
+    assert_eq!(domain_page(store, &id).await, Vec::<String>::new());
+    store.restore_link_pending(&a, 2, &lease).await.unwrap();
+    store.restore_link_pending(&d, 2, &lease).await.unwrap();
+    let mut back = vec![a.clone(), d.clone()];
+    back.sort();
+    let mut found = host_page(store, &prefix, 10).await;
+    found.sort();
+    assert_eq!(found, back);
+    assert_eq!(domain_page(store, &id).await, vec![d.clone()]);
+    // An address, and nothing at all under a prefix no link has.
+    let ip = unique("ip");
+    store
+        .insert_link(&on(&ip, "http://[::ffff:203.0.113.77]/x".into()), None)
+        .await
+        .unwrap();
+    assert!(host_page(store, "[203.0.113.77]", 10).await.contains(&ip));
+    assert_eq!(
+        host_page(store, &format!("example.{}.", unique("none")), 10).await,
+        Vec::<String>::new()
+    );
+    assert!(matches!(
+        store.links_by_target_host(&prefix, 10, Some("not a cursor")).await,
+        Err(StoreError::BadCursor)
+    ));
+    // Older links indexed: nothing is left to do once done.
+    let mut cursor = store.index_older_links(None, 100).await.unwrap();
+    while let Some(c) = cursor {
+        cursor = store.index_older_links(Some(&c), 100).await.unwrap();
+    }
 }
 
 async fn bad_cursors<S: Store + ?Sized>(store: &S) {

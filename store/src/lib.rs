@@ -316,6 +316,47 @@ impl LinkPage {
     }
 }
 
+/// Where a read of an index of links continues: after (`key`, `code`), the index's own key
+/// (a host key, a domain id) and the link's. Not shown to clients.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexCursor {
+    pub key: String,
+    pub code: String,
+}
+
+impl IndexCursor {
+    /// A page of an index from up to `limit + 1` links read in its order, `key_of` giving
+    /// each one's index key: the cursor points after the last one kept.
+    pub fn page(mut links: Vec<Link>, limit: usize, key_of: impl Fn(&Link) -> String) -> LinkPage {
+        let more = links.len() > limit;
+        links.truncate(limit);
+        let next_cursor = match more {
+            true => links.last().map(|l| {
+                IndexCursor {
+                    key: key_of(l),
+                    code: l.code.clone(),
+                }
+                .encode()
+            }),
+            false => None,
+        };
+        LinkPage { links, next_cursor }
+    }
+
+    pub fn encode(&self) -> String {
+        format!("{}\t{}", self.key, self.code)
+    }
+
+    /// Reads a cursor [`IndexCursor::encode`] wrote.
+    pub fn decode(s: &str) -> Result<IndexCursor, StoreError> {
+        let (key, code) = s.split_once('\t').ok_or(StoreError::BadCursor)?;
+        Ok(IndexCursor {
+            key: key.to_owned(),
+            code: code.to_owned(),
+        })
+    }
+}
+
 /// Where a listing continues: after (`created_at`, `code`) in newest-first order (`code` is
 /// the link's key, which carries its domain).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -457,6 +498,28 @@ pub trait LinkStore: LinkReads {
     /// Newest first; only `owner`'s links when given. `BadCursor` for a cursor not issued here.
     async fn list_links(&self, owner: Option<&str>, limit: usize, cursor: Option<&str>)
         -> Result<LinkPage, StoreError>;
+    /// The active links whose target's host key ([`rebound_core::threat::host_key`]) starts
+    /// with `prefix`: the links on a host and its subdomains, or on an address. Read through
+    /// the store's index of active links by target host (a sparse index: a deleted or taken
+    /// down link leaves it, a restored one comes back, an edit moves it), never a read of
+    /// every link; expired links are in it until purged. `limit` per page, in host-key order
+    /// (links under one key in any order); `BadCursor` for a cursor not issued here.
+    async fn links_by_target_host(
+        &self,
+        prefix: &str,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<LinkPage, StoreError>;
+    /// The active links of the domain `id` (their keys carry it), through the store's
+    /// per-domain index, in key order; paged as [`LinkStore::links_by_target_host`].
+    async fn links_on_domain(&self, id: &str, limit: usize, cursor: Option<&str>) -> Result<LinkPage, StoreError>;
+    /// Puts up to `limit` links from `cursor` (`None`: the start) that were written before
+    /// the two indexes above existed into them; the cursor to go on from, `None` once every
+    /// link is indexed. A store that indexes its older links itself (when it opens) has
+    /// nothing to do.
+    async fn index_older_links(&self, _cursor: Option<&str>, _limit: usize) -> Result<Option<String>, StoreError> {
+        Ok(None)
+    }
     /// The recorded answer for an idempotency key, if unexpired at `now`.
     async fn get_idempotency(
         &self,

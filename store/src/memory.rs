@@ -2,6 +2,8 @@
 //! switches to make it fail and counters of what was asked of it.
 
 use crate::*;
+use rebound_core::domain::split_key;
+use rebound_core::threat::host_key;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -246,6 +248,48 @@ impl LinkStore for MemoryStore {
             links.into_iter().take(limit + 1).cloned().collect(),
             limit,
         ))
+    }
+
+    async fn links_by_target_host(
+        &self,
+        prefix: &str,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<LinkPage, StoreError> {
+        let after = cursor.map(IndexCursor::decode).transpose()?;
+        let s = self.state()?;
+        let mut found: Vec<(String, &Link)> = s
+            .links
+            .values()
+            .filter(|l| l.is_active)
+            .filter_map(|l| Some((host_key(&l.long_url)?, l)))
+            .filter(|(key, l)| {
+                key.starts_with(prefix)
+                    && after
+                        .as_ref()
+                        .is_none_or(|c| (key.as_str(), l.code.as_str()) > (c.key.as_str(), c.code.as_str()))
+            })
+            .collect();
+        found.sort_by(|(ka, a), (kb, b)| (ka, &a.code).cmp(&(kb, &b.code)));
+        let links = found.into_iter().take(limit + 1).map(|(_, l)| l.clone()).collect();
+        Ok(IndexCursor::page(links, limit, |l| {
+            host_key(&l.long_url).unwrap_or_default()
+        }))
+    }
+
+    async fn links_on_domain(&self, id: &str, limit: usize, cursor: Option<&str>) -> Result<LinkPage, StoreError> {
+        let after = cursor.map(IndexCursor::decode).transpose()?;
+        let s = self.state()?;
+        let mut links: Vec<Link> = s
+            .links
+            .values()
+            .filter(|l| l.is_active && split_key(&l.code).1 == Some(id))
+            .filter(|l| after.as_ref().is_none_or(|c| l.code > c.code))
+            .cloned()
+            .collect();
+        links.sort_by(|a, b| a.code.cmp(&b.code));
+        links.truncate(limit + 1);
+        Ok(IndexCursor::page(links, limit, |_| id.to_owned()))
     }
 
     async fn get_idempotency(

@@ -87,8 +87,39 @@ pub(crate) fn link_item(link: &Link) -> Item {
     opt("purge_at", link.purge_at.map(|p| n(p / 1000)));
     opt("purge_at_ms", link.purge_at.map(n));
     opt("password_hash", link.password_hash.as_ref().map(s));
+    for (k, v) in index_attributes(link) {
+        item.insert(k.to_owned(), v);
+    }
+    item.insert(INDEXED.to_owned(), n(1));
     item
 }
+
+/// The attribute every link item written with the two indexes below carries (an item
+/// without it was written before them: `index_older_links` puts it in them).
+pub(crate) const INDEXED: &str = "indexed";
+
+/// The attributes of the sparse `by_target_host` and `by_domain` indexes: an active link
+/// carries its target's host key and its zone (`host_key`, `host_zone`) and, on a domain
+/// other than the default, its domain's id (`domain_id`); a link that is down carries none.
+pub(crate) fn index_attributes(link: &Link) -> Vec<(&'static str, AttributeValue)> {
+    let mut attrs = Vec::new();
+    if !link.is_active {
+        return attrs;
+    }
+    if let Some(key) = rebound_core::threat::host_key(&link.long_url) {
+        if let Some(zone) = rebound_core::threat::host_key_zone(&key) {
+            attrs.push(("host_zone", s(zone)));
+            attrs.push(("host_key", s(key)));
+        }
+    }
+    if let Some(id) = rebound_core::domain::split_key(&link.code).1 {
+        attrs.push(("domain_id", s(id)));
+    }
+    attrs
+}
+
+/// The names of [`index_attributes`], each once.
+pub(crate) const INDEX_ATTRIBUTES: [&str; 3] = ["host_zone", "host_key", "domain_id"];
 
 pub(crate) fn link_from_item(item: &Item) -> Result<Link, StoreError> {
     let redirect: u16 = get_n(item, "redirect")?;

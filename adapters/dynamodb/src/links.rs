@@ -2,7 +2,10 @@
 //! idempotency records, the alias index, and the propagations pending, which are attributes
 //! of the link item found through the sparse `pending` index.
 
-use crate::item::{get_n, get_s, idempotency_pk, link_from_item, link_item, n, s, sort_key, LIST_PARTITION};
+use crate::item::{
+    get_n, get_s, idempotency_pk, index_attributes, link_from_item, link_item, n, s, sort_key, INDEXED,
+    INDEX_ATTRIBUTES, LIST_PARTITION,
+};
 use crate::store::{cancelled_conditions, condition_refused, sdk_err, unbuilt};
 use crate::DynamoStore;
 use async_trait::async_trait;
@@ -11,7 +14,8 @@ use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use rebound_core::link::Deletion;
 use rebound_core::{Link, LinkEdit, UnixMillis};
 use rebound_store::{
-    IdempotencyRecord, LinkPage, LinkReads, LinkStore, ListCursor, Propagation, PropagationLease, StoreError,
+    IdempotencyRecord, IndexCursor, LinkPage, LinkReads, LinkStore, ListCursor, Propagation, PropagationLease,
+    StoreError,
 };
 use std::collections::HashMap;
 
@@ -82,6 +86,32 @@ impl DynamoStore {
             .expression_attribute_values(":pshard", s(PENDING_PARTITION))
             .expression_attribute_values(":powner", s(&lease.owner))
             .expression_attribute_values(":puntil", n(lease.until))
+    }
+
+    /// Adds to an update of a link to `next` its index attributes (set as `next` has them,
+    /// removed otherwise) and the mark that it is indexed.
+    fn index_update(
+        req: UpdateItemFluentBuilder,
+        set: &mut String,
+        remove: &mut Vec<String>,
+        next: &Link,
+    ) -> UpdateItemFluentBuilder {
+        let attrs = index_attributes(next);
+        let mut req = req
+            .expression_attribute_names("#indexed", INDEXED)
+            .expression_attribute_values(":indexed", n(1));
+        set.push_str(", #indexed = :indexed");
+        for name in INDEX_ATTRIBUTES {
+            req = req.expression_attribute_names(format!("#{name}"), name);
+            match attrs.iter().find(|(k, _)| *k == name) {
+                Some((_, v)) => {
+                    set.push_str(&format!(", #{name} = :{name}"));
+                    req = req.expression_attribute_values(format!(":{name}"), v.clone());
+                }
+                None => remove.push(format!("#{name}")),
+            }
+        }
+        req
     }
 
     /// Sends a [`DynamoStore::pending_update`]: `next` when written; `NotFound` or
@@ -287,6 +317,9 @@ impl LinkStore for DynamoStore {
                 .expression_attribute_names("#reason", "delete_reason")
                 .expression_attribute_values(":reason", s(reason));
         }
+        let mut remove = Vec::new();
+        let req = Self::index_update(req, &mut update, &mut remove, &next);
+        let update = format!("{update} REMOVE {}", remove.join(", "));
         self.send_pending_update(code, req.update_expression(update), next)
             .await
     }
@@ -320,7 +353,7 @@ impl LinkStore for DynamoStore {
             .expression_attribute_values(":fq", AttributeValue::Bool(next.forward_query));
         // The expiry (with the purge time) and the password follow the edit: set, or
         // removed with it.
-        let mut remove = Vec::new();
+        let mut remove: Vec<String> = Vec::new();
         match next.expires_at {
             Some(at) => {
                 set.push_str(", #exp = :exp, #purge = :purge, #purgems = :exp");
@@ -328,15 +361,16 @@ impl LinkStore for DynamoStore {
                     .expression_attribute_values(":exp", n(at))
                     .expression_attribute_values(":purge", n(at / 1000));
             }
-            None => remove.extend(["#exp", "#purge", "#purgems"]),
+            None => remove.extend(["#exp", "#purge", "#purgems"].map(String::from)),
         }
         match &next.password_hash {
             Some(hash) => {
                 set.push_str(", #pw = :pw");
                 req = req.expression_attribute_values(":pw", s(hash));
             }
-            None => remove.push("#pw"),
+            None => remove.push("#pw".into()),
         }
+        let req = Self::index_update(req, &mut set, &mut remove, &next);
         let update = match remove.is_empty() {
             true => set,
             false => format!("{set} REMOVE {}", remove.join(", ")),
@@ -356,8 +390,10 @@ impl LinkStore for DynamoStore {
             return Err(StoreError::ConditionFailed);
         }
         let next = current.restored();
-        let set = "SET #active = :true, #version = :next, #pshard = :pshard, #pver = :next, #powner = :powner, \
-             #puntil = :puntil";
+        let mut set = "SET #active = :true, #version = :next, #pshard = :pshard, #pver = :next, #powner = :powner, \
+             #puntil = :puntil"
+            .to_owned();
+        let mut remove: Vec<String> = ["#dat", "#dby", "#reason"].map(String::from).to_vec();
         let mut req = self
             .pending_update(code, expected_version, false, &next, lease)
             .expression_attribute_names("#dat", "deleted_at")
@@ -367,15 +403,17 @@ impl LinkStore for DynamoStore {
             .expression_attribute_names("#purgems", "purge_at_ms")
             .expression_attribute_values(":true", AttributeValue::Bool(true));
         // Purged at its expiry as an active link is, or never.
-        let update = match next.purge_at {
+        match next.purge_at {
             Some(at) => {
                 req = req
                     .expression_attribute_values(":purge", n(at / 1000))
                     .expression_attribute_values(":purgems", n(at));
-                format!("{set}, #purge = :purge, #purgems = :purgems REMOVE #dat, #dby, #reason")
+                set.push_str(", #purge = :purge, #purgems = :purgems");
             }
-            None => format!("{set} REMOVE #dat, #dby, #reason, #purge, #purgems"),
-        };
+            None => remove.extend(["#purge", "#purgems"].map(String::from)),
+        }
+        let req = Self::index_update(req, &mut set, &mut remove, &next);
+        let update = format!("{set} REMOVE {}", remove.join(", "));
         self.send_pending_update(code, req.update_expression(update), next)
             .await
     }
@@ -467,6 +505,111 @@ impl LinkStore for DynamoStore {
     ) -> Result<LinkPage, StoreError> {
         let before = cursor.map(ListCursor::decode).transpose()?;
         self.query_links(owner, limit, before.as_ref()).await
+    }
+
+    async fn links_by_target_host(
+        &self,
+        prefix: &str,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<LinkPage, StoreError> {
+        let after = cursor.map(IndexCursor::decode).transpose()?;
+        // Every key under `prefix` is in its zone (the index's partition).
+        let Some(zone) = rebound_core::threat::host_key_zone(prefix) else {
+            return Ok(LinkPage {
+                links: Vec::new(),
+                next_cursor: None,
+            });
+        };
+        let mut req = self
+            .client
+            .query()
+            .table_name(self.table("links"))
+            .index_name("by_target_host")
+            .key_condition_expression("#zone = :zone AND begins_with(#key, :prefix)")
+            .expression_attribute_names("#zone", "host_zone")
+            .expression_attribute_names("#key", "host_key")
+            .expression_attribute_values(":zone", s(zone))
+            .expression_attribute_values(":prefix", s(prefix))
+            .limit((limit + 1).min(10_000) as i32);
+        if let Some(c) = &after {
+            let zone = rebound_core::threat::host_key_zone(&c.key).ok_or(StoreError::BadCursor)?;
+            req = req
+                .exclusive_start_key("code", s(&c.code))
+                .exclusive_start_key("host_zone", s(zone))
+                .exclusive_start_key("host_key", s(&c.key));
+        }
+        let out = req.send().await.map_err(sdk_err)?;
+        let links = out.items().iter().map(link_from_item).collect::<Result<Vec<_>, _>>()?;
+        Ok(IndexCursor::page(links, limit, |l| {
+            rebound_core::threat::host_key(&l.long_url).unwrap_or_default()
+        }))
+    }
+
+    async fn links_on_domain(&self, id: &str, limit: usize, cursor: Option<&str>) -> Result<LinkPage, StoreError> {
+        let after = cursor.map(IndexCursor::decode).transpose()?;
+        let mut req = self
+            .client
+            .query()
+            .table_name(self.table("links"))
+            .index_name("by_domain")
+            .key_condition_expression("#domain = :domain")
+            .expression_attribute_names("#domain", "domain_id")
+            .expression_attribute_values(":domain", s(id))
+            .limit((limit + 1).min(10_000) as i32);
+        if let Some(c) = &after {
+            req = req
+                .exclusive_start_key("code", s(&c.code))
+                .exclusive_start_key("domain_id", s(id));
+        }
+        let out = req.send().await.map_err(sdk_err)?;
+        let links = out.items().iter().map(link_from_item).collect::<Result<Vec<_>, _>>()?;
+        Ok(IndexCursor::page(links, limit, |_| id.to_owned()))
+    }
+
+    // A read of every link item, once (a table written before the indexes); each one not
+    // marked indexed gets its attributes with a write conditional on its version, so a
+    // change made meanwhile (which writes them itself) is never undone.
+    async fn index_older_links(&self, cursor: Option<&str>, limit: usize) -> Result<Option<String>, StoreError> {
+        let mut req = self
+            .client
+            .scan()
+            .table_name(self.table("links"))
+            .filter_expression("attribute_not_exists(#indexed)")
+            .expression_attribute_names("#indexed", INDEXED)
+            .limit(limit.clamp(1, 1_000) as i32);
+        if let Some(code) = cursor {
+            req = req.exclusive_start_key("code", s(code));
+        }
+        let out = req.send().await.map_err(sdk_err)?;
+        for item in out.items() {
+            let link = link_from_item(item)?;
+            let mut set = "SET #indexed = :indexed".to_owned();
+            let mut req = self
+                .client
+                .update_item()
+                .table_name(self.table("links"))
+                .key("code", s(&link.code))
+                .condition_expression("#version = :version")
+                .expression_attribute_names("#version", "version")
+                .expression_attribute_names("#indexed", INDEXED)
+                .expression_attribute_values(":version", n(link.version))
+                .expression_attribute_values(":indexed", n(1));
+            for (name, value) in index_attributes(&link) {
+                set.push_str(&format!(", #{name} = :{name}"));
+                req = req
+                    .expression_attribute_names(format!("#{name}"), name)
+                    .expression_attribute_values(format!(":{name}"), value);
+            }
+            match req.update_expression(set).send().await.map_err(condition_refused) {
+                Ok(_) | Err(StoreError::ConditionFailed) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(match out.last_evaluated_key() {
+            Some(key) => Some(get_s(key, "code")?),
+            None => None,
+        })
     }
 
     async fn get_idempotency(

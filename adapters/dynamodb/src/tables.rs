@@ -59,11 +59,18 @@ impl DynamoStore {
                     ("list", S),
                     ("prop_shard", S),
                     ("prop_until", N),
+                    ("host_zone", S),
+                    ("host_key", S),
+                    ("domain_id", S),
                 ],
                 indexes: vec![
                     ("by_owner", "created_by", "sort"),
                     ("by_time", "list", "sort"),
                     ("pending", "prop_shard", "prop_until"),
+                    // Sparse, of active links alone: a threat list's new entries look up
+                    // the links on their hosts, a domain's removal its links.
+                    ("by_target_host", "host_zone", "host_key"),
+                    ("by_domain", "domain_id", "code"),
                 ],
                 ttl: true,
             },
@@ -125,12 +132,16 @@ impl DynamoStore {
                 // A table made before one of its indexes gets it (the links' `pending`).
                 for (index, hash, range) in &t.indexes {
                     let defs = t
-                        .extra_attrs
+                        .keys
                         .iter()
-                        .filter(|(a, _)| a == hash || a == range)
+                        .map(|(a, _, ty)| (a, ty))
+                        .chain(t.extra_attrs.iter().map(|(a, ty)| (a, ty)))
+                        .filter(|(a, _)| *a == hash || *a == range)
                         .map(|(a, ty)| attr(a, ty.clone()))
                         .collect::<Result<Vec<_>, _>>()?;
                     if self.add_index(&name, gsi(index, hash, range)?, defs).await? {
+                        // DynamoDB builds one new index of a table at a time.
+                        self.wait_active(&name).await?;
                         created.push(format!("{name}/{index}"));
                     }
                 }
@@ -335,5 +346,72 @@ pub(crate) mod tests {
         assert_eq!(store.provision().await.unwrap(), vec![format!("{links}/pending")]);
         assert!(store.provision().await.unwrap().is_empty());
         assert_eq!(store.pending_propagations(0, 10).await.unwrap(), vec![]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
+    async fn links_written_before_the_host_and_domain_indexes_are_put_in_them() {
+        use aws_sdk_dynamodb::types::{DeleteGlobalSecondaryIndexAction, GlobalSecondaryIndexUpdate};
+        use rebound_core::{Link, RedirectKind};
+        use rebound_store::LinkStore;
+        let store = fresh_store().await;
+        let links = store.table("links");
+        for index in ["by_target_host", "by_domain"] {
+            let drop_index = DeleteGlobalSecondaryIndexAction::builder()
+                .index_name(index)
+                .build()
+                .unwrap();
+            store
+                .client
+                .update_table()
+                .table_name(&links)
+                .global_secondary_index_updates(GlobalSecondaryIndexUpdate::builder().delete(drop_index).build())
+                .send()
+                .await
+                .unwrap();
+        }
+        // Links as an older version wrote them: no index attributes, no mark.
+        let (a, b) = ("olda", "oldb.d1");
+        for code in [a, b] {
+            let link = Link::new_active(
+                code.into(),
+                format!("https://w.example/{code}"),
+                RedirectKind::Found,
+                false,
+                1,
+                "o".into(),
+                None,
+            );
+            store.insert_link(&link, None).await.unwrap();
+            store
+                .client
+                .update_item()
+                .table_name(&links)
+                .key("code", crate::item::s(code))
+                .update_expression("REMOVE #z, #k, #d, #i")
+                .expression_attribute_names("#z", "host_zone")
+                .expression_attribute_names("#k", "host_key")
+                .expression_attribute_names("#d", "domain_id")
+                .expression_attribute_names("#i", "indexed")
+                .send()
+                .await
+                .unwrap();
+        }
+        assert_eq!(
+            store.provision().await.unwrap(),
+            vec![format!("{links}/by_target_host"), format!("{links}/by_domain")]
+        );
+        let found = store.links_by_target_host("example.w.", 10, None).await.unwrap();
+        assert!(found.links.is_empty(), "not in the index before they are put in it");
+        let mut cursor = store.index_older_links(None, 1).await.unwrap();
+        while let Some(c) = cursor {
+            cursor = store.index_older_links(Some(&c), 1).await.unwrap();
+        }
+        let found = store.links_by_target_host("example.w.", 10, None).await.unwrap();
+        let mut codes: Vec<_> = found.links.iter().map(|l| l.code.as_str()).collect();
+        codes.sort();
+        assert_eq!(codes, [a, b]);
+        let on_d1 = store.links_on_domain("d1", 10, None).await.unwrap();
+        assert_eq!(on_d1.links.iter().map(|l| l.code.as_str()).collect::<Vec<_>>(), [b]);
     }
 }

@@ -1,6 +1,7 @@
 //! The links ([`LinkReads`], [`LinkStore`]): the links table with its idempotency records,
 //! the alias index, and the propagations pending that a delete writes in its transaction.
 
+use crate::schema::{domain_id, target_host};
 use crate::store::sql_err;
 use crate::SqliteStore;
 use async_trait::async_trait;
@@ -8,7 +9,8 @@ use rebound_core::link::Deletion;
 use rebound_core::RedirectKind;
 use rebound_core::{Link, LinkEdit, UnixMillis};
 use rebound_store::{
-    IdempotencyRecord, LinkPage, LinkReads, LinkStore, ListCursor, Propagation, PropagationLease, StoreError,
+    IdempotencyRecord, IndexCursor, LinkPage, LinkReads, LinkStore, ListCursor, Propagation, PropagationLease,
+    StoreError,
 };
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
@@ -65,7 +67,8 @@ fn record_pending(conn: &Connection, link: &Link, lease: &PropagationLease) -> R
 fn insert_link_in(conn: &Connection, link: &Link) -> Result<bool, StoreError> {
     let n = conn
         .prepare_cached(&format!(
-            "INSERT INTO links ({LINK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) \
+            "INSERT INTO links ({LINK_COLUMNS}, target_host, domain_id) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
              ON CONFLICT (code) DO NOTHING"
         ))
         .map_err(sql_err)?
@@ -84,6 +87,8 @@ fn insert_link_in(conn: &Connection, link: &Link) -> Result<bool, StoreError> {
             link.delete_reason,
             link.purge_at,
             link.password_hash,
+            target_host(&link.long_url),
+            domain_id(&link.code),
         ])
         .map_err(sql_err)?;
     Ok(n == 1)
@@ -161,7 +166,8 @@ impl SqliteStore {
                 .execute(
                     "UPDATE links SET long_url = ?1, redirect = ?2, forward_query = ?3, expires_at = ?4, \
                      is_active = ?5, version = ?6, deleted_at = ?7, deleted_by = ?8, delete_reason = ?9, \
-                     purge_at = ?10, password_hash = ?11 WHERE code = ?12 AND version = ?13 AND is_active = ?14",
+                     purge_at = ?10, password_hash = ?11, target_host = ?15 \
+                     WHERE code = ?12 AND version = ?13 AND is_active = ?14",
                     params![
                         next.long_url,
                         next.redirect.status(),
@@ -176,7 +182,8 @@ impl SqliteStore {
                         next.password_hash,
                         code,
                         expected_version as i64,
-                        was_active
+                        was_active,
+                        target_host(&next.long_url),
                     ],
                 )
                 .map_err(sql_err)?;
@@ -395,6 +402,70 @@ impl LinkStore for SqliteStore {
                 .map(|r| r.map_err(sql_err)?)
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(LinkPage::from_overfetch(links, limit))
+        })
+        .await
+    }
+
+    async fn links_by_target_host(
+        &self,
+        prefix: &str,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<LinkPage, StoreError> {
+        let after = cursor.map(IndexCursor::decode).transpose()?;
+        let (start, end) = (prefix.to_owned(), rebound_core::threat::host_key_prefix_end(prefix));
+        self.read(move |conn| {
+            // A range of the partial index: (host, code) after the cursor, below the end.
+            let (after_key, after_code) = match &after {
+                Some(c) => (c.key.clone(), c.code.clone()),
+                None => (start, String::new()),
+            };
+            let mut stmt = conn
+                .prepare_cached(&format!(
+                    "SELECT {LINK_COLUMNS}, target_host FROM links INDEXED BY links_by_target_host \
+                     WHERE is_active = 1 AND (target_host, code) > (?1, ?2) AND target_host < ?3 \
+                     ORDER BY target_host, code LIMIT ?4"
+                ))
+                .map_err(sql_err)?;
+            let rows = stmt
+                .query_map(params![after_key, after_code, end, (limit + 1) as i64], |row| {
+                    Ok((link_from_row(row)?, row.get::<_, String>(14)?))
+                })
+                .map_err(sql_err)?;
+            let mut keys = std::collections::HashMap::new();
+            let mut links = Vec::new();
+            for row in rows {
+                let (link, key) = row.map_err(sql_err)?;
+                let link = link?;
+                keys.insert(link.code.clone(), key);
+                links.push(link);
+            }
+            Ok(IndexCursor::page(links, limit, |l| {
+                keys.get(&l.code).cloned().unwrap_or_default()
+            }))
+        })
+        .await
+    }
+
+    async fn links_on_domain(&self, id: &str, limit: usize, cursor: Option<&str>) -> Result<LinkPage, StoreError> {
+        let after = cursor
+            .map(IndexCursor::decode)
+            .transpose()?
+            .map(|c| c.code)
+            .unwrap_or_default();
+        let id = id.to_owned();
+        self.read(move |conn| {
+            let mut stmt = conn
+                .prepare_cached(&format!(
+                    "SELECT {LINK_COLUMNS} FROM links INDEXED BY links_by_domain \
+                     WHERE is_active = 1 AND domain_id = ?1 AND code > ?2 ORDER BY code LIMIT ?3"
+                ))
+                .map_err(sql_err)?;
+            let rows = stmt
+                .query_map(params![id, after, (limit + 1) as i64], link_from_row)
+                .map_err(sql_err)?;
+            let links = rows.map(|r| r.map_err(sql_err)?).collect::<Result<Vec<_>, _>>()?;
+            Ok(IndexCursor::page(links, limit, |_| id.clone()))
         })
         .await
     }

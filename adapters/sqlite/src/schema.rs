@@ -21,7 +21,12 @@ CREATE TABLE IF NOT EXISTS links (
     delete_reason TEXT,
     purge_at INTEGER,
     -- A password's Argon2id hash; added by `add_missing_columns` to an older file.
-    password_hash TEXT
+    password_hash TEXT,
+    -- The key of its target's host (rebound_core::threat::host_key; '' when it has none)
+    -- and the id of its domain (NULL: the default domain), for the two indexes below;
+    -- added and filled by `add_missing_columns` and `index_older_links` to an older file.
+    target_host TEXT,
+    domain_id TEXT
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS links_by_owner ON links (created_by, created_at DESC, code DESC);
 CREATE INDEX IF NOT EXISTS links_by_time ON links (created_at DESC, code DESC);
@@ -115,7 +120,63 @@ pub(crate) const MAIN_ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("api_keys", "domains", "TEXT"),
     ("audit", "detail", "TEXT"),
     ("links", "password_hash", "TEXT"),
+    ("links", "target_host", "TEXT"),
+    ("links", "domain_id", "TEXT"),
 ];
+
+/// The indexes on columns an older file gets from `add_missing_columns`: made after it.
+/// Both partial, of active links alone: a rescan of the threat lists reads the active links
+/// on a host and its subdomains (a range of `target_host`), a domain's removal its active
+/// links; neither reads every link.
+pub(crate) const MAIN_INDEXES: &str = "
+CREATE INDEX IF NOT EXISTS links_by_target_host ON links (target_host, code) WHERE is_active = 1;
+CREATE INDEX IF NOT EXISTS links_by_domain ON links (domain_id, code) WHERE is_active = 1 AND domain_id IS NOT NULL;
+";
+
+/// Links per transaction when an older file's links get their index columns.
+const INDEX_BATCH: usize = 10_000;
+
+/// Fills the index columns of the links an older file holds without them (`target_host`
+/// NULL), in transactions of [`INDEX_BATCH`], once, at open.
+pub(crate) fn index_older_links(conn: &mut Connection) -> Result<u64, StoreError> {
+    let mut done = 0u64;
+    loop {
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql_err)?;
+        let rows: Vec<(String, String)> = {
+            let mut stmt = tx
+                .prepare("SELECT code, long_url FROM links WHERE target_host IS NULL LIMIT ?1")
+                .map_err(sql_err)?;
+            let rows = stmt
+                .query_map([INDEX_BATCH as i64], |r| Ok((r.get(0)?, r.get(1)?)))
+                .map_err(sql_err)?;
+            rows.collect::<rusqlite::Result<_>>().map_err(sql_err)?
+        };
+        if rows.is_empty() {
+            return Ok(done);
+        }
+        for (code, long_url) in &rows {
+            tx.execute(
+                "UPDATE links SET target_host = ?1, domain_id = ?2 WHERE code = ?3",
+                rusqlite::params![target_host(long_url), domain_id(code), code],
+            )
+            .map_err(sql_err)?;
+        }
+        tx.commit().map_err(sql_err)?;
+        done += rows.len() as u64;
+    }
+}
+
+/// The `target_host` column of a link to `long_url`.
+pub(crate) fn target_host(long_url: &str) -> String {
+    rebound_core::threat::host_key(long_url).unwrap_or_default()
+}
+
+/// The `domain_id` column of the link `key`.
+pub(crate) fn domain_id(key: &str) -> Option<&str> {
+    rebound_core::domain::split_key(key).1
+}
 /// The clicks file's: bots counted apart.
 pub(crate) const CLICKS_ADDED_COLUMNS: &[(&str, &str, &str)] =
     &[("rollups", "bot_clicks", "INTEGER NOT NULL DEFAULT 0")];
@@ -175,6 +236,47 @@ mod tests {
     use super::*;
     use crate::SqliteStore;
     use rebound_store::{BatchOutcome, ClickAdd, ClickBatch, RollupStore};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn links_of_a_file_from_before_the_indexes_are_put_in_them_at_open() {
+        use rebound_store::LinkStore;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rebound.db");
+        {
+            // The links table as it was before `target_host` and `domain_id`.
+            let old = Connection::open(&path).unwrap();
+            old.execute_batch(
+                "CREATE TABLE links (code TEXT PRIMARY KEY, long_url TEXT NOT NULL, redirect INTEGER NOT NULL,
+                    forward_query INTEGER NOT NULL, created_at INTEGER NOT NULL, created_by TEXT NOT NULL,
+                    is_active INTEGER NOT NULL, version INTEGER NOT NULL, expires_at INTEGER, deleted_at INTEGER,
+                    deleted_by TEXT, delete_reason TEXT, purge_at INTEGER, password_hash TEXT) WITHOUT ROWID;",
+            )
+            .unwrap();
+            old.execute_batch(
+                "INSERT INTO links (code, long_url, redirect, forward_query, created_at, created_by, is_active, version)
+                 VALUES ('old1', 'https://a.w.example/x', 302, 0, 1, 'o', 1, 1),
+                        ('old2.d7', 'https://w.example/y', 302, 0, 2, 'o', 1, 1),
+                        ('old3', 'https://w.example/z', 302, 0, 3, 'o', 0, 2),
+                        ('old4', 'https://notw.example/', 302, 0, 4, 'o', 1, 1);",
+            )
+            .unwrap();
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        let page = store.links_by_target_host("example.w.", 10, None).await.unwrap();
+        let codes: Vec<_> = page.links.iter().map(|l| l.code.as_str()).collect();
+        assert_eq!(
+            codes,
+            ["old2.d7", "old1"],
+            "active ones alone, the host before its subdomain"
+        );
+        let page = store.links_on_domain("d7", 10, None).await.unwrap();
+        assert_eq!(page.links.len(), 1);
+        // Opened again: nothing left to index, and the indexes answer the same.
+        drop(store);
+        let store = SqliteStore::open(&path).unwrap();
+        let page = store.links_by_target_host("example.w.", 10, None).await.unwrap();
+        assert_eq!(page.links.len(), 2);
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn rollups_in_the_main_file_move_to_the_clicks_file_once() {

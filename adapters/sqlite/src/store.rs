@@ -3,8 +3,8 @@
 //! errors are classified.
 
 use crate::schema::{
-    add_missing_columns, move_rollups_out_of_the_main_file, CLICKS_ADDED_COLUMNS, CLICKS_SCHEMA, MAIN_ADDED_COLUMNS,
-    SCHEMA,
+    add_missing_columns, index_older_links, move_rollups_out_of_the_main_file, CLICKS_ADDED_COLUMNS, CLICKS_SCHEMA,
+    MAIN_ADDED_COLUMNS, MAIN_INDEXES, SCHEMA,
 };
 use rebound_store::StoreError;
 use rusqlite::Connection;
@@ -96,6 +96,8 @@ impl SqliteStore {
         let mut writer = open_conn(&path)?;
         writer.execute_batch(SCHEMA).map_err(sql_err)?;
         add_missing_columns(&writer, MAIN_ADDED_COLUMNS)?;
+        index_older_links(&mut writer)?;
+        writer.execute_batch(MAIN_INDEXES).map_err(sql_err)?;
         let clicks_path = clicks_file(&path);
         let clicks_writer = open_conn(&clicks_path)?;
         clicks_writer.execute_batch(CLICKS_SCHEMA).map_err(sql_err)?;
