@@ -312,6 +312,23 @@ pub(crate) mod tests {
         store
     }
 
+    /// Drops `index` from the links table, as a table made before it lacks it.
+    async fn drop_index(store: &DynamoStore, index: &str) {
+        use aws_sdk_dynamodb::types::{DeleteGlobalSecondaryIndexAction, GlobalSecondaryIndexUpdate};
+        let drop = DeleteGlobalSecondaryIndexAction::builder()
+            .index_name(index)
+            .build()
+            .unwrap();
+        store
+            .client
+            .update_table()
+            .table_name(store.table("links"))
+            .global_secondary_index_updates(GlobalSecondaryIndexUpdate::builder().delete(drop).build())
+            .send()
+            .await
+            .unwrap();
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     #[ignore = "needs REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
     async fn provisioning_tables_made_before_the_alias_index_adds_only_it() {
@@ -327,21 +344,9 @@ pub(crate) mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     #[ignore = "needs REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
     async fn provisioning_a_links_table_made_before_the_pending_index_adds_it() {
-        use aws_sdk_dynamodb::types::{DeleteGlobalSecondaryIndexAction, GlobalSecondaryIndexUpdate};
         let store = fresh_store().await;
         let links = store.table("links");
-        let drop_index = DeleteGlobalSecondaryIndexAction::builder()
-            .index_name("pending")
-            .build()
-            .unwrap();
-        store
-            .client
-            .update_table()
-            .table_name(&links)
-            .global_secondary_index_updates(GlobalSecondaryIndexUpdate::builder().delete(drop_index).build())
-            .send()
-            .await
-            .unwrap();
+        drop_index(&store, "pending").await;
         assert!(store.pending_propagations(0, 10).await.is_err(), "no index: no listing");
         assert_eq!(store.provision().await.unwrap(), vec![format!("{links}/pending")]);
         assert!(store.provision().await.unwrap().is_empty());
@@ -351,24 +356,12 @@ pub(crate) mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     #[ignore = "needs REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
     async fn links_written_before_the_host_and_domain_indexes_are_put_in_them() {
-        use aws_sdk_dynamodb::types::{DeleteGlobalSecondaryIndexAction, GlobalSecondaryIndexUpdate};
         use rebound_core::{Link, RedirectKind};
         use rebound_store::LinkStore;
         let store = fresh_store().await;
         let links = store.table("links");
         for index in ["by_target_host", "by_domain"] {
-            let drop_index = DeleteGlobalSecondaryIndexAction::builder()
-                .index_name(index)
-                .build()
-                .unwrap();
-            store
-                .client
-                .update_table()
-                .table_name(&links)
-                .global_secondary_index_updates(GlobalSecondaryIndexUpdate::builder().delete(drop_index).build())
-                .send()
-                .await
-                .unwrap();
+            drop_index(&store, index).await;
         }
         // Links as an older version wrote them: no index attributes, no mark.
         let (a, b) = ("olda", "oldb.d1");
