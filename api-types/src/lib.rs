@@ -43,9 +43,9 @@ pub struct CreateLinkRequest {
     #[schema(max_length = 253)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub domain: Option<String>,
-    /// A password visitors must give before the redirect (SPEC §12): 4 to 128 characters,
-    /// stored as an Argon2id hash, never shown again.
-    #[schema(min_length = 4, max_length = 128)]
+    /// A password visitors must give before the redirect (SPEC §12): 4 to 128 characters
+    /// without control characters, stored as an Argon2id hash, never shown again.
+    #[schema(min_length = 4, max_length = 128, pattern = r"^[^\x00-\x1f\x7f-\x9f]*$")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password: Option<String>,
 }
@@ -77,8 +77,15 @@ pub struct EditLinkRequest {
     #[schema(minimum = 1, maximum = 315_360_000)]
     #[serde(default, deserialize_with = "whole_number", skip_serializing_if = "Option::is_none")]
     pub ttl_seconds: Option<i64>,
-    /// A new password (4 to 128 characters); null removes the password.
-    #[schema(value_type = Option<String>, min_length = 4, max_length = 128, nullable)]
+    /// A new password (4 to 128 characters without control characters); null removes the
+    /// password.
+    #[schema(
+        value_type = Option<String>,
+        min_length = 4,
+        max_length = 128,
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]*$",
+        nullable
+    )]
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub password: Option<Option<String>>,
 }
@@ -112,6 +119,53 @@ where
         .and_then(|w| T::try_from(w).ok())
         .map(Some)
         .ok_or_else(|| serde::de::Error::custom(format!("{n} is not a whole number in range")))
+}
+
+/// The rules of request bodies that tie two fields together, in JSON Schema (an object of
+/// keywords), each with the name of the schema it belongs to: what `#[schema]` attributes
+/// cannot write (utoipa has no `not`, `anyOf` of requirements or `if`). The OpenAPI
+/// document adds each keyword to its schema; the server refuses what they refuse (400), so
+/// a body the document allows is not refused for them.
+pub fn cross_field_rules() -> [(&'static str, serde_json::Value); 3] {
+    use serde_json::json;
+    let given = json!({ "not": { "type": "null" } });
+    [
+        // `expires_at` and `ttl_seconds` not both (null is not given).
+        (
+            "CreateLinkRequest",
+            json!({ "not": {
+                "required": ["expires_at", "ttl_seconds"],
+                "properties": { "expires_at": given, "ttl_seconds": given },
+            } }),
+        ),
+        // Not both either (an edit's `"expires_at": null` is given: it removes the expiry),
+        // and at least one field given (400 `empty_edit`).
+        (
+            "EditLinkRequest",
+            json!({
+                "not": {
+                    "required": ["expires_at", "ttl_seconds"],
+                    "properties": { "ttl_seconds": given },
+                },
+                "anyOf": [
+                    { "required": ["long_url"], "properties": { "long_url": given } },
+                    { "required": ["redirect"], "properties": { "redirect": given } },
+                    { "required": ["forward_query"], "properties": { "forward_query": given } },
+                    { "required": ["expires_at"] },
+                    { "required": ["ttl_seconds"], "properties": { "ttl_seconds": given } },
+                    { "required": ["password"] },
+                ],
+            }),
+        ),
+        // `domains` only on a creator key.
+        (
+            "CreateKeyRequest",
+            json!({
+                "if": { "required": ["role"], "properties": { "role": { "const": "operator" } } },
+                "then": { "properties": { "domains": { "type": "null" } } },
+            }),
+        ),
+    ]
 }
 
 /// Up to 1,000 new links at once.
@@ -381,22 +435,35 @@ pub struct CreateDomainRequest {
     pub name: String,
     /// `acme` (default): its certificate is ordered and renewed over ACME when the TLS port
     /// has ACME; `files`: it is in the TLS port's certificate files, managed by hand.
-    #[schema(schema_with = certificate_source_schema)]
+    #[schema(schema_with = certificate_source_or_null_schema)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate: Option<String>,
     /// Where a code this domain does not have, or a deleted or taken-down link of it,
     /// redirects (302); the built-in 404 page when not given. Same rules as a link's
     /// `long_url`.
-    #[schema(max_length = 2048)]
+    #[schema(
+        min_length = 1,
+        max_length = 2048,
+        pattern = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s\x00-\x1f\x7f-\x9f]+$"
+    )]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_found_url: Option<String>,
     /// Where an expired link of this domain redirects (302); the built-in 410 page when
-    /// not given.
-    #[schema(max_length = 2048)]
+    /// not given. Same rules as a link's `long_url`.
+    #[schema(
+        min_length = 1,
+        max_length = 2048,
+        pattern = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s\x00-\x1f\x7f-\x9f]+$"
+    )]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expired_url: Option<String>,
-    /// Where `/` of this domain redirects; the built-in page when not given.
-    #[schema(max_length = 2048)]
+    /// Where `/` of this domain redirects; the built-in page when not given. Same rules as
+    /// a link's `long_url`.
+    #[schema(
+        min_length = 1,
+        max_length = 2048,
+        pattern = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s\x00-\x1f\x7f-\x9f]+$"
+    )]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root_url: Option<String>,
 }
@@ -407,6 +474,20 @@ pub fn certificate_source_schema() -> utoipa::openapi::Object {
         .schema_type(utoipa::openapi::Type::String)
         .enum_values(Some(["acme", "files"]))
         .description(Some("`acme` or `files`."))
+        .build()
+}
+
+/// `certificate` of a new domain: `acme`, `files`, or null (`acme`).
+pub fn certificate_source_or_null_schema() -> utoipa::openapi::Object {
+    use utoipa::openapi::schema::{SchemaType, Type};
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+        .enum_values(Some([
+            serde_json::json!("acme"),
+            serde_json::json!("files"),
+            serde_json::Value::Null,
+        ]))
+        .description(Some("`acme` (default) or `files`."))
         .build()
 }
 
@@ -455,11 +536,22 @@ pub struct DomainRemoved {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReportRequest {
-    /// The short URL (`https://sho.rt/abc`) or its code on the default domain.
-    #[schema(min_length = 1, max_length = 2048)]
+    /// The short URL (`https://sho.rt/abc`: http or https, a host name or IPv4 address,
+    /// an optional port, the code as the whole path, an optional query or fragment), or its
+    /// code on the default domain. Its host must be a domain of this service.
+    #[schema(
+        min_length = 1,
+        max_length = 2048,
+        pattern = r"^([A-Za-z0-9_-]{3,32}|[Hh][Tt][Tt][Pp][Ss]?://(((25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])|([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?)(:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4}))?/[A-Za-z0-9_-]{3,32}([?#][!-~]*)?)$"
+    )]
     pub link: String,
-    /// What is wrong with it: 1 to 1,000 characters.
-    #[schema(min_length = 1, max_length = 1000)]
+    /// What is wrong with it: 1 to 1,000 characters, not only white space, no control
+    /// characters but line feeds; trimmed.
+    #[schema(
+        min_length = 1,
+        max_length = 1000,
+        pattern = r"^[^\x00-\x09\x0b-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x09\x0b-\x1f\x7f-\x9f]*$"
+    )]
     pub reason: String,
 }
 
@@ -553,6 +645,48 @@ mod tests {
         assert_eq!(serde_json::to_string(&removing).unwrap(), r#"{"expires_at":null}"#);
         assert_eq!(serde_json::to_string(&EditLinkRequest::default()).unwrap(), "{}");
         assert!(serde_json::from_str::<EditLinkRequest>(r#"{"custom_alias":"x"}"#).is_err());
+    }
+
+    /// A rule that names a field its schema does not have would hold for every body.
+    #[test]
+    fn each_cross_field_rule_names_fields_of_its_schema() {
+        use utoipa::PartialSchema;
+        let schema_of = |name: &str| {
+            let schema = match name {
+                "CreateLinkRequest" => CreateLinkRequest::schema(),
+                "EditLinkRequest" => EditLinkRequest::schema(),
+                "CreateKeyRequest" => CreateKeyRequest::schema(),
+                other => panic!("no schema {other}"),
+            };
+            serde_json::to_value(schema).unwrap()
+        };
+        fn named(rule: &serde_json::Value, names: &mut Vec<String>) {
+            match rule {
+                serde_json::Value::Object(keywords) => {
+                    for (keyword, value) in keywords {
+                        match keyword.as_str() {
+                            "required" => {
+                                names.extend(value.as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_owned()))
+                            }
+                            "properties" => names.extend(value.as_object().unwrap().keys().cloned()),
+                            _ => {}
+                        }
+                        named(value, names);
+                    }
+                }
+                serde_json::Value::Array(items) => items.iter().for_each(|i| named(i, names)),
+                _ => {}
+            }
+        }
+        for (name, rule) in cross_field_rules() {
+            let schema = schema_of(name);
+            let mut names = Vec::new();
+            named(&rule, &mut names);
+            assert!(!names.is_empty(), "{name}");
+            for field in names {
+                assert!(schema["properties"].get(&field).is_some(), "{name} has no {field}");
+            }
+        }
     }
 
     #[test]

@@ -16,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use rebound_api_types::*;
+use rebound_core::code::RESERVED_WORDS;
 use rebound_core::domain::{normalize_domain, split_key};
 use rebound_core::time::to_rfc3339;
 use rebound_core::Link;
@@ -612,7 +613,40 @@ impl utoipa::Modify for BearerAuth {
 )]
 struct ApiDoc;
 
-/// The OpenAPI 3 document of the API, as JSON.
+/// The OpenAPI 3 document of the API, as JSON: utoipa's, with the rules its attributes
+/// cannot write added where they belong: those that tie two fields of a body together
+/// ([`cross_field_rules`]) and a custom alias's reserved words ([`not_reserved`]).
 pub fn openapi_json() -> String {
-    ApiDoc::openapi().to_json().unwrap_or_else(|_| "{}".to_owned())
+    let Ok(mut doc) = serde_json::to_value(ApiDoc::openapi()) else {
+        return "{}".to_owned();
+    };
+    let rules = cross_field_rules()
+        .into_iter()
+        .map(|(name, rule)| (format!("/components/schemas/{name}"), rule))
+        .chain([(
+            "/components/schemas/CreateLinkRequest/properties/custom_alias".to_owned(),
+            not_reserved(),
+        )]);
+    for (at, rule) in rules {
+        let schema = doc.pointer_mut(&at).and_then(serde_json::Value::as_object_mut);
+        if let (Some(schema), serde_json::Value::Object(keywords)) = (schema, rule) {
+            schema.extend(keywords);
+        }
+    }
+    doc.to_string()
+}
+
+/// A custom alias is none of [`RESERVED_WORDS`], in any case: `{"not": {"type": "string",
+/// "pattern": "^([Aa][Pp][Ii]|…)$"}}` (a null alias is no word).
+fn not_reserved() -> serde_json::Value {
+    let any_case = |word: &str| -> String {
+        word.chars()
+            .map(|c| match c.is_ascii_alphabetic() {
+                true => format!("[{}{}]", c.to_ascii_uppercase(), c.to_ascii_lowercase()),
+                false => c.to_string(),
+            })
+            .collect()
+    };
+    let words: Vec<String> = RESERVED_WORDS.iter().map(|w| any_case(w)).collect();
+    serde_json::json!({ "not": { "type": "string", "pattern": format!("^({})$", words.join("|")) } })
 }

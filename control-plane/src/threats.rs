@@ -475,12 +475,16 @@ impl ControlPlane {
             return Err(not_ours());
         }
         let host = host.unwrap_or_else(|| self.domains.default_name().to_owned());
+        // Apart from the shape above (the document's pattern states it): the host is not
+        // one the document can know.
         let domain = self
             .domains
             .resolve(self.store.as_ref(), &host)
             .await
             .map_err(|e| match e {
-                ApiError::BadRequest { .. } => not_ours(),
+                ApiError::BadRequest { .. } => {
+                    ApiError::bad_request("invalid_link", "link's host is not a domain of this service")
+                }
                 other => other,
             })?;
         Ok(domain.key(&code))

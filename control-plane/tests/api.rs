@@ -2196,6 +2196,99 @@ fn the_schema_states_the_domain_rule_the_api_applies() {
     assert_eq!(name["maxLength"], 253);
 }
 
+/// The server side of the rules `openapi_json` adds to the schemas (scripts/api-schema-rules.py
+/// checks each both ways, with a JSON Schema validator, against the real binary): each is
+/// in the document, and the server refuses what it refuses.
+#[tokio::test]
+async fn the_schema_states_the_rules_that_tie_fields_together_and_the_reserved_aliases() {
+    let doc: Value = serde_json::from_str(&rebound_control_plane::openapi_json()).unwrap();
+    let schemas = &doc["components"]["schemas"];
+    let h = harness().await;
+
+    let create = &schemas["CreateLinkRequest"];
+    assert_eq!(create["not"]["required"], json!(["expires_at", "ttl_seconds"]));
+    let both = json!({"long_url": "https://e.com/", "expires_at": "2027-01-01T00:00:00Z", "ttl_seconds": 60});
+    assert_error(
+        &h.create(OPERATOR, both).await,
+        StatusCode::BAD_REQUEST,
+        "invalid_expiry",
+    );
+    let not_both = json!({"long_url": "https://e.com/", "expires_at": "2027-01-01T00:00:00Z", "ttl_seconds": null});
+    assert_eq!(h.create(OPERATOR, not_both).await.status, StatusCode::CREATED);
+
+    let reserved = &create["properties"]["custom_alias"]["not"];
+    assert_eq!(reserved["type"], "string", "a null alias is no word");
+    let words = reserved["pattern"].as_str().unwrap();
+    let words: Vec<&str> = words
+        .strip_prefix("^(")
+        .unwrap()
+        .strip_suffix(")$")
+        .unwrap()
+        .split('|')
+        .collect();
+    assert_eq!(words.len(), rebound_core::RESERVED_WORDS.len());
+    for word in rebound_core::RESERVED_WORDS {
+        let shouted = word.to_ascii_uppercase();
+        let any_case: String = shouted
+            .chars()
+            .map(|c| match c.is_ascii_alphabetic() {
+                true => format!("[{c}{}]", c.to_ascii_lowercase()),
+                false => c.to_string(),
+            })
+            .collect();
+        assert!(words.contains(&any_case.as_str()), "{word} in {words:?}");
+        let r = h
+            .create(OPERATOR, json!({"long_url": "https://e.com/", "custom_alias": shouted}))
+            .await;
+        assert_error(&r, StatusCode::BAD_REQUEST, "reserved_alias");
+    }
+
+    let edit = &schemas["EditLinkRequest"];
+    assert_eq!(edit["not"]["required"], json!(["expires_at", "ttl_seconds"]));
+    assert_eq!(edit["anyOf"].as_array().map(Vec::len), Some(6), "one per field: {edit}");
+    for field in [
+        "long_url",
+        "redirect",
+        "forward_query",
+        "expires_at",
+        "ttl_seconds",
+        "password",
+    ] {
+        assert!(
+            edit["anyOf"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|given| given["required"] == json!([field])),
+            "{field}"
+        );
+    }
+
+    let key = &schemas["CreateKeyRequest"];
+    assert_eq!(key["if"]["properties"]["role"]["const"], "operator");
+    assert_eq!(key["then"]["properties"]["domains"]["type"], "null");
+    let scoped_operator = json!({"name": "k", "role": "operator", "domains": ["sho.rt"]});
+    let r = h
+        .call(Method::POST, "/api/v1/keys", Some(OPERATOR), Some(scoped_operator))
+        .await;
+    assert_error(&r, StatusCode::BAD_REQUEST, "invalid_domains");
+
+    let long_url = &create["properties"]["long_url"];
+    for page in ["not_found_url", "expired_url", "root_url"] {
+        let schema = &schemas["CreateDomainRequest"]["properties"][page];
+        assert_eq!(
+            (&schema["pattern"], &schema["minLength"]),
+            (&long_url["pattern"], &json!(1)),
+            "{page}"
+        );
+        let body = json!({"name": "go.example.com", page: ""});
+        let r = h
+            .call(Method::POST, "/api/v1/domains", Some(OPERATOR), Some(body))
+            .await;
+        assert_error(&r, StatusCode::BAD_REQUEST, "invalid_url");
+    }
+}
+
 /// `PATCH /api/v1/links/{code}` with `If-Match: "<version>"` and `body`.
 async fn edit(h: &Harness, code: &str, key: &str, version: Option<&str>, body: Value) -> Reply {
     let mut req = Request::builder()
