@@ -203,8 +203,9 @@ fn shape(keys: &[(String, String)], indexes: &[(String, Vec<(String, String)>)])
 #[ignore = "needs REBOUND_TEST_DYNAMODB_URL and REBOUND_TEST_REDIS_URL: scripts/test runs it"]
 async fn a_dynamodb_store_made_before_domains_opens_in_place() {
     let manifest = manifest();
-    // Today's `provision` makes the tables (unchanged since: domains live in `keys`), which
-    // are checked against the old version's, and the old version's items are put back raw.
+    // Today's `provision` makes the tables (unchanged since but for the links' two new
+    // indexes: domains live in `keys`), which are checked against the old version's, and the
+    // old version's items are put back raw.
     let d = Deployment::new(&shared_aws_url(), Some(&shared_redis_url()));
     let client = aws_sdk_dynamodb::Client::new(&aws_conf(&shared_aws_url()).await);
     let tables: Value =
@@ -251,6 +252,10 @@ async fn a_dynamodb_store_made_before_domains_opens_in_place() {
                 (i.index_name().unwrap_or_default().to_owned(), k)
             })
             .collect();
+        // The indexes added since the old version (the threat-list rescan's and a domain's
+        // removal's, issue 42): `provision` adds them to an old table, and the first control
+        // plane that needs them indexes the old items (checked below).
+        now_indexes.retain(|(name, _)| !(suffix == "links" && ADDED_SINCE.contains(&name.as_str())));
         now_indexes.sort();
         let mut old_indexes: Vec<(String, Vec<(String, String)>)> = old["GlobalSecondaryIndexes"]
             .as_array()
@@ -287,4 +292,24 @@ async fn a_dynamodb_store_made_before_domains_opens_in_place() {
         answer(&proxy.addr("redirect"), "old-alias").await,
         (302, Some("https://example.com/fixture/dynamodb/old-alias".to_owned()))
     );
+    // Adding a domain needed the index by target host: the old items are in it now.
+    let indexed = client
+        .query()
+        .table_name(format!("{}links", d.prefix))
+        .index_name("by_target_host")
+        .key_condition_expression("#zone = :zone")
+        .expression_attribute_names("#zone", "host_zone")
+        .expression_attribute_values(":zone", AttributeValue::S("com.example".into()))
+        .send()
+        .await
+        .unwrap();
+    let codes: Vec<&str> = indexed
+        .items()
+        .iter()
+        .filter_map(|i| i.get("code")?.as_s().ok().map(String::as_str))
+        .collect();
+    assert!(codes.contains(&"old-alias"), "the old links are indexed: {codes:?}");
 }
+
+/// The links table's indexes added since the fixture's version.
+const ADDED_SINCE: [&str; 2] = ["by_target_host", "by_domain"];
