@@ -34,6 +34,7 @@ pub mod control_plane;
 pub mod data_plane;
 pub mod domains;
 pub mod listen;
+pub mod logging;
 pub mod metrics_port;
 pub mod process_metrics;
 pub mod regions;

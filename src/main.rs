@@ -77,14 +77,6 @@ enum Process {
     Client(ClientCommand),
 }
 
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("REBOUND_LOG").unwrap_or_else(|_| "info".into());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
-}
-
 fn main() -> ExitCode {
     // HTTPS clients (the CLI's, the home region's) use aws-lc-rs, as the TLS listener does.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
@@ -132,7 +124,14 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_tracing();
+    let log_format = match rebound::logging::LogFormat::from_env() {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("rebound: invalid configuration: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    rebound::logging::init(log_format);
     let options = rebound::app::RunOptions { take_over: cli.upgrade };
     let result = match process {
         Process::ControlPlane => runtime.block_on(rebound::app::run_control_plane(settings)),

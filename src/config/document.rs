@@ -120,6 +120,7 @@ const TAIL: &str = "\
 | --- | --- | --- |
 | `REBOUND_CONFIG` | every serving process | the configuration file, as `--config` |
 | `REBOUND_LOG` | every serving process | the `tracing` filter of the log on stderr (default `info`), e.g. `warn` or `rebound_proxy=debug` |
+| `REBOUND_LOG_FORMAT` | every serving process | `text` (default: a line per event, coloured only when stderr is a terminal) or `json` (an object per line: `timestamp`, `level`, `target`, the message and the event's fields, `span` and `spans` with the fields of the spans it happened in); anything else is refused at start |
 | `REBOUND_API_URL` | the CLI (`--api-url`) | the control plane's base URL, default `http://127.0.0.1:8081` |
 | `REBOUND_API_KEY` | the CLI (`--api-key`) | the API key sent as a Bearer token |
 | `AWS_ENDPOINT_URL`, `AWS_REGION`, the credential chain | DynamoDB and SQS adapters, `rebound provision` | the AWS SDK's own configuration: where AWS (or a DynamoDB- or SQS-compatible server) is, and who calls it |
