@@ -97,6 +97,8 @@ def parser() -> argparse.ArgumentParser:
                         "a core; with half a core a wrk that shares 2 busy cores could not always keep the "
                         "server busy)")
     p.add_argument("--no-cap", action="store_true", help="leave out the capped rows")
+    p.add_argument("--workloads", help="the callgrind scenario's workloads, a comma list of "
+                   + ",".join(k for k, *_ in callgrind.WORKLOADS) + " (default: all)")
     p.add_argument("--no-oha", action="store_true", help="leave out the oha rows (and do not install oha)")
     p.add_argument("--out", help="the report's path (default: benches/results/<date>[-quick][-<scenarios>].md)")
     return p
@@ -110,7 +112,7 @@ def options(argv: Sequence[str]) -> Options:
                    rebound_env=list(args.rebound_env), cap=args.cap, no_cap=args.no_cap, no_oha=args.no_oha,
                    out=args.out, domains=args.domains, rebound_bin=args.rebound_bin,
                    compare_bin=args.compare_bin, servers=args.servers,
-                   user_agent=args.user_agent)
+                   user_agent=args.user_agent, workloads=args.workloads)
     if opts.quick:
         opts.links, opts.runs, opts.duration, opts.list_size = 100_000, 3, 5, 200_000
         opts.redis_links = min(opts.redis_links, 5_000)

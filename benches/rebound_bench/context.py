@@ -45,6 +45,7 @@ class Options:
     compare_bin: str | None = None
     servers: str | None = None
     user_agent: str | None = None
+    workloads: str | None = None
 
 
 class Bench:
@@ -100,10 +101,11 @@ class Bench:
         return env
 
     def rebound_server(self, data_dir: str, wrapper: Sequence[str] = (),
-                       extra: Mapping[str, str] | None = None) -> Server:
+                       extra: Mapping[str, str] | None = None, binary: str | None = None) -> Server:
+        """Rebound's all-in-one on `data_dir`: this build, or `binary` (--compare-bin's)."""
         ports = (free_port(), free_port(), free_port())
         env = self.rebound_env(data_dir, *ports, extra=extra)
-        return servers.rebound_all_in_one(self.rebound, env, ports, wrapper)
+        return servers.rebound_all_in_one(binary or self.rebound, env, ports, wrapper)
 
     def import_links(self, name: str, count: int, api_port: int) -> tuple[Table, float]:
         """Imports `count` links with generated codes into the control plane on `api_port`

@@ -102,19 +102,29 @@ def render(b: Bench) -> str:
                   "| --- | --- | --- | --- |"]
         def vs_nginx(n: float) -> str:
             return f"{n / cg['nginx']['per_request']:.2f}x" if "nginx" in cg else "-"
-        for name, label in [("rebound", "rebound"), ("nginx", "nginx"), ("hyper", "hyper"),
-                            ("hyper_1", "hyper, one thread (`current_thread` runtime)")]:
+        compared = f"rebound, compared (`{b.args.compare_bin}`)" if b.args.compare_bin else "rebound, compared"
+        for name, label in [("rebound", "rebound"), ("rebound_compared", compared), ("nginx", "nginx"),
+                            ("hyper", "hyper"), ("hyper_1", "hyper, one thread (`current_thread` runtime)")]:
             if name in cg:
                 lines.append(f"| {label} | {cg[name]['per_request']:,.0f} | {vs_nginx(cg[name]['per_request'])} | "
                              f"{cg[name]['requests']:,} |")
-        if "rebound" in cg and cg["rebound"].get("path_per_request"):
-            p = cg["rebound"]["path_per_request"]
-            lines.append(f"| rebound, the request path alone (connection tasks, inclusive) | {p:,.0f} | "
-                         f"{vs_nginx(p)} | |")
+        for name, label in [("rebound", "rebound"), ("rebound_compared", compared)]:
+            if name in cg and cg[name].get("path_per_request"):
+                p = cg[name]["path_per_request"]
+                lines.append(f"| {label}, the request path alone (connection tasks, inclusive) | {p:,.0f} | "
+                             f"{vs_nginx(p)} | |")
+        with_parts = [n for n in ("rebound", "rebound_compared") if cg.get(n, {}).get("parts_per_request")]
+        if with_parts:
+            lines += ["", "Where Rebound's instructions per redirect go (inclusive counts of each part's "
+                          "outermost functions, so nested parts overlap; see `PARTS` in tools/callgrind.py):", "",
+                      "| part | " + " | ".join("rebound" if n == "rebound" else "compared" for n in with_parts) + " |",
+                      "| --- |" + " --- |" * len(with_parts)]
+            for part in cg[with_parts[0]]["parts_per_request"]:
+                lines.append(f"| {part} | " + " | ".join(
+                    f"{cg[n]['parts_per_request'].get(part, 0):,.0f}" for n in with_parts) + " |")
         lines += ["", "A server that finds more requests waiting at each wake-up spends fewer instructions "
                       "per request on waking up: the fewer redirects a stretch served, the more each cost."]
-        if "rebound_clicks" in cg:
-            c = cg["rebound_clicks"]
+        for c in [cg[k] for k in ("rebound_clicks", "rebound_compared_clicks") if k in cg][:1]:
             lines += ["", f"Rebound's click persistence in the measured run (under callgrind): "
                           f"{c['rows_per_s']:,.0f} rows/s, {100 * c['write_share']:.2f} % of the run writing, "
                           f"largest lag {c['max_lag_s']:.1f} s (sampled every 10 s: a scrape of /metrics "

@@ -44,9 +44,15 @@ def measure(b: Bench, data_dir: str, usable: Table) -> None:
     dumped after a fixed wrk run, divided by the requests served; click accounting and
     writes included (every thread of the process is counted)."""
     wanted = set(b.args.servers.split(",")) if b.args.servers else None
+    workloads = set(b.args.workloads.split(",")) if b.args.workloads else None
     headers = [f"User-Agent: {b.args.user_agent}"] if b.args.user_agent else []
     for key, title, n_codes, connections, seconds, all_names, settings in WORKLOADS:
+        if workloads is not None and key not in workloads:
+            continue
         names = [n for n in all_names if wanted is None or n in wanted]
+        if b.args.compare_bin and "rebound" in names:
+            # The tree before a change, measured in the same run right after this one's.
+            names.insert(names.index("rebound") + 1, "rebound_compared")
         codes = usable[:n_codes]
         request_file = b.path(f"requests-{key}.txt")
         with open(request_file, "w") as f:
@@ -63,33 +69,41 @@ def measure(b: Bench, data_dir: str, usable: Table) -> None:
             elif name in ("hyper", "hyper_1"):
                 s = b.hyper_server("cg", wrapper, "current_thread" if name == "hyper_1" else None)
             else:
-                s = b.rebound_server(data_dir, wrapper, extra=settings)
+                binary = os.path.abspath(b.args.compare_bin) if name == "rebound_compared" and b.args.compare_bin else None
+                s = b.rebound_server(data_dir, wrapper, extra=settings, binary=binary)
             s.start(b.path(f"{key}-{name}.log"))
+            rebound = name.startswith("rebound")
             try:
-                s.wait_ready("/readyz" if name == "rebound" else "/", 900)
+                s.wait_ready("/readyz" if rebound else "/", 900)
                 url = f"http://127.0.0.1:{s.port}"
                 wrk(url, [request_file], 20, connections, b.path(f"wrk-{key}-warmup.txt"), headers=headers)
-                cg.zero(s.pid)
-                if name == "rebound":
-                    # A scrape of /metrics costs Rebound about 1.1M instructions (434
-                    # samples); sampled every second under callgrind, which slows the
-                    # server ~13x, it added ~400 instructions to every redirect measured,
-                    # which Prometheus at a 15 s interval and full speed would make ~1.
+                if rebound:
+                    # A scrape of /metrics costs Rebound about 2M instructions (2026-12-06):
+                    # the watch's first and last scrapes are outside the counted stretch
+                    # (zeroed after the first, dumped before the last); its lag samples,
+                    # one every 10 s, are in it, about 20 instructions a redirect in the
+                    # 70 s workloads and none in the 8 s one. nginx is not scraped.
                     with ClickWatch(f"http://127.0.0.1:{s.metrics_port}/metrics", every=10.0) as clicks:
+                        cg.zero(s.pid)
                         r = wrk(url, [request_file], seconds, connections, b.path(f"wrk-{key}.txt"), headers=headers)
-                    out["rebound_clicks"] = clicks.result
+                        cg.dump(s.pid)
+                    out[f"{name}_clicks"] = clicks.result
                 else:
+                    cg.zero(s.pid)
                     r = wrk(url, [request_file], seconds, connections, b.path(f"wrk-{key}.txt"), headers=headers)
-                cg.dump(s.pid)
+                    cg.dump(s.pid)
                 time.sleep(1)
                 total, dumps = cg.dumps_total(b.raw, f"{key}.out.{name}.")
                 out[name] = {"instructions": total, "requests": r["requests"],
                              "per_request": total / r["requests"] if r["requests"] else 0}
-                if name == "rebound" and dumps and r["requests"]:
+                if rebound and dumps and r["requests"]:
                     # The split: the request path (each connection's task, inclusive) and the
-                    # rest (click accounting and writes, timers, the other runtimes).
-                    path = cg.annotate_inclusive(os.path.join(b.raw, dumps[-1]))
-                    out[name]["path_per_request"] = path / r["requests"]
+                    # rest (click accounting and writes, timers, the other runtimes), and
+                    # where each redirect's instructions go, by part.
+                    annotated = cg.annotate(os.path.join(b.raw, dumps[-1]))
+                    out[name]["path_per_request"] = cg.parse_annotate_inclusive(annotated) / r["requests"]
+                    out[name]["parts_per_request"] = {
+                        part: n / r["requests"] for part, n in cg.parts(annotated).items()}
                 log(f"{key} {name}: {out[name]['per_request']:.0f} instructions per redirect")
             finally:
                 s.stop()

@@ -262,3 +262,16 @@ def test_blip_phase_rates_span_the_samples_inside_each_phase() -> None:
     assert rates["a"] == {"store_reads": (90 - 10) / 2}
     assert rates["b"] == {"store_reads": (810 - 160) / 5}
     assert "empty" not in rates
+
+
+def test_callgrind_parts_are_read_off_the_annotated_dump() -> None:
+    # callgrind_annotate --inclusive=yes of the release build's low-rate run, 2026-12-06,
+    # cut to the lines the parts name.
+    parts = callgrind.parts(fixture("callgrind-annotate-parts.txt"))
+    assert list(parts) == [name for name, _ in callgrind.PARTS]
+    assert all(n > 0 for n in parts.values()), parts
+    path = parts["request path: each connection's task"]
+    assert path == 832186038
+    inside = [n for name, n in parts.items() if name.startswith("- ")]
+    assert all(n < path for n in inside)
+    assert parts["- - the redirect service"] < parts["- the edge's Host check with the service inside it"]

@@ -10,6 +10,36 @@ from typing import Iterable
 REQUEST_PATH = "rebound_edge::conn::Edge::serve::{{closure}}"
 
 
+# Rebound's parts, each named by the functions (substrings of `callgrind_annotate`'s lines;
+# ` [` keeps a function's own line, not the lines of code inlined from elsewhere) whose
+# inclusive count is the part's. Indented parts are inside the part above them. Read off
+# a dump of the release build, 2026-12-06 (issue 43); a function renamed since reads 0.
+PARTS: list[tuple[str, list[str]]] = [
+    ("request path: each connection's task", [REQUEST_PATH + " ["]),
+    ("- reading the socket (hyper's read, the edge's guard)", ["hyper::proto::h1::io::Buffered<T,B>::poll_read_from_io ["]),
+    ("- parsing the head (hyper, httparse, the URI, the header map)",
+     ["<hyper::proto::h1::role::Server as hyper::proto::h1::Http1Transaction>::parse ["]),
+    ("- the edge's Host check with the service inside it", ["edge/src/host.rs:<T as hyper::service::http::HttpService<B1>>::call"]),
+    ("- - Host validation", ["rebound_edge::host::is_valid_host ["]),
+    ("- - the redirect service", ["rebound_proxy::server::Redirects as hyper::service::service::Service<http::request::Request<"
+                                  "hyper::body::incoming::Incoming>>>::call ["]),
+    ("- - - routing by domain", ["rebound_proxy::domains::DomainRoutes::route ["]),
+    ("- - - the code resolved from memory (L1, expiry, password)", ["rebound_proxy::path::RedirectPath::resolve_from_memory ["]),
+    ("- - - - L1", ["rebound_proxy::l1::L1::get ["]),
+    ("- - - the bot verdict", ["rebound_proxy::visitor::BotPatterns::classify ["]),
+    ("- - - the clock", ["<rebound_core::time::SystemClock as rebound_core::time::Clock>::now_millis ["]),
+    ("- - - the answer (its headers)", ["rebound_proxy::server::RedirectAnswers::reply ["]),
+    ("- writing the head (hyper)", ["hyper::proto::h1::conn::Conn<I,B,T>::write_head ["]),
+    ("- flushing it to the socket", ["hyper::proto::h1::io::Buffered<T,B>::poll_flush ["]),
+    ("- dropping the request (its header map)", ["core::ptr::drop_in_place<http::request::Parts> ["]),
+    ("waking up: parking, epoll, timers (the redirect threads)", ["tokio::runtime::scheduler::current_thread::Context::park ["]),
+    ("the other runtime's workers (click shipper, watches, /metrics)", ["tokio::runtime::scheduler::multi_thread::worker::run ["]),
+    ("- the click shipper", ["rebound_proxy::clicks::shipper::run_click_shipper::{{closure}} ["]),
+    ("- /metrics scrapes (the bench's lag samples)", ["prometheus::encoder::text::TextEncoder::encode_impl ["]),
+    ("the blocking pool (click writes to the store)", ["tokio::runtime::blocking::pool::Inner::run ["]),
+]
+
+
 def wrapper(outfile: str) -> list[str]:
     """The command prefix that runs a server under callgrind, one dump file per process
     (`outfile`.PID, then .PID.1 ... for each `callgrind_control -d`)."""
@@ -56,6 +86,19 @@ def parse_annotate_inclusive(text: str, function: str = REQUEST_PATH) -> int:
     return max((int(line.split()[0].replace(",", "")) for line in text.splitlines() if function in line), default=0)
 
 
+def annotate(path: str) -> str:
+    """`callgrind_annotate --inclusive=yes` of a dump: every function's inclusive count."""
+    return subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", path],
+                          capture_output=True, text=True).stdout
+
+
 def annotate_inclusive(path: str, function: str = REQUEST_PATH) -> int:
-    annotated = subprocess.run(["callgrind_annotate", "--inclusive=yes", path], capture_output=True, text=True).stdout
-    return parse_annotate_inclusive(annotated, function)
+    return parse_annotate_inclusive(annotate(path), function)
+
+
+def parts(annotated: str) -> dict[str, int]:
+    """Where Rebound's instructions go, by part (`PARTS`): each part's count is the largest
+    inclusive count of the functions that name it (the outermost of them), so parts that
+    nest (the response inside the request path) overlap, and none is summed twice."""
+    return {part: max((parse_annotate_inclusive(annotated, f) for f in functions), default=0)
+            for part, functions in PARTS}
