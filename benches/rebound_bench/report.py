@@ -128,7 +128,7 @@ def render(b: Bench) -> str:
             lines += ["", f"Rebound's click persistence in the measured run (under callgrind): "
                           f"{c['rows_per_s']:,.0f} rows/s, {100 * c['write_share']:.2f} % of the run writing, "
                           f"largest lag {c['max_lag_s']:.1f} s (sampled every 10 s: a scrape of /metrics "
-                          f"costs about 1.1M instructions), {c['dropped']:,.0f} clicks dropped."]
+                          f"costs about 2M instructions), {c['dropped']:,.0f} clicks dropped."]
         lines.append("")
     if "idle" in r:
         i = r["idle"]
