@@ -3,7 +3,7 @@
 
 use crate::store::sql_err;
 use rebound_store::StoreError;
-use rusqlite::{Connection, TransactionBehavior};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 pub(crate) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS links (
@@ -136,9 +136,23 @@ CREATE INDEX IF NOT EXISTS links_by_domain ON links (domain_id, code) WHERE is_a
 /// Links per transaction when an older file's links get their index columns.
 const INDEX_BATCH: usize = 10_000;
 
+/// The setting recorded once every link of the file has its index columns: later opens
+/// skip the search for links without them (a read of the whole table).
+const LINKS_INDEXED: &str = "sqlite:links_indexed";
+
 /// Fills the index columns of the links an older file holds without them (`target_host`
-/// NULL), in transactions of [`INDEX_BATCH`], once, at open.
+/// NULL), in transactions of [`INDEX_BATCH`], once: the file then records
+/// [`LINKS_INDEXED`], and later opens read nothing.
 pub(crate) fn index_older_links(conn: &mut Connection) -> Result<u64, StoreError> {
+    let recorded: Option<String> = conn
+        .query_row("SELECT value FROM settings WHERE name = ?1", [LINKS_INDEXED], |r| {
+            r.get(0)
+        })
+        .optional()
+        .map_err(sql_err)?;
+    if recorded.is_some() {
+        return Ok(0);
+    }
     let mut done = 0u64;
     loop {
         let tx = conn
@@ -154,6 +168,12 @@ pub(crate) fn index_older_links(conn: &mut Connection) -> Result<u64, StoreError
             rows.collect::<rusqlite::Result<_>>().map_err(sql_err)?
         };
         if rows.is_empty() {
+            tx.execute(
+                "INSERT INTO settings (name, value) VALUES (?1, '1') ON CONFLICT (name) DO NOTHING",
+                [LINKS_INDEXED],
+            )
+            .map_err(sql_err)?;
+            tx.commit().map_err(sql_err)?;
             return Ok(done);
         }
         for (code, long_url) in &rows {
@@ -271,8 +291,18 @@ mod tests {
         );
         let page = store.links_on_domain("d7", 10, None).await.unwrap();
         assert_eq!(page.links.len(), 1);
-        // Opened again: nothing left to index, and the indexes answer the same.
+        // Opened again: recorded as indexed, nothing read; the indexes answer the same.
         drop(store);
+        let indexed: String = Connection::open(&path)
+            .unwrap()
+            .query_row("SELECT value FROM settings WHERE name = ?1", [LINKS_INDEXED], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(indexed, "1");
+        let mut conn = Connection::open(&path).unwrap();
+        assert_eq!(index_older_links(&mut conn).unwrap(), 0);
+        drop(conn);
         let store = SqliteStore::open(&path).unwrap();
         let page = store.links_by_target_host("example.w.", 10, None).await.unwrap();
         assert_eq!(page.links.len(), 2);
