@@ -7,7 +7,6 @@
 mod common;
 
 use common::rebound::Rebound;
-use common::tls::{self_signed, tls_env};
 use common::*;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -439,15 +438,7 @@ async fn a_key_scoped_to_a_domain_creates_and_sees_only_there() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_tls_a_request_for_another_host_than_the_sni_name_is_misdirected() {
     let dir = temp_dir();
-    let (cert, key) = self_signed(dir.path(), "edge", "ec");
-    let mut env = tls_env(&cert, &key).to_vec();
-    env.push(("REBOUND_PUBLIC_BASE_URL", "https://localhost"));
-    let rb = Rebound::from(start(
-        &[],
-        &dir.path().join("data"),
-        &env,
-        &["redirect", "redirect TLS", "API", "metrics"],
-    ));
+    let (rb, cert) = Rebound::start_tls(dir.path(), "https://localhost");
     let code = rb.create_code(json!({"long_url": "https://example.com/tls"})).await;
     let port = rb.run.addrs["redirect TLS"].rsplit_once(':').unwrap().1.to_owned();
     let resolve = format!("localhost:{port}:127.0.0.1");
@@ -511,16 +502,7 @@ fn raw_tls_answer(tls: &str, sni: Option<&str>, request: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_tls_a_request_without_host_is_for_the_sni_name_never_the_default_domain() {
     let dir = temp_dir();
-    let (cert, key) = self_signed(dir.path(), "edge", "ec");
-    let mut env = tls_env(&cert, &key).to_vec();
-    let base = format!("https://{DEFAULT}");
-    env.push(("REBOUND_PUBLIC_BASE_URL", &base));
-    let rb = Rebound::from(start(
-        &[],
-        &dir.path().join("data"),
-        &env,
-        &["redirect", "redirect TLS", "API", "metrics"],
-    ));
+    let (rb, _) = Rebound::start_tls(dir.path(), &format!("https://{DEFAULT}"));
     let alpha = "go.alpha.test";
     assert_eq!(
         add_domain(&rb, json!({"name": alpha, "certificate": "files"})).await.0,

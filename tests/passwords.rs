@@ -8,7 +8,6 @@ mod common;
 
 use common::fleet::{edit_link, Deployment};
 use common::rebound::Rebound;
-use common::tls::{self_signed, tls_env};
 use common::*;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
@@ -24,12 +23,12 @@ fn client_from(local: [u8; 4]) -> reqwest::Client {
 }
 
 async fn post_password(client: &reqwest::Client, rb: &Rebound, code: &str, password: &str) -> reqwest::Response {
-    client
-        .post(rb.redirect_url(&format!("/{code}")))
-        .form(&[("password", password)])
-        .send()
-        .await
-        .unwrap()
+    post_password_to(client, rb.redirect_url(&format!("/{code}")), password).await
+}
+
+/// A password form posted to `url` (a link on any proxy).
+async fn post_password_to(client: &reqwest::Client, url: String, password: &str) -> reqwest::Response {
+    client.post(url).form(&[("password", password)]).send().await.unwrap()
 }
 
 fn header<'a>(res: &'a reqwest::Response, name: &str) -> Option<&'a str> {
@@ -191,15 +190,7 @@ async fn a_storm_of_attempts_is_bounded_and_leaves_the_redirect_path_alone() {
     let storm = (0..30u8).map(|i| {
         let client = client_from([127, 0, 1, 10 + i]);
         let url = rb.redirect_url("/vault");
-        async move {
-            let res = client
-                .post(url)
-                .form(&[("password", "wrong guess")])
-                .send()
-                .await
-                .unwrap();
-            res.status().as_u16()
-        }
+        async move { post_password_to(&client, url, "wrong guess").await.status().as_u16() }
     });
     let plain = async {
         let mut answers = Vec::new();
@@ -233,15 +224,7 @@ async fn a_storm_of_attempts_is_bounded_and_leaves_the_redirect_path_alone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_unlock_cookie_is_secure_over_tls_and_not_over_cleartext() {
     let dir = temp_dir();
-    let (cert, key) = self_signed(dir.path(), "edge", "ec");
-    let mut env = tls_env(&cert, &key).to_vec();
-    env.push(("REBOUND_PUBLIC_BASE_URL", "https://localhost"));
-    let rb = Rebound::from(start(
-        &[],
-        &dir.path().join("data"),
-        &env,
-        &["redirect", "redirect TLS", "API", "metrics"],
-    ));
+    let (rb, cert) = Rebound::start_tls(dir.path(), "https://localhost");
     rb.create(json!({"long_url": "https://example.com/s", "custom_alias": "tlslock", "password": "open sesame"}))
         .await;
     let tls_port = rb.run.addrs["redirect TLS"].rsplit_once(':').unwrap().1.to_owned();
@@ -310,15 +293,7 @@ async fn two_proxies_share_one_budget_of_attempts_per_link() {
     let attempts = (0..40u8).map(|i| {
         let client = client_from([127, 0, 2, 10 + i]);
         let url = format!("{}/fvault", proxies[usize::from(i % 2)].addr("redirect"));
-        async move {
-            let res = client
-                .post(url)
-                .form(&[("password", "wrong guess")])
-                .send()
-                .await
-                .unwrap();
-            res.status().as_u16()
-        }
+        async move { post_password_to(&client, url, "wrong guess").await.status().as_u16() }
     });
     let answers = futures_util::future::join_all(attempts).await;
     let elapsed = started.elapsed();

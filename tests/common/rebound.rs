@@ -31,6 +31,22 @@ impl Rebound {
         Rebound::from(start(&[], dir, env, ALL_PORTS))
     }
 
+    /// Starts the all-in-one with a TLS listener too (a self-signed ECDSA certificate made
+    /// in `dir`) and `public_base_url`, every port on port 0; and the certificate, for a
+    /// client to trust.
+    pub fn start_tls(dir: &Path, public_base_url: &str) -> (Rebound, PathBuf) {
+        let (cert, key) = self_signed(dir, "edge", "ec");
+        let mut env = tls_env(&cert, &key).to_vec();
+        env.push(("REBOUND_PUBLIC_BASE_URL", public_base_url));
+        let run = start(
+            &[],
+            &dir.join("data"),
+            &env,
+            &["redirect", "redirect TLS", "API", "metrics"],
+        );
+        (Rebound::from(run), cert)
+    }
+
     /// The redirect port's address (`host:port`).
     pub fn redirect(&self) -> String {
         self.run.addrs["redirect"].clone()
