@@ -6,7 +6,7 @@
 //! reaches `https://<domain>/<code>` over HTTP/1.1 and HTTP/2. A name that is not a
 //! configured domain gets no certificate, and none is ordered for it.
 
-mod common;
+use rebound_test_support as common;
 
 use common::fleet::{api, create, Deployment};
 use common::services::free_port;

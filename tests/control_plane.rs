@@ -1,7 +1,7 @@
 //! Black-box tests of `rebound control-plane` on port 0 against a temporary SQLite file:
 //! the success and error rows of SPEC §6, concurrency, restarts and the CLI.
 
-mod common;
+use rebound_test_support as common;
 
 use common::*;
 use reqwest::StatusCode;

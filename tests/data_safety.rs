@@ -3,7 +3,7 @@
 //! start, naming the settings and never the key), and the data directory is held by one
 //! process at a time (a second start fails at once; `--upgrade` takes it over).
 
-mod common;
+use rebound_test_support as common;
 
 use common::fleet::{create, get};
 use common::rebound::ALL_PORTS;

@@ -3,7 +3,7 @@
 //! tests that stop a server start one of their own. Each test uses its own table prefix,
 //! queue and Redis prefix.
 
-mod common;
+use rebound_test_support as common;
 
 use common::fleet::*;
 use common::services::*;

@@ -4,7 +4,7 @@
 //! host of no domain answered 404; keys scoped to domains; over TLS, a request for another
 //! host than the SNI name answered 421, and one without a host answered as the SNI name's.
 
-mod common;
+use rebound_test_support as common;
 
 use common::rebound::Rebound;
 use common::*;

@@ -3,7 +3,7 @@
 //! deadlines, the connection caps of every port, lingering close, HTTP/2 in clear and over
 //! TLS, certificate reload and the upgrade hand-over.
 
-mod common;
+use rebound_test_support as common;
 
 use common::rebound::{exchange, trickle, End, Rebound};
 use common::services::{free_port, wait_for_port};

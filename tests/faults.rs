@@ -3,7 +3,7 @@
 //! proxies leaving, a peer region out of reach), every operation and probe recorded in a
 //! history that a checker reads; and two regions, each with its own Redis and proxies.
 
-mod common;
+use rebound_test_support as common;
 
 use common::fleet::*;
 use common::history::*;

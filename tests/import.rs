@@ -2,7 +2,7 @@
 //! JSON lines judged one by one, and re-running an import that may have half-happened
 //! (a retry, an interrupted run) never makes a link twice.
 
-mod common;
+use rebound_test_support as common;
 
 use common::*;
 use serde_json::Value;

@@ -3,7 +3,7 @@
 //! millisecond, `max-age` shrinking towards it, pending clicks in the stats, the last
 //! clicks shipped on shutdown) is checked here by moving the clock.
 
-mod common;
+use rebound_test_support as common;
 
 use rebound::all_in_one::{AllInOne, AllInOneListeners};
 use rebound::data_plane::DataPlaneListeners;

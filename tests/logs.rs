@@ -3,7 +3,7 @@
 //! with `REBOUND_LOG_FORMAT=json` each line is one JSON object that a log shipper reads;
 //! any other format is refused at start, naming the variable.
 
-mod common;
+use rebound_test_support as common;
 
 use common::rebound::Rebound;
 use common::*;

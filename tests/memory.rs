@@ -1,6 +1,6 @@
 //! Memory that must not grow with traffic: every port, in clear and over TLS, serves many
 //! short connections and gives back what each one took (SPEC §7).
-mod common;
+use rebound_test_support as common;
 
 use common::*;
 use std::path::Path;

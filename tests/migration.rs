@@ -5,7 +5,7 @@
 //! serves every link as it was, on the default domain, keeps their clicks and the creator
 //! key, and adds domains, domain links and scoped keys on top.
 
-mod common;
+use rebound_test_support as common;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use common::fleet::{aws_conf, Deployment};

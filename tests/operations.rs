@@ -5,7 +5,7 @@
 //! global tables' template declares the same tables.
 //! The processes run on the Redis and moto that `scripts/test` starts.
 
-mod common;
+use rebound_test_support as common;
 
 use common::fleet::{aws_conf, clicks, get, provision, start_control_plane, start_proxy};
 use common::services::*;

@@ -4,7 +4,7 @@
 //! that set, change or remove the password; the cookie `Secure` over TLS; and, on Redis,
 //! one budget of attempts per link for every proxy of the fleet.
 
-mod common;
+use rebound_test_support as common;
 
 use common::fleet::{edit_link, Deployment};
 use common::rebound::Rebound;

@@ -5,7 +5,7 @@
 //! stays away from a control plane that stays up, and its reconciler finishes the delete
 //! once Redis is back.
 
-mod common;
+use rebound_test_support as common;
 
 use common::fleet::*;
 use common::services::*;

@@ -2,7 +2,7 @@
 //! its status and headers, the invariants I1–I3 in one process, single-flight and the
 //! issued-code filter seen through the metrics, and clicks reaching the stats.
 
-mod common;
+use rebound_test_support as common;
 
 use common::rebound::{exchange, End, Rebound, ALL_PORTS};
 use common::*;

@@ -5,7 +5,7 @@
 //! global table's replication (lag, last writer wins). Every operation and probe goes in a
 //! history the checker of SPEC §4 reads.
 
-mod common;
+use rebound_test_support as common;
 
 use common::fleet::*;
 use common::history::*;

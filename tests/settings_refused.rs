@@ -1,7 +1,7 @@
 //! Black-box: the real `rebound` refuses to start on a URL-valued setting that is not
 //! valid as the value it stands for, and names the setting on stderr.
 
-mod common;
+use rebound_test_support as common;
 
 use common::*;
 

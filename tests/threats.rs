@@ -5,7 +5,7 @@
 //! the listed hosts, and lists back to content they held before taking down a link made in
 //! between (issue 42); anonymous abuse reports, rate limited and listed for operators.
 
-mod common;
+use rebound_test_support as common;
 
 use common::rebound::Rebound;
 use common::*;

@@ -1,6 +1,5 @@
 //! TLS for the black-box tests: self-signed certificates, the settings of a TLS redirect
 //! port on port 0, and a client that trusts one certificate.
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

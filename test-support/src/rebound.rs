@@ -1,9 +1,8 @@
 //! One all-in-one `rebound` on port 0 with its every port, and the calls the black-box
 //! tests make to it; and raw exchanges of bytes with a port, for what an HTTP client would
 //! not send.
-#![allow(dead_code)]
 
-use super::*;
+use crate::*;
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::io::{Read, Write};

@@ -2,9 +2,8 @@
 //! servers of a test's own that it may stop or restart from a snapshot (the shared ones
 //! that `scripts/test` started are named in `env`), and a TCP relay that can freeze a
 //! connection silently or fail over to another server.
-#![allow(dead_code)]
 
-use super::env::shared_redis_is_a_cluster;
+use crate::env::shared_redis_is_a_cluster;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::sync::Arc;
@@ -83,7 +82,7 @@ impl OwnServer {
     }
 
     fn redis_on(port: u16, args: &[&str]) -> OwnServer {
-        let dir = super::temp_dir();
+        let dir = crate::temp_dir();
         let child = Self::spawn_redis(port, dir.path(), args);
         OwnServer {
             child: Some(child),

@@ -2,9 +2,8 @@
 //! proxy, with when it started and ended on this process's monotonic clock and what it
 //! answered; and the checker that decides from the history alone whether SPEC §4's I1 (for
 //! a deleted link, and for an edited link's old target, SPEC §12) or I2 broke.
-#![allow(dead_code)]
 
-use super::{http, Running, OPERATOR_KEY};
+use crate::{http, Running, OPERATOR_KEY};
 use serde_json::json;
 use std::sync::Mutex;
 use std::time::Instant;

@@ -1,7 +1,6 @@
 //! What the black-box tests read from their own environment (the services and tools that
 //! `scripts/test` starts or installs and names in `REBOUND_TEST_*`), the environments they
 //! hand to the processes they start, and names that no other test uses at the same time.
-#![allow(dead_code)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -1,9 +1,8 @@
 //! Reading a process's `/metrics`: one series' value, strictly (a series the process does
 //! not export fails the test, naming the nearest ones it does export), or leniently where a
 //! labelled counter may not have been touched yet.
-#![allow(dead_code)]
 
-use super::{http, Running};
+use crate::{http, Running};
 use std::collections::BTreeSet;
 
 /// Store reads on the redirect path (each a lookup past L1 and L2).

@@ -2,7 +2,6 @@
 //! the environment and unique names (`env`), scrapes (`metrics`), certificates (`tls`),
 //! the all-in-one and raw exchanges (`rebound`), a distributed deployment (`fleet`), the
 //! servers it runs on (`services`) and a fault test's history (`history`).
-#![allow(dead_code)]
 
 pub mod env;
 pub mod fleet;
@@ -15,8 +14,6 @@ pub mod tls;
 
 pub use env::*;
 pub use metrics::*;
-// Not every test binary has a TLS port.
-#[allow(unused_imports)]
 pub use tls::*;
 
 use std::collections::HashMap;
@@ -39,8 +36,25 @@ pub struct Running {
     stderr_reader: Option<std::thread::JoinHandle<()>>,
 }
 
-pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_rebound")
+/// The `rebound` binary the tests run: the one Cargo built with the test binary, in the
+/// directory above the test's own (`target/<profile>/deps/<test>` → `target/<profile>/rebound`;
+/// Cargo builds a package's binaries for its integration tests).
+pub fn bin() -> &'static Path {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let test = std::env::current_exe().expect("the test binary's path");
+        let bin = test
+            .parent()
+            .and_then(Path::parent)
+            .map(|dir| dir.join(format!("rebound{}", std::env::consts::EXE_SUFFIX)))
+            .expect("the test binary is in target/<profile>/deps");
+        assert!(
+            bin.is_file(),
+            "no rebound binary at {} (built by `cargo test`)",
+            bin.display()
+        );
+        bin
+    })
 }
 
 /// `rebound <args>` in an environment of its own: a data dir, the bootstrap key, every

@@ -1,10 +1,9 @@
 //! A distributed deployment for black-box tests: the names and endpoints one test's control
 //! planes and proxies share (tables, queue, Redis prefix), and the calls the tests make to
 //! them.
-#![allow(dead_code)]
 
-use super::services::distributed_env;
-use super::*;
+use crate::services::distributed_env;
+use crate::*;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use std::path::Path;

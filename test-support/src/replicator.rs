@@ -11,7 +11,6 @@
 //! global table, a conditional write is checked against its own region's replica only (and
 //! atomically: the front lets one write at a time through to its server).
 //! While paused (a partition between the regions) copies wait, and land once resumed.
-#![allow(dead_code)]
 
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -62,7 +61,7 @@ impl Replicated {
             .unwrap();
         let paused = Arc::new(AtomicBool::new(false));
         let in_flight = Arc::new(AtomicU64::new(0));
-        let http = super::http_builder().pool_max_idle_per_host(64).build().unwrap();
+        let http = crate::http_builder().pool_max_idle_per_host(64).build().unwrap();
         let mut fronts = Vec::new();
         for (source, dest) in [(servers[0], servers[1]), (servers[1], servers[0])] {
             let side = Side {
