@@ -1,9 +1,9 @@
 //! Citations of the specification stay followable. In every text file of the repository
 //! (git's tracked and new files; this file aside), each `docs/spec.md §X` citation (and each
 //! `§Y` chained to it, as in `§5, §11` or `§4 I1/I2, §8`) names a section of docs/spec.md,
-//! which carries one `<a id="sX"></a>` anchor per section; the citation form of the old
-//! out-of-tree specification is refused; and the anchors of docs/spec.md are unique and
-//! every in-page link `(#id)` there names one of them.
+//! which carries one `<a id="sX"></a>` anchor per section, and each link `spec.md#id` names
+//! an anchor; the citation form of the old out-of-tree specification is refused; and the
+//! anchors of docs/spec.md are unique and every in-page link `(#id)` there names one.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -91,6 +91,15 @@ fn every_citation_names_a_section_of_the_spec() {
                 citations += 1;
                 if !anchors.contains(&format!("s{s}")) {
                     bad.push(format!("{file}:{}: `§{s}` is no section of docs/spec.md", n + 1));
+                }
+            }
+            for piece in line.split("spec.md#").skip(1) {
+                let id: String = piece
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                    .collect();
+                if !anchors.contains(&id) {
+                    bad.push(format!("{file}:{}: link to `spec.md#{id}`, no such anchor", n + 1));
                 }
             }
             for o in &old {
