@@ -1,4 +1,4 @@
-//! The data plane's view of the fleet's domains (SPEC §11): loaded from the store before the
+//! The data plane's view of the fleet's domains (docs/spec.md §11): loaded from the store before the
 //! redirect port serves, then reloaded whenever the store's change counter moves (polled
 //! every [`POLL`], one strongly consistent read), into the routes by host and the list of
 //! domains ACME orders certificates for (the configured `acme.domains` and every domain

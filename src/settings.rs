@@ -31,7 +31,7 @@ pub enum QueueChoice {
     Sqs { queue_name: String },
 }
 
-/// The defences of the listening ports (SPEC §3a), in milliseconds and counts; each
+/// The defences of the listening ports (docs/spec.md §3a), in milliseconds and counts; each
 /// refusal is counted by reason. The defaults are `rebound_edge::EdgeLimits`'.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EdgeSettings {
@@ -98,7 +98,7 @@ pub struct AcmeSettings {
     pub challenge: rebound_acme::ChallengeKind,
 }
 
-/// Threat lists (SPEC §12): where each is read from, and how often.
+/// Threat lists (docs/spec.md §12): where each is read from, and how often.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ThreatSettings {
     pub lists: Vec<ThreatListSource>,

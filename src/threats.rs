@@ -1,4 +1,4 @@
-//! The threat lists' loader (SPEC §12): every configured list read from its file or URL at
+//! The threat lists' loader (docs/spec.md §12): every configured list read from its file or URL at
 //! start and every `refresh_secs`, parsed, and put in force in the control plane's index; a
 //! list that fails to load keeps its entries before. When a list's content changed, the
 //! links on the hosts of its new entries are checked against the lists (in the home region

@@ -1,4 +1,4 @@
-//! The TLS port's certificates over ACME (SPEC §11, issue 32), black-box: the all-in-one,
+//! The TLS port's certificates over ACME (docs/spec.md §11, issue 32), black-box: the all-in-one,
 //! started with only `tls_addr` and the ACME settings, orders a certificate for its
 //! domain from a real ACME server (Debian's `pebble`, with `pebble-challtestsrv` resolving
 //! every name to 127.0.0.1, both started by the test), answering the validation on its

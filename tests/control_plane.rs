@@ -1,5 +1,5 @@
 //! Black-box tests of `rebound control-plane` on port 0 against a temporary SQLite file:
-//! the success and error rows of SPEC §6, concurrency, restarts and the CLI.
+//! the success and error rows of docs/spec.md §6, concurrency, restarts and the CLI.
 
 use rebound_test_support as common;
 

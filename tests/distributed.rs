@@ -110,7 +110,7 @@ async fn deletes_and_edits_with_two_healthy_proxies_are_timed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs REBOUND_TEST_REDIS_URL and REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
 async fn i1_an_edit_reaches_both_proxies_and_no_one_answers_the_old_target() {
-    // SPEC §12: once an edit returned, no proxy redirects to the old target. Each round
+    // docs/spec.md §12: once an edit returned, no proxy redirects to the old target. Each round
     // warms a link into both proxies' L1 and edits it (four workers at once); the moment the
     // API answered, both redirect to the new target. Timed like the deletes.
     let d = Deployment::new(&shared_aws_url(), Some(&shared_redis_url()));
@@ -239,7 +239,7 @@ async fn i1_holds_for_links_on_another_domain() {
 
 /// `rounds` times, in four concurrent workers: a new link is warmed into every proxy's L1,
 /// deleted or taken down, and requested on every proxy the moment the API answered: 404
-/// every time (SPEC I1 across proxies, with no window).
+/// every time (docs/spec.md §4 I1 across proxies, with no window).
 async fn strict_i1_rounds(cp: &Running, proxies: &[Running], rounds: usize) {
     let worker = |w: usize| async move {
         for i in (w..rounds).step_by(4) {
@@ -804,7 +804,7 @@ async fn two_control_planes_on_one_store_issue_no_code_twice_share_aliases_and_c
     }
 }
 
-/// SPEC §3 step 4: a proxy knows which codes can exist from the counter's high-water mark
+/// docs/spec.md §3 step 4: a proxy knows which codes can exist from the counter's high-water mark
 /// and the alias index, never from the links; it hears every lease on the creation feed;
 /// codes nobody issued are 404 with no store read; and a code of a lease it never heard of
 /// is still served, not 404.

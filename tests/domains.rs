@@ -1,4 +1,4 @@
-//! Domains (SPEC §11, issue 32), black-box on the all-in-one: domains added, listed and
+//! Domains (docs/spec.md §11, issue 32), black-box on the all-in-one: domains added, listed and
 //! removed through the API; links on a domain, the same alias on two domains; the redirect
 //! port routing by `Host` (HTTP/1) and `:authority` (HTTP/2) with each domain's own pages, a
 //! host of no domain answered 404; keys scoped to domains; over TLS, a request for another

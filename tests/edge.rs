@@ -1,4 +1,4 @@
-//! Black-box tests of the redirect port's edge (SPEC §3a) on real sockets, against the
+//! Black-box tests of the redirect port's edge (docs/spec.md §3a) on real sockets, against the
 //! all-in-one started on port 0: RFC 9112 framing and heads side by side with nginx, the
 //! deadlines, the connection caps of every port, lingering close, HTTP/2 in clear and over
 //! TLS, certificate reload and the upgrade hand-over.
@@ -23,7 +23,7 @@ fn statuses(text: &str) -> Vec<u16> {
         .collect()
 }
 
-/// The hostile and odd requests of SPEC §3a, with what Rebound answers and what nginx 1.22
+/// The hostile and odd requests of docs/spec.md §3a, with what Rebound answers and what nginx 1.22
 /// answers to the same bytes (`/pipe` is a redirect on both).
 struct Case {
     name: &'static str,
@@ -206,7 +206,7 @@ fn cases() -> Vec<Case> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_heads_are_refused_as_rfc_9112_says_and_the_connection_closed_cleanly() {
     let dir = temp_dir();
-    // The domain the named Host is for (SPEC §11: a host of no domain is 404).
+    // The domain the named Host is for (docs/spec.md §11: a host of no domain is 404).
     let rb = Rebound::start(dir.path(), &[("REBOUND_PUBLIC_BASE_URL", "http://sho.rt")]);
     rb.create(json!({"long_url": "https://example.com/p", "custom_alias": "pipe"}))
         .await;

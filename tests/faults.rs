@@ -1,4 +1,4 @@
-//! The fleet under faults (SPEC §4 I1/I2, §8): real control planes and proxies on a real
+//! The fleet under faults (docs/spec.md §4 I1/I2, §8): real control planes and proxies on a real
 //! Redis and moto, faults injected by the test (subscriptions killed, clocks skewed,
 //! proxies leaving, a peer region out of reach), every operation and probe recorded in a
 //! history that a checker reads; and two regions, each with its own Redis and proxies.
@@ -620,7 +620,7 @@ async fn a_randomized_schedule_of_faults_breaks_neither_i1_nor_i2() {
                         probe_with(&history, &client, addr, name, &code).await;
                     }
                 }
-                // Two links in three are edited, once or twice (SPEC §12: the old target
+                // Two links in three are edited, once or twice (docs/spec.md §12: the old target
                 // is never served once an edit returned), each edit probed on every proxy.
                 let mut target = format!("https://example.com/fault/{}", w as usize * 1_000_000 + i);
                 for version in 1..=rng.below(3) {

@@ -1,5 +1,5 @@
 //! Memory that must not grow with traffic: every port, in clear and over TLS, serves many
-//! short connections and gives back what each one took (SPEC §7).
+//! short connections and gives back what each one took (docs/spec.md §7).
 use rebound_test_support as common;
 
 use common::*;

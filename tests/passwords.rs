@@ -1,4 +1,4 @@
-//! Password-protected links (SPEC §12, issue 33), black-box on the all-in-one: the form in
+//! Password-protected links (docs/spec.md §12, issue 33), black-box on the all-in-one: the form in
 //! place of the redirect, a wrong password, the right one's redirect and cookie, attempts
 //! limited per client, a storm of attempts that leaves the redirect path alone, and edits
 //! that set, change or remove the password; the cookie `Secure` over TLS; and, on Redis,

@@ -1,4 +1,4 @@
-//! A delete finished by the system (SPEC §4 I1, §8): real control planes and proxies on a
+//! A delete finished by the system (docs/spec.md §4 I1, §8): real control planes and proxies on a
 //! real Redis and moto; the control plane's path to Redis is cut through a relay, so its
 //! tombstone fails while the proxies still read the active record from Redis, then it is
 //! killed, and a new control plane must finish the delete with no client retry; or Redis

@@ -1,4 +1,4 @@
-//! Black-box tests of the all-in-one `rebound` on port 0: every outcome of SPEC §3 with
+//! Black-box tests of the all-in-one `rebound` on port 0: every outcome of docs/spec.md §3 with
 //! its status and headers, the invariants I1–I3 in one process, single-flight and the
 //! issued-code filter seen through the metrics, and clicks reaching the stats.
 

@@ -1,9 +1,9 @@
-//! Regions (docs/regions.md, SPEC §8): several regions on one machine, each with its own
+//! Regions (docs/regions.md, docs/spec.md §8): several regions on one machine, each with its own
 //! redis-server, control plane and proxies, the regions 40 ms apart each way through relays
 //! that can cut them off. First one store (moto) standing for the replicated one; then each
 //! region with its own replica (its own moto) and the replicator fixture standing for a
 //! global table's replication (lag, last writer wins). Every operation and probe goes in a
-//! history the checker of SPEC §4 reads.
+//! history the checker of docs/spec.md §4 reads.
 
 use rebound_test_support as common;
 
@@ -98,7 +98,7 @@ async fn a_create_is_served_and_a_delete_is_404_in_both_regions_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs REBOUND_TEST_DYNAMODB_URL and redis-server (the test services): scripts/test starts them and runs it"]
 async fn an_edit_is_served_in_both_regions_at_once_and_the_old_target_nowhere() {
-    // SPEC §12: once an edit returned, no proxy in any region answers with the old target.
+    // docs/spec.md §12: once an edit returned, no proxy in any region answers with the old target.
     // Each link is warmed into every proxy's L1 in both regions, then edited twice.
     let dir = temp_dir();
     let (cp, proxies, _far, _servers) = two_regions(dir.path()).await;

@@ -1,4 +1,4 @@
-//! Abuse kept out (SPEC §12, issue 33), black-box on the all-in-one: threat lists read from
+//! Abuse kept out (docs/spec.md §12, issue 33), black-box on the all-in-one: threat lists read from
 //! a local file and from a feed served on loopback, refreshed every second; a create on a
 //! listed target refused naming the list; a feed refresh taking a live link down with its
 //! audit entry; an operator reinstating it for good; a restart reading only the links on

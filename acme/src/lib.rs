@@ -1,6 +1,6 @@
 //! # rebound-acme
 //!
-//! Certificates for the fleet's custom domains (SPEC §11), issued and renewed over ACME
+//! Certificates for the fleet's custom domains (docs/spec.md §11), issued and renewed over ACME
 //! (RFC 8555) with [instant-acme], answered by HTTP-01 or TLS-ALPN-01 (RFC 8737), and kept
 //! in the store for the whole fleet ([`CertificateStore`]), one issuer at a time per domain.
 //! A certificate is only ever ordered for a domain in the list the caller gives: nothing is

@@ -1,4 +1,4 @@
-//! The bodies of Rebound's control-plane API (SPEC §6): what the server reads and writes,
+//! The bodies of Rebound's control-plane API (docs/spec.md §6): what the server reads and writes,
 //! what its OpenAPI document is generated from (utoipa), and what the CLI sends and reads.
 //! One definition, so the three cannot drift apart. No behaviour beyond (de)serialising.
 #![forbid(unsafe_code)]
@@ -38,19 +38,19 @@ pub struct CreateLinkRequest {
     /// Append the request's query string to the target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forward_query: Option<bool>,
-    /// The domain the link is on (SPEC §11): the default domain (the host of the public
+    /// The domain the link is on (docs/spec.md §11): the default domain (the host of the public
     /// base URL) when not given, or the first domain of a key scoped to domains.
     #[schema(max_length = 253)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub domain: Option<String>,
-    /// A password visitors must give before the redirect (SPEC §12): 4 to 128 characters
+    /// A password visitors must give before the redirect (docs/spec.md §12): 4 to 128 characters
     /// without control characters, stored as an Argon2id hash, never shown again.
     #[schema(min_length = 4, max_length = 128, pattern = r"^[^\x00-\x1f\x7f-\x9f]*$")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password: Option<String>,
 }
 
-/// An edit of a link (SPEC §12): only the fields given change. Sent with `If-Match: "<version>"`.
+/// An edit of a link (docs/spec.md §12): only the fields given change. Sent with `If-Match: "<version>"`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EditLinkRequest {
@@ -421,7 +421,7 @@ pub struct Me {
     pub domains: Option<Vec<String>>,
 }
 
-/// A domain to serve links on (SPEC §11).
+/// A domain to serve links on (docs/spec.md §11).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateDomainRequest {

@@ -1,4 +1,4 @@
-//! The handlers of SPEC §6 and the OpenAPI document generated from them and from their
+//! The handlers of docs/spec.md §6 and the OpenAPI document generated from them and from their
 //! request and response types (`rebound_api_types`, shared with the CLI). A handler
 //! extracts the request, calls the links service (`links`) and answers; the rules live
 //! there.

@@ -1,4 +1,4 @@
-//! The operator console (SPEC §10): one HTML page, a stylesheet and a JavaScript module,
+//! The operator console (docs/spec.md §10): one HTML page, a stylesheet and a JavaScript module,
 //! compiled into the binary and served at `/` on the API port. It talks to the API with
 //! the key the person signs in with (kept in `sessionStorage`); the server holds no
 //! session. A strict `Content-Security-Policy`: nothing inline, nothing from elsewhere.

@@ -1,4 +1,4 @@
-//! Domains (SPEC §11) in the control plane: which domain a request means, the names of the
+//! Domains (docs/spec.md §11) in the control plane: which domain a request means, the names of the
 //! domains its links' keys carry, and `POST/GET/DELETE /api/v1/domains`.
 //!
 //! A domain's id is in every key of its links (`rebound_core::domain`); the names are kept
@@ -273,7 +273,7 @@ impl ControlPlane {
         Ok(Some(url))
     }
 
-    /// The own-host rule for the domains added to the fleet (SPEC §5, §11): 400
+    /// The own-host rule for the domains added to the fleet (docs/spec.md §5, §11): 400
     /// `invalid_url` when `target` (validated) is on one of them, at any port, as a target
     /// on the default domain's host and port is. `field` names a page URL; `None` is a
     /// link's `long_url`. One strongly consistent read of the store, only for a target on a
@@ -341,7 +341,7 @@ impl ControlPlane {
         Ok((named, count, pages))
     }
 
-    /// Adds a domain (SPEC §11): a new id from the counter, the conditional insert, then the
+    /// Adds a domain (docs/spec.md §11): a new id from the counter, the conditional insert, then the
     /// data planes are told and the audit log records it.
     async fn add_domain(&self, principal: &Principal, req: CreateDomainRequest) -> Result<Domain, ApiError> {
         principal.require_operator()?;

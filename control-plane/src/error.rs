@@ -1,5 +1,5 @@
 //! The one error type of the API. The client sees a clean message in the body shape of
-//! SPEC §6; the log sees the cause.
+//! docs/spec.md §6; the log sees the cause.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};

@@ -1,4 +1,4 @@
-//! Propagations finished by the system (SPEC §4 I1, §8): a delete or takedown durable in
+//! Propagations finished by the system (docs/spec.md §4 I1, §8): a delete or takedown durable in
 //! the store leaves "propagate version V of code C" pending in the same write, leased to
 //! the control plane that made it. That one clears it when its own propagation succeeded;
 //! otherwise every control plane's reconciler looks for pending ones whose lease expired

@@ -1,4 +1,4 @@
-//! Abuse kept out (SPEC §12): the threat lists creates and edits are checked against, the
+//! Abuse kept out (docs/spec.md §12): the threat lists creates and edits are checked against, the
 //! rescan that takes matching active links down (`threat-list:<name>`, reversible by an
 //! operator: `reinstate`), the lists' state for operators, and anonymous abuse reports.
 //!

@@ -1,4 +1,4 @@
-//! The API without a socket: every row of SPEC §6 the control plane answers alone,
+//! The API without a socket: every row of docs/spec.md §6 the control plane answers alone,
 //! driven through the router with `oneshot`.
 
 use axum::body::Body;

@@ -1,4 +1,4 @@
-//! The cache record (SPEC §2): one shape for Redis `url:{code}` and for L1, and how a
+//! The cache record (docs/spec.md §2): one shape for Redis `url:{code}` and for L1, and how a
 //! reader judges it at a given time.
 
 use crate::link::{Link, RedirectKind};

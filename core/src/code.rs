@@ -6,7 +6,7 @@ pub const MIN_LEN: usize = 3;
 pub const MAX_LEN: usize = 32;
 
 /// Aliases refused case-insensitively because the service's own paths use them: the
-/// words of SPEC §5, every fixed segment of the API's routes (a fixed route such as
+/// words of docs/spec.md §5, every fixed segment of the API's routes (a fixed route such as
 /// `/api/v1/links/import` would shadow the link of that code), and the console's.
 pub const RESERVED_WORDS: &[&str] = &[
     "api",
@@ -31,7 +31,7 @@ pub const RESERVED_WORDS: &[&str] = &[
     "reinstate",
     "abuse-reports",
     "threat-lists",
-    // Pages the console (SPEC §10) may use (`qr`, `v1` or `qr.svg` are no codes anyway).
+    // Pages the console (docs/spec.md §10) may use (`qr`, `v1` or `qr.svg` are no codes anyway).
     "console",
     "audit",
     "search",

@@ -1,4 +1,4 @@
-//! The redirect decision of a store read (SPEC §3 step 5) as one pure function of
+//! The redirect decision of a store read (docs/spec.md §3 step 5) as one pure function of
 //! (item, the newest tombstone seen, now), and the pure parts of the redirect response.
 
 use crate::link::Link;
@@ -16,7 +16,7 @@ pub enum StoreVerdict {
     /// Deleted or taken down: write a tombstone, 404.
     Tombstone,
     /// Active, but older than a tombstone of the code already seen (in L1 or L2): a store
-    /// replica that has not caught up with the delete (SPEC §8). A deletion is final, so
+    /// replica that has not caught up with the delete (docs/spec.md §8). A deletion is final, so
     /// it is not served: 404, and nothing is cached or populated from it.
     Superseded,
 }

@@ -1,4 +1,4 @@
-//! Domains (SPEC §11): the hosts a fleet serves links on, and how a link's key carries its
+//! Domains (docs/spec.md §11): the hosts a fleet serves links on, and how a link's key carries its
 //! domain.
 //!
 //! A link belongs to one domain. The default domain is the host of `public_base_url`; every

@@ -12,7 +12,7 @@ use crate::permute::CodePermutation;
 pub const COUNTER: &str = "codes";
 /// Region slots: the counter values (the code space) are split into this many equal
 /// ranges, one per region of a fleet, each leased from a counter of its own, so that
-/// regions generate codes without asking each other and never give one twice (SPEC §8).
+/// regions generate codes without asking each other and never give one twice (docs/spec.md §8).
 pub const REGION_SLOTS: u8 = 16;
 /// Counter values in each region slot's range.
 pub const REGION_SPAN: u64 = base62::SPACE / REGION_SLOTS as u64;

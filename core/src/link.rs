@@ -1,4 +1,4 @@
-//! The link record as the store keeps it (SPEC §2).
+//! The link record as the store keeps it (docs/spec.md §2).
 
 use crate::time::UnixMillis;
 use serde::{Deserialize, Serialize};
@@ -83,7 +83,7 @@ pub struct Link {
     pub password_hash: Option<String>,
 }
 
-/// What an edit sets: the new values of every field an edit may change (SPEC §12).
+/// What an edit sets: the new values of every field an edit may change (docs/spec.md §12).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LinkEdit {
     pub long_url: String,

@@ -1,4 +1,4 @@
-//! Password-protected links (SPEC §12): the password as stored (an Argon2id hash in the PHC
+//! Password-protected links (docs/spec.md §12): the password as stored (an Argon2id hash in the PHC
 //! string format, never the password), its check, and the signed cookie that lets a visitor
 //! who gave it through for a while. The salt, the cookie key and the clock come from the
 //! caller: nothing here does I/O.

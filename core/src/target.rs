@@ -1,4 +1,4 @@
-//! Validation and normalisation of target URLs (SPEC §5). The destination is never fetched,
+//! Validation and normalisation of target URLs (docs/spec.md §5). The destination is never fetched,
 //! and no name is ever resolved: a loop is recognised from the URL's text alone.
 
 use std::net::IpAddr;
@@ -232,7 +232,7 @@ impl TargetPolicy {
 /// no trailing dot: `rebound_core::domain::normalize_domain`), in any spelling the URL
 /// parser reads; `None` when the host is an address, `localhost`, or `target` no URL.
 ///
-/// The own-host rule for added domains (SPEC §11): the fleet routes a request to a domain
+/// The own-host rule for added domains (docs/spec.md §11): the fleet routes a request to a domain
 /// by its name alone, on every port it listens on, so a target on a served domain's name,
 /// at any port, reaches the fleet again (a loop, [`TargetError::OwnHost`]). Which names are
 /// served is the store's to say: the caller looks this name up ([`is_on_domain`] for one

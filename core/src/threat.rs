@@ -521,7 +521,7 @@ impl ThreatIndex {
 }
 
 /// The key the stores index an active link under by its target's host (the index a rescan
-/// reads instead of every link, SPEC §12): a name's labels in reverse order, each followed
+/// reads instead of every link, docs/spec.md §12): a name's labels in reverse order, each followed
 /// by a dot (`a.evil.example` → `example.evil.a.`), so that the links on a host and on
 /// every subdomain of it are the keys that start with the host's key; an address in
 /// brackets (`[203.0.113.7]`, an IPv4-mapped IPv6 address as its IPv4). `None` for a target

@@ -1,5 +1,5 @@
 //! The limits one listening port enforces on its connections: plain data, with the
-//! defaults of SPEC §3a, written only here (the binary's settings refer to them). Every
+//! defaults of docs/spec.md §3a, written only here (the binary's settings refer to them). Every
 //! limit has a counter for what it refused (see `metrics`).
 
 use std::time::Duration;

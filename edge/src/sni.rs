@@ -1,4 +1,4 @@
-//! Certificates chosen by the name a client asks for (SNI, SPEC §11): [`SniResolver`] holds
+//! Certificates chosen by the name a client asks for (SNI, docs/spec.md §11): [`SniResolver`] holds
 //! each domain's certificate in a map replaced whole at run time (a reader never waits for a
 //! writer, and no lock is held across a handshake), falls back to the port's own certificate
 //! for any other name and for a client that sends none, and answers a TLS-ALPN-01 validation

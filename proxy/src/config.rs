@@ -48,7 +48,7 @@ pub struct Config {
     /// Where `GET /` redirects; none: the 404 answer.
     pub root_url: Option<String>,
     /// Serve a request for a host that is no domain of the fleet as the default domain's,
-    /// rather than 404 (SPEC §11).
+    /// rather than 404 (docs/spec.md §11).
     pub serve_unknown_hosts: bool,
 }
 

@@ -1,4 +1,4 @@
-//! Routing by host (SPEC §11): which domain a request is for, from its `Host` (HTTP/1) or
+//! Routing by host (docs/spec.md §11): which domain a request is for, from its `Host` (HTTP/1) or
 //! `:authority` (HTTP/2), and so which key its code is looked up by and which pages answer
 //! it.
 //!

@@ -1,4 +1,4 @@
-//! The issued-code filter (SPEC §3 step 4): which codes can exist, known without reading
+//! The issued-code filter (docs/spec.md §3 step 4): which codes can exist, known without reading
 //! the links. A generated code is the permutation of a counter value, so it can exist only
 //! if that value is below the high-water mark of its region slot's counter (each region
 //! of a fleet leases from its own range of values); every other code is an alias, kept

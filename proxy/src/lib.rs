@@ -17,8 +17,8 @@
 //! - `distributed`: the Redis tasks: invalidation listener, keepalives, creation feed.
 //! - `events`: the link-event port carried in process (all-in-one).
 //! - `metrics`: every metric of the data plane.
-//! - `domains`: which domain a request is for, by its host (SPEC §11).
-//! - `visitor`: whether a redirect's click is a person's or a bot's (SPEC §12).
+//! - `domains`: which domain a request is for, by its host (docs/spec.md §11).
+//! - `visitor`: whether a redirect's click is a person's or a bot's (docs/spec.md §12).
 //! - `pages`: the prebuilt 404, 410 and `/` answers (static pages, or configured redirects).
 // One exception: `server::RedirectService::listener`, adopting the listening socket an
 // upgrade hands over by its descriptor number. `l1` forbids it outright.

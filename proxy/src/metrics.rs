@@ -113,7 +113,7 @@ impl ProxyMetrics {
                 registry,
                 IntGauge::new(
                     "rebound_domains_routed",
-                    "Domains this proxy routes besides the default one (SPEC §11)",
+                    "Domains this proxy routes besides the default one (docs/spec.md §11)",
                 )?,
             )?,
             l1_hits: lookups.with_label_values(&["l1", "hit"]),

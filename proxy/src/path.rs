@@ -1,4 +1,4 @@
-//! The redirect path of SPEC §3 after the request checks: L1 → L2 (Redis, when configured)
+//! The redirect path of docs/spec.md §3 after the request checks: L1 → L2 (Redis, when configured)
 //! → issued-code filter → store, with one flight per code over L2 and the store, the core's pure
 //! decision, and the stale-on-failure rule. Transport-free, so it is tested against fakes.
 
@@ -113,7 +113,7 @@ impl RedirectPath {
         self
     }
 
-    /// Counts password attempts per link in `budget`, the fleet's (SPEC §12).
+    /// Counts password attempts per link in `budget`, the fleet's (docs/spec.md §12).
     pub fn with_attempt_budget(mut self, budget: Arc<dyn AttemptBudget>) -> RedirectPath {
         self.attempts = Some(budget);
         self
@@ -917,7 +917,7 @@ mod tests {
         held.release.notify_one();
         assert!(
             matches!(read.await.unwrap(), Resolution::Redirect(_)),
-            "the stale record answers its request (SPEC §3 step 6)"
+            "the stale record answers its request (docs/spec.md §3 step 6)"
         );
         assert_eq!(path.metrics.stale_served.get(), 1);
         assert!(

@@ -51,11 +51,11 @@ pub struct RedirectAnswers {
     dead_ends: DeadEnds,
     /// The HTTP-01 validations in flight, when this port's certificates come from ACME.
     acme: Option<AcmeAnswers>,
-    /// Which domain a request is for (SPEC §11).
+    /// Which domain a request is for (docs/spec.md §11).
     routes: Arc<DomainRoutes>,
-    /// Whose clicks a redirect counts: people's or bots' (SPEC §12).
+    /// Whose clicks a redirect counts: people's or bots' (docs/spec.md §12).
     bots: Arc<BotPatterns>,
-    /// The gate of password-protected links (SPEC §12).
+    /// The gate of password-protected links (docs/spec.md §12).
     unlocks: Arc<Unlocks>,
 }
 

@@ -1,4 +1,4 @@
-//! Password-protected links on the redirect port (SPEC §12). A protected link's redirect
+//! Password-protected links on the redirect port (docs/spec.md §12). A protected link's redirect
 //! answers a small form instead; the form posts the password back to the same URL; a
 //! correct one gets the redirect (303 to the target, so a 307/308 link never re-posts the
 //! password there) and a cookie signed with the fleet's key that lets its visitor through

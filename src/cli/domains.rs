@@ -1,4 +1,4 @@
-//! `rebound domains …`: the domains links are served on (SPEC §11). Operators add and
+//! `rebound domains …`: the domains links are served on (docs/spec.md §11). Operators add and
 //! remove them; any key lists and shows the ones it may use.
 
 use super::client::{api_path, Client, NO_BODY};

@@ -612,7 +612,7 @@ pub const THREAT_LISTS: Setting<Vec<String>> = Setting::new("threats.lists", Vec
     ))
     .doc(
         "threat lists the control plane refuses targets on (`blocked_target`) and takes matching links down by \
-         (SPEC §12): `urlhaus=urlhaus:https://urlhaus.abuse.ch/downloads/csv_recent/`, \
+         (docs/spec.md §12): `urlhaus=urlhaus:https://urlhaus.abuse.ch/downloads/csv_recent/`, \
          `phish=phishtank:/var/lib/rebound/online-valid.json`, `op=openphish:https://openphish.com/feed.txt`, \
          `local=domains:/etc/rebound/blocked-hosts.txt` (formats: `urlhaus` CSV, `phishtank` JSON, `openphish` \
          URLs, `domains` one host or hosts-file line each). Each is loaded at start and every `refresh_secs`; a \

@@ -1,4 +1,4 @@
-//! The domains a fleet serves links on besides the default one (SPEC §11): added, listed,
+//! The domains a fleet serves links on besides the default one (docs/spec.md §11): added, listed,
 //! updated (their pages, their certificate's last attempt) and removed by the control plane,
 //! read whole by every data plane. Ids come from the counter `DOMAIN_ID_COUNTER` and every
 //! change bumps `DOMAINS_CHANGED_COUNTER` (both in `rebound_core::domain`), so a data plane

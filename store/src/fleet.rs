@@ -67,7 +67,7 @@ pub enum FeedEntry {
     HighWater(u64),
 }
 
-/// Password attempts on links, counted for the whole fleet (SPEC §12): every proxy takes
+/// Password attempts on links, counted for the whole fleet (docs/spec.md §12): every proxy takes
 /// from one budget per link, so N proxies let no more guesses through than one.
 #[async_trait]
 pub trait AttemptBudget: Send + Sync {

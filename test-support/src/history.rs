@@ -1,7 +1,7 @@
 //! The history of a fault test: every operation (create, delete, edit) and every probe of a
 //! proxy, with when it started and ended on this process's monotonic clock and what it
-//! answered; and the checker that decides from the history alone whether SPEC §4's I1 (for
-//! a deleted link, and for an edited link's old target, SPEC §12) or I2 broke.
+//! answered; and the checker that decides from the history alone whether docs/spec.md §4's I1 (for
+//! a deleted link, and for an edited link's old target, docs/spec.md §12) or I2 broke.
 
 use crate::{http, Running, OPERATOR_KEY};
 use serde_json::json;

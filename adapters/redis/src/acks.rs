@@ -1,4 +1,4 @@
-//! Strict I1 across proxies (SPEC §4): a delete or takedown answers only when every live
+//! Strict I1 across proxies (docs/spec.md §4): a delete or takedown answers only when every live
 //! proxy has acknowledged the invalidation (it has dropped the code from its L1), or when
 //! the bound `invalidation_timeout + l1_ttl` has passed for those that did not: by then a
 //! proxy that heard nothing has stopped trusting its L1, and what it kept has expired.

@@ -91,7 +91,7 @@ CREATE TABLE IF NOT EXISTS certificate_leases (
     owner TEXT NOT NULL,
     until INTEGER NOT NULL
 ) WITHOUT ROWID;
--- The domains besides the default one (SPEC §11), each record as JSON.
+-- The domains besides the default one (docs/spec.md §11), each record as JSON.
 CREATE TABLE IF NOT EXISTS domains (name TEXT PRIMARY KEY, record TEXT NOT NULL) WITHOUT ROWID;
 -- HTTP-01 answers in flight, for whichever process the CA asks.
 CREATE TABLE IF NOT EXISTS acme_challenges (

@@ -9,7 +9,7 @@ use rebound_core::Link;
 use rebound_store::{AuditEvent, EventError, StoreError};
 
 impl ControlPlane {
-    /// Delete and takedown (SPEC §5): conditional update (recording the propagation
+    /// Delete and takedown (docs/spec.md §5): conditional update (recording the propagation
     /// pending, leased to this control plane), then the tombstone and the invalidation,
     /// and only then success. Done, the pending record is cleared; failed, its lease is
     /// given back and a reconciler finishes it (`reconcile`). A link already down keeps

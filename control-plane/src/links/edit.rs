@@ -1,4 +1,4 @@
-//! Edit (SPEC §12): the versioned write of the new fields with the propagation pending,
+//! Edit (docs/spec.md §12): the versioned write of the new fields with the propagation pending,
 //! then the new record and the invalidation of every older version, then the audit event
 //! with the old and the new values.
 
@@ -13,7 +13,7 @@ use rebound_store::{AuditEvent, StoreError};
 use serde_json::{json, Map, Value};
 
 impl ControlPlane {
-    /// Edits the link `key` at version `if_match` (SPEC §12): the rules of a create for
+    /// Edits the link `key` at version `if_match` (docs/spec.md §12): the rules of a create for
     /// the new values, the owner or an operator, the creation rate limit; then the
     /// conditional write (the propagation pending, leased to this control plane), the
     /// propagation (no proxy answers with an older version once it returned), and the audit

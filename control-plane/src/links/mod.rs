@@ -1,5 +1,5 @@
 //! The links service: what the link handlers of `api` do, apart from HTTP; every rule of
-//! SPEC §5 lives here. This module creates links (rate limits, KGS codes with retries,
+//! docs/spec.md §5 lives here. This module creates links (rate limits, KGS codes with retries,
 //! aliases, idempotency); `import` imports up to 1,000 at once, `down` deletes and takes
 //! down (the versioned write, then the invalidation, then the audit event), `edit` edits
 //! (the same, with the new record), `stats` reads
@@ -43,7 +43,7 @@ pub(crate) enum Creation {
 }
 
 impl ControlPlane {
-    /// Creates a link (SPEC §5): the rate limit, a generated code from the KGS (skipping
+    /// Creates a link (docs/spec.md §5): the rate limit, a generated code from the KGS (skipping
     /// one an alias took) or the alias, the conditional insert with its idempotency record
     /// in one write, then the announcement. A retried request with the same key and body
     /// gets the first answer back; with another body, 409.
