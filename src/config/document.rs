@@ -76,8 +76,8 @@ fn sections() -> [(&'static str, &'static str, String, String); 6] {
         (
             "edge",
             "## `[edge]`: the defences of every port",
-            "Each refusal is counted in `rebound_edge_refusals_total{port, reason}`. The README section\n\
-             [The edge: protocols, TLS and defences](../README.md#the-edge-protocols-tls-and-defences)\n\
+            "Each refusal is counted in `rebound_edge_refusals_total{port, reason}`.\n\
+             [The edge: protocols, TLS and defences](edge.md#the-edge-protocols-tls-and-defences)\n\
              explains each one and the limits that are built in.\n"
                 .into(),
             format!(
@@ -97,7 +97,7 @@ fn sections() -> [(&'static str, &'static str, String, String); 6] {
         (
             "acme",
             "## `[acme]`: certificates ordered and renewed over ACME",
-            "The README section [Certificates over ACME](../README.md#certificates-over-acme) has the\n\
+            "[Certificates over ACME](edge.md#certificates-over-acme) in edge.md has the\n\
              steps for a public CA (DNS, ports 80 and 443, staging first, rate limits).\n"
                 .into(),
             String::new(),
@@ -105,7 +105,7 @@ fn sections() -> [(&'static str, &'static str, String, String); 6] {
         (
             "threats",
             "## `[threats]`: threat lists",
-            "The README section [A link's life](../README.md#a-links-life-edits-bots-abuse)\n\
+            "[A link's life](guide.md#a-links-life-edits-bots-abuse) in guide.md\n\
              says what a list does to creates, edits and live links, and how an operator reinstates one.\n"
                 .into(),
             String::new(),

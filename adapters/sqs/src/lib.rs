@@ -24,7 +24,7 @@ fn sdk_err<E: std::error::Error + Send + Sync + 'static>(e: E) -> StoreError {
 /// The wire form of a batch: `{"id":…,"adds":[[code, day, clicks], …]}`, an add with
 /// bots `[code, day, clicks, bot_clicks]`. An add without bots keeps the three-element
 /// form a consumer from before bots were counted reads: only bots need a consumer that
-/// knows them (upgrade the control planes first: README, "People and bots").
+/// knows them (upgrade the control planes first: docs/guide.md, "People and bots").
 pub fn encode_batch(batch: &ClickBatch) -> String {
     let adds: Vec<serde_json::Value> = batch
         .adds

@@ -1,4 +1,4 @@
-"""The command line stays the one the README and the results name."""
+"""The command line stays the one docs/benchmarks.md and the results name."""
 
 from __future__ import annotations
 
