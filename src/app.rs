@@ -14,6 +14,7 @@ use crate::process_metrics::ProcessRegistry;
 use crate::settings::{QueueChoice, Settings, StoreChoice};
 use crate::signals::stop_requested;
 use anyhow::Context;
+use rebound_core::Causes;
 use rebound_core::{Clock, SystemClock};
 use rebound_dynamodb::DynamoStore;
 use rebound_metering::MeteredClickSink;
@@ -21,7 +22,6 @@ use rebound_proxy::clicks::{low_priority_runtime, ClickSink, ClickWriter, StoreC
 use rebound_proxy::issued::{stored_permutation_key, SyncError};
 use rebound_redis::RedisBreakerState;
 use rebound_sqs::{LazyClickQueue, SqsClickQueue};
-use rebound_store::Causes;
 use std::sync::Arc;
 
 /// How a data plane process starts.

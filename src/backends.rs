@@ -5,13 +5,14 @@
 use crate::config::{Setting, REDIS_CA, REDIS_CLUSTER, REDIS_PREFIX, REDIS_URL};
 use crate::settings::{QueueChoice, Settings, StoreChoice};
 use anyhow::Context;
+use rebound_core::Causes;
 use rebound_core::Clock;
 use rebound_dynamodb::DynamoStore;
 use rebound_metering::{AdapterMetrics, MeteredStore};
 use rebound_redis::{RedisCache, RedisSettingError};
 use rebound_sqlite::SqliteStore;
 use rebound_sqs::SqsClickQueue;
-use rebound_store::{Causes, ClickInbox, LinkReads, Store};
+use rebound_store::{ClickInbox, LinkReads, Store};
 use std::fs::{File, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};

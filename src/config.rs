@@ -587,6 +587,12 @@ mod tests {
                 "acme.domains (REBOUND_ACME_DOMAINS)",
             ),
             ("", &[("REBOUND_ACME_CHALLENGE", "dns-01")], "acme.challenge (REBOUND_ACME_CHALLENGE)"),
+            // A choice is one of its words exactly, from the file as from a variable: no
+            // other case, no default arm.
+            ("store = \"SQLite\"", &[], "\"SQLite\" is not sqlite or dynamodb"),
+            ("queue = 1", &[], "queue (REBOUND_QUEUE)"),
+            ("", &[("REBOUND_QUEUE", "SQS")], "\"SQS\" is not embedded or sqs"),
+            ("[acme]\nchallenge = \"dns-01\"", &[], "\"dns-01\" is not http-01 or tls-alpn-01"),
             ("[acme]\ncontact = \"ops@example.com\"", &[], "acme.contact"),
             (
                 "[edge]\nhead_timeout_ms = 0",

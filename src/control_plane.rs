@@ -214,7 +214,7 @@ impl ControlPlane {
         if let Some(threats) = self.threats {
             // Rescanned in the home region only: its takedowns reach every region.
             let rescan = self.home.is_none();
-            tasks.push(tokio::spawn(crate::threats::run(
+            tasks.push(tokio::spawn(rebound_control_plane::threat_loader::run(
                 self.api.clone(),
                 threats,
                 rescan,

@@ -4,7 +4,6 @@
 //! adapters the caller opened, until `shutdown` resolves. The all-in-one and
 //! `rebound proxy` are this with different adapters; so are the in-process tests.
 
-use crate::domains::DomainWatch;
 use crate::listen::{bind, edge_limits, router_edge, RouterPort};
 use crate::metrics_port::{metrics_router, Readiness};
 use crate::process_metrics::ProcessRegistry;
@@ -13,12 +12,14 @@ use crate::signals::{drain, log_hangups};
 use anyhow::Context;
 use rebound_acme::{AcmeMetrics, Challenges, FleetTlsAlpn, Issuer, IssuerConfig, Outcome};
 use rebound_core::Clock;
-use rebound_edge::sni::{ChallengeCerts, SniResolver};
+use rebound_edge::acme::ChallengeCerts;
+use rebound_edge::sni::SniResolver;
 use rebound_edge::tls::{watch_certificate, CertificateFiles, ReloadableCert};
 use rebound_edge::Edge;
 use rebound_metering::{MeteredAttemptBudget, MeteredRecordCache};
 use rebound_proxy::clicks::{run_click_shipper, ClickPacing, ClickQueue, ClickWriter, RollupsWithPending};
 use rebound_proxy::distributed::{run_creation_feed, run_invalidation_listener, run_keepalive, sync_embedded_filter};
+use rebound_proxy::domain_watch::DomainWatch;
 use rebound_proxy::domains::{DomainRoutes, UnknownHost};
 use rebound_proxy::events::InProcessLinkEvents;
 use rebound_proxy::issued::IssuedCodeGate;
@@ -318,7 +319,7 @@ impl DataPlane {
         };
         // Routed before the port serves: a domain's link answers from the first request.
         if let Err(e) = runtime.block_on(domain_watch.sync()) {
-            tracing::warn!(error = %rebound_store::Causes(&e), "cannot read the domains at start; only the default domain is routed until they are read");
+            tracing::warn!(error = %rebound_core::Causes(&e), "cannot read the domains at start; only the default domain is routed until they are read");
         }
         let domain_watch = Arc::new(domain_watch);
         routes.resync_with(domain_watch.clone());
@@ -512,7 +513,7 @@ async fn record_outcomes(records: &dyn DomainStore, outcomes: &[(String, Outcome
     for (name, outcome) in outcomes {
         let error = match outcome {
             // With its causes: the CA's problem document says why.
-            Outcome::Failed(e) => Some(rebound_store::Causes(e).to_string()),
+            Outcome::Failed(e) => Some(rebound_core::Causes(e).to_string()),
             Outcome::Issued { .. } | Outcome::Renewed { .. } => None,
             Outcome::NotDue { .. } | Outcome::LeasedElsewhere | Outcome::BackingOff { .. } => continue,
         };
@@ -529,7 +530,7 @@ async fn record_outcomes(records: &dyn DomainStore, outcomes: &[(String, Outcome
         }
         .await;
         if let Err(e) = result {
-            tracing::warn!(domain = %name, error = %rebound_store::Causes(&e), "cannot record the certificate's state on its domain");
+            tracing::warn!(domain = %name, error = %rebound_core::Causes(&e), "cannot record the certificate's state on its domain");
         }
     }
 }

@@ -6,7 +6,6 @@
 //!
 //! - `settings`: everything Rebound is configured with, as validated data.
 //! - `config`: the TOML file and `REBOUND_*` variables, read into `Settings`.
-//! - `domains`: the data plane's view of the fleet's domains, kept current from the store.
 //! - `data_plane`: the redirect data plane, `DataPlane::build` and `run(adapters,
 //!   listeners, shutdown)`.
 //! - `control_plane`: the control plane, `ControlPlane::build` and `run(listeners,
@@ -22,7 +21,6 @@
 //! - `metrics_port`: `/metrics`, `/healthz` and `/readyz`.
 //! - `process_metrics`: what every process exports: process collector and build info.
 //! - `cli`: the operator CLI that talks HTTP to the control plane.
-//! - `threats`: the threat lists' loader (files and URLs, on a schedule) and the rescan after a change.
 #![forbid(unsafe_code)]
 
 pub mod all_in_one;
@@ -32,7 +30,6 @@ pub mod cli;
 pub mod config;
 pub mod control_plane;
 pub mod data_plane;
-pub mod domains;
 pub mod listen;
 pub mod logging;
 pub mod metrics_port;
@@ -40,4 +37,3 @@ pub mod process_metrics;
 pub mod regions;
 pub mod settings;
 pub mod signals;
-pub mod threats;

@@ -5,8 +5,8 @@ use crate::backends::{redis_ca, redis_cache};
 use crate::config::PEER_REGIONS;
 use crate::settings::Settings;
 use rebound_control_plane::home::{HomeRegion, HomeUnavailable};
+use rebound_core::Causes;
 use rebound_redis::RedisCache;
-use rebound_store::Causes;
 use std::sync::Arc;
 
 /// Opens the Redis of every peer region (`peer_regions`, under this region's prefix and

@@ -22,6 +22,20 @@ pub enum StoreChoice {
     DynamoDb { table_prefix: String },
 }
 
+/// The `store` setting: which backend; [`StoreChoice`] is it with its own settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreKind {
+    Sqlite,
+    DynamoDb,
+}
+
+/// The `queue` setting: where clicks go; [`QueueChoice`] is it with its own settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueKind {
+    Embedded,
+    Sqs,
+}
+
 /// Where clicks go between the data plane and the rollups.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum QueueChoice {
@@ -98,24 +112,8 @@ pub struct AcmeSettings {
     pub challenge: rebound_acme::ChallengeKind,
 }
 
-/// Threat lists (docs/spec.md §12): where each is read from, and how often.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ThreatSettings {
-    pub lists: Vec<ThreatListSource>,
-    /// Seconds between two loads of every list.
-    pub refresh_secs: u64,
-    /// A feed larger than this is refused (its entries before stay in force).
-    pub max_feed_bytes: u64,
-}
-
-/// One threat list: its name (in `threat-list:<name>`), its format and where it is read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ThreatListSource {
-    pub name: String,
-    pub format: rebound_core::threat::FeedFormat,
-    /// An `http://` or `https://` URL, or a file's path.
-    pub source: String,
-}
+/// Threat lists: the control plane's loader owns their settings.
+pub use rebound_control_plane::threat_loader::{ThreatListSource, ThreatSettings};
 
 /// Everything Rebound is configured with.
 #[derive(Debug, Clone, PartialEq)]

@@ -7,7 +7,7 @@
 //! signed it).
 
 use crate::AcmeError;
-use rebound_edge::sni::ChallengeCerts;
+use rebound_edge::acme::ChallengeCerts;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::sign::CertifiedKey;
@@ -57,7 +57,7 @@ impl Challenges {
     /// `application/octet-stream`; `None` for any other path or a token not in flight (a 404).
     pub fn answer_path(&self, path: &str) -> Option<String> {
         // A token is base64url (RFC 8555 §8.3); nothing else is looked up.
-        self.http01(rebound_edge::sni::http01_token(path)?)
+        self.http01(rebound_edge::acme::http01_token(path)?)
     }
 
     /// Answers TLS-ALPN-01 validations of `domain` with a fresh self-signed certificate
@@ -75,7 +75,7 @@ impl Challenges {
     }
 }
 
-impl rebound_edge::sni::Http01Answers for Challenges {
+impl rebound_edge::acme::Http01Answers for Challenges {
     fn answer_path(&self, path: &str) -> Option<String> {
         Challenges::answer_path(self, path)
     }
@@ -141,7 +141,7 @@ impl FleetTlsAlpn {
     }
 }
 
-impl rebound_edge::sni::TlsAlpnAnswers for FleetTlsAlpn {
+impl rebound_edge::acme::TlsAlpnAnswers for FleetTlsAlpn {
     fn answer<'a>(
         &'a self,
         domain: &'a str,
@@ -159,7 +159,7 @@ impl rebound_edge::sni::TlsAlpnAnswers for FleetTlsAlpn {
                 Ok(Some(hex)) => hex::decode(hex).ok()?,
                 Ok(None) => return None,
                 Err(e) => {
-                    tracing::warn!(error = %rebound_store::Causes(&e), domain, "a TLS-ALPN-01 answer could not be read from the store");
+                    tracing::warn!(error = %rebound_core::Causes(&e), domain, "a TLS-ALPN-01 answer could not be read from the store");
                     return None;
                 }
             };

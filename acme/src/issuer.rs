@@ -17,11 +17,12 @@ use instant_acme::{
     Account, AuthorizationStatus, CertificateIdentifier, ChallengeType, Identifier, NewAccount, NewOrder, Order,
     OrderStatus,
 };
+use rebound_core::Causes;
 use rebound_core::{Clock, UnixMillis};
 use rebound_edge::sni::{certified_key_from_pem, SniResolver};
 use rebound_edge::tls::TlsError;
 use rebound_store::certs::{CertificateStore, StoredCertificate};
-use rebound_store::{Causes, StoreError};
+use rebound_store::StoreError;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -916,7 +917,7 @@ impl Drop for Answers<'_> {
             runtime.spawn(async move {
                 for token in tokens {
                     if let Err(e) = store.delete_challenge(&token).await {
-                        tracing::warn!(error = %rebound_store::Causes(&e), "an HTTP-01 answer stays in the store until its bound");
+                        tracing::warn!(error = %rebound_core::Causes(&e), "an HTTP-01 answer stays in the store until its bound");
                     }
                 }
             });

@@ -43,8 +43,8 @@
 //! [`CertificateStore`]: rebound_store::certs::CertificateStore
 //! [`SniResolver`]: rebound_edge::sni::SniResolver
 //! [`SniResolver::server_tls`]: rebound_edge::sni::SniResolver::server_tls
-//! [`ChallengeCerts`]: rebound_edge::sni::ChallengeCerts
-//! [`ACME_TLS_ALPN`]: rebound_edge::sni::ACME_TLS_ALPN
+//! [`ChallengeCerts`]: rebound_edge::acme::ChallengeCerts
+//! [`ACME_TLS_ALPN`]: rebound_edge::acme::ACME_TLS_ALPN
 #![forbid(unsafe_code)]
 
 pub mod challenges;

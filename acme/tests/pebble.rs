@@ -7,7 +7,8 @@
 use rebound_acme::testing::{client_config, Pebble};
 use rebound_acme::{install_stored, ChallengeKind, Challenges, FleetTlsAlpn, Issuer, IssuerConfig, Outcome};
 use rebound_acme::{AcmeMetrics, FailureKind};
-use rebound_edge::sni::{ChallengeCerts, SniResolver, ACME_TLS_ALPN};
+use rebound_edge::acme::{ChallengeCerts, ACME_TLS_ALPN};
+use rebound_edge::sni::SniResolver;
 use rebound_store::certs::{CertificateStore, MemoryCertificates, StoredCertificate};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -36,7 +37,7 @@ async fn serve_http01(listener: TcpListener, challenges: Arc<Challenges>, store:
                 async move {
                     let answer = match challenges.answer_path(&path) {
                         Some(answer) => Some(answer),
-                        None => match rebound_edge::sni::http01_token(&path) {
+                        None => match rebound_edge::acme::http01_token(&path) {
                             Some(token) => store.get_challenge(token, now_millis()).await.unwrap(),
                             None => None,
                         },

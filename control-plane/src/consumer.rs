@@ -51,7 +51,7 @@ pub async fn run_click_consumer(
         let messages = match received {
             Ok(m) => m,
             Err(e) => {
-                tracing::warn!(error = %rebound_store::Causes(&e), "cannot receive click messages; retrying");
+                tracing::warn!(error = %rebound_core::Causes(&e), "cannot receive click messages; retrying");
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
                     _ = shutdown.wait_for(|s| *s) => return,
@@ -90,7 +90,7 @@ pub async fn run_click_consumer(
                     }
                     if let Err(e) = calls.delete.store_call(queue.delete(&m.receipt)).await {
                         // Redelivery is harmless: the batch id makes the adds apply once.
-                        tracing::warn!(error = %rebound_store::Causes(&e), "applied click message not deleted; it will be redelivered");
+                        tracing::warn!(error = %rebound_core::Causes(&e), "applied click message not deleted; it will be redelivered");
                     }
                 }
                 Err(e) => {
@@ -98,7 +98,7 @@ pub async fn run_click_consumer(
                     if last_try {
                         metrics.dead_lettered.inc();
                     }
-                    tracing::warn!(error = %rebound_store::Causes(&e), receives = m.receives, "click batch not applied; it will be retried")
+                    tracing::warn!(error = %rebound_core::Causes(&e), receives = m.receives, "click batch not applied; it will be retried")
                 }
             }
         }
@@ -127,7 +127,7 @@ pub async fn watch_queue_depths(
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(error = %rebound_store::Causes(&e), queue = name, "cannot read the queue's depth")
+                    tracing::warn!(error = %rebound_core::Causes(&e), queue = name, "cannot read the queue's depth")
                 }
             }
         }

@@ -498,7 +498,7 @@ impl ControlPlane {
             detail: None,
         };
         if let Err(e) = self.store.append_audit(&event).await {
-            tracing::warn!(error = %rebound_store::Causes(&e), domain = name, action, "domain change not audited");
+            tracing::warn!(error = %rebound_core::Causes(&e), domain = name, action, "domain change not audited");
         }
     }
 }

@@ -3,7 +3,8 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use rebound_store::{Causes, StoreError};
+use rebound_core::Causes;
+use rebound_store::StoreError;
 
 /// An API failure, classified once, where the response is chosen.
 #[derive(Debug, thiserror::Error)]

@@ -6,7 +6,7 @@
 //! proxy that follows the creation feed can answer 404 for a code above the mark it knows.
 
 use crate::metrics::KgsLeaseMetrics;
-use rebound_core::generated::{region_counter, Generated, GeneratedCodes, REGION_SPAN};
+use rebound_core::generated::{region_counter, Generated, GeneratedCodes, HIGH_WATER_SLACK, REGION_SPAN};
 use rebound_store::{LinkEvents, Store, StoreError};
 use std::ops::Range;
 use std::sync::Arc;
@@ -20,6 +20,14 @@ struct Leases {
     next: Option<Range<u64>>,
     refilling: bool,
 }
+
+/// The largest block a control plane leases (the `api.kgs_block_size` setting's bound).
+/// A block is used before every proxy has heard of its end: proxies answer generated codes
+/// up to [`HIGH_WATER_SLACK`] above the mark they know, so the mark they know may lag by
+/// 16 of the largest blocks (the block in use and the next, of 8 control planes) and no
+/// code in them is ever answered 404.
+pub const MAX_BLOCK_SIZE: u64 = 10_000_000;
+const _: () = assert!(16 * MAX_BLOCK_SIZE <= HIGH_WATER_SLACK);
 
 /// Hands out generated codes.
 pub struct KeyRangeLease {
@@ -78,7 +86,7 @@ impl KeyRangeLease {
     /// fails does not hold creation up (the block is used anyway, as a create whose
     /// announcement fails is still answered): proxies that missed it still read the mark
     /// from the store at their next sync, and never 404 a code within
-    /// `rebound_proxy::issued::HIGH_WATER_SLACK` values above the mark they know.
+    /// [`HIGH_WATER_SLACK`] values above the mark they know.
     async fn lease(
         store: &dyn Store,
         events: &Option<Arc<dyn LinkEvents>>,
@@ -97,7 +105,7 @@ impl KeyRangeLease {
         let block = base + offsets.start..base + offsets.end.min(REGION_SPAN);
         if let Some(events) = events {
             if let Err(e) = events.leased(block.end).await {
-                tracing::warn!(high_water = block.end, error = %rebound_store::Causes(&e), "code block lease not announced");
+                tracing::warn!(high_water = block.end, error = %rebound_core::Causes(&e), "code block lease not announced");
             }
         }
         Ok(block)
@@ -147,7 +155,7 @@ impl KeyRangeLease {
                 match block {
                     Ok(b) => leases.next = Some(b),
                     Err(e) => {
-                        tracing::warn!(error = %rebound_store::Causes(&e), "could not lease the next code block; will retry on demand")
+                        tracing::warn!(error = %rebound_core::Causes(&e), "could not lease the next code block; will retry on demand")
                     }
                 }
             });

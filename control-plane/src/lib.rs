@@ -25,6 +25,8 @@
 //!   lease by every control plane's reconciler.
 //! - `threats`: threat lists (creates and edits refused, rescans that take links down,
 //!   restores) and abuse reports.
+//! - `threat_loader`: the lists read from their files and URLs, at start and on a
+//!   schedule, put in force here, and the rescan after a change.
 #![forbid(unsafe_code)]
 
 pub mod aliases;
@@ -46,6 +48,7 @@ pub mod metrics;
 mod qr;
 pub mod ratelimit;
 pub mod reconcile;
+pub mod threat_loader;
 pub mod threats;
 
 use axum::Router;

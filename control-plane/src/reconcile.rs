@@ -77,7 +77,7 @@ impl Propagations {
         match self.store.finish_propagation(code, version).await {
             Ok(()) | Err(StoreError::ConditionFailed) => {}
             Err(e) => {
-                tracing::warn!(code, version, error = %rebound_store::Causes(&e), "pending propagation not cleared; a reconciler will run it again")
+                tracing::warn!(code, version, error = %rebound_core::Causes(&e), "pending propagation not cleared; a reconciler will run it again")
             }
         }
     }
@@ -96,7 +96,7 @@ impl Propagations {
         match self.store.lease_propagation(code, version, &lease, at).await {
             Ok(_) | Err(StoreError::ConditionFailed) => {}
             Err(e) => {
-                tracing::warn!(code, version, error = %rebound_store::Causes(&e), "lease on a pending propagation not given back; it expires")
+                tracing::warn!(code, version, error = %rebound_core::Causes(&e), "lease on a pending propagation not given back; it expires")
             }
         }
     }
@@ -108,7 +108,7 @@ impl Propagations {
         let page = match self.store.pending_propagations(now, PAGE).await {
             Ok(page) => page,
             Err(e) => {
-                tracing::warn!(error = %rebound_store::Causes(&e), "pending propagations not readable");
+                tracing::warn!(error = %rebound_core::Causes(&e), "pending propagations not readable");
                 return 0;
             }
         };
@@ -135,13 +135,13 @@ impl Propagations {
             // Another control plane took it or finished it, or a newer version replaced it.
             Err(StoreError::ConditionFailed) => return false,
             Err(e) => {
-                tracing::warn!(code, version, error = %rebound_store::Causes(&e), "pending propagation not leased");
+                tracing::warn!(code, version, error = %rebound_core::Causes(&e), "pending propagation not leased");
                 return false;
             }
         };
         if let Err(e) = self.propagate(&link).await {
             self.metrics.failed.inc();
-            tracing::warn!(code, version, error = %rebound_store::Causes(&e), "pending propagation failed; retried");
+            tracing::warn!(code, version, error = %rebound_core::Causes(&e), "pending propagation failed; retried");
             self.release(&code, version, self.clock.now_millis() + RETRY_AFTER.as_millis() as i64)
                 .await;
             return false;
@@ -151,7 +151,7 @@ impl Propagations {
             // Someone else (a client's retry) finished it meanwhile, and said so.
             Err(StoreError::ConditionFailed) => return false,
             Err(e) => {
-                tracing::warn!(code, version, error = %rebound_store::Causes(&e), "propagated but not cleared; it runs again");
+                tracing::warn!(code, version, error = %rebound_core::Causes(&e), "propagated but not cleared; it runs again");
                 return false;
             }
         }
@@ -167,7 +167,7 @@ impl Propagations {
             detail: None,
         };
         if let Err(e) = self.store.append_audit(&event).await {
-            tracing::error!(code, error = %rebound_store::Causes(&e), "audit event of a finished propagation not recorded");
+            tracing::error!(code, error = %rebound_core::Causes(&e), "audit event of a finished propagation not recorded");
         }
         true
     }

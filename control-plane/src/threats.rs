@@ -2,9 +2,9 @@
 //! rescan that takes matching active links down (`threat-list:<name>`, reversible by an
 //! operator: `reinstate`), the lists' state for operators, and anonymous abuse reports.
 //!
-//! Loading the lists (files, URLs, the schedule) is the caller's: it hands each load to
-//! [`ControlPlane::install_threat_lists`] and asks for a [`ControlPlane::rescan_threats`] when a list
-//! changed. Nothing here fetches anything.
+//! Loading the lists (files, URLs, the schedule) is [`crate::threat_loader`]'s: it hands
+//! each load to [`ControlPlane::install_threat_lists`] and asks for a
+//! [`ControlPlane::rescan_threats`] when a list changed. Nothing here fetches anything.
 
 use crate::auth::{Caller, Principal};
 use crate::body::ApiJson;

@@ -7,6 +7,14 @@ use crate::base62;
 use crate::code::is_reserved;
 use crate::permute::CodePermutation;
 
+/// How far above the high-water mark a data plane knows a generated code is still looked
+/// up in the store rather than answered 404: 2^28 values. The contract between the planes:
+/// a control plane uses a block as soon as it leased it, before every proxy has heard of
+/// the new mark, so its blocks are far smaller than this (`rebound_control_plane::kgs`
+/// checks it when it compiles). A random 7-character code lands in the slack with
+/// probability 2^28 / 62^7, under 0.008 %.
+pub const HIGH_WATER_SLACK: u64 = 1 << 28;
+
 /// The store counter the KGS of region slot 0 leases its blocks from (every store made
 /// before regions: its codes are slot 0's).
 pub const COUNTER: &str = "codes";

@@ -16,6 +16,7 @@
 //! - `threat`: public threat feeds (URLhaus, PhishTank, OpenPhish, host lists) read into
 //!   entries, and the index that matches normalised targets against them.
 //! - `time`: timestamps, UTC days and clocks.
+//! - `error`: [`Causes`], how every crate prints an error with its causes.
 //!
 //! Nothing here does I/O: no sockets, no files, no runtime.
 #![forbid(unsafe_code)]
@@ -25,6 +26,7 @@ pub mod cache;
 pub mod code;
 pub mod decision;
 pub mod domain;
+pub mod error;
 pub mod generated;
 pub mod link;
 pub mod password;
@@ -36,5 +38,6 @@ pub mod time;
 pub use cache::{CacheRecord, CacheState, CachedVerdict};
 pub use code::{CodeError, RESERVED_WORDS};
 pub use decision::{decide_redirect, StoreVerdict};
+pub use error::Causes;
 pub use link::{Link, LinkEdit, RedirectKind};
 pub use time::{Clock, Day, ManualClock, SystemClock, UnixMillis};

@@ -215,7 +215,7 @@ impl Edge {
                     _ => "full",
                 };
                 self.metrics.handshake(outcome, version);
-                if session.alpn_protocol() == Some(crate::sni::ACME_TLS_ALPN) {
+                if session.alpn_protocol() == Some(crate::acme::ACME_TLS_ALPN) {
                     // A TLS-ALPN-01 validation (RFC 8737): the handshake was the answer;
                     // no HTTP follows.
                     let _ = tokio::io::AsyncWriteExt::shutdown(&mut tls).await;

@@ -11,10 +11,13 @@
 //! - `guard`: `GuardedIo`, the head, idle and write deadlines of a connection.
 //! - `tls`: rustls configuration and the certificate that reloads without a restart.
 //! - `sni`: `SniResolver`, each domain's certificate by SNI, and TLS-ALPN-01 answers.
+//! - `acme`: the ACME challenges a port answers (HTTP-01 paths, TLS-ALPN-01 handshakes)
+//!   and the ports the issuer answers them through.
 //! - `metrics`: every metric of the edge.
 //! - `fd_limit`: the open-file limit and the check that the ports' caps fit under it.
 #![forbid(unsafe_code)]
 
+pub mod acme;
 pub mod conn;
 pub mod fd_limit;
 pub mod guard;

@@ -124,7 +124,7 @@ pub struct ServerTls {
     clients_order: Arc<ServerConfig>,
     /// TLS-ALPN-01 validations answered per connection, when the port's certificates come
     /// from ACME (with the provider to build their one-off configurations).
-    acme: Option<(Arc<dyn crate::sni::TlsAlpnAnswers>, Arc<CryptoProvider>)>,
+    acme: Option<(Arc<dyn crate::acme::TlsAlpnAnswers>, Arc<CryptoProvider>)>,
 }
 
 impl std::fmt::Debug for ServerTls {
@@ -173,7 +173,7 @@ impl ServerTls {
     /// Answers each TLS-ALPN-01 validation (a ClientHello offering `acme-tls/1` alone) with
     /// the certificate `answers` finds for its name, which may take a store read: the CA may
     /// ask any process of a fleet, not only the one that ordered.
-    pub fn answering_acme(mut self, answers: Arc<dyn crate::sni::TlsAlpnAnswers>) -> ServerTls {
+    pub fn answering_acme(mut self, answers: Arc<dyn crate::acme::TlsAlpnAnswers>) -> ServerTls {
         self.acme = Some((answers, Arc::new(rustls::crypto::aws_lc_rs::default_provider())));
         self
     }
@@ -186,9 +186,8 @@ impl ServerTls {
         IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     {
         let validation = match &self.acme {
-            Some((answers, provider)) => {
-                crate::sni::acme_validation(&start.client_hello()).map(|name| (answers.clone(), provider.clone(), name))
-            }
+            Some((answers, provider)) => crate::acme::acme_validation(&start.client_hello())
+                .map(|name| (answers.clone(), provider.clone(), name)),
             None => None,
         };
         let Some((answers, provider, name)) = validation else {
@@ -200,7 +199,7 @@ impl ServerTls {
             .ok()?
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(OneCertificate(key)));
-        config.alpn_protocols = vec![crate::sni::ACME_TLS_ALPN.to_vec()];
+        config.alpn_protocols = vec![crate::acme::ACME_TLS_ALPN.to_vec()];
         Some(Arc::new(config))
     }
 

@@ -78,7 +78,7 @@ pub async fn run_invalidation_listener(
         // heard are presumed missed.
         trust.lapse();
         match ended {
-            Err(e) => tracing::warn!(error = %rebound_store::Causes(&e), "invalidation channel lost; L1 entries now live at most l1_ttl"),
+            Err(e) => tracing::warn!(error = %rebound_core::Causes(&e), "invalidation channel lost; L1 entries now live at most l1_ttl"),
             Ok(Lapse::Ended) => tracing::warn!("invalidation channel closed; L1 entries now live at most l1_ttl"),
             Ok(Lapse::Silent) => tracing::warn!(
                 ms = silent_after.as_millis() as u64,
@@ -147,7 +147,7 @@ async fn replay(
         }
         Ok(Ok(None)) => tracing::warn!("the invalidations since the lapse cannot all be told; L1 will be emptied"),
         Ok(Err(e)) => {
-            tracing::warn!(error = %rebound_store::Causes(&e), "cannot replay the invalidations; L1 will be emptied")
+            tracing::warn!(error = %rebound_core::Causes(&e), "cannot replay the invalidations; L1 will be emptied")
         }
         Err(_) => tracing::warn!("replaying the invalidations took too long; L1 will be emptied"),
     }
@@ -228,7 +228,7 @@ pub async fn run_creation_feed(
                     }
                     SyncError::Store(_) => RETRY_AFTER * 4,
                 };
-                tracing::warn!(error = %rebound_store::Causes(&e), "cannot sync the issued-code filter yet; it is bypassed");
+                tracing::warn!(error = %rebound_core::Causes(&e), "cannot sync the issued-code filter yet; it is bypassed");
                 tokio::select! {
                     _ = tokio::time::sleep(pause) => continue,
                     _ = stopped(&mut shutdown) => return,
@@ -256,7 +256,7 @@ pub async fn run_creation_feed(
                     }
                 }
                 Ok(Err(e)) => {
-                    tracing::warn!(error = %rebound_store::Causes(&e), "creation feed lost; the issued-code filter is bypassed until it is synced again");
+                    tracing::warn!(error = %rebound_core::Causes(&e), "creation feed lost; the issued-code filter is bypassed until it is synced again");
                     break;
                 }
                 Err(_) => {
@@ -294,7 +294,7 @@ pub async fn sync_embedded_filter(issued: Arc<IssuedCodeGate>, store: Arc<dyn Li
                 return;
             }
             Err(e) => {
-                tracing::warn!(error = %rebound_store::Causes(&e), "loading the issued-code filter failed; retrying (it is bypassed meanwhile)");
+                tracing::warn!(error = %rebound_core::Causes(&e), "loading the issued-code filter failed; retrying (it is bypassed meanwhile)");
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }

@@ -25,10 +25,9 @@ const FP_RATE: f64 = 0.001;
 const CODE_SHAPED_ALIASES: usize = 65_536;
 /// Aliases read from the store per page while loading.
 const LOAD_PAGE: usize = 10_000;
-/// How far above the known high-water mark a generated code still goes to the store:
-/// 2^28 values, 26,843 default blocks. A random 7-character code lands there with
-/// probability 2^28 / 62^7, under 0.008 %.
-pub const HIGH_WATER_SLACK: u64 = 1 << 28;
+/// How far above the known high-water mark a generated code still goes to the store
+/// (26,843 default blocks): the planes' contract, declared in core.
+pub use rebound_core::generated::HIGH_WATER_SLACK;
 
 /// Why the gate could not be synced from the store.
 #[derive(Debug, thiserror::Error)]

@@ -18,6 +18,8 @@
 //! - `events`: the link-event port carried in process (all-in-one).
 //! - `metrics`: every metric of the data plane.
 //! - `domains`: which domain a request is for, by its host (docs/spec.md §11).
+//! - `domain_watch`: the fleet's domains read from the store into those routes and into
+//!   the names ACME orders for, again whenever the store's change counter moves.
 //! - `visitor`: whether a redirect's click is a person's or a bot's (docs/spec.md §12).
 //! - `pages`: the prebuilt 404, 410 and `/` answers (static pages, or configured redirects).
 // One exception: `server::RedirectService::listener`, adopting the listening socket an
@@ -27,6 +29,7 @@
 pub mod clicks;
 pub mod config;
 pub mod distributed;
+pub mod domain_watch;
 pub mod domains;
 pub mod events;
 pub mod flight;

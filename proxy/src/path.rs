@@ -384,7 +384,7 @@ impl RedirectPath {
                     seen_tombstone: seen(self),
                 };
             }
-            Ok(Err(e)) => Arc::from(rebound_store::Causes(&e).to_string()),
+            Ok(Err(e)) => Arc::from(rebound_core::Causes(&e).to_string()),
             Err(_) => Arc::from("store read timed out"),
         };
         self.metrics.store_errors.inc();

@@ -26,7 +26,7 @@ use pingora::services::Service;
 use rebound_core::code::is_valid_code;
 use rebound_core::decision::{max_age_seconds, push_location, query_is_forwardable};
 use rebound_core::UnixMillis;
-use rebound_edge::sni::{http01_token, Http01Answers};
+use rebound_edge::acme::{http01_token, Http01Answers};
 use rebound_edge::Edge;
 use rebound_store::certs::CertificateStore;
 use std::convert::Infallible;
@@ -324,7 +324,7 @@ impl RedirectAnswers {
             Ok(Some(answer)) => self.refuse(Refusal::Challenge(answer), head),
             Ok(None) => self.refuse(Refusal::Status(StatusCode::NOT_FOUND), head),
             Err(e) => {
-                tracing::warn!(error = %rebound_store::Causes(&e), "an HTTP-01 answer could not be read from the store");
+                tracing::warn!(error = %rebound_core::Causes(&e), "an HTTP-01 answer could not be read from the store");
                 self.refuse(Refusal::Status(StatusCode::NOT_FOUND), head)
             }
         }
@@ -722,7 +722,7 @@ impl Service for RedirectService {
             Err(e) => {
                 // A process that cannot serve its redirect port must not look alive (Pingora's
                 // own listening service panics here).
-                tracing::error!(error = %rebound_store::Causes(&e), listener = %self.key, "cannot serve the redirect listener; exiting");
+                tracing::error!(error = %rebound_core::Causes(&e), listener = %self.key, "cannot serve the redirect listener; exiting");
                 eprintln!("rebound: cannot serve the redirect listener {}: {e}", self.key);
                 std::process::exit(1);
             }

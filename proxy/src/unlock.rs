@@ -258,7 +258,7 @@ impl Unlocks {
                 Ok(Ok(None)) => {}
                 Ok(Ok(Some(wait))) => return Err(wait),
                 Ok(Err(e)) => {
-                    tracing::debug!(error = %rebound_store::Causes(&e), "the fleet's attempt budget is away: this proxy's alone");
+                    tracing::debug!(error = %rebound_core::Causes(&e), "the fleet's attempt budget is away: this proxy's alone");
                 }
                 Err(_) => tracing::debug!("the fleet's attempt budget is slow: this proxy's alone"),
             }

@@ -72,7 +72,7 @@ impl Client {
             CliError(format!(
                 "cannot reach the control plane at {}: {}",
                 self.base,
-                rebound_store::Causes(&e)
+                rebound_core::Causes(&e)
             ))
         })?;
         let status = res.status().as_u16();

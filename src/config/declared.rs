@@ -4,17 +4,35 @@
 //! `EdgeLimits::default()`, the data plane's `rebound_proxy::config::Config::default()`,
 //! the control plane's `ApiSettings::default()` and `ControlPlaneConfig::default()`.
 
-use super::setting::{Check, Setting};
+use super::setting::{choices, Check, Choice, Setting};
 use super::{ConfigError, Source};
 use crate::settings::{
-    AcmeSettings, ApiSettings, ControlPlaneConfig, EdgeSettings, HomeStore, PeerRegion, QueueChoice, RedirectSettings,
-    Settings, StoreChoice, ThreatListSource, ThreatSettings, TlsFiles, TlsSettings, UPGRADE_SOCK_FILE,
+    AcmeSettings, ApiSettings, ControlPlaneConfig, EdgeSettings, HomeStore, PeerRegion, QueueChoice, QueueKind,
+    RedirectSettings, Settings, StoreChoice, StoreKind, ThreatListSource, ThreatSettings, TlsFiles, TlsSettings,
+    UPGRADE_SOCK_FILE,
 };
+use rebound_acme::ChallengeKind;
 use rebound_edge::EdgeLimits;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 use Check::*;
+
+// The settings that choose, each word once.
+impl Choice for StoreKind {
+    const OPTIONS: &'static [(&'static str, Self)] =
+        &[("sqlite", StoreKind::Sqlite), ("dynamodb", StoreKind::DynamoDb)];
+}
+impl Choice for QueueKind {
+    const OPTIONS: &'static [(&'static str, Self)] = &[("embedded", QueueKind::Embedded), ("sqs", QueueKind::Sqs)];
+}
+impl Choice for ChallengeKind {
+    const OPTIONS: &'static [(&'static str, Self)] = &[
+        ("http-01", ChallengeKind::Http01),
+        ("tls-alpn-01", ChallengeKind::TlsAlpn01),
+    ];
+}
+choices!(StoreKind, QueueKind, ChallengeKind);
 
 fn edge() -> EdgeLimits {
     EdgeLimits::default()
@@ -70,10 +88,7 @@ fn tls_and_acme(src: &mut impl Source) -> Result<(Option<TlsSettings>, Option<Ac
         domains: acme_domains(domains)?,
         contact,
         ca,
-        challenge: match challenge.as_str() {
-            "tls-alpn-01" => rebound_acme::ChallengeKind::TlsAlpn01,
-            _ => rebound_acme::ChallengeKind::Http01,
-        },
+        challenge,
     };
     Ok((tls, Some(acme)))
 }
@@ -208,13 +223,10 @@ pub const BOOTSTRAP_KEY: Setting<Option<String>> =
             "an operator key accepted from start-up (principal `bootstrap`). Unset: on the first start of a store, \
              an operator key is generated, stored as `initial-operator` and printed once on stdout.",
         );
-pub const STORE: Setting<String> = Setting::new("store", || "sqlite".into())
-    .var("REBOUND_STORE")
-    .check(OneOf(&["sqlite", "dynamodb"]))
-    .doc(
-        "which backend keeps links, rollups, counters, keys and the audit log. The all-in-one needs `sqlite`, \
+pub const STORE: Setting<StoreKind> = Setting::new("store", || StoreKind::Sqlite).var("REBOUND_STORE").doc(
+    "which backend keeps links, rollups, counters, keys and the audit log. The all-in-one needs `sqlite`, \
          `rebound proxy` needs `dynamodb`.",
-    );
+);
 /// Checked only with `store = "dynamodb"`.
 pub const TABLE_PREFIX: Setting<String> = Setting::new("table_prefix", || "rebound_".into())
     .var("REBOUND_TABLE_PREFIX")
@@ -293,13 +305,10 @@ pub const REDIS_PREFIX: Setting<String> = Setting::new("redis_prefix", || "rebou
         (1..=64).contains(&p.len()) && visible_ascii(p)
     }))
     .doc("prefix of every Redis key and channel");
-pub const QUEUE: Setting<String> = Setting::new("queue", || "embedded".into())
-    .var("REBOUND_QUEUE")
-    .check(OneOf(&["embedded", "sqs"]))
-    .doc(
-        "where `rebound proxy` sends clicks, and whether `rebound control-plane` runs the click consumer. The \
+pub const QUEUE: Setting<QueueKind> = Setting::new("queue", || QueueKind::Embedded).var("REBOUND_QUEUE").doc(
+    "where `rebound proxy` sends clicks, and whether `rebound control-plane` runs the click consumer. The \
          all-in-one always writes its own rollups.",
-    );
+);
 /// Checked only with `queue = "sqs"`.
 pub const SQS_QUEUE: Setting<String> = Setting::new("sqs_queue", || "rebound-clicks".into())
     .var("REBOUND_SQS_QUEUE")
@@ -356,11 +365,8 @@ pub const ACME_CONTACT: Setting<Option<String>> = Setting::new("acme.contact", |
 pub const ACME_CA: Setting<Option<PathBuf>> = Setting::new("acme.ca", || None)
     .var("REBOUND_ACME_CA")
     .doc("PEM roots to trust for the ACME server's HTTPS (a private CA, or pebble in tests). Unset: the system's");
-pub const ACME_CHALLENGE: Setting<String> = Setting::new("acme.challenge", || "http-01".to_owned())
+pub const ACME_CHALLENGE: Setting<ChallengeKind> = Setting::new("acme.challenge", || ChallengeKind::Http01)
     .var("REBOUND_ACME_CHALLENGE")
-    .check(Text("`http-01` or `tls-alpn-01`", |c| {
-        c == "http-01" || c == "tls-alpn-01"
-    }))
     .doc(
         "the challenge answered first: `http-01` (on the redirect port, which must be the domain's port 80) or \
          `tls-alpn-01` (on the TLS port, its port 443); the other one when the server does not offer it",
@@ -456,7 +462,7 @@ pub const BLOCKED_DOMAINS: Setting<Vec<String>> = Setting::new("api.blocked_doma
          file's list.",
     );
 pub const KGS_BLOCK_SIZE: Setting<u64> = Setting::new("api.kgs_block_size", || api().kgs_block_size)
-    .check(Between(1, 10_000_000))
+    .check(Between(1, rebound_control_plane::kgs::MAX_BLOCK_SIZE))
     .doc("counter values leased per block for generated codes; the next block is fetched when a tenth is left");
 pub const REGION: Setting<String> = Setting::new("region", || api().region)
     .var("REBOUND_REGION")
@@ -648,12 +654,12 @@ pub(super) fn read(src: &mut impl Source) -> Result<Settings, ConfigError> {
         data_dir: src.get(&DATA_DIR)?,
         public_base_url: src.get(&PUBLIC_BASE_URL)?,
         bootstrap_key: src.get(&BOOTSTRAP_KEY)?,
-        store: match (src.get(&STORE)?.as_str(), src.written(&TABLE_PREFIX)?) {
-            ("dynamodb", table_prefix) => {
+        store: match (src.get(&STORE)?, src.written(&TABLE_PREFIX)?) {
+            (StoreKind::DynamoDb, table_prefix) => {
                 TABLE_PREFIX.verify(&table_prefix)?;
                 StoreChoice::DynamoDb { table_prefix }
             }
-            _ => StoreChoice::Sqlite,
+            (StoreKind::Sqlite, _) => StoreChoice::Sqlite,
         },
         redis_url: src.get(&REDIS_URL)?,
         peer_regions: peer_regions(src.get(&PEER_REGIONS)?, &src.get(&REGION)?)?,
@@ -671,12 +677,12 @@ pub(super) fn read(src: &mut impl Source) -> Result<Settings, ConfigError> {
         redis_ca: src.get(&REDIS_CA)?,
         redis_cluster: src.get(&REDIS_CLUSTER)?,
         redis_prefix: src.get(&REDIS_PREFIX)?,
-        queue: match (src.get(&QUEUE)?.as_str(), src.written(&SQS_QUEUE)?) {
-            ("sqs", queue_name) => {
+        queue: match (src.get(&QUEUE)?, src.written(&SQS_QUEUE)?) {
+            (QueueKind::Sqs, queue_name) => {
                 SQS_QUEUE.verify(&queue_name)?;
                 QueueChoice::Sqs { queue_name }
             }
-            _ => QueueChoice::Embedded,
+            (QueueKind::Embedded, _) => QueueChoice::Embedded,
         },
         sqs_visibility_secs: src.get(&SQS_VISIBILITY_SECS)?,
         tls: {

@@ -30,7 +30,7 @@ impl Source for Describe {
             key: s.key,
             var: s.var,
             default,
-            accepts: s.check.described().unwrap_or_else(|| T::kind().into()),
+            accepts: s.check.described().unwrap_or_else(T::accepts),
             doc: s.doc,
         });
         Ok(value)

@@ -88,18 +88,12 @@ impl<T: Value> Setting<T> {
             Check::AtMost(high) => number <= high as f64,
             Check::Positive => number.is_finite() && number > 0.0,
             Check::Fraction => number > 0.0 && number <= 1.0,
-            Check::OneOf(words) => words.iter().any(|w| Some(*w) == value.text()),
             Check::Text(_, test) => value.text().is_some_and(test),
             Check::Elsewhere(_) => true,
         };
-        match (passes, self.check) {
-            (true, _) => Ok(()),
-            (false, Check::OneOf(words)) => Err(self.refused(format!(
-                "{:?} is not {}",
-                value.text().unwrap_or_default(),
-                words.join(" or ")
-            ))),
-            (false, check) => Err(self.refused(format!("must be {}", check.message()))),
+        match passes {
+            true => Ok(()),
+            false => Err(self.refused(format!("must be {}", self.check.message()))),
         }
     }
 }
@@ -115,8 +109,6 @@ pub enum Check {
     Positive,
     /// A number above 0 and at most 1.
     Fraction,
-    /// One of these words.
-    OneOf(&'static [&'static str]),
     /// Text that passes the test; the words say what passes.
     Text(&'static str, fn(&str) -> bool),
     /// What the words say, checked once every setting is read (against the others, in
@@ -133,7 +125,6 @@ impl Check {
             Check::AtMost(high) => format!("at most {high}"),
             Check::Positive => "positive".into(),
             Check::Fraction => "a fraction above 0 and at most 1".into(),
-            Check::OneOf(words) => words.join(" or "),
             Check::Text(words, _) | Check::Elsewhere(words) => words.into(),
         }
     }
@@ -145,10 +136,6 @@ impl Check {
             Check::Between(low, high) => format!("{} to {}", thousands(low), thousands(high)),
             Check::AtMost(high) => format!("at most {}", thousands(high)),
             Check::Fraction => "above 0, at most 1".into(),
-            Check::OneOf(words) => {
-                let words: Vec<String> = words.iter().map(|w| format!("`{w}`")).collect();
-                words.join(" or ")
-            }
             check => check.message(),
         })
     }
@@ -178,6 +165,10 @@ pub trait Value: Sized {
     fn shown(&self) -> String;
     /// What values of the type look like, for the docs.
     fn kind() -> &'static str;
+    /// The values the type accepts, for the docs, when no check says more.
+    fn accepts() -> String {
+        Self::kind().into()
+    }
     /// The value as a number, for the checks of numbers.
     fn number(&self) -> Option<f64> {
         None
@@ -197,7 +188,7 @@ pub trait Value: Sized {
 }
 
 /// The file's value through serde, as the type's `Deserialize` takes it from TOML.
-fn deserialized<T: serde::de::DeserializeOwned>(value: toml::Value) -> Result<T, String> {
+pub(crate) fn deserialized<T: serde::de::DeserializeOwned>(value: toml::Value) -> Result<T, String> {
     value.try_into().map_err(|e: toml::de::Error| e.message().to_owned())
 }
 
@@ -265,6 +256,65 @@ impl Value for SocketAddr {
         "an IP address and port"
     }
 }
+
+/// A setting that chooses among named options (the store, the click queue, the ACME
+/// challenge): its own enum, parsed once from exactly one of its words, and matched
+/// exhaustively where it is used; any other word is refused with the setting's name and
+/// the words it takes.
+pub trait Choice: Copy + PartialEq + 'static {
+    /// Each option with its word, in the order the docs list them.
+    const OPTIONS: &'static [(&'static str, Self)];
+
+    /// The option's word.
+    fn word(self) -> &'static str {
+        Self::OPTIONS
+            .iter()
+            .find(|(_, option)| *option == self)
+            .map_or("", |(word, _)| word)
+    }
+}
+
+/// The option `text` names (blanks around it ignored).
+pub(crate) fn chosen<T: Choice>(text: &str) -> Result<T, String> {
+    let word = text.trim();
+    T::OPTIONS
+        .iter()
+        .find(|(w, _)| *w == word)
+        .map(|(_, option)| *option)
+        .ok_or_else(|| {
+            let words: Vec<&str> = T::OPTIONS.iter().map(|(w, _)| *w).collect();
+            format!("{word:?} is not {}", words.join(" or "))
+        })
+}
+
+/// [`Value`] for each [`Choice`].
+macro_rules! choices {
+    ($($t:ty),*) => {$(
+        impl $crate::config::setting::Value for $t {
+            fn from_var(text: &str) -> Result<Self, String> {
+                $crate::config::setting::chosen(text)
+            }
+            fn from_file(value: toml::Value) -> Result<Self, String> {
+                $crate::config::setting::chosen(&$crate::config::setting::deserialized::<String>(value)?)
+            }
+            fn shown(&self) -> String {
+                $crate::config::setting::Choice::word(*self).to_owned()
+            }
+            fn kind() -> &'static str {
+                "a word"
+            }
+            fn accepts() -> String {
+                use $crate::config::setting::Choice;
+                let words: Vec<String> = <$t as Choice>::OPTIONS.iter().map(|(w, _)| format!("`{w}`")).collect();
+                words.join(" or ")
+            }
+            fn text(&self) -> Option<&str> {
+                Some($crate::config::setting::Choice::word(*self))
+            }
+        }
+    )*};
+}
+pub(crate) use choices;
 
 /// Text is taken as written: a blank or a control character is the checks' to refuse.
 impl Value for String {
@@ -396,10 +446,30 @@ mod tests {
         }
         let hold = Setting::new("redirect.click_max_hold_ms", || None::<u64>).check(Check::Positive);
         assert!(hold.verify(&None).is_ok() && hold.verify(&Some(0)).is_err());
-        let store = Setting::new("store", || String::from("sqlite")).check(Check::OneOf(&["sqlite", "dynamodb"]));
+    }
+
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Colour {
+        Red,
+        Blue,
+    }
+    impl Choice for Colour {
+        const OPTIONS: &'static [(&'static str, Self)] = &[("red", Colour::Red), ("blue", Colour::Blue)];
+    }
+    choices!(Colour);
+
+    #[test]
+    fn a_choice_is_one_of_its_words_exactly() {
+        assert_eq!(Colour::from_var(" blue "), Ok(Colour::Blue));
+        assert_eq!(Colour::from_file(toml::Value::String("red".into())), Ok(Colour::Red));
+        // No default arm: any other word, another case or a number is refused, with the words.
+        for bad in ["green", "Red", ""] {
+            assert_eq!(Colour::from_var(bad), Err(format!("{bad:?} is not red or blue")));
+        }
+        assert!(Colour::from_file(toml::Value::Integer(1)).is_err());
         assert_eq!(
-            store.verify(&"postgres".into()).unwrap_err().to_string(),
-            "store: \"postgres\" is not sqlite or dynamodb"
+            (Colour::Blue.shown(), Colour::accepts()),
+            ("blue".into(), "`red` or `blue`".into())
         );
     }
 

@@ -16,7 +16,7 @@ pub struct EventError(pub String);
 /// A store error as an undelivered event, with its causes in the text.
 impl From<crate::StoreError> for EventError {
     fn from(e: crate::StoreError) -> Self {
-        EventError(crate::Causes(&e).to_string())
+        EventError(rebound_core::Causes(&e).to_string())
     }
 }
 

@@ -79,7 +79,7 @@ pub enum StoreError {
     /// The store could not be reached or did not answer in time: `what` names it ("Redis",
     /// "DynamoDB"), `source` tells why, kept whole as its client said it (a
     /// `redis::RedisError`, an SDK error with its own causes, an `io::Error`, or a text).
-    /// Printed alone it names only what is down; [`Causes`] (or anyhow's `{:#}`, or
+    /// Printed alone it names only what is down; [`rebound_core::Causes`] (or anyhow's `{:#}`, or
     /// tracing's `error = &e as &dyn Error`) prints the why after it.
     #[error("{what} is unavailable")]
     Unavailable {
@@ -107,30 +107,6 @@ impl StoreError {
             what,
             source: cause.into(),
         }
-    }
-}
-
-/// An error followed by its causes, as anyhow's `{:#}` prints them: "DynamoDB is
-/// unavailable: dispatch failure: connection refused". A cause that only repeats the text
-/// of the one before it is left out (a `redis::RedisError` of I/O prints its `io::Error`,
-/// and returns it as its source too).
-#[derive(Clone, Copy)]
-pub struct Causes<'a>(pub &'a (dyn std::error::Error + 'static));
-
-impl std::fmt::Display for Causes<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut before = self.0.to_string();
-        f.write_str(&before)?;
-        let mut cause = self.0.source();
-        while let Some(e) = cause {
-            let text = e.to_string();
-            if text != before {
-                write!(f, ": {text}")?;
-            }
-            before = text;
-            cause = e.source();
-        }
-        Ok(())
     }
 }
 
@@ -590,6 +566,7 @@ impl<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rebound_core::Causes;
     use std::error::Error;
 
     /// An error with a cause of its own, like an SDK error ("service error" and, below it,

@@ -1,6 +1,6 @@
 //! The audit log ([`AuditLog`]).
 
-use crate::store::sql_err;
+use crate::error::sql_err;
 use crate::SqliteStore;
 use async_trait::async_trait;
 use rebound_store::{AuditEvent, AuditLog, StoreError};

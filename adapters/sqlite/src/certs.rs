@@ -1,7 +1,7 @@
 //! What ACME gave the fleet ([`CertificateStore`]): the account, each domain's certificate
 //! and the lease on ordering one.
 
-use crate::store::sql_err;
+use crate::error::sql_err;
 use crate::SqliteStore;
 use async_trait::async_trait;
 use rebound_core::UnixMillis;

@@ -1,7 +1,7 @@
 //! The click rollups ([`RollupStore`]), in the clicks file with its own writer, and the
 //! ids of the batches already applied.
 
-use crate::store::sql_err;
+use crate::error::sql_err;
 use crate::SqliteStore;
 use async_trait::async_trait;
 use rebound_core::Day;

@@ -1,7 +1,7 @@
 //! The domains ([`DomainStore`]): one row per domain, its record as JSON (the record grows
 //! fields without a schema change; a row is read whole anyway).
 
-use crate::store::sql_err;
+use crate::error::sql_err;
 use crate::SqliteStore;
 use async_trait::async_trait;
 use rebound_core::domain::Domain;

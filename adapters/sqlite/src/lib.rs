@@ -16,6 +16,7 @@ mod certs;
 mod clicks;
 mod counters;
 mod domains;
+mod error;
 mod keys;
 mod links;
 mod schema;

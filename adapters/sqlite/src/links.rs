@@ -1,8 +1,8 @@
 //! The links ([`LinkReads`], [`LinkStore`]): the links table with its idempotency records,
 //! the alias index, and the propagations pending that a delete writes in its transaction.
 
+use crate::error::sql_err;
 use crate::schema::{domain_id, target_host};
-use crate::store::sql_err;
 use crate::SqliteStore;
 use async_trait::async_trait;
 use rebound_core::link::Deletion;

@@ -1,7 +1,7 @@
 //! The schemas of the two files, and the one migration: the rollups moved out of the main
 //! file into a file of their own.
 
-use crate::store::sql_err;
+use crate::error::sql_err;
 use rebound_store::StoreError;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
@@ -138,7 +138,7 @@ const INDEX_BATCH: usize = 10_000;
 
 /// The setting recorded once every link of the file has its index columns: later opens
 /// skip the search for links without them (a read of the whole table).
-const LINKS_INDEXED: &str = "sqlite:links_indexed";
+pub(crate) const LINKS_INDEXED: &str = "sqlite:links_indexed";
 
 /// Fills the index columns of the links an older file holds without them (`target_host`
 /// NULL), in transactions of [`INDEX_BATCH`], once: the file then records
@@ -249,110 +249,4 @@ pub(crate) fn move_rollups_out_of_the_main_file(main: &mut Connection, clicks_fi
     })();
     main.execute("DETACH DATABASE clicks", []).map_err(sql_err)?;
     moved.map_err(sql_err)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::SqliteStore;
-    use rebound_store::{BatchOutcome, ClickAdd, ClickBatch, RollupStore};
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn links_of_a_file_from_before_the_indexes_are_put_in_them_at_open() {
-        use rebound_store::LinkStore;
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("rebound.db");
-        {
-            // The links table as it was before `target_host` and `domain_id`.
-            let old = Connection::open(&path).unwrap();
-            old.execute_batch(
-                "CREATE TABLE links (code TEXT PRIMARY KEY, long_url TEXT NOT NULL, redirect INTEGER NOT NULL,
-                    forward_query INTEGER NOT NULL, created_at INTEGER NOT NULL, created_by TEXT NOT NULL,
-                    is_active INTEGER NOT NULL, version INTEGER NOT NULL, expires_at INTEGER, deleted_at INTEGER,
-                    deleted_by TEXT, delete_reason TEXT, purge_at INTEGER, password_hash TEXT) WITHOUT ROWID;",
-            )
-            .unwrap();
-            old.execute_batch(
-                "INSERT INTO links (code, long_url, redirect, forward_query, created_at, created_by, is_active, version)
-                 VALUES ('old1', 'https://a.w.example/x', 302, 0, 1, 'o', 1, 1),
-                        ('old2.d7', 'https://w.example/y', 302, 0, 2, 'o', 1, 1),
-                        ('old3', 'https://w.example/z', 302, 0, 3, 'o', 0, 2),
-                        ('old4', 'https://notw.example/', 302, 0, 4, 'o', 1, 1);",
-            )
-            .unwrap();
-        }
-        let store = SqliteStore::open(&path).unwrap();
-        let page = store.links_by_target_host("example.w.", 10, None).await.unwrap();
-        let codes: Vec<_> = page.links.iter().map(|l| l.code.as_str()).collect();
-        assert_eq!(
-            codes,
-            ["old2.d7", "old1"],
-            "active ones alone, the host before its subdomain"
-        );
-        let page = store.links_on_domain("d7", 10, None).await.unwrap();
-        assert_eq!(page.links.len(), 1);
-        // Opened again: recorded as indexed, nothing read; the indexes answer the same.
-        drop(store);
-        let indexed: String = Connection::open(&path)
-            .unwrap()
-            .query_row("SELECT value FROM settings WHERE name = ?1", [LINKS_INDEXED], |r| {
-                r.get(0)
-            })
-            .unwrap();
-        assert_eq!(indexed, "1");
-        let mut conn = Connection::open(&path).unwrap();
-        assert_eq!(index_older_links(&mut conn).unwrap(), 0);
-        drop(conn);
-        let store = SqliteStore::open(&path).unwrap();
-        let page = store.links_by_target_host("example.w.", 10, None).await.unwrap();
-        assert_eq!(page.links.len(), 2);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn rollups_in_the_main_file_move_to_the_clicks_file_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("rebound.db");
-        {
-            // A data directory from before the split.
-            let old = Connection::open(&path).unwrap();
-            old.execute_batch(
-                "CREATE TABLE rollups (code TEXT NOT NULL, day INTEGER NOT NULL, clicks INTEGER NOT NULL,
-                    PRIMARY KEY (code, day)) WITHOUT ROWID;
-                 CREATE TABLE applied_batches (id TEXT PRIMARY KEY, applied_at INTEGER NOT NULL);
-                 INSERT INTO rollups VALUES ('old1', 3, 7), ('old1', 4, 2);
-                 INSERT INTO applied_batches VALUES ('batch-a', 1);",
-            )
-            .unwrap();
-        }
-        let day = rebound_core::Day;
-        for _ in 0..2 {
-            let store = SqliteStore::open(&path).unwrap();
-            assert_eq!(
-                store.read_clicks("old1", day(1), day(9)).await.unwrap(),
-                vec![
-                    (day(3), rebound_store::Clicks::people(7)),
-                    (day(4), rebound_store::Clicks::people(2))
-                ],
-                "the history is kept, and moved once"
-            );
-        }
-        let store = SqliteStore::open(&path).unwrap();
-        let replay = ClickBatch {
-            id: "batch-a".into(),
-            adds: vec![ClickAdd {
-                code: "old1".into(),
-                day: day(3),
-                clicks: 5,
-                bot_clicks: 0,
-            }],
-        };
-        assert_eq!(store.apply_clicks(&replay).await.unwrap(), BatchOutcome::AlreadyApplied);
-        let main = Connection::open(&path).unwrap();
-        let left: i64 = main
-            .query_row("SELECT count(*) FROM sqlite_master WHERE name = 'rollups'", [], |r| {
-                r.get(0)
-            })
-            .unwrap();
-        assert_eq!(left, 0, "the main file no longer has rollups");
-    }
 }

@@ -1,7 +1,7 @@
 //! [`SqliteStore`]: the two files, their connections (one writer each, a few readers with
-//! the clicks file attached) and the blocking pool every call runs on, and how SQLite's
-//! errors are classified.
+//! the clicks file attached) and the blocking pool every call runs on.
 
+use crate::error::sql_err;
 use crate::schema::{
     add_missing_columns, index_older_links, move_rollups_out_of_the_main_file, CLICKS_ADDED_COLUMNS, CLICKS_SCHEMA,
     MAIN_ADDED_COLUMNS, MAIN_INDEXES, SCHEMA,
@@ -32,37 +32,6 @@ pub struct SqliteStore {
 impl std::fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqliteStore").field("path", &self.inner.path).finish()
-    }
-}
-
-/// Classifies a SQLite error once: what the database or the machine could not do (busy or
-/// locked past the timeout, I/O, a full disk, a file that cannot be opened or is damaged) is
-/// an outage; everything else (constraint or statement errors, a column read as the wrong
-/// type, misuse) is a bug in this file.
-pub(crate) fn sql_err(e: rusqlite::Error) -> StoreError {
-    use rusqlite::ErrorCode as C;
-    let outage = match &e {
-        rusqlite::Error::SqliteFailure(f, _) => matches!(
-            f.code,
-            C::DatabaseBusy
-                | C::DatabaseLocked
-                | C::SystemIoFailure
-                | C::DiskFull
-                | C::CannotOpen
-                | C::OutOfMemory
-                | C::FileLockingProtocolFailed
-                | C::ReadOnly
-                | C::DatabaseCorrupt
-                | C::NotADatabase
-                | C::PermissionDenied
-                | C::OperationInterrupted
-        ),
-        _ => false,
-    };
-    if outage {
-        StoreError::unavailable("SQLite", e)
-    } else {
-        StoreError::Internal(e.to_string())
     }
 }
 
@@ -196,34 +165,7 @@ impl SqliteStore {
 mod tests {
     use super::*;
     use rebound_core::{Link, RedirectKind};
-    use rebound_store::{CounterStore, LinkReads, LinkStore};
-
-    #[test]
-    fn sqlite_errors_are_an_outage_only_when_the_database_or_machine_failed() {
-        let failure = |code: i32| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None);
-        let outage = |e: rusqlite::Error| matches!(sql_err(e), StoreError::Unavailable { .. });
-        assert!(outage(failure(rusqlite::ffi::SQLITE_BUSY)));
-        assert!(outage(failure(rusqlite::ffi::SQLITE_IOERR)));
-        assert!(outage(failure(rusqlite::ffi::SQLITE_FULL)));
-        // An outage keeps SQLite's error whole, for whoever looks at its code.
-        let busy = sql_err(failure(rusqlite::ffi::SQLITE_BUSY));
-        let kept = std::error::Error::source(&busy).and_then(|s| s.downcast_ref::<rusqlite::Error>());
-        assert_eq!(
-            kept.and_then(rusqlite::Error::sqlite_error_code),
-            Some(rusqlite::ErrorCode::DatabaseBusy)
-        );
-        assert!(!outage(failure(rusqlite::ffi::SQLITE_CONSTRAINT)));
-        assert!(!outage(failure(rusqlite::ffi::SQLITE_MISUSE)));
-        assert!(!outage(rusqlite::Error::InvalidColumnType(
-            0,
-            "x".into(),
-            rusqlite::types::Type::Null
-        )));
-        // A real statement error: a bug, not an outage.
-        let conn = Connection::open_in_memory().unwrap();
-        let e = conn.execute("INSERT INTO no_such_table VALUES (1)", []).unwrap_err();
-        assert!(matches!(sql_err(e), StoreError::Internal(_)));
-    }
+    use rebound_store::{BatchOutcome, ClickAdd, ClickBatch, CounterStore, LinkReads, LinkStore, RollupStore};
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn sqlite_store_passes_the_contract() {
@@ -279,5 +221,106 @@ mod tests {
             Path::new("/d/rebound-clicks.db")
         );
         assert_eq!(clicks_file(Path::new("data/links")), Path::new("data/links-clicks"));
+    }
+
+    // Files of older versions, migrated at open (crate::schema).
+    use crate::schema::LINKS_INDEXED;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn links_of_a_file_from_before_the_indexes_are_put_in_them_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rebound.db");
+        {
+            // The links table as it was before `target_host` and `domain_id`.
+            let old = Connection::open(&path).unwrap();
+            old.execute_batch(
+                "CREATE TABLE links (code TEXT PRIMARY KEY, long_url TEXT NOT NULL, redirect INTEGER NOT NULL,
+                    forward_query INTEGER NOT NULL, created_at INTEGER NOT NULL, created_by TEXT NOT NULL,
+                    is_active INTEGER NOT NULL, version INTEGER NOT NULL, expires_at INTEGER, deleted_at INTEGER,
+                    deleted_by TEXT, delete_reason TEXT, purge_at INTEGER, password_hash TEXT) WITHOUT ROWID;",
+            )
+            .unwrap();
+            old.execute_batch(
+                "INSERT INTO links (code, long_url, redirect, forward_query, created_at, created_by, is_active, version)
+                 VALUES ('old1', 'https://a.w.example/x', 302, 0, 1, 'o', 1, 1),
+                        ('old2.d7', 'https://w.example/y', 302, 0, 2, 'o', 1, 1),
+                        ('old3', 'https://w.example/z', 302, 0, 3, 'o', 0, 2),
+                        ('old4', 'https://notw.example/', 302, 0, 4, 'o', 1, 1);",
+            )
+            .unwrap();
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        let page = store.links_by_target_host("example.w.", 10, None).await.unwrap();
+        let codes: Vec<_> = page.links.iter().map(|l| l.code.as_str()).collect();
+        assert_eq!(
+            codes,
+            ["old2.d7", "old1"],
+            "active ones alone, the host before its subdomain"
+        );
+        let page = store.links_on_domain("d7", 10, None).await.unwrap();
+        assert_eq!(page.links.len(), 1);
+        // Opened again: recorded as indexed, nothing read; the indexes answer the same.
+        drop(store);
+        let indexed: String = Connection::open(&path)
+            .unwrap()
+            .query_row("SELECT value FROM settings WHERE name = ?1", [LINKS_INDEXED], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(indexed, "1");
+        let mut conn = Connection::open(&path).unwrap();
+        assert_eq!(index_older_links(&mut conn).unwrap(), 0);
+        drop(conn);
+        let store = SqliteStore::open(&path).unwrap();
+        let page = store.links_by_target_host("example.w.", 10, None).await.unwrap();
+        assert_eq!(page.links.len(), 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn rollups_in_the_main_file_move_to_the_clicks_file_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rebound.db");
+        {
+            // A data directory from before the split.
+            let old = Connection::open(&path).unwrap();
+            old.execute_batch(
+                "CREATE TABLE rollups (code TEXT NOT NULL, day INTEGER NOT NULL, clicks INTEGER NOT NULL,
+                    PRIMARY KEY (code, day)) WITHOUT ROWID;
+                 CREATE TABLE applied_batches (id TEXT PRIMARY KEY, applied_at INTEGER NOT NULL);
+                 INSERT INTO rollups VALUES ('old1', 3, 7), ('old1', 4, 2);
+                 INSERT INTO applied_batches VALUES ('batch-a', 1);",
+            )
+            .unwrap();
+        }
+        let day = rebound_core::Day;
+        for _ in 0..2 {
+            let store = SqliteStore::open(&path).unwrap();
+            assert_eq!(
+                store.read_clicks("old1", day(1), day(9)).await.unwrap(),
+                vec![
+                    (day(3), rebound_store::Clicks::people(7)),
+                    (day(4), rebound_store::Clicks::people(2))
+                ],
+                "the history is kept, and moved once"
+            );
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        let replay = ClickBatch {
+            id: "batch-a".into(),
+            adds: vec![ClickAdd {
+                code: "old1".into(),
+                day: day(3),
+                clicks: 5,
+                bot_clicks: 0,
+            }],
+        };
+        assert_eq!(store.apply_clicks(&replay).await.unwrap(), BatchOutcome::AlreadyApplied);
+        let main = Connection::open(&path).unwrap();
+        let left: i64 = main
+            .query_row("SELECT count(*) FROM sqlite_master WHERE name = 'rollups'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(left, 0, "the main file no longer has rollups");
     }
 }

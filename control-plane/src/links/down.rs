@@ -103,11 +103,11 @@ impl ControlPlane {
             self.propagations.give_back(code, link.version).await;
         }
         if let Err(e) = audited {
-            tracing::error!(code, action, error = %rebound_store::Causes(&e), "audit event not recorded");
+            tracing::error!(code, action, error = %rebound_core::Causes(&e), "audit event not recorded");
             return Err(e.into());
         }
         if let Err(e) = delivered {
-            tracing::warn!(code, action, error = %rebound_store::Causes(&e), "caches not told; a reconciler finishes it");
+            tracing::warn!(code, action, error = %rebound_core::Causes(&e), "caches not told; a reconciler finishes it");
             return Ok(false);
         }
         Ok(true)

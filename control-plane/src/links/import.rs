@@ -191,7 +191,7 @@ impl ControlPlane {
             outcomes[i] = Some(match result {
                 Ok(()) => {
                     if let Err(e) = self.events.created(&link).await {
-                        tracing::warn!(code = %link.code, error = %rebound_store::Causes(&e), "creation not announced");
+                        tracing::warn!(code = %link.code, error = %rebound_core::Causes(&e), "creation not announced");
                     }
                     ImportOutcome::Created(self.created_view(&link))
                 }

@@ -132,7 +132,7 @@ impl ControlPlane {
         };
         if let Err(e) = self.events.created(&link).await {
             // The link is stored; proxies that missed the announcement bypass their filter.
-            tracing::warn!(code = %link.code, error = %rebound_store::Causes(&e), "creation not announced");
+            tracing::warn!(code = %link.code, error = %rebound_core::Causes(&e), "creation not announced");
         }
         Ok(Creation::Created(link))
     }

@@ -205,7 +205,7 @@ async fn write(queue: &ClickQueue, sink: &dyn ClickSink, ids: &BatchIds, id: u64
             Ok(()) => metrics.clicks_flushed.inc_by(clicks),
             Err(e) => {
                 metrics.click_batches_failed.inc_by(batches.len() as u64);
-                tracing::warn!(error = %rebound_store::Causes(&e), clicks, "click batches not shipped; their clicks are lost");
+                tracing::warn!(error = %rebound_core::Causes(&e), clicks, "click batches not shipped; their clicks are lost");
             }
         }
         let finished = {

@@ -6,10 +6,11 @@
 //! not have asks for the same reading at once ([`Resync`]), so a domain added a moment ago
 //! answers its first click.
 
+use crate::domains::{DomainRoutes, Reading, Resync};
 use rebound_core::domain::{CertificateSource, Domain, DOMAINS_CHANGED_COUNTER};
-use rebound_proxy::domains::{DomainRoutes, Reading, Resync};
+use rebound_core::Causes;
 use rebound_store::domains::DomainStore;
-use rebound_store::{Causes, LinkReads, StoreError};
+use rebound_store::{LinkReads, StoreError};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -105,8 +106,8 @@ impl Resync for DomainWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domains::{Routed, UnknownHost};
     use rebound_core::domain::DomainPages;
-    use rebound_proxy::domains::{Routed, UnknownHost};
     use rebound_store::{CounterStore, MemoryStore};
 
     fn domain(name: &str, id: &str, certificate: CertificateSource) -> Domain {

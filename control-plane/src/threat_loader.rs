@@ -4,15 +4,33 @@
 //! links on the hosts of its new entries are checked against the lists (in the home region
 //! only: its takedowns reach every region).
 
-use crate::settings::{ThreatListSource, ThreatSettings};
-use rebound_control_plane::threats::ListState;
-use rebound_control_plane::ControlPlane;
+use crate::threats::ListState;
+use crate::ControlPlane;
 use rebound_core::threat::{parse_feed, ParsedFeed, ThreatIndex};
 use rebound_core::UnixMillis;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
+
+/// Threat lists (docs/spec.md §12): where each is read from, and how often.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreatSettings {
+    pub lists: Vec<ThreatListSource>,
+    /// Seconds between two loads of every list.
+    pub refresh_secs: u64,
+    /// A feed larger than this is refused (its entries before stay in force).
+    pub max_feed_bytes: u64,
+}
+
+/// One threat list: its name (in `threat-list:<name>`), its format and where it is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreatListSource {
+    pub name: String,
+    pub format: rebound_core::threat::FeedFormat,
+    /// An `http://` or `https://` URL, or a file's path.
+    pub source: String,
+}
 
 /// Longest a feed's download may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -68,7 +86,7 @@ pub async fn run(cp: Arc<ControlPlane>, settings: ThreatSettings, rescan: bool, 
                     "the links on the hosts of the lists' new entries checked against the threat lists"
                 ),
                 Err(e) => {
-                    tracing::warn!(error = %rebound_store::Causes(&e), "the threat-list rescan stopped; it runs again at the next change")
+                    tracing::warn!(error = %rebound_core::Causes(&e), "the threat-list rescan stopped; it runs again at the next change")
                 }
             }
         }
