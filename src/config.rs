@@ -178,6 +178,17 @@ fn as_target(setting: &Setting<impl Value>, url: &str, rule: &TargetPolicy) -> R
 /// visitor redirects are put in the form a link's target is stored in (punycode host,
 /// percent-encoded path), ready to be a `Location`.
 fn check_relations(s: &mut Settings) -> Result<(), ConfigError> {
+    // A port that reads PROXY headers believes the peers it trusts: with none, it would
+    // refuse every connection.
+    if !s.edge.proxy_protocol.is_empty() && s.edge.trusted_networks.is_empty() {
+        return Err(PROXY_PROTOCOL.refused(format!(
+            "needs {}: the networks of the load balancers that send the header",
+            TRUSTED_NETWORKS.name()
+        )));
+    }
+    if s.edge.reads_proxy_protocol(crate::settings::ProxiedPort::RedirectTls) && s.tls.is_none() {
+        return Err(PROXY_PROTOCOL.refused(format!("names `redirect_tls`, but {} is not set", TLS_ADDR.name())));
+    }
     // The base starts every short URL: a URL a link could point to, less query and fragment.
     let base = as_target(&PUBLIC_BASE_URL, &s.public_base_url, &TargetPolicy::default())?;
     let base = url::Url::parse(&base).map_err(|e| PUBLIC_BASE_URL.refused(format!("not a URL: {e}")))?;

@@ -5,10 +5,11 @@
 //! reconciler of pending propagations (also in the all-in-one: cheap, and it clears what a
 //! crash left pending), until `shutdown` resolves.
 
-use crate::listen::{router_edge, RouterPort};
+use crate::listen::{forwarding_trust, router_edge, with_proxy_protocol, RouterPort};
 use crate::metrics_port::{metrics_router, Readiness};
 use crate::process_metrics::ProcessRegistry;
 use crate::regions::HttpHome;
+use crate::settings::ProxiedPort;
 use crate::settings::Settings;
 use crate::signals::drain;
 use anyhow::Context;
@@ -79,6 +80,8 @@ pub struct ControlPlane {
     api: Arc<rebound_control_plane::ControlPlane>,
     registry: prometheus::Registry,
     api_edge: Edge,
+    /// Whose forwarding headers the API port reads.
+    api_forwarding: Option<Arc<rebound_core::client::TrustedNetworks>>,
     metrics_edge: Edge,
     /// With Redis: the proxies' acknowledgements in each region, listened to while it runs.
     acks: Vec<(Arc<Acknowledgements>, Arc<RedisCache>)>,
@@ -185,7 +188,12 @@ impl ControlPlane {
         Ok(ControlPlane {
             api,
             registry: registry.clone(),
-            api_edge: router_edge(settings, settings.edge.api_max_connections, metrics.edge.port("api")),
+            api_edge: with_proxy_protocol(
+                router_edge(settings, settings.edge.api_max_connections, metrics.edge.port("api")),
+                settings,
+                ProxiedPort::Api,
+            ),
+            api_forwarding: forwarding_trust(settings, ProxiedPort::Api),
             metrics_edge: router_edge(
                 settings,
                 settings.edge.metrics_max_connections,
@@ -208,7 +216,7 @@ impl ControlPlane {
         }
         if let Some(port) = listeners.metrics {
             let router = metrics_router(self.registry, Readiness::bound(None));
-            tasks.push(port.serve("metrics", router, self.metrics_edge, stop.clone())?);
+            tasks.push(port.serve("metrics", router, self.metrics_edge, None, stop.clone())?);
         }
         tasks.push(tokio::spawn(self.api.reconciler().run(stop.clone())));
         if let Some(threats) = self.threats {
@@ -222,7 +230,11 @@ impl ControlPlane {
             )));
         }
         let router = rebound_control_plane::router_forwarding(self.api, self.home);
-        tasks.push(listeners.api.serve("API", router, self.api_edge, stop.clone())?);
+        tasks.push(
+            listeners
+                .api
+                .serve("API", router, self.api_edge, self.api_forwarding, stop.clone())?,
+        );
         if let Some(c) = self.consumer {
             tasks.push(tokio::spawn(watch_queue_depths(
                 [("clicks", c.queue.clone()), ("dead_letter", c.dead_letters)],

@@ -4,10 +4,10 @@
 //! adapters the caller opened, until `shutdown` resolves. The all-in-one and
 //! `rebound proxy` are this with different adapters; so are the in-process tests.
 
-use crate::listen::{bind, edge_limits, router_edge, RouterPort};
+use crate::listen::{bind, edge_limits, router_edge, with_proxy_protocol, RouterPort};
 use crate::metrics_port::{metrics_router, Readiness};
 use crate::process_metrics::ProcessRegistry;
-use crate::settings::{AcmeSettings, RedirectSettings, Settings};
+use crate::settings::{AcmeSettings, ProxiedPort, RedirectSettings, Settings};
 use crate::signals::{drain, log_hangups};
 use anyhow::Context;
 use rebound_acme::{AcmeMetrics, Challenges, FleetTlsAlpn, Issuer, IssuerConfig, Outcome};
@@ -143,6 +143,8 @@ pub struct DataPlane {
     edge: Edge,
     tls_edge: Option<Edge>,
     metrics_edge: Edge,
+    /// The proxies believed about the client (`edge.trusted_networks`).
+    trusted: rebound_core::client::TrustedNetworks,
     /// The certificate of the TLS listener, reloaded while it serves.
     certificate: Option<Arc<ReloadableCert>>,
     acme: Option<Acme>,
@@ -190,7 +192,11 @@ impl DataPlane {
                     (None, Some(cert)) => (cert.server_tls().context("configuring TLS")?, None),
                     (None, None) => anyhow::bail!("tls_addr without a certificate: set tls_cert and tls_key"),
                 };
-                let edge = Edge::tls(limits.clone(), metrics.edge.port("redirect_tls"), server_tls);
+                let edge = with_proxy_protocol(
+                    Edge::tls(limits.clone(), metrics.edge.port("redirect_tls"), server_tls),
+                    settings,
+                    ProxiedPort::RedirectTls,
+                );
                 (Some(edge), cert, acme)
             }
             None => (None, None, None),
@@ -204,13 +210,18 @@ impl DataPlane {
             )),
             l1: Arc::new(L1::new(r.l1_capacity)),
             issued: Arc::new(IssuedCodeGate::new(r.l1_capacity.max(1_000_000) * 2)),
-            edge: Edge::plain(limits, metrics.edge.port("redirect")),
+            edge: with_proxy_protocol(
+                Edge::plain(limits, metrics.edge.port("redirect")),
+                settings,
+                ProxiedPort::Redirect,
+            ),
             metrics_edge: router_edge(
                 settings,
                 settings.edge.metrics_max_connections,
                 metrics.edge.port("metrics"),
             ),
             tls_edge,
+            trusted: settings.edge.trusted_networks.clone(),
             certificate,
             acme,
             default_host: url::Url::parse(&settings.public_base_url)
@@ -338,6 +349,7 @@ impl DataPlane {
                     "metrics",
                     metrics_router(self.metrics.registry.clone(), readiness),
                     self.metrics_edge.clone(),
+                    None,
                     stop.clone(),
                 )?,
                 tokio::spawn(run_click_shipper(self.clicks.clone(), clicks, pacing, clicks_stop)),
@@ -416,7 +428,8 @@ impl DataPlane {
                 shared: certificates,
             }),
             routes,
-        );
+        )
+        .trusting(self.trusted);
         let take_over = matches!(listeners.redirect, RedirectListener::Inherited(_));
         let mut ports = vec![(listeners.redirect, RedirectPort::new(redirects.clone(), self.edge))];
         if let (Some(listener), Some(edge)) = (listeners.tls, self.tls_edge) {

@@ -4,15 +4,17 @@
 //! that all the ports' connection caps fit under the open-file limit.
 
 use crate::config::{API_MAX_CONNECTIONS, MAX_CONNECTIONS, METRICS_MAX_CONNECTIONS};
-use crate::settings::Settings;
+use crate::settings::{ProxiedPort, Settings};
 use anyhow::Context;
 use axum::Router;
 use hyper::body::Incoming;
+use rebound_core::client::TrustedNetworks;
 use rebound_edge::{Edge, EdgeLimits, PortMetrics};
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -41,6 +43,24 @@ pub fn router_edge(settings: &Settings, max_connections: usize, metrics: PortMet
         },
         metrics,
     )
+}
+
+/// `edge`, reading a PROXY header on every connection when `port` is one of
+/// `edge.proxy_protocol`, from `edge.trusted_networks` only.
+pub fn with_proxy_protocol(edge: Edge, settings: &Settings, port: ProxiedPort) -> Edge {
+    if !settings.edge.reads_proxy_protocol(port) {
+        return edge;
+    }
+    let trusted = settings.edge.trusted_networks.clone();
+    edge.reading_proxy_protocol(Arc::new(move |peer| trusted.contains(peer)))
+}
+
+/// Whose forwarding headers a port reads: `edge.trusted_networks`', unless its
+/// connections start with a PROXY header (the client is the header's then, and a layer-4
+/// balancer passes whatever headers the client wrote).
+pub fn forwarding_trust(settings: &Settings, port: ProxiedPort) -> Option<Arc<TrustedNetworks>> {
+    let trusted = &settings.edge.trusted_networks;
+    (!trusted.is_empty() && !settings.edge.reads_proxy_protocol(port)).then(|| Arc::new(trusted.clone()))
 }
 
 /// Raises the open-file limit and checks that every port's cap fits under it with room
@@ -87,11 +107,14 @@ pub async fn bind_when_free(addr: SocketAddr, what: &str, wait: Duration) -> any
     }
 }
 
-/// An axum router as the hyper service of one connection from `peer`.
+/// An axum router as the hyper service of one connection from `peer` (the client a PROXY
+/// header named, on a port that reads them).
 #[derive(Clone)]
 pub struct RouterService {
     router: Router,
     peer: SocketAddr,
+    /// Whose forwarding headers are read, if anyone's.
+    forwarding: Option<Arc<TrustedNetworks>>,
 }
 
 impl hyper::service::Service<http::Request<Incoming>> for RouterService {
@@ -102,21 +125,43 @@ impl hyper::service::Service<http::Request<Incoming>> for RouterService {
     fn call(&self, req: http::Request<Incoming>) -> Self::Future {
         use tower::ServiceExt;
         let mut req = req.map(axum::body::Body::new);
-        req.extensions_mut().insert(axum::extract::ConnectInfo(self.peer));
+        // The handlers' `ConnectInfo` is the client: the peer, or whom a trusted proxy
+        // forwards for (docs/spec.md §13).
+        let client = match &self.forwarding {
+            Some(trusted) => {
+                let headers = req.headers();
+                let client = rebound_core::client::client_of(
+                    self.peer.ip(),
+                    trusted,
+                    headers.get_all(http::header::FORWARDED).iter().map(|v| v.as_bytes()),
+                    headers.get_all("x-forwarded-for").iter().map(|v| v.as_bytes()),
+                );
+                SocketAddr::new(client, self.peer.port())
+            }
+            None => self.peer,
+        };
+        req.extensions_mut().insert(axum::extract::ConnectInfo(client));
         let router = self.router.clone();
         Box::pin(async move { router.oneshot(req).await })
     }
 }
 
 /// Serves `router` on `listener` through `edge` until `stop` turns true, then lets the
-/// open connections finish.
-pub async fn serve_router(listener: tokio::net::TcpListener, router: Router, edge: Edge, stop: watch::Receiver<bool>) {
+/// open connections finish; the forwarding headers of `forwarding`'s peers are read.
+pub async fn serve_router(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    edge: Edge,
+    forwarding: Option<Arc<TrustedNetworks>>,
+    stop: watch::Receiver<bool>,
+) {
     rebound_edge::serve_listener(
         listener,
         edge,
         move |peer| RouterService {
             router: router.clone(),
             peer,
+            forwarding: forwarding.clone(),
         },
         stop,
     )
@@ -150,19 +195,20 @@ impl RouterPort {
         Ok(())
     }
 
-    /// Serves `router` through `edge` until `stop` (see [`serve_router`]). Must be called
-    /// inside a tokio runtime.
+    /// Serves `router` through `edge` until `stop` (see [`serve_router`]), reading the
+    /// forwarding headers of `forwarding`'s peers. Must be called inside a tokio runtime.
     pub fn serve(
         self,
         what: &'static str,
         router: Router,
         edge: Edge,
+        forwarding: Option<Arc<TrustedNetworks>>,
         stop: watch::Receiver<bool>,
     ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
         let addr = match self {
             RouterPort::Bound(l) => {
                 let listener = tokio::net::TcpListener::from_std(l)?;
-                return Ok(tokio::spawn(serve_router(listener, router, edge, stop)));
+                return Ok(tokio::spawn(serve_router(listener, router, edge, forwarding, stop)));
             }
             RouterPort::WhenFree(addr) => addr,
         };
@@ -177,7 +223,7 @@ impl RouterPort {
                     return;
                 }
             };
-            serve_router(listener, router, edge, stop).await
+            serve_router(listener, router, edge, forwarding, stop).await
         }))
     }
 }

@@ -60,6 +60,29 @@ pub struct EdgeSettings {
     pub max_headers: usize,
     pub h2_max_concurrent_streams: u32,
     pub h2c: bool,
+    /// The ports whose connections start with a PROXY header (docs/spec.md §13).
+    pub proxy_protocol: Vec<ProxiedPort>,
+    /// The networks whose proxies are believed about the client: a PROXY header is read
+    /// from them only, and the forwarding headers of their requests are read.
+    pub trusted_networks: rebound_core::client::TrustedNetworks,
+}
+
+/// A port that may read the PROXY protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxiedPort {
+    /// The cleartext redirect port.
+    Redirect,
+    /// The TLS redirect port (the header before the ClientHello).
+    RedirectTls,
+    /// The control-plane API port.
+    Api,
+}
+
+impl EdgeSettings {
+    /// Whether `port`'s connections start with a PROXY header.
+    pub fn reads_proxy_protocol(&self, port: ProxiedPort) -> bool {
+        self.proxy_protocol.contains(&port)
+    }
 }
 
 /// Another region of the fleet, as a control plane reaches it (docs/regions.md).

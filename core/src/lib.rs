@@ -16,6 +16,7 @@
 //! - `threat`: public threat feeds (URLhaus, PhishTank, OpenPhish, host lists) read into
 //!   entries, and the index that matches normalised targets against them.
 //! - `time`: timestamps, UTC days and clocks.
+//! - `client`: who the client is: the peer, or what a trusted proxy in front says.
 //! - `error`: [`Causes`], how every crate prints an error with its causes.
 //!
 //! Nothing here does I/O: no sockets, no files, no runtime.
@@ -23,6 +24,7 @@
 
 pub mod base62;
 pub mod cache;
+pub mod client;
 pub mod code;
 pub mod decision;
 pub mod domain;

@@ -70,6 +70,10 @@ pub trait PortBody: Body<Data = Bytes, Error: Into<BoxError>> + Default + Send +
 
 impl<B> PortBody for B where B: Body<Data = Bytes, Error: Into<BoxError>> + Default + Send + 'static {}
 
+/// Whom a port believes about the client a PROXY header names: the peers it accepts one
+/// from (the load balancers' networks).
+pub type ProxyTrust = Arc<dyn Fn(std::net::IpAddr) -> bool + Send + Sync>;
+
 /// A listening port's connection handling: its limits, counters, connection slots and TLS.
 #[derive(Clone)]
 pub struct Edge {
@@ -77,6 +81,8 @@ pub struct Edge {
     metrics: PortMetrics,
     slots: Arc<Semaphore>,
     tls: Option<ServerTls>,
+    /// Set when every connection starts with a PROXY header: who may send one.
+    proxy_protocol: Option<ProxyTrust>,
     h1: http1::Builder,
     h2: http2::Builder<TokioExecutor>,
 }
@@ -129,43 +135,120 @@ impl Edge {
             limits: Arc::new(limits),
             metrics,
             tls,
+            proxy_protocol: None,
             h1,
             h2,
         }
     }
 
+    /// Every connection starts with a PROXY header (version 1 or 2, before a TLS ClientHello
+    /// too) from a peer `trusts` accepts: the client it names is the connection's. Any other
+    /// peer is closed before a byte is read, and a header that is not one is closed too,
+    /// each counted ([`Refusal::ProxyUntrusted`], [`Refusal::ProxyMalformed`]).
+    pub fn reading_proxy_protocol(mut self, trusts: ProxyTrust) -> Edge {
+        self.proxy_protocol = Some(trusts);
+        self
+    }
+
+    /// Whether its connections start with a PROXY header.
+    pub fn reads_proxy_protocol(&self) -> bool {
+        self.proxy_protocol.is_some()
+    }
+
     /// Serves one accepted stream until it closes. When `shutdown` turns true the
     /// connection finishes the request in progress (answered with `Connection: close`, or
-    /// an HTTP/2 GOAWAY) and closes.
+    /// an HTTP/2 GOAWAY) and closes. A port that reads the PROXY protocol needs the peer:
+    /// [`Edge::serve_accepted`].
     pub async fn serve<I, S, B>(&self, io: I, service: S, shutdown: watch::Receiver<bool>)
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
         S: PortService<B>,
         B: PortBody,
     {
-        let Ok(_slot) = self.slots.clone().try_acquire_owned() else {
+        let Some(_open) = self.open() else { return };
+        let io = GuardedIo::new(io, self.timeouts(), self.metrics.clone());
+        self.serve_guarded(io, Vec::new(), service, shutdown).await
+    }
+
+    /// [`Edge::serve`] for a stream accepted from `peer`, its service made by
+    /// `make_service` for the client: the peer, or on a port that reads the PROXY
+    /// protocol, the client its header names (the peer when it names none: a balancer's
+    /// own health check).
+    pub async fn serve_accepted<I, S, B>(
+        &self,
+        io: I,
+        peer: std::net::SocketAddr,
+        make_service: impl FnOnce(std::net::SocketAddr) -> S,
+        shutdown: watch::Receiver<bool>,
+    ) where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: PortService<B>,
+        B: PortBody,
+    {
+        let Some(_open) = self.open() else { return };
+        let mut io = GuardedIo::new(io, self.timeouts(), self.metrics.clone());
+        let Some(trusts) = &self.proxy_protocol else {
+            return self.serve_guarded(io, Vec::new(), make_service(peer), shutdown).await;
+        };
+        if !trusts(peer.ip()) {
+            self.metrics.refused(Refusal::ProxyUntrusted);
+            return;
+        }
+        match crate::proxy_protocol::read_header(&mut io).await {
+            Ok(header) => {
+                let service = make_service(header.source.unwrap_or(peer));
+                self.serve_guarded(io, header.rest, service, shutdown).await
+            }
+            Err(crate::proxy_protocol::HeaderError::Malformed) => self.metrics.refused(Refusal::ProxyMalformed),
+            // Closed, or cut by the head deadline (counted by the guard).
+            Err(crate::proxy_protocol::HeaderError::Io(_)) => {}
+        }
+    }
+
+    /// A connection slot, and the open connection counted until the guard drops; `None`
+    /// over the cap (counted).
+    fn open(&self) -> Option<(tokio::sync::OwnedSemaphorePermit, OpenConnection<'_>)> {
+        let Ok(slot) = self.slots.clone().try_acquire_owned() else {
             // Over the cap: closed at once, before a byte is read.
             self.metrics.refused(Refusal::ConnectionLimit);
-            return;
+            return None;
         };
         self.metrics.open.inc();
-        let _open = OpenConnection(&self.metrics);
-        let timeouts = Timeouts {
+        Some((slot, OpenConnection(&self.metrics)))
+    }
+
+    fn timeouts(&self) -> Timeouts {
+        Timeouts {
             head: self.limits.head_timeout,
             idle: self.limits.idle_timeout,
             write: self.limits.write_timeout,
-        };
-        let mut io = GuardedIo::new(io, timeouts, self.metrics.clone());
+        }
+    }
+
+    /// Serves a guarded stream; `early` are bytes already read from it (after a PROXY
+    /// header), the start of its traffic.
+    async fn serve_guarded<I, S, B>(
+        &self,
+        io: GuardedIo<I>,
+        early: Vec<u8>,
+        service: S,
+        shutdown: watch::Receiver<bool>,
+    ) where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: PortService<B>,
+        B: PortBody,
+    {
         let head_arrived = io.head_arrived();
+        let mut io = io;
         match &self.tls {
             None => {
                 let (h2, prefix) = if self.limits.h2c {
-                    match read_preface(&mut io).await {
+                    match read_preface(&mut io, early).await {
                         Ok(seen) => seen,
                         Err(_) => return,
                     }
                 } else {
-                    (false, Vec::new())
+                    (false, early)
                 };
                 let io = Prefixed::new(prefix, io);
                 if h2 {
@@ -174,64 +257,85 @@ impl Edge {
                     self.serve_h1(io, service, shutdown, head_arrived, None).await
                 }
             }
-            Some(server_tls) => {
-                // The configuration is chosen from the ClientHello (the cipher suite order, or
-                // a TLS-ALPN-01 validation's own).
-                let handshake = async {
-                    let start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), io).await?;
-                    let Some(config) = server_tls.config_for_start(&start).await else {
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            "a TLS-ALPN-01 validation with no answer here",
-                        ));
-                    };
-                    start.into_stream(config).await
-                };
-                let accepted = tokio::time::timeout(self.limits.head_timeout, handshake).await;
-                let mut tls = match accepted {
-                    Ok(Ok(tls)) => tls,
-                    Ok(Err(e)) => {
-                        if e.kind() != io::ErrorKind::TimedOut {
-                            self.metrics.refused(Refusal::TlsHandshake);
-                        }
-                        self.metrics.handshake("failed", "none");
-                        return;
-                    }
-                    Err(_) => {
-                        self.metrics.refused(Refusal::HeadTimeout);
-                        self.metrics.handshake("failed", "none");
-                        return;
-                    }
-                };
-                let (io, session) = tls.get_mut();
-                io.expect_head();
-                let version = match session.protocol_version() {
-                    Some(rustls::ProtocolVersion::TLSv1_3) => "1.3",
-                    Some(rustls::ProtocolVersion::TLSv1_2) => "1.2",
-                    _ => "other",
-                };
-                let outcome = match session.handshake_kind() {
-                    Some(rustls::HandshakeKind::Resumed) => "resumed",
-                    _ => "full",
-                };
-                self.metrics.handshake(outcome, version);
-                if session.alpn_protocol() == Some(crate::acme::ACME_TLS_ALPN) {
-                    // A TLS-ALPN-01 validation (RFC 8737): the handshake was the answer;
-                    // no HTTP follows.
-                    let _ = tokio::io::AsyncWriteExt::shutdown(&mut tls).await;
-                    return;
-                }
-                // Copied out of the session (one small allocation per connection that sent
-                // a name): the session is the stream's, which hyper takes.
-                let sni = session
-                    .server_name()
-                    .map(|name| SniCheck::new(name, self.metrics.refusal_counter(Refusal::Misdirected)));
-                if session.alpn_protocol() == Some(b"h2") {
-                    self.serve_h2(tls, service, shutdown, sni).await
-                } else {
-                    self.serve_h1(tls, service, shutdown, head_arrived, sni).await
-                }
+            Some(server_tls) if early.is_empty() => {
+                self.serve_tls(server_tls, io, head_arrived, service, shutdown).await
             }
+            // The ClientHello came with the PROXY header: read first.
+            Some(server_tls) => {
+                let io = Prefixed::new(early, io);
+                self.serve_tls(server_tls, io, head_arrived, service, shutdown).await
+            }
+        }
+    }
+
+    /// A TLS connection's handshake, then its requests.
+    async fn serve_tls<G, S, B>(
+        &self,
+        server_tls: &ServerTls,
+        io: G,
+        head_arrived: HeadArrived,
+        service: S,
+        shutdown: watch::Receiver<bool>,
+    ) where
+        G: AsyncRead + AsyncWrite + ExpectHead + Unpin + Send + 'static,
+        S: PortService<B>,
+        B: PortBody,
+    {
+        // The configuration is chosen from the ClientHello (the cipher suite order, or
+        // a TLS-ALPN-01 validation's own).
+        let handshake = async {
+            let start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), io).await?;
+            let Some(config) = server_tls.config_for_start(&start).await else {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "a TLS-ALPN-01 validation with no answer here",
+                ));
+            };
+            start.into_stream(config).await
+        };
+        let accepted = tokio::time::timeout(self.limits.head_timeout, handshake).await;
+        let mut tls = match accepted {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(e)) => {
+                if e.kind() != io::ErrorKind::TimedOut {
+                    self.metrics.refused(Refusal::TlsHandshake);
+                }
+                self.metrics.handshake("failed", "none");
+                return;
+            }
+            Err(_) => {
+                self.metrics.refused(Refusal::HeadTimeout);
+                self.metrics.handshake("failed", "none");
+                return;
+            }
+        };
+        let (io, session) = tls.get_mut();
+        io.expect_head();
+        let version = match session.protocol_version() {
+            Some(rustls::ProtocolVersion::TLSv1_3) => "1.3",
+            Some(rustls::ProtocolVersion::TLSv1_2) => "1.2",
+            _ => "other",
+        };
+        let outcome = match session.handshake_kind() {
+            Some(rustls::HandshakeKind::Resumed) => "resumed",
+            _ => "full",
+        };
+        self.metrics.handshake(outcome, version);
+        if session.alpn_protocol() == Some(crate::acme::ACME_TLS_ALPN) {
+            // A TLS-ALPN-01 validation (RFC 8737): the handshake was the answer;
+            // no HTTP follows.
+            let _ = tokio::io::AsyncWriteExt::shutdown(&mut tls).await;
+            return;
+        }
+        // Copied out of the session (one small allocation per connection that sent
+        // a name): the session is the stream's, which hyper takes.
+        let sni = session
+            .server_name()
+            .map(|name| SniCheck::new(name, self.metrics.refusal_counter(Refusal::Misdirected)));
+        if session.alpn_protocol() == Some(b"h2") {
+            self.serve_h2(tls, service, shutdown, sni).await
+        } else {
+            self.serve_h1(tls, service, shutdown, head_arrived, sni).await
         }
     }
 
@@ -390,10 +494,14 @@ fn caused_by_io(e: &hyper::Error) -> bool {
 }
 
 /// Reads until the bytes seen either differ from the HTTP/2 preface or are all of it.
-async fn read_preface<I: AsyncRead + Unpin>(io: &mut I) -> io::Result<(bool, Vec<u8>)> {
-    let mut buf = Vec::with_capacity(1024);
+async fn read_preface<I: AsyncRead + Unpin>(io: &mut I, early: Vec<u8>) -> io::Result<(bool, Vec<u8>)> {
+    let mut buf = early;
+    buf.reserve(1024);
     loop {
-        if io.read_buf(&mut buf).await? == 0 {
+        // What came before (after a PROXY header) is looked at first; more is read while it
+        // is a part of the preface.
+        let undecided = buf.len() < H2_PREFACE.len() && H2_PREFACE.starts_with(&buf);
+        if undecided && io.read_buf(&mut buf).await? == 0 {
             return Ok((false, buf));
         }
         let seen = buf.len().min(H2_PREFACE.len());
@@ -424,6 +532,24 @@ async fn linger<I: AsyncRead + AsyncWrite + Unpin>(mut io: I, limits: &EdgeLimit
 }
 
 /// A stream whose first bytes were already read (to choose the protocol).
+/// A stream under a connection's deadlines, maybe wrapped: told when a request head is due
+/// from (after a TLS handshake).
+trait ExpectHead {
+    fn expect_head(&mut self);
+}
+
+impl<I> ExpectHead for GuardedIo<I> {
+    fn expect_head(&mut self) {
+        GuardedIo::expect_head(self)
+    }
+}
+
+impl<I: ExpectHead> ExpectHead for Prefixed<I> {
+    fn expect_head(&mut self) {
+        self.inner.expect_head()
+    }
+}
+
 pub struct Prefixed<I> {
     prefix: Vec<u8>,
     at: usize,
@@ -509,7 +635,7 @@ where
 pub async fn serve_listener<S, B>(
     listener: tokio::net::TcpListener,
     edge: Edge,
-    make_service: impl Fn(std::net::SocketAddr) -> S,
+    make_service: impl Fn(std::net::SocketAddr) -> S + Send + Sync + 'static,
     shutdown: watch::Receiver<bool>,
 ) where
     S: PortService<B>,
@@ -526,7 +652,7 @@ pub async fn serve_listener<S, B>(
 pub async fn serve_listener_spread<S, B>(
     listener: tokio::net::TcpListener,
     edge: Edge,
-    make_service: impl Fn(std::net::SocketAddr) -> S,
+    make_service: impl Fn(std::net::SocketAddr) -> S + Send + Sync + 'static,
     mut shutdown: watch::Receiver<bool>,
     pick_runtime: impl Fn() -> tokio::runtime::Handle,
 ) where
@@ -534,6 +660,9 @@ pub async fn serve_listener_spread<S, B>(
     B: PortBody,
 {
     let here = tokio::runtime::Handle::current().id();
+    // Made in the connection's task, for the client the connection is from: the peer, or
+    // the client its PROXY header names.
+    let make_service = Arc::new(make_service);
     // Counts the connections still open, and nothing else: a finished connection's task is
     // freed as it ends (a JoinSet would keep each one until joined).
     let open = TaskTracker::new();
@@ -545,10 +674,12 @@ pub async fn serve_listener_spread<S, B>(
         match accepted {
             Ok((stream, peer)) => {
                 let _ = stream.set_nodelay(true);
-                let (edge, service, shutdown) = (edge.clone(), make_service(peer), shutdown.clone());
+                let (edge, make, shutdown) = (edge.clone(), make_service.clone(), shutdown.clone());
                 let runtime = pick_runtime();
                 if runtime.id() == here {
-                    tokio::spawn(open.track_future(async move { edge.serve(stream, service, shutdown).await }));
+                    tokio::spawn(
+                        open.track_future(async move { edge.serve_accepted(stream, peer, &*make, shutdown).await }),
+                    );
                     continue;
                 }
                 // Registered with this runtime's reactor: moved to the other one's, inside it.
@@ -556,7 +687,7 @@ pub async fn serve_listener_spread<S, B>(
                     Ok(stream) => {
                         runtime.spawn(open.track_future(async move {
                             match tokio::net::TcpStream::from_std(stream) {
-                                Ok(stream) => edge.serve(stream, service, shutdown).await,
+                                Ok(stream) => edge.serve_accepted(stream, peer, &*make, shutdown).await,
                                 Err(e) => tracing::warn!(error = %e, "cannot move a connection to its runtime"),
                             }
                         }));

@@ -9,6 +9,8 @@
 //!   (`serve_listener_spread` spreading connections over runtimes).
 //! - `host`: the `Host` check (RFC 9112 §3.2) every HTTP/1 request passes on every port.
 //! - `guard`: `GuardedIo`, the head, idle and write deadlines of a connection.
+//! - `proxy_protocol`: the PROXY protocol header a layer-4 balancer writes before a
+//!   connection's first byte, read from trusted peers only.
 //! - `tls`: rustls configuration and the certificate that reloads without a restart.
 //! - `sni`: `SniResolver`, each domain's certificate by SNI, and TLS-ALPN-01 answers.
 //! - `acme`: the ACME challenges a port answers (HTTP-01 paths, TLS-ALPN-01 handshakes)
@@ -24,10 +26,11 @@ pub mod guard;
 pub mod host;
 pub mod limits;
 pub mod metrics;
+pub mod proxy_protocol;
 pub mod sni;
 pub mod tls;
 
-pub use conn::{serve_listener, serve_listener_spread, Edge, PortBody, PortService};
+pub use conn::{serve_listener, serve_listener_spread, Edge, PortBody, PortService, ProxyTrust};
 pub use guard::GuardedIo;
 pub use limits::EdgeLimits;
 pub use metrics::{EdgeMetrics, PortMetrics, Refusal};

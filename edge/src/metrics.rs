@@ -26,11 +26,17 @@ pub enum Refusal {
     /// A request over TLS for another host than the one the client named by SNI (421,
     /// RFC 9110 §15.5.20); the connection stays open.
     Misdirected,
+    /// A connection to a port that reads the PROXY protocol from a peer outside the trusted
+    /// networks: closed before a byte is read.
+    ProxyUntrusted,
+    /// A connection to a port that reads the PROXY protocol whose first bytes are not a
+    /// PROXY header (or one too long).
+    ProxyMalformed,
 }
 
 impl Refusal {
     /// Every reason, in the order of the port's counters.
-    pub const ALL: [Refusal; 9] = [
+    pub const ALL: [Refusal; 11] = [
         Refusal::ConnectionLimit,
         Refusal::HeadTimeout,
         Refusal::IdleTimeout,
@@ -40,6 +46,8 @@ impl Refusal {
         Refusal::TlsHandshake,
         Refusal::H2Protocol,
         Refusal::Misdirected,
+        Refusal::ProxyUntrusted,
+        Refusal::ProxyMalformed,
     ];
 
     /// The metric label, also the error text.
@@ -54,6 +62,8 @@ impl Refusal {
             Refusal::TlsHandshake => "tls_handshake",
             Refusal::H2Protocol => "h2_protocol",
             Refusal::Misdirected => "misdirected",
+            Refusal::ProxyUntrusted => "proxy_untrusted",
+            Refusal::ProxyMalformed => "proxy_malformed",
         }
     }
 }

@@ -15,7 +15,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::future::Either;
 use http::header::{
-    HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, LOCATION, RETRY_AFTER, SET_COOKIE,
+    HeaderName, HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, FORWARDED, LOCATION, RETRY_AFTER,
+    SET_COOKIE,
 };
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::Full;
@@ -23,6 +24,7 @@ use hyper::body::Incoming;
 use pingora::server::configuration::{Opt, ServerConf};
 use pingora::server::{ListenFds, RunArgs, Server, ShutdownSignalWatch, ShutdownWatch};
 use pingora::services::Service;
+use rebound_core::client::{client_of, forwarded_over_tls, TrustedNetworks};
 use rebound_core::code::is_valid_code;
 use rebound_core::decision::{max_age_seconds, push_location, query_is_forwardable};
 use rebound_core::UnixMillis;
@@ -57,6 +59,9 @@ pub struct RedirectAnswers {
     bots: Arc<BotPatterns>,
     /// The gate of password-protected links (docs/spec.md §12).
     unlocks: Arc<Unlocks>,
+    /// The proxies believed about the client (docs/spec.md §13): a request from one of
+    /// them is from the client its forwarding headers name.
+    trusted: TrustedNetworks,
 }
 
 /// The HTTP-01 validations in flight: this process's own, then the fleet's in the store (the
@@ -75,20 +80,50 @@ pub struct Redirects(Arc<RedirectAnswers>, Connection);
 /// What the redirect service knows of a request's connection.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Connection {
-    /// The client's address, when known (password attempts are limited by it).
+    /// The peer's address, when known: the TCP peer, or on a port that reads the PROXY
+    /// protocol the client its header named.
     pub peer: Option<std::net::IpAddr>,
     /// Accepted on Rebound's own TLS listener: the request came over TLS.
     pub tls: bool,
+    /// Its requests' forwarding headers are read when the peer is trusted: not on a port
+    /// that reads the PROXY protocol (a layer-4 balancer passes the client's own headers).
+    pub forwards: bool,
 }
 
-impl Connection {
-    /// Whether the request came over TLS, so that a cookie given in its answer may be
-    /// `Secure`: only when Rebound itself terminated TLS for it. A trusted proxy's
-    /// `X-Forwarded-Proto: https` (a later issue) is to be read here, from `_headers`.
-    pub fn came_over_tls(&self, _headers: &HeaderMap) -> bool {
-        self.tls
+impl RedirectAnswers {
+    /// Who makes a request on `connection` with `headers` (docs/spec.md §13): its client's
+    /// address (the peer, or whom a trusted proxy forwards for), and whether the visitor
+    /// came over TLS (Rebound's own TLS listener, or a trusted proxy's word), so that a
+    /// cookie given in the answer may be `Secure`.
+    fn client(&self, connection: Connection, headers: &HeaderMap) -> Client {
+        let Some(peer) = connection.peer else {
+            return Client {
+                address: None,
+                over_tls: connection.tls,
+            };
+        };
+        if !connection.forwards || self.trusted.is_empty() {
+            return Client {
+                address: Some(peer),
+                over_tls: connection.tls,
+            };
+        }
+        let values = |name| headers.get_all(name).into_iter().map(HeaderValue::as_bytes);
+        Client {
+            address: Some(client_of(
+                peer,
+                &self.trusted,
+                values(FORWARDED),
+                values(X_FORWARDED_FOR),
+            )),
+            over_tls: connection.tls
+                || forwarded_over_tls(peer, &self.trusted, values(FORWARDED), values(X_FORWARDED_PROTO)),
+        }
     }
 }
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 
 const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
 const EMPTY: HeaderValue = HeaderValue::from_static("0");
@@ -151,9 +186,21 @@ impl Redirects {
                 routes,
                 bots: BotPatterns::shared(),
                 unlocks,
+                trusted: TrustedNetworks::default(),
             }),
             Connection::default(),
         )
+    }
+
+    /// Believes the proxies of `trusted` about the client of a request on a connection
+    /// that takes forwarding headers ([`Connection::forwards`]). Called once, before the
+    /// service is shared.
+    pub fn trusting(mut self, trusted: TrustedNetworks) -> Redirects {
+        match Arc::get_mut(&mut self.0) {
+            Some(answers) => answers.trusted = trusted,
+            None => unreachable!("trusting() is called before the service is shared"),
+        }
+        self
     }
 
     /// The service of a cleartext connection from `peer`.
@@ -161,6 +208,7 @@ impl Redirects {
         self.for_connection(Connection {
             peer: Some(peer),
             tls: false,
+            forwards: true,
         })
     }
 
@@ -483,10 +531,7 @@ impl RedirectAnswers {
         };
         let (parts, body) = req.into_parts();
         let now = self.path.clock.now_millis();
-        let client = Client {
-            address: connection.peer,
-            over_tls: connection.came_over_tls(&parts.headers),
-        };
+        let client = self.client(connection, &parts.headers);
         let attempt = self
             .unlocks
             .attempt(&key, &entry, client, &parts.headers, body, now)
@@ -729,6 +774,8 @@ impl Service for RedirectService {
         };
         let (edge, redirects) = (self.port.edge.clone(), self.port.redirects.clone());
         let tls = edge.is_tls();
+        // Behind a layer-4 balancer that writes PROXY headers, the headers are the client's.
+        let forwards = !edge.reads_proxy_protocol();
         rebound_edge::serve_listener_spread(
             listener,
             edge,
@@ -736,6 +783,7 @@ impl Service for RedirectService {
                 redirects.for_connection(Connection {
                     peer: Some(peer.ip()),
                     tls,
+                    forwards,
                 })
             },
             shutdown,

@@ -7,9 +7,9 @@
 use super::setting::{choices, Check, Choice, Setting};
 use super::{ConfigError, Source};
 use crate::settings::{
-    AcmeSettings, ApiSettings, ControlPlaneConfig, EdgeSettings, HomeStore, PeerRegion, QueueChoice, QueueKind,
-    RedirectSettings, Settings, StoreChoice, StoreKind, ThreatListSource, ThreatSettings, TlsFiles, TlsSettings,
-    UPGRADE_SOCK_FILE,
+    AcmeSettings, ApiSettings, ControlPlaneConfig, EdgeSettings, HomeStore, PeerRegion, ProxiedPort, QueueChoice,
+    QueueKind, RedirectSettings, Settings, StoreChoice, StoreKind, ThreatListSource, ThreatSettings, TlsFiles,
+    TlsSettings, UPGRADE_SOCK_FILE,
 };
 use rebound_acme::ChallengeKind;
 use rebound_edge::EdgeLimits;
@@ -32,7 +32,14 @@ impl Choice for ChallengeKind {
         ("tls-alpn-01", ChallengeKind::TlsAlpn01),
     ];
 }
-choices!(StoreKind, QueueKind, ChallengeKind);
+impl Choice for ProxiedPort {
+    const OPTIONS: &'static [(&'static str, Self)] = &[
+        ("redirect", ProxiedPort::Redirect),
+        ("redirect_tls", ProxiedPort::RedirectTls),
+        ("api", ProxiedPort::Api),
+    ];
+}
+choices!(StoreKind, QueueKind, ChallengeKind, ProxiedPort);
 
 fn edge() -> EdgeLimits {
     EdgeLimits::default()
@@ -421,6 +428,25 @@ pub const H2_MAX_STREAMS: Setting<u32> =
 pub const H2C: Setting<bool> = Setting::new("edge.h2c", || edge().h2c)
     .var("REBOUND_H2C")
     .doc("HTTP/2 with prior knowledge on the cleartext redirect port (the API and metrics ports never speak HTTP/2)");
+pub const PROXY_PROTOCOL: Setting<Vec<ProxiedPort>> = Setting::new("edge.proxy_protocol", Vec::new)
+    .var("REBOUND_PROXY_PROTOCOL")
+    .doc(
+        "the ports whose every connection starts with a PROXY protocol header (version 1 or 2, as AWS NLB, \
+         HAProxy and Envoy send it; on `redirect_tls` before the ClientHello): the client it names is the \
+         connection's. Read from `trusted_networks` only: any other peer is closed at once, and a connection \
+         that does not start with a header is closed too (both counted in `rebound_edge_refusals_total`). On \
+         such a port the forwarding headers are not read. The variable is comma-separated",
+    );
+pub const TRUSTED_NETWORKS: Setting<rebound_core::client::TrustedNetworks> =
+    Setting::new("edge.trusted_networks", Default::default)
+        .var("REBOUND_TRUSTED_NETWORKS")
+        .doc(
+            "the networks of the proxies and load balancers in front of Rebound, believed about the client: a \
+             PROXY header is accepted from them only, and on the redirect and API ports their requests' \
+             `Forwarded` (else `X-Forwarded-For`) names the client (the nearest address that is not theirs) and \
+             `X-Forwarded-Proto: https` (or `Forwarded: proto=https`) says the visitor came over TLS. Empty: \
+             nothing is trusted, the client is the TCP peer. The variable is comma-separated",
+        );
 
 // [api]: the control plane.
 
@@ -708,6 +734,8 @@ pub(super) fn read(src: &mut impl Source) -> Result<Settings, ConfigError> {
             max_headers: src.get(&MAX_HEADERS)?,
             h2_max_concurrent_streams: src.get(&H2_MAX_STREAMS)?,
             h2c: src.get(&H2C)?,
+            proxy_protocol: src.get(&PROXY_PROTOCOL)?,
+            trusted_networks: src.get(&TRUSTED_NETWORKS)?,
         },
         api: ApiSettings {
             max_body_bytes: src.get(&MAX_BODY_BYTES)?,

@@ -312,6 +312,27 @@ macro_rules! choices {
                 Some($crate::config::setting::Choice::word(*self))
             }
         }
+
+        /// A list of the options (comma-separated in a variable).
+        impl $crate::config::setting::Value for Vec<$t> {
+            fn from_var(text: &str) -> Result<Self, String> {
+                text.split(',').filter(|w| !w.trim().is_empty()).map($crate::config::setting::chosen).collect()
+            }
+            fn from_file(value: toml::Value) -> Result<Self, String> {
+                let words: Vec<String> = $crate::config::setting::deserialized(value)?;
+                words.iter().map(|w| $crate::config::setting::chosen(w)).collect()
+            }
+            fn shown(&self) -> String {
+                let words: Vec<&str> = self.iter().map(|c| $crate::config::setting::Choice::word(*c)).collect();
+                format!("{words:?}")
+            }
+            fn kind() -> &'static str {
+                "a list"
+            }
+            fn accepts() -> String {
+                format!("a list of {}", <$t as $crate::config::setting::Value>::accepts())
+            }
+        }
     )*};
 }
 pub(crate) use choices;
@@ -398,6 +419,32 @@ impl Value for Vec<String> {
             }
             (file, var) => var.or(file),
         }
+    }
+}
+
+/// Networks (a CIDR, or an address alone), comma-separated in a variable; the variable
+/// replaces the file's list, as for every setting but `blocked_domains`.
+impl Value for rebound_core::client::TrustedNetworks {
+    fn from_var(text: &str) -> Result<Self, String> {
+        text.split(',')
+            .filter(|n| !n.trim().is_empty())
+            .map(rebound_core::client::TrustedNetworks::parse_network)
+            .collect::<Result<_, _>>()
+            .map(rebound_core::client::TrustedNetworks::new)
+    }
+    fn from_file(value: toml::Value) -> Result<Self, String> {
+        let nets: Vec<String> = deserialized(value)?;
+        nets.iter()
+            .map(|n| rebound_core::client::TrustedNetworks::parse_network(n))
+            .collect::<Result<_, _>>()
+            .map(rebound_core::client::TrustedNetworks::new)
+    }
+    fn shown(&self) -> String {
+        let nets: Vec<String> = self.networks().iter().map(ToString::to_string).collect();
+        format!("{nets:?}")
+    }
+    fn kind() -> &'static str {
+        "a list of networks (`10.0.0.0/8`, `2001:db8::/32`, or an address alone)"
     }
 }
 
