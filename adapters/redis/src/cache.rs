@@ -125,10 +125,17 @@ mod tests {
         assert_eq!(c.get_record("unstamped").await.unwrap(), L2Read::Unconfirmed);
         assert_eq!(decode_record(&old).unwrap(), active(1, now), "still readable");
         // What a restart from a snapshot or a promoted replica looks like: the identity key
-        // names another server.
+        // names another server, with the epoch it held (maybe begun within the same
+        // millisecond as this read: the new epoch still differs).
+        let held: String = redis::cmd("GET")
+            .arg(c.record_identity_key("kept"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let epoch = held.split(' ').nth(1).unwrap().to_owned();
         let _: () = redis::cmd("SET")
             .arg(c.record_identity_key("kept"))
-            .arg("0000000000000000000000000000000000000000 5")
+            .arg(format!("0000000000000000000000000000000000000000 {epoch}"))
             .query_async(&mut conn)
             .await
             .unwrap();

@@ -12,7 +12,8 @@
 /// identity was the `run_id`). Each differs from the identity recorded in the key
 /// `identity` (which came back from the snapshot, was replicated from the old primary, or
 /// predates the promotion): the first script to run there starts a new epoch, the Redis time
-/// of that moment. Records carry the epoch they were written in; a live record of an
+/// of that moment (later than the epoch it replaces, also when that one began within the
+/// same millisecond). Records carry the epoch they were written in; a live record of an
 /// earlier epoch may predate a tombstone the Redis lost, and is confirmed by the store
 /// before use. A primary also takes a new replication id when its first replica attaches,
 /// or when it has had none for `repl-backlog-ttl`: a new epoch that lost nothing, paid with
@@ -22,12 +23,16 @@ local function epoch(key)
   local run = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)')
   assert(run, 'INFO replication names no master_replid')
   local held = redis.call('GET', key)
+  local before = nil
   if held then
     local r, e = string.match(held, '^(%S+) (%d+)$')
     if r == run then return tonumber(e) end
+    before = tonumber(e)
   end
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  -- Never the epoch it replaces, even within the same millisecond.
+  if before and now <= before then now = before + 1 end
   redis.call('SET', key, run .. ' ' .. now)
   return now
 end
