@@ -5,7 +5,7 @@
 //! it the in-memory store, a manual clock and a channel, so both run this wiring.
 
 use crate::backends::announce_initial_key;
-use crate::control_plane::{Announce, ControlPlane, ControlPlaneAdapters, ControlPlaneListeners};
+use crate::control_plane::{Announce, ControlPlaneAdapters, ControlPlaneListeners, ControlPlaneProcess};
 use crate::data_plane::{DataPlane, DataPlaneAdapters, DataPlaneListeners, Fleet};
 use crate::listen::RouterPort;
 use crate::process_metrics::ProcessRegistry;
@@ -28,7 +28,7 @@ pub struct AllInOneListeners {
 /// Both planes, built and not yet serving.
 pub struct AllInOne {
     data: DataPlane,
-    control: ControlPlane,
+    control: ControlPlaneProcess,
     store: Arc<dyn Store>,
 }
 
@@ -51,7 +51,7 @@ impl AllInOne {
             click_counts: Some(data.clicks_with_pending(store.clone())),
             click_queue: None,
         };
-        let control = ControlPlane::build(settings, &metrics, adapters).await?;
+        let control = ControlPlaneProcess::build(settings, &metrics, adapters).await?;
         Ok(AllInOne { data, control, store })
     }
 

@@ -7,7 +7,7 @@ use crate::all_in_one::{AllInOne, AllInOneListeners};
 use crate::backends::{
     announce_initial_key, metered, open_home_store, open_queue, open_redis, open_store, store_place, DataDirLock,
 };
-use crate::control_plane::{Announce, ControlPlane, ControlPlaneAdapters, ControlPlaneListeners};
+use crate::control_plane::{Announce, ControlPlaneAdapters, ControlPlaneListeners, ControlPlaneProcess};
 use crate::data_plane::{DataPlane, DataPlaneAdapters, DataPlaneListeners, Fleet};
 use crate::listen::{check_descriptor_budget, RouterPort};
 use crate::process_metrics::ProcessRegistry;
@@ -208,7 +208,7 @@ pub async fn run_control_plane(settings: Settings) -> anyhow::Result<()> {
         click_counts: None,
         click_queue,
     };
-    let cp = ControlPlane::build(&settings, &metrics, adapters)
+    let cp = ControlPlaneProcess::build(&settings, &metrics, adapters)
         .await
         .with_context(|| format!("starting on {}", store_place(&settings)))?;
     let stop = stop_requested(false, &tokio::runtime::Handle::current());

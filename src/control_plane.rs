@@ -1,6 +1,6 @@
-//! The control plane as a library: [`ControlPlane::build`] makes the API's runtime from
+//! The control plane as a library: [`ControlPlaneProcess::build`] makes the API's runtime from
 //! the settings and the adapters the caller opened (and declares its metrics);
-//! [`ControlPlane::run`] serves the API (and, alone in its process, the metrics port) on
+//! [`ControlPlaneProcess::run`] serves the API (and, alone in its process, the metrics port) on
 //! listeners the caller bound, with the click consumer when clicks come over SQS and the
 //! reconciler of pending propagations (also in the all-in-one: cheap, and it clears what a
 //! crash left pending), until `shutdown` resolves.
@@ -76,7 +76,7 @@ struct Consumer {
 }
 
 /// The control plane's parts, built from the settings.
-pub struct ControlPlane {
+pub struct ControlPlaneProcess {
     api: Arc<rebound_control_plane::ControlPlane>,
     registry: prometheus::Registry,
     api_edge: Edge,
@@ -92,13 +92,13 @@ pub struct ControlPlane {
     threats: Option<crate::settings::ThreatSettings>,
 }
 
-impl ControlPlane {
+impl ControlPlaneProcess {
     /// Builds the API's runtime on `adapters` and declares its metrics in `metrics`.
     pub async fn build(
         settings: &Settings,
         metrics: &ProcessRegistry,
         adapters: ControlPlaneAdapters,
-    ) -> anyhow::Result<ControlPlane> {
+    ) -> anyhow::Result<ControlPlaneProcess> {
         let ControlPlaneAdapters {
             store,
             clock,
@@ -185,7 +185,7 @@ impl ControlPlane {
             }),
             None => None,
         };
-        Ok(ControlPlane {
+        Ok(ControlPlaneProcess {
             api,
             registry: registry.clone(),
             api_edge: with_proxy_protocol(

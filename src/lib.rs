@@ -8,7 +8,7 @@
 //! - `config`: the TOML file and `REBOUND_*` variables, read into `Settings`.
 //! - `data_plane`: the redirect data plane, `DataPlane::build` and `run(adapters,
 //!   listeners, shutdown)`.
-//! - `control_plane`: the control plane, `ControlPlane::build` and `run(listeners,
+//! - `control_plane`: the control plane, `ControlPlaneProcess::build` and `run(listeners,
 //!   shutdown)`.
 //! - `all_in_one`: both planes on one store with the link events and pending clicks in
 //!   process, `AllInOne::build` and `run(listeners, click writes, shutdown)`: the
