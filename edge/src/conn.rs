@@ -159,15 +159,23 @@ impl Edge {
     /// connection finishes the request in progress (answered with `Connection: close`, or
     /// an HTTP/2 GOAWAY) and closes. A port that reads the PROXY protocol needs the peer:
     /// [`Edge::serve_accepted`].
-    pub async fn serve<I, S, B>(&self, io: I, service: S, shutdown: watch::Receiver<bool>)
+    ///
+    /// The connection's own future ([`Edge::serve_guarded`]'s), not one wrapped in
+    /// another `async` layer.
+    pub fn serve<'a, I, S, B>(
+        &'a self,
+        io: I,
+        service: S,
+        shutdown: watch::Receiver<bool>,
+    ) -> impl Future<Output = ()> + 'a
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
         S: PortService<B>,
         B: PortBody,
     {
-        let Some(_open) = self.open() else { return };
+        let open = self.open();
         let io = GuardedIo::new(io, self.timeouts(), self.metrics.clone());
-        self.serve_guarded(io, Vec::new(), service, shutdown).await
+        self.serve_guarded(open, io, Vec::new(), service, shutdown)
     }
 
     /// [`Edge::serve`] for a stream accepted from `peer`, its service made by
@@ -185,11 +193,11 @@ impl Edge {
         S: PortService<B>,
         B: PortBody,
     {
-        let Some(_open) = self.open() else { return };
-        let mut io = GuardedIo::new(io, self.timeouts(), self.metrics.clone());
         let Some(trusts) = &self.proxy_protocol else {
-            return self.serve_guarded(io, Vec::new(), make_service(peer), shutdown).await;
+            return self.serve(io, make_service(peer), shutdown).await;
         };
+        let Some(open) = self.open() else { return };
+        let mut io = GuardedIo::new(io, self.timeouts(), self.metrics.clone());
         if !trusts(peer.ip()) {
             self.metrics.refused(Refusal::ProxyUntrusted);
             return;
@@ -197,7 +205,7 @@ impl Edge {
         match crate::proxy_protocol::read_header(&mut io).await {
             Ok(header) => {
                 let service = make_service(header.source.unwrap_or(peer));
-                self.serve_guarded(io, header.rest, service, shutdown).await
+                self.serve_guarded(Some(open), io, header.rest, service, shutdown).await
             }
             Err(crate::proxy_protocol::HeaderError::Malformed) => self.metrics.refused(Refusal::ProxyMalformed),
             // Closed, or cut by the head deadline (counted by the guard).
@@ -229,6 +237,7 @@ impl Edge {
     /// header), the start of its traffic.
     async fn serve_guarded<I, S, B>(
         &self,
+        open: Option<(tokio::sync::OwnedSemaphorePermit, OpenConnection<'_>)>,
         io: GuardedIo<I>,
         early: Vec<u8>,
         service: S,
@@ -238,6 +247,8 @@ impl Edge {
         S: PortService<B>,
         B: PortBody,
     {
+        // Over the connection cap: closed at once (counted by `open`).
+        let Some(_open) = open else { return };
         let head_arrived = io.head_arrived();
         let mut io = io;
         match &self.tls {
@@ -644,6 +655,36 @@ pub async fn serve_listener<S, B>(
     serve_listener_spread(listener, edge, make_service, shutdown, tokio::runtime::Handle::current).await
 }
 
+/// Spawns `serve` of `stream` on `runtime`, its socket moved to that runtime's reactor when
+/// it is not the one it was accepted on (`here`), the task counted by `open`.
+fn spawn_on<F, Fut>(
+    open: &TaskTracker,
+    runtime: &tokio::runtime::Handle,
+    here: tokio::runtime::Id,
+    stream: tokio::net::TcpStream,
+    serve: F,
+) where
+    F: FnOnce(tokio::net::TcpStream) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    if runtime.id() == here {
+        tokio::spawn(open.track_future(serve(stream)));
+        return;
+    }
+    // Registered with this runtime's reactor: moved to the other one's, inside it.
+    match stream.into_std() {
+        Ok(stream) => {
+            runtime.spawn(open.track_future(async move {
+                match tokio::net::TcpStream::from_std(stream) {
+                    Ok(stream) => serve(stream).await,
+                    Err(e) => tracing::warn!(error = %e, "cannot move a connection to its runtime"),
+                }
+            }));
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot move a connection to its runtime"),
+    }
+}
+
 /// [`serve_listener`], each connection served on the runtime `pick_runtime` chooses for it
 /// (its socket then moves to that runtime's reactor): with one single-threaded runtime per
 /// core, as Pingora runs a service without work stealing, a connection lives on one thread
@@ -674,25 +715,20 @@ pub async fn serve_listener_spread<S, B>(
         match accepted {
             Ok((stream, peer)) => {
                 let _ = stream.set_nodelay(true);
-                let (edge, make, shutdown) = (edge.clone(), make_service.clone(), shutdown.clone());
                 let runtime = pick_runtime();
-                if runtime.id() == here {
-                    tokio::spawn(
-                        open.track_future(async move { edge.serve_accepted(stream, peer, &*make, shutdown).await }),
-                    );
-                    continue;
-                }
-                // Registered with this runtime's reactor: moved to the other one's, inside it.
-                match stream.into_std() {
-                    Ok(stream) => {
-                        runtime.spawn(open.track_future(async move {
-                            match tokio::net::TcpStream::from_std(stream) {
-                                Ok(stream) => edge.serve_accepted(stream, peer, &*make, shutdown).await,
-                                Err(e) => tracing::warn!(error = %e, "cannot move a connection to its runtime"),
-                            }
-                        }));
-                    }
-                    Err(e) => tracing::warn!(error = %e, "cannot move a connection to its runtime"),
+                let shutdown = shutdown.clone();
+                // Each connection's task is `Edge::serve`'s future itself, unless the port
+                // reads PROXY headers: then the service is made once the header is read.
+                if edge.reads_proxy_protocol() {
+                    let (edge, make) = (edge.clone(), make_service.clone());
+                    spawn_on(&open, &runtime, here, stream, move |stream| async move {
+                        edge.serve_accepted(stream, peer, &*make, shutdown).await
+                    });
+                } else {
+                    let (edge, service) = (edge.clone(), make_service(peer));
+                    spawn_on(&open, &runtime, here, stream, move |stream| async move {
+                        edge.serve(stream, service, shutdown).await
+                    });
                 }
             }
             Err(e) => {

@@ -101,7 +101,7 @@ def measure(b: Bench, data_dir: str, usable: Table) -> None:
                     # rest (click accounting and writes, timers, the other runtimes), and
                     # where each redirect's instructions go, by part.
                     annotated = cg.annotate(os.path.join(b.raw, dumps[-1]))
-                    out[name]["path_per_request"] = cg.parse_annotate_inclusive(annotated) / r["requests"]
+                    out[name]["path_per_request"] = cg.request_path(annotated) / r["requests"]
                     out[name]["parts_per_request"] = {
                         part: n / r["requests"] for part, n in cg.parts(annotated).items()}
                 log(f"{key} {name}: {out[name]['per_request']:.0f} instructions per redirect")

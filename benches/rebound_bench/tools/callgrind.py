@@ -7,7 +7,10 @@ import subprocess
 from typing import Iterable
 
 # The inclusive cost of this function is Rebound's request path: each connection's task.
-REQUEST_PATH = "rebound_edge::conn::Edge::serve::{{closure}}"
+# Since 2026-12-06 (the PROXY protocol) the task is `serve_guarded`'s future; builds before
+# it name `serve`'s, and a comparison measures both.
+REQUEST_PATH = "rebound_edge::conn::Edge::serve_guarded::{{closure}}"
+REQUEST_PATHS = [REQUEST_PATH, "rebound_edge::conn::Edge::serve::{{closure}}"]
 
 
 # Rebound's parts, each named by the functions (substrings of `callgrind_annotate`'s lines;
@@ -15,7 +18,7 @@ REQUEST_PATH = "rebound_edge::conn::Edge::serve::{{closure}}"
 # inclusive count is the part's. Indented parts are inside the part above them. Read off
 # a dump of the release build, 2026-12-06 (issue 43); a function renamed since reads 0.
 PARTS: list[tuple[str, list[str]]] = [
-    ("request path: each connection's task", [REQUEST_PATH + " ["]),
+    ("request path: each connection's task", [p + " [" for p in REQUEST_PATHS]),
     ("- reading the socket (hyper's read, the edge's guard)", ["hyper::proto::h1::io::Buffered<T,B>::poll_read_from_io ["]),
     ("- parsing the head (hyper, httparse, the URI, the header map)",
      ["<hyper::proto::h1::role::Server as hyper::proto::h1::Http1Transaction>::parse ["]),
@@ -84,6 +87,12 @@ def parse_annotate_inclusive(text: str, function: str = REQUEST_PATH) -> int:
     """The largest inclusive count on the lines of `callgrind_annotate --inclusive=yes`
     output that name `function` (0 when none does)."""
     return max((int(line.split()[0].replace(",", "")) for line in text.splitlines() if function in line), default=0)
+
+
+def request_path(annotated: str) -> int:
+    """The request path's inclusive count in `callgrind_annotate --inclusive=yes` output,
+    whichever name its function has in the build measured."""
+    return max(parse_annotate_inclusive(annotated, f) for f in REQUEST_PATHS)
 
 
 def annotate(path: str) -> str:
