@@ -6,11 +6,11 @@
 
 use rebound_test_support as common;
 
-use common::rebound::{exchange, End, Rebound};
+use common::rebound::{exchange, read_answer, End, Rebound};
 use common::*;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
@@ -97,17 +97,7 @@ fn exchange_from(local: [u8; 4], addr: &str, pieces: &[&[u8]]) -> (String, End) 
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let mut got = Vec::new();
-    let mut buf = [0u8; 8192];
-    let end = loop {
-        match s.read(&mut buf) {
-            Ok(0) => break End::Closed,
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break End::Reset,
-            Err(_) => break End::Open,
-        }
-    };
-    (String::from_utf8_lossy(&got).into_owned(), end)
+    read_answer(&mut s)
 }
 
 async fn protected_and_open_links(rb: &Rebound) {

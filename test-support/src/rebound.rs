@@ -115,6 +115,12 @@ pub fn exchange(addr: &str, request: &[u8], wait: Duration) -> (String, End) {
     s.set_read_timeout(Some(wait)).unwrap();
     // The server may refuse before reading everything: a failed write is part of the story.
     let _ = s.write_all(request);
+    read_answer(&mut s)
+}
+
+/// Reads `s` until the server closes it or its read timeout passes without data: what
+/// came, and how the connection ended.
+pub fn read_answer(s: &mut std::net::TcpStream) -> (String, End) {
     let mut got = Vec::new();
     let mut buf = [0u8; 16 * 1024];
     let end = loop {
