@@ -124,21 +124,8 @@ mod tests {
             .unwrap();
         assert_eq!(c.get_record("unstamped").await.unwrap(), L2Read::Unconfirmed);
         assert_eq!(decode_record(&old).unwrap(), active(1, now), "still readable");
-        // What a restart from a snapshot or a promoted replica looks like: the identity key
-        // names another server, with the epoch it held (maybe begun within the same
-        // millisecond as this read: the new epoch still differs).
-        let held: String = redis::cmd("GET")
-            .arg(c.record_identity_key("kept"))
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        let epoch = held.split(' ').nth(1).unwrap().to_owned();
-        let _: () = redis::cmd("SET")
-            .arg(c.record_identity_key("kept"))
-            .arg(format!("0000000000000000000000000000000000000000 {epoch}"))
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        // What a restart from a snapshot or a promoted replica looks like.
+        crate::connection::fake_identity_change(&c, &c.record_identity_key("kept")).await;
         assert_eq!(c.get_record("kept").await.unwrap(), L2Read::Unconfirmed);
         assert_eq!(c.identity_changes(), 1);
         assert_eq!(

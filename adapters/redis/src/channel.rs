@@ -318,12 +318,7 @@ mod tests {
         let latest = InvalidationChannel::keepalive(&cache, "p1", 3).await.unwrap();
         assert_eq!(cache.replay(&latest).await.unwrap(), Some(vec![]));
         // A Redis that changed identity may have lost entries.
-        let _: () = redis::cmd("SET")
-            .arg(cache.fleet_identity_key())
-            .arg("0000000000000000000000000000000000000000 5")
-            .query_async(&mut c)
-            .await
-            .unwrap();
+        crate::connection::fake_identity_change(&cache, &cache.fleet_identity_key()).await;
         assert_eq!(cache.replay(&latest).await.unwrap(), None);
     }
 

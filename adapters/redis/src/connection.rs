@@ -86,6 +86,25 @@ pub(crate) async fn next_message(
         .expect("a message or the end within 5 s")
 }
 
+/// What a restart from a snapshot or a promoted replica looks like to the scripts: the
+/// identity at `key` names another server, with the epoch it held (which may have begun
+/// within the millisecond of the next read: the new epoch must still differ).
+#[cfg(test)]
+pub(crate) async fn fake_identity_change(cache: &RedisCache, key: &str) {
+    let mut conn = cache.conn().await.unwrap();
+    let held: String = redis::cmd("GET").arg(key).query_async(&mut conn).await.unwrap();
+    let epoch = held
+        .split(' ')
+        .nth(1)
+        .expect("an identity is `<replication id> <epoch>`");
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(format!("0000000000000000000000000000000000000000 {epoch}"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}
+
 #[cfg(test)]
 pub(crate) fn test_cache(what: &str) -> RedisCache {
     static MADE: AtomicU64 = AtomicU64::new(0);
