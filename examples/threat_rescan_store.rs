@@ -106,11 +106,11 @@ async fn main() {
     let again_feeds = feeds.clone();
     let index = ThreatIndex::build(feeds);
     let entries_in_force = index.len();
-    cp.install_threat_lists(index, states.clone());
+    cp.abuse().install_threat_lists(index, states.clone());
     drop((text, urls));
     let with_index = rss_kib("VmRSS:");
     let started = Instant::now();
-    let outcome = cp.rescan_threats().await.unwrap();
+    let outcome = cp.abuse().rescan_threats().await.unwrap();
     let took = started.elapsed();
     println!(
         "rescan after a start against {entries_in_force} entries: {:.2} s, {} looked up, {} links read of {links}; {} matched, {} taken down, {} failed",
@@ -131,9 +131,9 @@ async fn main() {
     // Another control plane started on the same store and lists: every entry looked up
     // again, nothing left up on their hosts.
     let cp = start_control_plane().await;
-    cp.install_threat_lists(ThreatIndex::build(again_feeds), states);
+    cp.abuse().install_threat_lists(ThreatIndex::build(again_feeds), states);
     let started = Instant::now();
-    let again = cp.rescan_threats().await.unwrap();
+    let again = cp.abuse().rescan_threats().await.unwrap();
     println!(
         "a second start, the same lists: {:.2} s, {} looked up, {} links read",
         started.elapsed().as_secs_f64(),

@@ -77,7 +77,7 @@ struct Consumer {
 
 /// The control plane's parts, built from the settings.
 pub struct ControlPlaneProcess {
-    api: Arc<rebound_control_plane::ControlPlane>,
+    api: rebound_control_plane::ControlPlane,
     registry: prometheus::Registry,
     api_edge: Edge,
     /// Whose forwarding headers the API port reads.
@@ -223,7 +223,7 @@ impl ControlPlaneProcess {
             // Rescanned in the home region only: its takedowns reach every region.
             let rescan = self.home.is_none();
             tasks.push(tokio::spawn(rebound_control_plane::threat_loader::run(
-                self.api.clone(),
+                self.api.abuse(),
                 threats,
                 rescan,
                 stop.clone(),

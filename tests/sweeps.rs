@@ -127,11 +127,12 @@ async fn sweeps_read_the_links_they_concern_not_every_link() {
             loaded_at: None,
             error: None,
         };
-        cp.install_threat_lists(ThreatIndex::build([("local".to_owned(), feed)]), vec![state]);
+        cp.abuse()
+            .install_threat_lists(ThreatIndex::build([("local".to_owned(), feed)]), vec![state]);
     };
     let mut text = String::from("unrelated.example\n");
     install(text.clone());
-    let first = cp.rescan_threats().await.unwrap();
+    let first = cp.abuse().rescan_threats().await.unwrap();
     assert_eq!((first.looked_up, first.scanned), (1, 0));
     for j in 0..MATCHING_ENTRIES {
         text.push_str(&format!("site{j}.example\n"));
@@ -142,7 +143,7 @@ async fn sweeps_read_the_links_they_concern_not_every_link() {
     install(text);
     let (before_lookups, listed_before) = (calls(&registry, "links_by_target_host"), calls(&registry, "list_links"));
     let started = Instant::now();
-    let change = cp.rescan_threats().await.unwrap();
+    let change = cp.abuse().rescan_threats().await.unwrap();
     let took = started.elapsed();
     let matching = (0..n).filter(|i| i % hosts < MATCHING_ENTRIES).count() as u64;
     assert_eq!(change.looked_up, NEW_ENTRIES as u64);

@@ -1,14 +1,11 @@
-//! API keys: how they are made, hashed and checked, and who the caller is.
+//! API keys: how they are made, hashed and checked, and who the caller is (read from a
+//! request by `http::extract`).
 
 use crate::error::ApiError;
-use crate::ControlPlane;
-use axum::extract::{ConnectInfo, FromRequestParts};
-use axum::http::header;
-use axum::http::request::Parts;
 use rand::Rng;
-use rebound_store::Role;
+use rebound_store::{Role, Store};
 use sha2::{Digest, Sha256};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 /// The principal id of the bootstrap key from configuration.
@@ -103,57 +100,30 @@ pub fn generate_key_id() -> String {
     hex::encode(bytes)
 }
 
-fn bearer_token(parts: &Parts) -> Result<Option<&str>, ApiError> {
-    let mut values = parts.headers.get_all(header::AUTHORIZATION).iter();
-    let Some(value) = values.next() else {
-        return Ok(None);
-    };
-    // With two, a proxy and this service might each believe a different one.
-    if values.next().is_some() {
-        return Err(ApiError::bad_request(
-            "invalid_authorization",
-            "send exactly one Authorization header",
-        ));
-    }
-    let malformed = || ApiError::Unauthorized("the Authorization header must be 'Bearer <key>'");
-    let value = value.to_str().map_err(|_| malformed())?;
-    let (scheme, token) = value.split_once(' ').ok_or_else(malformed)?;
-    let token = token.trim();
-    if !scheme.eq_ignore_ascii_case("bearer")
-        || token.is_empty()
-        || token.len() > 256
-        || !token.bytes().all(|b| b.is_ascii_graphic())
-    {
-        return Err(malformed());
-    }
-    Ok(Some(token))
+/// Checks keys: the bootstrap key from configuration, or a key in the store.
+pub(crate) struct Authenticator {
+    pub(crate) store: Arc<dyn Store>,
+    /// The hash of the operator key accepted from start-up, if one is configured.
+    pub(crate) bootstrap_key_hash: Option<String>,
 }
 
-impl FromRequestParts<Arc<ControlPlane>> for Caller {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, cp: &Arc<ControlPlane>) -> Result<Self, ApiError> {
-        let Some(token) = bearer_token(parts)? else {
-            let ip = parts
-                .extensions
-                .get::<ConnectInfo<SocketAddr>>()
-                .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip());
-            return Ok(Caller::Anonymous { ip });
-        };
-        let hash = hash_key(token);
-        if cp.bootstrap_key_hash.as_deref() == Some(hash.as_str()) {
-            return Ok(Caller::Key(Principal {
+impl Authenticator {
+    /// The holder of `key`; 401 when it is no key or a revoked one.
+    pub(crate) async fn holder_of(&self, key: &str) -> Result<Principal, ApiError> {
+        let hash = hash_key(key);
+        if self.bootstrap_key_hash.as_deref() == Some(hash.as_str()) {
+            return Ok(Principal {
                 id: BOOTSTRAP_PRINCIPAL.to_owned(),
                 role: Role::Operator,
                 domains: None,
-            }));
+            });
         }
-        match cp.store.find_key_by_hash(&hash).await? {
-            Some(key) if key.revoked_at.is_none() => Ok(Caller::Key(Principal {
+        match self.store.find_key_by_hash(&hash).await? {
+            Some(key) if key.revoked_at.is_none() => Ok(Principal {
                 id: key.id,
                 role: key.role,
                 domains: key.domains,
-            })),
+            }),
             _ => Err(ApiError::Unauthorized("the API key is not valid or was revoked")),
         }
     }

@@ -104,9 +104,7 @@ pub fn answered(method: &Method, route: &str, idempotency_key: bool, body: &[u8]
 pub struct Forwarding {
     pub home: Arc<dyn HomeRegion>,
     pub here: axum::Router,
-    pub max_body_bytes: usize,
-    pub max_import_body_bytes: usize,
-    pub body_timeout: Duration,
+    pub(crate) limits: crate::http::extract::BodyLimits,
 }
 
 /// The middleware: a write that needs uniqueness is answered by the home region (503
@@ -125,14 +123,14 @@ pub(crate) async fn forward_unique_writes(
         _ => return Ok(next.run(request).await),
     };
     let limit = match route.as_str() {
-        "/api/v1/links/import" => f.max_import_body_bytes,
-        _ => f.max_body_bytes,
+        "/api/v1/links/import" => f.limits.max_import_body_bytes,
+        _ => f.limits.max_body_bytes,
     };
     let (parts, body) = request.into_parts();
-    let body = tokio::time::timeout(f.body_timeout, axum::body::to_bytes(body, limit))
+    let body = tokio::time::timeout(f.limits.body_timeout, axum::body::to_bytes(body, limit))
         .await
-        .map_err(|_| ApiError::BodyTimeout(f.body_timeout))?
-        .map_err(|e| match crate::body::is_length_limit(&e) {
+        .map_err(|_| ApiError::BodyTimeout(f.limits.body_timeout))?
+        .map_err(|e| match crate::http::extract::is_length_limit(&e) {
             true => ApiError::PayloadTooLarge(limit),
             false => ApiError::bad_request("invalid_body", "the request body could not be read"),
         })?;

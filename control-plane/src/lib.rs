@@ -2,56 +2,56 @@
 //!
 //! # Layout
 //!
-//! - this file: `ControlPlane` (the runtime: store, events, clock, policies), the
-//!   router.
-//! - `aliases`: the alias index, and its one-time backfill on a store made before it.
-//! - `api`: the handlers and the OpenAPI document (the bodies are `rebound_api_types`).
-//! - `audit`: reading a link's audit log.
-//! - `auth`: API keys and who the caller is.
-//! - `body`: the JSON body extractor (415, 413, 400 in the API's error shape).
-//! - `config`: what the control plane is configured with (`ControlPlaneConfig`).
-//! - `console`: the operator console at `/` (HTML, CSS and JavaScript in the binary).
-//! - `consumer`: the click consumer of distributed mode (SQS → rollups).
-//! - `domains`: which domain a request means, and the domains API.
-//! - `error`: the one error type, and the error body.
-//! - `kgs`: generated codes from leased counter blocks.
-//! - `links`: the links service the handlers call (create, import, delete, takedown,
-//!   daily clicks).
-//! - `me`: who the caller's key is.
-//! - `metrics`: every metric of the control plane and its click consumer.
-//! - `qr`: a link's QR code as SVG.
-//! - `ratelimit`: creation rate limits.
+//! One service per resource, each holding only the ports and policies it needs; its HTTP
+//! handlers are in `http/<resource>.rs` and reach it through axum's `FromRef` sub-states.
+//! The services depend on each other in one direction: `names` ← `links` ← `domains`,
+//! `threats`, `stats`; `keys` reads `names`.
+//!
+//! - this file: `ControlPlane`, the services assembled from the configuration and the
+//!   adapters (and the router's state).
+//! - `links`: the links service (create, import, edit, delete, takedown, a link's view).
+//! - `domains`: the domains service (add, show, remove).
+//! - `keys`: the keys service (make, revoke); `auth`: how a key is checked, who calls.
+//! - `threats`: the abuse service (the threat lists in force, `threat_lists`; rescans that take links down,
+//!   reinstatements, abuse reports); `threat_loader` reads the lists from their files and
+//!   URLs, at start and on a schedule.
+//! - `stats`: the stats service (daily clicks).
 //! - `reconcile`: pending propagations of deletes, takedowns and edits, finished under a
 //!   lease by every control plane's reconciler.
-//! - `threats`: threat lists (creates and edits refused, rescans that take links down,
-//!   restores) and abuse reports.
-//! - `threat_loader`: the lists read from their files and URLs, at start and on a
-//!   schedule, put in force here, and the rescan after a change.
+//! - `names`: the domains' names every resource reads (which domain a request means, a
+//!   link's short URL, the own-host rule).
+//! - `http`: the router, the handlers by resource, the extractors, the OpenAPI document
+//!   and the console.
+//! - `home`: the writes that need uniqueness, forwarded to the home region.
+//! - `aliases`, `indexes`, `kgs`, `ratelimit`: the alias index, the indexes of links by
+//!   target host and domain, generated codes from leased counter blocks, rate limits.
+//! - `config`, `error`, `metrics`: what the control plane is configured with, the one
+//!   error type, every metric of the control plane and its click consumer.
+//! - `consumer`: the click consumer of distributed mode (SQS → rollups).
 #![forbid(unsafe_code)]
 
 pub mod aliases;
-mod api;
-pub mod audit;
 pub mod auth;
-mod body;
 pub mod config;
-mod console;
 pub mod consumer;
 mod domains;
 pub mod error;
 pub mod home;
+mod http;
 mod indexes;
+mod keys;
 pub mod kgs;
 mod links;
-pub mod me;
 pub mod metrics;
-mod qr;
+mod names;
 pub mod ratelimit;
 pub mod reconcile;
+mod stats;
+mod threat_lists;
 pub mod threat_loader;
 pub mod threats;
 
-use axum::Router;
+use axum::extract::FromRef;
 use config::ControlPlaneConfig;
 use rebound_core::generated::{
     key_from_hex, key_to_hex, store_permutation_key, CodeKeyMismatch, GeneratedCodes, CODE_KEY_SETTING, COUNTER,
@@ -62,7 +62,8 @@ use rebound_core::Clock;
 use rebound_store::{ApiKeyRecord, LinkEvents, Role, RollupStore, Store, StoreError};
 use std::sync::Arc;
 
-pub use api::openapi_json;
+pub use http::{openapi_json, router, router_forwarding};
+pub use links::HASHES_AT_ONCE;
 
 /// The key id of the operator key generated on first start when none is configured.
 pub const INITIAL_OPERATOR_KEY_ID: &str = "initial-operator";
@@ -117,53 +118,55 @@ async fn claim_region_slot(store: &dyn Store, region: &str, slot: u8) -> Result<
     Ok(())
 }
 
-/// The control plane's runtime: everything a handler needs.
+/// The control plane: its services, assembled from the configuration and the adapters.
+/// Cheap to clone (the services are shared); it is the router's state, from which each
+/// handler takes only its own service.
+#[derive(Clone)]
 pub struct ControlPlane {
-    pub(crate) config: ControlPlaneConfig,
-    pub(crate) store: Arc<dyn Store>,
-    /// Where the stats read daily clicks: the store's rollups, or (all-in-one) the rollups
-    /// plus the clicks still pending in the process.
-    pub(crate) click_counts: Arc<dyn RollupStore>,
-    pub(crate) events: Arc<dyn LinkEvents>,
-    pub(crate) clock: Arc<dyn Clock>,
-    /// Targets of key holders.
-    pub(crate) targets: TargetPolicy,
-    /// Targets of anonymous callers: also never a mixed-script host.
-    pub(crate) anonymous_targets: TargetPolicy,
-    pub(crate) codes: kgs::KeyRangeLease,
-    pub(crate) limiter: ratelimit::CreateRateLimiter,
-    pub(crate) bootstrap_key_hash: Option<String>,
-    pub(crate) metrics: metrics::ApiMetrics,
-    /// Deletes' pending propagations: cleared by the API path, finished by the reconciler.
-    pub(crate) propagations: reconcile::Propagations,
-    /// The domains' names by id, and the default one's.
-    pub(crate) domains: domains::Domains,
-    /// The threat lists in force.
-    pub(crate) threats: threats::ThreatLists,
-    /// Held by the rescan under way: one at a time.
-    pub(crate) rescanning: tokio::sync::Mutex<()>,
-    /// Set once the store's indexes of active links by target host and by domain hold every
-    /// link (see [`indexes`]); held while this control plane puts older links in them.
-    pub(crate) links_indexed: tokio::sync::OnceCell<()>,
-    /// Passwords hashed or checked at once, at most (each 19 MiB, tens of milliseconds).
-    pub(crate) hashing: tokio::sync::Semaphore,
-    /// The key of a password's MAC in idempotency fingerprints (the store's
-    /// [`IDEMPOTENCY_KEY_SETTING`], made once for the fleet).
-    pub(crate) idempotency_secret: Vec<u8>,
+    config: Arc<ControlPlaneConfig>,
+    names: Arc<names::DomainNames>,
+    links: Arc<links::LinkService>,
+    domains: Arc<domains::DomainService>,
+    keys: Arc<keys::KeyService>,
+    abuse: Arc<threats::AbuseService>,
+    stats: Arc<stats::StatsService>,
+    auth: Arc<auth::Authenticator>,
+    bodies: http::extract::BodyLimits,
+    metrics: metrics::ApiMetrics,
+    propagations: reconcile::Propagations,
 }
 
-/// Passwords a control plane hashes at once, at most.
-pub const HASHES_AT_ONCE: usize = 2;
+/// Each service is a sub-state of [`ControlPlane`] that handlers extract on its own.
+macro_rules! sub_states {
+    ($($field:ident: $ty:ty),* $(,)?) => {$(
+        impl FromRef<ControlPlane> for $ty {
+            fn from_ref(cp: &ControlPlane) -> $ty {
+                cp.$field.clone()
+            }
+        }
+    )*};
+}
+
+sub_states! {
+    names: Arc<names::DomainNames>,
+    links: Arc<links::LinkService>,
+    domains: Arc<domains::DomainService>,
+    keys: Arc<keys::KeyService>,
+    abuse: Arc<threats::AbuseService>,
+    stats: Arc<stats::StatsService>,
+    auth: Arc<auth::Authenticator>,
+    bodies: http::extract::BodyLimits,
+}
 
 impl ControlPlane {
-    /// Assembles the runtime from its validated configuration and its adapters; the stats read the
-    /// store's rollups.
+    /// Assembles the services from their validated configuration and their adapters; the
+    /// stats read the store's rollups.
     pub async fn new(
         config: ControlPlaneConfig,
         store: Arc<dyn Store>,
         events: Arc<dyn LinkEvents>,
         clock: Arc<dyn Clock>,
-    ) -> Result<Arc<ControlPlane>, StartError> {
+    ) -> Result<ControlPlane, StartError> {
         let click_counts: Arc<dyn RollupStore> = store.clone();
         Self::with_click_counts(config, store, click_counts, events, clock).await
     }
@@ -175,7 +178,7 @@ impl ControlPlane {
         click_counts: Arc<dyn RollupStore>,
         events: Arc<dyn LinkEvents>,
         clock: Arc<dyn Clock>,
-    ) -> Result<Arc<ControlPlane>, StartError> {
+    ) -> Result<ControlPlane, StartError> {
         let targets = TargetPolicy {
             max_bytes: config.api.max_target_bytes,
             refuse_mixed_script: config.api.refuse_mixed_script_for_keys,
@@ -197,14 +200,12 @@ impl ControlPlane {
             .in_region_slot(config.api.region_slot)
             .counting_leases(metrics.kgs_leases())
             .announcing(events.clone());
-        let bootstrap_key_hash = config.bootstrap_key.as_deref().map(auth::hash_key);
         let propagations = reconcile::Propagations::new(
             store.clone(),
             events.clone(),
             clock.clone(),
             metrics::PropagationMetrics::unregistered(),
         );
-        let domains = domains::Domains::new(&config.public_base_url);
         // The proxies' key for the cookies of password-protected links, made once.
         let candidate: [u8; 32] = rand::random();
         store
@@ -220,36 +221,86 @@ impl ControlPlane {
             .ok()
             .filter(|k| !k.is_empty())
             .ok_or(StartError::BadIdempotencyKey)?;
-        Ok(Arc::new(ControlPlane {
-            config,
-            store,
-            click_counts,
+        let names = Arc::new(names::DomainNames::new(store.clone(), &config.public_base_url));
+        let threat_lists = Arc::new(threat_lists::ThreatLists::default());
+        let indexes = Arc::new(indexes::LinkIndexes::new(store.clone(), clock.clone()));
+        let links = Arc::new(links::LinkService {
+            settings: config.api.clone(),
+            store: store.clone(),
             events,
-            clock,
+            clock: clock.clone(),
+            names: names.clone(),
             targets,
             anonymous_targets,
             codes,
             limiter: ratelimit::CreateRateLimiter::default(),
-            bootstrap_key_hash,
-            domains,
-            metrics,
-            propagations,
-            threats: threats::ThreatLists::default(),
-            rescanning: tokio::sync::Mutex::new(()),
-            links_indexed: tokio::sync::OnceCell::new(),
+            threats: threat_lists.clone(),
+            metrics: metrics.clone(),
+            propagations: propagations.clone(),
             hashing: tokio::sync::Semaphore::new(HASHES_AT_ONCE),
             idempotency_secret,
-        }))
-    }
-
-    /// Now, by its clock.
-    pub fn now(&self) -> rebound_core::UnixMillis {
-        self.clock.now_millis()
+        });
+        let domains = Arc::new(domains::DomainService {
+            store: store.clone(),
+            clock: clock.clone(),
+            names: names.clone(),
+            links: links.clone(),
+            indexes: indexes.clone(),
+        });
+        let keys = Arc::new(keys::KeyService {
+            store: store.clone(),
+            clock: clock.clone(),
+            names: names.clone(),
+        });
+        let abuse = Arc::new(threats::AbuseService {
+            store: store.clone(),
+            clock: clock.clone(),
+            names: names.clone(),
+            links: links.clone(),
+            indexes,
+            threats: threat_lists,
+            rescanning: tokio::sync::Mutex::new(()),
+            reports_limiter: ratelimit::CreateRateLimiter::default(),
+            metrics: metrics.clone(),
+        });
+        let stats = Arc::new(stats::StatsService {
+            links: links.clone(),
+            click_counts,
+            clock,
+        });
+        let auth = Arc::new(auth::Authenticator {
+            store,
+            bootstrap_key_hash: config.bootstrap_key.as_deref().map(auth::hash_key),
+        });
+        let bodies = http::extract::BodyLimits {
+            max_body_bytes: config.api.max_body_bytes,
+            max_import_body_bytes: config.api.max_import_body_bytes,
+            body_timeout: config.api.body_timeout,
+        };
+        Ok(ControlPlane {
+            config: Arc::new(config),
+            names,
+            links,
+            domains,
+            keys,
+            abuse,
+            stats,
+            auth,
+            bodies,
+            metrics,
+            propagations,
+        })
     }
 
     /// The configuration it runs with.
     pub fn config(&self) -> &ControlPlaneConfig {
         &self.config
+    }
+
+    /// The abuse service: the threat lists' loader installs lists and asks for rescans
+    /// through it ([`threat_loader::run`]).
+    pub fn abuse(&self) -> Arc<threats::AbuseService> {
+        self.abuse.clone()
     }
 
     /// Declares the API's metrics (requests, writes, rate limits, KGS leases) and the
@@ -307,73 +358,9 @@ pub async fn ensure_initial_operator_key(store: &dyn Store, clock: &dyn Clock) -
     }
 }
 
-/// The API router.
-pub fn router(cp: Arc<ControlPlane>) -> Router {
-    router_forwarding(cp, None)
-}
-
-/// [`router`], outside the home region: the writes that need uniqueness are forwarded to
-/// `home` (counted and timed here like the rest).
-pub fn router_forwarding(cp: Arc<ControlPlane>, home: Option<Arc<dyn home::HomeRegion>>) -> Router {
-    let metrics = cp.metrics.clone();
-    let mut routes = api::routes();
-    if let Some(home) = home {
-        let forwarding = home::Forwarding {
-            home,
-            here: api::routes().with_state(cp.clone()),
-            max_body_bytes: cp.config.api.max_body_bytes,
-            max_import_body_bytes: cp.config.api.max_import_body_bytes,
-            body_timeout: cp.config.api.body_timeout,
-        };
-        routes = routes.layer(axum::middleware::from_fn_with_state(
-            forwarding,
-            home::forward_unique_writes,
-        ));
-    }
-    guard_panics(routes.merge(console::routes()).with_state(cp)).layer(axum::middleware::from_fn(
-        move |request, next| metrics::count_request(metrics.clone(), request, next),
-    ))
-}
-
-/// A handler that panics is answered 500 in the API's error shape, and logged, instead of
-/// dropping the connection.
-fn guard_panics(app: Router) -> Router {
-    app.layer(tower_http::catch_panic::CatchPanicLayer::custom(error::panic_response))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::body::Body;
-    use axum::http::{Request, StatusCode};
-    use http_body_util::BodyExt;
-    use tower::ServiceExt;
-
-    #[tokio::test]
-    async fn a_panicking_handler_is_answered_500_in_the_error_shape() {
-        let app = guard_panics(Router::new().route(
-            "/boom",
-            axum::routing::get(|| async {
-                if true {
-                    panic!("boom in a test handler");
-                }
-                "unreachable"
-            }),
-        ));
-        let res = app
-            .oneshot(Request::get("/boom").body(Body::empty()).unwrap())
-            .await
-            .unwrap();
-        assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
-        assert_eq!(res.headers()["cache-control"], "no-store");
-        let body = res.into_body().collect().await.unwrap().to_bytes();
-        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!(v["error"]["code"], "internal");
-        assert_eq!(
-            v["error"]["message"], "internal error",
-            "the panic message stays in the log"
-        );
-    }
 
     /// The key each start runs with, over a sequence of starts on one store: the first
     /// records its key, configured or generated, and later ones use it or are refused.

@@ -226,7 +226,7 @@ mod tests {
         store: Arc<MemoryStore>,
         events: Arc<RecordedLinkEvents>,
         clock: ManualClock,
-        cp: Arc<ControlPlane>,
+        cp: ControlPlane,
     }
 
     async fn rig() -> Rig {
@@ -269,7 +269,7 @@ mod tests {
                 role: rebound_store::Role::Operator,
                 domains: None,
             };
-            self.cp.take_down(&operator, code, None, "delete").await
+            self.cp.links.take_down(&operator, code, None, "delete").await
         }
 
         fn fail_tombstones(&self, fail: bool) {
@@ -356,7 +356,7 @@ mod tests {
             ..Default::default()
         };
         assert!(matches!(
-            r.cp.edit_link(&caller, "moved", 1, request).await,
+            r.cp.links.edit_link(&caller, "moved", 1, request).await,
             Err(ApiError::EditNotPropagated)
         ));
         assert_eq!(r.pending().await.iter().map(|p| p.version).collect::<Vec<_>>(), [2]);

@@ -4,8 +4,8 @@
 //! links on the hosts of its new entries are checked against the lists (in the home region
 //! only: its takedowns reach every region).
 
+use crate::threats::AbuseService;
 use crate::threats::ListState;
-use crate::ControlPlane;
 use rebound_core::threat::{parse_feed, ParsedFeed, ThreatIndex};
 use rebound_core::UnixMillis;
 use sha2::{Digest, Sha256};
@@ -54,7 +54,7 @@ struct Good {
 /// Loads the lists now and every `settings.refresh_secs` until `stop`; after a change,
 /// when `rescan` (the home region), checks the links on the hosts of the entries new since
 /// the last rescan (every entry's after a start: a read of the links on those hosts alone).
-pub async fn run(cp: Arc<ControlPlane>, settings: ThreatSettings, rescan: bool, mut stop: watch::Receiver<bool>) {
+pub async fn run(abuse: Arc<AbuseService>, settings: ThreatSettings, rescan: bool, mut stop: watch::Receiver<bool>) {
     let client = match reqwest::Client::builder().timeout(FETCH_TIMEOUT).build() {
         Ok(c) => c,
         Err(e) => {
@@ -72,9 +72,9 @@ pub async fn run(cp: Arc<ControlPlane>, settings: ThreatSettings, rescan: bool, 
         })
         .collect();
     loop {
-        let changed = load_all(&cp, &client, &mut loaded, settings.max_feed_bytes).await;
+        let changed = load_all(&abuse, &client, &mut loaded, settings.max_feed_bytes).await;
         if changed && rescan {
-            match cp.rescan_threats().await {
+            match abuse.rescan_threats().await {
                 Ok(o) => tracing::info!(
                     looked_up = o.looked_up,
                     scanned = o.scanned,
@@ -100,7 +100,7 @@ pub async fn run(cp: Arc<ControlPlane>, settings: ThreatSettings, rescan: bool, 
 /// Loads every list once and puts them in force; whether any list's content changed. A
 /// download with the bytes in force is not parsed again, and the index is built again only
 /// when a list's content changed.
-async fn load_all(cp: &ControlPlane, client: &reqwest::Client, loaded: &mut [Loaded], max: u64) -> bool {
+async fn load_all(abuse: &AbuseService, client: &reqwest::Client, loaded: &mut [Loaded], max: u64) -> bool {
     let mut changed = false;
     for list in loaded.iter_mut() {
         let attempt = match fetch(client, &list.source.source, max).await {
@@ -113,7 +113,7 @@ async fn load_all(cp: &ControlPlane, client: &reqwest::Client, loaded: &mut [Loa
                             Some(Good {
                                 feed,
                                 sha,
-                                at: cp.now(),
+                                at: abuse.now(),
                             })
                         })
                         .map_err(|e| e.to_string()),
@@ -151,9 +151,9 @@ async fn load_all(cp: &ControlPlane, client: &reqwest::Client, loaded: &mut [Loa
         let feeds = loaded
             .iter()
             .filter_map(|list| Some((list.source.name.clone(), list.good.as_ref()?.feed.clone())));
-        cp.install_threat_lists(ThreatIndex::build(feeds), states);
+        abuse.install_threat_lists(ThreatIndex::build(feeds), states);
     } else {
-        cp.update_threat_lists(states);
+        abuse.update_threat_lists(states);
     }
     changed
 }

@@ -1,25 +1,27 @@
-//! Abuse kept out (docs/spec.md §12): the threat lists creates and edits are checked against, the
-//! rescan that takes matching active links down (`threat-list:<name>`, reversible by an
-//! operator: `reinstate`), the lists' state for operators, and anonymous abuse reports.
+//! The abuse resource (docs/spec.md §12): the threat lists creates and edits are checked
+//! against, the rescan that takes matching active links down (`threat-list:<name>`,
+//! reversible by an operator: `reinstate`), the lists' state for operators, and anonymous
+//! abuse reports. The HTTP handlers are `http::abuse`.
 //!
 //! Loading the lists (files, URLs, the schedule) is [`crate::threat_loader`]'s: it hands
-//! each load to [`ControlPlane::install_threat_lists`] and asks for a
-//! [`ControlPlane::rescan_threats`] when a list changed. Nothing here fetches anything.
+//! each load to [`AbuseService::install_threat_lists`] and asks for a
+//! [`AbuseService::rescan_threats`] when a list changed. Nothing here fetches anything.
 
 use crate::auth::{Caller, Principal};
-use crate::body::ApiJson;
-use crate::error::{ApiError, ErrorBody};
-use crate::ControlPlane;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
-use axum::Json;
-use rebound_api_types::{LinkView, ReportList, ReportRequest, ReportView, ThreatListView, ThreatListsView};
+use crate::error::ApiError;
+use crate::indexes::LinkIndexes;
+use crate::links::LinkService;
+use crate::metrics::ApiMetrics;
+use crate::names::DomainNames;
+use crate::ratelimit::CreateRateLimiter;
+use rebound_api_types::{ReportRequest, ReportView, ThreatListView, ThreatListsView};
 use rebound_core::threat::ThreatIndex;
 use rebound_core::time::to_rfc3339;
-use rebound_core::{Link, UnixMillis};
-use rebound_store::{AuditEvent, Role, StoreError};
-use std::sync::{Arc, RwLock};
+use rebound_core::{Clock, Link, UnixMillis};
+use rebound_store::{AuditEvent, Role, Store, StoreError};
+use std::sync::Arc;
+
+pub use crate::threat_lists::{ListState, RescanOutcome, ThreatLists};
 
 /// The prefix of the reason of a takedown a threat list made, before the list's name.
 pub const THREAT_REASON_PREFIX: &str = "threat-list:";
@@ -32,80 +34,6 @@ const REPORT_BURST: u32 = 5;
 const REPORT_EVERY_SECS: f64 = 60.0;
 /// Reports listed at most, newest first.
 const REPORTS_LISTED: usize = 500;
-
-/// One list as last loaded, for operators and metrics.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListState {
-    pub name: String,
-    /// `urlhaus`, `phishtank`, `openphish` or `domains`.
-    pub format: String,
-    /// The file or URL it is read from.
-    pub source: String,
-    /// Entries in force (from the last load that succeeded).
-    pub entries: usize,
-    /// Lines or entries the last good load left out.
-    pub skipped: usize,
-    /// When the entries in force were loaded; none: never.
-    pub loaded_at: Option<UnixMillis>,
-    /// Why the last attempt failed, if it did (the entries before it stay in force).
-    pub error: Option<String>,
-}
-
-/// What the last rescan did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct RescanOutcome {
-    pub at: UnixMillis,
-    /// Host keys looked up in the index of links by target host (one per new entry's host).
-    pub looked_up: u64,
-    /// Links read.
-    pub scanned: u64,
-    /// Active links that matched a list.
-    pub matched: u64,
-    /// Of those, taken down now.
-    pub taken_down: u64,
-    /// Of those, left up: an operator restored them before.
-    pub allowed: u64,
-    /// Takedowns that failed (retried at the next rescan).
-    pub failed: u64,
-    pub millis: u64,
-}
-
-/// The threat lists in force and their state.
-#[derive(Default)]
-pub struct ThreatLists {
-    index: RwLock<Arc<ThreatIndex>>,
-    lists: RwLock<Vec<ListState>>,
-    last_rescan: RwLock<Option<RescanOutcome>>,
-    /// The index the last rescan with no failure was made against: the next looks up only
-    /// the entries added since. None: every entry is looked up (after a start).
-    rescanned: RwLock<Option<Arc<ThreatIndex>>>,
-}
-
-impl ThreatLists {
-    /// The name of the first list holding `target` (as `TargetPolicy::validate` returns it).
-    pub fn find(&self, target: &str) -> Option<String> {
-        let index = self.index.read().unwrap_or_else(|e| e.into_inner()).clone();
-        index.find(target).map(str::to_owned)
-    }
-
-    /// Puts `index` (built from every list's entries in force) in force.
-    fn install_index(&self, index: ThreatIndex) {
-        *self.index.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(index);
-    }
-
-    fn install_states(&self, lists: Vec<ListState>) {
-        *self.lists.write().unwrap_or_else(|e| e.into_inner()) = lists;
-    }
-
-    /// The lists' states.
-    pub fn lists(&self) -> Vec<ListState> {
-        self.lists.read().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    fn index(&self) -> Arc<ThreatIndex> {
-        self.index.read().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-}
 
 /// The setting that records an operator's decision that the link `key` stays up while it
 /// points at `target`, whatever the lists say: an edit of its target ends it.
@@ -124,10 +52,32 @@ fn allowed_setting_before_targets(key: &str) -> String {
 /// Links read per page of the index of links by target host.
 const LOOKUP_PAGE: usize = 1000;
 
-impl ControlPlane {
+/// The abuse service: threat lists, their rescans, reinstatements and abuse reports.
+pub struct AbuseService {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) names: Arc<DomainNames>,
+    /// Takes links down and puts them back.
+    pub(crate) links: Arc<LinkService>,
+    pub(crate) indexes: Arc<LinkIndexes>,
+    /// The threat lists in force (shared with the links service, which checks targets).
+    pub(crate) threats: Arc<ThreatLists>,
+    /// Held by the rescan under way: one at a time.
+    pub(crate) rescanning: tokio::sync::Mutex<()>,
+    /// Reports per client (its own buckets, apart from the creation limits).
+    pub(crate) reports_limiter: CreateRateLimiter,
+    pub(crate) metrics: ApiMetrics,
+}
+
+impl AbuseService {
     /// The threat lists in force (their loader installs them).
     pub fn threat_lists(&self) -> &ThreatLists {
         &self.threats
+    }
+
+    /// Now, by its clock.
+    pub fn now(&self) -> UnixMillis {
+        self.clock.now_millis()
     }
 
     /// Puts the lists' index and states in force after a load of every list (counted in the
@@ -146,20 +96,6 @@ impl ControlPlane {
         self.threats.install_states(lists);
     }
 
-    /// 400 `blocked_target` when a threat list holds `target` (a normalised target).
-    pub(crate) fn refuse_threat(&self, target: &str) -> Result<(), ApiError> {
-        match self.threats.find(target) {
-            Some(list) => {
-                self.metrics.threat_refused(&list);
-                Err(ApiError::bad_request(
-                    "blocked_target",
-                    format!("long_url is on the threat list {list:?}"),
-                ))
-            }
-            None => Ok(()),
-        }
-    }
-
     /// Takes down each active link a list holds (reason `threat-list:<name>`, actor
     /// `threat-lists`, audited), unless an operator reinstated it for its present target.
     /// Run by the loader after a list changed; one rescan at a time. Reads only the links on
@@ -168,7 +104,7 @@ impl ControlPlane {
     /// made or edited since were checked against the entries in force when they were
     /// written, so what an entry there before matched is down already. A list that goes
     /// back to entries it dropped looks them up again. A store written by an older version
-    /// has its links indexed first, once for the fleet ([`Self::index_older_links`]).
+    /// has its links indexed first, once for the fleet ([`LinkIndexes::complete`]).
     pub async fn rescan_threats(&self) -> Result<RescanOutcome, StoreError> {
         let _one = self.rescanning.lock().await;
         let started = std::time::Instant::now();
@@ -179,7 +115,7 @@ impl ControlPlane {
             ..RescanOutcome::default()
         };
         let keys = index.host_keys_added_since(before.as_deref());
-        self.index_older_links().await?;
+        self.indexes.complete().await?;
         for key in &keys {
             outcome.looked_up += 1;
             let mut cursor: Option<String> = None;
@@ -231,7 +167,11 @@ impl ControlPlane {
                 continue;
             }
             let reason = format!("{THREAT_REASON_PREFIX}{list}");
-            match self.take_down(&system, &link.code, Some(reason), "takedown").await {
+            match self
+                .links
+                .take_down(&system, &link.code, Some(reason), "takedown")
+                .await
+            {
                 Ok(_) => {
                     outcome.taken_down += 1;
                     self.metrics.threat_takedown(list);
@@ -277,73 +217,12 @@ impl ControlPlane {
     }
 }
 
-#[utoipa::path(get, path = "/api/v1/threat-lists", tag = "abuse",
-    responses(
-        (status = 200, description = "Every configured threat list with its entries in force and its last load, and the last rescan", body = ThreatListsView),
-        (status = 401, description = "No valid key", body = ErrorBody),
-        (status = 403, description = "Not an operator", body = ErrorBody),
-    ),
-    security(("api_key" = [])))]
-pub(crate) async fn threat_lists(
-    State(cp): State<Arc<ControlPlane>>,
-    caller: Caller,
-) -> Result<Json<ThreatListsView>, ApiError> {
-    caller.principal()?.require_operator()?;
-    let last = cp.threats.last_rescan.read().unwrap_or_else(|e| e.into_inner()).clone();
-    Ok(Json(ThreatListsView {
-        lists: cp
-            .threats
-            .lists()
-            .into_iter()
-            .map(|l| ThreatListView {
-                name: l.name,
-                format: l.format,
-                source: l.source,
-                entries: l.entries as u64,
-                skipped: l.skipped as u64,
-                loaded_at: l.loaded_at.map(to_rfc3339),
-                error: l.error,
-            })
-            .collect(),
-        last_rescan_at: last.as_ref().map(|r| to_rfc3339(r.at)),
-        last_rescan_scanned: last.as_ref().map(|r| r.scanned),
-        last_rescan_taken_down: last.as_ref().map(|r| r.taken_down),
-    }))
-}
-
-#[utoipa::path(post, path = "/api/v1/links/{code}/reinstate", tag = "abuse",
-    params(("code" = String, Path, description = "The short code"), ("domain" = Option<String>, Query, description = "The domain the link is on; the default domain when not given")),
-    responses(
-        (status = 200, description = "Active again at its next version; the threat lists never take it down again", body = LinkView),
-        (status = 401, description = "No valid key", body = ErrorBody),
-        (status = 403, description = "Not an operator", body = ErrorBody),
-        (status = 404, description = "No such link", body = ErrorBody),
-        (status = 400, description = "Its target is on a domain the fleet has served since (a loop)", body = ErrorBody),
-        (status = 409, description = "Not a link a threat list took down (deletes and other takedowns are final)", body = ErrorBody),
-        (status = 503, description = "Restored, but the caches could not be told; retry", body = ErrorBody),
-    ),
-    security(("api_key" = [])))]
-pub(crate) async fn restore_link(
-    State(cp): State<Arc<ControlPlane>>,
-    caller: Caller,
-    Path(code): Path<String>,
-    query: Result<Query<crate::api::OnDomain>, QueryRejection>,
-) -> Result<Json<LinkView>, ApiError> {
-    let principal = caller.principal()?;
-    principal.require_operator()?;
-    let key = cp
-        .key_of(&principal, &code, crate::api::on_domain(query)?.as_deref())
-        .await?;
-    let link = cp.restore(&principal, &key).await?;
-    Ok(Json(cp.view(&link)))
-}
-
-impl ControlPlane {
+impl AbuseService {
     /// Undoes a threat list's takedown of `key` (an operator's call): the link active again
     /// at its next version, told to every cache like an edit, audited `reinstate`; and the
     /// operator's decision recorded, so no rescan takes it down again.
-    async fn restore(&self, principal: &Principal, key: &str) -> Result<Link, ApiError> {
-        let link = self.visible_link(principal, key).await?;
+    pub(crate) async fn restore(&self, principal: &Principal, key: &str) -> Result<Link, ApiError> {
+        let link = self.links.visible_link(principal, key).await?;
         let by_a_list = !link.is_active
             && link
                 .delete_reason
@@ -357,12 +236,12 @@ impl ControlPlane {
             });
         }
         // Its target may be on a domain added since: served, it would loop.
-        self.refuse_served_domain(None, &link.long_url).await?;
+        self.names.refuse_served_domain(None, &link.long_url).await?;
         let now = self.clock.now_millis();
         self.store
             .get_or_init_setting(&allowed_setting(key, &link.long_url), &principal.id)
             .await?;
-        let lease = self.propagations.lease_from(now);
+        let lease = self.links.propagations.lease_from(now);
         let restored = match self.store.restore_link_pending(key, link.version, &lease).await {
             Ok(restored) => restored,
             // Changed meanwhile; or this very write landed and the store client's retry of it
@@ -378,7 +257,7 @@ impl ControlPlane {
             },
             Err(e) => return Err(e.into()),
         };
-        let delivered = self.events.changed(&restored).await;
+        let delivered = self.links.events.changed(&restored).await;
         let event = AuditEvent {
             at: self.clock.now_millis(),
             actor: principal.id.clone(),
@@ -388,77 +267,14 @@ impl ControlPlane {
             outcome: "ok".to_owned(),
             detail: None,
         };
-        match self.settle(&restored, delivered, event).await? {
+        match self.links.settle(&restored, delivered, event).await? {
             true => Ok(restored),
             false => Err(ApiError::EditNotPropagated),
         }
     }
 }
 
-#[utoipa::path(post, path = "/api/v1/abuse-reports", tag = "abuse", request_body = ReportRequest,
-    responses(
-        (status = 202, description = "Recorded for the operators"),
-        (status = 400, description = "Not a short link of this service, or a bad reason", body = ErrorBody),
-        (status = 404, description = "No such link", body = ErrorBody),
-        (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 408, description = "The body did not arrive within the head timeout of its head", body = ErrorBody),
-        (status = 415, description = "Body is not JSON", body = ErrorBody),
-        (status = 429, description = "Too many reports from this network or key; see Retry-After", body = ErrorBody),
-    ))]
-pub(crate) async fn report(
-    State(cp): State<Arc<ControlPlane>>,
-    caller: Caller,
-    body: Result<ApiJson<ReportRequest>, ApiError>,
-) -> Result<StatusCode, ApiError> {
-    let req = body?.value;
-    let reason = req.reason.trim().to_owned();
-    if reason.is_empty() || req.reason.chars().count() > 1000 || req.reason.chars().any(|c| c.is_control() && c != '\n')
-    {
-        return Err(ApiError::bad_request(
-            "invalid_reason",
-            "reason must be 1-1000 characters without control characters",
-        ));
-    }
-    if req.link.len() > 2048 {
-        return Err(ApiError::bad_request("invalid_link", "link is longer than 2048 bytes"));
-    }
-    let now = cp.clock.now_millis();
-    let (who, actor) = match &caller {
-        Caller::Key(p) => (format!("report:{}", p.id), p.id.clone()),
-        Caller::Anonymous { ip } => {
-            let bucket = crate::ratelimit::anonymous_bucket(*ip);
-            (format!("report:{bucket}"), bucket)
-        }
-    };
-    // Charged before any store read: a flood of reports of made-up links costs no more.
-    cp.limiter
-        .take(&who, 1.0 / REPORT_EVERY_SECS, REPORT_BURST, now)
-        .map_err(|retry_after_secs| ApiError::RateLimited { retry_after_secs })?;
-    let key = cp.reported_key(&req.link).await?;
-    let link = cp
-        .store
-        .get_link(&key)
-        .await?
-        .ok_or(ApiError::NotFound("no such link"))?;
-    let detail = serde_json::json!({ "link": link.code, "short_url": cp.short_url(&link) }).to_string();
-    for code in [link.code.as_str(), REPORTS_STREAM] {
-        cp.store
-            .append_audit(&AuditEvent {
-                at: now,
-                actor: actor.clone(),
-                action: "report".to_owned(),
-                code: Some(code.to_owned()),
-                reason: Some(reason.clone()),
-                outcome: "open".to_owned(),
-                detail: Some(detail.clone()),
-            })
-            .await?;
-    }
-    cp.metrics.reports.inc();
-    Ok(StatusCode::ACCEPTED)
-}
-
-impl ControlPlane {
+impl AbuseService {
     /// The link key a report names: a short URL of this service (its host picks the
     /// domain) or a bare code on the default domain.
     async fn reported_key(&self, named: &str) -> Result<String, ApiError> {
@@ -474,53 +290,126 @@ impl ControlPlane {
         if rebound_core::code::check_code(&code).is_err() {
             return Err(not_ours());
         }
-        let host = host.unwrap_or_else(|| self.domains.default_name().to_owned());
+        let host = host.unwrap_or_else(|| self.names.default_name().to_owned());
         // Apart from the shape above (the document's pattern states it): the host is not
         // one the document can know.
-        let domain = self
-            .domains
-            .resolve(self.store.as_ref(), &host)
-            .await
-            .map_err(|e| match e {
-                ApiError::BadRequest { .. } => {
-                    ApiError::bad_request("invalid_link", "link's host is not a domain of this service")
-                }
-                other => other,
-            })?;
+        let domain = self.names.resolve(&host).await.map_err(|e| match e {
+            ApiError::BadRequest { .. } => {
+                ApiError::bad_request("invalid_link", "link's host is not a domain of this service")
+            }
+            other => other,
+        })?;
         Ok(domain.key(&code))
     }
 }
 
-#[utoipa::path(get, path = "/api/v1/abuse-reports", tag = "abuse",
-    responses(
-        (status = 200, description = "The newest 500 reports, newest first", body = ReportList),
-        (status = 401, description = "No valid key", body = ErrorBody),
-        (status = 403, description = "Not an operator", body = ErrorBody),
-    ),
-    security(("api_key" = [])))]
-pub(crate) async fn reports(State(cp): State<Arc<ControlPlane>>, caller: Caller) -> Result<Json<ReportList>, ApiError> {
-    caller.principal()?.require_operator()?;
-    let mut events = cp.store.audit_for(REPORTS_STREAM).await?;
-    events.reverse();
-    events.truncate(REPORTS_LISTED);
-    let reports = events
-        .into_iter()
-        .map(|e| {
-            let detail: serde_json::Value = e
-                .detail
-                .as_deref()
-                .and_then(|d| serde_json::from_str(d).ok())
-                .unwrap_or_default();
-            let key = detail["link"].as_str().unwrap_or_default();
-            let (code, _) = rebound_core::domain::split_key(key);
-            ReportView {
-                at: to_rfc3339(e.at),
-                reporter: e.actor,
-                code: code.to_owned(),
-                short_url: detail["short_url"].as_str().unwrap_or_default().to_owned(),
-                reason: e.reason.unwrap_or_default(),
+impl AbuseService {
+    /// Every configured list with its entries in force and its last load, and the last
+    /// rescan.
+    pub(crate) fn lists_view(&self) -> ThreatListsView {
+        let last = self
+            .threats
+            .last_rescan
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        ThreatListsView {
+            lists: self
+                .threats
+                .lists()
+                .into_iter()
+                .map(|l| ThreatListView {
+                    name: l.name,
+                    format: l.format,
+                    source: l.source,
+                    entries: l.entries as u64,
+                    skipped: l.skipped as u64,
+                    loaded_at: l.loaded_at.map(to_rfc3339),
+                    error: l.error,
+                })
+                .collect(),
+            last_rescan_at: last.as_ref().map(|r| to_rfc3339(r.at)),
+            last_rescan_scanned: last.as_ref().map(|r| r.scanned),
+            last_rescan_taken_down: last.as_ref().map(|r| r.taken_down),
+        }
+    }
+
+    /// Records `caller`'s report of a link for the operators (charged to the caller before
+    /// any store read).
+    pub(crate) async fn report(&self, caller: &Caller, req: ReportRequest) -> Result<(), ApiError> {
+        let reason = req.reason.trim().to_owned();
+        if reason.is_empty()
+            || req.reason.chars().count() > 1000
+            || req.reason.chars().any(|c| c.is_control() && c != '\n')
+        {
+            return Err(ApiError::bad_request(
+                "invalid_reason",
+                "reason must be 1-1000 characters without control characters",
+            ));
+        }
+        if req.link.len() > 2048 {
+            return Err(ApiError::bad_request("invalid_link", "link is longer than 2048 bytes"));
+        }
+        let now = self.clock.now_millis();
+        let (who, actor) = match &caller {
+            Caller::Key(p) => (format!("report:{}", p.id), p.id.clone()),
+            Caller::Anonymous { ip } => {
+                let bucket = crate::ratelimit::anonymous_bucket(*ip);
+                (format!("report:{bucket}"), bucket)
             }
-        })
-        .collect();
-    Ok(Json(ReportList { reports }))
+        };
+        // Charged before any store read: a flood of reports of made-up links costs no more.
+        self.reports_limiter
+            .take(&who, 1.0 / REPORT_EVERY_SECS, REPORT_BURST, now)
+            .map_err(|retry_after_secs| ApiError::RateLimited { retry_after_secs })?;
+        let key = self.reported_key(&req.link).await?;
+        let link = self
+            .store
+            .get_link(&key)
+            .await?
+            .ok_or(ApiError::NotFound("no such link"))?;
+        let detail = serde_json::json!({ "link": link.code, "short_url": self.names.short_url(&link) }).to_string();
+        for code in [link.code.as_str(), REPORTS_STREAM] {
+            self.store
+                .append_audit(&AuditEvent {
+                    at: now,
+                    actor: actor.clone(),
+                    action: "report".to_owned(),
+                    code: Some(code.to_owned()),
+                    reason: Some(reason.clone()),
+                    outcome: "open".to_owned(),
+                    detail: Some(detail.clone()),
+                })
+                .await?;
+        }
+        self.metrics.reports.inc();
+        Ok(())
+    }
+
+    /// The newest reports, newest first.
+    pub(crate) async fn reports(&self) -> Result<Vec<ReportView>, ApiError> {
+        let mut events = self.store.audit_for(REPORTS_STREAM).await?;
+        events.reverse();
+        events.truncate(REPORTS_LISTED);
+        let reports: Vec<ReportView> = events
+            .into_iter()
+            .map(|e| {
+                let detail: serde_json::Value = e
+                    .detail
+                    .as_deref()
+                    .and_then(|d| serde_json::from_str(d).ok())
+                    .unwrap_or_default();
+                let key = detail["link"].as_str().unwrap_or_default();
+                let (code, _) = rebound_core::domain::split_key(key);
+                ReportView {
+                    at: to_rfc3339(e.at),
+                    reporter: e.actor,
+                    code: code.to_owned(),
+                    short_url: detail["short_url"].as_str().unwrap_or_default().to_owned(),
+                    reason: e.reason.unwrap_or_default(),
+                }
+            })
+            .collect();
+        Ok(reports)
+    }
 }

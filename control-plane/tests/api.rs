@@ -19,7 +19,7 @@ const NOW: i64 = 1_790_000_000_000; // 2026-09-21
 
 struct Harness {
     app: axum::Router,
-    cp: Arc<ControlPlane>,
+    cp: ControlPlane,
     store: Arc<MemoryStore>,
     events: Arc<RecordedLinkEvents>,
     clock: ManualClock,
@@ -1621,7 +1621,7 @@ async fn the_console_is_served_at_the_root_with_a_strict_policy_and_nothing_inli
 }
 
 /// A control plane of region `region` on `store`, or why it refused to start.
-async fn region_on(store: &Arc<MemoryStore>, region: &str, slot: u8) -> Result<Arc<ControlPlane>, String> {
+async fn region_on(store: &Arc<MemoryStore>, region: &str, slot: u8) -> Result<ControlPlane, String> {
     let mut config = ControlPlaneConfig {
         bootstrap_key: Some(OPERATOR.into()),
         public_base_url: "https://sho.rt".into(),
@@ -2666,7 +2666,7 @@ async fn a_reinstatement_whose_store_write_was_retried_after_it_landed_answers_2
     )
     .await;
     threat_lists(&h, &[("local", FeedFormat::Domains, "listed.example\n")]);
-    assert_eq!(h.cp.rescan_threats().await.unwrap().taken_down, 1);
+    assert_eq!(h.cp.abuse().rescan_threats().await.unwrap().taken_down, 1);
     h.store.set_writes_retried(true);
     let r = h
         .call(Method::POST, "/api/v1/links/relisted/reinstate", Some(OPERATOR), None)
@@ -2697,7 +2697,7 @@ fn threat_lists(h: &Harness, lists: &[(&str, rebound_core::threat::FeedFormat, &
             error: None,
         })
         .collect();
-    h.cp.install_threat_lists(ThreatIndex::build(feeds), states);
+    h.cp.abuse().install_threat_lists(ThreatIndex::build(feeds), states);
 }
 
 #[tokio::test]
@@ -2808,14 +2808,14 @@ async fn a_rescan_reads_only_the_links_on_the_hosts_of_the_entries_new_since_the
         assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
     }
     threat_lists(&h, &[("urlhaus", FeedFormat::Domains, "malware.example\n")]);
-    let o = h.cp.rescan_threats().await.unwrap();
+    let o = h.cp.abuse().rescan_threats().await.unwrap();
     assert_eq!(
         (o.looked_up, o.scanned, o.matched, o.taken_down),
         (1, 2, 2, 2),
         "the links on malware.example and its subdomains alone"
     );
     // The same lists again: nothing new, nothing read.
-    let o = h.cp.rescan_threats().await.unwrap();
+    let o = h.cp.abuse().rescan_threats().await.unwrap();
     assert_eq!((o.looked_up, o.scanned), (0, 0));
     // A URL entry added: its host's links read, the one URL taken down.
     let both = [
@@ -2823,7 +2823,7 @@ async fn a_rescan_reads_only_the_links_on_the_hosts_of_the_entries_new_since_the
         ("openphish", FeedFormat::Openphish, "https://phish.example/login\n"),
     ];
     threat_lists(&h, &both);
-    let o = h.cp.rescan_threats().await.unwrap();
+    let o = h.cp.abuse().rescan_threats().await.unwrap();
     assert_eq!((o.looked_up, o.scanned, o.matched, o.taken_down), (1, 2, 1, 1));
     for (code, up) in [
         ("mal1", false),
@@ -2839,7 +2839,7 @@ async fn a_rescan_reads_only_the_links_on_the_hosts_of_the_entries_new_since_the
     // on those hosts.
     let h = restarted(&h).await;
     threat_lists(&h, &both);
-    let o = h.cp.rescan_threats().await.unwrap();
+    let o = h.cp.abuse().rescan_threats().await.unwrap();
     assert_eq!((o.looked_up, o.scanned, o.matched, o.taken_down), (2, 1, 0, 0));
     let lists = h.call(Method::GET, "/api/v1/threat-lists", Some(OPERATOR), None).await;
     assert_eq!(lists.body["last_rescan_scanned"], 1, "{:?}", lists.body);
@@ -2854,9 +2854,9 @@ async fn lists_back_to_entries_they_held_before_take_down_the_links_made_in_betw
     let b = [("local", FeedFormat::Domains, "x.example\n")];
     let h = harness().await;
     threat_lists(&h, &a);
-    h.cp.rescan_threats().await.unwrap();
+    h.cp.abuse().rescan_threats().await.unwrap();
     threat_lists(&h, &b);
-    h.cp.rescan_threats().await.unwrap();
+    h.cp.abuse().rescan_threats().await.unwrap();
     let r = h
         .create(
             OPERATOR,
@@ -2865,7 +2865,7 @@ async fn lists_back_to_entries_they_held_before_take_down_the_links_made_in_betw
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
     threat_lists(&h, &a);
-    let o = h.cp.rescan_threats().await.unwrap();
+    let o = h.cp.abuse().rescan_threats().await.unwrap();
     assert_eq!((o.looked_up, o.scanned, o.matched, o.taken_down), (1, 1, 1, 1));
     let link = h.store.get_link("wlink").await.unwrap().unwrap();
     assert_eq!(
@@ -2875,7 +2875,7 @@ async fn lists_back_to_entries_they_held_before_take_down_the_links_made_in_betw
     // The same across a restart, and for a link made by a control plane whose lists had
     // not loaded yet: the first rescan after a start looks every entry up.
     threat_lists(&h, &b);
-    h.cp.rescan_threats().await.unwrap();
+    h.cp.abuse().rescan_threats().await.unwrap();
     let h = restarted(&h).await;
     let r = h
         .create(
@@ -2885,7 +2885,7 @@ async fn lists_back_to_entries_they_held_before_take_down_the_links_made_in_betw
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
     threat_lists(&h, &a);
-    let o = h.cp.rescan_threats().await.unwrap();
+    let o = h.cp.abuse().rescan_threats().await.unwrap();
     assert_eq!((o.looked_up, o.matched, o.taken_down), (2, 1, 1));
     assert!(!h.store.get_link("wlink2").await.unwrap().unwrap().is_active);
 }
@@ -2903,7 +2903,7 @@ async fn a_reinstatement_holds_for_the_target_it_was_made_for_and_an_edit_of_the
         .await;
     assert_eq!(r.status, StatusCode::CREATED);
     threat_lists(&h, &[("local", FeedFormat::Domains, "fp.example\n")]);
-    assert_eq!(h.cp.rescan_threats().await.unwrap().taken_down, 1);
+    assert_eq!(h.cp.abuse().rescan_threats().await.unwrap().taken_down, 1);
     let r = h
         .call(Method::POST, "/api/v1/links/fpl/reinstate", Some(OPERATOR), None)
         .await;
@@ -2911,7 +2911,7 @@ async fn a_reinstatement_holds_for_the_target_it_was_made_for_and_an_edit_of_the
     // Still on fp.example: a later rescan of it leaves it up.
     let h = restarted(&h).await;
     threat_lists(&h, &[("local", FeedFormat::Domains, "fp.example\n")]);
-    let o = h.cp.rescan_threats().await.unwrap();
+    let o = h.cp.abuse().rescan_threats().await.unwrap();
     assert_eq!((o.matched, o.taken_down, o.allowed), (1, 0, 1));
     // Edited to another target, which a list holds afterwards: taken down.
     let r = edit(
@@ -2924,7 +2924,7 @@ async fn a_reinstatement_holds_for_the_target_it_was_made_for_and_an_edit_of_the
     .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     threat_lists(&h, &[("local", FeedFormat::Domains, "fp.example\nphish.example\n")]);
-    let o = h.cp.rescan_threats().await.unwrap();
+    let o = h.cp.abuse().rescan_threats().await.unwrap();
     assert_eq!((o.matched, o.taken_down, o.allowed), (1, 1, 0));
     let link = h.store.get_link("fpl").await.unwrap().unwrap();
     assert_eq!(
@@ -2974,7 +2974,7 @@ async fn a_reinstatement_an_earlier_version_recorded_holds_until_the_links_next_
     .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     threat_lists(&h, &[("local", FeedFormat::Domains, "old.example\n")]);
-    let o = h.cp.rescan_threats().await.unwrap();
+    let o = h.cp.abuse().rescan_threats().await.unwrap();
     assert_eq!((o.matched, o.taken_down, o.allowed), (2, 1, 1));
     assert!(h.store.get_link("kept").await.unwrap().unwrap().is_active);
     assert!(!h.store.get_link("edited").await.unwrap().unwrap().is_active);
@@ -2997,7 +2997,7 @@ async fn a_rescan_takes_matching_links_down_and_an_operator_reinstates_one_for_g
     }
     h.call(Method::DELETE, "/api/v1/links/gone", Some(OPERATOR), None).await;
     threat_lists(&h, &[("urlhaus", FeedFormat::Domains, "malware.example\n")]);
-    let outcome = h.cp.rescan_threats().await.unwrap();
+    let outcome = h.cp.abuse().rescan_threats().await.unwrap();
     assert_eq!(
         (
             outcome.scanned,
@@ -3050,9 +3050,9 @@ async fn a_rescan_takes_matching_links_down_and_an_operator_reinstates_one_for_g
     assert_eq!(told, [("bad1".to_owned(), true)]);
     // The list dropped and listed again: the host's links read again, bad1 left up.
     threat_lists(&h, &[]);
-    h.cp.rescan_threats().await.unwrap();
+    h.cp.abuse().rescan_threats().await.unwrap();
     threat_lists(&h, &[("urlhaus", FeedFormat::Domains, "malware.example\n")]);
-    let outcome = h.cp.rescan_threats().await.unwrap();
+    let outcome = h.cp.abuse().rescan_threats().await.unwrap();
     assert_eq!((outcome.matched, outcome.taken_down, outcome.allowed), (1, 0, 1));
     assert!(h.store.get_link("bad1").await.unwrap().unwrap().is_active);
     let audit = h.store.audit_for("bad1").await.unwrap();
@@ -3152,7 +3152,7 @@ async fn a_target_on_any_domain_the_fleet_serves_is_refused_as_a_loop_on_create_
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
     threat_lists(&h, &[("urls", FeedFormat::Openphish, "https://go.alpha.test/later\n")]);
-    assert_eq!(h.cp.rescan_threats().await.unwrap().taken_down, 1);
+    assert_eq!(h.cp.abuse().rescan_threats().await.unwrap().taken_down, 1);
     threat_lists(&h, &[]);
     for name in ["go.alpha.test", "beta.test"] {
         let r = add_domain(&h, json!({"name": name, "certificate": "files"})).await;

@@ -1,14 +1,14 @@
 //! Delete and takedown: the versioned write with the propagation pending, then the
 //! tombstone and the invalidation, then the audit event (`settle`, which edits share).
 
+use super::LinkService;
 use crate::auth::Principal;
 use crate::error::ApiError;
-use crate::ControlPlane;
 use rebound_core::link::Deletion;
 use rebound_core::Link;
 use rebound_store::{AuditEvent, EventError, StoreError};
 
-impl ControlPlane {
+impl LinkService {
     /// Delete and takedown (docs/spec.md §5): conditional update (recording the propagation
     /// pending, leased to this control plane), then the tombstone and the invalidation,
     /// and only then success. Done, the pending record is cleared; failed, its lease is

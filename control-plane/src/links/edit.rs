@@ -3,16 +3,16 @@
 //! with the old and the new values.
 
 use super::validate::validate_edit;
+use super::LinkService;
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::ControlPlane;
 use rebound_api_types::EditLinkRequest;
 use rebound_core::time::to_rfc3339;
 use rebound_core::{Link, LinkEdit};
 use rebound_store::{AuditEvent, StoreError};
 use serde_json::{json, Map, Value};
 
-impl ControlPlane {
+impl LinkService {
     /// Edits the link `key` at version `if_match` (docs/spec.md §12): the rules of a create for
     /// the new values, the owner or an operator, the creation rate limit; then the
     /// conditional write (the propagation pending, leased to this control plane), the
@@ -48,7 +48,7 @@ impl ControlPlane {
         }
         let (mut edit, password) = validate_edit(self, &link, request, now)?;
         if edit.long_url != link.long_url {
-            self.refuse_served_domain(None, &edit.long_url).await?;
+            self.names.refuse_served_domain(None, &edit.long_url).await?;
         }
         if retried {
             // The same edit again, after a 503: the link holds it already. Tell the caches

@@ -3,15 +3,15 @@
 
 use super::idempotency::{key_reused, RequestHash};
 use super::validate::{validate_create, NewLink};
+use super::LinkService;
 use super::{Creator, GENERATED_CODE_ATTEMPTS};
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::ControlPlane;
 use rebound_api_types::{CreateLinkRequest, ErrorDetail, ImportOutcome, ImportResults, LinkCreated, MAX_IMPORT};
 use rebound_core::Link;
 use rebound_store::{IdempotencyRecord, StoreError};
 
-impl ControlPlane {
+impl LinkService {
     /// A bulk import (up to 1,000 links): each link read as a create request, validated,
     /// charged and created on its own; one outcome per link, in order. With an idempotency
     /// key `K`, link `i` is written with its own record `K#i` in the same transaction (the
@@ -70,13 +70,13 @@ impl ControlPlane {
             let loops = match loops_by_host.get(&host) {
                 Some(&loops) => loops,
                 None => {
-                    let loops = self.is_on_served_domain(&new.long_url).await?;
+                    let loops = self.names.is_on_served_domain(&new.long_url).await?;
                     loops_by_host.insert(host, loops);
                     loops
                 }
             };
             match loops {
-                true => outcomes[i] = Some(failed(crate::domains::own_host(None))),
+                true => outcomes[i] = Some(failed(crate::names::own_host(None))),
                 false => valid.push((i, new)),
             }
         }
@@ -90,7 +90,7 @@ impl ControlPlane {
         };
         let mut pending: Vec<(usize, Link, bool)> = Vec::new();
         // Each domain named is read once per import.
-        let mut domains: std::collections::HashMap<Option<String>, crate::domains::DomainRef> =
+        let mut domains: std::collections::HashMap<Option<String>, crate::names::DomainRef> =
             std::collections::HashMap::new();
         for (n, (i, new)) in valid.into_iter().enumerate() {
             if n >= covered {
@@ -105,7 +105,7 @@ impl ControlPlane {
             }
             let domain = match domains.get(&new.domain) {
                 Some(d) => d.clone(),
-                None => match self.domain_for(caller, new.domain.as_deref()).await {
+                None => match self.names.domain_for(caller, new.domain.as_deref()).await {
                     Ok(d) => domains.entry(new.domain.clone()).or_insert(d).clone(),
                     Err(e @ (ApiError::Unavailable(_) | ApiError::Internal(_))) => return Err(e),
                     Err(e) => {
@@ -148,7 +148,7 @@ impl ControlPlane {
                 status: 201,
                 body: serde_json::to_string(&self.created_view(link)).unwrap_or_default(),
                 created_at: now,
-                expires_at: now + (self.config.api.idempotency_ttl_secs as i64) * 1000,
+                expires_at: now + (self.settings.idempotency_ttl_secs as i64) * 1000,
             })
         };
         let stored: Vec<Result<(), StoreError>> = if keys.is_some() {

@@ -1,28 +1,35 @@
-//! The links service: what the link handlers of `api` do, apart from HTTP; every rule of
-//! docs/spec.md §5 lives here. This module creates links (rate limits, KGS codes with retries,
-//! aliases, idempotency); `import` imports up to 1,000 at once, `down` deletes and takes
-//! down (the versioned write, then the invalidation, then the audit event), `edit` edits
-//! (the same, with the new record), `stats` reads
-//! daily clicks, `validate` checks a create request, and `idempotency` compares a retried
-//! request with the first.
+//! The links service: what the link handlers (`http::links`) do, apart from HTTP; every
+//! rule of docs/spec.md §5 lives here. This module creates links (rate limits, KGS codes
+//! with retries, aliases, idempotency) and shows them; `import` imports up to 1,000 at
+//! once, `down` deletes and takes down (the versioned write, then the invalidation, then
+//! the audit event), `edit` edits (the same, with the new record), `validate` checks a
+//! create request, and `idempotency` compares a retried request with the first.
 
 mod down;
 mod edit;
 mod idempotency;
 mod import;
-mod stats;
 mod validate;
 
 pub(crate) use down::takedown_reason;
 
 use crate::auth::{Caller, Principal};
+use crate::config::ApiSettings;
 use crate::error::ApiError;
-use crate::ControlPlane;
+use crate::kgs::KeyRangeLease;
+use crate::metrics::ApiMetrics;
+use crate::names::DomainNames;
+use crate::ratelimit::CreateRateLimiter;
+use crate::reconcile::Propagations;
+use crate::threat_lists::ThreatLists;
 use idempotency::{replayed, RequestHash};
-use rebound_api_types::CreateLinkRequest;
-use rebound_core::domain::is_valid_key;
-use rebound_core::Link;
-use rebound_store::{IdempotencyRecord, Role, StoreError};
+use rebound_api_types::{CreateLinkRequest, LinkCreated, LinkView};
+use rebound_core::domain::{is_valid_key, split_key};
+use rebound_core::target::TargetPolicy;
+use rebound_core::time::to_rfc3339;
+use rebound_core::{Clock, Link};
+use rebound_store::{IdempotencyRecord, LinkEvents, Role, Store, StoreError};
+use std::sync::Arc;
 use validate::validate_create;
 
 /// Attempts at a generated code before giving up (a taken one is skipped).
@@ -42,7 +49,36 @@ pub(crate) enum Creation {
     Replayed(IdempotencyRecord),
 }
 
-impl ControlPlane {
+/// Passwords a control plane hashes at once, at most.
+pub const HASHES_AT_ONCE: usize = 2;
+
+/// The links service: the ports and policies the links' rules need.
+pub(crate) struct LinkService {
+    pub(crate) settings: ApiSettings,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) events: Arc<dyn LinkEvents>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) names: Arc<DomainNames>,
+    /// Targets of key holders.
+    pub(crate) targets: TargetPolicy,
+    /// Targets of anonymous callers: also never a mixed-script host.
+    pub(crate) anonymous_targets: TargetPolicy,
+    pub(crate) codes: KeyRangeLease,
+    pub(crate) limiter: CreateRateLimiter,
+    /// The threat lists in force, which creates and edits are checked against.
+    pub(crate) threats: Arc<ThreatLists>,
+    pub(crate) metrics: ApiMetrics,
+    /// Pending propagations of deletes, takedowns and edits: cleared by this service,
+    /// finished by the reconciler.
+    pub(crate) propagations: Propagations,
+    /// Passwords hashed or checked at once, at most (each 19 MiB, tens of milliseconds).
+    pub(crate) hashing: tokio::sync::Semaphore,
+    /// The key of a password's MAC in idempotency fingerprints (the store's
+    /// `IDEMPOTENCY_KEY_SETTING`, made once for the fleet).
+    pub(crate) idempotency_secret: Vec<u8>,
+}
+
+impl LinkService {
     /// Creates a link (docs/spec.md §5): the rate limit, a generated code from the KGS (skipping
     /// one an alias took) or the alias, the conditional insert with its idempotency record
     /// in one write, then the announcement. A retried request with the same key and body
@@ -65,14 +101,14 @@ impl ControlPlane {
             }
         }
         let new = validate_create(self, caller, request, now)?;
-        self.refuse_served_domain(None, &new.long_url).await?;
-        let domain = self.domain_for(caller, new.domain.as_deref()).await?;
+        self.names.refuse_served_domain(None, &new.long_url).await?;
+        let domain = self.names.domain_for(caller, new.domain.as_deref()).await?;
         self.charge(caller, now)?;
         let password_hash = match &new.password {
             Some(password) => Some(self.hash_password(password.clone()).await?),
             None => None,
         };
-        let api = &self.config.api;
+        let api = &self.settings;
         let mut attempts = 0;
         let link = loop {
             attempts += 1;
@@ -145,7 +181,7 @@ impl ControlPlane {
                 owner: p.id.clone(),
                 scope: p.id.clone(),
             }),
-            Caller::Anonymous { ip } if self.config.api.anonymous_create => Ok(Creator {
+            Caller::Anonymous { ip } if self.settings.anonymous_create => Ok(Creator {
                 owner: "anonymous".to_owned(),
                 scope: format!("anonymous:{ip}"),
             }),
@@ -155,7 +191,7 @@ impl ControlPlane {
 
     /// The caller's rate-limit bucket, its rate and its burst; `None` for operators (exempt).
     pub(super) fn bucket(&self, caller: &Caller) -> Option<(String, f64, u32)> {
-        let api = &self.config.api;
+        let api = &self.settings;
         match caller {
             Caller::Key(p) if p.role == Role::Operator => None,
             Caller::Key(p) => Some((p.id.clone(), api.creator_rate_per_sec, api.creator_burst)),
@@ -195,7 +231,7 @@ impl ControlPlane {
     }
 
     /// The Argon2id hash of `password` with a fresh salt, made on a blocking thread, at
-    /// most [`crate::HASHES_AT_ONCE`] at a time (each takes 19 MiB and tens of
+    /// most [`HASHES_AT_ONCE`] at a time (each takes 19 MiB and tens of
     /// milliseconds).
     pub(crate) async fn hash_password(&self, password: String) -> Result<String, ApiError> {
         let _permit = self
@@ -210,7 +246,7 @@ impl ControlPlane {
     }
 
     /// Whether `password` is the one `hash` was made from, checked as
-    /// [`ControlPlane::hash_password`] makes hashes.
+    /// [`LinkService::hash_password`] makes hashes.
     pub(crate) async fn password_matches(&self, password: String, hash: String) -> Result<bool, ApiError> {
         let _permit = self
             .hashing
@@ -242,10 +278,71 @@ impl ControlPlane {
             .await?
             .ok_or(ApiError::NotFound("no such link"))?;
         principal.require_owner(&link.created_by)?;
-        self.domains
-            .learn(self.store.as_ref(), std::slice::from_ref(&link))
-            .await?;
-        principal.require_domain(&self.domains.of_link(&link))?;
+        self.names.learn(std::slice::from_ref(&link)).await?;
+        principal.require_domain(&self.names.of_link(&link))?;
         Ok(link)
+    }
+
+    /// The link `code` on `domain` (the default one when not given) that `principal` may
+    /// see: [`DomainNames::key_of`], then [`LinkService::visible_link`].
+    pub(crate) async fn visible_at(
+        &self,
+        principal: &Principal,
+        code: &str,
+        domain: Option<&str>,
+    ) -> Result<Link, ApiError> {
+        let key = self.names.key_of(principal, code, domain).await?;
+        self.visible_link(principal, &key).await
+    }
+
+    /// 400 `blocked_target` when a threat list holds `target` (a normalised target).
+    pub(crate) fn refuse_threat(&self, target: &str) -> Result<(), ApiError> {
+        match self.threats.find(target) {
+            Some(list) => {
+                self.metrics.threat_refused(&list);
+                Err(ApiError::bad_request(
+                    "blocked_target",
+                    format!("long_url is on the threat list {list:?}"),
+                ))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// `link` as the API shows it.
+    pub(crate) fn view(&self, link: &Link) -> LinkView {
+        LinkView {
+            code: split_key(&link.code).0.to_owned(),
+            domain: self.names.of_link(link),
+            short_url: self.names.short_url(link),
+            long_url: link.long_url.clone(),
+            redirect: link.redirect.status(),
+            forward_query: link.forward_query,
+            password_protected: link.password_hash.is_some(),
+            expires_at: link.expires_at.map(to_rfc3339),
+            created_at: to_rfc3339(link.created_at),
+            created_by: link.created_by.clone(),
+            is_active: link.is_active,
+            version: link.version,
+            deleted_at: link.deleted_at.map(to_rfc3339),
+            deleted_by: link.deleted_by.clone(),
+            delete_reason: link.delete_reason.clone(),
+        }
+    }
+
+    /// A link just created, as the create answers it.
+    pub(crate) fn created_view(&self, link: &Link) -> LinkCreated {
+        LinkCreated {
+            code: split_key(&link.code).0.to_owned(),
+            domain: self.names.of_link(link),
+            short_url: self.names.short_url(link),
+            long_url: link.long_url.clone(),
+            redirect: link.redirect.status(),
+            forward_query: link.forward_query,
+            expires_at: link.expires_at.map(to_rfc3339),
+            created_at: to_rfc3339(link.created_at),
+            version: link.version,
+            password_protected: link.password_hash.is_some(),
+        }
     }
 }

@@ -1,8 +1,8 @@
 //! A create or edit request checked: the target, the alias, the expiry and the redirect.
 
+use super::LinkService;
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::ControlPlane;
 use rebound_api_types::{CreateLinkRequest, EditLinkRequest};
 use rebound_core::code::{check_alias, CodeError};
 use rebound_core::time::parse_rfc3339;
@@ -31,19 +31,19 @@ pub(super) struct NewLink {
 }
 
 pub(super) fn validate_create(
-    cp: &ControlPlane,
+    links: &LinkService,
     caller: &Caller,
     req: CreateLinkRequest,
     now: i64,
 ) -> Result<NewLink, ApiError> {
     let targets = match caller {
-        Caller::Key(_) => &cp.targets,
-        Caller::Anonymous { .. } => &cp.anonymous_targets,
+        Caller::Key(_) => &links.targets,
+        Caller::Anonymous { .. } => &links.anonymous_targets,
     };
     let long_url = targets
         .validate(&req.long_url)
         .map_err(|e| ApiError::bad_request("invalid_url", e.to_string()))?;
-    cp.refuse_threat(&long_url)?;
+    links.refuse_threat(&long_url)?;
     if let Some(alias) = &req.custom_alias {
         check_alias(alias).map_err(|e| code_error("custom_alias", e))?;
     }
@@ -128,7 +128,7 @@ fn check_password(password: &str) -> Result<(), ApiError> {
 /// password when it sets one (the caller hashes it into the edit). 400 `empty_edit` when it
 /// changes nothing it could (no field given).
 pub(super) fn validate_edit(
-    cp: &ControlPlane,
+    links: &LinkService,
     link: &Link,
     req: EditLinkRequest,
     now: i64,
@@ -141,11 +141,11 @@ pub(super) fn validate_edit(
     }
     let mut edit = link.editable();
     if let Some(url) = req.long_url {
-        edit.long_url = cp
+        edit.long_url = links
             .targets
             .validate(&url)
             .map_err(|e| ApiError::bad_request("invalid_url", e.to_string()))?;
-        cp.refuse_threat(&edit.long_url)?;
+        links.refuse_threat(&edit.long_url)?;
     }
     if let Some(kind) = redirect(req.redirect)? {
         edit.redirect = kind;

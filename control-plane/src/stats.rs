@@ -1,15 +1,28 @@
-//! A link's daily clicks: people's, and bots' apart.
+//! The stats resource: a link's daily clicks, people's and bots' apart. The handler is
+//! `http::stats`.
 
 use crate::auth::Principal;
 use crate::error::ApiError;
-use crate::ControlPlane;
+use crate::links::LinkService;
 use rebound_api_types::{DayClicks, LinkStats};
-use rebound_core::Day;
+use rebound_core::{Clock, Day};
+use rebound_store::RollupStore;
+use std::sync::Arc;
 
 const MAX_STATS_DAYS: i32 = 366;
 const DEFAULT_STATS_DAYS: i32 = 30;
 
-impl ControlPlane {
+/// The stats service.
+pub(crate) struct StatsService {
+    /// Which links the caller may see.
+    pub(crate) links: Arc<LinkService>,
+    /// Where daily clicks are read: the store's rollups, or (all-in-one) the rollups plus
+    /// the clicks still pending in the process.
+    pub(crate) click_counts: Arc<dyn RollupStore>,
+    pub(crate) clock: Arc<dyn Clock>,
+}
+
+impl StatsService {
     /// A link's daily clicks over `from..=to` (UTC days; defaults: the 30 days to today),
     /// every day of the range, from the rollups (and, all-in-one, what is still pending):
     /// people's (`clicks`) and bots' (`bot_clicks`: link unfurlers, crawlers, `HEAD`).
@@ -50,7 +63,7 @@ impl ControlPlane {
                 "the range may cover at most 366 days",
             ));
         }
-        let link = self.visible_link(principal, code).await?;
+        let link = self.links.visible_link(principal, code).await?;
         let counts: std::collections::HashMap<Day, rebound_store::Clicks> = self
             .click_counts
             .read_clicks(&link.code, from, to)

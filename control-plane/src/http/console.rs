@@ -10,19 +10,18 @@ use axum::http::header::{
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use std::sync::Arc;
 
-const INDEX_HTML: &str = include_str!("../console/index.html");
-const APP_JS: &str = include_str!("../console/app.js");
-const STYLE_CSS: &str = include_str!("../console/style.css");
-const ICON_SVG: &str = include_str!("../console/icon.svg");
+const INDEX_HTML: &str = include_str!("../../console/index.html");
+const APP_JS: &str = include_str!("../../console/app.js");
+const STYLE_CSS: &str = include_str!("../../console/style.css");
+const ICON_SVG: &str = include_str!("../../console/icon.svg");
 
 /// Scripts and styles from this origin only, none inline; images from this origin and the
 /// blob URLs the QR code is shown and downloaded through; requests to this origin only.
 const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob:; \
                       connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-pub(crate) fn routes() -> Router<Arc<ControlPlane>> {
+pub(super) fn routes() -> Router<ControlPlane> {
     let file = |content_type: &'static str, body: &'static str| get(move || async move { asset(content_type, body) });
     Router::new()
         .route("/", file("text/html; charset=utf-8", INDEX_HTML))
