@@ -82,6 +82,7 @@ impl AllInOne {
             clicks: ClickWriter {
                 runtime: click_writes,
                 sink: Arc::new(StoreClickSink(store.clone())),
+                breakdowns: rebound_store::breakdowns::breakdowns_of(store.clone()),
             },
             fleet: Fleet::InProcess,
             home: None,

@@ -99,6 +99,8 @@ pub fn run_proxy(settings: Settings, options: RunOptions, runtime: &tokio::runti
     let stop = stop_requested(true, runtime.handle());
     listeners.announce_redirect()?;
     listeners.metrics.announce("metrics")?;
+    // Breakdowns are written where the clicks are: by this proxy on the embedded queue.
+    let mut breakdowns = None;
     let sink: Arc<dyn ClickSink> = match &settings.queue {
         QueueChoice::Sqs { queue_name } => {
             let client = runtime.block_on(SqsClickQueue::client_from_env());
@@ -111,6 +113,7 @@ pub fn run_proxy(settings: Settings, options: RunOptions, runtime: &tokio::runti
         }
         QueueChoice::Embedded => {
             tracing::warn!("REBOUND_QUEUE is not sqs: clicks are added to the rollups directly by this proxy");
+            breakdowns = rebound_store::breakdowns::breakdowns_of(store.clone());
             Arc::new(StoreClickSink(store.clone()))
         }
     };
@@ -119,6 +122,7 @@ pub fn run_proxy(settings: Settings, options: RunOptions, runtime: &tokio::runti
         clicks: ClickWriter {
             runtime: runtime.handle().clone(),
             sink,
+            breakdowns,
         },
         fleet: match redis {
             Some(cache) => Fleet::Redis(cache),

@@ -307,6 +307,34 @@ pub struct LinkStats {
     /// Bots' clicks over the range.
     pub bot_total: u64,
     pub days: Vec<DayClicks>,
+    /// With `by=`: people's clicks over the range by value of that dimension.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breakdown: Option<Breakdown>,
+}
+
+/// People's clicks of a link over a range of days by value of one dimension (docs/http.md,
+/// "Breakdowns"). Exact for the clicks it counted; `counted` may fall short of `total`
+/// for clicks made while breakdowns were off, or dropped under overload (counted in
+/// `rebound_clicks_dropped_total`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Breakdown {
+    /// The dimension: `country`, `referrer`, `device`, `browser`, `os`, `utm_source`,
+    /// `utm_medium` or `utm_campaign`.
+    pub by: String,
+    /// Most clicked first. A link's day keeps its first 50 values of a dimension; the
+    /// clicks of later ones count under `(other)`.
+    pub values: Vec<ValueClicks>,
+    /// The sum of `values`.
+    pub counted: u64,
+}
+
+/// One value of a breakdown and its people's clicks.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ValueClicks {
+    /// A country (ISO 3166-1 alpha-2, or `unknown`), a referrer's host (or `direct`), a
+    /// device class, a browser or OS family, a campaign value, or `(other)`.
+    pub value: String,
+    pub clicks: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

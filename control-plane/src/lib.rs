@@ -266,6 +266,7 @@ impl ControlPlane {
         let stats = Arc::new(stats::StatsService {
             links: links.clone(),
             click_counts,
+            breakdowns: rebound_store::breakdowns::breakdowns_of(store.clone()),
             clock,
         });
         let auth = Arc::new(auth::Authenticator {

@@ -822,6 +822,61 @@ async fn deleted_links_are_listed_and_flagged() {
 }
 
 #[tokio::test]
+async fn a_breakdown_reads_the_clicks_by_value_of_its_dimension() {
+    use rebound_store::{BreakdownStore, Dimension, DimensionAdd, DimensionBatch};
+    let h = harness().await;
+    h.create(OPERATOR, json!({"long_url": "https://e.com/", "custom_alias": "bdown"}))
+        .await;
+    let today = rebound_core::Day::of_millis(NOW);
+    let add = |day: rebound_core::Day, dimension, value: &str, clicks| DimensionAdd {
+        code: "bdown".into(),
+        day,
+        dimension,
+        value: value.into(),
+        clicks,
+    };
+    h.store
+        .apply_dimensions(&DimensionBatch {
+            id: "d1".into(),
+            adds: vec![
+                add(today, Dimension::Country, "DE", 3),
+                add(today.plus(-1), Dimension::Country, "DE", 2),
+                add(today, Dimension::Country, "JP", 4),
+                add(today.plus(-40), Dimension::Country, "FR", 9),
+                add(today, Dimension::Referrer, "direct", 1),
+            ],
+        })
+        .await
+        .unwrap();
+    let h = &h;
+    let get = |uri: String| async move {
+        let r = h.call(Method::GET, &uri, Some(OPERATOR), None).await;
+        (r.status, r.body)
+    };
+    let (status, body) = get("/api/v1/links/bdown/stats?by=country".to_owned()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        body["breakdown"],
+        json!({"by": "country", "values": [{"value": "DE", "clicks": 5}, {"value": "JP", "clicks": 4}], "counted": 9}),
+        "the default 30 days, summed, most clicked first"
+    );
+    let from = today.plus(-40).to_iso();
+    let (_, body) = get(format!("/api/v1/links/bdown/stats?by=country&from={from}&to={from}")).await;
+    assert_eq!(body["breakdown"]["values"], json!([{"value": "FR", "clicks": 9}]));
+    let (_, body) = get("/api/v1/links/bdown/stats?by=device".to_owned()).await;
+    assert_eq!(body["breakdown"], json!({"by": "device", "values": [], "counted": 0}));
+    let (_, body) = get("/api/v1/links/bdown/stats".to_owned()).await;
+    assert!(
+        body.get("breakdown".to_owned()).is_none(),
+        "no by, no breakdown: {body}"
+    );
+    for bad in ["by=Country", "by=", "by=city", "by=country&by=os"] {
+        let (status, body) = get(format!("/api/v1/links/bdown/stats?{bad}")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+    }
+}
+
+#[tokio::test]
 async fn stats_ranges_and_bad_dates() {
     let h = harness().await;
     h.create(OPERATOR, json!({"long_url": "https://e.com/", "custom_alias": "stat"}))

@@ -459,6 +459,11 @@ impl RollupStore for MeteredStore {
             .store_call(self.inner.read_clicks(code, from, to))
             .await
     }
+    /// The inner store's, not counted: breakdowns are written by the click writer and read
+    /// by the stats, both off the request path.
+    fn breakdowns(&self) -> Option<&dyn rebound_store::BreakdownStore> {
+        self.inner.breakdowns()
+    }
 }
 
 #[async_trait]

@@ -49,6 +49,8 @@ pub struct ProxyMetrics {
     pub clicks_queued: IntCounter,
     pub bot_clicks_queued: IntCounter,
     pub clicks_dropped: IntCounter,
+    pub breakdown_clicks_dropped: IntCounter,
+    pub breakdown_batches_failed: IntCounter,
     pub clicks_flushed: IntCounter,
     pub click_batches_failed: IntCounter,
     pub click_pending_codes: IntGauge,
@@ -171,6 +173,14 @@ impl ProxyMetrics {
             clicks_dropped: counter(
                 "rebound_clicks_dropped_total",
                 "Clicks (people's or bots') dropped because the click queue was full",
+            )?,
+            breakdown_clicks_dropped: counter(
+                "rebound_breakdown_clicks_dropped_total",
+                "People's clicks the breakdowns missed because their queue was full (the totals count them)",
+            )?,
+            breakdown_batches_failed: counter(
+                "rebound_breakdown_batches_failed_total",
+                "Breakdown batches that could not be written (the breakdowns miss their clicks; the totals do not)",
             )?,
             clicks_flushed: counter("rebound_clicks_flushed_total", "Clicks, people's and bots', shipped to the rollups")?,
             click_batches_failed: counter(

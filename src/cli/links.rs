@@ -154,14 +154,34 @@ pub(super) async fn run(client: &Client, command: LinksCommand, json_out: bool) 
                 .await
                 .map(Printed::Raw);
         }
-        LinksCommand::Stats { code, from, to, domain } => {
+        LinksCommand::Stats {
+            code,
+            from,
+            to,
+            domain,
+            by,
+        } => {
             let query = given(&[
                 ("from", from.as_deref()),
                 ("to", to.as_deref()),
                 ("domain", domain.as_deref()),
+                ("by", by.as_deref()),
             ]);
             let path = api_path(&["api", "v1", "links", &code, "stats"], &query)?;
             let stats: LinkStats = client.send(Method::GET, &path, NO_BODY, &[]).await?;
+            if let Some(breakdown) = &stats.breakdown {
+                // One row a value, most clicked first; the people's total to compare with.
+                let mut rows = vec![vec![breakdown.by.to_uppercase(), "CLICKS".into()]];
+                for v in &breakdown.values {
+                    rows.push(vec![v.value.clone(), v.clicks.to_string()]);
+                }
+                rows.push(vec!["counted".into(), breakdown.counted.to_string()]);
+                rows.push(vec!["total".into(), stats.total.to_string()]);
+                return Ok(Printed::Table {
+                    json: as_json(&stats),
+                    text: table(&rows),
+                });
+            }
             // People's clicks and bots' (unfurlers, crawlers, HEAD) apart.
             let mut rows = vec![vec!["DAY".into(), "CLICKS".into(), "BOT CLICKS".into()]];
             for d in stats.days.iter().filter(|d| d.clicks != 0 || d.bot_clicks != 0) {

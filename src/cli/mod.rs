@@ -159,7 +159,7 @@ pub enum LinksCommand {
         #[arg(long)]
         domain: Option<String>,
     },
-    /// Daily clicks of a link.
+    /// Daily clicks of a link, or with --by its people's clicks by value of a dimension.
     Stats {
         code: String,
         /// First day, YYYY-MM-DD (default: 29 days before --to).
@@ -171,6 +171,10 @@ pub enum LinksCommand {
         /// The domain the link is on (default: the default domain, or a scoped key's first).
         #[arg(long)]
         domain: Option<String>,
+        /// Break people's clicks over the range down by country, referrer, device, browser,
+        /// os, utm_source, utm_medium or utm_campaign.
+        #[arg(long)]
+        by: Option<String>,
     },
 }
 

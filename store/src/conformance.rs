@@ -847,3 +847,89 @@ async fn audit_log<S: Store + ?Sized>(store: &S) {
     assert_eq!(events[1].reason.as_deref(), Some("malware"));
     assert_eq!(events[1].detail.as_deref(), Some(r#"{"old":{},"new":{}}"#));
 }
+
+/// Breakdown batches apply at most once per id, add up per value, keep each link's day to
+/// its first [`crate::breakdowns::VALUES_PER_LINK_DAY`] values of a dimension (the rest
+/// under [`crate::breakdowns::OTHER`]), and read back summed over the days asked, most
+/// clicked first.
+pub async fn breakdowns_apply_once_and_stay_bounded<S: crate::BreakdownStore + ?Sized>(store: &S) {
+    use crate::breakdowns::{OTHER, VALUES_PER_LINK_DAY};
+    use crate::{Dimension, DimensionAdd, DimensionBatch, ValueClicks};
+    let add = |code: &str, day: i32, dimension: Dimension, value: &str, clicks: u64| DimensionAdd {
+        code: code.into(),
+        day: Day(day),
+        dimension,
+        value: value.into(),
+        clicks,
+    };
+    let first = DimensionBatch {
+        id: "dims-1".into(),
+        adds: vec![
+            add("bd1", 10, Dimension::Country, "DE", 3),
+            add("bd1", 10, Dimension::Country, "FR", 1),
+            add("bd1", 11, Dimension::Country, "DE", 2),
+            add("bd1", 10, Dimension::Referrer, "news.example", 4),
+            add("bd2", 10, Dimension::Country, "JP", 7),
+        ],
+    };
+    assert_eq!(store.apply_dimensions(&first).await.unwrap(), BatchOutcome::Applied);
+    assert_eq!(
+        store.apply_dimensions(&first).await.unwrap(),
+        BatchOutcome::AlreadyApplied
+    );
+    let read = |code: &'static str, d: Dimension, from: i32, to: i32| async move {
+        store
+            .read_breakdown(code, d, Day(from), Day(to))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|ValueClicks { value, clicks }| (value, clicks))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        read("bd1", Dimension::Country, 10, 11).await,
+        vec![("DE".to_owned(), 5), ("FR".to_owned(), 1)]
+    );
+    assert_eq!(
+        read("bd1", Dimension::Country, 11, 11).await,
+        vec![("DE".to_owned(), 2)]
+    );
+    assert_eq!(
+        read("bd1", Dimension::Referrer, 0, 99).await,
+        vec![("news.example".to_owned(), 4)]
+    );
+    assert_eq!(read("bd1", Dimension::Device, 0, 99).await, vec![]);
+    assert_eq!(
+        read("bd2", Dimension::Country, 10, 10).await,
+        vec![("JP".to_owned(), 7)]
+    );
+    // A day full of values: a new one counts as other, one held already still adds up.
+    let many: Vec<DimensionAdd> = (0..VALUES_PER_LINK_DAY)
+        .map(|i| add("bd3", 20, Dimension::Referrer, &format!("h{i:02}.example"), 1))
+        .collect();
+    for (i, chunk) in many.chunks(20).enumerate() {
+        let batch = DimensionBatch {
+            id: format!("dims-many-{i}"),
+            adds: chunk.to_vec(),
+        };
+        store.apply_dimensions(&batch).await.unwrap();
+    }
+    let beyond = DimensionBatch {
+        id: "dims-beyond".into(),
+        adds: vec![
+            add("bd3", 20, Dimension::Referrer, "late.example", 5),
+            add("bd3", 20, Dimension::Referrer, "h07.example", 2),
+            add("bd3", 21, Dimension::Referrer, "late.example", 1),
+        ],
+    };
+    store.apply_dimensions(&beyond).await.unwrap();
+    let day20 = read("bd3", Dimension::Referrer, 20, 20).await;
+    assert_eq!(day20.len(), VALUES_PER_LINK_DAY + 1, "{day20:?}");
+    assert_eq!(day20[0], (OTHER.to_owned(), 5));
+    assert_eq!(day20[1], ("h07.example".to_owned(), 3));
+    assert_eq!(
+        read("bd3", Dimension::Referrer, 21, 21).await,
+        vec![("late.example".to_owned(), 1)],
+        "the next day has room again"
+    );
+}

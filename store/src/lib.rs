@@ -25,6 +25,7 @@
 //! - `testing` (feature `test-util`): AWS configuration for local test servers.
 #![forbid(unsafe_code)]
 
+pub mod breakdowns;
 pub mod cache;
 pub mod certs;
 pub mod clicks;
@@ -44,6 +45,7 @@ use rebound_core::{Day, Link, LinkEdit, UnixMillis};
 use std::ops::Range;
 
 #[cfg(any(test, feature = "test-util"))]
+pub use breakdowns::{BreakdownStore, Dimension, DimensionAdd, DimensionBatch, ValueClicks};
 pub use cache::MemoryRecordCache;
 pub use cache::{L2Read, RecordCache};
 #[cfg(any(test, feature = "test-util"))]
@@ -541,6 +543,10 @@ pub trait RollupStore: Send + Sync {
     /// The daily counts of `code` from `from` through `to` that are not both zero, in day
     /// order.
     async fn read_clicks(&self, code: &str, from: Day, to: Day) -> Result<Vec<(Day, Clicks)>, StoreError>;
+    /// Its breakdowns (docs/spec.md §13), when it keeps them; none by default.
+    fn breakdowns(&self) -> Option<&dyn BreakdownStore> {
+        None
+    }
 }
 
 /// The audit log of takedowns and other operator actions.

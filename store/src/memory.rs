@@ -17,6 +17,8 @@ struct State {
     settings: HashMap<String, String>,
     aliases: std::collections::BTreeSet<String>,
     rollups: BTreeMap<(String, Day), crate::Clicks>,
+    /// Breakdowns: clicks by (code, day, dimension) and value.
+    breakdowns: BTreeMap<(String, Day, crate::Dimension), BTreeMap<String, u64>>,
     batches: std::collections::HashSet<String>,
     audit: Vec<AuditEvent>,
     propagations: HashMap<String, Propagation>,
@@ -371,6 +373,48 @@ impl RollupStore for MemoryStore {
             .map(|((_, d), n)| (*d, *n))
             .collect())
     }
+
+    fn breakdowns(&self) -> Option<&dyn crate::BreakdownStore> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl crate::BreakdownStore for MemoryStore {
+    async fn apply_dimensions(&self, batch: &crate::DimensionBatch) -> Result<BatchOutcome, StoreError> {
+        let mut s = self.state()?;
+        if !s.batches.insert(batch.id.clone()) {
+            return Ok(BatchOutcome::AlreadyApplied);
+        }
+        for add in &batch.adds {
+            let values = s
+                .breakdowns
+                .entry((add.code.clone(), add.day, add.dimension))
+                .or_default();
+            let value = crate::breakdowns::bounded_value(&add.value, values.contains_key(&add.value), values.len());
+            *values.entry(value.to_owned()).or_default() += add.clicks;
+        }
+        Ok(BatchOutcome::Applied)
+    }
+
+    async fn read_breakdown(
+        &self,
+        code: &str,
+        dimension: crate::Dimension,
+        from: Day,
+        to: Day,
+    ) -> Result<Vec<crate::ValueClicks>, StoreError> {
+        let s = self.state()?;
+        let mut totals: HashMap<String, u64> = HashMap::new();
+        for ((c, day, d), values) in &s.breakdowns {
+            if c == code && *d == dimension && (from..=to).contains(day) {
+                for (value, clicks) in values {
+                    *totals.entry(value.clone()).or_default() += clicks;
+                }
+            }
+        }
+        Ok(crate::breakdowns::ranked(totals))
+    }
 }
 
 /// The domains: the fake of `domains`, failing with the rest.
@@ -477,7 +521,9 @@ mod tests {
 
     #[tokio::test]
     async fn memory_store_passes_the_contract() {
-        crate::conformance::run_all(&MemoryStore::new()).await;
+        let store = MemoryStore::new();
+        crate::conformance::run_all(&store).await;
+        crate::conformance::breakdowns_apply_once_and_stay_bounded(&store).await;
     }
 
     #[tokio::test]

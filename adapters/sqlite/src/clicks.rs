@@ -5,7 +5,10 @@ use crate::error::sql_err;
 use crate::SqliteStore;
 use async_trait::async_trait;
 use rebound_core::Day;
-use rebound_store::{BatchOutcome, ClickBatch, Clicks, RollupStore, StoreError};
+use rebound_store::breakdowns::{bounded_value, ranked};
+use rebound_store::{
+    BatchOutcome, BreakdownStore, ClickBatch, Clicks, Dimension, DimensionBatch, RollupStore, StoreError, ValueClicks,
+};
 use rusqlite::{params, TransactionBehavior};
 
 /// How long an applied batch id is remembered, as in the DynamoDB adapter: a redelivery
@@ -94,6 +97,80 @@ impl RollupStore for SqliteStore {
                 })
                 .map_err(sql_err)?;
             rows.collect::<rusqlite::Result<Vec<_>>>().map_err(sql_err)
+        })
+        .await
+    }
+
+    fn breakdowns(&self) -> Option<&dyn BreakdownStore> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl BreakdownStore for SqliteStore {
+    async fn apply_dimensions(&self, batch: &DimensionBatch) -> Result<BatchOutcome, StoreError> {
+        let batch = batch.clone();
+        self.write_clicks(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql_err)?;
+            let marked = tx
+                .prepare_cached(
+                    "INSERT INTO applied_batches (id, applied_at) VALUES (?1, strftime('%s','now')) ON CONFLICT DO NOTHING",
+                )
+                .and_then(|mut mark| mark.execute([&batch.id]))
+                .map_err(sql_err)?;
+            if marked == 0 {
+                return Ok(BatchOutcome::AlreadyApplied);
+            }
+            {
+                let mut known = tx
+                    .prepare_cached(
+                        "SELECT EXISTS (SELECT 1 FROM breakdowns WHERE code = ?1 AND dimension = ?2 AND day = ?3 AND value = ?4), \
+                         (SELECT count(*) FROM breakdowns WHERE code = ?1 AND dimension = ?2 AND day = ?3)",
+                    )
+                    .map_err(sql_err)?;
+                let mut add = tx
+                    .prepare_cached(
+                        "INSERT INTO breakdowns (code, day, dimension, value, clicks) VALUES (?1, ?2, ?3, ?4, ?5) \
+                         ON CONFLICT (code, dimension, day, value) DO UPDATE SET clicks = clicks + excluded.clicks",
+                    )
+                    .map_err(sql_err)?;
+                for a in &batch.adds {
+                    let dimension = a.dimension.as_str();
+                    let (exists, held): (bool, i64) = known
+                        .query_row(params![a.code, dimension, a.day.0, a.value], |r| Ok((r.get(0)?, r.get(1)?)))
+                        .map_err(sql_err)?;
+                    let value = bounded_value(&a.value, exists, held as usize);
+                    add.execute(params![a.code, a.day.0, dimension, value, a.clicks as i64])
+                        .map_err(sql_err)?;
+                }
+            }
+            tx.commit().map_err(sql_err)?;
+            Ok(BatchOutcome::Applied)
+        })
+        .await
+    }
+
+    async fn read_breakdown(
+        &self,
+        code: &str,
+        dimension: Dimension,
+        from: Day,
+        to: Day,
+    ) -> Result<Vec<ValueClicks>, StoreError> {
+        let code = code.to_owned();
+        self.read(move |conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT value, sum(clicks) FROM clicks.breakdowns \
+                     WHERE code = ?1 AND dimension = ?2 AND day BETWEEN ?3 AND ?4 GROUP BY value",
+                )
+                .map_err(sql_err)?;
+            let rows = stmt
+                .query_map(params![code, dimension.as_str(), from.0, to.0], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64))
+                })
+                .map_err(sql_err)?;
+            Ok(ranked(rows.collect::<rusqlite::Result<Vec<_>>>().map_err(sql_err)?))
         })
         .await
     }

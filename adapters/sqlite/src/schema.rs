@@ -113,6 +113,16 @@ CREATE TABLE IF NOT EXISTS rollups (
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS applied_batches (id TEXT PRIMARY KEY, applied_at INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS applied_batches_by_time ON applied_batches (applied_at);
+-- Breakdowns: a link's people's clicks of a day by value of a dimension (at most 50 values
+-- of a dimension a link's day, the rest under '(other)').
+CREATE TABLE IF NOT EXISTS breakdowns (
+    code TEXT NOT NULL,
+    day INTEGER NOT NULL,
+    dimension TEXT NOT NULL,
+    value TEXT NOT NULL,
+    clicks INTEGER NOT NULL,
+    PRIMARY KEY (code, dimension, day, value)
+) WITHOUT ROWID;
 ";
 
 /// The main file's columns added since their table was first made: (table, column, type).

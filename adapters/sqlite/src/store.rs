@@ -172,6 +172,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(dir.path().join("rebound.db")).unwrap();
         rebound_store::conformance::run_all(&store).await;
+        rebound_store::conformance::breakdowns_apply_once_and_stay_bounded(&store).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -80,7 +80,7 @@ impl utoipa::Modify for BearerAuth {
         links::link_qr, links::link_audit, keys::whoami,
         domains::create_domain, domains::list_domains, domains::get_domain, domains::delete_domain,
         abuse::restore_link, abuse::report, abuse::reports, abuse::threat_lists),
-    components(schemas(CreateLinkRequest, EditLinkRequest, ImportRequest, ImportResults, ImportOutcome, LinkCreated, LinkView, LinkList, TakedownRequest, LinkStats, DayClicks, CreateKeyRequest, KeyCreated, ErrorBody,
+    components(schemas(CreateLinkRequest, EditLinkRequest, ImportRequest, ImportResults, ImportOutcome, LinkCreated, LinkView, LinkList, TakedownRequest, LinkStats, DayClicks, Breakdown, ValueClicks, CreateKeyRequest, KeyCreated, ErrorBody,
         LinkAudit, AuditEntry, Me, CreateDomainRequest, DomainView, DomainList, DomainRemoved,
         ReportRequest, ReportView, ReportList, ThreatListView, ThreatListsView)),
     modifiers(&BearerAuth, &CommonResponses)

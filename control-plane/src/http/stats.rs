@@ -12,6 +12,7 @@ use axum::extract::{Path, Query, State};
 use axum::routing::get;
 use axum::{Json, Router};
 use rebound_api_types::LinkStats;
+use rebound_store::Dimension;
 use serde::Deserialize;
 use std::sync::Arc;
 
@@ -25,6 +26,7 @@ pub(super) struct StatsQuery {
     from: Option<String>,
     to: Option<String>,
     domain: Option<String>,
+    by: Option<String>,
 }
 
 #[utoipa::path(get, path = "/api/v1/links/{code}/stats", tag = "links",
@@ -33,13 +35,15 @@ pub(super) struct StatsQuery {
         ("domain" = Option<String>, Query, description = "The domain the link is on; the default domain when not given"),
         ("from" = Option<String>, Query, format = Date, pattern = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$", description = "YYYY-MM-DD (UTC), 0000-01-01 to 9999-12-31; default 29 days before `to`. Not after `to`, and at most 366 days before it. Given empty, it is not a date: 400"),
         ("to" = Option<String>, Query, format = Date, pattern = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$", description = "YYYY-MM-DD (UTC), 0000-01-01 to 9999-12-31; default today. Given empty, it is not a date: 400"),
+        ("by" = Option<String>, Query, pattern = r"^(country|referrer|device|browser|os|utm_source|utm_medium|utm_campaign)$", description = "Also people's clicks over the range by value of this dimension (`breakdown`)"),
     ),
     responses(
         (status = 200, description = "Daily clicks, every day of the range", body = LinkStats),
-        (status = 400, description = "Bad dates, dates (given or defaulted) outside 0000-01-01 to 9999-12-31, or a range over 366 days", body = ErrorBody),
+        (status = 400, description = "Bad dates, dates (given or defaulted) outside 0000-01-01 to 9999-12-31, a range over 366 days, or an unknown `by`", body = ErrorBody),
         (status = 401, description = "No valid key", body = ErrorBody),
         (status = 403, description = "Another key's link", body = ErrorBody),
         (status = 404, description = "No such link", body = ErrorBody),
+        (status = 409, description = "`by` on a deployment whose store keeps no breakdowns (`breakdowns_unavailable`)", body = ErrorBody),
     ),
     security(("api_key" = [])))]
 pub(super) async fn link_stats(
@@ -51,8 +55,17 @@ pub(super) async fn link_stats(
 ) -> Result<Json<LinkStats>, ApiError> {
     let principal = caller.principal()?;
     let Query(params) = query.map_err(bad_query)?;
+    let by = match params.by.as_deref() {
+        None => None,
+        Some(name) => Some(Dimension::parse(name).ok_or_else(|| {
+            ApiError::bad_request(
+                "invalid_by",
+                "by must be one of country, referrer, device, browser, os, utm_source, utm_medium, utm_campaign",
+            )
+        })?),
+    };
     let key = names.key_of(&principal, &code, params.domain.as_deref()).await?;
     Ok(Json(
-        stats.daily_clicks(&principal, &key, params.from, params.to).await?,
+        stats.daily_clicks(&principal, &key, params.from, params.to, by).await?,
     ))
 }

@@ -3,12 +3,14 @@
 //! while pending. How and why: docs/architecture.md, "The click path".
 //!
 //! - `queue`: the bounded lock-free queue the request path pushes to.
+//! - `breakdown`: a person's click by its dimensions, and their counts between takes.
 //! - `pending`: the counts taken off the queue and not yet written.
 //! - `pacing`: when the pending counts are due.
 //! - `shipper`: the task that drains, takes and writes them; the store's sink.
 //! - `stats`: stats reads that add the pending counts.
 //! - `low_priority`: the `SCHED_IDLE` runtime the all-in-one writes on.
 
+pub mod breakdown;
 mod low_priority;
 mod pacing;
 mod pending;

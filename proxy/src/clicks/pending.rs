@@ -1,10 +1,11 @@
 //! The counts taken off the queue and not yet written: the dirty entries, whose counts still
 //! live on them, and the takes being written, with what a stats read needs to stay exact.
 
+use super::breakdown::BreakdownCounts;
 use crate::l1::L1Entry;
 use crate::metrics::ProxyMetrics;
 use rebound_core::Day;
-use rebound_store::Clicks;
+use rebound_store::{Clicks, DimensionAdd};
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
 use tokio::sync::Notify;
@@ -36,6 +37,8 @@ pub(super) struct Pending {
     /// word holds people's count and the CLOCK bit) but here, off the queue of bots'
     /// clicks, an entry's run of clicks in one row.
     pub(super) bots: Vec<(L1Entry, u64)>,
+    /// People's clicks by code, dimension and value since the last take.
+    pub(super) breakdown: BreakdownCounts,
     /// The UTC day the dirty counts are for.
     pub(super) day: Day,
     /// When the oldest dirty count came off the queue.
@@ -50,6 +53,7 @@ impl Default for Pending {
         Pending {
             dirty: DirtyEntries::default(),
             bots: Vec::new(),
+            breakdown: BreakdownCounts::default(),
             day: Day(0),
             oldest: None,
             takes: VecDeque::new(),
@@ -116,6 +120,10 @@ pub(super) struct Take {
     /// When its oldest count came off the queue.
     oldest: Instant,
     pub(super) rows: Vec<Row>,
+    /// The breakdowns' adds, written after the rows (handed to the writer whole).
+    pub(super) breakdown: Vec<DimensionAdd>,
+    /// The people's clicks those adds count.
+    pub(super) breakdown_clicks: u64,
     /// `rows[..done]` are written (or failed); `rows[done..writing]` are being written.
     pub(super) done: usize,
     pub(super) writing: usize,
@@ -153,7 +161,7 @@ impl Pending {
 
     /// Whether nothing was counted since the last take.
     pub(super) fn is_clean(&self) -> bool {
-        self.dirty.is_empty() && self.bots.is_empty()
+        self.dirty.is_empty() && self.bots.is_empty() && self.breakdown.is_empty()
     }
 
     /// The codes (at most) counted since the last take: the rows a take would make.
@@ -228,7 +236,8 @@ impl Pending {
         let oldest = self.oldest.take().unwrap_or(now);
         metrics.clicks_queued.inc_by(clicks);
         metrics.bot_clicks_queued.inc_by(bot_clicks);
-        if rows.is_empty() {
+        let (breakdown, breakdown_clicks) = self.breakdown.take(self.day);
+        if rows.is_empty() && breakdown.is_empty() {
             return None;
         }
         // Code order: in SQLite each transaction then touches a few neighbouring B-tree
@@ -250,6 +259,8 @@ impl Pending {
             day: self.day,
             oldest,
             rows,
+            breakdown,
+            breakdown_clicks,
             done: 0,
             writing: 0,
         });

@@ -4,6 +4,7 @@
 //! click (a link unfurler, a crawler, a `HEAD`) pushes the entry on a queue of its own
 //! each time: rarer, and kept off the entry's one word of counts.
 
+use super::breakdown::ClickDimensions;
 use super::pending::{Pending, Unpersisted};
 use crate::l1::L1Entry;
 use crate::metrics::ProxyMetrics;
@@ -23,6 +24,9 @@ pub struct ClickQueue {
     /// An entry per bot's click; a quarter of the people's capacity (drained every few
     /// milliseconds, and bots are the fewer).
     pub(super) bots: ArrayQueue<L1Entry>,
+    /// Each person's click with its dimensions, when breakdowns are on
+    /// ([`ClickQueue::record_with`]): one push a click, drained with the rest.
+    pub(super) breakdowns: ArrayQueue<(L1Entry, ClickDimensions)>,
     pub(super) unpersisted: Unpersisted,
     pub(super) metrics: ProxyMetrics,
     /// Tells the UTC day a click counts for.
@@ -38,6 +42,7 @@ impl ClickQueue {
         ClickQueue {
             queue: ArrayQueue::new(capacity),
             bots: ArrayQueue::new((capacity / 4).max(1)),
+            breakdowns: ArrayQueue::new(capacity),
             unpersisted: Unpersisted::default(),
             metrics,
             clock,
@@ -61,6 +66,17 @@ impl ClickQueue {
                 }
             }
             Visitor::Bot => self.record_bot(entry),
+        }
+    }
+
+    /// A person's click on `entry` counted as [`ClickQueue::record`] counts it, and queued
+    /// with its `dimensions` for the breakdowns; when their queue is full the breakdowns
+    /// miss it (counted in `rebound_breakdown_clicks_dropped_total`), the totals do not.
+    #[inline]
+    pub fn record_with(&self, entry: &L1Entry, dimensions: ClickDimensions) {
+        self.record(entry, Visitor::Person);
+        if self.breakdowns.push((entry.clone(), dimensions)).is_err() {
+            self.metrics.breakdown_clicks_dropped.inc();
         }
     }
 
@@ -93,7 +109,7 @@ impl ClickQueue {
     /// it: true when it may (`idle` is then set), false when something was queued meanwhile.
     pub(super) fn sleep_if_idle(&self) -> bool {
         self.idle.store(true, Ordering::SeqCst);
-        if self.queue.is_empty() && self.bots.is_empty() {
+        if self.queue.is_empty() && self.bots.is_empty() && self.breakdowns.is_empty() {
             return true;
         }
         self.idle.store(false, Ordering::SeqCst);
@@ -113,6 +129,10 @@ impl ClickQueue {
         }
         while let Some(entry) = self.bots.pop() {
             pending.add_bot(entry);
+            moved += 1;
+        }
+        while let Some((entry, dimensions)) = self.breakdowns.pop() {
+            pending.breakdown.add(entry.code(), &dimensions);
             moved += 1;
         }
         if !pending.is_clean() && pending.oldest.is_none() {

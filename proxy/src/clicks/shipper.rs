@@ -7,7 +7,10 @@ use super::pacing::ClickPacing;
 use super::queue::ClickQueue;
 use async_trait::async_trait;
 use rebound_core::Day;
-use rebound_store::{ClickAdd, ClickBatch, ClickSink, RollupStore, StoreError, MAX_BATCH_ADDS};
+use rebound_store::{
+    BreakdownStore, ClickAdd, ClickBatch, ClickSink, DimensionAdd, DimensionBatch, RollupStore, StoreError,
+    MAX_BATCH_ADDS,
+};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +19,8 @@ use tokio::time::Instant;
 
 /// Batches handed to the sink at once (10 is also SQS's limit per call).
 const SHIP_GROUP: usize = 10;
+/// Breakdown adds per batch (one store transaction each).
+const BREAKDOWN_BATCH_ADDS: usize = 500;
 /// The shortest time between two drains of the queue: at high rates of new codes the
 /// queue is emptied this often, so a full queue means more distinct codes clicked in this
 /// time than it has slots.
@@ -73,6 +78,8 @@ pub struct ClickWriter {
     /// The runtime the writes run on.
     pub runtime: tokio::runtime::Handle,
     pub sink: Arc<dyn ClickSink>,
+    /// Where the breakdowns go, when they are on (the embedded store keeps them).
+    pub breakdowns: Option<Arc<dyn BreakdownStore>>,
 }
 
 /// Empties the queue every 10 to 100 milliseconds while counts are pending ([`next_drain_in`]),
@@ -132,9 +139,10 @@ pub async fn run_click_shipper(
                 // The last counts are written here, at this runtime's priority: the writer's
                 // may get no CPU at all on a busy machine. Adds commute, so this write need
                 // not wait for one still in flight.
-                write(&queue, writer.sink.as_ref(), &ids, take).await;
+                write(&queue, writer.sink.as_ref(), writer.breakdowns.as_deref(), &ids, take).await;
             } else {
                 let (previous, queue, sink, ids) = (writing.take(), queue.clone(), writer.sink.clone(), ids.clone());
+                let breakdowns = writer.breakdowns.clone();
                 let took = last_write.clone();
                 writing = Some(writer.runtime.spawn(async move {
                     // One write at a time, in order.
@@ -142,7 +150,7 @@ pub async fn run_click_shipper(
                         let _ = previous.await;
                     }
                     let started = Instant::now();
-                    write(&queue, sink.as_ref(), &ids, take).await;
+                    write(&queue, sink.as_ref(), breakdowns.as_deref(), &ids, take).await;
                     took.store(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
                 }));
             }
@@ -165,9 +173,56 @@ async fn sleep_until_some(deadline: Option<Instant>) {
     }
 }
 
+/// Writes take `id`: its rows to the sink ([`write_rows`]), then its breakdowns' adds.
+async fn write(
+    queue: &ClickQueue,
+    sink: &dyn ClickSink,
+    breakdowns: Option<&dyn BreakdownStore>,
+    ids: &BatchIds,
+    id: u64,
+) {
+    let (adds, clicks) = {
+        let mut s = queue.unpersisted.lock();
+        match s.takes.iter_mut().find(|t| t.id == id) {
+            Some(t) => (std::mem::take(&mut t.breakdown), t.breakdown_clicks),
+            None => (Vec::new(), 0),
+        }
+    };
+    write_rows(queue, sink, ids, id).await;
+    if !adds.is_empty() {
+        write_breakdowns(queue, breakdowns, ids, adds, clicks).await;
+    }
+}
+
+/// Hands the breakdowns' `adds` (counting `clicks` people's clicks) to their store, in
+/// batches of [`BREAKDOWN_BATCH_ADDS`]; a batch that fails is counted and its adds are
+/// lost; with no store, the clicks are counted as the breakdowns' drops.
+async fn write_breakdowns(
+    queue: &ClickQueue,
+    breakdowns: Option<&dyn BreakdownStore>,
+    ids: &BatchIds,
+    adds: Vec<DimensionAdd>,
+    clicks: u64,
+) {
+    let Some(store) = breakdowns else {
+        queue.metrics.breakdown_clicks_dropped.inc_by(clicks);
+        return;
+    };
+    for chunk in adds.chunks(BREAKDOWN_BATCH_ADDS) {
+        let batch = DimensionBatch {
+            id: ids.next(),
+            adds: chunk.to_vec(),
+        };
+        if let Err(e) = store.apply_dimensions(&batch).await {
+            queue.metrics.breakdown_batches_failed.inc();
+            tracing::warn!(error = %rebound_core::Causes(&e), adds = chunk.len(), "a breakdown batch was not written; the breakdowns miss its clicks");
+        }
+    }
+}
+
 /// Hands the rows of take `id` to the sink, `SHIP_GROUP` batches at a time, marking each
 /// group as being written, then written, so that stats reads stay exact.
-async fn write(queue: &ClickQueue, sink: &dyn ClickSink, ids: &BatchIds, id: u64) {
+async fn write_rows(queue: &ClickQueue, sink: &dyn ClickSink, ids: &BatchIds, id: u64) {
     let (u, metrics) = (&queue.unpersisted, &queue.metrics);
     loop {
         let (batches, rows, clicks) = {
@@ -176,6 +231,14 @@ async fn write(queue: &ClickQueue, sink: &dyn ClickSink, ids: &BatchIds, id: u64
                 return;
             };
             let group = t.done..(t.done + MAX_BATCH_ADDS * SHIP_GROUP).min(t.rows.len());
+            if group.is_empty() {
+                // A take of breakdowns alone: no row to ship.
+                s.takes.retain(|t| t.id != id);
+                s.report(metrics, Instant::now());
+                drop(s);
+                u.written.notify_waiters();
+                return;
+            }
             t.writing = group.end;
             let rows = &t.rows[group];
             let batches: Vec<ClickBatch> = rows
@@ -262,6 +325,69 @@ mod tests {
             store.read_clicks("c07", Day(5), Day(5)).await.unwrap(),
             vec![(Day(5), rebound_store::Clicks::people(2))]
         );
+    }
+
+    #[tokio::test]
+    async fn breakdowns_are_written_after_the_rows_and_a_full_queue_drops_only_them() {
+        use crate::clicks::breakdown::{AgentFamilies, ClickDimensions};
+        use rebound_store::{BreakdownStore, Dimension};
+        let metrics = metrics();
+        let q = Arc::new(ClickQueue::new(4, metrics.clone(), clock_at(5 * 86_400_000 + 1)));
+        let (a, b) = (entry("aaa"), entry("bbb"));
+        let agent = Arc::new(AgentFamilies {
+            device: Some("mobile"),
+            browser: Some("Safari".into()),
+            os: Some("iOS".into()),
+        });
+        let dims = |country: &[u8; 2], referrer: &str| ClickDimensions {
+            country: Some(*country),
+            referrer: Some(referrer.into()),
+            agent: Some(agent.clone()),
+            campaign: None,
+        };
+        q.record_with(&a, dims(b"DE", "news.example"));
+        q.record_with(&a, dims(b"DE", "direct"));
+        q.record_with(&a, dims(b"JP", "direct"));
+        q.record_with(&b, dims(b"FR", "direct"));
+        // The breakdowns' queue (4) is full: the fifth click counts in the totals only.
+        q.record_with(&b, dims(b"FR", "direct"));
+        assert_eq!(metrics.breakdown_clicks_dropped.get(), 1);
+        let store = Arc::new(MemoryStore::new());
+        let writer = ClickWriter {
+            runtime: tokio::runtime::Handle::current(),
+            sink: Arc::new(StoreClickSink(store.clone())),
+            breakdowns: rebound_store::breakdowns::breakdowns_of(store.clone()),
+        };
+        Shipper::writing(&q, writer, pacing(3_600_000, 1_000_000, 3_600_000))
+            .stop()
+            .await;
+        assert_eq!(
+            store.read_clicks("bbb", Day(5), Day(5)).await.unwrap(),
+            vec![(Day(5), rebound_store::Clicks::people(2))],
+            "the totals count every click"
+        );
+        let read = |code: &'static str, d: Dimension| {
+            let store = store.clone();
+            async move {
+                store
+                    .read_breakdown(code, d, Day(5), Day(5))
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|v| (v.value, v.clicks))
+                    .collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(
+            read("aaa", Dimension::Country).await,
+            vec![("DE".to_owned(), 2), ("JP".to_owned(), 1)]
+        );
+        assert_eq!(
+            read("aaa", Dimension::Referrer).await,
+            vec![("direct".to_owned(), 2), ("news.example".to_owned(), 1)]
+        );
+        assert_eq!(read("aaa", Dimension::Os).await, vec![("iOS".to_owned(), 3)]);
+        assert_eq!(read("bbb", Dimension::Device).await, vec![("mobile".to_owned(), 1)]);
     }
 
     #[tokio::test]

@@ -98,8 +98,20 @@ impl Shipper {
         runtime: tokio::runtime::Handle,
         pacing: ClickPacing,
     ) -> Shipper {
+        Shipper::writing(
+            q,
+            ClickWriter {
+                runtime,
+                sink,
+                breakdowns: None,
+            },
+            pacing,
+        )
+    }
+
+    /// Starts a shipper with `writer`, paced by `pacing`.
+    pub(super) fn writing(q: &Arc<ClickQueue>, writer: ClickWriter, pacing: ClickPacing) -> Shipper {
         let (stop, rx) = tokio::sync::watch::channel(false);
-        let writer = ClickWriter { runtime, sink };
         let task = tokio::spawn(run_click_shipper(q.clone(), writer, pacing, rx));
         Shipper { stop, task }
     }
