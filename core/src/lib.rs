@@ -17,6 +17,8 @@
 //!   entries, and the index that matches normalised targets against them.
 //! - `time`: timestamps, UTC days and clocks.
 //! - `client`: who the client is: the peer, or what a trusted proxy in front says.
+//! - `dimensions`: a click's dimensions (country, referrer host, device and families,
+//!   campaign) and the parsing of those that need no table.
 //! - `error`: [`Causes`], how every crate prints an error with its causes.
 //!
 //! Nothing here does I/O: no sockets, no files, no runtime.
@@ -27,6 +29,7 @@ pub mod cache;
 pub mod client;
 pub mod code;
 pub mod decision;
+pub mod dimensions;
 pub mod domain;
 pub mod error;
 pub mod generated;
