@@ -20,7 +20,8 @@
 //! - `domains`: which domain a request is for, by its host (docs/spec.md §11).
 //! - `domain_watch`: the fleet's domains read from the store into those routes and into
 //!   the names ACME orders for, again whenever the store's change counter moves.
-//! - `visitor`: whether a redirect's click is a person's or a bot's (docs/spec.md §12).
+//! - `visitor`: whether a redirect's click is a person's or a bot's (docs/spec.md §12), and
+//!   its agent's device class, browser and OS families (§13), remembered per thread.
 //! - `pages`: the prebuilt 404, 410 and `/` answers (static pages, or configured redirects).
 // One exception: `server::RedirectService::listener`, adopting the listening socket an
 // upgrade hands over by its descriptor number. `l1` forbids it outright.
