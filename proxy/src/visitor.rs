@@ -199,7 +199,7 @@ pub struct AgentParser {
 
 impl AgentParser {
     /// The parser every redirect thread shares, built on first use: reading the YAML and
-    /// compiling about 700 regexes takes tenths of a second, so it happens at start.
+    /// compiling its 563 regexes takes about a tenth of a second, so it happens at start.
     pub fn shared() -> Arc<AgentParser> {
         static SHARED: OnceLock<Arc<AgentParser>> = OnceLock::new();
         SHARED.get_or_init(|| Arc::new(AgentParser::new())).clone()
