@@ -22,6 +22,8 @@
 //!   the names ACME orders for, again whenever the store's change counter moves.
 //! - `visitor`: whether a redirect's click is a person's or a bot's (docs/spec.md §12), and
 //!   its agent's device class, browser and OS families (§13), remembered per thread.
+//! - `geoip`: the country of a client address, from a MaxMind-format database file
+//!   reloaded when it changes (docs/spec.md §13).
 //! - `pages`: the prebuilt 404, 410 and `/` answers (static pages, or configured redirects).
 // One exception: `server::RedirectService::listener`, adopting the listening socket an
 // upgrade hands over by its descriptor number. `l1` forbids it outright.
@@ -34,6 +36,7 @@ pub mod domain_watch;
 pub mod domains;
 pub mod events;
 pub mod flight;
+pub mod geoip;
 pub mod issued;
 pub mod l1;
 pub mod metrics;
