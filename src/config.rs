@@ -186,6 +186,13 @@ fn check_relations(s: &mut Settings) -> Result<(), ConfigError> {
             TRUSTED_NETWORKS.name()
         )));
     }
+    // A country header is believed from the CDN only: anyone else could name any country.
+    if s.redirect.country_header != rebound_proxy::config::CountryHeader::None && s.edge.trusted_networks.is_empty() {
+        return Err(COUNTRY_HEADER.refused(format!(
+            "needs {}: the networks of the CDN that sends the header",
+            TRUSTED_NETWORKS.name()
+        )));
+    }
     if s.edge.reads_proxy_protocol(crate::settings::ProxiedPort::RedirectTls) && s.tls.is_none() {
         return Err(PROXY_PROTOCOL.refused(format!("names `redirect_tls`, but {} is not set", TLS_ADDR.name())));
     }
@@ -603,6 +610,14 @@ mod tests {
             ("store = \"SQLite\"", &[], "\"SQLite\" is not sqlite or dynamodb"),
             ("queue = 1", &[], "queue (REBOUND_QUEUE)"),
             ("", &[("REBOUND_QUEUE", "SQS")], "\"SQS\" is not embedded or sqs"),
+            ("", &[("REBOUND_BREAKDOWNS", "country,city")], "\"city\" is not country or referrer or device"),
+            ("[redirect]\nbreakdowns = [\"Country\"]", &[], "redirect.breakdowns (REBOUND_BREAKDOWNS)"),
+            ("", &[("REBOUND_COUNTRY_HEADER", "akamai")], "redirect.country_header (REBOUND_COUNTRY_HEADER)"),
+            (
+                "",
+                &[("REBOUND_COUNTRY_HEADER", "cloudflare")],
+                "redirect.country_header (REBOUND_COUNTRY_HEADER): needs edge.trusted_networks",
+            ),
             ("[acme]\nchallenge = \"dns-01\"", &[], "\"dns-01\" is not http-01 or tls-alpn-01"),
             ("[acme]\ncontact = \"ops@example.com\"", &[], "acme.contact"),
             (

@@ -4,6 +4,7 @@
 //! adapters the caller opened, until `shutdown` resolves. The all-in-one and
 //! `rebound proxy` are this with different adapters; so are the in-process tests.
 
+use crate::config::{COUNTRY_HEADER, GEOIP_DATABASE};
 use crate::listen::{bind, edge_limits, router_edge, with_proxy_protocol, RouterPort};
 use crate::metrics_port::{metrics_router, Readiness};
 use crate::process_metrics::ProcessRegistry;
@@ -17,11 +18,13 @@ use rebound_edge::sni::SniResolver;
 use rebound_edge::tls::{watch_certificate, CertificateFiles, ReloadableCert};
 use rebound_edge::Edge;
 use rebound_metering::{MeteredAttemptBudget, MeteredRecordCache};
+use rebound_proxy::capture::Capture;
 use rebound_proxy::clicks::{run_click_shipper, ClickPacing, ClickQueue, ClickWriter, RollupsWithPending};
 use rebound_proxy::distributed::{run_creation_feed, run_invalidation_listener, run_keepalive, sync_embedded_filter};
 use rebound_proxy::domain_watch::DomainWatch;
 use rebound_proxy::domains::{DomainRoutes, UnknownHost};
 use rebound_proxy::events::InProcessLinkEvents;
+use rebound_proxy::geoip::{watch_country_db, CountryDb};
 use rebound_proxy::issued::IssuedCodeGate;
 use rebound_proxy::l1::L1;
 use rebound_proxy::metrics::{ProxyMetrics, TierHealth};
@@ -33,7 +36,7 @@ use rebound_proxy::server::{
 use rebound_redis::RedisCache;
 use rebound_store::certs::CertificateStore;
 use rebound_store::domains::DomainStore;
-use rebound_store::{LinkEvents, LinkReads, RollupStore};
+use rebound_store::{Dimension, LinkEvents, LinkReads, RollupStore};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -150,7 +153,12 @@ pub struct DataPlane {
     acme: Option<Acme>,
     /// The default domain: the host of `public_base_url`.
     default_host: String,
+    /// The country database of the breakdowns, when one is configured (read at start).
+    countries: Option<Arc<CountryDb>>,
 }
+
+/// How often the country database's file is looked at for a change.
+const COUNTRY_DB_POLL: Duration = Duration::from_secs(10);
 
 impl DataPlane {
     /// Declares the data plane's metrics in `metrics`, builds the caches and the edges, and
@@ -202,12 +210,22 @@ impl DataPlane {
             None => (None, None, None),
         };
         let r = &settings.redirect;
+        // Read at start: a file that cannot be read stops it (a new one that cannot is
+        // logged and the old one kept).
+        let countries = match &r.geoip_database {
+            Some(path) if r.breakdowns.contains(&Dimension::Country) => {
+                Some(Arc::new(CountryDb::open(path).with_context(|| {
+                    format!("{} ({})", GEOIP_DATABASE.name(), path.display())
+                })?))
+            }
+            _ => None,
+        };
         Ok(DataPlane {
-            clicks: Arc::new(ClickQueue::new(
-                r.click_queue_capacity,
-                proxy_metrics.clone(),
-                clock.clone(),
-            )),
+            countries,
+            clicks: Arc::new(
+                ClickQueue::new(r.click_queue_capacity, proxy_metrics.clone(), clock.clone())
+                    .breaking_down(&r.breakdowns),
+            ),
             l1: Arc::new(L1::new(r.l1_capacity)),
             issued: Arc::new(IssuedCodeGate::new(r.l1_capacity.max(1_000_000) * 2)),
             edge: with_proxy_protocol(
@@ -281,6 +299,7 @@ impl DataPlane {
             domains,
         } = adapters;
         let r = &self.redirect;
+        let breakdowns = clicks.breakdowns.is_some();
         let mut path = RedirectPath::new(
             self.l1.clone(),
             self.issued.clone(),
@@ -356,6 +375,13 @@ impl DataPlane {
                 self.certificate_watcher(stop.clone()),
             ];
             tasks.push(tokio::spawn(domain_watch.run(stop.clone())));
+            if let Some(countries) = &self.countries {
+                tasks.push(tokio::spawn(watch_country_db(
+                    countries.clone(),
+                    COUNTRY_DB_POLL,
+                    stop.clone(),
+                )));
+            }
             if let (Some(acme), Some(list)) = (&self.acme, acme_rx) {
                 acme.fleet.read_from(certificates.clone());
                 tasks.push(run_acme(
@@ -418,6 +444,22 @@ impl DataPlane {
             expired_url: r.expired_url.clone(),
             root_url: r.root_url.clone(),
         })?;
+        // People's clicks are broken down where a store keeps the breakdowns.
+        let capture = match breakdowns {
+            true => Capture::new(&r.breakdowns, self.countries.clone(), r.country_header.name()),
+            false => None,
+        };
+        match &capture {
+            Some(c) if r.breakdowns.contains(&Dimension::Country) && !c.captures_country() => tracing::info!(
+                "breakdowns: no country, for neither {} nor {} is set",
+                GEOIP_DATABASE.name(),
+                COUNTRY_HEADER.name()
+            ),
+            None if !r.breakdowns.is_empty() && !breakdowns => tracing::info!(
+                "breakdowns: none here, for the clicks go to a queue (SQS) and only the embedded store keeps them"
+            ),
+            _ => {}
+        }
         let redirects = Redirects::answering(
             Arc::new(path),
             self.clicks.clone(),
@@ -429,7 +471,8 @@ impl DataPlane {
             }),
             routes,
         )
-        .trusting(self.trusted);
+        .trusting(self.trusted)
+        .capturing(capture);
         let take_over = matches!(listeners.redirect, RedirectListener::Inherited(_));
         let mut ports = vec![(listeners.redirect, RedirectPort::new(redirects.clone(), self.edge))];
         if let (Some(listener), Some(edge)) = (listeners.tls, self.tls_edge) {

@@ -45,6 +45,7 @@ class Options:
     compare_bin: str | None = None
     servers: str | None = None
     user_agent: str | None = None
+    referer: str | None = None
     workloads: str | None = None
 
 

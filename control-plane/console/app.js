@@ -353,6 +353,32 @@ function clicksChart(stats) {
     chart, table);
 }
 
+/** The dimensions a link's clicks break down by, as the API names them, with a label each;
+ * the referrer first (the country needs a database the operator may not have set up). */
+const DIMENSIONS = [["referrer", "Referrer"], ["country", "Country"], ["device", "Device"], ["browser", "Browser"],
+  ["os", "Operating system"], ["utm_source", "Campaign source"], ["utm_medium", "Campaign medium"],
+  ["utm_campaign", "Campaign"]];
+
+/** People's clicks by value of one dimension: a bar each (a <meter>: the policy allows no
+ * inline style), most clicked first, with the number beside it; a dimension with no clicks
+ * in the range says so. */
+function breakdownBars(stats) {
+  const b = stats.breakdown;
+  const label = (DIMENSIONS.find(([name]) => name === b.by) || [b.by, b.by])[1];
+  if (b.values.length === 0) {
+    return h("p", { id: "breakdown-empty", class: "hint" }, `No clicks by ${label.toLowerCase()} in this range.`);
+  }
+  const max = Math.max(1, ...b.values.map((v) => v.clicks));
+  const rows = b.values.map((v) => h("li", { class: "breakdown-row", "data-value": v.value, "data-clicks": v.clicks },
+    h("span", { class: "breakdown-value" }, v.value),
+    h("meter", { class: "breakdown-bar", min: 0, max, value: v.clicks, "aria-hidden": "true" }),
+    h("span", { class: "breakdown-clicks" }, String(v.clicks))));
+  return h("div", { class: "breakdown" },
+    h("p", { id: "breakdown-counted", class: "hint" },
+      `${b.counted} of ${stats.total} clicks by people broken down by ${label.toLowerCase()}`),
+    h("ol", { id: "breakdown-list", "aria-label": `Clicks by ${label.toLowerCase()}` }, rows));
+}
+
 async function linkPage(code, domain) {
   page(code, h("p", {}, "Loading…"));
   const base = `/api/v1/links/${encodeURIComponent(code)}`;
@@ -403,18 +429,25 @@ async function linkPage(code, domain) {
   const from = h("input", { type: "date", name: "from", value: isoDay(new Date(today.getTime() - 29 * 86400000)) });
   const to = h("input", { type: "date", name: "to", value: isoDay(today) });
   const chart = h("div", { "aria-live": "polite" });
-  const drawChart = async () => {
-    const p = new URLSearchParams();
+  const by = h("select", { name: "by", id: "breakdown-by" },
+    DIMENSIONS.map(([name, label]) => h("option", { value: name }, label)));
+  const breakdown = h("div", { "aria-live": "polite", id: "breakdown" });
+  /** Draws into `into` what `render` makes of the stats over the range (with `extra`). */
+  const drawStats = async (into, render, extra = {}) => {
+    const p = new URLSearchParams(extra);
     if (from.value) p.set("from", from.value);
     if (to.value) p.set("to", to.value);
     if (domain) p.set("domain", domain);
     try {
-      chart.replaceChildren(clicksChart(await api("GET", `${base}/stats?${p}`)));
+      into.replaceChildren(render(await api("GET", `${base}/stats?${p}`)));
     } catch (err) {
-      chart.replaceChildren(errorBox(err));
+      into.replaceChildren(errorBox(err));
     }
   };
-  const range = h("form", { class: "inline", on: { submit: (e) => { e.preventDefault(); drawChart(); } } },
+  const drawChart = () => drawStats(chart, clicksChart);
+  const drawBreakdown = () => drawStats(breakdown, breakdownBars, { by: by.value });
+  by.addEventListener("change", drawBreakdown);
+  const range = h("form", { class: "inline", on: { submit: (e) => { e.preventDefault(); drawChart(); drawBreakdown(); } } },
     field("From (UTC day)", from), field("To (UTC day)", to), h("button", { type: "submit" }, "Show clicks"));
 
   const actions = h("div");
@@ -473,8 +506,10 @@ async function linkPage(code, domain) {
   }
   page(`Link ${code}`,
     h("div", { class: "grid2" }, props, qr),
-    h("h2", {}, "Clicks"), range, chart, actions, audit);
+    h("h2", {}, "Clicks"), range, chart,
+    h("h3", {}, "Who clicked"), field("Break down by", by), breakdown, actions, audit);
   drawChart();
+  drawBreakdown();
 }
 
 /** The edit of an active link at the version shown (If-Match): a change made meanwhile

@@ -2,6 +2,8 @@
 //! they are written. The binary reads it from its file and variables and checks it.
 
 use rebound_core::cache::CachePolicy;
+use rebound_store::Dimension;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Settings of the redirect path.
@@ -50,6 +52,37 @@ pub struct Config {
     /// Serve a request for a host that is no domain of the fleet as the default domain's,
     /// rather than 404 (docs/spec.md §11).
     pub serve_unknown_hosts: bool,
+    /// The dimensions a person's click is broken down by (docs/spec.md §13), where clicks
+    /// are written to a store that keeps breakdowns; empty: none, and the redirect path
+    /// costs what it did before them.
+    pub breakdowns: Vec<Dimension>,
+    /// The country database (the MaxMind DB format: GeoLite2-Country, DB-IP Lite, the CC0
+    /// databases), read at start and again when the file changes.
+    pub geoip_database: Option<PathBuf>,
+    /// The CDN header that names the visitor's country, believed from the trusted networks
+    /// only; it wins over the database.
+    pub country_header: CountryHeader,
+}
+
+/// The header a CDN in front names the visitor's country in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CountryHeader {
+    None,
+    /// Amazon CloudFront's `CloudFront-Viewer-Country`.
+    CloudFront,
+    /// Cloudflare's `CF-IPCountry`.
+    Cloudflare,
+}
+
+impl CountryHeader {
+    /// Its name, if it is one.
+    pub fn name(self) -> Option<http::HeaderName> {
+        match self {
+            CountryHeader::None => None,
+            CountryHeader::CloudFront => Some(http::HeaderName::from_static("cloudfront-viewer-country")),
+            CountryHeader::Cloudflare => Some(http::HeaderName::from_static("cf-ipcountry")),
+        }
+    }
 }
 
 impl Config {
@@ -100,6 +133,9 @@ impl Default for Config {
             expired_url: None,
             root_url: None,
             serve_unknown_hosts: false,
+            breakdowns: Dimension::ALL.to_vec(),
+            geoip_database: None,
+            country_header: CountryHeader::None,
         }
     }
 }

@@ -24,11 +24,14 @@
 //!   its agent's device class, browser and OS families (§13), remembered per thread.
 //! - `geoip`: the country of a client address, from a MaxMind-format database file
 //!   reloaded when it changes (docs/spec.md §13).
+//! - `capture`: what a redirect captures of who clicked: the visitor and, with breakdowns
+//!   on, the click's dimensions (§13).
 //! - `pages`: the prebuilt 404, 410 and `/` answers (static pages, or configured redirects).
 // One exception: `server::RedirectService::listener`, adopting the listening socket an
 // upgrade hands over by its descriptor number. `l1` forbids it outright.
 #![deny(unsafe_code)]
 
+pub mod capture;
 pub mod clicks;
 pub mod config;
 pub mod distributed;

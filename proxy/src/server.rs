@@ -4,6 +4,7 @@
 //! see `rebound_edge`), so Pingora keeps the server lifecycle, the fd table and the
 //! graceful upgrade. Like River's file server it never proxies.
 
+use crate::capture::{Capture, Click};
 use crate::clicks::ClickQueue;
 use crate::domains::{request_authority, DomainRoutes, Route, Routed, UnknownHost};
 use crate::l1::L1Entry;
@@ -62,6 +63,9 @@ pub struct RedirectAnswers {
     /// The proxies believed about the client (docs/spec.md §13): a request from one of
     /// them is from the client its forwarding headers name.
     trusted: TrustedNetworks,
+    /// What a person's click is broken down by (docs/spec.md §13); none: nothing but the
+    /// bot verdict is read of who clicked.
+    capture: Option<Capture>,
 }
 
 /// The HTTP-01 validations in flight: this process's own, then the fleet's in the store (the
@@ -118,6 +122,22 @@ impl RedirectAnswers {
             )),
             over_tls: connection.tls
                 || forwarded_over_tls(peer, &self.trusted, values(FORWARDED), values(X_FORWARDED_PROTO)),
+        }
+    }
+}
+
+impl RedirectAnswers {
+    /// Whose click a request with `method`, `headers` and `query` on `connection` is, with
+    /// its dimensions when breakdowns are on ([`Capture::click`]); without them, the bot
+    /// verdict alone, as before breakdowns.
+    #[inline]
+    fn click(&self, method: &Method, headers: &HeaderMap, query: Option<&str>, connection: Connection) -> Click {
+        match &self.capture {
+            None => Click::of(self.bots.classify(method, headers)),
+            Some(capture) => capture.click(&self.bots, method, headers, query, || {
+                let trusted = connection.forwards && connection.peer.is_some_and(|p| self.trusted.contains(p));
+                (self.client(connection, headers).address, trusted)
+            }),
         }
     }
 }
@@ -187,6 +207,7 @@ impl Redirects {
                 bots: BotPatterns::shared(),
                 unlocks,
                 trusted: TrustedNetworks::default(),
+                capture: None,
             }),
             Connection::default(),
         )
@@ -199,6 +220,16 @@ impl Redirects {
         match Arc::get_mut(&mut self.0) {
             Some(answers) => answers.trusted = trusted,
             None => unreachable!("trusting() is called before the service is shared"),
+        }
+        self
+    }
+
+    /// Breaks people's clicks down as `capture` says. Called once, before the service is
+    /// shared.
+    pub fn capturing(mut self, capture: Option<Capture>) -> Redirects {
+        match Arc::get_mut(&mut self.0) {
+            Some(answers) => answers.capture = capture,
+            None => unreachable!("capturing() is called before the service is shared"),
         }
         self
     }
@@ -386,7 +417,7 @@ impl RedirectAnswers {
         &self,
         pages: &DeadEnds,
         resolution: Resolution,
-        visitor: Visitor,
+        click: &Click,
         is_get: bool,
         query: Option<&str>,
         now: UnixMillis,
@@ -395,7 +426,7 @@ impl RedirectAnswers {
         let status = match resolution {
             Resolution::Redirect(entry) if entry.is_protected() => return self.unlocks.form(!is_get),
             Resolution::Redirect(entry) => match entry.redirect() {
-                Some(kind) => return self.redirect(&entry, kind.status(), visitor, is_get, query, now),
+                Some(kind) => return self.redirect(&entry, kind.status(), click, is_get, query, now),
                 None => {
                     m.not_found.inc();
                     StatusCode::NOT_FOUND
@@ -427,7 +458,7 @@ impl RedirectAnswers {
         &self,
         entry: &L1Entry,
         status: u16,
-        visitor: Visitor,
+        click: &Click,
         is_get: bool,
         query: Option<&str>,
         now: UnixMillis,
@@ -460,7 +491,10 @@ impl RedirectAnswers {
             headers.insert(CONTENT_LENGTH, EMPTY);
         }
         self.path.metrics.redirects.inc();
-        self.clicks.record(entry, visitor);
+        match (click.visitor, &click.dimensions) {
+            (Visitor::Person, Some(dimensions)) => self.clicks.record_with(entry, *dimensions),
+            (visitor, _) => self.clicks.record(entry, visitor),
+        }
         res
     }
 
@@ -471,16 +505,16 @@ impl RedirectAnswers {
         &self,
         pages: &DeadEnds,
         resolution: Resolution,
-        request: (&str, &HeaderMap, Visitor, bool, Option<&str>),
+        request: (&str, &HeaderMap, Click, bool, Option<&str>),
     ) -> Reply {
-        let (key, cookies, visitor, is_get, query) = request;
+        let (key, cookies, click, is_get, query) = request;
         match resolution {
             Resolution::Redirect(entry) if entry.is_protected() => {
-                self.gate(entry, key, cookies, visitor, is_get, query).await
+                self.gate(entry, key, cookies, &click, is_get, query).await
             }
             resolution => {
                 let now = self.path.clock.now_millis();
-                self.reply(pages, resolution, visitor, is_get, query, now)
+                self.reply(pages, resolution, &click, is_get, query, now)
             }
         }
     }
@@ -492,14 +526,14 @@ impl RedirectAnswers {
         entry: L1Entry,
         key: &str,
         headers: &HeaderMap,
-        visitor: Visitor,
+        click: &Click,
         is_get: bool,
         query: Option<&str>,
     ) -> Reply {
         let now = self.path.clock.now_millis();
         if let Some(kind) = entry.redirect() {
             if self.unlocks.cookie_lets_through(headers, key, &entry, now).await {
-                return self.redirect(&entry, kind.status(), visitor, is_get, query, now);
+                return self.redirect(&entry, kind.status(), click, is_get, query, now);
             }
         }
         self.path.metrics.unlock_forms.inc();
@@ -542,8 +576,8 @@ impl RedirectAnswers {
                 m.unlock_attempts.with_label_values(&[Attempt::Unlocked.label()]).inc();
                 // 303: the browser follows with a GET, whatever the link's status (a 307 or
                 // 308 would post the password to the target).
-                let visitor = self.bots.classify(&Method::GET, &parts.headers);
-                let mut res = self.redirect(&entry, 303, visitor, true, parts.uri.query(), now);
+                let click = self.click(&Method::GET, &parts.headers, parts.uri.query(), connection);
+                let mut res = self.redirect(&entry, 303, &click, true, parts.uri.query(), now);
                 if let (Some(cookie), true) = (cookie, res.status() == StatusCode::SEE_OTHER) {
                     res.headers_mut().insert(SET_COOKIE, cookie);
                 }
@@ -603,7 +637,7 @@ impl hyper::service::Service<Request<Incoming>> for Redirects {
             }
         };
         let is_get = req.method() == Method::GET;
-        let visitor = answers.bots.classify(req.method(), req.headers());
+        let click = answers.click(req.method(), req.headers(), req.uri().query(), self.1);
         // The default domain's key is its code: no key is built.
         let routed = answers.routes.route(request_authority(&req));
         let (key, pages) = match &routed {
@@ -626,7 +660,7 @@ impl hyper::service::Service<Request<Incoming>> for Redirects {
                         }
                     };
                     let resolution = answers.path.resolve(&key).await;
-                    let request = (key.as_str(), &headers, visitor, is_get, query.as_deref());
+                    let request = (key.as_str(), &headers, click, is_get, query.as_deref());
                     Ok(answers.answer(pages.get(&answers), resolution, request).await)
                 }));
             }
@@ -645,14 +679,14 @@ impl hyper::service::Service<Request<Incoming>> for Redirects {
                 let headers = cookies_of(req.headers());
                 Either::Right(Box::pin(async move {
                     Ok(answers
-                        .gate(entry, &key, &headers, visitor, is_get, query.as_deref())
+                        .gate(entry, &key, &headers, &click, is_get, query.as_deref())
                         .await)
                 }))
             }
             Some(resolution) => Either::Left(ready(Ok(answers.reply(
                 pages.get(answers),
                 resolution,
-                visitor,
+                &click,
                 is_get,
                 req.uri().query(),
                 now,
@@ -665,7 +699,7 @@ impl hyper::service::Service<Request<Incoming>> for Redirects {
                 let started = Instant::now();
                 Either::Right(Box::pin(async move {
                     let resolution = answers.path.resolve_beyond_memory(&key).await;
-                    let request = (key.as_str(), &headers, visitor, is_get, query.as_deref());
+                    let request = (key.as_str(), &headers, click, is_get, query.as_deref());
                     let reply = answers.answer(pages.get(&answers), resolution, request).await;
                     answers
                         .path

@@ -32,6 +32,27 @@ impl Choice for ChallengeKind {
         ("tls-alpn-01", ChallengeKind::TlsAlpn01),
     ];
 }
+impl Choice for rebound_store::Dimension {
+    const OPTIONS: &'static [(&'static str, Self)] = &{
+        use rebound_store::Dimension::*;
+        [
+            ("country", Country),
+            ("referrer", Referrer),
+            ("device", Device),
+            ("browser", Browser),
+            ("os", Os),
+            ("utm_source", UtmSource),
+            ("utm_medium", UtmMedium),
+            ("utm_campaign", UtmCampaign),
+        ]
+    };
+}
+impl Choice for rebound_proxy::config::CountryHeader {
+    const OPTIONS: &'static [(&'static str, Self)] = &{
+        use rebound_proxy::config::CountryHeader::*;
+        [("none", None), ("cloudfront", CloudFront), ("cloudflare", Cloudflare)]
+    };
+}
 impl Choice for ProxiedPort {
     const OPTIONS: &'static [(&'static str, Self)] = &[
         ("redirect", ProxiedPort::Redirect),
@@ -39,7 +60,14 @@ impl Choice for ProxiedPort {
         ("api", ProxiedPort::Api),
     ];
 }
-choices!(StoreKind, QueueKind, ChallengeKind, ProxiedPort);
+choices!(
+    StoreKind,
+    QueueKind,
+    ChallengeKind,
+    ProxiedPort,
+    rebound_store::Dimension,
+    rebound_proxy::config::CountryHeader
+);
 
 fn edge() -> EdgeLimits {
     EdgeLimits::default()
@@ -661,6 +689,30 @@ pub const THREAT_REFRESH_SECS: Setting<u64> = Setting::new("threats.refresh_secs
 pub const THREAT_MAX_FEED_BYTES: Setting<u64> = Setting::new("threats.max_feed_bytes", || 128 << 20)
     .check(Between(1024, 4 << 30))
     .doc("a threat feed larger than this is refused (the entries before it stay in force)");
+pub const BREAKDOWNS: Setting<Vec<rebound_store::Dimension>> =
+    Setting::new("redirect.breakdowns", || redirect().breakdowns)
+        .var("REBOUND_BREAKDOWNS")
+        .doc(
+            "the dimensions a person's click is broken down by (`country`, `referrer`, `device`, `browser`, `os`, \
+             `utm_source`, `utm_medium`, `utm_campaign`; docs/analytics.md), where the clicks are written to a store \
+             that keeps breakdowns (the embedded one). `country` needs `geoip_database` or `country_header`. Empty: \
+             none, and a redirect costs what it did before them. The variable is comma-separated",
+        );
+pub const GEOIP_DATABASE: Setting<Option<PathBuf>> = Setting::new("redirect.geoip_database", || None)
+    .var("REBOUND_GEOIP_DATABASE")
+    .doc(
+        "a country database in the MaxMind DB format (GeoLite2-Country, DB-IP Lite, the CC0 ones), read at start \
+         (a file that cannot be read stops it) and again within seconds of a change (a bad new file is logged and \
+         the old one kept)",
+    );
+pub const COUNTRY_HEADER: Setting<rebound_proxy::config::CountryHeader> =
+    Setting::new("redirect.country_header", || redirect().country_header)
+        .var("REBOUND_COUNTRY_HEADER")
+        .doc(
+            "the header a CDN in front names the visitor's country in: `cloudfront` (`CloudFront-Viewer-Country`), \
+             `cloudflare` (`CF-IPCountry`) or `none`. Believed from `edge.trusted_networks` only, and over the \
+             database",
+        );
 pub const SERVE_UNKNOWN_HOSTS: Setting<bool> =
     Setting::new("redirect.serve_unknown_hosts", || redirect().serve_unknown_hosts)
         .var("REBOUND_SERVE_UNKNOWN_HOSTS")
@@ -774,6 +826,9 @@ pub(super) fn read(src: &mut impl Source) -> Result<Settings, ConfigError> {
             expired_url: src.get(&EXPIRED_URL)?,
             root_url: src.get(&ROOT_URL)?,
             serve_unknown_hosts: src.get(&SERVE_UNKNOWN_HOSTS)?,
+            breakdowns: src.get(&BREAKDOWNS)?,
+            geoip_database: src.get(&GEOIP_DATABASE)?,
+            country_header: src.get(&COUNTRY_HEADER)?,
         },
     };
     // No ACME domains given: the public host's.

@@ -67,9 +67,6 @@ pub const VALUES_PER_LINK_DAY: usize = 50;
 /// count under. Parenthesised: no country, host, family or campaign value is written so.
 pub const OTHER: &str = "(other)";
 
-/// Longest value kept, in bytes (a campaign is cut to it by the data plane).
-pub const MAX_VALUE_BYTES: usize = 128;
-
 /// Clicks to add to one link's day for one value of one dimension.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DimensionAdd {

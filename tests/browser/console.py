@@ -207,6 +207,19 @@ def main(binary, results):
                 run.check(time.time() < deadline, "the chart shows the 3 clicks within 10 s")
                 page.get_by_role("button", name="Show clicks").click()
                 page.wait_for_timeout(300)
+            # Who clicked: people's clicks by referrer (the default) and by browser; the bots
+            # are not broken down.
+            deadline = time.time() + 10
+            while page.locator("#breakdown-list li[data-value='direct'][data-clicks='3']").count() == 0:
+                run.check(time.time() < deadline, "the breakdown shows the 3 clicks within 10 s")
+                page.get_by_role("button", name="Show clicks").click()
+                page.wait_for_timeout(300)
+            expect(page.locator("#breakdown-counted")).to_have_text("3 of 3 clicks by people broken down by referrer")
+            page.get_by_label("Break down by").select_option("browser")
+            expect(page.locator("#breakdown-list li[data-value='Firefox']")).to_have_attribute("data-clicks", "3")
+            expect(page.locator("#breakdown-list li")).to_have_count(1)
+            page.get_by_label("Break down by").select_option("utm_campaign")
+            expect(page.locator("#breakdown-empty")).to_have_text("No clicks by campaign in this range.")
             today_bar = page.locator("#clicks-chart rect.bar-rect[data-clicks='3']")
             expect(today_bar).to_have_count(1)
             expect(page.locator("#clicks-chart rect.bar-rect")).to_have_count(30)
@@ -221,7 +234,8 @@ def main(binary, results):
             expect(page.locator("#clicks-total")).to_have_text("0 clicks from 2026-01-01 to 2026-01-07")
             page.get_by_label("From (UTC day)").fill("2026-01-08")
             page.get_by_role("button", name="Show clicks").click()
-            expect(page.get_by_role("alert")).to_have_text("from must not be after to (invalid_date)")
+            # Refused alike for the chart and the breakdown.
+            expect(page.get_by_role("alert")).to_have_text(["from must not be after to (invalid_date)"] * 2)
             page.reload()
             expect(page.locator("#clicks-chart rect.bar-rect[data-clicks='3']")).to_have_count(1)
             expect(page.locator("#qr-image")).to_be_visible()

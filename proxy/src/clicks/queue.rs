@@ -4,13 +4,14 @@
 //! click (a link unfurler, a crawler, a `HEAD`) pushes the entry on a queue of its own
 //! each time: rarer, and kept off the entry's one word of counts.
 
-use super::breakdown::ClickDimensions;
 use super::pending::{Pending, Unpersisted};
 use crate::l1::L1Entry;
 use crate::metrics::ProxyMetrics;
 use crate::visitor::Visitor;
 use crossbeam_queue::ArrayQueue;
+use rebound_core::dimensions::Dimensions;
 use rebound_core::{Clock, Day};
+use rebound_store::Dimension;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::sync::Notify;
@@ -25,8 +26,12 @@ pub struct ClickQueue {
     /// milliseconds, and bots are the fewer).
     pub(super) bots: ArrayQueue<L1Entry>,
     /// Each person's click with its dimensions, when breakdowns are on
-    /// ([`ClickQueue::record_with`]): one push a click, drained with the rest.
-    pub(super) breakdowns: ArrayQueue<(L1Entry, ClickDimensions)>,
+    /// ([`ClickQueue::record_with`]): one push a click, drained with the rest. A quarter of
+    /// the people's capacity: a slot is about 330 bytes (the values are inline).
+    pub(super) breakdowns: ArrayQueue<(L1Entry, Dimensions)>,
+    /// The dimensions counted, by [`rebound_store::Dimension`] (a click's values of the
+    /// others are left out).
+    pub(super) counted: [bool; Dimension::ALL.len()],
     pub(super) unpersisted: Unpersisted,
     pub(super) metrics: ProxyMetrics,
     /// Tells the UTC day a click counts for.
@@ -42,13 +47,20 @@ impl ClickQueue {
         ClickQueue {
             queue: ArrayQueue::new(capacity),
             bots: ArrayQueue::new((capacity / 4).max(1)),
-            breakdowns: ArrayQueue::new(capacity),
+            breakdowns: ArrayQueue::new((capacity / 4).max(1)),
+            counted: [true; Dimension::ALL.len()],
             unpersisted: Unpersisted::default(),
             metrics,
             clock,
             idle: AtomicBool::new(false),
             wake: Notify::new(),
         }
+    }
+
+    /// Counts only `dimensions` in the breakdowns (every one by default).
+    pub fn breaking_down(mut self, dimensions: &[Dimension]) -> ClickQueue {
+        self.counted = Dimension::ALL.map(|d| dimensions.contains(&d));
+        self
     }
 
     /// Counts a click on `entry`; the first one since the last take queues the entry, or,
@@ -73,7 +85,7 @@ impl ClickQueue {
     /// with its `dimensions` for the breakdowns; when their queue is full the breakdowns
     /// miss it (counted in `rebound_breakdown_clicks_dropped_total`), the totals do not.
     #[inline]
-    pub fn record_with(&self, entry: &L1Entry, dimensions: ClickDimensions) {
+    pub fn record_with(&self, entry: &L1Entry, dimensions: Dimensions) {
         self.record(entry, Visitor::Person);
         if self.breakdowns.push((entry.clone(), dimensions)).is_err() {
             self.metrics.breakdown_clicks_dropped.inc();
@@ -132,7 +144,7 @@ impl ClickQueue {
             moved += 1;
         }
         while let Some((entry, dimensions)) = self.breakdowns.pop() {
-            pending.breakdown.add(entry.code(), &dimensions);
+            pending.breakdown.add(entry.code(), &dimensions, &self.counted);
             moved += 1;
         }
         if !pending.is_clean() && pending.oldest.is_none() {

@@ -329,28 +329,30 @@ mod tests {
 
     #[tokio::test]
     async fn breakdowns_are_written_after_the_rows_and_a_full_queue_drops_only_them() {
-        use crate::clicks::breakdown::{AgentFamilies, ClickDimensions};
+        use rebound_core::dimensions::{cdn_country, AgentFamilies, DeviceClass, Dimensions, Family, Referrer};
         use rebound_store::{BreakdownStore, Dimension};
         let metrics = metrics();
-        let q = Arc::new(ClickQueue::new(4, metrics.clone(), clock_at(5 * 86_400_000 + 1)));
+        let q = Arc::new(ClickQueue::new(16, metrics.clone(), clock_at(5 * 86_400_000 + 1)));
         let (a, b) = (entry("aaa"), entry("bbb"));
-        let agent = Arc::new(AgentFamilies {
-            device: Some("mobile"),
-            browser: Some("Safari".into()),
-            os: Some("iOS".into()),
-        });
-        let dims = |country: &[u8; 2], referrer: &str| ClickDimensions {
-            country: Some(*country),
-            referrer: Some(referrer.into()),
-            agent: Some(agent.clone()),
+        let agent = AgentFamilies {
+            device: DeviceClass::Mobile,
+            browser: Family::truncated("Safari"),
+            os: Family::truncated("iOS"),
+        };
+        let dims = |country: &[u8; 2], referrer: Referrer| Dimensions {
+            country: Some(cdn_country(country)),
+            referrer: Some(referrer),
+            agent: Some(agent),
             campaign: None,
         };
-        q.record_with(&a, dims(b"DE", "news.example"));
-        q.record_with(&a, dims(b"DE", "direct"));
-        q.record_with(&a, dims(b"JP", "direct"));
-        q.record_with(&b, dims(b"FR", "direct"));
-        // The breakdowns' queue (4) is full: the fifth click counts in the totals only.
-        q.record_with(&b, dims(b"FR", "direct"));
+        let news = Referrer::Host(rebound_core::dimensions::Label::truncated("news.example"));
+        q.record_with(&a, dims(b"DE", news));
+        q.record_with(&a, dims(b"DE", Referrer::Direct));
+        q.record_with(&a, dims(b"JP", Referrer::Direct));
+        q.record_with(&b, dims(b"FR", Referrer::Direct));
+        // The breakdowns' queue (a quarter of 16) is full: the fifth click counts in the
+        // totals only.
+        q.record_with(&b, dims(b"FR", Referrer::Direct));
         assert_eq!(metrics.breakdown_clicks_dropped.get(), 1);
         let store = Arc::new(MemoryStore::new());
         let writer = ClickWriter {
