@@ -336,6 +336,28 @@ mod tests {
     }
 
     #[test]
+    fn breakdowns_are_every_dimension_by_default_the_ones_named_or_none() {
+        use rebound_store::Dimension;
+        let read = |file: Option<&str>, vars: &[(&str, &str)]| load(file, &env(vars)).unwrap().redirect.breakdowns;
+        assert_eq!(read(None, &[]), Dimension::ALL.to_vec());
+        assert_eq!(
+            read(None, &[("REBOUND_BREAKDOWNS", "referrer, os")]),
+            vec![Dimension::Referrer, Dimension::Os]
+        );
+        assert_eq!(read(None, &[("REBOUND_BREAKDOWNS", "none")]), vec![]);
+        assert_eq!(read(Some("[redirect]\nbreakdowns = []"), &[]), vec![]);
+        assert_eq!(read(Some("[redirect]\nbreakdowns = [\"none\"]"), &[]), vec![]);
+        // An empty variable counts as unset: the file's, else the default.
+        assert_eq!(
+            read(
+                Some("[redirect]\nbreakdowns = [\"device\"]"),
+                &[("REBOUND_BREAKDOWNS", "")]
+            ),
+            vec![Dimension::Device]
+        );
+    }
+
+    #[test]
     fn dead_end_urls_are_refused_like_link_targets_naming_the_setting() {
         for (name, value) in [
             // Loops: the default public_base_url, http://127.0.0.1:8080, in other spellings.
@@ -611,6 +633,7 @@ mod tests {
             ("queue = 1", &[], "queue (REBOUND_QUEUE)"),
             ("", &[("REBOUND_QUEUE", "SQS")], "\"SQS\" is not embedded or sqs"),
             ("", &[("REBOUND_BREAKDOWNS", "country,city")], "\"city\" is not country or referrer or device"),
+            ("", &[("REBOUND_BREAKDOWNS", "none,country")], "redirect.breakdowns (REBOUND_BREAKDOWNS): `none` stands alone"),
             ("[redirect]\nbreakdowns = [\"Country\"]", &[], "redirect.breakdowns (REBOUND_BREAKDOWNS)"),
             ("", &[("REBOUND_COUNTRY_HEADER", "akamai")], "redirect.country_header (REBOUND_COUNTRY_HEADER)"),
             (

@@ -32,20 +32,46 @@ impl Choice for ChallengeKind {
         ("tls-alpn-01", ChallengeKind::TlsAlpn01),
     ];
 }
-impl Choice for rebound_store::Dimension {
+/// A word of `redirect.breakdowns`: a dimension, or `none` (a variable cannot be empty:
+/// an empty one counts as unset).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakdownWord {
+    On(rebound_store::Dimension),
+    None,
+}
+impl Choice for BreakdownWord {
     const OPTIONS: &'static [(&'static str, Self)] = &{
         use rebound_store::Dimension::*;
+        use BreakdownWord::On;
         [
-            ("country", Country),
-            ("referrer", Referrer),
-            ("device", Device),
-            ("browser", Browser),
-            ("os", Os),
-            ("utm_source", UtmSource),
-            ("utm_medium", UtmMedium),
-            ("utm_campaign", UtmCampaign),
+            ("country", On(Country)),
+            ("referrer", On(Referrer)),
+            ("device", On(Device)),
+            ("browser", On(Browser)),
+            ("os", On(Os)),
+            ("utm_source", On(UtmSource)),
+            ("utm_medium", On(UtmMedium)),
+            ("utm_campaign", On(UtmCampaign)),
+            ("none", BreakdownWord::None),
         ]
     };
+}
+
+/// The dimensions `words` turn on: `none` alone is none of them.
+fn breakdowns(words: Vec<BreakdownWord>) -> Result<Vec<rebound_store::Dimension>, ConfigError> {
+    match words.as_slice() {
+        [BreakdownWord::None] => Ok(Vec::new()),
+        words if words.contains(&BreakdownWord::None) => {
+            Err(BREAKDOWNS.refused("`none` stands alone: it is no dimension"))
+        }
+        words => Ok(words
+            .iter()
+            .filter_map(|w| match w {
+                BreakdownWord::On(d) => Some(*d),
+                BreakdownWord::None => None,
+            })
+            .collect()),
+    }
 }
 impl Choice for rebound_proxy::config::CountryHeader {
     const OPTIONS: &'static [(&'static str, Self)] = &{
@@ -65,7 +91,7 @@ choices!(
     QueueKind,
     ChallengeKind,
     ProxiedPort,
-    rebound_store::Dimension,
+    BreakdownWord,
     rebound_proxy::config::CountryHeader
 );
 
@@ -689,15 +715,17 @@ pub const THREAT_REFRESH_SECS: Setting<u64> = Setting::new("threats.refresh_secs
 pub const THREAT_MAX_FEED_BYTES: Setting<u64> = Setting::new("threats.max_feed_bytes", || 128 << 20)
     .check(Between(1024, 4 << 30))
     .doc("a threat feed larger than this is refused (the entries before it stay in force)");
-pub const BREAKDOWNS: Setting<Vec<rebound_store::Dimension>> =
-    Setting::new("redirect.breakdowns", || redirect().breakdowns)
-        .var("REBOUND_BREAKDOWNS")
-        .doc(
-            "the dimensions a person's click is broken down by (`country`, `referrer`, `device`, `browser`, `os`, \
+pub const BREAKDOWNS: Setting<Vec<BreakdownWord>> = Setting::new("redirect.breakdowns", || {
+    redirect().breakdowns.into_iter().map(BreakdownWord::On).collect()
+})
+.var("REBOUND_BREAKDOWNS")
+.doc(
+    "the dimensions a person's click is broken down by (`country`, `referrer`, `device`, `browser`, `os`, \
              `utm_source`, `utm_medium`, `utm_campaign`; docs/analytics.md), where the clicks are written to a store \
-             that keeps breakdowns (the embedded one). `country` needs `geoip_database` or `country_header`. Empty: \
-             none, and a redirect costs what it did before them. The variable is comma-separated",
-        );
+             that keeps breakdowns (the embedded one). `country` needs `geoip_database` or `country_header`. \
+             `[\"none\"]` (or empty in the file): none, and a redirect costs what it did before them. The variable \
+             is comma-separated",
+);
 pub const GEOIP_DATABASE: Setting<Option<PathBuf>> = Setting::new("redirect.geoip_database", || None)
     .var("REBOUND_GEOIP_DATABASE")
     .doc(
@@ -826,7 +854,7 @@ pub(super) fn read(src: &mut impl Source) -> Result<Settings, ConfigError> {
             expired_url: src.get(&EXPIRED_URL)?,
             root_url: src.get(&ROOT_URL)?,
             serve_unknown_hosts: src.get(&SERVE_UNKNOWN_HOSTS)?,
-            breakdowns: src.get(&BREAKDOWNS)?,
+            breakdowns: breakdowns(src.get(&BREAKDOWNS)?)?,
             geoip_database: src.get(&GEOIP_DATABASE)?,
             country_header: src.get(&COUNTRY_HEADER)?,
         },

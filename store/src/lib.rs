@@ -44,8 +44,8 @@ use rebound_core::link::Deletion;
 use rebound_core::{Day, Link, LinkEdit, UnixMillis};
 use std::ops::Range;
 
-#[cfg(any(test, feature = "test-util"))]
 pub use breakdowns::{BreakdownStore, Dimension, DimensionAdd, DimensionBatch, ValueClicks};
+#[cfg(any(test, feature = "test-util"))]
 pub use cache::MemoryRecordCache;
 pub use cache::{L2Read, RecordCache};
 #[cfg(any(test, feature = "test-util"))]
