@@ -242,8 +242,14 @@ fn load(path: &Path) -> Result<Loaded, CountryDbError> {
     })
 }
 
-/// Reloads `db` whenever its file changes (checked every `poll`), until `stop`.
-pub async fn watch_country_db(db: Arc<CountryDb>, poll: Duration, mut stop: watch::Receiver<bool>) {
+/// Reloads `db` whenever its file changes (checked every `poll`), until `stop`; each reload
+/// counted in `reloads` by outcome (`ok`, `refused`).
+pub async fn watch_country_db(
+    db: Arc<CountryDb>,
+    poll: Duration,
+    reloads: prometheus::IntCounterVec,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut tick = tokio::time::interval(poll);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
@@ -256,10 +262,12 @@ pub async fn watch_country_db(db: Arc<CountryDb>, poll: Duration, mut stop: watc
         }
         match db.reload() {
             Ok(()) => {
+                reloads.with_label_values(&["ok"]).inc();
                 let (kind, built) = db.description();
                 tracing::info!(path = %db.path().display(), kind, built, "country database reloaded");
             }
             Err(e) => {
+                reloads.with_label_values(&["refused"]).inc();
                 tracing::error!(error = %e, "country database reload refused; the previous database keeps answering");
             }
         }
@@ -422,7 +430,8 @@ mod tests {
         write(&path, &database("t", &[("11.0.2.0/24", geolite("SE"))]));
         let db = Arc::new(CountryDb::open(&path).unwrap());
         let (stop_tx, stop) = watch::channel(false);
-        let task = tokio::spawn(watch_country_db(db.clone(), Duration::from_millis(10), stop));
+        let reloads = prometheus::IntCounterVec::new(prometheus::Opts::new("r", "r"), &["outcome"]).unwrap();
+        let task = tokio::spawn(watch_country_db(db.clone(), Duration::from_millis(10), reloads.clone(), stop));
         write(&path, &database("t", &[("11.0.2.0/24", geolite("NO"))]));
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while db.country_of(ip("11.0.2.1")).as_str() != "NO" {
@@ -430,6 +439,14 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert_eq!(db.reloaded(), 1);
+        assert_eq!(reloads.with_label_values(&["ok"]).get(), 1);
+        // A file that is no database: refused, counted, the last one kept.
+        write(&path, b"not a database at all");
+        while reloads.with_label_values(&["refused"]).get() == 0 {
+            assert!(tokio::time::Instant::now() < deadline, "not looked at");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(db.country_of(ip("11.0.2.1")).as_str(), "NO");
         stop_tx.send(true).unwrap();
         task.await.unwrap();
     }

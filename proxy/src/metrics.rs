@@ -50,6 +50,8 @@ pub struct ProxyMetrics {
     pub bot_clicks_queued: IntCounter,
     pub clicks_dropped: IntCounter,
     pub breakdown_clicks_dropped: IntCounter,
+    /// Reloads of the country database after its file changed, by outcome.
+    pub country_db_reloads: IntCounterVec,
     pub breakdown_batches_failed: IntCounter,
     pub clicks_flushed: IntCounter,
     pub click_batches_failed: IntCounter,
@@ -173,6 +175,16 @@ impl ProxyMetrics {
             clicks_dropped: counter(
                 "rebound_clicks_dropped_total",
                 "Clicks (people's or bots') dropped because the click queue was full",
+            )?,
+            country_db_reloads: registered(
+                registry,
+                IntCounterVec::new(
+                    Opts::new(
+                        "rebound_country_db_reloads_total",
+                        "Reloads of the country database after its file changed: ok, or refused (the previous one kept)",
+                    ),
+                    &["outcome"],
+                )?,
             )?,
             breakdown_clicks_dropped: counter(
                 "rebound_breakdown_clicks_dropped_total",
