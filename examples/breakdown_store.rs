@@ -28,7 +28,12 @@ fn main() {
     };
     let before = size(&clicks_file);
     let values: Vec<(Dimension, String)> = (0..50)
-        .map(|i| (Dimension::Country, format!("{}{}", (b'A' + i / 26) as char, (b'A' + i % 26) as char)))
+        .map(|i| {
+            (
+                Dimension::Country,
+                format!("{}{}", (b'A' + i / 26) as char, (b'A' + i % 26) as char),
+            )
+        })
         .chain((0..20).map(|i| (Dimension::Referrer, format!("site{i}.example.com"))))
         .chain((0..10).map(|i| (Dimension::Browser, format!("Browser {i}"))))
         .chain((0..10).map(|i| (Dimension::Os, format!("OS {i}"))))
@@ -88,8 +93,6 @@ fn main() {
     times.sort_by(|a, b| a.partial_cmp(b).unwrap());
     println!(
         "a {days}-day by=country read of one link: median {:.2} ms (min {:.2}, max {:.2})",
-        times[10],
-        times[0],
-        times[19]
+        times[10], times[0], times[19]
     );
 }

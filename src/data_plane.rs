@@ -379,6 +379,7 @@ impl DataPlane {
                 tasks.push(tokio::spawn(watch_country_db(
                     countries.clone(),
                     COUNTRY_DB_POLL,
+                    self.proxy_metrics.country_db_reloads.clone(),
                     stop.clone(),
                 )));
             }

@@ -153,6 +153,33 @@ async fn a_sqlite_store_made_before_domains_opens_in_place() {
         answer(&rb.run.addr("redirect"), "old-alias").await,
         (302, Some("https://example.com/fixture/sqlite/old-alias".to_owned()))
     );
+    // A store from before breakdowns keeps them from now on: a person's click on an old
+    // link is counted by its referrer.
+    let res = http()
+        .get(format!("{}/old-alias", rb.run.addr("redirect")))
+        .header(
+            "User-Agent",
+            "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0",
+        )
+        .header("Referer", "https://news.example/today")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::FOUND);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (s, stats) = rb
+            .api(Method::GET, "/api/v1/links/old-alias/stats?by=referrer", None)
+            .await;
+        assert_eq!(s, StatusCode::OK, "{stats}");
+        // (The answers read above were people's clicks too, without a referrer: `direct`.)
+        let values = stats["breakdown"]["values"].as_array().cloned().unwrap_or_default();
+        if values.contains(&json!({"value": "news.example", "clicks": 1})) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{stats}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }
 
 /// A DynamoDB-JSON value (`{"S": "..."}`, `{"N": "..."}`, ...) as the SDK's.

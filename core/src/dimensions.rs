@@ -147,22 +147,33 @@ impl Referrer {
 /// IPv6 address. An empty header is `direct` (it says nothing); a host spelled `direct` or
 /// `unknown` is `unknown`, so that a value means one thing.
 pub fn referrer_host(referer: Option<&[u8]>) -> Referrer {
+    match referrer_authority(referer) {
+        Ok(authority) => referrer_of_authority(authority),
+        Err(referrer) => referrer,
+    }
+}
+
+/// The first step of [`referrer_host`]: the authority (`user@host:port`) of an `http`/`https`
+/// `Referer`, or the referrer it already is (`direct`, `unknown`). A caller that remembers
+/// [`referrer_of_authority`]'s answers by authority reads a header in two scans of it.
+pub fn referrer_authority(referer: Option<&[u8]>) -> Result<&[u8], Referrer> {
     let Some(referer) = referer else {
-        return Referrer::Direct;
+        return Err(Referrer::Direct);
     };
     let referer = referer.trim_ascii();
     if referer.is_empty() {
-        return Referrer::Direct;
+        return Err(Referrer::Direct);
     }
-    let rest = match strip_scheme(referer) {
-        Some(rest) => rest,
-        None => return Referrer::Unknown,
-    };
+    let rest = strip_scheme(referer).ok_or(Referrer::Unknown)?;
     let authority_end = rest
         .iter()
         .position(|&b| matches!(b, b'/' | b'?' | b'#'))
         .unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
+    Ok(&rest[..authority_end])
+}
+
+/// The second step of [`referrer_host`]: the referrer an authority names.
+pub fn referrer_of_authority(authority: &[u8]) -> Referrer {
     let host_port = match authority.iter().rposition(|&b| b == b'@') {
         Some(at) => &authority[at + 1..],
         None => authority,

@@ -11,8 +11,12 @@ use crate::geoip::CountryDb;
 use crate::visitor::{AgentParser, BotPatterns, Visitor};
 use http::header::REFERER;
 use http::{HeaderMap, HeaderName, Method};
-use rebound_core::dimensions::{campaign, cdn_country, referrer_host, Country, Dimensions};
+use rebound_core::dimensions::{
+    campaign, cdn_country, referrer_authority, referrer_of_authority, Country, Dimensions, Referrer,
+};
 use rebound_store::Dimension;
+use std::cell::RefCell;
+use std::hash::BuildHasher;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -102,7 +106,7 @@ impl Capture {
             dimensions.country = Some(self.country_of(headers, client));
         }
         if self.referrer {
-            dimensions.referrer = Some(referrer_host(headers.get(REFERER).map(|v| v.as_bytes())));
+            dimensions.referrer = Some(referrer_of(headers.get(REFERER).map(|v| v.as_bytes())));
         }
         // Device, browser and OS travel together; the queue leaves out those that are off
         // (`ClickQueue::breaking_down`).
@@ -142,5 +146,81 @@ impl Capture {
             (Some(countries), Some(address)) => countries.country_of(address),
             _ => Country::UNKNOWN,
         }
+    }
+}
+
+/// Referrers remembered per redirect thread, by the authority of their `Referer` (a
+/// direct-mapped table: an authority's slot is its hash's low bits).
+const REFERRER_SLOTS: usize = 64;
+/// Authorities longer than this are read every time (the slots' memory stays bounded).
+const LONGEST_REMEMBERED_AUTHORITY: usize = 96;
+
+/// A remembered referrer: the hash of its authority, the authority, what it names.
+type SeenReferrer = (u64, Box<[u8]>, Referrer);
+
+struct SeenReferrers {
+    hasher: hashbrown::DefaultHashBuilder,
+    slots: Box<[Option<SeenReferrer>]>,
+}
+
+thread_local! {
+    static REFERRERS: RefCell<SeenReferrers> = RefCell::new(SeenReferrers {
+        hasher: hashbrown::DefaultHashBuilder::default(),
+        slots: (0..REFERRER_SLOTS).map(|_| None).collect(),
+    });
+}
+
+/// The referrer of a `Referer` header ([`rebound_core::dimensions::referrer_host`]): its
+/// authority found, then the host it names remembered per thread by that authority, as the
+/// bot verdict is by agent. Measured under callgrind: a browser's `Referer` read whole was
+/// about 1,000 instructions a redirect (benches/results/2026-12-06e-callgrind-breakdowns.md).
+#[inline]
+fn referrer_of(referer: Option<&[u8]>) -> Referrer {
+    let authority = match referrer_authority(referer) {
+        Ok(authority) if authority.len() <= LONGEST_REMEMBERED_AUTHORITY => authority,
+        Ok(authority) => return referrer_of_authority(authority),
+        Err(referrer) => return referrer,
+    };
+    REFERRERS.with(|seen| {
+        let mut seen = seen.borrow_mut();
+        let hash = seen.hasher.hash_one(authority);
+        let slot = &mut seen.slots[(hash as usize) % REFERRER_SLOTS];
+        match slot {
+            Some((h, a, referrer)) if *h == hash && **a == *authority => *referrer,
+            _ => {
+                let referrer = referrer_of_authority(authority);
+                *slot = Some((hash, authority.into(), referrer));
+                referrer
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rebound_core::dimensions::referrer_host;
+
+    #[test]
+    fn a_remembered_referrer_is_the_one_its_header_names() {
+        let headers = [
+            None,
+            Some("https://news.ycombinator.com/item?id=1"),
+            Some("https://news.ycombinator.com/item?id=2"),
+            Some("HTTPS://News.YCombinator.com:443/"),
+            Some("https://user:pw@t.co/x"),
+            Some("android-app://com.slack/"),
+            Some("https://exa mple.com/"),
+            Some(""),
+        ];
+        // Twice: read, then remembered; and each slot's owner checked, not only its hash.
+        for _ in 0..2 {
+            for h in headers {
+                let h = h.map(str::as_bytes);
+                assert_eq!(referrer_of(h), referrer_host(h), "{:?}", h.map(String::from_utf8_lossy));
+            }
+        }
+        let long = format!("https://{}.example/", "a".repeat(100));
+        assert_eq!(referrer_of(Some(long.as_bytes())), Referrer::Unknown);
     }
 }

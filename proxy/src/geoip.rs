@@ -431,7 +431,12 @@ mod tests {
         let db = Arc::new(CountryDb::open(&path).unwrap());
         let (stop_tx, stop) = watch::channel(false);
         let reloads = prometheus::IntCounterVec::new(prometheus::Opts::new("r", "r"), &["outcome"]).unwrap();
-        let task = tokio::spawn(watch_country_db(db.clone(), Duration::from_millis(10), reloads.clone(), stop));
+        let task = tokio::spawn(watch_country_db(
+            db.clone(),
+            Duration::from_millis(10),
+            reloads.clone(),
+            stop,
+        ));
         write(&path, &database("t", &[("11.0.2.0/24", geolite("NO"))]));
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while db.country_of(ip("11.0.2.1")).as_str() != "NO" {

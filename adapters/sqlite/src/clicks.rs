@@ -10,6 +10,7 @@ use rebound_store::{
     BatchOutcome, BreakdownStore, ClickBatch, Clicks, Dimension, DimensionBatch, RollupStore, StoreError, ValueClicks,
 };
 use rusqlite::{params, TransactionBehavior};
+use std::collections::{HashMap, HashSet};
 
 /// How long an applied batch id is remembered, as in the DynamoDB adapter: a redelivery
 /// after that is not expected, and the table would otherwise grow by every batch ever
@@ -108,6 +109,12 @@ impl RollupStore for SqliteStore {
 
 #[async_trait]
 impl BreakdownStore for SqliteStore {
+    /// One transaction: the batch's mark; the values each of its links' days holds already
+    /// (one range read per link and day, the table's key starting with both); each add's
+    /// value bounded against them in memory, new ones counted as they come; then the adds
+    /// in a few statements of many rows. A statement per add (a bound check and an upsert)
+    /// cost about 30,000 instructions an add under callgrind
+    /// (benches/results/2026-12-06e-callgrind-breakdowns.md).
     async fn apply_dimensions(&self, batch: &DimensionBatch) -> Result<BatchOutcome, StoreError> {
         let batch = batch.clone();
         self.write_clicks(move |conn| {
@@ -121,28 +128,45 @@ impl BreakdownStore for SqliteStore {
             if marked == 0 {
                 return Ok(BatchOutcome::AlreadyApplied);
             }
+            // (code, day) -> (dimension, value) held.
+            let mut held: HashMap<(&str, i32), HashSet<(String, String)>> = HashMap::new();
             {
-                let mut known = tx
-                    .prepare_cached(
-                        "SELECT EXISTS (SELECT 1 FROM breakdowns WHERE code = ?1 AND dimension = ?2 AND day = ?3 AND value = ?4), \
-                         (SELECT count(*) FROM breakdowns WHERE code = ?1 AND dimension = ?2 AND day = ?3)",
-                    )
-                    .map_err(sql_err)?;
-                let mut add = tx
-                    .prepare_cached(
-                        "INSERT INTO breakdowns (code, day, dimension, value, clicks) VALUES (?1, ?2, ?3, ?4, ?5) \
-                         ON CONFLICT (code, dimension, day, value) DO UPDATE SET clicks = clicks + excluded.clicks",
-                    )
+                let mut read = tx
+                    .prepare_cached("SELECT dimension, value FROM breakdowns WHERE code = ?1 AND day = ?2")
                     .map_err(sql_err)?;
                 for a in &batch.adds {
-                    let dimension = a.dimension.as_str();
-                    let (exists, held): (bool, i64) = known
-                        .query_row(params![a.code, dimension, a.day.0, a.value], |r| Ok((r.get(0)?, r.get(1)?)))
-                        .map_err(sql_err)?;
-                    let value = bounded_value(&a.value, exists, held as usize);
-                    add.execute(params![a.code, a.day.0, dimension, value, a.clicks as i64])
-                        .map_err(sql_err)?;
+                    if let std::collections::hash_map::Entry::Vacant(v) = held.entry((a.code.as_str(), a.day.0)) {
+                        let rows = read
+                            .query_map(params![a.code, a.day.0], |r| Ok((r.get(0)?, r.get(1)?)))
+                            .map_err(sql_err)?;
+                        v.insert(rows.collect::<rusqlite::Result<_>>().map_err(sql_err)?);
+                    }
                 }
+            }
+            let mut rows: Vec<(&str, i32, &str, String, i64)> = Vec::with_capacity(batch.adds.len());
+            for a in &batch.adds {
+                let values = held.get_mut(&(a.code.as_str(), a.day.0)).expect("read above");
+                let dimension = a.dimension.as_str();
+                let known = values.contains(&(dimension.to_owned(), a.value.clone()));
+                let count = values.iter().filter(|(d, _)| d == dimension).count();
+                let value = bounded_value(&a.value, known, count).to_owned();
+                values.insert((dimension.to_owned(), value.clone()));
+                rows.push((a.code.as_str(), a.day.0, dimension, value, a.clicks as i64));
+            }
+            // 200 rows of 5 values: well under SQLite's 32,766 parameters a statement.
+            for chunk in rows.chunks(200) {
+                let placeholders = vec!["(?, ?, ?, ?, ?)"; chunk.len()].join(", ");
+                let mut add = tx
+                    .prepare_cached(&format!(
+                        "INSERT INTO breakdowns (code, day, dimension, value, clicks) VALUES {placeholders} \
+                         ON CONFLICT (code, day, dimension, value) DO UPDATE SET clicks = clicks + excluded.clicks"
+                    ))
+                    .map_err(sql_err)?;
+                let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 5);
+                for (code, day, dimension, value, clicks) in chunk {
+                    values.extend([code as &dyn rusqlite::ToSql, day, dimension, value, clicks]);
+                }
+                add.execute(values.as_slice()).map_err(sql_err)?;
             }
             tx.commit().map_err(sql_err)?;
             Ok(BatchOutcome::Applied)

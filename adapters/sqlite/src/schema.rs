@@ -121,7 +121,7 @@ CREATE TABLE IF NOT EXISTS breakdowns (
     dimension TEXT NOT NULL,
     value TEXT NOT NULL,
     clicks INTEGER NOT NULL,
-    PRIMARY KEY (code, dimension, day, value)
+    PRIMARY KEY (code, day, dimension, value)
 ) WITHOUT ROWID;
 ";
 

@@ -5,9 +5,11 @@
 //! ([`super::ClickQueue::record_with`]); the shipper adds them up here when it drains, and
 //! a take hands the sums to the breakdown store after the take's click rows.
 
+/// foldhash (hashbrown's default): std's SipHash made the counting about 1,500
+/// instructions a click under callgrind (benches/results/2026-12-06e-callgrind-breakdowns.md).
+use hashbrown::HashMap;
 use rebound_core::dimensions::Dimensions;
 use rebound_store::{Dimension, DimensionAdd};
-use std::collections::HashMap;
 
 /// Calls `each` with every dimension `click` has a value of, and the value as the
 /// breakdowns name it.
