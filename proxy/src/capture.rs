@@ -21,7 +21,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 /// Whose click a redirect counts and, for a person's with breakdowns on, its dimensions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Click {
     pub visitor: Visitor,
     pub dimensions: Option<Dimensions>,
@@ -124,7 +124,7 @@ impl Capture {
                 found.campaign = None;
             }
             if found.source.is_some() || found.medium.is_some() || found.campaign.is_some() {
-                dimensions.campaign = Some(found);
+                dimensions.campaign = Some(Box::new(found));
             }
         }
         Click {

@@ -492,7 +492,7 @@ impl RedirectAnswers {
         }
         self.path.metrics.redirects.inc();
         match (click.visitor, &click.dimensions) {
-            (Visitor::Person, Some(dimensions)) => self.clicks.record_with(entry, *dimensions),
+            (Visitor::Person, Some(dimensions)) => self.clicks.record_with(entry, dimensions.clone()),
             (visitor, _) => self.clicks.record(entry, visitor),
         }
         res

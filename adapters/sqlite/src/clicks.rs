@@ -110,7 +110,8 @@ impl RollupStore for SqliteStore {
 #[async_trait]
 impl BreakdownStore for SqliteStore {
     /// One transaction: the batch's mark; the values each of its links' days holds already
-    /// (one range read per link and day, the table's key starting with both); each add's
+    /// (one read per day and 100 links, an index seek per link: the table's key starts with
+    /// the code and the day); each add's
     /// value bounded against them in memory, new ones counted as they come; then the adds
     /// in a few statements of many rows. A statement per add (a bound check and an upsert)
     /// cost about 30,000 instructions an add under callgrind
@@ -128,29 +129,59 @@ impl BreakdownStore for SqliteStore {
             if marked == 0 {
                 return Ok(BatchOutcome::AlreadyApplied);
             }
-            // (code, day) -> (dimension, value) held.
-            let mut held: HashMap<(&str, i32), HashSet<(String, String)>> = HashMap::new();
-            {
-                let mut read = tx
-                    .prepare_cached("SELECT dimension, value FROM breakdowns WHERE code = ?1 AND day = ?2")
-                    .map_err(sql_err)?;
-                for a in &batch.adds {
-                    if let std::collections::hash_map::Entry::Vacant(v) = held.entry((a.code.as_str(), a.day.0)) {
-                        let rows = read
-                            .query_map(params![a.code, a.day.0], |r| Ok((r.get(0)?, r.get(1)?)))
-                            .map_err(sql_err)?;
-                        v.insert(rows.collect::<rusqlite::Result<_>>().map_err(sql_err)?);
+            // What each (code, day) of the batch holds: its values, and how many per dimension.
+            #[derive(Default)]
+            struct Held {
+                values: HashSet<(&'static str, String)>,
+                per_dimension: HashMap<&'static str, usize>,
+            }
+            let mut held: HashMap<(&str, i32), Held> = HashMap::new();
+            for a in &batch.adds {
+                held.entry((a.code.as_str(), a.day.0)).or_default();
+            }
+            let dimension_named = |name: &str| Dimension::ALL.into_iter().find(|d| d.as_str() == name);
+            let keys: Vec<(&str, i32)> = held.keys().copied().collect();
+            // One read per day and 100 codes: an index seek per code.
+            let mut days: Vec<i32> = keys.iter().map(|(_, d)| *d).collect();
+            days.sort_unstable();
+            days.dedup();
+            for day in days {
+                let codes: Vec<&str> = keys.iter().filter(|(_, d)| *d == day).map(|(c, _)| *c).collect();
+                for chunk in codes.chunks(100) {
+                    let marks = vec!["?"; chunk.len()].join(", ");
+                    let mut read = tx
+                        .prepare_cached(&format!(
+                            "SELECT code, dimension, value FROM breakdowns WHERE day = ? AND code IN ({marks})"
+                        ))
+                        .map_err(sql_err)?;
+                    let mut args: Vec<&dyn rusqlite::ToSql> = vec![&day];
+                    args.extend(chunk.iter().map(|c| c as &dyn rusqlite::ToSql));
+                    let mut rows = read.query(args.as_slice()).map_err(sql_err)?;
+                    while let Some(row) = rows.next().map_err(sql_err)? {
+                        let (code, dimension, value): (String, String, String) =
+                            (row.get(0).map_err(sql_err)?, row.get(1).map_err(sql_err)?, row.get(2).map_err(sql_err)?);
+                        let (Some(dimension), Some(group)) = (
+                            dimension_named(&dimension),
+                            chunk.iter().find(|c| **c == code).and_then(|c| held.get_mut(&(*c, day))),
+                        ) else {
+                            continue;
+                        };
+                        if group.values.insert((dimension.as_str(), value)) {
+                            *group.per_dimension.entry(dimension.as_str()).or_default() += 1;
+                        }
                     }
                 }
             }
             let mut rows: Vec<(&str, i32, &str, String, i64)> = Vec::with_capacity(batch.adds.len());
             for a in &batch.adds {
-                let values = held.get_mut(&(a.code.as_str(), a.day.0)).expect("read above");
+                let group = held.get_mut(&(a.code.as_str(), a.day.0)).expect("entered above");
                 let dimension = a.dimension.as_str();
-                let known = values.contains(&(dimension.to_owned(), a.value.clone()));
-                let count = values.iter().filter(|(d, _)| d == dimension).count();
+                let known = group.values.contains(&(dimension, a.value.clone()));
+                let count = group.per_dimension.get(dimension).copied().unwrap_or(0);
                 let value = bounded_value(&a.value, known, count).to_owned();
-                values.insert((dimension.to_owned(), value.clone()));
+                if group.values.insert((dimension, value.clone())) {
+                    *group.per_dimension.entry(dimension).or_default() += 1;
+                }
                 rows.push((a.code.as_str(), a.day.0, dimension, value, a.clicks as i64));
             }
             // 200 rows of 5 values: well under SQLite's 32,766 parameters a statement.

@@ -8,22 +8,25 @@
 /// foldhash (hashbrown's default): std's SipHash made the counting about 1,500
 /// instructions a click under callgrind (benches/results/2026-12-06e-callgrind-breakdowns.md).
 use hashbrown::HashMap;
-use rebound_core::dimensions::Dimensions;
+use rebound_core::dimensions::{Dimensions, Referrer};
 use rebound_store::{Dimension, DimensionAdd};
 
 /// Calls `each` with every dimension `click` has a value of, and the value as the
-/// breakdowns name it.
-pub fn each_value(click: &Dimensions, mut each: impl FnMut(Dimension, &str)) {
+/// breakdowns name it, as bytes: no UTF-8 check of each value on each click (the values
+/// are built from text, and read back as text once per take).
+fn each_bytes(click: &Dimensions, mut each: impl FnMut(Dimension, &[u8])) {
     if let Some(country) = &click.country {
-        each(Dimension::Country, country.as_str());
+        each(Dimension::Country, country.as_str().as_bytes());
     }
-    if let Some(referrer) = &click.referrer {
-        each(Dimension::Referrer, referrer.as_str());
+    match &click.referrer {
+        Some(Referrer::Host(host)) => each(Dimension::Referrer, host.as_bytes()),
+        Some(other) => each(Dimension::Referrer, other.as_str().as_bytes()),
+        None => {}
     }
     if let Some(agent) = &click.agent {
-        each(Dimension::Device, agent.device.as_str());
-        each(Dimension::Browser, agent.browser.as_str());
-        each(Dimension::Os, agent.os.as_str());
+        each(Dimension::Device, agent.device.as_str().as_bytes());
+        each(Dimension::Browser, agent.browser.as_bytes());
+        each(Dimension::Os, agent.os.as_bytes());
     }
     if let Some(campaign) = &click.campaign {
         for (dimension, value) in [
@@ -32,14 +35,14 @@ pub fn each_value(click: &Dimensions, mut each: impl FnMut(Dimension, &str)) {
             (Dimension::UtmCampaign, &campaign.campaign),
         ] {
             if let Some(value) = value {
-                each(dimension, value.as_str());
+                each(dimension, value.as_bytes());
             }
         }
     }
 }
 
-/// Counts by value, one map per dimension (in [`Dimension::ALL`]'s order).
-type ByValue = [HashMap<Box<str>, u64>; Dimension::ALL.len()];
+/// Counts by value (its bytes), one map per dimension (in [`Dimension::ALL`]'s order).
+type ByValue = [HashMap<Box<[u8]>, u64>; Dimension::ALL.len()];
 
 /// People's clicks by code, dimension and value since the last take.
 #[derive(Debug, Default)]
@@ -58,7 +61,7 @@ impl BreakdownCounts {
             Some(by_value) => by_value,
             None => self.counts.entry(code.into()).or_default(),
         };
-        each_value(dimensions, |dimension, value| {
+        each_bytes(dimensions, |dimension, value| {
             if !counted[dimension as usize] {
                 return;
             }
@@ -86,7 +89,7 @@ impl BreakdownCounts {
                     code: code.clone().into(),
                     day,
                     dimension,
-                    value: value.into(),
+                    value: String::from_utf8_lossy(&value).into_owned(),
                     clicks,
                 }));
             }
@@ -120,15 +123,15 @@ mod tests {
     fn a_click_names_each_dimension_it_has() {
         let mut seen = Vec::new();
         let c = Dimensions {
-            campaign: Some(Campaign {
+            campaign: Some(Box::new(Campaign {
                 source: Some(CampaignValue::truncated("news")),
                 medium: None,
                 campaign: Some(CampaignValue::truncated("spring")),
-            }),
+            })),
             referrer: Some(Referrer::Direct),
             ..click(b"DE", "x", "Safari")
         };
-        each_value(&c, |d, v| seen.push((d, v.to_owned())));
+        each_bytes(&c, |d, v| seen.push((d, String::from_utf8(v.to_vec()).unwrap())));
         let want = [
             (Dimension::Country, "DE"),
             (Dimension::Referrer, "direct"),
@@ -144,10 +147,10 @@ mod tests {
             country: Some(Country::UNKNOWN),
             ..Dimensions::default()
         };
-        each_value(&c, |d, v| unknown.push((d, v.to_owned())));
+        each_bytes(&c, |d, v| unknown.push((d, String::from_utf8(v.to_vec()).unwrap())));
         assert_eq!(unknown, vec![(Dimension::Country, "unknown".to_owned())]);
         let mut none = Vec::new();
-        each_value(&Dimensions::default(), |d, _| none.push(d));
+        each_bytes(&Dimensions::default(), |d, _| none.push(d));
         assert!(none.is_empty(), "every dimension off: nothing counted");
     }
 
