@@ -84,7 +84,12 @@ fn main() {
         .map(|_| {
             let t = Instant::now();
             let got = runtime
-                .block_on(store.read_breakdown("link00042", Dimension::Country, Day(20_000), Day(20_000 + days - 1)))
+                .block_on(store.read_breakdown(
+                    &format!("link{:05}", links / 2),
+                    Dimension::Country,
+                    Day(20_000),
+                    Day(20_000 + days - 1),
+                ))
                 .unwrap();
             assert_eq!(got.len(), 50);
             t.elapsed().as_secs_f64() * 1e3

@@ -543,3 +543,48 @@ async fn clicks_are_broken_down_by_country_referrer_agent_and_campaign() {
     // The medium was switched off: nothing counted under it.
     assert_eq!(stats("utm_medium").await["breakdown"]["counted"], json!(0));
 }
+
+/// A CDN's country header is believed from the trusted networks only: from a trusted peer
+/// it names the country; from any other peer it is ignored (no database here: `unknown`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cdn_country_header_is_believed_from_the_trusted_networks_only() {
+    let dir = temp_dir();
+    let rb = Rebound::start(
+        dir.path(),
+        &[
+            ("REBOUND_TRUSTED_NETWORKS", "127.0.0.1"),
+            ("REBOUND_COUNTRY_HEADER", "cloudflare"),
+            ("REBOUND_CLICK_MAX_HOLD_MS", "200"),
+        ],
+    );
+    rb.create(json!({"long_url": "https://example.com/open", "custom_alias": "open"}))
+        .await;
+    let addr = rb.redirect();
+    let request = |country: &str| {
+        format!(
+            "GET /open HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: {}\r\nCF-IPCountry: {country}\r\nConnection: close\r\n\r\n",
+            AGENTS[0].0
+        )
+        .into_bytes()
+    };
+    for (peer, country) in [
+        ([127, 0, 0, 1], "JP"),
+        ([127, 0, 0, 1], "jp"),
+        ([127, 0, 0, 1], "T1"),
+        ([127, 0, 0, 2], "FR"),
+    ] {
+        let (answer, _) = exchange_from(peer, &addr, &[&request(country)]);
+        assert_eq!(status(&answer), 302, "{answer}");
+    }
+    let want = json!([{"value": "JP", "clicks": 2}, {"value": "tor", "clicks": 1}, {"value": "unknown", "clicks": 1}]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (s, body) = rb.api(Method::GET, "/api/v1/links/open/stats?by=country", None).await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+        if body["breakdown"]["values"] == want {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
