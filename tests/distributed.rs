@@ -524,6 +524,16 @@ async fn clicks_reach_the_stats_through_sqs_and_a_poison_message_lands_in_the_dl
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // DynamoDB keeps no breakdowns (yet): asked for one, the control plane says so.
+    let (s, body) = api(
+        &cp,
+        reqwest::Method::GET,
+        &format!("/api/v1/links/{code}/stats?by=country"),
+        None,
+    )
+    .await;
+    assert_eq!(s, 409, "{body}");
+    assert_eq!(body["error"]["code"], "breakdowns_unavailable", "{body}");
 
     d.sqs().await.send_raw("this is not a click batch").await.unwrap();
     let dlq = d.dlq().await;
