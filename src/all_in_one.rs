@@ -12,7 +12,7 @@ use crate::process_metrics::ProcessRegistry;
 use crate::settings::Settings;
 use anyhow::Context;
 use rebound_core::Clock;
-use rebound_proxy::clicks::{ClickWriter, StoreClickSink};
+use rebound_proxy::clicks::{ClickWriter, StoreBreakdownSink, StoreClickSink};
 use rebound_proxy::server::Shutdown;
 use rebound_store::Store;
 use std::future::Future;
@@ -82,7 +82,7 @@ impl AllInOne {
             clicks: ClickWriter {
                 runtime: click_writes,
                 sink: Arc::new(StoreClickSink(store.clone())),
-                breakdowns: rebound_store::breakdowns::breakdowns_of(store.clone()),
+                breakdowns: StoreBreakdownSink::of(store.clone()),
             },
             fleet: Fleet::InProcess,
             home: None,

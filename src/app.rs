@@ -18,10 +18,11 @@ use rebound_core::Causes;
 use rebound_core::{Clock, SystemClock};
 use rebound_dynamodb::DynamoStore;
 use rebound_metering::MeteredClickSink;
-use rebound_proxy::clicks::{low_priority_runtime, ClickSink, ClickWriter, StoreClickSink};
+use rebound_proxy::clicks::{low_priority_runtime, ClickSink, ClickWriter, StoreBreakdownSink, StoreClickSink};
 use rebound_proxy::issued::{stored_permutation_key, SyncError};
 use rebound_redis::RedisBreakerState;
 use rebound_sqs::{LazyClickQueue, SqsClickQueue};
+use rebound_store::BreakdownSink;
 use std::sync::Arc;
 
 /// How a data plane process starts.
@@ -99,22 +100,24 @@ pub fn run_proxy(settings: Settings, options: RunOptions, runtime: &tokio::runti
     let stop = stop_requested(true, runtime.handle());
     listeners.announce_redirect()?;
     listeners.metrics.announce("metrics")?;
-    // Breakdowns are written where the clicks are: by this proxy on the embedded queue.
-    let mut breakdowns = None;
-    let sink: Arc<dyn ClickSink> = match &settings.queue {
+    // Breakdowns go where the click rows go: to the queue, or to the store.
+    let (sink, breakdowns): (Arc<dyn ClickSink>, _) = match &settings.queue {
         QueueChoice::Sqs { queue_name } => {
             let client = runtime.block_on(SqsClickQueue::client_from_env());
-            Arc::new(MeteredClickSink::new(
+            let queue = Arc::new(MeteredClickSink::new(
                 Arc::new(LazyClickQueue::new(client, queue_name.clone())),
                 &metrics.adapters,
                 "sqs",
                 "send_message_batch",
-            ))
+            ));
+            (queue.clone(), Some(queue as Arc<dyn BreakdownSink>))
         }
         QueueChoice::Embedded => {
             tracing::warn!("REBOUND_QUEUE is not sqs: clicks are added to the rollups directly by this proxy");
-            breakdowns = rebound_store::breakdowns::breakdowns_of(store.clone());
-            Arc::new(StoreClickSink(store.clone()))
+            (
+                Arc::new(StoreClickSink(store.clone())),
+                StoreBreakdownSink::of(store.clone()),
+            )
         }
     };
     let adapters = DataPlaneAdapters {

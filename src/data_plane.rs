@@ -456,9 +456,9 @@ impl DataPlane {
                 GEOIP_DATABASE.name(),
                 COUNTRY_HEADER.name()
             ),
-            None if !r.breakdowns.is_empty() && !breakdowns => tracing::info!(
-                "breakdowns: none here, for the clicks go to a queue (SQS) and only the embedded store keeps them"
-            ),
+            None if !r.breakdowns.is_empty() && !breakdowns => {
+                tracing::info!("breakdowns: none here, for the store the clicks go to keeps none")
+            }
             _ => {}
         }
         let redirects = Redirects::answering(

@@ -6,12 +6,12 @@
 
 use rebound_test_support as common;
 
-use common::rebound::{exchange, read_answer, End, Rebound};
+use common::rebound::{exchange, End, Rebound};
+use common::visitors::{self, exchange_from, status, v1};
 use common::*;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
-use std::io::Write;
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(5);
@@ -49,11 +49,6 @@ fn v2(source: &str, destination: &str) -> Vec<u8> {
     h
 }
 
-/// A version 1 PROXY header for `client` (IPv4).
-fn v1(client: &str) -> Vec<u8> {
-    format!("PROXY TCP4 {client} 10.0.0.1 40000 80\r\n").into_bytes()
-}
-
 fn get(path: &str) -> Vec<u8> {
     get_on("127.0.0.1", path)
 }
@@ -71,33 +66,6 @@ fn wrong_password(extra: &str) -> Vec<u8> {
         body.len()
     )
     .into_bytes()
-}
-
-/// The status of an answer read off a raw exchange (0: no answer).
-fn status(answer: &str) -> u16 {
-    answer
-        .strip_prefix("HTTP/1.1 ")
-        .and_then(|rest| rest.get(..3))
-        .and_then(|code| code.parse().ok())
-        .unwrap_or(0)
-}
-
-/// `bytes` sent from `local` (an address of 127.0.0.0/8) to `addr`, in `pieces` (each
-/// after a pause, as packets apart); the answer and how the connection ended.
-fn exchange_from(local: [u8; 4], addr: &str, pieces: &[&[u8]]) -> (String, End) {
-    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    socket.bind(&SocketAddr::from((local, 0)).into()).unwrap();
-    socket.connect(&addr.parse::<SocketAddr>().unwrap().into()).unwrap();
-    let mut s: TcpStream = socket.into();
-    s.set_nodelay(true).unwrap();
-    s.set_read_timeout(Some(WAIT)).unwrap();
-    for piece in pieces {
-        if s.write_all(piece).is_err() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    read_answer(&mut s)
 }
 
 async fn protected_and_open_links(rb: &Rebound) {
@@ -360,68 +328,6 @@ fn a_proxy_protocol_port_needs_trusted_networks() {
     assert!(err.contains("redirect_tls"), "{err}");
 }
 
-/// Agents of the test below, with the device class, browser and OS they count as.
-const AGENTS: [(&str, &str, &str, &str); 4] = [
-    (
-        "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36",
-        "desktop",
-        "Chrome",
-        "Windows",
-    ),
-    (
-        "Mozilla/5.0 (iPhone; CPU iPhone OS 18_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/18.1 Mobile/15E148 Safari/604.1",
-        "mobile",
-        "Safari",
-        "iOS",
-    ),
-    (
-        "Mozilla/5.0 (iPad; CPU OS 17_7 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.7 Mobile/15E148 Safari/604.1",
-        "tablet",
-        "Safari",
-        "iOS",
-    ),
-    (
-        "Mozilla/5.0 (Linux; Android 14; SM-S918B) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.6778.39 Mobile Safari/537.36",
-        "mobile",
-        "Chrome",
-        "Android",
-    ),
-];
-
-/// Clients behind the balancer, with the country the real database places them in.
-const CLIENTS: [(&str, &str); 6] = [
-    ("8.8.8.8", "US"),
-    ("193.0.6.139", "NL"),
-    ("202.12.27.33", "JP"),
-    ("200.160.2.3", "BR"),
-    ("85.214.132.117", "DE"),
-    ("10.0.0.7", "unknown"),
-];
-
-/// `Referer` sent (none: direct), and the referrer counted.
-const REFERRERS: [(Option<&str>, &str); 4] = [
-    (None, "direct"),
-    (Some("https://news.ycombinator.com/item?id=42"), "news.ycombinator.com"),
-    (Some("https://www.google.com/"), "www.google.com"),
-    (Some("android-app://com.slack/"), "unknown"),
-];
-
-/// A campaign's source, medium and campaign.
-type Utm = (&'static str, &'static str, &'static str);
-
-/// The query of a click, and its campaign.
-const CAMPAIGNS: [(&str, Option<Utm>); 3] = [
-    ("", None),
-    (
-        "?utm_source=newsletter&utm_medium=email&utm_campaign=spring%20sale",
-        Some(("newsletter", "email", "spring sale")),
-    ),
-    (
-        "?utm_source=mastodon&utm_campaign=launch",
-        Some(("mastodon", "", "launch")),
-    ),
-];
-
 /// People's clicks from clients a real country database places in five countries (and one it
 /// does not), behind a balancer that sends PROXY headers, with three referrers (and none),
 /// four agents and two campaigns: each dimension's breakdown is what was sent, bots are
@@ -429,7 +335,6 @@ const CAMPAIGNS: [(&str, Option<Utm>); 3] = [
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs REBOUND_TEST_COUNTRY_DB (a real country database: scripts/fetch-country-db; scripts/test sets it)"]
 async fn clicks_are_broken_down_by_country_referrer_agent_and_campaign() {
-    use std::collections::BTreeMap;
     let db = std::env::var("REBOUND_TEST_COUNTRY_DB").expect("REBOUND_TEST_COUNTRY_DB");
     let dir = temp_dir();
     let rb = Rebound::start(
@@ -448,49 +353,18 @@ async fn clicks_are_broken_down_by_country_referrer_agent_and_campaign() {
     );
     rb.create(json!({"long_url": "https://example.com/open", "custom_alias": "open"}))
         .await;
-    let addr = rb.redirect();
-    let mut want: BTreeMap<(&str, String), u64> = BTreeMap::new();
+    let counted = [
+        "country",
+        "referrer",
+        "device",
+        "browser",
+        "os",
+        "utm_source",
+        "utm_campaign",
+    ];
     let clicks = 48;
-    for i in 0..clicks {
-        let (client, country) = CLIENTS[i % CLIENTS.len()];
-        let (agent, device, browser, os) = AGENTS[i % AGENTS.len()];
-        let (referer, referrer) = REFERRERS[i % REFERRERS.len()];
-        let (query, campaign) = CAMPAIGNS[i % CAMPAIGNS.len()];
-        let referer = referer.map_or(String::new(), |r| format!("Referer: {r}\r\n"));
-        let request = format!(
-            "GET /open{query} HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: {agent}\r\n{referer}Connection: close\r\n\r\n"
-        );
-        let (answer, _) = exchange_from([127, 0, 0, 1], &addr, &[&[v1(client), request.into_bytes()].concat()]);
-        assert_eq!(status(&answer), 302, "{answer}");
-        for (by, value) in [
-            ("country", country),
-            ("referrer", referrer),
-            ("device", device),
-            ("browser", browser),
-            ("os", os),
-        ] {
-            *want.entry((by, value.to_owned())).or_default() += 1;
-        }
-        if let Some((source, _, name)) = campaign {
-            for (by, value) in [("utm_source", source), ("utm_campaign", name)] {
-                *want.entry((by, value.to_owned())).or_default() += 1;
-            }
-        }
-    }
-    // Bots: counted apart, never broken down.
-    for agent in [
-        "Slackbot-LinkExpanding 1.0 (+https://api.slack.com/robots)",
-        "curl/8.5.0",
-    ] {
-        let request =
-            format!("GET /open HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: {agent}\r\nConnection: close\r\n\r\n");
-        let (answer, _) = exchange_from(
-            [127, 0, 0, 1],
-            &addr,
-            &[&[v1("8.8.8.8"), request.into_bytes()].concat()],
-        );
-        assert_eq!(status(&answer), 302, "{answer}");
-    }
+    let want = visitors::send_people_clicks(&rb.redirect(), "/open", clicks, &counted);
+    visitors::send_bot_clicks(&rb.redirect(), "/open");
     let stats = |by: &'static str| {
         let rb = &rb;
         async move {
@@ -502,44 +376,7 @@ async fn clicks_are_broken_down_by_country_referrer_agent_and_campaign() {
         }
     };
     // Written with the clicks' rows: within the hold, give or take a drain.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while stats("country").await["breakdown"]["counted"] != json!(clicks) {
-        assert!(std::time::Instant::now() < deadline, "{}", stats("country").await);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    for by in [
-        "country",
-        "referrer",
-        "device",
-        "browser",
-        "os",
-        "utm_source",
-        "utm_campaign",
-    ] {
-        let body = stats(by).await;
-        assert_eq!(body["total"], json!(clicks), "people's total: {body}");
-        assert_eq!(body["bot_total"], json!(2), "{body}");
-        let got: BTreeMap<String, u64> = body["breakdown"]["values"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| (v["value"].as_str().unwrap().to_owned(), v["clicks"].as_u64().unwrap()))
-            .collect();
-        let expected: BTreeMap<String, u64> = want
-            .iter()
-            .filter(|((d, _), _)| *d == by)
-            .map(|((_, v), n)| (v.clone(), *n))
-            .collect();
-        assert_eq!(got, expected, "by {by}");
-    }
-    let countries = stats("country").await;
-    let named: Vec<&str> = countries["breakdown"]["values"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|v| v["value"].as_str().filter(|c| c.len() == 2))
-        .collect();
-    assert!(named.len() >= 5, "five countries: {named:?}");
+    visitors::assert_breakdowns(stats, clicks, &want, &counted, Duration::from_secs(20)).await;
     // The medium was switched off: nothing counted under it.
     assert_eq!(stats("utm_medium").await["breakdown"]["counted"], json!(0));
 }
@@ -563,7 +400,7 @@ async fn a_cdn_country_header_is_believed_from_the_trusted_networks_only() {
     let request = |country: &str| {
         format!(
             "GET /open HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: {}\r\nCF-IPCountry: {country}\r\nConnection: close\r\n\r\n",
-            AGENTS[0].0
+            visitors::AGENTS[0].0
         )
         .into_bytes()
     };

@@ -524,17 +524,6 @@ async fn clicks_reach_the_stats_through_sqs_and_a_poison_message_lands_in_the_dl
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    // DynamoDB keeps no breakdowns (yet): asked for one, the control plane says so.
-    let (s, body) = api(
-        &cp,
-        reqwest::Method::GET,
-        &format!("/api/v1/links/{code}/stats?by=country"),
-        None,
-    )
-    .await;
-    assert_eq!(s, 409, "{body}");
-    assert_eq!(body["error"]["code"], "breakdowns_unavailable", "{body}");
-
     d.sqs().await.send_raw("this is not a click batch").await.unwrap();
     let dlq = d.dlq().await;
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -553,6 +542,69 @@ async fn clicks_reach_the_stats_through_sqs_and_a_poison_message_lands_in_the_dl
         );
     }
     assert_eq!(clicks(&cp, &code).await, 7, "still exactly 7");
+}
+
+/// The breakdowns through the fleet: a proxy behind a balancer that sends PROXY headers
+/// captures each person's country (from a real country database), referrer, agent and
+/// campaign, ships the counts to SQS beside the click rows, and the control plane's consumer
+/// adds them to DynamoDB, where the stats read them: the same clicks, and the same answer,
+/// as the all-in-one's (`tests/client_address.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_REDIS_URL, REBOUND_TEST_DYNAMODB_URL and REBOUND_TEST_COUNTRY_DB (the test services and scripts/fetch-country-db): scripts/test sets them and runs it"]
+async fn clicks_are_broken_down_through_sqs_and_the_consumer() {
+    use common::visitors;
+    let db = std::env::var("REBOUND_TEST_COUNTRY_DB").expect("REBOUND_TEST_COUNTRY_DB");
+    let d = Deployment::new(&shared_aws_url(), Some(&shared_redis_url()));
+    let dir = temp_dir();
+    let cp = d.control_plane(dir.path(), &[]);
+    let p = d
+        .proxy(
+            dir.path(),
+            &[
+                ("REBOUND_PROXY_PROTOCOL", "redirect"),
+                ("REBOUND_TRUSTED_NETWORKS", "127.0.0.1"),
+                ("REBOUND_GEOIP_DATABASE", &db),
+                ("REBOUND_CLICK_MAX_HOLD_MS", "200"),
+            ],
+        )
+        .await;
+    let code = create(&cp, json!({"long_url": "https://example.com/who"})).await;
+    let counted = [
+        "country",
+        "referrer",
+        "device",
+        "browser",
+        "os",
+        "utm_source",
+        "utm_medium",
+        "utm_campaign",
+    ];
+    let (redirect, path) = (p.addrs["redirect"].clone(), format!("/{code}"));
+    let clicks = 48;
+    let want = tokio::task::spawn_blocking(move || {
+        let want = visitors::send_people_clicks(&redirect, &path, clicks, &counted);
+        visitors::send_bot_clicks(&redirect, &path);
+        want
+    })
+    .await
+    .unwrap();
+    let stats = |by: &'static str| {
+        let (cp, code) = (&cp, &code);
+        async move {
+            let (s, body) = api(
+                cp,
+                reqwest::Method::GET,
+                &format!("/api/v1/links/{code}/stats?by={by}"),
+                None,
+            )
+            .await;
+            assert_eq!(s, 200, "{body}");
+            body
+        }
+    };
+    visitors::assert_breakdowns(stats, clicks, &want, &counted, Duration::from_secs(60)).await;
+    let sent = metric(&p, "rebound_breakdown_batches_failed_total").await;
+    assert_eq!(sent, 0.0, "no breakdown batch failed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,6 @@
 //! The click consumer (distributed mode): long-polls the click queue (a [`ClickInbox`]; SQS
-//! in production), adds each batch to the rollups, and deletes a message only after its
-//! adds succeeded. A batch is applied at
+//! in production), adds each batch to the rollups (click rows) or to the breakdowns, and
+//! deletes a message only after its adds succeeded. A batch is applied at
 //! most once (its id is recorded in the same transaction as the adds), so a redelivered
 //! message is not counted twice. A message that keeps failing is left alone and moves to
 //! the dead-letter queue after three receives. Every step is counted (`metrics`), and the
@@ -8,7 +8,7 @@
 
 use crate::metrics::ConsumerMetrics;
 use rebound_metering::{AdapterMetrics, OperationMetrics};
-use rebound_store::{BatchOutcome, ClickInbox, RollupStore};
+use rebound_store::{BatchOutcome, ClickInbox, QueuedBatch, RollupStore, StoreError};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -79,13 +79,13 @@ pub async fn run_click_consumer(
                     continue;
                 }
             };
-            match store.apply_clicks(&batch).await {
+            match apply(store.as_ref(), &batch).await {
                 Ok(outcome) => {
                     match outcome {
                         BatchOutcome::Applied => metrics.applied.inc(),
                         BatchOutcome::AlreadyApplied => {
                             metrics.redeliveries_skipped.inc();
-                            tracing::debug!(batch = %batch.id, "click batch redelivered; already counted");
+                            tracing::debug!(batch = %batch.id(), "click batch redelivered; already counted");
                         }
                     }
                     if let Err(e) = calls.delete.store_call(queue.delete(&m.receipt)).await {
@@ -102,6 +102,19 @@ pub async fn run_click_consumer(
                 }
             }
         }
+    }
+}
+
+/// Adds `batch` to the rollups or to the breakdowns. A store that keeps no breakdowns
+/// refuses theirs, so that the message is retried and, after its last receive, kept in the
+/// dead-letter queue (every adapter in this tree keeps them).
+async fn apply(store: &dyn RollupStore, batch: &QueuedBatch) -> Result<BatchOutcome, StoreError> {
+    match batch {
+        QueuedBatch::Clicks(clicks) => store.apply_clicks(clicks).await,
+        QueuedBatch::Breakdowns(adds) => match store.breakdowns() {
+            Some(breakdowns) => breakdowns.apply_dimensions(adds).await,
+            None => Err(StoreError::Internal("this store keeps no breakdowns".into())),
+        },
     }
 }
 
@@ -142,10 +155,12 @@ pub async fn watch_queue_depths(
 mod tests {
     use super::*;
     use rebound_core::Day;
-    use rebound_store::{ClickAdd, ClickBatch, MemoryInbox, MemoryStore};
+    use rebound_store::{
+        BreakdownStore, ClickAdd, ClickBatch, Dimension, DimensionAdd, DimensionBatch, MemoryInbox, MemoryStore,
+    };
 
-    fn batch(id: &str, clicks: u64) -> ClickBatch {
-        ClickBatch {
+    fn batch_of(id: &str, clicks: u64) -> QueuedBatch {
+        QueuedBatch::Clicks(ClickBatch {
             id: id.into(),
             adds: vec![ClickAdd {
                 code: "abc".into(),
@@ -153,7 +168,20 @@ mod tests {
                 clicks,
                 bot_clicks: 0,
             }],
-        }
+        })
+    }
+
+    fn breakdowns_of(id: &str, country: &str, clicks: u64) -> QueuedBatch {
+        QueuedBatch::Breakdowns(DimensionBatch {
+            id: id.into(),
+            adds: vec![DimensionAdd {
+                code: "abc".into(),
+                day: Day(20_000),
+                dimension: Dimension::Country,
+                value: country.into(),
+                clicks,
+            }],
+        })
     }
 
     struct Running {
@@ -212,9 +240,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_batch_is_applied_then_deleted_and_a_redelivered_one_counts_once() {
         let inbox = MemoryInbox::new(3);
-        inbox.push(Ok(batch("b1", 5)));
-        inbox.push(Ok(batch("b1", 5)));
-        inbox.push(Ok(batch("b2", 2)));
+        inbox.push(Ok(batch_of("b1", 5)));
+        inbox.push(Ok(batch_of("b1", 5)));
+        inbox.push(Ok(batch_of("b2", 2)));
         let r = start(inbox);
         until(|| r.inbox.deleted().len() == 3).await;
         assert_eq!(total(&r.store).await, 7, "b1 once, b2 once");
@@ -227,9 +255,32 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn breakdowns_are_applied_once_beside_the_click_rows() {
+        let inbox = MemoryInbox::new(3);
+        inbox.push(Ok(batch_of("b1", 5)));
+        inbox.push(Ok(breakdowns_of("d1", "DE", 3)));
+        inbox.push(Ok(breakdowns_of("d1", "DE", 3)));
+        inbox.push(Ok(breakdowns_of("d2", "JP", 2)));
+        let r = start(inbox);
+        until(|| r.inbox.deleted().len() == 4).await;
+        assert_eq!(total(&r.store).await, 5);
+        let by_country = r
+            .store
+            .read_breakdown("abc", Dimension::Country, Day(20_000), Day(20_000))
+            .await
+            .unwrap();
+        let got: Vec<(&str, u64)> = by_country.iter().map(|v| (v.value.as_str(), v.clicks)).collect();
+        assert_eq!(got, vec![("DE", 3), ("JP", 2)], "d1 once");
+        assert_eq!(r.metrics.applied.get(), 3);
+        assert_eq!(r.metrics.redeliveries_skipped.get(), 1);
+        r.stop.send(true).unwrap();
+        r.task.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_batch_the_store_refuses_is_kept_and_applied_when_it_comes_back() {
         let inbox = MemoryInbox::new(3);
-        inbox.push(Ok(batch("b1", 4)));
+        inbox.push(Ok(batch_of("b1", 4)));
         let r = start(inbox);
         r.store.set_unavailable(true);
         until(|| r.metrics.apply_failed.get() == 1).await;
@@ -269,15 +320,15 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert_eq!(r.metrics.received.get(), 0);
         r.inbox.set_failing(false);
-        r.inbox.push(Ok(batch("b1", 1)));
+        r.inbox.push(Ok(batch_of("b1", 1)));
         until(|| r.inbox.deleted().len() == 1).await;
 
         let registry = prometheus::Registry::new();
         let metrics = ConsumerMetrics::register(&registry).unwrap();
         let calls = ConsumerCalls::new(&AdapterMetrics::register(&registry).unwrap());
         let dead = Arc::new(MemoryInbox::new(3));
-        dead.push(Ok(batch("x", 1)));
-        dead.push(Ok(batch("y", 1)));
+        dead.push(Ok(batch_of("x", 1)));
+        dead.push(Ok(batch_of("y", 1)));
         let (stop, stopped) = watch::channel(false);
         let watcher = tokio::spawn(watch_queue_depths(
             [

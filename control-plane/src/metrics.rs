@@ -314,7 +314,7 @@ impl ConsumerMetrics {
             )?,
             applied: counter(
                 "rebound_consumer_batches_applied_total",
-                "Click batches added to the rollups.",
+                "Click batches added to the rollups, and breakdowns' batches to the breakdowns.",
             )?,
             redeliveries_skipped: counter(
                 "rebound_consumer_redeliveries_skipped_total",

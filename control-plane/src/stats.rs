@@ -42,8 +42,7 @@ impl StatsService {
             (Some(_), None) => {
                 return Err(ApiError::Conflict {
                     code: "breakdowns_unavailable",
-                    message: "this deployment's store keeps no breakdowns: the embedded store does, DynamoDB does \
-                              not yet (docs/analytics.md)",
+                    message: "this deployment's store keeps no breakdowns (docs/analytics.md)",
                 })
             }
             (Some(by), Some(store)) => Some((by, store)),

@@ -17,9 +17,9 @@ use rebound_core::{Day, Link, LinkEdit, UnixMillis};
 use rebound_store::certs::{CertificateStore, StoredCertificate};
 use rebound_store::domains::DomainStore;
 use rebound_store::{
-    ApiKeyRecord, AttemptBudget, AuditEvent, AuditLog, BatchOutcome, ClickBatch, ClickSink, CounterStore, EventError,
-    IdempotencyRecord, KeyStore, L2Read, LinkEvents, LinkPage, LinkReads, LinkStore, Propagation, PropagationLease,
-    RecordCache, RollupStore, Store, StoreError,
+    ApiKeyRecord, AttemptBudget, AuditEvent, AuditLog, BatchOutcome, BreakdownSink, ClickBatch, ClickSink,
+    CounterStore, DimensionBatch, EventError, IdempotencyRecord, KeyStore, L2Read, LinkEvents, LinkPage, LinkReads,
+    LinkStore, Propagation, PropagationLease, RecordCache, RollupStore, Store, StoreError,
 };
 use std::future::Future;
 use std::ops::Range;
@@ -758,20 +758,15 @@ impl RegionTimedLinkEvents {
     }
 }
 
-/// A [`ClickSink`] whose every shipment is counted and timed as one call of `adapter`
-/// (`sqs`: `send_message_batch`).
-pub struct MeteredClickSink {
-    inner: Arc<dyn ClickSink>,
+/// A [`ClickSink`] (and [`BreakdownSink`]) whose every shipment is counted and timed as
+/// one call of `adapter` (`sqs`: `send_message_batch`).
+pub struct MeteredClickSink<S: ?Sized> {
+    inner: Arc<S>,
     ship: OperationMetrics,
 }
 
-impl MeteredClickSink {
-    pub fn new(
-        inner: Arc<dyn ClickSink>,
-        metrics: &AdapterMetrics,
-        adapter: &str,
-        operation: &str,
-    ) -> MeteredClickSink {
+impl<S: ?Sized> MeteredClickSink<S> {
+    pub fn new(inner: Arc<S>, metrics: &AdapterMetrics, adapter: &str, operation: &str) -> MeteredClickSink<S> {
         MeteredClickSink {
             inner,
             ship: metrics.operation(adapter, operation),
@@ -780,9 +775,16 @@ impl MeteredClickSink {
 }
 
 #[async_trait]
-impl ClickSink for MeteredClickSink {
+impl<S: ClickSink + ?Sized> ClickSink for MeteredClickSink<S> {
     async fn ship(&self, batches: &[ClickBatch]) -> Result<(), StoreError> {
         self.ship.store_call(self.inner.ship(batches)).await
+    }
+}
+
+#[async_trait]
+impl<S: BreakdownSink + ?Sized> BreakdownSink for MeteredClickSink<S> {
+    async fn ship_breakdowns(&self, batches: &[DimensionBatch]) -> Result<(), StoreError> {
+        self.ship.store_call(self.inner.ship_breakdowns(batches)).await
     }
 }
 

@@ -1,9 +1,10 @@
 //! Clicks between the planes. A data plane ships the click batches it aggregated to a
-//! [`ClickSink`]: the rollups of the embedded store (the all-in-one), or the click queue
-//! (SQS, `rebound-sqs`). In distributed mode the control plane's consumer drains that
-//! queue through a [`ClickInbox`].
+//! [`ClickSink`], and its breakdowns' batches to a [`BreakdownSink`]: the rollups and
+//! breakdowns of the embedded store (the all-in-one), or the click queue (SQS,
+//! `rebound-sqs`). In distributed mode the control plane's consumer drains that queue
+//! through a [`ClickInbox`].
 
-use crate::{ClickBatch, StoreError, UnixMillis};
+use crate::{ClickBatch, DimensionBatch, StoreError, UnixMillis};
 use async_trait::async_trait;
 use std::time::Duration;
 
@@ -14,6 +15,42 @@ pub trait ClickSink: Send + Sync {
     async fn ship(&self, batches: &[ClickBatch]) -> Result<(), StoreError>;
 }
 
+/// Where the breakdowns' batches go (docs/spec.md §13).
+#[async_trait]
+pub trait BreakdownSink: Send + Sync {
+    /// Ships the batches of one take; an error means none of them is known to be kept.
+    async fn ship_breakdowns(&self, batches: &[DimensionBatch]) -> Result<(), StoreError>;
+}
+
+/// What a message of the click queue carries: a batch of click rows, or of breakdowns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueuedBatch {
+    Clicks(ClickBatch),
+    Breakdowns(DimensionBatch),
+}
+
+impl QueuedBatch {
+    /// Its id, unique among every batch of either kind.
+    pub fn id(&self) -> &str {
+        match self {
+            QueuedBatch::Clicks(b) => &b.id,
+            QueuedBatch::Breakdowns(b) => &b.id,
+        }
+    }
+}
+
+impl From<ClickBatch> for QueuedBatch {
+    fn from(batch: ClickBatch) -> QueuedBatch {
+        QueuedBatch::Clicks(batch)
+    }
+}
+
+impl From<DimensionBatch> for QueuedBatch {
+    fn from(batch: DimensionBatch) -> QueuedBatch {
+        QueuedBatch::Breakdowns(batch)
+    }
+}
+
 /// A message taken from the click queue. It stays hidden for the visibility given to
 /// [`ClickInbox::receive`], then is delivered again unless deleted; after the queue's
 /// last allowed receive it moves to the dead-letter queue instead.
@@ -22,7 +59,7 @@ pub struct InboxMessage {
     /// What deletes it.
     pub receipt: String,
     /// Its batch, or why it cannot be read (the adapter owns the wire format).
-    pub batch: Result<ClickBatch, String>,
+    pub batch: Result<QueuedBatch, String>,
     /// How many times it has been received, this time included.
     pub receives: u32,
     /// Whether this is its last receive before the dead-letter queue.
@@ -90,7 +127,7 @@ mod fake {
         }
 
         /// Queues a message carrying `batch` (or an unreadable one).
-        pub fn push(&self, batch: Result<ClickBatch, String>) {
+        pub fn push(&self, batch: Result<QueuedBatch, String>) {
             let mut s = self.lock();
             s.next_receipt += 1;
             let receipt = format!("receipt-{}", s.next_receipt);

@@ -50,7 +50,7 @@ pub use cache::MemoryRecordCache;
 pub use cache::{L2Read, RecordCache};
 #[cfg(any(test, feature = "test-util"))]
 pub use clicks::MemoryInbox;
-pub use clicks::{ClickInbox, ClickSink, InboxMessage, QueueDepth};
+pub use clicks::{BreakdownSink, ClickInbox, ClickSink, InboxMessage, QueueDepth, QueuedBatch};
 pub use events::{EventError, FanOutLinkEvents, LinkEvents, NoLinkEvents};
 pub use fleet::{AttemptBudget, ChannelMessage, CreationFeed, FeedEntry, InvalidationChannel};
 #[cfg(any(test, feature = "test-util"))]

@@ -11,6 +11,7 @@ pub mod rebound;
 pub mod replicator;
 pub mod services;
 pub mod tls;
+pub mod visitors;
 
 pub use env::*;
 pub use metrics::*;

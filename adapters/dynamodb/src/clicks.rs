@@ -132,6 +132,10 @@ impl RollupStore for DynamoStore {
             }
         }
     }
+
+    fn breakdowns(&self) -> Option<&dyn rebound_store::BreakdownStore> {
+        Some(self)
+    }
 }
 
 #[cfg(test)]

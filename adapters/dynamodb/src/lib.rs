@@ -12,6 +12,7 @@
 //! | `counters` | `name` | the KGS counter (`ADD`; its value is the high-water mark) and settings |
 //! | `aliases` | `code` | the alias index: every custom alias, recorded before its link |
 //! | `rollups` | `code`, `day` | clicks per day (`ADD`) |
+//! | `breakdowns` | `code`, `key` = dimension, day, region slot | people's clicks per value of a dimension (`breakdowns`) |
 //! | `batches` | `id` | click batches already applied; TTL `purge_at` |
 //! | `audit` | `code`, `seq` | audit events |
 //!
@@ -22,9 +23,11 @@
 //! - `tables`: the tables and indexes `provision` creates.
 //! - `links`: the links, idempotency records, the alias index and the propagations
 //!   pending ([`rebound_store::LinkReads`], [`rebound_store::LinkStore`]).
-//! - `keys`, `certs`, `domains`, `counters`, `clicks`, `audit`: the other ports, one each.
+//! - `keys`, `certs`, `domains`, `counters`, `clicks`, `breakdowns`, `audit`: the other
+//!   ports, one each.
 
 mod audit;
+mod breakdowns;
 mod certs;
 mod clicks;
 mod counters;

@@ -101,8 +101,14 @@ impl DynamoStore {
         aws_config::defaults(aws_config::BehaviorVersion::latest()).timeout_config(timeouts)
     }
 
-    pub(crate) fn table(&self, name: &str) -> String {
+    /// The full name of `name` (`links`, `breakdowns`, …): the prefix and the table.
+    pub fn table(&self, name: &str) -> String {
         format!("{}{}", self.prefix, name)
+    }
+
+    /// The client it calls DynamoDB with (tools and tests read tables through it).
+    pub fn client(&self) -> &Client {
+        &self.client
     }
 }
 
@@ -127,7 +133,7 @@ mod tests {
                 .as_nanos()
         );
         let store = DynamoStore::new(Client::new(&conf), prefix);
-        assert_eq!(store.create_tables(false).await.unwrap().len(), 8);
+        assert_eq!(store.create_tables(false).await.unwrap().len(), 9);
         rebound_store::conformance::run_without_transactions(&store).await;
         rebound_store::certs::contract(&store).await;
         rebound_store::domains::contract(&store).await;
@@ -138,6 +144,7 @@ mod tests {
     async fn dynamodb_store_passes_the_contract() {
         let store = fresh_store().await;
         rebound_store::conformance::run_all(&store).await;
+        rebound_store::conformance::breakdowns_apply_once_and_stay_bounded(&store).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

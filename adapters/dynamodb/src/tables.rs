@@ -110,6 +110,13 @@ impl DynamoStore {
                 ttl: false,
             },
             Table {
+                name: "breakdowns",
+                keys: vec![("code", KeyType::Hash, S), ("key", KeyType::Range, S)],
+                extra_attrs: vec![],
+                indexes: vec![],
+                ttl: false,
+            },
+            Table {
                 name: "batches",
                 keys: vec![("id", KeyType::Hash, S)],
                 extra_attrs: vec![],
@@ -304,7 +311,7 @@ pub(crate) mod tests {
         );
         let store = DynamoStore::new(Client::new(&conf), prefix);
         let created = store.provision().await.unwrap();
-        assert_eq!(created.len(), 8);
+        assert_eq!(created.len(), 9);
         assert!(
             store.provision().await.unwrap().is_empty(),
             "provisioning twice changes nothing"

@@ -1,12 +1,15 @@
-//! The click queue on SQS: proxies send aggregated click batches with `SendMessageBatch`;
-//! the control plane's consumer long-polls, applies each batch to the rollups and deletes
-//! the message only afterwards. A message that fails three times moves to the dead-letter
+//! The click queue on SQS: proxies send aggregated click batches and breakdown batches
+//! with `SendMessageBatch`; the control plane's consumer long-polls, applies each batch to
+//! the rollups or the breakdowns and deletes the message only afterwards. A message that fails three times moves to the dead-letter
 //! queue `<name>-dlq` (the redrive policy `provision` sets).
 
 use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
 use aws_sdk_sqs::Client;
 use rebound_core::Day;
-use rebound_store::{ClickAdd, ClickBatch, ClickInbox, ClickSink, InboxMessage, StoreError};
+use rebound_store::{
+    BreakdownSink, ClickAdd, ClickBatch, ClickInbox, ClickSink, Dimension, DimensionAdd, DimensionBatch, InboxMessage,
+    QueuedBatch, StoreError,
+};
 use std::time::Duration;
 
 /// SQS's limits on one `SendMessageBatch`.
@@ -37,43 +40,107 @@ pub fn encode_batch(batch: &ClickBatch) -> String {
     serde_json::json!({ "id": batch.id, "adds": adds }).to_string()
 }
 
-/// Reads a message body back into a batch.
-pub fn decode_batch(body: &str) -> Result<ClickBatch, StoreError> {
+/// The wire form of a breakdowns' batch: `{"kind":"breakdowns","id":…,"adds":[[code, day,
+/// dimension, value, clicks], …]}`. A consumer from before breakdowns refuses the field
+/// `kind` and leaves the message to the dead-letter queue, from which it is redriven once
+/// the consumers are upgraded (docs/guide.md, "Upgrading").
+pub fn encode_breakdowns(batch: &DimensionBatch) -> String {
+    let adds: Vec<serde_json::Value> = batch
+        .adds
+        .iter()
+        .map(|a| serde_json::json!([a.code, a.day.0, a.dimension.as_str(), a.value, a.clicks]))
+        .collect();
+    serde_json::json!({ "kind": BREAKDOWNS, "id": batch.id, "adds": adds }).to_string()
+}
+
+/// The `kind` of a breakdowns' message; a message without one is a click batch, as every
+/// message before breakdowns was.
+const BREAKDOWNS: &str = "breakdowns";
+
+/// Most adds a breakdowns' message may hold (a proxy sends at most 500; a message stays far
+/// below SQS's 256 KiB).
+pub const MAX_BREAKDOWN_ADDS: usize = 1_000;
+
+/// Reads a message body back into a click batch or a breakdowns' batch.
+pub fn decode_message(body: &str) -> Result<QueuedBatch, StoreError> {
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Wire {
+        #[serde(default)]
+        kind: Option<String>,
         id: String,
-        adds: Vec<WireAdd>,
+        adds: Vec<serde_json::Value>,
     }
+    let corrupt = |e: &dyn std::fmt::Display| StoreError::Corrupt(format!("click message: {e}"));
+    let wire: Wire = serde_json::from_str(body).map_err(|e| corrupt(&e))?;
+    if wire.id.is_empty() {
+        return Err(corrupt(&"an empty id"));
+    }
+    match wire.kind.as_deref() {
+        None => decode_clicks(wire.id, wire.adds).map(QueuedBatch::Clicks),
+        Some(BREAKDOWNS) => decode_breakdowns(wire.id, wire.adds).map(QueuedBatch::Breakdowns),
+        Some(other) => Err(corrupt(&format!("unknown kind {other:?}"))),
+    }
+}
+
+/// Reads a message body back into a click batch.
+pub fn decode_batch(body: &str) -> Result<ClickBatch, StoreError> {
+    match decode_message(body)? {
+        QueuedBatch::Clicks(batch) => Ok(batch),
+        QueuedBatch::Breakdowns(_) => Err(StoreError::Corrupt("click message: a breakdowns' batch".into())),
+    }
+}
+
+fn decode_clicks(id: String, adds: Vec<serde_json::Value>) -> Result<ClickBatch, StoreError> {
     #[derive(serde::Deserialize)]
     #[serde(untagged)]
     enum WireAdd {
         People(String, i32, u64),
         WithBots(String, i32, u64, u64),
     }
-    let wire: Wire = serde_json::from_str(body).map_err(|e| StoreError::Corrupt(format!("click message: {e}")))?;
-    if wire.id.is_empty() || wire.adds.len() > rebound_store::MAX_BATCH_ADDS {
-        return Err(StoreError::Corrupt("click message: bad id or too many adds".into()));
+    if adds.len() > rebound_store::MAX_BATCH_ADDS {
+        return Err(StoreError::Corrupt("click message: too many adds".into()));
     }
-    Ok(ClickBatch {
-        id: wire.id,
-        adds: wire
-            .adds
-            .into_iter()
-            .map(|add| {
-                let (code, day, clicks, bot_clicks) = match add {
-                    WireAdd::People(code, day, clicks) => (code, day, clicks, 0),
-                    WireAdd::WithBots(code, day, clicks, bots) => (code, day, clicks, bots),
-                };
-                ClickAdd {
-                    code,
-                    day: Day(day),
-                    clicks,
-                    bot_clicks,
-                }
+    let adds = adds
+        .into_iter()
+        .map(|add| {
+            let (code, day, clicks, bot_clicks) = match serde_json::from_value(add) {
+                Ok(WireAdd::People(code, day, clicks)) => (code, day, clicks, 0),
+                Ok(WireAdd::WithBots(code, day, clicks, bots)) => (code, day, clicks, bots),
+                Err(e) => return Err(StoreError::Corrupt(format!("click message: {e}"))),
+            };
+            Ok(ClickAdd {
+                code,
+                day: Day(day),
+                clicks,
+                bot_clicks,
             })
-            .collect(),
-    })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(ClickBatch { id, adds })
+}
+
+fn decode_breakdowns(id: String, adds: Vec<serde_json::Value>) -> Result<DimensionBatch, StoreError> {
+    if adds.len() > MAX_BREAKDOWN_ADDS {
+        return Err(StoreError::Corrupt("breakdowns message: too many adds".into()));
+    }
+    let adds = adds
+        .into_iter()
+        .map(|add| {
+            let (code, day, dimension, value, clicks): (String, i32, String, String, u64) =
+                serde_json::from_value(add).map_err(|e| StoreError::Corrupt(format!("breakdowns message: {e}")))?;
+            let dimension = Dimension::parse(&dimension)
+                .ok_or_else(|| StoreError::Corrupt(format!("breakdowns message: unknown dimension {dimension:?}")))?;
+            Ok(DimensionAdd {
+                code,
+                day: Day(day),
+                dimension,
+                value,
+                clicks,
+            })
+        })
+        .collect::<Result<_, StoreError>>()?;
+    Ok(DimensionBatch { id, adds })
 }
 
 /// A received message.
@@ -163,7 +230,15 @@ impl SqsClickQueue {
 
     /// Sends batches, at most 10 entries and 256 KiB per call.
     pub async fn send(&self, batches: &[ClickBatch]) -> Result<(), StoreError> {
-        let bodies: Vec<String> = batches.iter().map(encode_batch).collect();
+        self.send_bodies(batches.iter().map(encode_batch).collect()).await
+    }
+
+    /// Sends breakdowns' batches, as [`SqsClickQueue::send`] does click batches.
+    pub async fn send_breakdowns(&self, batches: &[DimensionBatch]) -> Result<(), StoreError> {
+        self.send_bodies(batches.iter().map(encode_breakdowns).collect()).await
+    }
+
+    async fn send_bodies(&self, bodies: Vec<String>) -> Result<(), StoreError> {
         let mut start = 0;
         while start < bodies.len() {
             let mut end = start;
@@ -261,7 +336,7 @@ impl ClickInbox for SqsClickQueue {
             .await?
             .into_iter()
             .map(|m| InboxMessage {
-                batch: decode_batch(&m.body).map_err(|e| e.to_string()),
+                batch: decode_message(&m.body).map_err(|e| e.to_string()),
                 last_try: m.receives >= MAX_RECEIVES,
                 receipt: m.receipt,
                 receives: m.receives,
@@ -343,6 +418,14 @@ impl ClickSink for LazyClickQueue {
     }
 }
 
+/// Distributed mode: a data plane's breakdowns go to the same queue, for the same consumer.
+#[async_trait::async_trait]
+impl BreakdownSink for LazyClickQueue {
+    async fn ship_breakdowns(&self, batches: &[DimensionBatch]) -> Result<(), StoreError> {
+        self.get().await?.send_breakdowns(batches).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -374,6 +457,50 @@ mod tests {
             r#"{"id":"x","adds":[],"x":1}"#,
         ] {
             assert!(decode_batch(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn breakdowns_round_trip_and_a_consumer_from_before_refuses_them() {
+        let add = |code: &str, dimension, value: &str, clicks| DimensionAdd {
+            code: code.into(),
+            day: Day(20_001),
+            dimension,
+            value: value.into(),
+            clicks,
+        };
+        let b = DimensionBatch {
+            id: "d-1".into(),
+            adds: vec![
+                add("abc", Dimension::Country, "DE", 3),
+                add("abc", Dimension::UtmCampaign, "spring \"sale\"", 1),
+            ],
+        };
+        let wire = encode_breakdowns(&b);
+        assert_eq!(decode_message(&wire).unwrap(), QueuedBatch::Breakdowns(b));
+        assert!(decode_batch(&wire).is_err(), "not a click batch");
+        // Old messages read as click batches, as before.
+        let old = r#"{"adds":[["abc",20000,7]],"id":"b-1"}"#;
+        assert!(matches!(decode_message(old).unwrap(), QueuedBatch::Clicks(_)));
+        // The decoder of the consumers before breakdowns (83479ed's `decode_batch`): it
+        // refuses the message, which then waits in the dead-letter queue for the upgrade.
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Before {
+            id: String,
+            adds: Vec<(String, i32, u64)>,
+        }
+        assert!(serde_json::from_str::<Before>(old).is_ok());
+        assert!(serde_json::from_str::<Before>(&wire).is_err());
+        for bad in [
+            r#"{"kind":"breakdowns","id":"x","adds":[["a",1,"country","DE"]]}"#,
+            r#"{"kind":"breakdowns","id":"x","adds":[["a",1,"planet","DE",1]]}"#,
+            r#"{"kind":"breakdowns","id":"x","adds":[["a",1,"country","DE",-1]]}"#,
+            r#"{"kind":"breakdowns","id":"","adds":[]}"#,
+            r#"{"kind":"views","id":"x","adds":[]}"#,
+        ] {
+            assert!(decode_message(bad).is_err(), "{bad}");
         }
     }
 
@@ -419,7 +546,7 @@ mod tests {
                 .await
                 .unwrap()
             {
-                seen.insert(m.batch.unwrap().id);
+                seen.insert(m.batch.unwrap().id().to_owned());
                 q.delete(&m.receipt).await.unwrap();
             }
             if seen.len() == 25 {

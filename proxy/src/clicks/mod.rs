@@ -25,5 +25,5 @@ pub use pacing::ClickPacing;
 pub use pending::Unpersisted;
 pub use queue::ClickQueue;
 pub use rebound_store::ClickSink;
-pub use shipper::{run_click_shipper, ClickWriter, StoreClickSink};
+pub use shipper::{run_click_shipper, ClickWriter, StoreBreakdownSink, StoreClickSink};
 pub use stats::RollupsWithPending;

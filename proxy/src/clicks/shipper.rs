@@ -8,8 +8,8 @@ use super::queue::ClickQueue;
 use async_trait::async_trait;
 use rebound_core::Day;
 use rebound_store::{
-    BreakdownStore, ClickAdd, ClickBatch, ClickSink, DimensionAdd, DimensionBatch, RollupStore, StoreError,
-    MAX_BATCH_ADDS,
+    BreakdownSink, BreakdownStore, ClickAdd, ClickBatch, ClickSink, DimensionAdd, DimensionBatch, RollupStore,
+    StoreError, MAX_BATCH_ADDS,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -51,6 +51,27 @@ impl ClickSink for StoreClickSink {
     }
 }
 
+/// Embedded mode: adds breakdowns' batches to the store's breakdowns.
+pub struct StoreBreakdownSink(pub Arc<dyn BreakdownStore>);
+
+impl StoreBreakdownSink {
+    /// The breakdowns of `store` as a sink, when it keeps them.
+    pub fn of(store: Arc<dyn rebound_store::Store>) -> Option<Arc<dyn BreakdownSink>> {
+        let breakdowns = rebound_store::breakdowns::breakdowns_of(store)?;
+        Some(Arc::new(StoreBreakdownSink(breakdowns)))
+    }
+}
+
+#[async_trait]
+impl BreakdownSink for StoreBreakdownSink {
+    async fn ship_breakdowns(&self, batches: &[DimensionBatch]) -> Result<(), StoreError> {
+        for batch in batches {
+            self.0.apply_dimensions(batch).await?;
+        }
+        Ok(())
+    }
+}
+
 /// Unique batch ids: this process's start time and pid, and a sequence.
 struct BatchIds {
     prefix: String,
@@ -78,8 +99,9 @@ pub struct ClickWriter {
     /// The runtime the writes run on.
     pub runtime: tokio::runtime::Handle,
     pub sink: Arc<dyn ClickSink>,
-    /// Where the breakdowns go, when they are on (the embedded store keeps them).
-    pub breakdowns: Option<Arc<dyn BreakdownStore>>,
+    /// Where the breakdowns go: the embedded store's breakdowns, or the click queue; none
+    /// when the store keeps none (the redirect path then captures nothing for them).
+    pub breakdowns: Option<Arc<dyn BreakdownSink>>,
 }
 
 /// Empties the queue every 10 to 100 milliseconds while counts are pending ([`next_drain_in`]),
@@ -177,7 +199,7 @@ async fn sleep_until_some(deadline: Option<Instant>) {
 async fn write(
     queue: &ClickQueue,
     sink: &dyn ClickSink,
-    breakdowns: Option<&dyn BreakdownStore>,
+    breakdowns: Option<&dyn BreakdownSink>,
     ids: &BatchIds,
     id: u64,
 ) {
@@ -194,28 +216,32 @@ async fn write(
     }
 }
 
-/// Hands the breakdowns' `adds` (counting `clicks` people's clicks) to their store, in
-/// batches of [`BREAKDOWN_BATCH_ADDS`]; a batch that fails is counted and its adds are
-/// lost; with no store, the clicks are counted as the breakdowns' drops.
+/// Hands the breakdowns' `adds` (counting `clicks` people's clicks) to their sink, in
+/// batches of [`BREAKDOWN_BATCH_ADDS`], [`SHIP_GROUP`] batches at a time; a group that fails
+/// is counted and its adds are lost; with no sink, the clicks are counted as the
+/// breakdowns' drops.
 async fn write_breakdowns(
     queue: &ClickQueue,
-    breakdowns: Option<&dyn BreakdownStore>,
+    breakdowns: Option<&dyn BreakdownSink>,
     ids: &BatchIds,
     adds: Vec<DimensionAdd>,
     clicks: u64,
 ) {
-    let Some(store) = breakdowns else {
+    let Some(sink) = breakdowns else {
         queue.metrics.breakdown_clicks_dropped.inc_by(clicks);
         return;
     };
-    for chunk in adds.chunks(BREAKDOWN_BATCH_ADDS) {
-        let batch = DimensionBatch {
-            id: ids.next(),
-            adds: chunk.to_vec(),
-        };
-        if let Err(e) = store.apply_dimensions(&batch).await {
-            queue.metrics.breakdown_batches_failed.inc();
-            tracing::warn!(error = %rebound_core::Causes(&e), adds = chunk.len(), "a breakdown batch was not written; the breakdowns miss its clicks");
+    for group in adds.chunks(BREAKDOWN_BATCH_ADDS * SHIP_GROUP) {
+        let batches: Vec<DimensionBatch> = group
+            .chunks(BREAKDOWN_BATCH_ADDS)
+            .map(|chunk| DimensionBatch {
+                id: ids.next(),
+                adds: chunk.to_vec(),
+            })
+            .collect();
+        if let Err(e) = sink.ship_breakdowns(&batches).await {
+            queue.metrics.breakdown_batches_failed.inc_by(batches.len() as u64);
+            tracing::warn!(error = %rebound_core::Causes(&e), adds = group.len(), "breakdown batches not written; the breakdowns miss their clicks");
         }
     }
 }
@@ -358,7 +384,7 @@ mod tests {
         let writer = ClickWriter {
             runtime: tokio::runtime::Handle::current(),
             sink: Arc::new(StoreClickSink(store.clone())),
-            breakdowns: rebound_store::breakdowns::breakdowns_of(store.clone()),
+            breakdowns: StoreBreakdownSink::of(store.clone()),
         };
         Shipper::writing(&q, writer, pacing(3_600_000, 1_000_000, 3_600_000))
             .stop()
