@@ -139,7 +139,7 @@ impl BreakdownStore for SqliteStore {
             for a in &batch.adds {
                 held.entry((a.code.as_str(), a.day.0)).or_default();
             }
-            let dimension_named = |name: &str| Dimension::ALL.into_iter().find(|d| d.as_str() == name);
+            let dimension_named = Dimension::parse;
             let keys: Vec<(&str, i32)> = held.keys().copied().collect();
             // One read per day and 100 codes: an index seek per code.
             let mut days: Vec<i32> = keys.iter().map(|(_, d)| *d).collect();
@@ -178,7 +178,7 @@ impl BreakdownStore for SqliteStore {
                 let dimension = a.dimension.as_str();
                 let known = group.values.contains(&(dimension, a.value.clone()));
                 let count = group.per_dimension.get(dimension).copied().unwrap_or(0);
-                let value = bounded_value(&a.value, known, count).to_owned();
+                let value = bounded_value(a.dimension, &a.value, known, count).to_owned();
                 if group.values.insert((dimension, value.clone())) {
                     *group.per_dimension.entry(dimension).or_default() += 1;
                 }

@@ -57,7 +57,7 @@ pub(super) async fn link_stats(
     let Query(params) = query.map_err(bad_query)?;
     let by = match params.by.as_deref() {
         None => None,
-        Some(name) => Some(Dimension::parse(name).ok_or_else(|| {
+        Some(name) => Some(Dimension::of_click(name).ok_or_else(|| {
             ApiError::bad_request(
                 "invalid_by",
                 "by must be one of country, referrer, device, browser, os, utm_source, utm_medium, utm_campaign",
