@@ -534,6 +534,10 @@ async fn clicks_reach_the_stats_through_sqs_and_a_poison_message_lands_in_the_dl
     .await;
     assert_eq!(s, 409, "{body}");
     assert_eq!(body["error"]["code"], "breakdowns_unavailable", "{body}");
+    // Nor the operators' summary, which is kept as breakdowns are.
+    let (s, body) = api(&cp, reqwest::Method::GET, "/api/v1/stats", None).await;
+    assert_eq!(s, 409, "{body}");
+    assert_eq!(body["error"]["code"], "breakdowns_unavailable", "{body}");
 
     d.sqs().await.send_raw("this is not a click batch").await.unwrap();
     let dlq = d.dlq().await;
