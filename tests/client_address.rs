@@ -542,6 +542,31 @@ async fn clicks_are_broken_down_by_country_referrer_agent_and_campaign() {
     assert!(named.len() >= 5, "five countries: {named:?}");
     // The medium was switched off: nothing counted under it.
     assert_eq!(stats("utm_medium").await["breakdown"]["counted"], json!(0));
+    // The operators' summary of the (one) domain: the same clicks, countries and referrers
+    // (each take's written just after its links' breakdowns).
+    let (countries, referrers) = (stats("country").await, stats("referrer").await);
+    let summed = json!({
+        "total": clicks,
+        "bot_total": 2,
+        "top_links": [{"code": "open", "domain": "127.0.0.1", "clicks": clicks}],
+        "top_countries": countries["breakdown"]["values"],
+        "top_referrers": referrers["breakdown"]["values"],
+    });
+    loop {
+        let (s, summary) = rb.api(Method::GET, "/api/v1/stats?top=100", None).await;
+        assert_eq!(s, StatusCode::OK, "{summary}");
+        let got: serde_json::Map<String, serde_json::Value> = summed
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(|k| (k.clone(), summary[k].clone()))
+            .collect();
+        if serde_json::Value::Object(got) == summed {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{summary}\nnot\n{summed}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// A CDN's country header is believed from the trusted networks only: from a trusted peer
