@@ -7,6 +7,7 @@ use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::links::LinkService;
 use crate::names::{DomainNames, DomainRef};
+use futures_util::StreamExt;
 use rebound_api_types::{Breakdown, DayClicks, LinkClicks, LinkStats, StatsSummary, ValueClicks};
 use rebound_core::{Clock, Day};
 use rebound_store::breakdowns::scope_code;
@@ -19,6 +20,8 @@ const DEFAULT_STATS_DAYS: i32 = 30;
 /// Entries of each list of a summary, unless `top` says otherwise; and the most `top` may say.
 pub(crate) const DEFAULT_TOP: usize = 10;
 pub(crate) const MAX_TOP: usize = 1_000;
+/// Domains whose summaries are read at once.
+const SCOPES_AT_ONCE: usize = 8;
 
 /// Why a read needs breakdowns this deployment's store does not keep.
 const BREAKDOWNS_UNAVAILABLE: ApiError = ApiError::Conflict {
@@ -161,26 +164,39 @@ impl StatsService {
                 .filter(|d| principal.may_use_domain(&d.name))
                 .collect(),
         };
+        // Each domain's four reads at once, a few domains at a time: on DynamoDB each is a
+        // query, and every domain's summary is a round trip, not four.
+        let read = |d: &DomainRef| {
+            let (scope, name) = (scope_code(d.id.as_deref()), d.name.clone());
+            async move {
+                let (days, links, countries, referrers) = tokio::try_join!(
+                    self.click_counts.read_clicks(&scope, from, to),
+                    store.read_breakdown(&scope, Dimension::Link, from, to),
+                    store.read_breakdown(&scope, Dimension::Country, from, to),
+                    store.read_breakdown(&scope, Dimension::Referrer, from, to),
+                )?;
+                Ok::<_, rebound_store::StoreError>((name, days, links, countries, referrers))
+            }
+        };
+        let read: Vec<_> = futures_util::stream::iter(domains.iter().map(read))
+            .buffered(SCOPES_AT_ONCE)
+            .collect()
+            .await;
         let mut counts: HashMap<Day, Clicks> = HashMap::new();
         let mut links = Vec::new();
         let (mut countries, mut referrers) = (HashMap::new(), HashMap::new());
-        for d in &domains {
-            let scope = scope_code(d.id.as_deref());
-            for (day, n) in self.click_counts.read_clicks(&scope, from, to).await? {
+        for scope in read {
+            let (domain, days, scope_links, scope_countries, scope_referrers) = scope?;
+            for (day, n) in days {
                 *counts.entry(day).or_default() += n;
             }
-            for v in store.read_breakdown(&scope, Dimension::Link, from, to).await? {
-                links.push(LinkClicks {
-                    code: v.value,
-                    domain: d.name.clone(),
-                    clicks: v.clicks,
-                });
-            }
-            for (dimension, sums) in [
-                (Dimension::Country, &mut countries),
-                (Dimension::Referrer, &mut referrers),
-            ] {
-                for v in store.read_breakdown(&scope, dimension, from, to).await? {
+            links.extend(scope_links.into_iter().map(|v| LinkClicks {
+                code: v.value,
+                domain: domain.clone(),
+                clicks: v.clicks,
+            }));
+            for (values, sums) in [(scope_countries, &mut countries), (scope_referrers, &mut referrers)] {
+                for v in values {
                     *sums.entry(v.value).or_insert(0u64) += v.clicks;
                 }
             }
