@@ -148,11 +148,11 @@ impl StatsService {
         let (from, to) = self.range(from, to)?;
         let domains: Vec<DomainRef> = match domain {
             Some(name) => {
-                let domain = self
-                    .names
-                    .resolve(name)
-                    .await
-                    .map_err(|_| ApiError::NotFound("no such domain"))?;
+                let domain = self.names.resolve(name).await.map_err(|e| match e {
+                    // Not a domain of this service (400 where a link is created on it).
+                    ApiError::BadRequest { .. } => ApiError::NotFound("no such domain"),
+                    e => e,
+                })?;
                 principal.require_domain(&domain.name)?;
                 vec![domain]
             }

@@ -3569,6 +3569,13 @@ async fn the_summary_sums_each_domains_scope_and_only_operators_read_it() {
         let r = get(&format!("/api/v1/stats?{bad}"), Some(OPERATOR)).await;
         assert_error(&r, StatusCode::BAD_REQUEST, "invalid_query");
     }
+    // A store that is down is no missing domain: 503, retry.
+    h.store.set_unavailable(true);
+    for uri in ["/api/v1/stats?domain=go.example.com", "/api/v1/stats"] {
+        let r = get(uri, Some(OPERATOR)).await;
+        assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{uri}");
+    }
+    h.store.set_unavailable(false);
     let creator = h.new_key("creator").await;
     assert_error(
         &get("/api/v1/stats", Some(&creator)).await,
