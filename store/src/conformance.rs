@@ -950,6 +950,8 @@ pub async fn breakdowns_apply_once_and_stay_bounded<S: crate::BreakdownStore + ?
             add(&scope, 30, Dimension::Country, "DE", 4),
             add(&scope, 30, Dimension::Link, "c0999", 2),
             add(&scope, 30, Dimension::Link, "late", 6),
+            // Two late links in one batch: both under the one `(other)`.
+            add(&scope, 30, Dimension::Link, "later", 1),
         ],
     };
     store.apply_dimensions(&past).await.unwrap();
@@ -967,7 +969,7 @@ pub async fn breakdowns_apply_once_and_stay_bounded<S: crate::BreakdownStore + ?
     };
     let day30 = scope_read(Dimension::Link).await;
     assert_eq!(day30.len(), LINKS_PER_SCOPE_DAY + 1);
-    assert_eq!(day30[0], (OTHER.to_owned(), 6));
+    assert_eq!(day30[0], (OTHER.to_owned(), 7));
     assert_eq!(day30[1], ("c0999".to_owned(), 3));
     assert_eq!(
         scope_read(Dimension::Country).await,

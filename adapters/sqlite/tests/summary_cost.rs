@@ -8,13 +8,14 @@
 //!
 //! `cargo test --workspace --test summary_cost -- --ignored --nocapture` (N=1000 to change
 //! the links a take). 2026-12-06, this 2-core VM (AMD EPYC), a debug build (dependencies at
-//! opt-level 1), while other builds ran: wall time of five takes, summary / own.
+//! opt-level 1), while two other engineers' builds ran (load 3 to 5): wall time of five
+//! takes, summary / own, over two or three runs each.
 //!
 //! | links a take | own writes | summary | ratio |
 //! | --- | --- | --- | --- |
-//! | 100 | 19.0 ms | 3.2 ms | 0.17 |
-//! | 1,000 | 160 ms | 50 ms | 0.31 |
-//! | 10,000 | 1,541 ms | 377 ms | 0.25 |
+//! | 100 | 19 to 32 ms | 3.2 to 8.7 ms | 0.15 to 0.27 |
+//! | 1,000 | 160 to 240 ms | 48 to 67 ms | 0.27 to 0.31 |
+//! | 10,000 | 1.5 to 2.7 s | 0.38 to 0.59 s | 0.20 to 0.22 (0.24 to 0.25 before the store merged the adds bounded to `(other)` into one row) |
 //!
 //! The summary's adds cost about twice a link's each: every batch of them first reads what
 //! the scope's day holds (up to 1,000 links, 50 countries, 50 referrers) to bound them.
