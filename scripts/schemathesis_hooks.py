@@ -46,6 +46,11 @@ NOT_STATABLE = {
         # A defaulted `from` (29 days before `to`) before 0000-01-01.
         ("invalid_date", r"dates must be from 0000-01-01 to 9999-12-31"),
     ],
+    "GET /api/v1/stats": [
+        ("invalid_date", r"from must not be after to"),
+        ("invalid_date", r"the range may cover at most 366 days"),
+        ("invalid_date", r"dates must be from 0000-01-01 to 9999-12-31"),
+    ],
     "POST /api/v1/domains": [("invalid_url", r"(not_found_url|expired_url|root_url): " + TARGET_POLICY)],
     "POST /api/v1/keys": [("invalid_domains", r'".*" is not a domain of this service')],
     "POST /api/v1/abuse-reports": [("invalid_link", r"link's host is not a domain of this service")],

@@ -1,7 +1,9 @@
 //! `rebound`: parse flags, load and validate the configuration, start tracing, run.
 
 use clap::{Parser, Subcommand};
-use rebound::cli::{self, AbuseCommand, ClientArgs, ClientCommand, DomainsCommand, KeysCommand, LinksCommand};
+use rebound::cli::{
+    self, AbuseCommand, ClientArgs, ClientCommand, DomainsCommand, KeysCommand, LinksCommand, SummaryArgs,
+};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -57,6 +59,9 @@ enum Command {
     /// Threat lists, links they took down, and abuse reports.
     #[command(subcommand)]
     Abuse(AbuseCommand),
+    /// The summary of a domain's links, or of every domain's (operators): clicks per day,
+    /// the links, countries and referrers most clicked.
+    Stats(SummaryArgs),
     /// About the configuration.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -100,6 +105,7 @@ fn main() -> ExitCode {
         Some(Command::Keys(c)) => Process::Client(ClientCommand::Keys(c)),
         Some(Command::Domains(c)) => Process::Client(ClientCommand::Domains(c)),
         Some(Command::Abuse(c)) => Process::Client(ClientCommand::Abuse(c)),
+        Some(Command::Stats(args)) => Process::Client(ClientCommand::Stats(args)),
         Some(Command::Config(ConfigCommand::Docs)) => {
             print!("{}", rebound::config::document());
             return ExitCode::SUCCESS;

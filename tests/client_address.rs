@@ -379,6 +379,13 @@ async fn clicks_are_broken_down_by_country_referrer_agent_and_campaign() {
     visitors::assert_breakdowns(stats, clicks, &want, &counted, Duration::from_secs(20)).await;
     // The medium was switched off: nothing counted under it.
     assert_eq!(stats("utm_medium").await["breakdown"]["counted"], json!(0));
+    // The operators' summary of the (one) domain: the same clicks, countries and referrers.
+    let summary = || async {
+        let (s, body) = rb.api(Method::GET, "/api/v1/stats?top=100", None).await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+        body
+    };
+    visitors::assert_summary(summary, stats, clicks, "open", "127.0.0.1", Duration::from_secs(20)).await;
 }
 
 /// A CDN's country header is believed from the trusted networks only: from a trusted peer

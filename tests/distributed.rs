@@ -603,6 +603,14 @@ async fn clicks_are_broken_down_through_sqs_and_the_consumer() {
         }
     };
     visitors::assert_breakdowns(stats, clicks, &want, &counted, Duration::from_secs(60)).await;
+    // The operators' summary travels the same way.
+    let summary = || async {
+        let (s, body) = api(&cp, reqwest::Method::GET, "/api/v1/stats?top=100", None).await;
+        assert_eq!(s, 200, "{body}");
+        body
+    };
+    // The default domain: the host of the default public_base_url.
+    visitors::assert_summary(summary, stats, clicks, &code, "127.0.0.1", Duration::from_secs(60)).await;
     let sent = metric(&p, "rebound_breakdown_batches_failed_total").await;
     assert_eq!(sent, 0.0, "no breakdown batch failed");
 }

@@ -337,6 +337,45 @@ pub struct ValueClicks {
     pub clicks: u64,
 }
 
+/// An operator's summary of the links of one domain, or of every domain the key may use
+/// (docs/http.md, "The summary"): clicks per day, and the links, countries and referrers
+/// most clicked over the range. Kept by the data planes as the clicks are written, so it
+/// counts the clicks since it was kept (a release with the summary), as the breakdowns do.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct StatsSummary {
+    /// The domains summed, the default domain first.
+    pub domains: Vec<String>,
+    /// `YYYY-MM-DD`, UTC: the first day of the range.
+    pub from: String,
+    /// `YYYY-MM-DD`, UTC: the last day of the range.
+    pub to: String,
+    /// People's clicks over the range.
+    pub total: u64,
+    /// Bots' clicks over the range.
+    pub bot_total: u64,
+    /// Every day of the range.
+    pub days: Vec<DayClicks>,
+    /// People's clicks per link, most clicked first, at most `top`. A domain's day keeps
+    /// its first 1,000 links clicked; the clicks of later ones count under the code
+    /// `(other)`, one per domain.
+    pub top_links: Vec<LinkClicks>,
+    /// People's clicks per country over the domains' links, most clicked first, at most
+    /// `top` (a domain's day keeps its first 50 values; later ones count as `(other)`).
+    pub top_countries: Vec<ValueClicks>,
+    /// People's clicks per referrer's host (or `direct`), as `top_countries`.
+    pub top_referrers: Vec<ValueClicks>,
+}
+
+/// One link of a summary and its people's clicks over the range.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct LinkClicks {
+    /// The link's code, or `(other)`: the domain's links beyond the 1,000 a day keeps.
+    pub code: String,
+    /// The domain it is on.
+    pub domain: String,
+    pub clicks: u64,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct DayClicks {
     /// `YYYY-MM-DD`, UTC.

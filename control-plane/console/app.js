@@ -125,6 +125,7 @@ function drawNav(route) {
   nav.replaceChildren(...[
     item("#/links", "Links", "links"),
     item("#/new", "New link", "new"),
+    isOperator() ? item("#/stats", "Summary", "stats") : null,
     isOperator() ? item("#/domains", "Domains", "domains") : null,
     isOperator() ? item("#/keys", "API keys", "keys") : null,
     isOperator() ? item("#/audit", "Audit log", "audit") : null,
@@ -377,6 +378,68 @@ function breakdownBars(stats) {
     h("p", { id: "breakdown-counted", class: "hint" },
       `${b.counted} of ${stats.total} clicks by people broken down by ${label.toLowerCase()}`),
     h("ol", { id: "breakdown-list", "aria-label": `Clicks by ${label.toLowerCase()}` }, rows));
+}
+
+/** People's clicks as bars, most clicked first: `rows` of {label (text or element),
+ * clicks, data (its data-* attributes)}; `empty` says so when there are none. */
+function topBars(id, label, rows, empty) {
+  if (rows.length === 0) return h("p", { id: `${id}-empty`, class: "hint" }, empty);
+  const max = Math.max(1, ...rows.map((r) => r.clicks));
+  return h("div", { class: "breakdown" }, h("ol", { id, "aria-label": label }, rows.map((r) =>
+    h("li", { class: "breakdown-row", "data-clicks": r.clicks, ...r.data },
+      h("span", { class: "breakdown-value" }, r.label),
+      h("meter", { class: "breakdown-bar", min: 0, max, value: r.clicks, "aria-hidden": "true" }),
+      h("span", { class: "breakdown-clicks" }, String(r.clicks))))));
+}
+
+/** The operators' summary over every domain or one, and a range: clicks per day, and the
+ * links, countries and referrers people clicked most (GET /api/v1/stats). */
+async function summaryPage(params) {
+  if (!isOperator()) return operatorsOnly("Summary");
+  page("Summary", h("p", {}, "Loading…"));
+  const domains = (await loadDomains()) || [];
+  const domain = h("select", { name: "domain" }, h("option", { value: "" }, "Every domain"),
+    domains.map((d) => h("option", { value: d.name, selected: d.name === params.get("domain") },
+      d.default ? `${d.name} (default)` : d.name)));
+  const today = new Date();
+  const from = h("input", { type: "date", name: "from", value: isoDay(new Date(today.getTime() - 29 * 86400000)) });
+  const to = h("input", { type: "date", name: "to", value: isoDay(today) });
+  const out = h("div", { "aria-live": "polite", id: "summary" });
+  const values = (list) => list.map((v) => ({ label: v.value, clicks: v.clicks, data: { "data-value": v.value } }));
+  const draw = async () => {
+    const p = new URLSearchParams();
+    if (domain.value) p.set("domain", domain.value);
+    if (from.value) p.set("from", from.value);
+    if (to.value) p.set("to", to.value);
+    try {
+      const s = await api("GET", `/api/v1/stats?${p}`);
+      const links = s.top_links.map((l) => ({
+        // `(other)`: a domain's links beyond the 1,000 a day keeps, no link of its own.
+        label: l.code === "(other)" ? `(other) on ${l.domain}`
+          : h("a", { href: linkHref(l.code, l.domain) }, domains.length > 1 ? `${l.code} on ${l.domain}` : l.code),
+        clicks: l.clicks,
+        data: { "data-code": l.code, "data-domain": l.domain },
+      }));
+      out.replaceChildren(
+        h("p", { id: "summary-domains", class: "hint" }, `Links on ${s.domains.join(", ")}`),
+        clicksChart(s),
+        h("h2", {}, "Top links"),
+        topBars("top-links", "Clicks by link", links, "No link was clicked by people in this range."),
+        h("h2", {}, "Top countries"),
+        topBars("top-countries", "Clicks by country", values(s.top_countries), "No clicks by country in this range."),
+        h("h2", {}, "Top referrers"),
+        topBars("top-referrers", "Clicks by referrer", values(s.top_referrers), "No clicks by referrer in this range."));
+    } catch (err) {
+      out.replaceChildren(errorBox(err));
+    }
+  };
+  const form = h("form", { class: "inline", on: { submit: (e) => { e.preventDefault(); draw(); } } },
+    field("Domain", domain), field("From (UTC day)", from), field("To (UTC day)", to),
+    h("button", { type: "submit" }, "Show summary"));
+  page("Summary",
+    h("p", {}, "Clicks per day over every link of a domain, or of every domain, and the links, countries and referrers people clicked most. Kept as the clicks are written: it trails them by the click pacing."),
+    form, out);
+  draw();
 }
 
 async function linkPage(code, domain) {
@@ -846,6 +909,7 @@ async function route() {
   drawNav(name === "links" && parts[1] ? "" : name);
   if (name === "links" && parts[1]) return linkPage(decodeURIComponent(parts[1]), params.get("domain"));
   if (name === "new") return newLinkPage();
+  if (name === "stats") return summaryPage(params);
   if (name === "domains") return domainsPage();
   if (name === "keys") return keysPage();
   if (name === "audit") return auditPage(params);

@@ -15,7 +15,7 @@
 //! - `threats`: the abuse service (the threat lists in force, `threat_lists`; rescans that take links down,
 //!   reinstatements, abuse reports); `threat_loader` reads the lists from their files and
 //!   URLs, at start and on a schedule.
-//! - `stats`: the stats service (daily clicks).
+//! - `stats`: the stats service (daily clicks, breakdowns, the operators' summary).
 //! - `reconcile`: pending propagations of deletes, takedowns and edits, finished under a
 //!   lease by every control plane's reconciler.
 //! - `names`: the domains' names every resource reads (which domain a request means, a
@@ -265,6 +265,7 @@ impl ControlPlane {
         });
         let stats = Arc::new(stats::StatsService {
             links: links.clone(),
+            names: names.clone(),
             click_counts,
             breakdowns: rebound_store::breakdowns::breakdowns_of(store.clone()),
             clock,

@@ -160,6 +160,23 @@ impl DomainNames {
         }
     }
 
+    /// Every domain of the service: the default one first, then the others as the store
+    /// lists them (one strongly consistent read).
+    pub(crate) async fn all(&self) -> Result<Vec<DomainRef>, StoreError> {
+        let mut all = vec![DomainRef {
+            name: self.default.clone(),
+            id: None,
+        }];
+        for d in self.store.list_domains().await? {
+            self.remember(&d);
+            all.push(DomainRef {
+                name: d.name,
+                id: Some(d.id),
+            });
+        }
+        Ok(all)
+    }
+
     /// The short URL of `link`: on its domain, with the public base URL's scheme.
     pub(crate) fn short_url(&self, link: &Link) -> String {
         let (code, id) = split_key(&link.code);

@@ -3433,3 +3433,173 @@ async fn a_domain_that_live_links_or_page_urls_already_target_is_refused_naming_
     let r = add_domain(&h, json!({"name": "go.alpha.test"})).await;
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
 }
+
+#[tokio::test]
+async fn the_summary_sums_each_domains_scope_and_only_operators_read_it() {
+    use rebound_store::breakdowns::scope_code;
+    use rebound_store::domains::DomainStore;
+    use rebound_store::{BreakdownStore, ClickAdd, ClickBatch, Dimension, DimensionAdd, DimensionBatch};
+    let h = harness().await;
+    let r = add_domain(&h, json!({"name": "go.example.com", "certificate": "files"})).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    let id = h.store.get_domain("go.example.com").await.unwrap().unwrap().id;
+    let (home, go) = (scope_code(None), scope_code(Some(&id)));
+    let today = rebound_core::Day::of_millis(NOW);
+    let total = |code: &str, day: rebound_core::Day, clicks, bot_clicks| ClickAdd {
+        code: code.into(),
+        day,
+        clicks,
+        bot_clicks,
+    };
+    h.store
+        .apply_clicks(&ClickBatch {
+            id: "s1".into(),
+            adds: vec![
+                total(&home, today, 6, 1),
+                total(&home, today.plus(-1), 2, 0),
+                total(&home, today.plus(-40), 50, 0),
+                total(&go, today, 4, 3),
+                // A link's own rollup is no domain's summary.
+                total("abc", today, 99, 0),
+            ],
+        })
+        .await
+        .unwrap();
+    let add = |code: &str, dimension, value: &str, clicks| DimensionAdd {
+        code: code.into(),
+        day: today,
+        dimension,
+        value: value.into(),
+        clicks,
+    };
+    h.store
+        .apply_dimensions(&DimensionBatch {
+            id: "s2".into(),
+            adds: vec![
+                add(&home, Dimension::Link, "abc", 5),
+                add(&home, Dimension::Link, "xyz", 1),
+                add(&home, Dimension::Country, "DE", 4),
+                add(&home, Dimension::Country, "JP", 2),
+                add(&home, Dimension::Referrer, "direct", 6),
+                add(&go, Dimension::Link, "abc", 4),
+                add(&go, Dimension::Country, "JP", 3),
+                add(&go, Dimension::Country, "FR", 1),
+                add(&go, Dimension::Referrer, "news.example", 4),
+            ],
+        })
+        .await
+        .unwrap();
+    let h = &h;
+    let get = |uri: &str, key: Option<&str>| {
+        let (uri, key) = (uri.to_owned(), key.map(str::to_owned));
+        async move { h.call(Method::GET, &uri, key.as_deref(), None).await }
+    };
+
+    let r = get("/api/v1/stats", Some(OPERATOR)).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let b = &r.body;
+    assert_eq!(b["domains"], json!(["sho.rt", "go.example.com"]));
+    assert_eq!(
+        (b["from"].clone(), b["to"].clone()),
+        (json!(today.plus(-29).to_iso()), json!(today.to_iso()))
+    );
+    assert_eq!(
+        (b["total"].clone(), b["bot_total"].clone()),
+        (json!(12), json!(4)),
+        "the last 30 days"
+    );
+    let days = b["days"].as_array().unwrap();
+    assert_eq!(days.len(), 30);
+    assert_eq!(days[29], json!({"day": today.to_iso(), "clicks": 10, "bot_clicks": 4}));
+    assert_eq!(days[28]["clicks"], 2);
+    assert_eq!(
+        b["top_links"],
+        json!([
+            {"code": "abc", "domain": "sho.rt", "clicks": 5},
+            {"code": "abc", "domain": "go.example.com", "clicks": 4},
+            {"code": "xyz", "domain": "sho.rt", "clicks": 1},
+        ])
+    );
+    assert_eq!(
+        b["top_countries"],
+        json!([{"value": "JP", "clicks": 5}, {"value": "DE", "clicks": 4}, {"value": "FR", "clicks": 1}])
+    );
+    assert_eq!(
+        b["top_referrers"],
+        json!([{"value": "direct", "clicks": 6}, {"value": "news.example", "clicks": 4}])
+    );
+
+    // One domain, a shorter list, another range.
+    let r = get("/api/v1/stats?domain=GO.example.com&top=1", Some(OPERATOR)).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(r.body["domains"], json!(["go.example.com"]));
+    assert_eq!(r.body["total"], 4);
+    assert_eq!(
+        r.body["top_links"],
+        json!([{"code": "abc", "domain": "go.example.com", "clicks": 4}])
+    );
+    assert_eq!(r.body["top_countries"], json!([{"value": "JP", "clicks": 3}]));
+    let old = today.plus(-40).to_iso();
+    let r = get(
+        &format!("/api/v1/stats?domain=sho.rt&from={old}&to={old}"),
+        Some(OPERATOR),
+    )
+    .await;
+    assert_eq!(
+        (r.body["total"].clone(), r.body["top_links"].clone()),
+        (json!(50), json!([]))
+    );
+
+    // Refusals, as the per-link stats' and the domains' are.
+    assert_error(
+        &get("/api/v1/stats?domain=nosuch.example", Some(OPERATOR)).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    for bad in [
+        "from=2026-13-01",
+        "to=",
+        "from=2026-09-21&to=2026-09-20",
+        "from=2025-01-01&to=2026-09-21",
+    ] {
+        let r = get(&format!("/api/v1/stats?{bad}"), Some(OPERATOR)).await;
+        assert_error(&r, StatusCode::BAD_REQUEST, "invalid_date");
+    }
+    for bad in ["top=0", "top=1001", "top=ten", "top=", "top=1&top=2"] {
+        let r = get(&format!("/api/v1/stats?{bad}"), Some(OPERATOR)).await;
+        assert_error(&r, StatusCode::BAD_REQUEST, "invalid_query");
+    }
+    // A store that is down is no missing domain: 503, retry.
+    h.store.set_unavailable(true);
+    for uri in ["/api/v1/stats?domain=go.example.com", "/api/v1/stats"] {
+        let r = get(uri, Some(OPERATOR)).await;
+        assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{uri}");
+    }
+    h.store.set_unavailable(false);
+    let creator = h.new_key("creator").await;
+    assert_error(
+        &get("/api/v1/stats", Some(&creator)).await,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    );
+    assert_eq!(get("/api/v1/stats", None).await.status, StatusCode::UNAUTHORIZED);
+
+    // A scope code is no link: not read, not made, and no link's `by`.
+    for uri in [
+        format!("/api/v1/links/{}/stats", "%2A"),
+        format!("/api/v1/links/%2A{id}"),
+        "/api/v1/links/%2A%2A%2A".into(),
+    ] {
+        assert_error(&get(&uri, Some(OPERATOR)).await, StatusCode::NOT_FOUND, "not_found");
+    }
+    for alias in [home.clone(), go.clone(), format!("{go}ab")] {
+        let r = h
+            .create(OPERATOR, json!({"long_url": "https://e.com/", "custom_alias": alias}))
+            .await;
+        assert_error(&r, StatusCode::BAD_REQUEST, "invalid_alias");
+    }
+    h.create(OPERATOR, json!({"long_url": "https://e.com/", "custom_alias": "abc"}))
+        .await;
+    let r = get("/api/v1/links/abc/stats?by=link", Some(OPERATOR)).await;
+    assert_error(&r, StatusCode::BAD_REQUEST, "invalid_by");
+}

@@ -1,11 +1,12 @@
 //! The operator CLI: `rebound links …`, `rebound takedown …`, `rebound keys …`,
-//! `rebound domains …`, talking HTTP to the control plane. Readable tables by default, the
+//! `rebound domains …`, `rebound stats`, talking HTTP to the control plane. Readable tables by default, the
 //! API's JSON with `--json`.
 //!
 //! - this file: the commands and their flags (clap), and [`run`].
 //! - `client`: the HTTP calls to the API, and a refusal as one clear line.
 //! - `output`: tables, field lists and what `--json` prints instead.
-//! - `links`, `import`, `takedown`, `keys`, `domains`: the commands, a file per group.
+//! - `links`, `import`, `takedown`, `keys`, `domains`, `stats`: the commands, a file per
+//!   group.
 
 mod abuse;
 mod client;
@@ -14,6 +15,7 @@ mod import;
 mod keys;
 mod links;
 mod output;
+mod stats;
 mod takedown;
 
 use clap::{Args, Subcommand};
@@ -257,6 +259,23 @@ pub enum AbuseCommand {
     },
 }
 
+/// `rebound stats`: the operators' summary.
+#[derive(Debug, Clone, Args)]
+pub struct SummaryArgs {
+    /// Summarise this domain's links (default: every domain's).
+    #[arg(long)]
+    pub domain: Option<String>,
+    /// First day, YYYY-MM-DD (default: 29 days before --to).
+    #[arg(long)]
+    pub from: Option<String>,
+    /// Last day, YYYY-MM-DD (default: today, UTC).
+    #[arg(long)]
+    pub to: Option<String>,
+    /// Entries of each top list, 1 to 1000 (default 10).
+    #[arg(long)]
+    pub top: Option<u32>,
+}
+
 /// What the CLI was asked to do.
 #[derive(Debug)]
 pub enum ClientCommand {
@@ -269,6 +288,7 @@ pub enum ClientCommand {
     Keys(KeysCommand),
     Domains(DomainsCommand),
     Abuse(AbuseCommand),
+    Stats(SummaryArgs),
 }
 
 /// A failed CLI call, printed as one clear line.
@@ -294,6 +314,7 @@ pub async fn run(args: &ClientArgs, command: ClientCommand) -> Result<String, Cl
         ClientCommand::Keys(command) => keys::run(&client, command).await?,
         ClientCommand::Domains(command) => domains::run(&client, command).await?,
         ClientCommand::Abuse(command) => abuse::run(&client, command).await?,
+        ClientCommand::Stats(args) => stats::run(&client, args).await?,
     };
     Ok(printed.render(args.json))
 }

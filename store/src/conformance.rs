@@ -848,12 +848,12 @@ async fn audit_log<S: Store + ?Sized>(store: &S) {
     assert_eq!(events[1].detail.as_deref(), Some(r#"{"old":{},"new":{}}"#));
 }
 
-/// Breakdown batches apply at most once per id, add up per value, keep each link's day to
-/// its first [`crate::breakdowns::VALUES_PER_LINK_DAY`] values of a dimension (the rest
-/// under [`crate::breakdowns::OTHER`]), and read back summed over the days asked, most
-/// clicked first.
+/// Breakdown batches apply at most once per id, add up per value, keep each code's day to
+/// its first [`crate::Dimension::values_per_day`] values of a dimension (50 of a click's,
+/// 1,000 of a domain's links; the rest under [`crate::breakdowns::OTHER`]), and read back
+/// summed over the days asked, most clicked first.
 pub async fn breakdowns_apply_once_and_stay_bounded<S: crate::BreakdownStore + ?Sized>(store: &S) {
-    use crate::breakdowns::{OTHER, VALUES_PER_LINK_DAY};
+    use crate::breakdowns::{LINKS_PER_SCOPE_DAY, OTHER, VALUES_PER_LINK_DAY};
     use crate::{Dimension, DimensionAdd, DimensionBatch, ValueClicks};
     let add = |code: &str, day: i32, dimension: Dimension, value: &str, clicks: u64| DimensionAdd {
         code: code.into(),
@@ -931,5 +931,49 @@ pub async fn breakdowns_apply_once_and_stay_bounded<S: crate::BreakdownStore + ?
         read("bd3", Dimension::Referrer, 21, 21).await,
         vec![("late.example".to_owned(), 1)],
         "the next day has room again"
+    );
+    // A domain's links, under its scope code: a bound of their own, well past 50.
+    let scope = crate::breakdowns::scope_code(Some("7"));
+    let links: Vec<DimensionAdd> = (0..LINKS_PER_SCOPE_DAY)
+        .map(|i| add(&scope, 30, Dimension::Link, &format!("c{i:04}"), 1))
+        .collect();
+    for (i, chunk) in links.chunks(500).enumerate() {
+        let batch = DimensionBatch {
+            id: format!("dims-links-{i}"),
+            adds: chunk.to_vec(),
+        };
+        store.apply_dimensions(&batch).await.unwrap();
+    }
+    let past = DimensionBatch {
+        id: "dims-links-past".into(),
+        adds: vec![
+            add(&scope, 30, Dimension::Country, "DE", 4),
+            add(&scope, 30, Dimension::Link, "c0999", 2),
+            add(&scope, 30, Dimension::Link, "late", 6),
+            // Two late links in one batch: both under the one `(other)`.
+            add(&scope, 30, Dimension::Link, "later", 1),
+        ],
+    };
+    store.apply_dimensions(&past).await.unwrap();
+    let scope_read = |d: Dimension| {
+        let scope = scope.clone();
+        async move {
+            store
+                .read_breakdown(&scope, d, Day(30), Day(30))
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|ValueClicks { value, clicks }| (value, clicks))
+                .collect::<Vec<_>>()
+        }
+    };
+    let day30 = scope_read(Dimension::Link).await;
+    assert_eq!(day30.len(), LINKS_PER_SCOPE_DAY + 1);
+    assert_eq!(day30[0], (OTHER.to_owned(), 7));
+    assert_eq!(day30[1], ("c0999".to_owned(), 3));
+    assert_eq!(
+        scope_read(Dimension::Country).await,
+        vec![("DE".to_owned(), 4)],
+        "a scope's countries are bounded apart from its links"
     );
 }

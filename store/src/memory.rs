@@ -391,7 +391,12 @@ impl crate::BreakdownStore for MemoryStore {
                 .breakdowns
                 .entry((add.code.clone(), add.day, add.dimension))
                 .or_default();
-            let value = crate::breakdowns::bounded_value(&add.value, values.contains_key(&add.value), values.len());
+            let value = crate::breakdowns::bounded_value(
+                add.dimension,
+                &add.value,
+                values.contains_key(&add.value),
+                values.len(),
+            );
             *values.entry(value.to_owned()).or_default() += add.clicks;
         }
         Ok(BatchOutcome::Applied)

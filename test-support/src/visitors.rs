@@ -220,3 +220,45 @@ where
         assert!(named.len() >= 5, "five countries: {named:?}");
     }
 }
+
+/// Waits up to `within` until the operators' summary (`summary()`: the body of
+/// `/api/v1/stats?top=100`) shows the clicks of the one link `code` on `domain` (its
+/// `clicks` people's and the two bots), with the countries and referrers its own stats
+/// (`stats(by)`) show: the summary of one link is that link's breakdowns.
+pub async fn assert_summary<S, SFut, F, Fut>(
+    summary: S,
+    stats: F,
+    clicks: usize,
+    code: &str,
+    domain: &str,
+    within: Duration,
+) where
+    S: Fn() -> SFut,
+    SFut: Future<Output = Value>,
+    F: Fn(&'static str) -> Fut,
+    Fut: Future<Output = Value>,
+{
+    let (countries, referrers) = (stats("country").await, stats("referrer").await);
+    let summed = serde_json::json!({
+        "total": clicks,
+        "bot_total": 2,
+        "top_links": [{"code": code, "domain": domain, "clicks": clicks}],
+        "top_countries": countries["breakdown"]["values"],
+        "top_referrers": referrers["breakdown"]["values"],
+    });
+    let deadline = Instant::now() + within;
+    loop {
+        let body = summary().await;
+        let got: serde_json::Map<String, Value> = summed
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(|k| (k.clone(), body[k].clone()))
+            .collect();
+        if Value::Object(got) == summed {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{body}\nnot\n{summed}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -470,6 +470,42 @@ def main(binary, results):
             on_domain.get_by_role("link", name="console-domain").click()
             expect(page.locator("#link-domain")).to_have_text("go.console.test")
 
+            # The summary (operators): every domain's clicks per day and the links, countries
+            # and referrers people clicked most; then one domain's, and a refused range.
+            page.get_by_role("link", name="Summary").click()
+            expect(page.get_by_role("heading", name="Summary")).to_be_visible()
+            top_link = page.locator("#top-links li[data-code='console-domain'][data-domain='go.console.test']")
+            deadline = time.time() + 10
+            while top_link.count() == 0:
+                run.check(time.time() < deadline, "the summary shows the domain's click within 10 s")
+                page.get_by_role("button", name="Show summary").click()
+                page.wait_for_timeout(300)
+            expect(top_link).to_have_attribute("data-clicks", "1")
+            expect(page.locator("#summary-domains")).to_have_text("Links on 127.0.0.1, go.console.test")
+            # console-e2e: its three clicks above, and one after each of its two edits.
+            expect(page.locator("#top-links li[data-code='console-e2e'][data-domain='127.0.0.1']")).to_have_attribute(
+                "data-clicks", "5")
+            expect(page.locator("#top-referrers li[data-value='direct']")).to_be_visible()
+            expect(page.locator("#clicks-chart rect.bar-rect")).to_have_count(30)
+            run.shot(page, "summary")
+            page.get_by_label("Domain").select_option("go.console.test")
+            page.get_by_role("button", name="Show summary").click()
+            expect(page.locator("#summary-domains")).to_have_text("Links on go.console.test")
+            expect(page.locator("#top-links li")).to_have_count(1)
+            expect(page.locator("#clicks-total")).to_contain_text("1 clicks from")
+            run.shot(page, "summary-domain")
+            page.get_by_label("From (UTC day)").fill("2026-01-08")
+            page.get_by_label("To (UTC day)").fill("2026-01-07")
+            page.get_by_role("button", name="Show summary").click()
+            expect(page.get_by_role("alert")).to_have_text("from must not be after to (invalid_date)")
+            # From the top list to the link's page, on its domain.
+            page.get_by_label("From (UTC day)").fill("")
+            page.get_by_label("To (UTC day)").fill("")
+            page.get_by_role("button", name="Show summary").click()
+            top_link.get_by_role("link").click()
+            expect(page.get_by_role("heading", name="Link console-domain")).to_be_visible()
+            expect(page.locator("#link-domain")).to_have_text("go.console.test")
+
             # A creator key scoped to the domain: its form offers that domain alone.
             page.get_by_role("link", name="API keys").click()
             page.get_by_label("Name").fill("browser brand")
@@ -526,9 +562,11 @@ def main(binary, results):
             run.check(cpage.get_by_role("link", name="API keys").count() == 0, "no keys link for a creator")
             run.check(cpage.get_by_role("link", name="Audit log").count() == 0, "no audit link for a creator")
             run.check(cpage.get_by_role("link", name="Domains").count() == 0, "no domains link for a creator")
+            run.check(cpage.get_by_role("link", name="Summary").count() == 0, "no summary link for a creator")
             expect(cpage.get_by_text("No links.")).to_be_visible()  # only its own links
             run.shot(cpage, "creator-links-phone")
-            for hash_, title in [("#/keys", "API keys"), ("#/audit", "Audit log"), ("#/domains", "Domains")]:
+            for hash_, title in [("#/keys", "API keys"), ("#/audit", "Audit log"), ("#/domains", "Domains"),
+                                 ("#/stats", "Summary")]:
                 cpage.goto(console + "/" + hash_)
                 expect(cpage.get_by_role("heading", name=title)).to_be_visible()
                 expect(cpage.get_by_role("alert")).to_contain_text("This page is for operator keys")

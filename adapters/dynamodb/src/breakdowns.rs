@@ -187,10 +187,15 @@ impl DynamoStore {
             let item = held.remove(&(code.clone(), key.clone())).unwrap_or_default();
             let (mut values, ver) = (item.values, item.ver);
             let before = values.len();
+            let dimension = key
+                .split('#')
+                .next()
+                .and_then(Dimension::parse)
+                .ok_or_else(|| StoreError::Internal(format!("breakdown item key {key}")))?;
             // Each value as the bound has it count, in the order they came.
             let mut counted: BTreeMap<String, u64> = BTreeMap::new();
             for (value, clicks) in adds {
-                let kept = bounded_value(value, values.contains(value), values.len()).to_owned();
+                let kept = bounded_value(dimension, value, values.contains(value), values.len()).to_owned();
                 values.insert(kept.clone());
                 *counted.entry(kept).or_default() += clicks;
             }

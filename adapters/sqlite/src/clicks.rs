@@ -5,7 +5,7 @@ use crate::error::sql_err;
 use crate::SqliteStore;
 use async_trait::async_trait;
 use rebound_core::Day;
-use rebound_store::breakdowns::{bounded_value, ranked};
+use rebound_store::breakdowns::{bounded_value, ranked, OTHER};
 use rebound_store::{
     BatchOutcome, BreakdownStore, ClickBatch, Clicks, Dimension, DimensionBatch, RollupStore, StoreError, ValueClicks,
 };
@@ -139,7 +139,7 @@ impl BreakdownStore for SqliteStore {
             for a in &batch.adds {
                 held.entry((a.code.as_str(), a.day.0)).or_default();
             }
-            let dimension_named = |name: &str| Dimension::ALL.into_iter().find(|d| d.as_str() == name);
+            let dimension_named = Dimension::parse;
             let keys: Vec<(&str, i32)> = held.keys().copied().collect();
             // One read per day and 100 codes: an index seek per code.
             let mut days: Vec<i32> = keys.iter().map(|(_, d)| *d).collect();
@@ -173,12 +173,23 @@ impl BreakdownStore for SqliteStore {
                 }
             }
             let mut rows: Vec<(&str, i32, &str, String, i64)> = Vec::with_capacity(batch.adds.len());
+            // The `(other)` row of each (code, day, dimension): the adds bounded to it merge
+            // into one row (a domain's day past its 1,000 links sends hundreds a batch).
+            let mut other_row: HashMap<(&str, i32, &str), usize> = HashMap::new();
             for a in &batch.adds {
                 let group = held.get_mut(&(a.code.as_str(), a.day.0)).expect("entered above");
                 let dimension = a.dimension.as_str();
                 let known = group.values.contains(&(dimension, a.value.clone()));
                 let count = group.per_dimension.get(dimension).copied().unwrap_or(0);
-                let value = bounded_value(&a.value, known, count).to_owned();
+                let value = bounded_value(a.dimension, &a.value, known, count);
+                if value == OTHER {
+                    if let Some(&at) = other_row.get(&(a.code.as_str(), a.day.0, dimension)) {
+                        rows[at].4 += a.clicks as i64;
+                        continue;
+                    }
+                    other_row.insert((a.code.as_str(), a.day.0, dimension), rows.len());
+                }
+                let value = value.to_owned();
                 if group.values.insert((dimension, value.clone())) {
                     *group.per_dimension.entry(dimension).or_default() += 1;
                 }

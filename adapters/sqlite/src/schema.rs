@@ -114,7 +114,9 @@ CREATE TABLE IF NOT EXISTS rollups (
 CREATE TABLE IF NOT EXISTS applied_batches (id TEXT PRIMARY KEY, applied_at INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS applied_batches_by_time ON applied_batches (applied_at);
 -- Breakdowns: a link's people's clicks of a day by value of a dimension (at most 50 values
--- of a dimension a link's day, the rest under '(other)').
+-- of a dimension a link's day, the rest under '(other)'); and a domain's summary under its
+-- scope code ('*', '*<id>'), whose 'link' dimension keeps 1,000 codes a day.
+-- The rollups hold the scope codes' daily totals too.
 CREATE TABLE IF NOT EXISTS breakdowns (
     code TEXT NOT NULL,
     day INTEGER NOT NULL,

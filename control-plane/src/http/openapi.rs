@@ -76,11 +76,11 @@ impl utoipa::Modify for BearerAuth {
 #[openapi(
     info(title = "Rebound control plane", description = "Create, inspect, delete and take down short links on the service's domains; manage domains and API keys; read click statistics."),
     paths(links::create_link, links::import_links, links::get_link, links::edit_link, links::list_links, links::delete_link, links::take_down_link,
-        stats::link_stats, keys::create_key, keys::revoke_key, openapi,
+        stats::link_stats, stats::stats_summary, keys::create_key, keys::revoke_key, openapi,
         links::link_qr, links::link_audit, keys::whoami,
         domains::create_domain, domains::list_domains, domains::get_domain, domains::delete_domain,
         abuse::restore_link, abuse::report, abuse::reports, abuse::threat_lists),
-    components(schemas(CreateLinkRequest, EditLinkRequest, ImportRequest, ImportResults, ImportOutcome, LinkCreated, LinkView, LinkList, TakedownRequest, LinkStats, DayClicks, Breakdown, ValueClicks, CreateKeyRequest, KeyCreated, ErrorBody,
+    components(schemas(CreateLinkRequest, EditLinkRequest, ImportRequest, ImportResults, ImportOutcome, LinkCreated, LinkView, LinkList, TakedownRequest, LinkStats, DayClicks, Breakdown, ValueClicks, StatsSummary, LinkClicks, CreateKeyRequest, KeyCreated, ErrorBody,
         LinkAudit, AuditEntry, Me, CreateDomainRequest, DomainView, DomainList, DomainRemoved,
         ReportRequest, ReportView, ReportList, ThreatListView, ThreatListsView)),
     modifiers(&BearerAuth, &CommonResponses)

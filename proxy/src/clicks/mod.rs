@@ -8,6 +8,7 @@
 //! - `pacing`: when the pending counts are due.
 //! - `shipper`: the task that drains, takes and writes them; the store's sink.
 //! - `stats`: stats reads that add the pending counts.
+//! - `summary`: what a take adds to the summaries of the domains it clicked.
 //! - `low_priority`: the `SCHED_IDLE` runtime the all-in-one writes on.
 
 pub mod breakdown;
@@ -17,6 +18,7 @@ mod pending;
 mod queue;
 mod shipper;
 mod stats;
+mod summary;
 #[cfg(test)]
 mod test_util;
 

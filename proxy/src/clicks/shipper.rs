@@ -5,6 +5,7 @@
 
 use super::pacing::ClickPacing;
 use super::queue::ClickQueue;
+use super::summary::{summary_adds, SummaryAdds};
 use async_trait::async_trait;
 use rebound_core::Day;
 use rebound_store::{
@@ -195,7 +196,8 @@ async fn sleep_until_some(deadline: Option<Instant>) {
     }
 }
 
-/// Writes take `id`: its rows to the sink ([`write_rows`]), then its breakdowns' adds.
+/// Writes take `id`: its rows to the sink ([`write_rows`]), then its breakdowns' adds; where
+/// breakdowns are kept, then the summaries of the domains it clicked ([`write_summary`]).
 async fn write(
     queue: &ClickQueue,
     sink: &dyn ClickSink,
@@ -203,16 +205,56 @@ async fn write(
     ids: &BatchIds,
     id: u64,
 ) {
-    let (adds, clicks) = {
+    let (adds, clicks, rows, day) = {
         let mut s = queue.unpersisted.lock();
         match s.takes.iter_mut().find(|t| t.id == id) {
-            Some(t) => (std::mem::take(&mut t.breakdown), t.breakdown_clicks),
-            None => (Vec::new(), 0),
+            Some(t) => (
+                std::mem::take(&mut t.breakdown),
+                t.breakdown_clicks,
+                // Handles (a reference count each), for the summary once the lock is let go.
+                match breakdowns {
+                    Some(_) => t.rows.iter().map(|r| (r.entry.clone(), r.clicks)).collect(),
+                    None => Vec::new(),
+                },
+                t.day,
+            ),
+            None => (Vec::new(), 0, Vec::new(), Day(0)),
         }
     };
+    let summary = match breakdowns {
+        Some(_) => summary_adds(day, rows.iter().map(|(e, n)| (e.code(), *n)), &adds),
+        None => SummaryAdds::default(),
+    };
+    drop(rows);
     write_rows(queue, sink, ids, id).await;
     if !adds.is_empty() {
         write_breakdowns(queue, breakdowns, ids, adds, clicks).await;
+    }
+    write_summary(queue, sink, breakdowns, ids, summary).await;
+}
+
+/// Ships a take's summary adds: the domains' daily totals to the sink as one more batch,
+/// their links, countries and referrers to the breakdowns' sink. A failure is counted and
+/// logged as the rows' and breakdowns' are; the summary then misses those clicks.
+async fn write_summary(
+    queue: &ClickQueue,
+    sink: &dyn ClickSink,
+    breakdowns: Option<&dyn BreakdownSink>,
+    ids: &BatchIds,
+    summary: SummaryAdds,
+) {
+    for chunk in summary.totals.chunks(MAX_BATCH_ADDS) {
+        let batch = ClickBatch {
+            id: ids.next(),
+            adds: chunk.to_vec(),
+        };
+        if let Err(e) = sink.ship(std::slice::from_ref(&batch)).await {
+            queue.metrics.click_batches_failed.inc();
+            tracing::warn!(error = %rebound_core::Causes(&e), "a summary batch was not shipped; the domains' daily totals miss its clicks");
+        }
+    }
+    if !summary.adds.is_empty() {
+        write_breakdowns(queue, breakdowns, ids, summary.adds, 0).await;
     }
 }
 
