@@ -9,6 +9,7 @@
 /// instructions a click under callgrind (benches/results/2026-12-06e-callgrind-breakdowns.md).
 use hashbrown::HashMap;
 use rebound_core::dimensions::{Dimensions, Referrer};
+use rebound_store::breakdowns::OTHER;
 use rebound_store::{Dimension, DimensionAdd};
 
 /// Calls `each` with every dimension `click` has a value of, and the value as the
@@ -66,6 +67,17 @@ impl BreakdownCounts {
                 return;
             }
             let values = &mut by_value[dimension as usize];
+            if let Some(n) = values.get_mut(value) {
+                *n += 1;
+                return;
+            }
+            // Bounded as the store bounds a link's day: a code's values beyond those it
+            // keeps would count under `(other)` there anyway, and memory stays bounded
+            // however many values (hosts, campaigns) a take sees.
+            let value = match values.len() >= dimension.values_per_day() {
+                true => OTHER.as_bytes(),
+                false => value,
+            };
             match values.get_mut(value) {
                 Some(n) => *n += 1,
                 None => {
@@ -152,6 +164,28 @@ mod tests {
         let mut none = Vec::new();
         each_bytes(&Dimensions::default(), |d, _| none.push(d));
         assert!(none.is_empty(), "every dimension off: nothing counted");
+    }
+
+    #[test]
+    fn a_codes_values_beyond_the_stores_bound_count_as_other_in_memory_too() {
+        let mut counts = BreakdownCounts::default();
+        let bound = Dimension::Referrer.values_per_day();
+        for i in 0..bound + 30 {
+            counts.add("abc", &click(b"DE", &format!("h{i}.example"), "Chrome"), &[true; 8]);
+        }
+        // A value held already still counts as itself.
+        counts.add("abc", &click(b"DE", "h3.example", "Chrome"), &[true; 8]);
+        let (adds, clicks) = counts.take(rebound_core::Day(1));
+        assert_eq!(clicks, bound as u64 + 31);
+        let referrers: Vec<(&str, u64)> = adds
+            .iter()
+            .filter(|a| a.dimension == Dimension::Referrer)
+            .map(|a| (a.value.as_str(), a.clicks))
+            .collect();
+        assert_eq!(referrers.len(), bound + 1, "{referrers:?}");
+        assert!(referrers.contains(&(OTHER, 30)));
+        assert!(referrers.contains(&("h3.example", 2)));
+        assert_eq!(referrers.iter().map(|(_, n)| n).sum::<u64>(), bound as u64 + 31);
     }
 
     #[test]
