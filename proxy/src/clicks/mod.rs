@@ -8,6 +8,7 @@
 //! - `pacing`: when the pending counts are due.
 //! - `shipper`: the task that drains, takes and writes them; the store's sink.
 //! - `stats`: stats reads that add the pending counts.
+//! - `stream`: each click as an event, queued and put to the click stream (Kinesis).
 //! - `low_priority`: the `SCHED_IDLE` runtime the all-in-one writes on.
 
 pub mod breakdown;
@@ -17,6 +18,7 @@ mod pending;
 mod queue;
 mod shipper;
 mod stats;
+mod stream;
 #[cfg(test)]
 mod test_util;
 
@@ -27,3 +29,4 @@ pub use queue::ClickQueue;
 pub use rebound_store::ClickSink;
 pub use shipper::{run_click_shipper, ClickWriter, StoreClickSink};
 pub use stats::RollupsWithPending;
+pub use stream::{run_click_stream, ClickStream};
