@@ -27,12 +27,13 @@ fn sdk_err<E: std::error::Error + Send + Sync + 'static>(e: E) -> StoreError {
 }
 
 /// The record of `event`: one JSON object, every field present (`null` for a dimension that
-/// is switched off, or a campaign parameter the query did not carry).
+/// is switched off, or a campaign parameter the query did not carry), and a newline: Firehose
+/// writes records to S3 back to back, and so they land as JSON lines, one event a line.
 pub fn encode_event(event: &ClickEvent) -> Vec<u8> {
     let d = &event.dimensions;
     let agent = d.agent.as_ref();
     let campaign = d.campaign.as_deref();
-    serde_json::json!({
+    let mut line = serde_json::json!({
         "ts": event.at,
         "code": event.code,
         "domain": event.domain,
@@ -48,7 +49,9 @@ pub fn encode_event(event: &ClickEvent) -> Vec<u8> {
         "utm_campaign": campaign.and_then(|c| c.campaign.as_ref()).map(|v| v.as_str()),
     })
     .to_string()
-    .into_bytes()
+    .into_bytes();
+    line.push(b'\n');
+    line
 }
 
 /// A client from the standard AWS configuration (region, endpoint, credentials), making one
@@ -251,7 +254,7 @@ mod tests {
         let wire = String::from_utf8(encode_event(&event("abc", false, full()))).unwrap();
         assert_eq!(
             wire,
-            r#"{"bot":false,"browser":"Chrome Mobile","code":"abc","country":"FR","device":"mobile","domain":"sho.rt","os":"Android","referrer":"news.ycombinator.com","ts":1765000000123,"utm_campaign":"spring \"sale\"","utm_medium":null,"utm_source":"newsletter","version":3}"#
+            r#"{"bot":false,"browser":"Chrome Mobile","code":"abc","country":"FR","device":"mobile","domain":"sho.rt","os":"Android","referrer":"news.ycombinator.com","ts":1765000000123,"utm_campaign":"spring \"sale\"","utm_medium":null,"utm_source":"newsletter","version":3}"#.to_owned() + "\n"
         );
         // Dimensions switched off are null, never left out: a table's columns stay put.
         let bare: serde_json::Value =

@@ -23,6 +23,9 @@ use tokio::time::Instant;
 
 /// The most events put at once: Kinesis's `PutRecords` limit.
 pub const BATCH: usize = 500;
+/// Puts in flight at once: one call takes tens of milliseconds, so one at a time would
+/// bound a proxy to some 10,000 events a second whatever the stream takes.
+pub const PUTS_IN_FLIGHT: usize = 4;
 /// While fewer than [`BATCH`] events wait, the queue is looked at this often (only then:
 /// idle, the task sleeps until a push).
 const FILL_POLL: Duration = Duration::from_millis(20);
@@ -114,8 +117,9 @@ impl ClickStream {
 }
 
 /// Takes events off `stream` and puts them to `sink`, [`BATCH`] at a time, or fewer once
-/// the oldest has waited `linger`, one put at a time, until `stop`; then puts what is
-/// queued and returns. Each put is made once: what it does not deliver is counted lost.
+/// the oldest has waited `linger`, up to [`PUTS_IN_FLIGHT`] puts at a time, until `stop`;
+/// then puts what is queued, waits for the puts in flight and returns. Each put is made
+/// once: what it does not deliver is counted lost.
 pub async fn run_click_stream(
     stream: Arc<ClickStream>,
     sink: Arc<dyn ClickStreamSink>,
@@ -126,7 +130,9 @@ pub async fn run_click_stream(
     let mut held: Vec<Queued> = Vec::with_capacity(BATCH);
     let mut oldest: Option<Instant> = None;
     let mut stopping = false;
+    let mut in_flight = tokio::task::JoinSet::new();
     loop {
+        while in_flight.try_join_next().is_some() {}
         while held.len() < BATCH {
             match stream.queue.pop() {
                 Some(event) => held.push(event),
@@ -138,12 +144,17 @@ pub async fn run_click_stream(
         }
         let due = oldest.is_some_and(|t| t.elapsed() >= linger);
         if held.len() >= BATCH || (!held.is_empty() && (due || stopping)) {
-            put(&stream, sink.as_ref(), &routes, &mut held).await;
+            if in_flight.len() >= PUTS_IN_FLIGHT {
+                in_flight.join_next().await;
+            }
+            let events = events_of(&routes, &mut held);
+            in_flight.spawn(put(stream.clone(), sink.clone(), events));
             oldest = None;
             continue;
         }
         if stopping {
-            // Nothing held, nothing queued.
+            // Nothing held, nothing queued: the last puts finish.
+            while in_flight.join_next().await.is_some() {}
             return;
         }
         let wait = match oldest {
@@ -160,11 +171,10 @@ pub async fn run_click_stream(
     }
 }
 
-/// Puts `held` to `sink` and counts what it did; `held` is emptied.
-async fn put(stream: &ClickStream, sink: &dyn ClickStreamSink, routes: &DomainRoutes, held: &mut Vec<Queued>) {
+/// The events of `held`, which is emptied: each named by its code and its domain's host.
+fn events_of(routes: &DomainRoutes, held: &mut Vec<Queued>) -> Vec<ClickEvent> {
     let hosts = routes.hosts_by_id();
-    let events: Vec<ClickEvent> = held
-        .drain(..)
+    held.drain(..)
         .map(|q| {
             let (code, id) = split_key(q.entry.code());
             let domain = match id {
@@ -181,7 +191,11 @@ async fn put(stream: &ClickStream, sink: &dyn ClickStreamSink, routes: &DomainRo
                 dimensions: q.dimensions,
             }
         })
-        .collect();
+        .collect()
+}
+
+/// Puts `events` to `sink` once and counts what it did.
+async fn put(stream: Arc<ClickStream>, sink: Arc<dyn ClickStreamSink>, events: Vec<ClickEvent>) {
     let m = &stream.metrics;
     match sink.put(&events).await {
         Ok(done) => {
@@ -297,5 +311,61 @@ mod tests {
         task.await.unwrap();
         assert_eq!(metrics.click_events_sent.get(), 1_204);
         assert_eq!(*sink.puts.lock().unwrap(), vec![500, 500, 203, 1, 1]);
+    }
+
+    /// A sink whose puts take 50 ms, and that remembers how many were in flight at most.
+    #[derive(Default)]
+    struct Slow {
+        now: std::sync::atomic::AtomicUsize,
+        most: std::sync::atomic::AtomicUsize,
+        events: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait::async_trait]
+    impl ClickStreamSink for Slow {
+        async fn put(
+            &self,
+            events: &[ClickEvent],
+        ) -> Result<rebound_store::click_stream::StreamPut, rebound_store::StoreError> {
+            let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            self.now.fetch_sub(1, Ordering::SeqCst);
+            self.events.fetch_add(events.len(), Ordering::SeqCst);
+            Ok(rebound_store::click_stream::StreamPut {
+                sent: events.len() as u64,
+                lost: 0,
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn puts_overlap_up_to_the_bound_and_stopping_waits_for_them() {
+        let metrics = metrics();
+        let clicks = ClickQueue::new(100_000, metrics.clone(), clock_at(0));
+        let stream = Arc::new(ClickStream::new(100_000, false, metrics.clone()));
+        let sink = Arc::new(Slow::default());
+        let (stop_tx, stop) = watch::channel(false);
+        let task = tokio::spawn(run_click_stream(
+            stream.clone(),
+            sink.clone(),
+            routes(),
+            Duration::from_secs(1),
+            stop,
+        ));
+        let a = entry("aaa");
+        for i in 0..5_000 {
+            stream.record(&clicks, &a, Click::of(Visitor::Person), i);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        stop_tx.send(true).unwrap();
+        task.await.unwrap();
+        assert_eq!(sink.most.load(Ordering::SeqCst), PUTS_IN_FLIGHT);
+        assert_eq!(
+            sink.events.load(Ordering::SeqCst),
+            5_000,
+            "every put finished before the task returned"
+        );
+        assert_eq!(metrics.click_events_sent.get(), 5_000);
     }
 }
