@@ -332,3 +332,74 @@ async fn each_click_is_one_event_in_the_stream_with_its_dimensions_and_no_addres
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// `rebound proxy` on DynamoDB and SQS (which keep no breakdowns) sends the dimensions all
+/// the same: a person's click and a bot's, each an event with its fields.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_DYNAMODB_URL and REBOUND_TEST_KINESIS_URL (the test services): scripts/test starts them and runs it"]
+async fn a_proxy_on_sqs_sends_its_clicks_to_the_stream_with_their_dimensions() {
+    let kinesis_url = env_or_panic("REBOUND_TEST_KINESIS_URL");
+    let stream = format!("proxy-clicks-{}", unique_id());
+    let d = common::fleet::Deployment::new(&shared_aws_url(), None);
+    let settings = [
+        ("AWS_ENDPOINT_URL_KINESIS", kinesis_url.as_str()),
+        ("REBOUND_KINESIS_STREAM", stream.as_str()),
+        ("REBOUND_PUBLIC_BASE_URL", "https://s.example"),
+    ];
+    assert!(provision(&d.with(&settings)).contains(&format!("created Kinesis stream {stream}")));
+    let dir = temp_dir();
+    let cp = d.control_plane(&dir.path().join("cp"), &settings);
+    let code = common::fleet::create(
+        &cp,
+        json!({"long_url": "https://example.com/p", "custom_alias": "viaproxy"}),
+    )
+    .await;
+    let mut proxy_settings = settings.to_vec();
+    proxy_settings.extend([
+        ("REBOUND_TRUSTED_NETWORKS", "127.0.0.1"),
+        ("REBOUND_COUNTRY_HEADER", "cloudfront"),
+        ("REBOUND_KINESIS_LINGER_MS", "200"),
+    ]);
+    let proxy = d.proxy(&dir.path().join("proxy"), &proxy_settings).await;
+    let click = |agent: usize| {
+        http()
+            .get(format!("{}/{code}?utm_campaign=launch", proxy.addr("redirect")))
+            .header("User-Agent", AGENTS[agent].0)
+            .header("Referer", REFERRERS[1].0.unwrap())
+            .header("X-Forwarded-For", CLIENT_ADDRESS)
+            .header("CloudFront-Viewer-Country", "BR")
+            .send()
+    };
+    assert_eq!(click(1).await.unwrap().status(), 302);
+    assert_eq!(click(3).await.unwrap().status(), 302);
+
+    let client = kinesis().await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let records = loop {
+        let records = read_stream(&client, &stream).await;
+        if records.len() >= 2 || Instant::now() > deadline {
+            break records;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let mut got: Vec<Value> = records
+        .iter()
+        .map(|(_, data)| {
+            assert!(!data.contains(CLIENT_ADDRESS) && !data.contains("Mozilla"), "{data}");
+            let mut e: Value = serde_json::from_str(data).unwrap();
+            e.as_object_mut().unwrap().remove("ts");
+            e
+        })
+        .collect();
+    got.sort_by_key(|e| e["bot"].as_bool());
+    let event = |agent: usize| {
+        let (_, device, browser, os, bot) = AGENTS[agent];
+        json!({
+            "code": code, "domain": "s.example", "version": 1, "bot": bot,
+            "country": "BR", "referrer": REFERRERS[1].1,
+            "device": device, "browser": browser, "os": os,
+            "utm_source": null, "utm_medium": null, "utm_campaign": "launch",
+        })
+    };
+    assert_eq!(got, vec![event(1), event(3)]);
+}
