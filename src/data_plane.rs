@@ -311,15 +311,18 @@ impl DataPlane {
         let breakdowns = clicks.breakdowns.is_some();
         // Each click as an event too: people's clicks go on to the breakdowns where they are on.
         let stream = match (&self.click_stream, stream) {
-            (Some(s), Some(sink)) => Some((
-                Arc::new(ClickStream::new(
-                    s.queue_capacity,
-                    breakdowns,
-                    self.proxy_metrics.clone(),
-                )),
-                sink,
-                s.linger,
-            )),
+            (Some(s), Some(sink)) => {
+                tracing::info!(stream = %s.stream, "click stream: each click is sent to Kinesis as an event");
+                Some((
+                    Arc::new(ClickStream::new(
+                        s.queue_capacity,
+                        breakdowns,
+                        self.proxy_metrics.clone(),
+                    )),
+                    sink,
+                    s.linger,
+                ))
+            }
             _ => None,
         };
         let mut path = RedirectPath::new(
