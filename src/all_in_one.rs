@@ -4,7 +4,7 @@
 //! low-priority runtime for the click writes and the signals; `tests/in_process.rs` gives
 //! it the in-memory store, a manual clock and a channel, so both run this wiring.
 
-use crate::backends::announce_initial_key;
+use crate::backends::{announce_initial_key, open_click_stream};
 use crate::control_plane::{Announce, ControlPlaneAdapters, ControlPlaneListeners, ControlPlaneProcess};
 use crate::data_plane::{DataPlane, DataPlaneAdapters, DataPlaneListeners, Fleet};
 use crate::listen::RouterPort;
@@ -14,6 +14,7 @@ use anyhow::Context;
 use rebound_core::Clock;
 use rebound_proxy::clicks::{ClickWriter, StoreBreakdownSink, StoreClickSink};
 use rebound_proxy::server::Shutdown;
+use rebound_store::click_stream::ClickStreamSink;
 use rebound_store::Store;
 use std::future::Future;
 use std::sync::Arc;
@@ -30,6 +31,8 @@ pub struct AllInOne {
     data: DataPlane,
     control: ControlPlaneProcess,
     store: Arc<dyn Store>,
+    /// The click stream, when `clicks.kinesis_stream` is set.
+    stream: Option<Arc<dyn ClickStreamSink>>,
 }
 
 impl AllInOne {
@@ -52,7 +55,13 @@ impl AllInOne {
             click_queue: None,
         };
         let control = ControlPlaneProcess::build(settings, &metrics, adapters).await?;
-        Ok(AllInOne { data, control, store })
+        let stream = open_click_stream(settings, &metrics.adapters).await;
+        Ok(AllInOne {
+            data,
+            control,
+            store,
+            stream,
+        })
     }
 
     /// Serves until `shutdown` resolves. Then the API stops taking connections, the
@@ -66,7 +75,12 @@ impl AllInOne {
         shutdown: impl Future<Output = Shutdown> + Send + 'static,
         runtime: &tokio::runtime::Runtime,
     ) -> anyhow::Result<()> {
-        let AllInOne { data, control, store } = self;
+        let AllInOne {
+            data,
+            control,
+            store,
+            stream,
+        } = self;
         let (stop_tx, mut stop) = watch::channel(false);
         let api = runtime.spawn(control.run(
             ControlPlaneListeners {
@@ -88,6 +102,7 @@ impl AllInOne {
             home: None,
             certificates: store.clone(),
             domains: store,
+            stream,
         };
         let shutdown = async move {
             let how = shutdown.await;

@@ -5,7 +5,8 @@
 
 use crate::all_in_one::{AllInOne, AllInOneListeners};
 use crate::backends::{
-    announce_initial_key, metered, open_home_store, open_queue, open_redis, open_store, store_place, DataDirLock,
+    announce_initial_key, metered, open_click_stream, open_home_store, open_queue, open_redis, open_store, store_place,
+    DataDirLock,
 };
 use crate::control_plane::{Announce, ControlPlaneAdapters, ControlPlaneListeners, ControlPlaneProcess};
 use crate::data_plane::{DataPlane, DataPlaneAdapters, DataPlaneListeners, Fleet};
@@ -134,6 +135,7 @@ pub fn run_proxy(settings: Settings, options: RunOptions, runtime: &tokio::runti
         home: runtime.block_on(open_home_store(&settings, &metrics.adapters)),
         certificates: store.clone(),
         domains: store,
+        stream: runtime.block_on(open_click_stream(&settings, &metrics.adapters)),
     };
     dp.run(adapters, listeners, stop, runtime)
 }
@@ -229,8 +231,8 @@ pub async fn run_control_plane(settings: Settings) -> anyhow::Result<()> {
     .await
 }
 
-/// `rebound provision`: creates the DynamoDB tables (with TTL) and the SQS queue and its
-/// dead-letter queue when they are missing. Running it twice changes nothing.
+/// `rebound provision`: creates the DynamoDB tables (with TTL), the SQS queue and its
+/// dead-letter queue, and the click stream's Kinesis stream, when they are missing. Running it twice changes nothing.
 pub async fn provision(settings: Settings) -> anyhow::Result<()> {
     let mut did_something = false;
     if let StoreChoice::DynamoDb { table_prefix } = &settings.store {
@@ -257,8 +259,20 @@ pub async fn provision(settings: Settings) -> anyhow::Result<()> {
         }
         did_something = true;
     }
+    if let Some(click_stream) = &settings.click_stream {
+        let client = rebound_kinesis::client_from_env().await;
+        let name = &click_stream.stream;
+        let created = rebound_kinesis::KinesisClickStream::provision(&client, name)
+            .await
+            .with_context(|| format!("creating the Kinesis stream {name}"))?;
+        match created {
+            true => println!("rebound: created Kinesis stream {name}"),
+            false => println!("rebound: Kinesis stream {name:?} already exists"),
+        }
+        did_something = true;
+    }
     if !did_something {
-        println!("rebound: nothing to provision: the embedded store and queue need no set-up (set REBOUND_STORE=dynamodb and/or REBOUND_QUEUE=sqs)");
+        println!("rebound: nothing to provision: the embedded store and queue need no set-up (set REBOUND_STORE=dynamodb, REBOUND_QUEUE=sqs and/or REBOUND_KINESIS_STREAM)");
     }
     Ok(())
 }

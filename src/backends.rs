@@ -8,10 +8,11 @@ use anyhow::Context;
 use rebound_core::Causes;
 use rebound_core::Clock;
 use rebound_dynamodb::DynamoStore;
-use rebound_metering::{AdapterMetrics, MeteredStore};
+use rebound_metering::{AdapterMetrics, MeteredClickStream, MeteredStore};
 use rebound_redis::{RedisCache, RedisSettingError};
 use rebound_sqlite::SqliteStore;
 use rebound_sqs::SqsClickQueue;
+use rebound_store::click_stream::ClickStreamSink;
 use rebound_store::{ClickInbox, LinkReads, Store};
 use std::fs::{File, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -246,6 +247,19 @@ pub async fn open_queue(settings: &Settings) -> anyhow::Result<Option<(Arc<dyn C
             )))
         }
     }
+}
+
+/// The click stream's Kinesis stream, when `clicks.kinesis_stream` is set: opened on its
+/// first put (a data plane starts while Kinesis is unreachable), its puts counted and timed.
+pub async fn open_click_stream(settings: &Settings, adapters: &AdapterMetrics) -> Option<Arc<dyn ClickStreamSink>> {
+    let stream = &settings.click_stream.as_ref()?.stream;
+    let client = rebound_kinesis::client_from_env().await;
+    Some(Arc::new(MeteredClickStream::new(
+        Arc::new(rebound_kinesis::LazyClickStream::new(client, stream.clone())),
+        adapters,
+        "kinesis",
+        "put_records",
+    )))
 }
 
 /// Prints the initial operator key once, the first time a store without a configured

@@ -8,7 +8,7 @@ use crate::config::{COUNTRY_HEADER, GEOIP_DATABASE};
 use crate::listen::{bind, edge_limits, router_edge, with_proxy_protocol, RouterPort};
 use crate::metrics_port::{metrics_router, Readiness};
 use crate::process_metrics::ProcessRegistry;
-use crate::settings::{AcmeSettings, ProxiedPort, RedirectSettings, Settings};
+use crate::settings::{AcmeSettings, ClickStreamSettings, ProxiedPort, RedirectSettings, Settings};
 use crate::signals::{drain, log_hangups};
 use anyhow::Context;
 use rebound_acme::{AcmeMetrics, Challenges, FleetTlsAlpn, Issuer, IssuerConfig, Outcome};
@@ -19,7 +19,9 @@ use rebound_edge::tls::{watch_certificate, CertificateFiles, ReloadableCert};
 use rebound_edge::Edge;
 use rebound_metering::{MeteredAttemptBudget, MeteredRecordCache};
 use rebound_proxy::capture::Capture;
-use rebound_proxy::clicks::{run_click_shipper, ClickPacing, ClickQueue, ClickWriter, RollupsWithPending};
+use rebound_proxy::clicks::{
+    run_click_shipper, run_click_stream, ClickPacing, ClickQueue, ClickStream, ClickWriter, RollupsWithPending,
+};
 use rebound_proxy::distributed::{run_creation_feed, run_invalidation_listener, run_keepalive, sync_embedded_filter};
 use rebound_proxy::domain_watch::DomainWatch;
 use rebound_proxy::domains::{DomainRoutes, UnknownHost};
@@ -35,6 +37,7 @@ use rebound_proxy::server::{
 };
 use rebound_redis::RedisCache;
 use rebound_store::certs::CertificateStore;
+use rebound_store::click_stream::ClickStreamSink;
 use rebound_store::domains::DomainStore;
 use rebound_store::{Dimension, LinkEvents, LinkReads, RollupStore};
 use std::future::Future;
@@ -110,6 +113,8 @@ pub struct DataPlaneAdapters {
     pub certificates: Arc<dyn CertificateStore>,
     /// The fleet's domains besides the default one.
     pub domains: Arc<dyn DomainStore>,
+    /// Where each click goes as an event, when `clicks.kinesis_stream` is set.
+    pub stream: Option<Arc<dyn ClickStreamSink>>,
 }
 
 /// The TLS port's certificates over ACME: the settings, the answers to validations in
@@ -155,6 +160,8 @@ pub struct DataPlane {
     default_host: String,
     /// The country database of the breakdowns, when one is configured (read at start).
     countries: Option<Arc<CountryDb>>,
+    /// The click stream's queue and linger, when it is on.
+    click_stream: Option<ClickStreamSettings>,
 }
 
 /// How often the country database's file is looked at for a change.
@@ -222,6 +229,7 @@ impl DataPlane {
         };
         Ok(DataPlane {
             countries,
+            click_stream: settings.click_stream.clone(),
             clicks: Arc::new(
                 ClickQueue::new(r.click_queue_capacity, proxy_metrics.clone(), clock.clone())
                     .breaking_down(&r.breakdowns),
@@ -297,9 +305,26 @@ impl DataPlane {
             home,
             certificates,
             domains,
+            stream,
         } = adapters;
         let r = &self.redirect;
         let breakdowns = clicks.breakdowns.is_some();
+        // Each click as an event too: people's clicks go on to the breakdowns where they are on.
+        let stream = match (&self.click_stream, stream) {
+            (Some(s), Some(sink)) => {
+                tracing::info!(stream = %s.stream, "click stream: each click is sent to Kinesis as an event");
+                Some((
+                    Arc::new(ClickStream::new(
+                        s.queue_capacity,
+                        breakdowns,
+                        self.proxy_metrics.clone(),
+                    )),
+                    sink,
+                    s.linger,
+                ))
+            }
+            _ => None,
+        };
         let mut path = RedirectPath::new(
             self.l1.clone(),
             self.issued.clone(),
@@ -371,9 +396,23 @@ impl DataPlane {
                     None,
                     stop.clone(),
                 )?,
-                tokio::spawn(run_click_shipper(self.clicks.clone(), clicks, pacing, clicks_stop)),
+                tokio::spawn(run_click_shipper(
+                    self.clicks.clone(),
+                    clicks,
+                    pacing,
+                    clicks_stop.clone(),
+                )),
                 self.certificate_watcher(stop.clone()),
             ];
+            if let Some((queue, sink, linger)) = &stream {
+                tasks.push(tokio::spawn(run_click_stream(
+                    queue.clone(),
+                    sink.clone(),
+                    routes.clone(),
+                    *linger,
+                    clicks_stop,
+                )));
+            }
             tasks.push(tokio::spawn(domain_watch.run(stop.clone())));
             if let Some(countries) = &self.countries {
                 tasks.push(tokio::spawn(watch_country_db(
@@ -445,10 +484,15 @@ impl DataPlane {
             expired_url: r.expired_url.clone(),
             root_url: r.root_url.clone(),
         })?;
-        // People's clicks are broken down where a store keeps the breakdowns.
-        let capture = match breakdowns {
+        // People's clicks are broken down where a store keeps the breakdowns; every click's
+        // dimensions go to the click stream, bots' included.
+        let capture = match breakdowns || stream.is_some() {
             true => Capture::new(&r.breakdowns, self.countries.clone(), r.country_header.name()),
             false => None,
+        };
+        let capture = match stream {
+            Some(_) => capture.map(Capture::with_bots),
+            None => capture,
         };
         match &capture {
             Some(c) if r.breakdowns.contains(&Dimension::Country) && !c.captures_country() => tracing::info!(
@@ -456,7 +500,7 @@ impl DataPlane {
                 GEOIP_DATABASE.name(),
                 COUNTRY_HEADER.name()
             ),
-            None if !r.breakdowns.is_empty() && !breakdowns => {
+            _ if !r.breakdowns.is_empty() && !breakdowns => {
                 tracing::info!("breakdowns: none here, for the store the clicks go to keeps none")
             }
             _ => {}
@@ -473,7 +517,8 @@ impl DataPlane {
             routes,
         )
         .trusting(self.trusted)
-        .capturing(capture);
+        .capturing(capture)
+        .streaming(stream.map(|(queue, _, _)| queue));
         let take_over = matches!(listeners.redirect, RedirectListener::Inherited(_));
         let mut ports = vec![(listeners.redirect, RedirectPort::new(redirects.clone(), self.edge))];
         if let (Some(listener), Some(edge)) = (listeners.tls, self.tls_edge) {

@@ -177,6 +177,20 @@ pub struct Settings {
     /// None: [`UPGRADE_SOCK_FILE`] in the data directory.
     pub upgrade_sock: Option<PathBuf>,
     pub threats: ThreatSettings,
+    /// Each click as an event to a Kinesis data stream (docs/analytics.md); none: off.
+    pub click_stream: Option<ClickStreamSettings>,
+}
+
+/// The click stream: each click, a person's or a bot's, as an event to a Kinesis data
+/// stream, at most once. Where AWS is comes from the standard AWS configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClickStreamSettings {
+    /// The Kinesis data stream's name.
+    pub stream: String,
+    /// Events held between the redirect path and the put (more are dropped and counted).
+    pub queue_capacity: usize,
+    /// The longest an event waits for a batch of 500 to fill before it is put anyway.
+    pub linger: std::time::Duration,
 }
 
 impl Settings {

@@ -547,20 +547,31 @@ async fn clicks_reach_the_stats_through_sqs_and_a_poison_message_lands_in_the_dl
 /// The breakdowns through the fleet: a proxy behind a balancer that sends PROXY headers
 /// captures each person's country (from a real country database), referrer, agent and
 /// campaign, ships the counts to SQS beside the click rows, and the control plane's consumer
-/// adds them to DynamoDB, where the stats read them: the same clicks, and the same answer,
-/// as the all-in-one's (`tests/client_address.rs`).
+/// adds them to DynamoDB, where the stats and the operators' summary read them: the same
+/// clicks, and the same answer, as the all-in-one's (`tests/client_address.rs`). Each click
+/// is also an event in the click stream (Kinesis), with the same dimensions.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs REBOUND_TEST_REDIS_URL, REBOUND_TEST_DYNAMODB_URL and REBOUND_TEST_COUNTRY_DB (the test services and scripts/fetch-country-db): scripts/test sets them and runs it"]
+#[ignore = "needs REBOUND_TEST_REDIS_URL, REBOUND_TEST_DYNAMODB_URL, REBOUND_TEST_KINESIS_URL and REBOUND_TEST_COUNTRY_DB (the test services and scripts/fetch-country-db): scripts/test sets them and runs it"]
 async fn clicks_are_broken_down_through_sqs_and_the_consumer() {
     use common::visitors;
     let db = std::env::var("REBOUND_TEST_COUNTRY_DB").expect("REBOUND_TEST_COUNTRY_DB");
+    let kinesis_url = env_or_panic("REBOUND_TEST_KINESIS_URL");
     let d = Deployment::new(&shared_aws_url(), Some(&shared_redis_url()));
+    let stream = format!("who-{}", d.prefix.trim_end_matches('_'));
+    let settings = [
+        ("AWS_ENDPOINT_URL_KINESIS", kinesis_url.as_str()),
+        ("REBOUND_KINESIS_STREAM", stream.as_str()),
+    ];
+    common::fleet::provision(&d.with(&settings));
     let dir = temp_dir();
     let cp = d.control_plane(dir.path(), &[]);
     let p = d
         .proxy(
             dir.path(),
             &[
+                settings[0],
+                settings[1],
+                ("REBOUND_KINESIS_LINGER_MS", "200"),
                 ("REBOUND_PROXY_PROTOCOL", "redirect"),
                 ("REBOUND_TRUSTED_NETWORKS", "127.0.0.1"),
                 ("REBOUND_GEOIP_DATABASE", &db),
@@ -613,6 +624,36 @@ async fn clicks_are_broken_down_through_sqs_and_the_consumer() {
     visitors::assert_summary(summary, stats, clicks, &code, "127.0.0.1", Duration::from_secs(60)).await;
     let sent = metric(&p, "rebound_breakdown_batches_failed_total").await;
     assert_eq!(sent, 0.0, "no breakdown batch failed");
+
+    // The click stream: one event a click, the people's with the same dimensions.
+    let kinesis = common::stream::kinesis().await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let events: Vec<serde_json::Value> = loop {
+        let records = common::stream::read_stream(&kinesis, &stream).await;
+        if records.len() >= clicks + 2 {
+            break records
+                .iter()
+                .map(|(_, data)| serde_json::from_str(data).unwrap())
+                .collect();
+        }
+        assert!(Instant::now() < deadline, "{} events of {}", records.len(), clicks + 2);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(events.len(), clicks + 2, "one event a click");
+    assert_eq!(events.iter().filter(|e| e["bot"] == json!(true)).count(), 2);
+    let mut streamed = visitors::Expected::new();
+    for e in events.iter().filter(|e| e["bot"] == json!(false)) {
+        assert_eq!(e["code"], json!(code), "{e}");
+        for by in counted {
+            if let Some(value) = e[by].as_str() {
+                *streamed.entry((by, value.to_owned())).or_default() += 1;
+            }
+        }
+    }
+    assert_eq!(
+        streamed, want,
+        "the people's events carry the dimensions the breakdowns counted"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,7 @@
 //! Every adapter call counted by operation and outcome, with its latency: the metric
 //! families, and decorators that put them around any [`Store`] (SQLite, DynamoDB),
-//! [`RecordCache`] (Redis), [`LinkEvents`] (Redis from a control plane) or [`ClickSink`]
-//! (SQS), so the adapters and the ports of `rebound-store` stay free of metrics. The click
+//! [`RecordCache`] (Redis), [`LinkEvents`] (Redis from a control plane), [`ClickSink`]
+//! (SQS) or [`ClickStreamSink`] (Kinesis), so the adapters and the ports of `rebound-store` stay free of metrics. The click
 //! consumer times its SQS calls itself through [`AdapterMetrics::operation`].
 //!
 //! A call its caller abandons (a budget ran out and the future was dropped) is counted with
@@ -15,6 +15,7 @@ use rebound_core::domain::Domain;
 use rebound_core::link::Deletion;
 use rebound_core::{Day, Link, LinkEdit, UnixMillis};
 use rebound_store::certs::{CertificateStore, StoredCertificate};
+use rebound_store::click_stream::{ClickEvent, ClickStreamSink, StreamPut};
 use rebound_store::domains::DomainStore;
 use rebound_store::{
     ApiKeyRecord, AttemptBudget, AuditEvent, AuditLog, BatchOutcome, BreakdownSink, ClickBatch, ClickSink,
@@ -785,6 +786,34 @@ impl<S: ClickSink + ?Sized> ClickSink for MeteredClickSink<S> {
 impl<S: BreakdownSink + ?Sized> BreakdownSink for MeteredClickSink<S> {
     async fn ship_breakdowns(&self, batches: &[DimensionBatch]) -> Result<(), StoreError> {
         self.ship.store_call(self.inner.ship_breakdowns(batches)).await
+    }
+}
+
+/// A [`ClickStreamSink`] whose every put is counted and timed as one call of `adapter`
+/// (`kinesis`: `put_records`; a put of more than one call's records is one call here).
+pub struct MeteredClickStream {
+    inner: Arc<dyn ClickStreamSink>,
+    put: OperationMetrics,
+}
+
+impl MeteredClickStream {
+    pub fn new(
+        inner: Arc<dyn ClickStreamSink>,
+        metrics: &AdapterMetrics,
+        adapter: &str,
+        operation: &str,
+    ) -> MeteredClickStream {
+        MeteredClickStream {
+            inner,
+            put: metrics.operation(adapter, operation),
+        }
+    }
+}
+
+#[async_trait]
+impl ClickStreamSink for MeteredClickStream {
+    async fn put(&self, events: &[ClickEvent]) -> Result<StreamPut, StoreError> {
+        self.put.store_call(self.inner.put(events)).await
     }
 }
 

@@ -50,6 +50,9 @@ pub struct Capture {
     countries: Option<Arc<CountryDb>>,
     /// The CDN header that names the country, believed from trusted peers only.
     country_header: Option<HeaderName>,
+    /// A bot's click has its dimensions too (for the click stream, which carries bots'
+    /// clicks; the breakdowns count people's only).
+    bots: bool,
 }
 
 impl Capture {
@@ -69,9 +72,16 @@ impl Capture {
             parser: AgentParser::shared(),
             countries,
             country_header,
+            bots: false,
         };
         let any = capture.country || capture.referrer || capture.agent || capture.utm.contains(&true);
         any.then_some(capture)
+    }
+
+    /// Captures a bot's click's dimensions as well as a person's (the click stream's events).
+    pub fn with_bots(mut self) -> Capture {
+        self.bots = true;
+        self
     }
 
     /// Whether the country is captured.
@@ -81,7 +91,8 @@ impl Capture {
 
     /// The click of a request with `method`, `headers` and `query`, from `client` (the
     /// client's address, when known; `trusted` when the peer is a trusted proxy, whose
-    /// country header is believed). A bot's click and a `HEAD` have no dimensions.
+    /// country header is believed). A bot's click and a `HEAD` have no dimensions, unless
+    /// [`Capture::with_bots`].
     #[inline]
     pub fn click(
         &self,
@@ -98,7 +109,7 @@ impl Capture {
             }
             false => (bots.classify(method, headers), None),
         };
-        if visitor == Visitor::Bot {
+        if visitor == Visitor::Bot && !self.bots {
             return Click::of(visitor);
         }
         let mut dimensions = Dimensions::default();

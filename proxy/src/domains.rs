@@ -193,6 +193,20 @@ impl DomainRoutes {
         self.len() == 0
     }
 
+    /// The default domain's host (lower case, no trailing dot).
+    pub fn default_host(&self) -> &str {
+        &self.default_host
+    }
+
+    /// The host of each routed domain by its id (what the click stream names a domain by).
+    pub fn hosts_by_id(&self) -> HashMap<Box<str>, Box<str>> {
+        self.table
+            .load()
+            .iter()
+            .map(|(host, route)| (route.id.clone(), host.clone()))
+            .collect()
+    }
+
     /// Where a request for `authority` (its `Host` or `:authority`; `None` when it has none,
     /// as HTTP/1.0 may) goes. The default domain's host, an address or a single label cost
     /// a comparison and a byte or two; only another name looks into the table.

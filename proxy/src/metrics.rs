@@ -50,6 +50,10 @@ pub struct ProxyMetrics {
     pub bot_clicks_queued: IntCounter,
     pub clicks_dropped: IntCounter,
     pub breakdown_clicks_dropped: IntCounter,
+    /// The click stream (docs/analytics.md): events dropped at a full queue, put, lost.
+    pub click_events_dropped: IntCounter,
+    pub click_events_sent: IntCounter,
+    pub click_events_lost: IntCounter,
     /// Reloads of the country database after its file changed, by outcome.
     pub country_db_reloads: IntCounterVec,
     pub breakdown_batches_failed: IntCounter,
@@ -189,6 +193,18 @@ impl ProxyMetrics {
             breakdown_clicks_dropped: counter(
                 "rebound_breakdown_clicks_dropped_total",
                 "People's clicks the breakdowns missed because their queue was full (the totals count them)",
+            )?,
+            click_events_dropped: counter(
+                "rebound_click_events_dropped_total",
+                "Click events (people's and bots') the click stream dropped because its queue was full",
+            )?,
+            click_events_sent: counter(
+                "rebound_click_events_sent_total",
+                "Click events the click stream (Kinesis) took",
+            )?,
+            click_events_lost: counter(
+                "rebound_click_events_lost_total",
+                "Click events put to the click stream and not taken (a failed call or a refused record; never retried)",
             )?,
             breakdown_batches_failed: counter(
                 "rebound_breakdown_batches_failed_total",

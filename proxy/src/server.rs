@@ -5,7 +5,7 @@
 //! graceful upgrade. Like River's file server it never proxies.
 
 use crate::capture::{Capture, Click};
-use crate::clicks::ClickQueue;
+use crate::clicks::{ClickQueue, ClickStream};
 use crate::domains::{request_authority, DomainRoutes, Route, Routed, UnknownHost};
 use crate::l1::L1Entry;
 use crate::pages::DeadEnds;
@@ -66,6 +66,9 @@ pub struct RedirectAnswers {
     /// What a person's click is broken down by (docs/spec.md §13); none: nothing but the
     /// bot verdict is read of who clicked.
     capture: Option<Capture>,
+    /// Where each click also goes as an event (docs/analytics.md, "The click stream");
+    /// none: off, and a redirect costs one branch more.
+    stream: Option<Arc<ClickStream>>,
 }
 
 /// The HTTP-01 validations in flight: this process's own, then the fleet's in the store (the
@@ -208,6 +211,7 @@ impl Redirects {
                 unlocks,
                 trusted: TrustedNetworks::default(),
                 capture: None,
+                stream: None,
             }),
             Connection::default(),
         )
@@ -230,6 +234,16 @@ impl Redirects {
         match Arc::get_mut(&mut self.0) {
             Some(answers) => answers.capture = capture,
             None => unreachable!("capturing() is called before the service is shared"),
+        }
+        self
+    }
+
+    /// Sends each click to `stream` as an event too. Called once, before the service is
+    /// shared.
+    pub fn streaming(mut self, stream: Option<Arc<ClickStream>>) -> Redirects {
+        match Arc::get_mut(&mut self.0) {
+            Some(answers) => answers.stream = stream,
+            None => unreachable!("streaming() is called before the service is shared"),
         }
         self
     }
@@ -492,12 +506,15 @@ impl RedirectAnswers {
         }
         self.path.metrics.redirects.inc();
         // The click moved, not cloned, into the queue: its dimensions are ~130 bytes.
-        match click {
-            Click {
-                visitor: Visitor::Person,
-                dimensions: Some(dimensions),
-            } => self.clicks.record_with(entry, dimensions),
-            Click { visitor, .. } => self.clicks.record(entry, visitor),
+        match &self.stream {
+            None => match click {
+                Click {
+                    visitor: Visitor::Person,
+                    dimensions: Some(dimensions),
+                } => self.clicks.record_with(entry, dimensions),
+                Click { visitor, .. } => self.clicks.record(entry, visitor),
+            },
+            Some(stream) => stream.record(&self.clicks, entry, click, now),
         }
         res
     }

@@ -7,9 +7,9 @@
 use super::setting::{choices, Check, Choice, Setting};
 use super::{ConfigError, Source};
 use crate::settings::{
-    AcmeSettings, ApiSettings, ControlPlaneConfig, EdgeSettings, HomeStore, PeerRegion, ProxiedPort, QueueChoice,
-    QueueKind, RedirectSettings, Settings, StoreChoice, StoreKind, ThreatListSource, ThreatSettings, TlsFiles,
-    TlsSettings, UPGRADE_SOCK_FILE,
+    AcmeSettings, ApiSettings, ClickStreamSettings, ControlPlaneConfig, EdgeSettings, HomeStore, PeerRegion,
+    ProxiedPort, QueueChoice, QueueKind, RedirectSettings, Settings, StoreChoice, StoreKind, ThreatListSource,
+    ThreatSettings, TlsFiles, TlsSettings, UPGRADE_SOCK_FILE,
 };
 use rebound_acme::ChallengeKind;
 use rebound_edge::EdgeLimits;
@@ -750,6 +750,27 @@ pub const SERVE_UNKNOWN_HOSTS: Setting<bool> =
              IP, or a one-label name such as `localhost`) is always the default domain's",
         );
 
+pub const KINESIS_STREAM: Setting<Option<String>> = Setting::new("clicks.kinesis_stream", || None)
+    .var("REBOUND_KINESIS_STREAM")
+    .check(Text("1 to 128 letters, digits, '_', '-' or '.'", |s| {
+        (1..=128).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+    }))
+    .doc(
+        "the Amazon Kinesis data stream each click (a person's or a bot's) is sent to as an event: time, code, \
+         domain, link version, bot or person and the dimensions of `redirect.breakdowns`, never an address \
+         (docs/analytics.md, \"The click stream\"). Batched with `PutRecords` at most once: what a call does not \
+         put is lost and counted. Region, endpoint and credentials come from the standard AWS configuration; \
+         `rebound provision` creates the stream. Unset: off, and a redirect costs what it did before it",
+    );
+pub const KINESIS_QUEUE_CAPACITY: Setting<usize> = Setting::new("clicks.kinesis_queue_capacity", || 65_536)
+    .var("REBOUND_KINESIS_QUEUE_CAPACITY")
+    .check(Positive)
+    .doc("click events held between the redirect path and the stream; beyond, events are dropped and counted");
+pub const KINESIS_LINGER_MS: Setting<u64> = Setting::new("clicks.kinesis_linger_ms", || 1000)
+    .var("REBOUND_KINESIS_LINGER_MS")
+    .check(Between(1, 60_000))
+    .doc("the longest a click event waits for a batch of 500 to fill before it is sent anyway");
+
 /// Reads every setting from `src` into its place, in the order of the docs.
 pub(super) fn read(src: &mut impl Source) -> Result<Settings, ConfigError> {
     let mut acme: Option<AcmeSettings>;
@@ -802,6 +823,18 @@ pub(super) fn read(src: &mut impl Source) -> Result<Settings, ConfigError> {
             lists: threat_lists(src.get(&THREAT_LISTS)?)?,
             refresh_secs: src.get(&THREAT_REFRESH_SECS)?,
             max_feed_bytes: src.get(&THREAT_MAX_FEED_BYTES)?,
+        },
+        click_stream: {
+            let (stream, queue_capacity, linger_ms) = (
+                src.get(&KINESIS_STREAM)?,
+                src.get(&KINESIS_QUEUE_CAPACITY)?,
+                src.get(&KINESIS_LINGER_MS)?,
+            );
+            stream.map(|stream| ClickStreamSettings {
+                stream,
+                queue_capacity,
+                linger: Duration::from_millis(linger_ms),
+            })
         },
         edge: EdgeSettings {
             head_timeout_ms: src.get(&HEAD_TIMEOUT_MS)?,

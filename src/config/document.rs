@@ -70,7 +70,7 @@ it stays valid).
 ";
 
 /// Each table: its key prefix, its heading and the paragraphs before and after it.
-fn sections() -> [(&'static str, &'static str, String, String); 6] {
+fn sections() -> [(&'static str, &'static str, String, String); 7] {
     [
         ("", "## Top level", String::new(), String::new()),
         (
@@ -110,6 +110,14 @@ fn sections() -> [(&'static str, &'static str, String, String); 6] {
                 .into(),
             String::new(),
         ),
+        (
+            "clicks",
+            "## `[clicks]`: the click stream",
+            "[The click stream](analytics.md#the-click-stream) in analytics.md has the event's\n\
+             fields and how to land the stream in a warehouse.\n"
+                .into(),
+            String::new(),
+        ),
     ]
 }
 
@@ -123,7 +131,7 @@ const TAIL: &str = "\
 | `REBOUND_LOG_FORMAT` | every serving process | `text` (default: a line per event, coloured only when stderr is a terminal) or `json` (an object per line: `timestamp`, `level`, `target`, the message and the event's fields, `span` and `spans` with the fields of the spans it happened in); anything else is refused at start |
 | `REBOUND_API_URL` | the CLI (`--api-url`) | the control plane's base URL, default `http://127.0.0.1:8081` |
 | `REBOUND_API_KEY` | the CLI (`--api-key`) | the API key sent as a Bearer token |
-| `AWS_ENDPOINT_URL`, `AWS_REGION`, the credential chain | DynamoDB and SQS adapters, `rebound provision` | the AWS SDK's own configuration: where AWS (or a DynamoDB- or SQS-compatible server) is, and who calls it |
+| `AWS_ENDPOINT_URL`, `AWS_REGION`, the credential chain | DynamoDB, SQS and Kinesis adapters, `rebound provision` | the AWS SDK's own configuration: where AWS (or a DynamoDB-, SQS- or Kinesis-compatible server) is, and who calls it |
 
 The variables that only tests and scripts read (`REBOUND_TEST_*`, `REBOUND_FUZZ_*`) are
 listed in [contributing.md](contributing.md#tests).

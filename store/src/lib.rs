@@ -16,6 +16,8 @@
 //!   (`InvalidationChannel`, `CreationFeed`), with in-memory fakes.
 //! - `clicks`: where a data plane ships its click batches (`ClickSink`), and where the
 //!   consumer receives them from the queue (`ClickInbox`, with an in-memory fake).
+//! - `click_stream`: where a data plane sends each click as an event, for a warehouse
+//!   (`ClickStreamSink`, with an in-memory fake).
 //! - `certs`, `domains`: what ACME gave the fleet, and the domains it serves links on.
 //! - `events`: the port through which the control plane tells the data plane's caches
 //!   about creates and deletes (`LinkEvents`, `NoLinkEvents`, and `RecordedLinkEvents`
@@ -28,6 +30,7 @@
 pub mod breakdowns;
 pub mod cache;
 pub mod certs;
+pub mod click_stream;
 pub mod clicks;
 #[cfg(any(test, feature = "test-util"))]
 pub mod conformance;

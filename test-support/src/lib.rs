@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod rebound;
 pub mod replicator;
 pub mod services;
+pub mod stream;
 pub mod tls;
 pub mod visitors;
 

@@ -9,6 +9,7 @@
 //! - `shipper`: the task that drains, takes and writes them; the store's sink.
 //! - `stats`: stats reads that add the pending counts.
 //! - `summary`: what a take adds to the summaries of the domains it clicked.
+//! - `stream`: each click as an event, queued and put to the click stream (Kinesis).
 //! - `low_priority`: the `SCHED_IDLE` runtime the all-in-one writes on.
 
 pub mod breakdown;
@@ -18,6 +19,7 @@ mod pending;
 mod queue;
 mod shipper;
 mod stats;
+mod stream;
 mod summary;
 #[cfg(test)]
 mod test_util;
@@ -29,3 +31,4 @@ pub use queue::ClickQueue;
 pub use rebound_store::ClickSink;
 pub use shipper::{run_click_shipper, ClickWriter, StoreBreakdownSink, StoreClickSink};
 pub use stats::RollupsWithPending;
+pub use stream::{run_click_stream, ClickStream};
