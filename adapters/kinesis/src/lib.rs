@@ -10,6 +10,7 @@ use aws_sdk_kinesis::config::timeout::TimeoutConfig;
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::{PutRecordsRequestEntry, StreamMode, StreamModeDetails};
 use aws_sdk_kinesis::Client;
+use rebound_core::UnixMillis;
 use rebound_store::click_stream::{ClickEvent, ClickStreamSink, StreamPut};
 use rebound_store::StoreError;
 use std::time::Duration;
@@ -30,28 +31,48 @@ fn sdk_err<E: std::error::Error + Send + Sync + 'static>(e: E) -> StoreError {
 /// is switched off, or a campaign parameter the query did not carry), and a newline: Firehose
 /// writes records to S3 back to back, and so they land as JSON lines, one event a line.
 pub fn encode_event(event: &ClickEvent) -> Vec<u8> {
+    /// The record's fields, in the order they are written (by name, as they always were).
+    /// Serialized straight from borrowed values: building a `serde_json::Value` first cost
+    /// about 18,000 instructions an event under callgrind, most of the stream's own work.
+    #[derive(serde::Serialize)]
+    struct Line<'a> {
+        bot: bool,
+        browser: Option<&'a str>,
+        code: &'a str,
+        country: Option<&'a str>,
+        device: Option<&'a str>,
+        domain: &'a str,
+        os: Option<&'a str>,
+        referrer: Option<&'a str>,
+        ts: UnixMillis,
+        utm_campaign: Option<&'a str>,
+        utm_medium: Option<&'a str>,
+        utm_source: Option<&'a str>,
+        version: u64,
+    }
     let d = &event.dimensions;
     let agent = d.agent.as_ref();
     let campaign = d.campaign.as_deref();
-    let mut line = serde_json::json!({
-        "ts": event.at,
-        "code": event.code,
-        "domain": event.domain,
-        "version": event.version,
-        "bot": event.bot,
-        "country": d.country.as_ref().map(|c| c.as_str()),
-        "referrer": d.referrer.as_ref().map(|r| r.as_str()),
-        "device": agent.map(|a| a.device.as_str()),
-        "browser": agent.map(|a| a.browser.as_str()),
-        "os": agent.map(|a| a.os.as_str()),
-        "utm_source": campaign.and_then(|c| c.source.as_ref()).map(|v| v.as_str()),
-        "utm_medium": campaign.and_then(|c| c.medium.as_ref()).map(|v| v.as_str()),
-        "utm_campaign": campaign.and_then(|c| c.campaign.as_ref()).map(|v| v.as_str()),
-    })
-    .to_string()
-    .into_bytes();
-    line.push(b'\n');
-    line
+    let line = Line {
+        bot: event.bot,
+        browser: agent.map(|a| a.browser.as_str()),
+        code: &event.code,
+        country: d.country.as_ref().map(|c| c.as_str()),
+        device: agent.map(|a| a.device.as_str()),
+        domain: &event.domain,
+        os: agent.map(|a| a.os.as_str()),
+        referrer: d.referrer.as_ref().map(|r| r.as_str()),
+        ts: event.at,
+        utm_campaign: campaign.and_then(|c| c.campaign.as_ref()).map(|v| v.as_str()),
+        utm_medium: campaign.and_then(|c| c.medium.as_ref()).map(|v| v.as_str()),
+        utm_source: campaign.and_then(|c| c.source.as_ref()).map(|v| v.as_str()),
+        version: event.version,
+    };
+    let mut bytes = Vec::with_capacity(320);
+    // Borrowed strings and numbers: writing them to a Vec cannot fail.
+    serde_json::to_writer(&mut bytes, &line).expect("a click event serializes");
+    bytes.push(b'\n');
+    bytes
 }
 
 /// A client from the standard AWS configuration (region, endpoint, credentials), making one
