@@ -308,6 +308,12 @@ impl DataPlane {
             stream,
         } = adapters;
         let r = &self.redirect;
+        // Every dimension switched off: no breakdowns, and no summary either (nothing of who
+        // clicked is written; the totals are, as ever).
+        let mut clicks = clicks;
+        if r.breakdowns.is_empty() {
+            clicks.breakdowns = None;
+        }
         let breakdowns = clicks.breakdowns.is_some();
         // Each click as an event too: people's clicks go on to the breakdowns where they are on.
         let stream = match (&self.click_stream, stream) {

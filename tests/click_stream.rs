@@ -323,6 +323,10 @@ async fn a_proxy_on_sqs_sends_its_clicks_to_the_stream_with_their_dimensions() {
         ("REBOUND_TRUSTED_NETWORKS", "127.0.0.1"),
         ("REBOUND_COUNTRY_HEADER", "cloudfront"),
         ("REBOUND_KINESIS_LINGER_MS", "200"),
+        (
+            "REBOUND_BREAKDOWNS",
+            "country,referrer,device,browser,os,utm_source,utm_medium,utm_campaign",
+        ),
     ]);
     let proxy = d.proxy(&dir.path().join("proxy"), &proxy_settings).await;
     let click = |agent: usize| {

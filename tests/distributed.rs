@@ -572,6 +572,10 @@ async fn clicks_are_broken_down_through_sqs_and_the_consumer() {
                 settings[0],
                 settings[1],
                 ("REBOUND_KINESIS_LINGER_MS", "200"),
+                (
+                    "REBOUND_BREAKDOWNS",
+                    "country,referrer,device,browser,os,utm_source,utm_medium,utm_campaign",
+                ),
                 ("REBOUND_PROXY_PROTOCOL", "redirect"),
                 ("REBOUND_TRUSTED_NETWORKS", "127.0.0.1"),
                 ("REBOUND_GEOIP_DATABASE", &db),

@@ -447,7 +447,7 @@ fn the_global_tables_are_the_tables_of_the_regional_template() {
     let global = read("deploy/aws/rebound-global.yaml");
     let tables = template_tables(&regional, "AWS::DynamoDB::Table");
     let global_tables = template_tables(&global, "AWS::DynamoDB::GlobalTable");
-    assert_eq!(tables.len(), 8, "rebound.yaml declares the eight tables");
+    assert_eq!(tables.len(), 9, "rebound.yaml declares the nine tables");
     assert_eq!(
         tables.keys().collect::<Vec<_>>(),
         global_tables.keys().collect::<Vec<_>>(),
@@ -575,7 +575,7 @@ async fn the_cloudformation_template_makes_what_provision_makes_and_rebound_runs
     let from_template = tables_named(&dynamodb, &template_prefix).await;
     let from_provision = tables_named(&dynamodb, &provisioned_prefix).await;
     assert_eq!(from_template, from_provision, "the same tables");
-    assert_eq!(from_template.len(), 8);
+    assert_eq!(from_template.len(), 9);
     let template: serde_yaml::Value =
         serde_yaml::from_str(&std::fs::read_to_string(root.join("deploy/aws/rebound.yaml")).unwrap()).unwrap();
     let declared_ttls = template_ttls(&template);
