@@ -302,34 +302,13 @@ mod tests {
         format!("{prefix}{nanos}")
     }
 
-    /// Every record of `name`, read from the start of each shard.
+    /// Every record of `name`, read from the start of each shard, its data as JSON.
     async fn read_back(client: &Client, name: &str) -> Vec<(String, serde_json::Value)> {
-        let shards = client.list_shards().stream_name(name).send().await.unwrap();
-        let mut records = Vec::new();
-        for shard in shards.shards() {
-            let mut iterator = client
-                .get_shard_iterator()
-                .stream_name(name)
-                .shard_id(shard.shard_id())
-                .shard_iterator_type(aws_sdk_kinesis::types::ShardIteratorType::TrimHorizon)
-                .send()
-                .await
-                .unwrap()
-                .shard_iterator
-                .unwrap();
-            loop {
-                let out = client.get_records().shard_iterator(&iterator).send().await.unwrap();
-                for r in out.records() {
-                    let value = serde_json::from_slice(r.data().as_ref()).unwrap();
-                    records.push((r.partition_key().unwrap_or_default().to_owned(), value));
-                }
-                match out.next_shard_iterator() {
-                    Some(next) if !out.records().is_empty() => iterator = next.to_owned(),
-                    _ => break,
-                }
-            }
-        }
-        records
+        rebound_test_support::stream::read_stream(client, name)
+            .await
+            .into_iter()
+            .map(|(key, data)| (key, serde_json::from_str(&data).unwrap()))
+            .collect()
     }
 
     #[tokio::test]
