@@ -26,13 +26,17 @@ struct Harness {
 }
 
 async fn harness_with(change: impl FnOnce(&mut ControlPlaneConfig)) -> Harness {
+    harness_on(MemoryStore::new(), change).await
+}
+
+async fn harness_on(store: MemoryStore, change: impl FnOnce(&mut ControlPlaneConfig)) -> Harness {
     let mut config = ControlPlaneConfig {
         bootstrap_key: Some(OPERATOR.into()),
         public_base_url: "https://sho.rt".into(),
         ..ControlPlaneConfig::default()
     };
     change(&mut config);
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(store);
     let events = Arc::new(RecordedLinkEvents::default());
     let clock = ManualClock::at(NOW);
     let cp = ControlPlane::new(
@@ -3602,4 +3606,30 @@ async fn the_summary_sums_each_domains_scope_and_only_operators_read_it() {
         .await;
     let r = get("/api/v1/links/abc/stats?by=link", Some(OPERATOR)).await;
     assert_error(&r, StatusCode::BAD_REQUEST, "invalid_by");
+}
+
+/// A store that keeps no breakdowns (a third-party adapter may not): a breakdown or the
+/// summary asked of it is 409 `breakdowns_unavailable`, and the daily totals are as ever.
+#[tokio::test]
+async fn breakdowns_asked_of_a_store_that_keeps_none_are_409() {
+    let h = harness_on(MemoryStore::keeping_no_breakdowns(), |_| {}).await;
+    let created = h
+        .call(
+            Method::POST,
+            "/api/v1/links",
+            Some(OPERATOR),
+            Some(json!({"long_url": "https://example.com/n", "custom_alias": "nobd"})),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    for uri in ["/api/v1/links/nobd/stats?by=country", "/api/v1/stats"] {
+        let r = h.call(Method::GET, uri, Some(OPERATOR), None).await;
+        assert_eq!(r.status, StatusCode::CONFLICT, "{uri}: {}", r.body);
+        assert_eq!(r.body["error"]["code"], "breakdowns_unavailable", "{uri}");
+    }
+    let r = h
+        .call(Method::GET, "/api/v1/links/nobd/stats", Some(OPERATOR), None)
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["total"], json!(0));
 }

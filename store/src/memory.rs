@@ -46,11 +46,21 @@ pub struct MemoryStore {
     link_reads: AtomicU64,
     certificates: crate::certs::MemoryCertificates,
     domains: crate::domains::MemoryDomains,
+    /// A store that keeps no breakdowns (as a third-party adapter may be).
+    no_breakdowns: bool,
 }
 
 impl MemoryStore {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A store that keeps no breakdowns: [`crate::RollupStore::breakdowns`] is `None`.
+    pub fn keeping_no_breakdowns() -> Self {
+        MemoryStore {
+            no_breakdowns: true,
+            ..Self::default()
+        }
     }
 
     /// While true, every call fails with `Unavailable`.
@@ -375,7 +385,10 @@ impl RollupStore for MemoryStore {
     }
 
     fn breakdowns(&self) -> Option<&dyn crate::BreakdownStore> {
-        Some(self)
+        match self.no_breakdowns {
+            true => None,
+            false => Some(self),
+        }
     }
 }
 
