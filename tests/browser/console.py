@@ -475,9 +475,12 @@ def main(binary, results):
             page.get_by_role("link", name="Summary").click()
             expect(page.get_by_role("heading", name="Summary")).to_be_visible()
             top_link = page.locator("#top-links li[data-code='console-domain'][data-domain='go.console.test']")
-            deadline = time.time() + 10
+            # Written with a take's rows, on the all-in-one's idle-priority writer: on a
+            # machine the other test jobs keep busy its turn can take a while (CI once waited
+            # over 10 s).
+            deadline = time.time() + 60
             while top_link.count() == 0:
-                run.check(time.time() < deadline, "the summary shows the domain's click within 10 s")
+                run.check(time.time() < deadline, "the summary shows the domain's click within 60 s")
                 page.get_by_role("button", name="Show summary").click()
                 page.wait_for_timeout(300)
             expect(top_link).to_have_attribute("data-clicks", "1")
