@@ -572,10 +572,7 @@ async fn clicks_are_broken_down_through_sqs_and_the_consumer() {
                 settings[0],
                 settings[1],
                 ("REBOUND_KINESIS_LINGER_MS", "200"),
-                (
-                    "REBOUND_BREAKDOWNS",
-                    "country,referrer,device,browser,os,utm_source,utm_medium,utm_campaign",
-                ),
+                ("REBOUND_BREAKDOWNS", &visitors::DIMENSIONS.join(",")),
                 ("REBOUND_PROXY_PROTOCOL", "redirect"),
                 ("REBOUND_TRUSTED_NETWORKS", "127.0.0.1"),
                 ("REBOUND_GEOIP_DATABASE", &db),
@@ -584,16 +581,7 @@ async fn clicks_are_broken_down_through_sqs_and_the_consumer() {
         )
         .await;
     let code = create(&cp, json!({"long_url": "https://example.com/who"})).await;
-    let counted = [
-        "country",
-        "referrer",
-        "device",
-        "browser",
-        "os",
-        "utm_source",
-        "utm_medium",
-        "utm_campaign",
-    ];
+    let counted = visitors::DIMENSIONS;
     let (redirect, path) = (p.addrs["redirect"].clone(), format!("/{code}"));
     let clicks = 48;
     let want = tokio::task::spawn_blocking(move || {

@@ -106,6 +106,18 @@ pub const CAMPAIGNS: [(&str, Option<Utm>); 3] = [
     ),
 ];
 
+/// Every dimension a click is broken down by, as `by=` and `REBOUND_BREAKDOWNS` name them.
+pub const DIMENSIONS: [&str; 8] = [
+    "country",
+    "referrer",
+    "device",
+    "browser",
+    "os",
+    "utm_source",
+    "utm_medium",
+    "utm_campaign",
+];
+
 /// What a set of clicks should show, by dimension and value.
 pub type Expected = BTreeMap<(&'static str, String), u64>;
 
@@ -180,16 +192,7 @@ where
         assert!(Instant::now() < deadline, "not every click counted in time: {body}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    for by in [
-        "country",
-        "referrer",
-        "device",
-        "browser",
-        "os",
-        "utm_source",
-        "utm_medium",
-        "utm_campaign",
-    ] {
+    for by in DIMENSIONS {
         if !counted.contains(&by) {
             continue;
         }
