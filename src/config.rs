@@ -211,6 +211,30 @@ fn check_relations(s: &mut Settings) -> Result<(), ConfigError> {
             return Err(BLOCKED_DOMAINS.refused(format!("{entry:?} {why}")));
         }
     }
+    for scheme in &s.api.app_schemes {
+        let shaped = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+        let refused = [
+            "http",
+            "https",
+            "javascript",
+            "data",
+            "file",
+            "vbscript",
+            "blob",
+            "about",
+        ]
+        .iter()
+        .any(|r| r.eq_ignore_ascii_case(scheme));
+        if !shaped || refused {
+            return Err(APP_SCHEMES.refused(format!(
+                "{scheme:?} is not a scheme an app may be sent to (letters, digits, `+`, `-`, `.`, a letter first; \
+                 not a web or script scheme)"
+            )));
+        }
+    }
     // Sent to visitors as a `Location`: on this service's own host it would loop.
     let rule = TargetPolicy {
         max_bytes: s.api.max_target_bytes,

@@ -35,6 +35,7 @@ use rebound_proxy::path::{InvalidationTrust, RedirectPath};
 use rebound_proxy::server::{
     run_redirect_server, AcmeAnswers, RedirectListener, RedirectPort, RedirectServer, Redirects, Shutdown,
 };
+use rebound_proxy::targeting::Targeting;
 use rebound_redis::RedisCache;
 use rebound_store::certs::CertificateStore;
 use rebound_store::click_stream::ClickStreamSink;
@@ -523,6 +524,7 @@ impl DataPlane {
             routes,
         )
         .trusting(self.trusted)
+        .targeting(Targeting::new(self.countries.clone(), r.country_header.name()))
         .capturing(capture)
         .streaming(stream.map(|(queue, _, _)| queue));
         let take_over = matches!(listeners.redirect, RedirectListener::Inherited(_));

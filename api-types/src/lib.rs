@@ -48,6 +48,82 @@ pub struct CreateLinkRequest {
     #[schema(min_length = 4, max_length = 128, pattern = r"^[^\x00-\x1f\x7f-\x9f]*$")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password: Option<String>,
+    /// Rules that choose the target by who clicks (docs/spec.md §14): the first that
+    /// matches decides; none matching, `long_url` answers. At most 20.
+    #[schema(max_items = 20)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules: Option<Vec<LinkRule>>,
+}
+
+/// One rule of a link (docs/spec.md §14). It matches when every condition it names holds
+/// (within a list, any value), and sends the visitor to `target`, or to one of `split`'s
+/// targets by weight (sticky per visitor). Every target obeys the rules of `long_url`; an
+/// app's own scheme (`intent:`, `myapp:`) only where the operator allows it
+/// (`api.app_schemes`) and only in a rule whose `os` is iOS or Android alone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, Default)]
+#[serde(deny_unknown_fields)]
+pub struct LinkRule {
+    /// ISO 3166-1 alpha-2 codes (`US`, `de`: two letters, any case), from the visitor's
+    /// address or a trusted CDN.
+    #[schema(max_items = 250)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub countries: Vec<String>,
+    /// Operating system families, from the User-Agent.
+    #[schema(max_items = 7)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub os: Vec<RuleOs>,
+    /// Device classes, from the User-Agent.
+    #[schema(max_items = 4)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<RuleDevice>,
+    /// Language ranges (`fr`, `pt-BR`) matched against the visitor's preferred language:
+    /// the `Accept-Language` item of the highest q that some rule of the link matches
+    /// (`fr` matches `fr-CA`). A range is subtags of 1 to 8 letters or digits joined by
+    /// `-`, the first of letters only, at most 35 bytes.
+    #[schema(max_items = 32)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub languages: Vec<String>,
+    /// Where the rule sends a visitor it matches; not with `split`.
+    #[schema(min_length = 1, max_length = 2048)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// A weighted split of 2 to 10 targets; not with `target`.
+    #[schema(min_items = 2, max_items = 10)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub split: Vec<SplitVariant>,
+}
+
+/// An operating system family a rule can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RuleOs {
+    Ios,
+    Android,
+    Windows,
+    Macos,
+    Linux,
+    Chromeos,
+    Other,
+}
+
+/// A device class a rule can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RuleDevice {
+    Desktop,
+    Mobile,
+    Tablet,
+    Other,
+}
+
+/// One target of a split and its weight (1 to 10,000; shares are weight / sum).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SplitVariant {
+    #[schema(min_length = 1, max_length = 2048)]
+    pub target: String,
+    #[schema(minimum = 1, maximum = 10_000)]
+    pub weight: u32,
 }
 
 /// An edit of a link (docs/spec.md §12): only the fields given change. Sent with `If-Match: "<version>"`.
@@ -88,6 +164,10 @@ pub struct EditLinkRequest {
     )]
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub password: Option<Option<String>>,
+    /// The link's new rules, replacing all of them; `[]` removes them.
+    #[schema(max_items = 20)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules: Option<Vec<LinkRule>>,
 }
 
 /// A field that may be given as null: absent is `None` (by `#[serde(default)]`), null is
@@ -267,6 +347,9 @@ pub struct LinkView {
     /// Visitors give a password before the redirect (the password is never shown).
     #[serde(default)]
     pub password_protected: bool,
+    /// The link's rules (docs/spec.md §14); absent when it has none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<LinkRule>,
     pub expires_at: Option<String>,
     pub created_at: String,
     pub created_by: String,
@@ -319,7 +402,8 @@ pub struct LinkStats {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Breakdown {
     /// The dimension: `country`, `referrer`, `device`, `browser`, `os`, `utm_source`,
-    /// `utm_medium` or `utm_campaign`.
+    /// `utm_medium`, `utm_campaign` or `rule` (which of a link's rules chose the target:
+    /// `default`, `N`, or `N/V` for variant V of rule N's split).
     pub by: String,
     /// Most clicked first. A link's day keeps its first 50 values of a dimension; the
     /// clicks of later ones count under `(other)`.
@@ -682,6 +766,7 @@ mod tests {
             forward_query: None,
             domain: None,
             password: None,
+            rules: None,
         };
         assert_eq!(
             serde_json::to_string(&req).unwrap(),

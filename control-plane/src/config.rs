@@ -38,6 +38,9 @@ pub struct ApiSettings {
     /// Whether key holders' targets are refused, as anonymous ones always are, when a host
     /// label mixes scripts (UTS 39; look-alike names such as Cyrillic `раураl.com`).
     pub refuse_mixed_script_for_keys: bool,
+    /// Schemes of apps a rule may send iOS and Android visitors to (`intent`, `myapp`),
+    /// besides http and https (docs/spec.md §14).
+    pub app_schemes: Vec<String>,
 }
 
 impl Default for ApiSettings {
@@ -59,6 +62,7 @@ impl Default for ApiSettings {
             idempotency_ttl_secs: 24 * 3600,
             body_timeout: std::time::Duration::from_secs(10),
             refuse_mixed_script_for_keys: false,
+            app_schemes: Vec::new(),
         }
     }
 }

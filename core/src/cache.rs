@@ -2,6 +2,7 @@
 //! reader judges it at a given time.
 
 use crate::link::{Link, RedirectKind};
+use crate::rules::Rule;
 use crate::time::UnixMillis;
 use serde::{Deserialize, Serialize};
 
@@ -39,6 +40,9 @@ pub enum CacheState {
         /// stays in the store).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         protected: bool,
+        /// The link's rules (docs/spec.md §14); absent for a link without.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        rules: Vec<Rule>,
     },
     /// The link was deleted or taken down.
     Deleted,
@@ -113,6 +117,7 @@ impl CacheRecord {
                 redirect: link.redirect,
                 forward_query: link.forward_query,
                 protected: link.password_hash.is_some(),
+                rules: link.rules.clone(),
             },
             version: link.version,
             expires_at: link.expires_at,

@@ -349,6 +349,8 @@ pub struct Dimensions {
     pub referrer: Option<Referrer>,
     pub agent: Option<AgentFamilies>,
     pub campaign: Option<Box<Campaign>>,
+    /// Which of the link's rules chose the target; only for a link with rules.
+    pub rule: Option<crate::rules::Decided>,
 }
 
 #[cfg(test)]

@@ -15,6 +15,8 @@
 //! - `password`: password-protected links: the Argon2id hash, its check, the signed cookie.
 //! - `threat`: public threat feeds (URLhaus, PhishTank, OpenPhish, host lists) read into
 //!   entries, and the index that matches normalised targets against them.
+//! - `rules`: rules on a link (country, OS, device, language, splits) and how a proxy
+//!   evaluates them.
 //! - `time`: timestamps, UTC days and clocks.
 //! - `client`: who the client is: the peer, or what a trusted proxy in front says.
 //! - `dimensions`: a click's dimensions (country, referrer host, device and families,
@@ -36,6 +38,7 @@ pub mod generated;
 pub mod link;
 pub mod password;
 pub mod permute;
+pub mod rules;
 pub mod target;
 pub mod threat;
 pub mod time;

@@ -1,5 +1,6 @@
 //! The link record as the store keeps it (docs/spec.md §2).
 
+use crate::rules::Rule;
 use crate::time::UnixMillis;
 use serde::{Deserialize, Serialize};
 
@@ -81,6 +82,10 @@ pub struct Link {
     /// never the password, never shown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password_hash: Option<String>,
+    /// Rules that choose the target by who clicks (docs/spec.md §14), checked and
+    /// normalised ([`crate::rules::normalize`]); none for most links.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<Rule>,
 }
 
 /// What an edit sets: the new values of every field an edit may change (docs/spec.md §12).
@@ -92,6 +97,7 @@ pub struct LinkEdit {
     pub expires_at: Option<UnixMillis>,
     /// The new password's hash; `None`: no password.
     pub password_hash: Option<String>,
+    pub rules: Vec<Rule>,
 }
 
 /// What a delete or takedown records.
@@ -128,6 +134,7 @@ impl Link {
             delete_reason: None,
             purge_at: expires_at,
             password_hash: None,
+            rules: Vec::new(),
         }
     }
 
@@ -154,6 +161,7 @@ impl Link {
             forward_query: self.forward_query,
             expires_at: self.expires_at,
             password_hash: self.password_hash.clone(),
+            rules: self.rules.clone(),
         }
     }
 
@@ -166,6 +174,7 @@ impl Link {
             expires_at: edit.expires_at,
             purge_at: edit.expires_at,
             password_hash: edit.password_hash.clone(),
+            rules: edit.rules.clone(),
             version: self.version + 1,
             ..self.clone()
         }
@@ -274,6 +283,11 @@ mod tests {
             forward_query: true,
             expires_at: None,
             password_hash: Some("$argon2id$…".into()),
+            rules: vec![crate::rules::Rule {
+                os: vec![crate::rules::Os::Ios],
+                target: Some("https://apps.example/".into()),
+                ..Default::default()
+            }],
         };
         let e = link.edited(&edit);
         assert_eq!(

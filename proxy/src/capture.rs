@@ -45,6 +45,8 @@ pub struct Capture {
     agent: bool,
     /// utm_source, utm_medium, utm_campaign.
     utm: [bool; 3],
+    /// Which of a link's rules chose the target (set by the redirect, for a link with rules).
+    rule: bool,
     parser: Arc<AgentParser>,
     /// The country database, if one is configured.
     countries: Option<Arc<CountryDb>>,
@@ -69,12 +71,13 @@ impl Capture {
             referrer: on(Dimension::Referrer),
             agent: on(Dimension::Device) || on(Dimension::Browser) || on(Dimension::Os),
             utm: [Dimension::UtmSource, Dimension::UtmMedium, Dimension::UtmCampaign].map(on),
+            rule: on(Dimension::Rule),
             parser: AgentParser::shared(),
             countries,
             country_header,
             bots: false,
         };
-        let any = capture.country || capture.referrer || capture.agent || capture.utm.contains(&true);
+        let any = capture.country || capture.referrer || capture.agent || capture.utm.contains(&true) || capture.rule;
         any.then_some(capture)
     }
 

@@ -9,9 +9,10 @@
 #![forbid(unsafe_code)]
 
 use rebound_core::cache::judge;
+use rebound_core::rules::{Rule, RuleSet};
 use rebound_core::{CacheRecord, CacheState, CachedVerdict, RedirectKind, UnixMillis};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use triomphe::HeaderSlice;
 
 /// One cached code: what a redirect needs, and the clicks counted on it since the click
@@ -73,6 +74,10 @@ const REDIRECT_SHIFT: u32 = 6;
 const FORWARD_QUERY_BIT: i64 = 1 << 9;
 /// The link asks for a password: bit 10.
 const PROTECTED_BIT: i64 = 1 << 10;
+/// The link has rules (docs/spec.md §14): bit 11. Its text is then the code, the
+/// destination, a line feed (never in a target: targets hold no whitespace or control
+/// characters) and the rules' JSON.
+const RULES_BIT: i64 = 1 << 11;
 
 /// The redirect kind of a superseded entry (see [`L1Entry::superseded`]).
 const SUPERSEDED: i64 = 5;
@@ -125,19 +130,27 @@ fn expiry_offset(expires_at: Option<UnixMillis>, base: UnixMillis) -> i32 {
 impl L1Entry {
     /// The entry for `code` holding `record`.
     pub fn new(code: &str, record: CacheRecord, filled_at: UnixMillis) -> L1Entry {
-        let (redirect, forward_query, protected, long_url) = match record.state {
+        let (redirect, forward_query, protected, long_url, rules) = match record.state {
             CacheState::Active {
                 long_url,
                 redirect,
                 forward_query,
                 protected,
-            } => (Some(redirect), forward_query, protected, long_url),
-            CacheState::Deleted => (None, false, false, String::new()),
+                rules,
+            } => (Some(redirect), forward_query, protected, long_url, rules),
+            CacheState::Deleted => (None, false, false, String::new(), Vec::new()),
         };
         let mut stamp = stamp(filled_at, code.len(), redirect, forward_query);
         if protected {
             stamp |= PROTECTED_BIT;
         }
+        let rules = match rules.is_empty() {
+            true => String::new(),
+            false => {
+                stamp |= RULES_BIT;
+                serde_json::to_string(&rules).expect("rules serialize")
+            }
+        };
         let base = stamp >> STAMP_SHIFT;
         let fields = Fields {
             clicks: AtomicU32::new(0),
@@ -147,9 +160,13 @@ impl L1Entry {
             stale: offset(record.stale_until, base),
             expires: expiry_offset(record.expires_at, base),
         };
-        let mut text = String::with_capacity(code.len() + long_url.len());
+        let mut text = String::with_capacity(code.len() + long_url.len() + rules.len() + 1);
         text.push_str(code);
         text.push_str(&long_url);
+        if !rules.is_empty() {
+            text.push('\n');
+            text.push_str(&rules);
+        }
         L1Entry(triomphe::Arc::from_header_and_str(fields, &text))
     }
 
@@ -235,7 +252,25 @@ impl L1Entry {
     /// The destination; empty for a tombstone.
     #[inline]
     pub fn long_url(&self) -> &str {
-        &self.text()[self.code_len()..]
+        let rest = &self.text()[self.code_len()..];
+        match self.has_rules() {
+            false => rest,
+            true => rest.split_once('\n').map_or(rest, |(url, _)| url),
+        }
+    }
+
+    /// The link has rules: its redirect asks [`L1::rules`] for the target.
+    #[inline]
+    pub fn has_rules(&self) -> bool {
+        self.fields().stamp & RULES_BIT != 0
+    }
+
+    /// The rules' JSON, for an entry that has rules.
+    fn rules_json(&self) -> Option<&str> {
+        match self.has_rules() {
+            false => None,
+            true => self.text()[self.code_len()..].split_once('\n').map(|(_, json)| json),
+        }
     }
 
     /// How it redirects; `None` for a tombstone.
@@ -338,10 +373,13 @@ const PER_SHARD: usize = 28_672;
 /// The bits of the hash that choose a shard (above bit 32).
 const SHARD_BITS: u64 = (1 << 25) - 1;
 
-/// One shard: the entries, and where the CLOCK hand is (a bucket index).
+/// One shard: the entries, and where the CLOCK hand is (a bucket index); and the rules of
+/// the entries in `table` that have rules and were asked for, compiled (a cache of
+/// [`RuleSet::compile`] of each one's JSON, dropped with its entry).
 struct Shard {
     table: hashbrown::HashTable<L1Entry>,
     hand: usize,
+    compiled: hashbrown::HashTable<(L1Entry, Arc<RuleSet>)>,
 }
 
 /// The cache.
@@ -365,6 +403,7 @@ impl L1 {
                         // the redirect path waits on its lock.
                         table: hashbrown::HashTable::with_capacity(per_shard),
                         hand: 0,
+                        compiled: hashbrown::HashTable::new(),
                     })
                 })
                 .collect(),
@@ -422,12 +461,17 @@ impl L1 {
                 return existing.clone();
             }
             let entry = make();
+            let had_rules = existing.has_rules();
             *existing = entry.clone();
+            if had_rules {
+                shard.forget_rules(hash, code);
+            }
             return entry;
         }
         let entry = make();
         if shard.table.len() >= self.per_shard {
-            shard.evict_one();
+            let hasher = &self.hasher;
+            shard.evict_one(|e| hasher.hash_one(e.code_bytes()));
         }
         shard
             .table
@@ -441,7 +485,44 @@ impl L1 {
         let mut shard = write(self.shard(hash));
         if let Ok(found) = shard.table.find_entry(hash, |e| e.is_for(code)) {
             found.remove();
+            shard.forget_rules(hash, code);
         }
+    }
+
+    /// The compiled rules of `entry` (one that [`L1Entry::has_rules`]): compiled from its
+    /// JSON the first time, then kept beside it while the cache holds it. `None` for an
+    /// entry without rules, or with rules no longer readable (never: they were written by
+    /// this build's serializer).
+    pub fn rules(&self, entry: &L1Entry) -> Option<Arc<RuleSet>> {
+        let json = entry.rules_json()?;
+        let code = entry.code();
+        let hash = self.hash(code.as_bytes());
+        {
+            let shard = read(self.shard(hash));
+            if let Some((_, rules)) = shard.compiled.find(hash, |(e, _)| e.is_same(entry)) {
+                return Some(rules.clone());
+            }
+        }
+        let rules: Vec<Rule> = serde_json::from_str(json).ok()?;
+        let rules = Arc::new(RuleSet::compile(&rules));
+        let mut shard = write(self.shard(hash));
+        // Kept only while the table holds this entry (not for an entry that answers one
+        // flight only, nor for one replaced meanwhile).
+        if shard.table.find(hash, |e| e.is_same(entry)).is_some() {
+            shard.forget_rules(hash, code);
+            let hasher = &self.hasher;
+            shard
+                .compiled
+                .insert_unique(hash, (entry.clone(), rules.clone()), |(e, _)| {
+                    hasher.hash_one(e.code_bytes())
+                });
+        }
+        Some(rules)
+    }
+
+    /// Compiled rule sets held (for the memory figures and tests).
+    pub fn compiled_rules(&self) -> usize {
+        self.shards.iter().map(|s| read(s).compiled.len()).sum()
     }
 
     /// Empties the cache.
@@ -449,6 +530,7 @@ impl L1 {
         for shard in self.shards.iter() {
             let mut shard = write(shard);
             shard.table.clear();
+            shard.compiled.clear();
             shard.hand = 0;
         }
     }
@@ -484,17 +566,27 @@ fn write(shard: &RwLock<Shard>) -> RwLockWriteGuard<'_, Shard> {
 impl Shard {
     /// Moves the hand until it finds an entry not used since its last pass, and evicts it;
     /// the entries it passes lose their bit. At most two turns: the first clears every bit.
-    fn evict_one(&mut self) {
+    fn evict_one(&mut self, hash: impl Fn(&L1Entry) -> u64) {
         let buckets = self.table.num_buckets();
         for _ in 0..2 * buckets {
             let at = self.hand;
             self.hand = (at + 1) % buckets;
             if let Ok(found) = self.table.get_bucket_entry(at) {
                 if !found.get().take_referenced() {
-                    found.remove();
+                    let (gone, _) = found.remove();
+                    if gone.has_rules() {
+                        self.forget_rules(hash(&gone), gone.code());
+                    }
                     return;
                 }
             }
+        }
+    }
+
+    /// Drops the compiled rules of `code`'s entry, if any.
+    fn forget_rules(&mut self, hash: u64, code: &str) {
+        if let Ok(found) = self.compiled.find_entry(hash, |(e, _)| e.is_for(code)) {
+            found.remove();
         }
     }
 }
@@ -534,6 +626,7 @@ mod tests {
                     redirect,
                     forward_query,
                     protected: false,
+                    rules: Vec::new(),
                 },
                 None => CacheState::Deleted,
             },
@@ -952,5 +1045,90 @@ mod tests {
         assert_eq!(l1.len(), 1);
         l1.clear();
         assert!(l1.is_empty());
+    }
+
+    /// A record of `code` at `version` whose link has one rule sending iOS to `ios`.
+    fn ruled(code: &str, version: u64, ios: &str) -> CacheRecord {
+        let mut l = Link::new_active(
+            code.into(),
+            "https://e.com/web".into(),
+            RedirectKind::Found,
+            true,
+            0,
+            "k".into(),
+            None,
+        );
+        l.version = version;
+        l.rules = vec![rebound_core::rules::Rule {
+            os: vec![rebound_core::rules::Os::Ios],
+            target: Some(ios.into()),
+            ..Default::default()
+        }];
+        CacheRecord::active(&l, 0, &CachePolicy::default())
+    }
+
+    struct Ios;
+    impl rebound_core::rules::Visitor for Ios {
+        fn country(&mut self) -> rebound_core::dimensions::Country {
+            rebound_core::dimensions::Country::UNKNOWN
+        }
+        fn agent(&mut self) -> (rebound_core::rules::Os, rebound_core::rules::Device) {
+            (rebound_core::rules::Os::Ios, rebound_core::rules::Device::Mobile)
+        }
+        fn accept_language(&self) -> Option<&[u8]> {
+            None
+        }
+        fn stickiness(&mut self, _: &mut siphasher::sip::SipHasher13) {}
+    }
+
+    fn chosen(l1: &L1, entry: &L1Entry) -> String {
+        let rules = l1.rules(entry).expect("rules");
+        rules.choose(entry.code(), &mut Ios).map(|(t, _)| t.to_owned()).unwrap()
+    }
+
+    #[test]
+    fn an_entry_with_rules_keeps_its_target_and_its_rules_compiled_once() {
+        let l1 = L1::new(100);
+        let plain = l1.fill("abc", active(1), 0);
+        assert!(!plain.has_rules() && l1.rules(&plain).is_none());
+        let entry = l1.fill("xyz", ruled("xyz", 1, "https://e.com/ios-1"), 0);
+        assert!(entry.has_rules());
+        assert_eq!((entry.long_url(), entry.forward_query()), ("https://e.com/web", true));
+        assert_eq!(chosen(&l1, &entry), "https://e.com/ios-1");
+        // Compiled once, then shared.
+        assert!(Arc::ptr_eq(&l1.rules(&entry).unwrap(), &l1.rules(&entry).unwrap()));
+        assert_eq!(l1.compiled_rules(), 1);
+        // A new version replaces the entry and drops the old rules.
+        let newer = l1.fill("xyz", ruled("xyz", 2, "https://e.com/ios-2"), 0);
+        assert_eq!(l1.compiled_rules(), 0);
+        assert_eq!(chosen(&l1, &newer), "https://e.com/ios-2");
+        // The old handle still answers with its own rules (compiled for it, not kept).
+        assert_eq!(chosen(&l1, &entry), "https://e.com/ios-1");
+        assert_eq!(l1.compiled_rules(), 1);
+        // An edit supersedes it: no rules, none kept.
+        let superseded = l1.supersede("xyz", 3, 0);
+        assert!(!superseded.has_rules());
+        assert_eq!(l1.compiled_rules(), 0);
+        // Removal and clearing drop them too.
+        let again = l1.fill("xyz", ruled("xyz", 3, "https://e.com/ios-3"), 0);
+        l1.rules(&again);
+        l1.remove("xyz");
+        assert_eq!(l1.compiled_rules(), 0);
+        let again = l1.fill("xyz", ruled("xyz", 4, "https://e.com/ios-4"), 0);
+        l1.rules(&again);
+        l1.clear();
+        assert_eq!(l1.compiled_rules(), 0);
+    }
+
+    #[test]
+    fn an_evicted_entry_takes_its_compiled_rules_with_it() {
+        let l1 = L1::new(4);
+        for i in 0..40 {
+            let code = format!("r{i:02}");
+            let e = l1.fill(&code, ruled(&code, 1, "https://e.com/ios"), 0);
+            l1.rules(&e);
+            assert!(l1.compiled_rules() <= l1.len(), "{i}");
+        }
+        assert!(l1.compiled_rules() <= 4);
     }
 }

@@ -46,6 +46,7 @@ pub mod metrics;
 pub mod pages;
 pub mod path;
 pub mod server;
+pub mod targeting;
 pub mod trust;
 pub mod unlock;
 pub mod visitor;

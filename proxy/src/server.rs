@@ -10,6 +10,7 @@ use crate::domains::{request_authority, DomainRoutes, Route, Routed, UnknownHost
 use crate::l1::L1Entry;
 use crate::pages::DeadEnds;
 use crate::path::{RedirectPath, Resolution};
+use crate::targeting::{RequestVisitor, Targeting};
 use crate::unlock::{Attempt, Client, Unlocks};
 use crate::visitor::{BotPatterns, Visitor};
 use async_trait::async_trait;
@@ -28,6 +29,7 @@ use pingora::services::Service;
 use rebound_core::client::{client_of, forwarded_over_tls, TrustedNetworks};
 use rebound_core::code::is_valid_code;
 use rebound_core::decision::{max_age_seconds, push_location, query_is_forwardable};
+use rebound_core::rules::{is_web, Decided, RuleSet};
 use rebound_core::UnixMillis;
 use rebound_edge::acme::{http01_token, Http01Answers};
 use rebound_edge::Edge;
@@ -49,6 +51,8 @@ pub struct RedirectAnswers {
     clicks: Arc<ClickQueue>,
     /// `Cache-Control` of a redirect for every `max-age` from 0 to the configured one.
     cache_control: Vec<HeaderValue>,
+    /// The same, `private`: a link with rules answers each visitor for itself.
+    private_cache_control: Vec<HeaderValue>,
     max_age_secs: u64,
     /// The prebuilt 404, 410 and `/` answers.
     dead_ends: DeadEnds,
@@ -69,6 +73,17 @@ pub struct RedirectAnswers {
     /// Where each click also goes as an event (docs/analytics.md, "The click stream");
     /// none: off, and a redirect costs one branch more.
     stream: Option<Arc<ClickStream>>,
+    /// Where a link's rules learn who clicks (docs/spec.md §14).
+    targeting: Targeting,
+}
+
+/// What a redirect's answer may depend on besides the link: the link's key, the request's
+/// headers and its connection (a link's rules read them; nothing else does).
+#[derive(Clone, Copy)]
+struct Asked<'a> {
+    key: &'a str,
+    headers: &'a HeaderMap,
+    connection: Connection,
 }
 
 /// The HTTP-01 validations in flight: this process's own, then the fleet's in the store (the
@@ -197,12 +212,16 @@ impl Redirects {
         let cache_control = (0..=max_age_secs)
             .map(|s| HeaderValue::from_str(&format!("public, max-age={s}")).expect("digits are a valid header value"))
             .collect();
+        let private_cache_control = (0..=max_age_secs)
+            .map(|s| HeaderValue::from_str(&format!("private, max-age={s}")).expect("digits are a valid header value"))
+            .collect();
         let unlocks = Arc::new(Unlocks::new(path.store.clone(), path.attempts.clone()));
         Redirects(
             Arc::new(RedirectAnswers {
                 path,
                 clicks,
                 cache_control,
+                private_cache_control,
                 max_age_secs,
                 dead_ends,
                 acme,
@@ -212,6 +231,7 @@ impl Redirects {
                 trusted: TrustedNetworks::default(),
                 capture: None,
                 stream: None,
+                targeting: Targeting::default(),
             }),
             Connection::default(),
         )
@@ -234,6 +254,16 @@ impl Redirects {
         match Arc::get_mut(&mut self.0) {
             Some(answers) => answers.capture = capture,
             None => unreachable!("capturing() is called before the service is shared"),
+        }
+        self
+    }
+
+    /// Lets a link's rules know the country from `targeting`. Called once, before the
+    /// service is shared.
+    pub fn targeting(mut self, targeting: Targeting) -> Redirects {
+        match Arc::get_mut(&mut self.0) {
+            Some(answers) => answers.targeting = targeting,
+            None => unreachable!("targeting() is called before the service is shared"),
         }
         self
     }
@@ -298,14 +328,10 @@ enum Refusal {
     SharedChallenge(String),
 }
 
-/// The `Cookie` headers of a request alone, for a lookup that may find a
-/// password-protected link (no allocation when there is none).
-fn cookies_of(headers: &HeaderMap) -> HeaderMap {
-    let mut cookies = HeaderMap::new();
-    for value in headers.get_all(http::header::COOKIE) {
-        cookies.append(http::header::COOKIE, value.clone());
-    }
-    cookies
+/// The headers an answer past memory may read, kept for it: the cookies (a
+/// password-protected link), and what a link's rules read of who clicks.
+fn kept_headers(headers: &HeaderMap) -> HeaderMap {
+    headers.clone()
 }
 
 /// A request refused before any lookup, or an answer without a page.
@@ -427,10 +453,12 @@ impl RedirectAnswers {
     /// password-protected link's redirect is [`RedirectAnswers::gate`]'s, which the callers
     /// ask first: here it only ever gets the form.
     #[inline]
+    #[allow(clippy::too_many_arguments)]
     fn reply(
         &self,
         pages: &DeadEnds,
         resolution: Resolution,
+        asked: Asked<'_>,
         click: Click,
         is_get: bool,
         query: Option<&str>,
@@ -440,7 +468,7 @@ impl RedirectAnswers {
         let status = match resolution {
             Resolution::Redirect(entry) if entry.is_protected() => return self.unlocks.form(!is_get),
             Resolution::Redirect(entry) => match entry.redirect() {
-                Some(kind) => return self.redirect(&entry, kind.status(), click, is_get, query, now),
+                Some(kind) => return self.redirect(&entry, kind.status(), asked, click, is_get, query, now),
                 None => {
                     m.not_found.inc();
                     StatusCode::NOT_FOUND
@@ -468,18 +496,37 @@ impl RedirectAnswers {
     /// of a response through an `Option` or `as_head` was a copy of it (about 30
     /// instructions each under callgrind).
     #[inline]
+    #[allow(clippy::too_many_arguments)]
     fn redirect(
         &self,
         entry: &L1Entry,
         status: u16,
-        click: Click,
+        asked: Asked<'_>,
+        mut click: Click,
         is_get: bool,
         query: Option<&str>,
         now: UnixMillis,
     ) -> Reply {
+        // A link with rules: the first that matches who clicks decides the target
+        // (docs/spec.md §14); a link without reads nothing more of the request.
+        let rules = match entry.has_rules() {
+            true => self.path.l1.rules(entry),
+            false => None,
+        };
+        let (target, forward_query) = match &rules {
+            None => (entry.long_url(), entry.forward_query()),
+            Some(rules) => {
+                let (target, decided) = self.choose(rules, asked, entry.long_url());
+                if let Some(dimensions) = click.dimensions.as_mut() {
+                    dimensions.rule = Some(decided);
+                }
+                // An app's own scheme (`intent:`) takes no query of the web's.
+                (target, entry.forward_query() && is_web(target))
+            }
+        };
         let query = query.filter(|q| query_is_forwardable(q));
-        let mut location = Vec::with_capacity(entry.long_url().len() + query.map_or(0, |q| q.len() + 1));
-        push_location(&mut location, entry.long_url(), entry.forward_query(), query);
+        let mut location = Vec::with_capacity(target.len() + query.map_or(0, |q| q.len() + 1));
+        push_location(&mut location, target, forward_query, query);
         // Targets are validated at creation and queries just above: this cannot fail.
         let Ok(location) = HeaderValue::from_maybe_shared(Bytes::from(location)) else {
             self.path.metrics.unavailable.inc();
@@ -495,10 +542,12 @@ impl RedirectAnswers {
         headers.insert(LOCATION, location);
         headers.insert(
             CACHE_CONTROL,
-            match entry.is_protected() {
+            match (entry.is_protected(), rules.is_some()) {
                 // Never kept by a shared cache: it would let everyone through.
-                true => NO_STORE,
-                false => self.cache_control[max_age as usize].clone(),
+                (true, _) => NO_STORE,
+                (false, false) => self.cache_control[max_age as usize].clone(),
+                // Chosen for this visitor: a shared cache must not hand it to another.
+                (false, true) => self.private_cache_control[max_age as usize].clone(),
             },
         );
         if !is_get {
@@ -526,35 +575,43 @@ impl RedirectAnswers {
         &self,
         pages: &DeadEnds,
         resolution: Resolution,
-        request: (&str, &HeaderMap, Click, bool, Option<&str>),
+        request: (Asked<'_>, Click, bool, Option<&str>),
     ) -> Reply {
-        let (key, cookies, click, is_get, query) = request;
+        let (asked, click, is_get, query) = request;
         match resolution {
-            Resolution::Redirect(entry) if entry.is_protected() => {
-                self.gate(entry, key, cookies, click, is_get, query).await
-            }
+            Resolution::Redirect(entry) if entry.is_protected() => self.gate(entry, asked, click, is_get, query).await,
             resolution => {
                 let now = self.path.clock.now_millis();
-                self.reply(pages, resolution, click, is_get, query, now)
+                self.reply(pages, resolution, asked, click, is_get, query, now)
             }
+        }
+    }
+
+    /// The target `rules` choose for the request `asked` (the link's own, `long_url`, when
+    /// none matches), and which rule chose it.
+    fn choose<'r>(&self, rules: &'r RuleSet, asked: Asked<'_>, long_url: &'r str) -> (&'r str, Decided) {
+        let connection = asked.connection;
+        let mut visitor = RequestVisitor::new(&self.targeting, &self.bots, asked.headers, || {
+            let trusted = connection.forwards && connection.peer.is_some_and(|p| self.trusted.contains(p));
+            (self.client(connection, asked.headers).address, trusted)
+        });
+        match rules.choose(asked.key, &mut visitor) {
+            Some((target, decided)) => (target, decided),
+            None => (long_url, Decided::DEFAULT),
         }
     }
 
     /// The answer of a password-protected link to GET or HEAD: its redirect when the
     /// request's cookie lets it through, the form otherwise.
-    async fn gate(
-        &self,
-        entry: L1Entry,
-        key: &str,
-        headers: &HeaderMap,
-        click: Click,
-        is_get: bool,
-        query: Option<&str>,
-    ) -> Reply {
+    async fn gate(&self, entry: L1Entry, asked: Asked<'_>, click: Click, is_get: bool, query: Option<&str>) -> Reply {
         let now = self.path.clock.now_millis();
         if let Some(kind) = entry.redirect() {
-            if self.unlocks.cookie_lets_through(headers, key, &entry, now).await {
-                return self.redirect(&entry, kind.status(), click, is_get, query, now);
+            if self
+                .unlocks
+                .cookie_lets_through(asked.headers, asked.key, &entry, now)
+                .await
+            {
+                return self.redirect(&entry, kind.status(), asked, click, is_get, query, now);
             }
         }
         self.path.metrics.unlock_forms.inc();
@@ -598,7 +655,12 @@ impl RedirectAnswers {
                 // 303: the browser follows with a GET, whatever the link's status (a 307 or
                 // 308 would post the password to the target).
                 let click = self.click(&Method::GET, &parts.headers, parts.uri.query(), connection);
-                let mut res = self.redirect(&entry, 303, click, true, parts.uri.query(), now);
+                let asked = Asked {
+                    key: &key,
+                    headers: &parts.headers,
+                    connection,
+                };
+                let mut res = self.redirect(&entry, 303, asked, click, true, parts.uri.query(), now);
                 if let (Some(cookie), true) = (cookie, res.status() == StatusCode::SEE_OTHER) {
                     res.headers_mut().insert(SET_COOKIE, cookie);
                 }
@@ -666,10 +728,10 @@ impl hyper::service::Service<Request<Incoming>> for Redirects {
             Routed::Domain(route) => (std::borrow::Cow::Owned(route.key(code)), Pages::Domain(route.clone())),
             // Maybe a domain added a moment ago: routed again once the routes are current.
             Routed::Unknown if answers.routes.can_resync() => {
-                let (answers, code) = (self.0.clone(), code.to_owned());
+                let (answers, code, connection) = (self.0.clone(), code.to_owned(), self.1);
                 let authority = request_authority(&req).map(<[u8]>::to_vec);
                 let query = req.uri().query().map(str::to_owned);
-                let headers = cookies_of(req.headers());
+                let headers = kept_headers(req.headers());
                 return Either::Right(Box::pin(async move {
                     answers.routes.resync().await;
                     let (key, pages) = match answers.routes.route(authority.as_deref()) {
@@ -681,7 +743,12 @@ impl hyper::service::Service<Request<Incoming>> for Redirects {
                         }
                     };
                     let resolution = answers.path.resolve(&key).await;
-                    let request = (key.as_str(), &headers, click, is_get, query.as_deref());
+                    let asked = Asked {
+                        key: &key,
+                        headers: &headers,
+                        connection,
+                    };
+                    let request = (asked, click, is_get, query.as_deref());
                     Ok(answers.answer(pages.get(&answers), resolution, request).await)
                 }));
             }
@@ -695,32 +762,49 @@ impl hyper::service::Service<Request<Incoming>> for Redirects {
         match answers.path.resolve_from_memory(&key, now) {
             // A password-protected link: off the hot path, past memory.
             Some(Resolution::Redirect(entry)) if entry.is_protected() => {
-                let (answers, key) = (self.0.clone(), key.into_owned());
+                let (answers, key, connection) = (self.0.clone(), key.into_owned(), self.1);
                 let query = req.uri().query().map(str::to_owned);
-                let headers = cookies_of(req.headers());
+                let headers = kept_headers(req.headers());
                 Either::Right(Box::pin(async move {
-                    Ok(answers
-                        .gate(entry, &key, &headers, click, is_get, query.as_deref())
-                        .await)
+                    let asked = Asked {
+                        key: &key,
+                        headers: &headers,
+                        connection,
+                    };
+                    Ok(answers.gate(entry, asked, click, is_get, query.as_deref()).await)
                 }))
             }
-            Some(resolution) => Either::Left(ready(Ok(answers.reply(
-                pages.get(answers),
-                resolution,
-                click,
-                is_get,
-                req.uri().query(),
-                now,
-            )))),
+            Some(resolution) => {
+                let asked = Asked {
+                    key: &key,
+                    headers: req.headers(),
+                    connection: self.1,
+                };
+                let reply = answers.reply(
+                    pages.get(answers),
+                    resolution,
+                    asked,
+                    click,
+                    is_get,
+                    req.uri().query(),
+                    now,
+                );
+                Either::Left(ready(Ok(reply)))
+            }
             None => {
-                let (answers, key) = (self.0.clone(), key.into_owned());
+                let (answers, key, connection) = (self.0.clone(), key.into_owned(), self.1);
                 let query = req.uri().query().map(str::to_owned);
-                let headers = cookies_of(req.headers());
+                let headers = kept_headers(req.headers());
                 // Only what waits is timed: an answer from memory or a refusal never waits.
                 let started = Instant::now();
                 Either::Right(Box::pin(async move {
                     let resolution = answers.path.resolve_beyond_memory(&key).await;
-                    let request = (key.as_str(), &headers, click, is_get, query.as_deref());
+                    let asked = Asked {
+                        key: &key,
+                        headers: &headers,
+                        connection,
+                    };
+                    let request = (asked, click, is_get, query.as_deref());
                     let reply = answers.answer(pages.get(&answers), resolution, request).await;
                     answers
                         .path

@@ -4,7 +4,7 @@
 use super::client::{api_path, given, Client, NO_BODY};
 use super::output::{as_json, fields, table, Printed, LINK_FIELDS};
 use super::{import, CliError, LinksCommand};
-use rebound_api_types::{CreateLinkRequest, EditLinkRequest, LinkCreated, LinkList, LinkStats, LinkView};
+use rebound_api_types::{CreateLinkRequest, EditLinkRequest, LinkCreated, LinkList, LinkRule, LinkStats, LinkView};
 use reqwest::Method;
 use serde_json::json;
 
@@ -21,10 +21,12 @@ pub(super) async fn run(client: &Client, command: LinksCommand, json_out: bool) 
             idempotency_key,
             domain,
             password,
+            rules,
         } => {
             let body = CreateLinkRequest {
                 domain,
                 password,
+                rules: rules.as_deref().map(read_rules).transpose()?,
                 long_url,
                 custom_alias: alias,
                 expires_at,
@@ -57,6 +59,16 @@ pub(super) async fn run(client: &Client, command: LinksCommand, json_out: bool) 
         }
         LinksCommand::Import { file, format, batch } => {
             import::run(client, &file, format.as_deref(), batch, json_out).await?
+        }
+        LinksCommand::Rules { code, domain } => {
+            let path = api_path(&["api", "v1", "links", &code], &on(domain.as_deref()))?;
+            let link: LinkView = client.send(Method::GET, &path, NO_BODY, &[]).await?;
+            let mut rows = vec![vec!["RULE".into(), "WHEN".into(), "THEN".into()]];
+            for (at, rule) in link.rules.iter().enumerate() {
+                rows.push(vec![(at + 1).to_string(), rule_when(rule), rule_then(rule)]);
+            }
+            rows.push(vec!["default".into(), "-".into(), link.long_url.clone()]);
+            (as_json(&link.rules), table(&rows))
         }
         LinksCommand::Get { code, domain } => {
             let path = api_path(&["api", "v1", "links", &code], &on(domain.as_deref()))?;
@@ -106,6 +118,8 @@ pub(super) async fn run(client: &Client, command: LinksCommand, json_out: bool) 
             no_expiry,
             password,
             no_password,
+            rules,
+            no_rules,
             if_match,
             domain,
         } => {
@@ -123,6 +137,11 @@ pub(super) async fn run(client: &Client, command: LinksCommand, json_out: bool) 
                 password: match (password, no_password) {
                     (Some(p), _) => Some(Some(p)),
                     (None, true) => Some(None),
+                    (None, false) => None,
+                },
+                rules: match (rules, no_rules) {
+                    (Some(r), _) => Some(read_rules(&r)?),
+                    (None, true) => Some(Vec::new()),
                     (None, false) => None,
                 },
             };
@@ -202,4 +221,53 @@ pub(super) async fn run(client: &Client, command: LinksCommand, json_out: bool) 
 /// The query of a call on one link: `?domain=` when given.
 pub(super) fn on(domain: Option<&str>) -> Vec<(&str, &str)> {
     given(&[("domain", domain)])
+}
+
+/// `--rules`: a JSON array of rules, `@FILE` for a file holding one, `-` for standard input.
+fn read_rules(arg: &str) -> Result<Vec<LinkRule>, CliError> {
+    let text = match arg {
+        "-" => std::io::read_to_string(std::io::stdin()).map_err(|e| CliError(format!("--rules -: {e}")))?,
+        a if a.starts_with('@') => {
+            std::fs::read_to_string(&a[1..]).map_err(|e| CliError(format!("--rules {a}: {e}")))?
+        }
+        a => a.to_owned(),
+    };
+    serde_json::from_str(&text).map_err(|e| CliError(format!("--rules: not a JSON array of rules: {e}")))
+}
+
+/// A rule's conditions as one line: `country DE,AT; os ios`, or `always`.
+fn rule_when(rule: &LinkRule) -> String {
+    let as_text = |v: serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+    let mut parts = Vec::new();
+    if !rule.countries.is_empty() {
+        parts.push(format!("country {}", rule.countries.join(",")));
+    }
+    if !rule.os.is_empty() {
+        let os: Vec<String> = rule.os.iter().map(|o| as_text(json!(o))).collect();
+        parts.push(format!("os {}", os.join(",")));
+    }
+    if !rule.devices.is_empty() {
+        let devices: Vec<String> = rule.devices.iter().map(|d| as_text(json!(d))).collect();
+        parts.push(format!("device {}", devices.join(",")));
+    }
+    if !rule.languages.is_empty() {
+        parts.push(format!("language {}", rule.languages.join(",")));
+    }
+    match parts.is_empty() {
+        true => "always".into(),
+        false => parts.join("; "),
+    }
+}
+
+/// Where a rule sends a visitor: its target, or its split as `weight target` pairs.
+fn rule_then(rule: &LinkRule) -> String {
+    match &rule.target {
+        Some(target) => target.clone(),
+        None => rule
+            .split
+            .iter()
+            .map(|v| format!("{} {}", v.weight, v.target))
+            .collect::<Vec<_>>()
+            .join(" | "),
+    }
 }

@@ -71,6 +71,10 @@ pub enum LinksCommand {
         /// A password visitors give before the redirect (4 to 128 characters).
         #[arg(long)]
         password: Option<String>,
+        /// Rules that choose the target by who clicks (docs/http.md "Rules"): a JSON array
+        /// of rules, `@FILE` for a file holding one, or `-` for standard input.
+        #[arg(long)]
+        rules: Option<String>,
     },
     /// Create many links from a file: CSV (RFC 4180: quote a field holding a comma; columns
     /// `long_url[,alias]`, or named by a header row among long_url, alias, expires_at,
@@ -138,10 +142,26 @@ pub enum LinksCommand {
         /// Remove the password.
         #[arg(long)]
         no_password: bool,
+        /// Replace the link's rules (docs/http.md "Rules"): a JSON array of rules, `@FILE`,
+        /// or `-` for standard input.
+        #[arg(long, conflicts_with = "no_rules")]
+        rules: Option<String>,
+        /// Remove the link's rules.
+        #[arg(long)]
+        no_rules: bool,
         /// The version to change (the link's ETag, without quotes); default: the version
         /// the link has when the command reads it.
         #[arg(long)]
         if_match: Option<u64>,
+        /// The domain the link is on (default: the default domain, or a scoped key's first).
+        #[arg(long)]
+        domain: Option<String>,
+    },
+    /// A link's rules, one line each, in the order they are tried, then the link's own
+    /// target (`--json` prints the JSON that `--rules` takes). The clicks each rule and
+    /// split variant sent: `stats CODE --by rule`.
+    Rules {
+        code: String,
         /// The domain the link is on (default: the default domain, or a scoped key's first).
         #[arg(long)]
         domain: Option<String>,
@@ -174,7 +194,7 @@ pub enum LinksCommand {
         #[arg(long)]
         domain: Option<String>,
         /// Break people's clicks over the range down by country, referrer, device, browser,
-        /// os, utm_source, utm_medium or utm_campaign.
+        /// os, utm_source, utm_medium, utm_campaign or rule.
         #[arg(long)]
         by: Option<String>,
     },

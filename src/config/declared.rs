@@ -575,6 +575,17 @@ pub const CODE_KEY: Setting<Option<[u8; 16]>> = Setting::new("api.code_key", || 
 pub const IDEMPOTENCY_TTL_SECS: Setting<u64> = Setting::new("api.idempotency_ttl_secs", || api().idempotency_ttl_secs)
     .check(Positive)
     .doc("how long an `Idempotency-Key`'s first answer is replayed");
+pub const APP_SCHEMES: Setting<Vec<String>> = Setting::new("api.app_schemes", || api().app_schemes)
+    .var("REBOUND_APP_SCHEMES")
+    .check(Elsewhere(
+        "a list of URL schemes (a letter, then letters, digits, `+`, `-`, `.`), none of http, https, javascript, \
+         data, file, vbscript, blob, about",
+    ))
+    .doc(
+        "schemes of apps a link's rule may send iOS and Android visitors to besides http and https (`intent` for \
+         Android intents, your app's own `myapp`); only in a rule whose `os` is `ios` or `android` alone. Empty: \
+         rules send visitors to web addresses only (universal links and app links are web addresses)",
+    );
 pub const REFUSE_MIXED_SCRIPT_FOR_KEYS: Setting<bool> = Setting::new("api.refuse_mixed_script_for_keys", || {
     api().refuse_mixed_script_for_keys
 })
@@ -867,6 +878,7 @@ pub(super) fn read(src: &mut impl Source) -> Result<Settings, ConfigError> {
             code_key: src.get(&CODE_KEY)?,
             idempotency_ttl_secs: src.get(&IDEMPOTENCY_TTL_SECS)?,
             refuse_mixed_script_for_keys: src.get(&REFUSE_MIXED_SCRIPT_FOR_KEYS)?,
+            app_schemes: src.get(&APP_SCHEMES)?,
         },
         redirect: RedirectSettings {
             cache_max_age_secs: src.get(&CACHE_MAX_AGE_SECS)?,

@@ -30,6 +30,9 @@ pub enum Dimension {
     UtmSource,
     UtmMedium,
     UtmCampaign,
+    /// Which of a link's rules chose the target (docs/spec.md §14): `default`, `N` or
+    /// `N/V` (variant V of rule N's split); only links with rules have it.
+    Rule,
     /// A domain's people's clicks by link code: kept for scope codes only ([`scope_code`]),
     /// never a click's dimension (not in [`Dimension::ALL`], not a `by=` of a link).
     Link,
@@ -38,7 +41,7 @@ pub enum Dimension {
 impl Dimension {
     /// A click's dimensions, in declaration order (what a data plane captures and a link's
     /// breakdown reads).
-    pub const ALL: [Dimension; 8] = [
+    pub const ALL: [Dimension; 9] = [
         Dimension::Country,
         Dimension::Referrer,
         Dimension::Device,
@@ -47,6 +50,7 @@ impl Dimension {
         Dimension::UtmSource,
         Dimension::UtmMedium,
         Dimension::UtmCampaign,
+        Dimension::Rule,
     ];
 
     /// Its name in the API (`by=`), the stores and the settings.
@@ -60,6 +64,7 @@ impl Dimension {
             Dimension::UtmSource => "utm_source",
             Dimension::UtmMedium => "utm_medium",
             Dimension::UtmCampaign => "utm_campaign",
+            Dimension::Rule => "rule",
             Dimension::Link => "link",
         }
     }

@@ -300,6 +300,7 @@ async fn versioned_edit_with_its_propagation_pending<S: Store + ?Sized>(store: &
         expires_at: Some(9_000_000_000_000),
         purge_at: Some(9_000_000_000_000),
         password_hash: Some("$argon2id$v=19$m=19456,t=2,p=1$b3JpZ2luYWw$b3JpZ2luYWw".into()),
+        rules: conformance_rules("https://example.org/fr"),
         ..link(&code, "owner", 1)
     };
     store.insert_link(&original, None).await.unwrap();
@@ -318,6 +319,7 @@ async fn versioned_edit_with_its_propagation_pending<S: Store + ?Sized>(store: &
         forward_query: true,
         expires_at: None,
         password_hash: Some("$argon2id$v=19$m=19456,t=2,p=1$c2FsdHNhbHQ$aGFzaGhhc2g".into()),
+        rules: conformance_rules("https://example.org/de"),
     };
     let edited = store.edit_link_pending(&code, 1, &edit, &lease(1_000)).await.unwrap();
     assert_eq!(edited, original.edited(&edit));
@@ -333,10 +335,11 @@ async fn versioned_edit_with_its_propagation_pending<S: Store + ?Sized>(store: &
     assert_eq!(pending_at(store, 999, &code).await, None, "leased to its writer");
     assert_eq!(pending_at(store, 1_000, &code).await.map(|p| p.version), Some(2));
     // An expiry set again; a stale version or a link that went down writes nothing.
-    // The password removed with it.
+    // The password and the rules removed with it.
     let expiring = LinkEdit {
         expires_at: Some(8_000_000_000_000),
         password_hash: None,
+        rules: Vec::new(),
         ..edit.clone()
     };
     let again = store
@@ -581,6 +584,34 @@ async fn domain_page<S: Store + ?Sized>(store: &S, id: &str) -> Vec<String> {
     }
 }
 
+/// Rules of every kind, for a record to round-trip.
+fn conformance_rules(target: &str) -> Vec<rebound_core::rules::Rule> {
+    use rebound_core::rules::{Device, Os, Rule, Variant};
+    vec![
+        Rule {
+            countries: vec!["FR".into(), "BE".into()],
+            languages: vec!["fr".into()],
+            target: Some(target.into()),
+            ..Rule::default()
+        },
+        Rule {
+            os: vec![Os::Ios, Os::Android],
+            devices: vec![Device::Mobile],
+            split: vec![
+                Variant {
+                    target: "https://example.org/a".into(),
+                    weight: 3,
+                },
+                Variant {
+                    target: "https://example.org/b".into(),
+                    weight: 1,
+                },
+            ],
+            ..Rule::default()
+        },
+    ]
+}
+
 /// The index of active links by target host and the per-domain index: a link is in them
 /// while active, under its target's host as last edited; an edit moves it, a delete takes
 /// it out, a restore puts it back, links written one by one or in bulk alike.
@@ -637,6 +668,7 @@ async fn indexes_by_target_host_and_by_domain<S: Store + ?Sized>(store: &S) {
         forward_query: false,
         expires_at: None,
         password_hash: None,
+        rules: Vec::new(),
     };
     store.edit_link_pending(&b, 1, &moved, &lease).await.unwrap();
     let deletion = Deletion {

@@ -304,8 +304,10 @@ pub async fn create_link(p: &Running, body: serde_json::Value) -> serde_json::Va
         .send()
         .await
         .unwrap();
-    assert_eq!(res.status(), reqwest::StatusCode::CREATED);
-    res.json().await.unwrap()
+    let status = res.status();
+    let body: serde_json::Value = res.json().await.unwrap_or_default();
+    assert_eq!(status, reqwest::StatusCode::CREATED, "{body}");
+    body
 }
 
 /// Starts `rebound --upgrade` beside `old` (same data dir and environment), which then hands

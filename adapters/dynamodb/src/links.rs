@@ -348,6 +348,7 @@ impl LinkStore for DynamoStore {
             .expression_attribute_names("#purge", "purge_at")
             .expression_attribute_names("#purgems", "purge_at_ms")
             .expression_attribute_names("#pw", "password_hash")
+            .expression_attribute_names("#rules", "rules")
             .expression_attribute_values(":url", s(&next.long_url))
             .expression_attribute_values(":redirect", n(next.redirect.status()))
             .expression_attribute_values(":fq", AttributeValue::Bool(next.forward_query));
@@ -369,6 +370,13 @@ impl LinkStore for DynamoStore {
                 req = req.expression_attribute_values(":pw", s(hash));
             }
             None => remove.push("#pw".into()),
+        }
+        match crate::item::rules_json(&next.rules) {
+            Some(json) => {
+                set.push_str(", #rules = :rules");
+                req = req.expression_attribute_values(":rules", s(json));
+            }
+            None => remove.push("#rules".into()),
         }
         let req = Self::index_update(req, &mut set, &mut remove, &next);
         let update = match remove.is_empty() {

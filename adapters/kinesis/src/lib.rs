@@ -44,6 +44,9 @@ pub fn encode_event(event: &ClickEvent) -> Vec<u8> {
         domain: &'a str,
         os: Option<&'a str>,
         referrer: Option<&'a str>,
+        /// Which of the link's rules chose the target (`default`, `N`, `N/V`); null for a
+        /// link without rules.
+        rule: Option<&'a str>,
         ts: UnixMillis,
         utm_campaign: Option<&'a str>,
         utm_medium: Option<&'a str>,
@@ -53,6 +56,7 @@ pub fn encode_event(event: &ClickEvent) -> Vec<u8> {
     let d = &event.dimensions;
     let agent = d.agent.as_ref();
     let campaign = d.campaign.as_deref();
+    let rule = d.rule.map(|r| r.label());
     let line = Line {
         bot: event.bot,
         browser: agent.map(|a| a.browser.as_str()),
@@ -62,6 +66,7 @@ pub fn encode_event(event: &ClickEvent) -> Vec<u8> {
         domain: &event.domain,
         os: agent.map(|a| a.os.as_str()),
         referrer: d.referrer.as_ref().map(|r| r.as_str()),
+        rule: rule.as_ref().map(|r| r.as_str()),
         ts: event.at,
         utm_campaign: campaign.and_then(|c| c.campaign.as_ref()).map(|v| v.as_str()),
         utm_medium: campaign.and_then(|c| c.medium.as_ref()).map(|v| v.as_str()),
@@ -267,6 +272,7 @@ mod tests {
                 medium: None,
                 campaign: Some(CampaignValue::truncated("spring \"sale\"")),
             })),
+            rule: Some(rebound_core::rules::Decided { rule: 2, variant: 1 }),
         }
     }
 
@@ -275,7 +281,7 @@ mod tests {
         let wire = String::from_utf8(encode_event(&event("abc", false, full()))).unwrap();
         assert_eq!(
             wire,
-            r#"{"bot":false,"browser":"Chrome Mobile","code":"abc","country":"FR","device":"mobile","domain":"sho.rt","os":"Android","referrer":"news.ycombinator.com","ts":1765000000123,"utm_campaign":"spring \"sale\"","utm_medium":null,"utm_source":"newsletter","version":3}"#.to_owned() + "\n"
+            r#"{"bot":false,"browser":"Chrome Mobile","code":"abc","country":"FR","device":"mobile","domain":"sho.rt","os":"Android","referrer":"news.ycombinator.com","rule":"2/1","ts":1765000000123,"utm_campaign":"spring \"sale\"","utm_medium":null,"utm_source":"newsletter","version":3}"#.to_owned() + "\n"
         );
         // Dimensions switched off are null, never left out: a table's columns stay put.
         let bare: serde_json::Value =

@@ -15,13 +15,20 @@ use rebound_store::{
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 const LINK_COLUMNS: &str = "code, long_url, redirect, forward_query, created_at, created_by, is_active, \
-     version, expires_at, deleted_at, deleted_by, delete_reason, purge_at, password_hash";
+     version, expires_at, deleted_at, deleted_by, delete_reason, purge_at, password_hash, rules";
 
 fn link_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Link, StoreError>> {
     let redirect: u16 = row.get(2)?;
     let version: i64 = row.get(7)?;
     let Some(redirect) = RedirectKind::from_status(redirect) else {
         return Ok(Err(StoreError::Corrupt(format!("redirect {redirect}"))));
+    };
+    let rules = match row.get::<_, Option<String>>(14)? {
+        None => Vec::new(),
+        Some(json) => match serde_json::from_str(&json) {
+            Ok(rules) => rules,
+            Err(e) => return Ok(Err(StoreError::Corrupt(format!("rules: {e}")))),
+        },
     };
     Ok(Ok(Link {
         code: row.get(0)?,
@@ -38,6 +45,7 @@ fn link_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Link, Store
         delete_reason: row.get(11)?,
         purge_at: row.get(12)?,
         password_hash: row.get(13)?,
+        rules,
     }))
 }
 
@@ -63,12 +71,17 @@ fn record_pending(conn: &Connection, link: &Link, lease: &PropagationLease) -> R
     Ok(())
 }
 
+/// The `rules` column: NULL for a link without rules (most), else their JSON.
+fn rules_json(rules: &[rebound_core::rules::Rule]) -> Option<String> {
+    (!rules.is_empty()).then(|| serde_json::to_string(rules).expect("rules serialize"))
+}
+
 /// Inserts a link unless its code is taken; true when inserted.
 fn insert_link_in(conn: &Connection, link: &Link) -> Result<bool, StoreError> {
     let n = conn
         .prepare_cached(&format!(
             "INSERT INTO links ({LINK_COLUMNS}, target_host, domain_id) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17) \
              ON CONFLICT (code) DO NOTHING"
         ))
         .map_err(sql_err)?
@@ -87,6 +100,7 @@ fn insert_link_in(conn: &Connection, link: &Link) -> Result<bool, StoreError> {
             link.delete_reason,
             link.purge_at,
             link.password_hash,
+            rules_json(&link.rules),
             target_host(&link.long_url),
             domain_id(&link.code),
         ])
@@ -166,7 +180,7 @@ impl SqliteStore {
                 .execute(
                     "UPDATE links SET long_url = ?1, redirect = ?2, forward_query = ?3, expires_at = ?4, \
                      is_active = ?5, version = ?6, deleted_at = ?7, deleted_by = ?8, delete_reason = ?9, \
-                     purge_at = ?10, password_hash = ?11, target_host = ?15 \
+                     purge_at = ?10, password_hash = ?11, target_host = ?15, rules = ?16 \
                      WHERE code = ?12 AND version = ?13 AND is_active = ?14",
                     params![
                         next.long_url,
@@ -184,6 +198,7 @@ impl SqliteStore {
                         expected_version as i64,
                         was_active,
                         target_host(&next.long_url),
+                        rules_json(&next.rules),
                     ],
                 )
                 .map_err(sql_err)?;
@@ -429,7 +444,7 @@ impl LinkStore for SqliteStore {
                 .map_err(sql_err)?;
             let rows = stmt
                 .query_map(params![after_key, after_code, end, (limit + 1) as i64], |row| {
-                    Ok((link_from_row(row)?, row.get::<_, String>(14)?))
+                    Ok((link_from_row(row)?, row.get::<_, String>(15)?))
                 })
                 .map_err(sql_err)?;
             let mut keys = std::collections::HashMap::new();

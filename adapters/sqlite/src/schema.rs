@@ -22,6 +22,8 @@ CREATE TABLE IF NOT EXISTS links (
     purge_at INTEGER,
     -- A password's Argon2id hash; added by `add_missing_columns` to an older file.
     password_hash TEXT,
+    -- Its rules' JSON (docs/spec.md §14), NULL for none; added to an older file too.
+    rules TEXT,
     -- The key of its target's host (rebound_core::threat::host_key; '' when it has none)
     -- and the id of its domain (NULL: the default domain), for the two indexes below;
     -- added and filled by `add_missing_columns` and `index_older_links` to an older file.
@@ -134,6 +136,7 @@ pub(crate) const MAIN_ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("links", "password_hash", "TEXT"),
     ("links", "target_host", "TEXT"),
     ("links", "domain_id", "TEXT"),
+    ("links", "rules", "TEXT"),
 ];
 
 /// The indexes on columns an older file gets from `add_missing_columns`: made after it.

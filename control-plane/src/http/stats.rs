@@ -37,7 +37,7 @@ pub(super) struct StatsQuery {
         ("domain" = Option<String>, Query, description = "The domain the link is on; the default domain when not given"),
         ("from" = Option<String>, Query, format = Date, pattern = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$", description = "YYYY-MM-DD (UTC), 0000-01-01 to 9999-12-31; default 29 days before `to`. Not after `to`, and at most 366 days before it. Given empty, it is not a date: 400"),
         ("to" = Option<String>, Query, format = Date, pattern = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$", description = "YYYY-MM-DD (UTC), 0000-01-01 to 9999-12-31; default today. Given empty, it is not a date: 400"),
-        ("by" = Option<String>, Query, pattern = r"^(country|referrer|device|browser|os|utm_source|utm_medium|utm_campaign)$", description = "Also people's clicks over the range by value of this dimension (`breakdown`)"),
+        ("by" = Option<String>, Query, pattern = r"^(country|referrer|device|browser|os|utm_source|utm_medium|utm_campaign|rule)$", description = "Also people's clicks over the range by value of this dimension (`breakdown`)"),
     ),
     responses(
         (status = 200, description = "Daily clicks, every day of the range", body = LinkStats),
@@ -62,7 +62,7 @@ pub(super) async fn link_stats(
         Some(name) => Some(Dimension::of_click(name).ok_or_else(|| {
             ApiError::bad_request(
                 "invalid_by",
-                "by must be one of country, referrer, device, browser, os, utm_source, utm_medium, utm_campaign",
+                "by must be one of country, referrer, device, browser, os, utm_source, utm_medium, utm_campaign, rule",
             )
         })?),
     };

@@ -50,6 +50,9 @@ impl LinkService {
         if edit.long_url != link.long_url {
             self.names.refuse_served_domain(None, &edit.long_url).await?;
         }
+        if edit.rules != link.rules {
+            self.refuse_served_rule_targets(&edit.rules).await?;
+        }
         if retried {
             // The same edit again, after a 503: the link holds it already. Tell the caches
             // again (harmless when they knew); any other edit of that version is stale.
@@ -144,6 +147,8 @@ fn changes(old: &LinkEdit, new: &LinkEdit) -> Value {
         json!(old.expires_at.map(to_rfc3339)),
         json!(new.expires_at.map(to_rfc3339)),
     );
+    // The rules whole, old and new (docs/spec.md §14): an audit reader sees what changed.
+    field("rules", json!(old.rules), json!(new.rules));
     // Never the hash: whether there is a password, and whether it changed.
     if old.password_hash != new.password_hash {
         let then = old.password_hash.as_ref().map(|_| "set");
@@ -169,7 +174,13 @@ mod tests {
             forward_query: false,
             expires_at: Some(0),
             password_hash: None,
+            rules: Vec::new(),
         };
+        let ios = vec![rebound_core::rules::Rule {
+            os: vec![rebound_core::rules::Os::Ios],
+            target: Some("https://apps.example/".into()),
+            ..Default::default()
+        }];
         let cases = [
             (old.clone(), json!({"old": {}, "new": {}})),
             (
@@ -190,6 +201,13 @@ mod tests {
                     "old": {"redirect": 302, "forward_query": false, "expires_at": "1970-01-01T00:00:00.000Z"},
                     "new": {"redirect": 301, "forward_query": true, "expires_at": null}
                 }),
+            ),
+            (
+                LinkEdit {
+                    rules: ios.clone(),
+                    ..old.clone()
+                },
+                json!({"old": {"rules": []}, "new": {"rules": [{"os": ["ios"], "target": "https://apps.example/"}]}}),
             ),
         ];
         for (new, want) in cases {

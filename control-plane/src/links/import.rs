@@ -75,9 +75,14 @@ impl LinkService {
                     loops
                 }
             };
-            match loops {
-                true => outcomes[i] = Some(failed(crate::names::own_host(None))),
-                false => valid.push((i, new)),
+            if loops {
+                outcomes[i] = Some(failed(crate::names::own_host(None)));
+                continue;
+            }
+            match self.refuse_served_rule_targets(&new.rules).await {
+                Err(e @ (ApiError::Unavailable(_) | ApiError::Internal(_))) => return Err(e),
+                Err(e) => outcomes[i] = Some(failed(e)),
+                Ok(()) => valid.push((i, new)),
             }
         }
         // Only links that would be written are charged (a replayed one is not); those the
@@ -128,6 +133,7 @@ impl LinkService {
             };
             let link = Link {
                 password_hash,
+                rules: new.rules,
                 ..Link::new_active(
                     code,
                     new.long_url,

@@ -25,6 +25,7 @@ use crate::threat_lists::ThreatLists;
 use idempotency::{replayed, RequestHash};
 use rebound_api_types::{CreateLinkRequest, LinkCreated, LinkView};
 use rebound_core::domain::{is_valid_key, split_key};
+use rebound_core::rules::{is_web, Rule};
 use rebound_core::target::TargetPolicy;
 use rebound_core::time::to_rfc3339;
 use rebound_core::{Clock, Link};
@@ -102,6 +103,7 @@ impl LinkService {
         }
         let new = validate_create(self, caller, request, now)?;
         self.names.refuse_served_domain(None, &new.long_url).await?;
+        self.refuse_served_rule_targets(&new.rules).await?;
         let domain = self.names.domain_for(caller, new.domain.as_deref()).await?;
         self.charge(caller, now)?;
         let password_hash = match &new.password {
@@ -124,6 +126,7 @@ impl LinkService {
             };
             let link = Link {
                 password_hash: password_hash.clone(),
+                rules: new.rules.clone(),
                 ..Link::new_active(
                     code,
                     new.long_url.clone(),
@@ -297,16 +300,41 @@ impl LinkService {
 
     /// 400 `blocked_target` when a threat list holds `target` (a normalised target).
     pub(crate) fn refuse_threat(&self, target: &str) -> Result<(), ApiError> {
+        self.refuse_threat_in("long_url", target)
+    }
+
+    /// [`LinkService::refuse_threat`] for the target in `field`.
+    pub(crate) fn refuse_threat_in(&self, field: &str, target: &str) -> Result<(), ApiError> {
         match self.threats.find(target) {
             Some(list) => {
                 self.metrics.threat_refused(&list);
                 Err(ApiError::bad_request(
                     "blocked_target",
-                    format!("long_url is on the threat list {list:?}"),
+                    format!("{field} is on the threat list {list:?}"),
                 ))
             }
             None => Ok(()),
         }
+    }
+
+    /// 400 `invalid_url` when a rule's target is on a domain this service serves (a loop),
+    /// as for `long_url`.
+    pub(crate) async fn refuse_served_rule_targets(&self, rules: &[Rule]) -> Result<(), ApiError> {
+        for (at, rule) in rules.iter().enumerate() {
+            for (v, target) in rule.targets().enumerate() {
+                if !is_web(target) {
+                    continue;
+                }
+                let field = match rule.split.is_empty() {
+                    true => format!("rules[{}].target", at + 1),
+                    false => format!("rules[{}].split[{}].target", at + 1, v + 1),
+                };
+                if self.names.is_on_served_domain(target).await? {
+                    return Err(crate::names::own_host(Some(&field)));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// `link` as the API shows it.
@@ -319,6 +347,7 @@ impl LinkService {
             redirect: link.redirect.status(),
             forward_query: link.forward_query,
             password_protected: link.password_hash.is_some(),
+            rules: link.rules.iter().map(validate::rule_view).collect(),
             expires_at: link.expires_at.map(to_rfc3339),
             created_at: to_rfc3339(link.created_at),
             created_by: link.created_by.clone(),

@@ -3,8 +3,10 @@
 use super::LinkService;
 use crate::auth::Caller;
 use crate::error::ApiError;
-use rebound_api_types::{CreateLinkRequest, EditLinkRequest};
+use rebound_api_types::{CreateLinkRequest, EditLinkRequest, LinkRule, RuleDevice, RuleOs, SplitVariant};
 use rebound_core::code::{check_alias, CodeError};
+use rebound_core::rules::{self, is_web, Device, Os, Rule, Variant};
+use rebound_core::target::TargetPolicy;
 use rebound_core::time::parse_rfc3339;
 use rebound_core::{Link, LinkEdit, RedirectKind};
 
@@ -28,6 +30,9 @@ pub(super) struct NewLink {
     pub(super) domain: Option<String>,
     /// The password asked for, checked; the caller hashes it.
     pub(super) password: Option<String>,
+    /// The rules asked for, checked (the caller checks their targets' hosts are not served
+    /// here).
+    pub(super) rules: Vec<Rule>,
 }
 
 pub(super) fn validate_create(
@@ -52,7 +57,9 @@ pub(super) fn validate_create(
     if let Some(password) = &req.password {
         check_password(password)?;
     }
+    let rules = check_rules(links, targets, req.rules.unwrap_or_default())?;
     Ok(NewLink {
+        rules,
         long_url,
         alias: req.custom_alias,
         expires_at,
@@ -136,7 +143,7 @@ pub(super) fn validate_edit(
     if req == EditLinkRequest::default() {
         return Err(ApiError::bad_request(
             "empty_edit",
-            "give at least one of long_url, redirect, forward_query, expires_at, ttl_seconds",
+            "give at least one of long_url, redirect, forward_query, expires_at, ttl_seconds, password, rules",
         ));
     }
     let mut edit = link.editable();
@@ -156,6 +163,9 @@ pub(super) fn validate_edit(
     if let Some(expires_at) = expiry(req.expires_at, req.ttl_seconds, now)? {
         edit.expires_at = expires_at;
     }
+    if let Some(rules) = req.rules {
+        edit.rules = check_rules(links, &links.targets, rules)?;
+    }
     let password = match req.password {
         Some(Some(password)) => {
             check_password(&password)?;
@@ -168,4 +178,146 @@ pub(super) fn validate_edit(
         None => None,
     };
     Ok((edit, password))
+}
+
+/// A request's rules checked (docs/spec.md §14): their shape and bounds (the core's
+/// [`rules::normalize`]), then every target by the policy of a `long_url` (normalised as
+/// it is, on no threat list), or, for a rule whose visitors all run iOS or Android, an
+/// app's own scheme the operator allows (`api.app_schemes`). 400 `invalid_rules` for the
+/// shape, `invalid_url` or `blocked_target` for a target, naming the rule and the field.
+pub(super) fn check_rules(
+    links: &LinkService,
+    targets: &TargetPolicy,
+    requested: Vec<LinkRule>,
+) -> Result<Vec<Rule>, ApiError> {
+    let invalid = |message: String| ApiError::bad_request("invalid_rules", message);
+    let rules = requested
+        .into_iter()
+        .map(|r| Rule {
+            countries: r.countries,
+            os: r.os.into_iter().map(core_os).collect(),
+            devices: r.devices.into_iter().map(core_device).collect(),
+            languages: r.languages,
+            target: r.target,
+            split: r
+                .split
+                .into_iter()
+                .map(|v| Variant {
+                    target: v.target,
+                    weight: v.weight,
+                })
+                .collect(),
+        })
+        .collect();
+    let mut rules = rules::normalize(rules).map_err(|e| invalid(e.0))?;
+    for (at, rule) in rules.iter_mut().enumerate() {
+        let for_apps = rule.only_for_apps();
+        let check = |field: String, target: &mut String| -> Result<(), ApiError> {
+            if is_web(target) {
+                *target = targets
+                    .validate(target)
+                    .map_err(|e| ApiError::bad_request("invalid_url", format!("{field}: {e}")))?;
+                return links.refuse_threat_in(&field, target);
+            }
+            check_app_target(&links.settings.app_schemes, for_apps, target)
+                .map_err(|why| ApiError::bad_request("invalid_url", format!("{field}: {why}")))
+        };
+        if let Some(target) = rule.target.as_mut() {
+            check(format!("rules[{}].target", at + 1), target)?;
+        }
+        for (v, variant) in rule.split.iter_mut().enumerate() {
+            check(
+                format!("rules[{}].split[{}].target", at + 1, v + 1),
+                &mut variant.target,
+            )?;
+        }
+    }
+    Ok(rules)
+}
+
+/// An app's own target (`intent://…`, `myapp://open/x`): a scheme the operator allows,
+/// in a rule for iOS or Android visitors alone, a URL without whitespace or control
+/// characters, at most 2,048 bytes.
+fn check_app_target(allowed: &[String], for_apps: bool, target: &str) -> Result<(), String> {
+    let scheme = target.split_once(':').map(|(s, _)| s.to_ascii_lowercase());
+    let Some(scheme) = scheme.filter(|s| allowed.iter().any(|a| a.eq_ignore_ascii_case(s))) else {
+        return Err(match allowed.is_empty() {
+            true => "must be an http or https URL (no app scheme is allowed here: api.app_schemes)".to_owned(),
+            false => format!(
+                "must be an http or https URL, or use an allowed app scheme ({})",
+                allowed.join(", ")
+            ),
+        });
+    };
+    if !for_apps {
+        return Err(format!(
+            "an app's own scheme ({scheme}:) only in a rule whose os is ios or android alone"
+        ));
+    }
+    if target.len() > 2048 || target.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("at most 2,048 bytes, without whitespace or control characters".to_owned());
+    }
+    url::Url::parse(target).map_err(|e| format!("is not a URL: {e}"))?;
+    Ok(())
+}
+
+fn core_os(os: RuleOs) -> Os {
+    match os {
+        RuleOs::Ios => Os::Ios,
+        RuleOs::Android => Os::Android,
+        RuleOs::Windows => Os::Windows,
+        RuleOs::Macos => Os::Macos,
+        RuleOs::Linux => Os::Linux,
+        RuleOs::Chromeos => Os::Chromeos,
+        RuleOs::Other => Os::Other,
+    }
+}
+
+fn core_device(device: RuleDevice) -> Device {
+    match device {
+        RuleDevice::Desktop => Device::Desktop,
+        RuleDevice::Mobile => Device::Mobile,
+        RuleDevice::Tablet => Device::Tablet,
+        RuleDevice::Other => Device::Other,
+    }
+}
+
+/// A rule as the API shows it.
+pub(crate) fn rule_view(rule: &Rule) -> LinkRule {
+    LinkRule {
+        countries: rule.countries.clone(),
+        os: rule
+            .os
+            .iter()
+            .map(|o| match o {
+                Os::Ios => RuleOs::Ios,
+                Os::Android => RuleOs::Android,
+                Os::Windows => RuleOs::Windows,
+                Os::Macos => RuleOs::Macos,
+                Os::Linux => RuleOs::Linux,
+                Os::Chromeos => RuleOs::Chromeos,
+                Os::Other => RuleOs::Other,
+            })
+            .collect(),
+        devices: rule
+            .devices
+            .iter()
+            .map(|d| match d {
+                Device::Desktop => RuleDevice::Desktop,
+                Device::Mobile => RuleDevice::Mobile,
+                Device::Tablet => RuleDevice::Tablet,
+                Device::Other => RuleDevice::Other,
+            })
+            .collect(),
+        languages: rule.languages.clone(),
+        target: rule.target.clone(),
+        split: rule
+            .split
+            .iter()
+            .map(|v| SplitVariant {
+                target: v.target.clone(),
+                weight: v.weight,
+            })
+            .collect(),
+    }
 }

@@ -40,6 +40,9 @@ fn each_bytes(click: &Dimensions, mut each: impl FnMut(Dimension, &[u8])) {
             }
         }
     }
+    if let Some(decided) = &click.rule {
+        each(Dimension::Rule, decided.label().as_bytes());
+    }
 }
 
 /// Counts by value (its bytes), one map per dimension (in [`Dimension::ALL`]'s order).
@@ -128,6 +131,7 @@ mod tests {
                 os: Family::truncated("iOS"),
             }),
             campaign: None,
+            rule: None,
         }
     }
 
@@ -171,10 +175,18 @@ mod tests {
         let mut counts = BreakdownCounts::default();
         let bound = Dimension::Referrer.values_per_day();
         for i in 0..bound + 30 {
-            counts.add("abc", &click(b"DE", &format!("h{i}.example"), "Chrome"), &[true; 8]);
+            counts.add(
+                "abc",
+                &click(b"DE", &format!("h{i}.example"), "Chrome"),
+                &[true; Dimension::ALL.len()],
+            );
         }
         // A value held already still counts as itself.
-        counts.add("abc", &click(b"DE", "h3.example", "Chrome"), &[true; 8]);
+        counts.add(
+            "abc",
+            &click(b"DE", "h3.example", "Chrome"),
+            &[true; Dimension::ALL.len()],
+        );
         let (adds, clicks) = counts.take(rebound_core::Day(1));
         assert_eq!(clicks, bound as u64 + 31);
         let referrers: Vec<(&str, u64)> = adds
@@ -192,10 +204,14 @@ mod tests {
     fn counts_add_up_per_code_dimension_and_value_and_a_take_empties_them() {
         let mut counts = BreakdownCounts::default();
         for (code, country) in [("abc", b"DE"), ("abc", b"DE"), ("abc", b"JP"), ("xyz", b"DE")] {
-            counts.add(code, &click(country, "news.example", "Chrome"), &[true; 8]);
+            counts.add(
+                code,
+                &click(country, "news.example", "Chrome"),
+                &[true; Dimension::ALL.len()],
+            );
         }
         // The OS off: left out.
-        let mut no_os = [true; 8];
+        let mut no_os = [true; Dimension::ALL.len()];
         no_os[Dimension::Os as usize] = false;
         counts.add("xyz", &click(b"DE", "news.example", "Chrome"), &no_os);
         let (adds, clicks) = counts.take(rebound_core::Day(9));

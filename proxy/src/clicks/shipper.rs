@@ -412,6 +412,7 @@ mod tests {
             referrer: Some(referrer),
             agent: Some(agent),
             campaign: None,
+            rule: None,
         };
         let news = Referrer::Host(rebound_core::dimensions::Label::truncated("news.example"));
         q.record_with(&a, dims(b"DE", news));

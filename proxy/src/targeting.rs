@@ -1,0 +1,112 @@
+//! What a link's rules ask of who clicks (docs/spec.md §14), from a request: the country
+//! (a trusted CDN's header, else the country database by the client's address), the OS
+//! family and device class of the User-Agent (remembered per thread with the bot verdict,
+//! [`crate::visitor`]), `Accept-Language`, and the bytes a split is sticky on (the client's
+//! address and its User-Agent). Each is read only when a rule of the link needs it, and
+//! only for a link with rules: a link without rules reads none of it.
+
+use crate::geoip::CountryDb;
+use crate::visitor::{AgentParser, BotPatterns};
+use http::header::{ACCEPT_LANGUAGE, USER_AGENT};
+use http::{HeaderMap, HeaderName, Method};
+use rebound_core::dimensions::{cdn_country, Country};
+use rebound_core::rules::{Device, Os, Visitor};
+use std::hash::Hasher;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// Where a rule's visitor facts come from; built once per process.
+#[derive(Clone, Default)]
+pub struct Targeting {
+    /// The country database, if one is configured.
+    countries: Option<Arc<CountryDb>>,
+    /// The CDN header that names the country, believed from trusted peers only.
+    country_header: Option<HeaderName>,
+}
+
+impl Targeting {
+    pub fn new(countries: Option<Arc<CountryDb>>, country_header: Option<HeaderName>) -> Targeting {
+        Targeting {
+            countries,
+            country_header,
+        }
+    }
+
+    /// Whether a country can be known at all (a database or a header): without either,
+    /// a rule on countries never matches.
+    pub fn knows_countries(&self) -> bool {
+        self.countries.is_some() || self.country_header.is_some()
+    }
+}
+
+/// One request as a link's rules see it. `client` gives the client's address (when known)
+/// and whether the peer is a trusted proxy, whose country header is believed; it is asked
+/// at most once.
+pub struct RequestVisitor<'a, C: FnMut() -> (Option<IpAddr>, bool)> {
+    pub targeting: &'a Targeting,
+    pub bots: &'a BotPatterns,
+    pub headers: &'a HeaderMap,
+    pub client: C,
+    /// The client, once asked.
+    known: Option<(Option<IpAddr>, bool)>,
+}
+
+impl<'a, C: FnMut() -> (Option<IpAddr>, bool)> RequestVisitor<'a, C> {
+    pub fn new(targeting: &'a Targeting, bots: &'a BotPatterns, headers: &'a HeaderMap, client: C) -> Self {
+        RequestVisitor {
+            targeting,
+            bots,
+            headers,
+            client,
+            known: None,
+        }
+    }
+
+    fn client(&mut self) -> (Option<IpAddr>, bool) {
+        match self.known {
+            Some(known) => known,
+            None => *self.known.insert((self.client)()),
+        }
+    }
+}
+
+impl<C: FnMut() -> (Option<IpAddr>, bool)> Visitor for RequestVisitor<'_, C> {
+    fn country(&mut self) -> Country {
+        let (address, trusted) = self.client();
+        if let (Some(name), true) = (&self.targeting.country_header, trusted) {
+            if let Some(value) = self.headers.get(name) {
+                return cdn_country(value.as_bytes());
+            }
+        }
+        match (&self.targeting.countries, address) {
+            (Some(countries), Some(address)) => countries.country_of(address),
+            _ => Country::UNKNOWN,
+        }
+    }
+
+    fn agent(&mut self) -> (Os, Device) {
+        let verdict = self
+            .bots
+            .classify_with_families(&Method::GET, self.headers, &AgentParser::shared());
+        (
+            Os::of_family(verdict.families.os.as_str()),
+            Device::of_class(verdict.families.device),
+        )
+    }
+
+    fn accept_language(&self) -> Option<&[u8]> {
+        self.headers.get(ACCEPT_LANGUAGE).map(|v| v.as_bytes())
+    }
+
+    fn stickiness(&mut self, hasher: &mut siphasher::sip::SipHasher13) {
+        match self.client().0 {
+            Some(IpAddr::V4(a)) => hasher.write(&a.octets()),
+            Some(IpAddr::V6(a)) => hasher.write(&a.octets()),
+            None => hasher.write_u8(0),
+        }
+        hasher.write_u8(0xff);
+        if let Some(agent) = self.headers.get(USER_AGENT) {
+            hasher.write(agent.as_bytes());
+        }
+    }
+}
