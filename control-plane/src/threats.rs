@@ -116,6 +116,8 @@ impl AbuseService {
         };
         let keys = index.host_keys_added_since(before.as_deref());
         self.indexes.complete().await?;
+        // Each link checked once, though both reads below may find it.
+        let mut checked = std::collections::HashSet::new();
         for key in &keys {
             outcome.looked_up += 1;
             let mut cursor: Option<String> = None;
@@ -124,7 +126,23 @@ impl AbuseService {
                     .store
                     .links_by_target_host(key, LOOKUP_PAGE, cursor.as_deref())
                     .await?;
-                self.check_against(&index, &page.links, &mut outcome).await?;
+                self.check_against(&index, &page.links, &mut checked, &mut outcome)
+                    .await?;
+                match page.next_cursor {
+                    Some(next) => cursor = Some(next),
+                    None => break,
+                }
+            }
+        }
+        // The targets of links' rules (docs/spec.md §14) are not in the index by host: when
+        // any entry was added, every link with rules is read through its own index and
+        // each of its targets checked.
+        if !keys.is_empty() {
+            let mut cursor: Option<String> = None;
+            loop {
+                let page = self.store.links_with_rules(LOOKUP_PAGE, cursor.as_deref()).await?;
+                self.check_against(&index, &page.links, &mut checked, &mut outcome)
+                    .await?;
                 match page.next_cursor {
                     Some(next) => cursor = Some(next),
                     None => break,
@@ -145,6 +163,7 @@ impl AbuseService {
         &self,
         index: &ThreatIndex,
         links: &[Link],
+        checked: &mut std::collections::HashSet<String>,
         outcome: &mut RescanOutcome,
     ) -> Result<(), StoreError> {
         let system = Principal {
@@ -154,11 +173,20 @@ impl AbuseService {
         };
         let now = self.clock.now_millis();
         for link in links {
+            if !checked.insert(link.code.clone()) {
+                continue;
+            }
             outcome.scanned += 1;
             if !link.is_active || link.is_expired(now) {
                 continue;
             }
-            let Some(list) = index.find(&link.long_url) else {
+            // The link's own target, or any web target of its rules: whichever matched,
+            // the link goes down.
+            let rule_targets = rebound_core::rules::targets(&link.rules).filter(|t| rebound_core::rules::is_web(t));
+            let Some(list) = std::iter::once(link.long_url.as_str())
+                .chain(rule_targets)
+                .find_map(|t| index.find(t))
+            else {
                 continue;
             };
             outcome.matched += 1;

@@ -3633,3 +3633,88 @@ async fn breakdowns_asked_of_a_store_that_keeps_none_are_409() {
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     assert_eq!(r.body["total"], json!(0));
 }
+
+/// A rule's target obeys what `long_url` obeys (docs/spec.md §14): refused at create and
+/// edit when a threat list holds it; and a rescan after a list adds it takes the link
+/// down, whichever of its targets matched, reading the links with rules through their own
+/// index (not every link).
+#[tokio::test]
+async fn rule_targets_are_checked_against_the_threat_lists_at_create_and_by_rescans() {
+    use rebound_core::threat::FeedFormat;
+    let h = harness().await;
+    threat_lists(&h, &[("local", FeedFormat::Domains, "listed.example\n")]);
+    let r = h
+        .create(
+            OPERATOR,
+            json!({"long_url": "https://fine.example/", "rules": [
+                {"os": ["ios"], "target": "https://fine.example/ios"},
+                {"split": [{"target": "https://a.example/", "weight": 1}, {"target": "https://x.listed.example/", "weight": 1}]},
+            ]}),
+        )
+        .await;
+    assert_error(&r, StatusCode::BAD_REQUEST, "blocked_target");
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("rules[2].split[2].target"),
+        "{:?}",
+        r.body
+    );
+    h.cp.abuse().rescan_threats().await.unwrap();
+    for (alias, rules) in [
+        (
+            "ruled",
+            json!([{"os": ["android"], "target": "https://later.example/app"}]),
+        ),
+        (
+            "split",
+            json!([{"split": [{"target": "https://a.example/", "weight": 1}, {"target": "https://b.later.example/", "weight": 1}]}]),
+        ),
+        ("clean", json!([{"os": ["ios"], "target": "https://fine.example/ios"}])),
+    ] {
+        let r = h
+            .create(
+                OPERATOR,
+                json!({"long_url": "https://fine.example/", "custom_alias": alias, "rules": rules}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    }
+    let r = h
+        .create(
+            OPERATOR,
+            json!({"long_url": "https://fine.example/", "custom_alias": "plain"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    threat_lists(&h, &[("local", FeedFormat::Domains, "listed.example\nlater.example\n")]);
+    let o = h.cp.abuse().rescan_threats().await.unwrap();
+    assert_eq!(
+        (o.scanned, o.matched, o.taken_down),
+        (3, 2, 2),
+        "the three links with rules read, not the plain one; two matched by a rule's target"
+    );
+    for (code, up) in [("ruled", false), ("split", false), ("clean", true), ("plain", true)] {
+        let link = h.store.get_link(code).await.unwrap().unwrap();
+        assert_eq!(link.is_active, up, "{code}");
+        if !up {
+            assert_eq!(link.delete_reason.as_deref(), Some("threat-list:local"));
+        }
+    }
+    // An edit to a listed rule target is refused too.
+    let r = edit(
+        &h,
+        "clean",
+        OPERATOR,
+        Some("\"1\""),
+        json!({"rules": [{"os": ["ios"], "target": "https://listed.example/x"}]}),
+    )
+    .await;
+    assert_error(&r, StatusCode::BAD_REQUEST, "blocked_target");
+    assert_eq!(
+        h.store.get_link("clean").await.unwrap().unwrap().version,
+        1,
+        "unchanged"
+    );
+}

@@ -167,6 +167,7 @@ struct StoreOperations {
     list_links: OperationMetrics,
     links_by_target_host: OperationMetrics,
     links_on_domain: OperationMetrics,
+    links_with_rules: OperationMetrics,
     index_older_links: OperationMetrics,
     high_water: OperationMetrics,
     list_aliases: OperationMetrics,
@@ -225,6 +226,7 @@ impl MeteredStore {
                 list_links: op("list_links"),
                 links_by_target_host: op("links_by_target_host"),
                 links_on_domain: op("links_on_domain"),
+                links_with_rules: op("links_with_rules"),
                 index_older_links: op("index_older_links"),
                 high_water: op("high_water"),
                 list_aliases: op("list_aliases"),
@@ -385,6 +387,12 @@ impl LinkStore for MeteredStore {
         self.ops
             .links_on_domain
             .store_call(self.inner.links_on_domain(id, limit, cursor))
+            .await
+    }
+    async fn links_with_rules(&self, limit: usize, cursor: Option<&str>) -> Result<LinkPage, StoreError> {
+        self.ops
+            .links_with_rules
+            .store_call(self.inner.links_with_rules(limit, cursor))
             .await
     }
     async fn index_older_links(&self, cursor: Option<&str>, limit: usize) -> Result<Option<String>, StoreError> {

@@ -41,6 +41,7 @@ pub async fn run_all<S: Store + ?Sized>(store: &S) {
     finishing_a_propagation_is_conditional_on_its_version(store).await;
     listing_newest_first_with_cursor(store).await;
     indexes_by_target_host_and_by_domain(store).await;
+    index_of_links_with_rules(store).await;
     bad_cursors(store).await;
     aliases_are_listed_from_the_index(store).await;
     keys(store).await;
@@ -63,6 +64,8 @@ pub async fn run_without_transactions<S: Store + ?Sized>(store: &S) {
     finishing_a_propagation_is_conditional_on_its_version(store).await;
     listing_newest_first_with_cursor(store).await;
     indexes_by_target_host_and_by_domain(store).await;
+    index_of_links_with_rules(store).await;
+    index_of_links_with_rules(store).await;
     bad_cursors(store).await;
     aliases_are_listed_from_the_index(store).await;
     counter_blocks_never_overlap(store).await;
@@ -610,6 +613,78 @@ fn conformance_rules(target: &str) -> Vec<rebound_core::rules::Rule> {
             ..Rule::default()
         },
     ]
+}
+
+/// Every code of `store`'s index of links with rules, read in pages of `limit`.
+async fn with_rules<S: Store + ?Sized>(store: &S, limit: usize) -> Vec<String> {
+    let (mut codes, mut cursor) = (Vec::new(), None::<String>);
+    for _ in 0..10_000 {
+        let page = store.links_with_rules(limit, cursor.as_deref()).await.unwrap();
+        codes.extend(page.links.into_iter().map(|l| l.code));
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return codes,
+        }
+    }
+    panic!("the index of links with rules never ends");
+}
+
+/// The index of active links with rules: a link is in it while it is active and has rules;
+/// an edit that adds rules puts it in, one that removes them takes it out, a delete takes it
+/// out and a restore puts it back; each is read once, whatever the page size.
+async fn index_of_links_with_rules<S: Store + ?Sized>(store: &S) {
+    let p = unique("wr");
+    let lease = PropagationLease {
+        owner: "cp".into(),
+        until: 1,
+    };
+    let ruled = |code: &str| Link {
+        rules: conformance_rules("https://example.org/r"),
+        ..link(code, "o", 1)
+    };
+    let codes: Vec<String> = (0..6).map(|i| format!("{p}{i}")).collect();
+    for (i, code) in codes.iter().enumerate() {
+        let l = match i {
+            0 | 2 | 3 | 5 => ruled(code),
+            _ => link(code, "o", 1),
+        };
+        store.insert_link(&l, None).await.unwrap();
+    }
+    let ours = |all: Vec<String>| {
+        let mut mine: Vec<String> = all.into_iter().filter(|c| c.starts_with(&p)).collect();
+        mine.sort();
+        mine
+    };
+    let want = |idx: &[usize]| idx.iter().map(|&i| codes[i].clone()).collect::<Vec<_>>();
+    assert_eq!(ours(with_rules(store, 100).await), want(&[0, 2, 3, 5]));
+    // Rules added to 1, removed from 2; 3 deleted.
+    let add = LinkEdit {
+        rules: conformance_rules("https://example.org/added"),
+        ..link(&codes[1], "o", 1).editable()
+    };
+    store.edit_link_pending(&codes[1], 1, &add, &lease).await.unwrap();
+    let remove = LinkEdit {
+        rules: Vec::new(),
+        ..ruled(&codes[2]).editable()
+    };
+    store.edit_link_pending(&codes[2], 1, &remove, &lease).await.unwrap();
+    let deletion = Deletion {
+        at: 5,
+        by: "op".into(),
+        reason: None,
+    };
+    store.deactivate_link(&codes[3], 1, &deletion).await.unwrap();
+    for limit in [1, 2, 100] {
+        let all = with_rules(store, limit).await;
+        let mut unique_codes = all.clone();
+        unique_codes.sort();
+        unique_codes.dedup();
+        assert_eq!(unique_codes.len(), all.len(), "each once, pages of {limit}");
+        assert_eq!(ours(all), want(&[0, 1, 5]), "pages of {limit}");
+    }
+    // A restore puts it back.
+    store.restore_link_pending(&codes[3], 2, &lease).await.unwrap();
+    assert_eq!(ours(with_rules(store, 3).await), want(&[0, 1, 3, 5]));
 }
 
 /// The index of active links by target host and the per-domain index: a link is in them

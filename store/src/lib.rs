@@ -494,6 +494,12 @@ pub trait LinkStore: LinkReads {
     /// The active links of the domain `id` (their keys carry it), through the store's
     /// per-domain index, in key order; paged as [`LinkStore::links_by_target_host`].
     async fn links_on_domain(&self, id: &str, limit: usize, cursor: Option<&str>) -> Result<LinkPage, StoreError>;
+    /// The active links that have rules (docs/spec.md §14), through the store's sparse
+    /// index of them (a link without rules is not in it; an edit that adds or removes
+    /// rules moves it), never a read of every link: what a rescan of the threat lists
+    /// checks the rules' targets of. Paged as [`LinkStore::links_by_target_host`]; a page
+    /// may be short, or empty, before the last (the cursor is `None` after the last).
+    async fn links_with_rules(&self, limit: usize, cursor: Option<&str>) -> Result<LinkPage, StoreError>;
     /// Puts up to `limit` links from `cursor` (`None`: the start) that were written before
     /// the two indexes above existed into them; the cursor to go on from, `None` once every
     /// link is indexed. A store that indexes its older links itself (when it opens) has

@@ -262,6 +262,20 @@ impl LinkStore for MemoryStore {
         ))
     }
 
+    async fn links_with_rules(&self, limit: usize, cursor: Option<&str>) -> Result<LinkPage, StoreError> {
+        let after = cursor.map(IndexCursor::decode).transpose()?;
+        let s = self.state()?;
+        let mut found: Vec<&Link> = s
+            .links
+            .values()
+            .filter(|l| l.is_active && !l.rules.is_empty())
+            .filter(|l| after.as_ref().is_none_or(|c| l.code > c.code))
+            .collect();
+        found.sort_by(|a, b| a.code.cmp(&b.code));
+        let links = found.into_iter().take(limit + 1).cloned().collect();
+        Ok(IndexCursor::page(links, limit, |_| String::new()))
+    }
+
     async fn links_by_target_host(
         &self,
         prefix: &str,

@@ -116,11 +116,27 @@ pub(crate) fn index_attributes(link: &Link) -> Vec<(&'static str, AttributeValue
     if let Some(id) = rebound_core::domain::split_key(&link.code).1 {
         attrs.push(("domain_id", s(id)));
     }
+    if !link.rules.is_empty() {
+        attrs.push(("rules_shard", s(rules_shard(&link.code))));
+    }
     attrs
 }
 
 /// The names of [`index_attributes`], each once.
-pub(crate) const INDEX_ATTRIBUTES: [&str; 3] = ["host_zone", "host_key", "domain_id"];
+pub(crate) const INDEX_ATTRIBUTES: [&str; 4] = ["host_zone", "host_key", "domain_id", "rules_shard"];
+
+/// Partitions of the sparse `by_rules` index: the links with rules spread over them by
+/// code, so no one partition takes every write.
+pub(crate) const RULES_SHARDS: u32 = 16;
+
+/// The `by_rules` partition of the link `code`.
+pub(crate) fn rules_shard(code: &str) -> String {
+    // FNV-1a: stable across builds, as a key written to the table must be.
+    let hash = code
+        .bytes()
+        .fold(0x811c_9dc5u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193));
+    format!("r{}", hash % RULES_SHARDS)
+}
 
 pub(crate) fn link_from_item(item: &Item) -> Result<Link, StoreError> {
     let redirect: u16 = get_n(item, "redirect")?;

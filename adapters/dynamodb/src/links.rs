@@ -554,6 +554,49 @@ impl LinkStore for DynamoStore {
         }))
     }
 
+    async fn links_with_rules(&self, limit: usize, cursor: Option<&str>) -> Result<LinkPage, StoreError> {
+        // The cursor names a partition (`r0`…) and the last code read there; a page is of
+        // one partition, and the last page of one points to the start of the next.
+        let after = cursor.map(IndexCursor::decode).transpose()?;
+        let shard: u32 = match &after {
+            Some(c) => c
+                .key
+                .strip_prefix('r')
+                .and_then(|n| n.parse().ok())
+                .filter(|n| *n < crate::item::RULES_SHARDS)
+                .ok_or(StoreError::BadCursor)?,
+            None => 0,
+        };
+        let key = format!("r{shard}");
+        let mut req = self
+            .client
+            .query()
+            .table_name(self.table("links"))
+            .index_name("by_rules")
+            .key_condition_expression("#shard = :shard")
+            .expression_attribute_names("#shard", "rules_shard")
+            .expression_attribute_values(":shard", s(&key))
+            .limit((limit + 1).min(10_000) as i32);
+        if let Some(c) = after.as_ref().filter(|c| !c.code.is_empty()) {
+            req = req
+                .exclusive_start_key("code", s(&c.code))
+                .exclusive_start_key("rules_shard", s(&key));
+        }
+        let out = req.send().await.map_err(sdk_err)?;
+        let links = out.items().iter().map(link_from_item).collect::<Result<Vec<_>, _>>()?;
+        let mut page = IndexCursor::page(links, limit, |_| key.clone());
+        if page.next_cursor.is_none() && shard + 1 < crate::item::RULES_SHARDS {
+            page.next_cursor = Some(
+                IndexCursor {
+                    key: format!("r{}", shard + 1),
+                    code: String::new(),
+                }
+                .encode(),
+            );
+        }
+        Ok(page)
+    }
+
     async fn links_on_domain(&self, id: &str, limit: usize, cursor: Option<&str>) -> Result<LinkPage, StoreError> {
         let after = cursor.map(IndexCursor::decode).transpose()?;
         let mut req = self

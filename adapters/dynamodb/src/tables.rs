@@ -62,6 +62,7 @@ impl DynamoStore {
                     ("host_zone", S),
                     ("host_key", S),
                     ("domain_id", S),
+                    ("rules_shard", S),
                 ],
                 indexes: vec![
                     ("by_owner", "created_by", "sort"),
@@ -71,6 +72,8 @@ impl DynamoStore {
                     // the links on their hosts, a domain's removal its links.
                     ("by_target_host", "host_zone", "host_key"),
                     ("by_domain", "domain_id", "code"),
+                    // Sparse, of active links with rules: a rescan checks their targets.
+                    ("by_rules", "rules_shard", "code"),
                 ],
                 ttl: true,
             },

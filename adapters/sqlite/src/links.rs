@@ -462,6 +462,29 @@ impl LinkStore for SqliteStore {
         .await
     }
 
+    async fn links_with_rules(&self, limit: usize, cursor: Option<&str>) -> Result<LinkPage, StoreError> {
+        let after = cursor
+            .map(IndexCursor::decode)
+            .transpose()?
+            .map(|c| c.code)
+            .unwrap_or_default();
+        self.read(move |conn| {
+            let mut stmt = conn
+                .prepare_cached(&format!(
+                    "SELECT {LINK_COLUMNS} FROM links INDEXED BY links_with_rules \
+                     WHERE is_active = 1 AND rules IS NOT NULL AND code > ?1 ORDER BY code LIMIT ?2"
+                ))
+                .map_err(sql_err)?;
+            let links = stmt
+                .query_map(params![after, (limit + 1) as i64], link_from_row)
+                .map_err(sql_err)?
+                .map(|row| row.map_err(sql_err)?)
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(IndexCursor::page(links, limit, |_| String::new()))
+        })
+        .await
+    }
+
     async fn links_on_domain(&self, id: &str, limit: usize, cursor: Option<&str>) -> Result<LinkPage, StoreError> {
         let after = cursor
             .map(IndexCursor::decode)

@@ -140,12 +140,13 @@ pub(crate) const MAIN_ADDED_COLUMNS: &[(&str, &str, &str)] = &[
 ];
 
 /// The indexes on columns an older file gets from `add_missing_columns`: made after it.
-/// Both partial, of active links alone: a rescan of the threat lists reads the active links
-/// on a host and its subdomains (a range of `target_host`), a domain's removal its active
-/// links; neither reads every link.
+/// All partial, of active links alone: a rescan of the threat lists reads the active links
+/// on a host and its subdomains (a range of `target_host`) and those with rules (their
+/// targets), a domain's removal its active links; none reads every link.
 pub(crate) const MAIN_INDEXES: &str = "
 CREATE INDEX IF NOT EXISTS links_by_target_host ON links (target_host, code) WHERE is_active = 1;
 CREATE INDEX IF NOT EXISTS links_by_domain ON links (domain_id, code) WHERE is_active = 1 AND domain_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS links_with_rules ON links (code) WHERE is_active = 1 AND rules IS NOT NULL;
 ";
 
 /// Links per transaction when an older file's links get their index columns.
