@@ -29,6 +29,21 @@ THREAT = ("blocked_target", r"long_url is on the threat list .*")
 EXPIRY = ("invalid_expiry", r"expires_at must be (in the future|at most 10 years ahead)")
 UNKNOWN_DOMAIN = ("unknown_domain", r"domain is not a domain of this service")
 
+# A rule's target (docs/http.md "Rules"): the target policy naming the rule's field, the
+# threat lists, and what the document cannot state of an app's own scheme (the operator's
+# `api.app_schemes`, and only in a rule for iOS or Android alone).
+RULE_TARGET = r"rules\[\d+\]\.(split\[\d+\]\.)?target"
+RULE_RULES = [
+    ("invalid_url", RULE_TARGET + TARGET_POLICY[len("long_url"):]),
+    ("invalid_url", RULE_TARGET + r" (must be an http or https URL.*|an app's own scheme .*"
+     r"|at most 2,048 bytes, without whitespace or control characters|is not a URL: .*)"),
+    ("blocked_target", RULE_TARGET + r" is on the threat list .*"),
+    # Across rules and bytes, which JSON Schema cannot count.
+    ("invalid_rules", r"rules\[\d+\]: can never match: rule \d+ has no condition and matches every visitor"),
+    ("invalid_rules", r"a link's rules name at most 32 distinct languages, not \d+"),
+    ("invalid_rules", r"a link's rules take at most 32768 bytes as JSON, not \d+"),
+]
+
 # Per operation: the 400s (error code, the whole message as a regular expression) that a
 # schema-valid request may get.
 NOT_STATABLE = {
@@ -37,8 +52,9 @@ NOT_STATABLE = {
         THREAT,
         EXPIRY,
         UNKNOWN_DOMAIN,
+        *RULE_RULES,
     ],
-    "PATCH /api/v1/links/{code}": [("invalid_url", TARGET_POLICY), THREAT, EXPIRY],
+    "PATCH /api/v1/links/{code}": [("invalid_url", TARGET_POLICY), THREAT, EXPIRY, *RULE_RULES],
     "GET /api/v1/links": [("invalid_cursor", r"cursor is not valid")],
     "GET /api/v1/links/{code}/stats": [
         ("invalid_date", r"from must not be after to"),

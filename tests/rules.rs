@@ -350,12 +350,28 @@ async fn bad_rule_sets_are_refused_and_change_nothing() {
         let message = body["error"]["message"].as_str().unwrap();
         assert!(message.contains(words), "{rules}: {message}");
     }
-    let (_, list) = rb.api(Method::GET, "/api/v1/links", None).await;
-    assert_eq!(list["links"], json!([]), "nothing created");
-    // The largest set accepted: 20 rules naming every country code shape, a split of 10.
+    // Within the body limit, but past the rules' 32 KiB as JSON.
     let countries: Vec<String> = (0..250)
         .map(|i| format!("{}{}", (b'A' + (i / 26) as u8) as char, (b'A' + (i % 26) as u8) as char))
         .collect();
+    let big: Vec<Value> = (0..20)
+        .map(|i| json!({"countries": countries, "target": format!("https://example.com/{i}/{}", "x".repeat(900))}))
+        .collect();
+    let (s, body) = rb
+        .api(
+            Method::POST,
+            "/api/v1/links",
+            Some(json!({"long_url": "https://example.com/web", "rules": big})),
+        )
+        .await;
+    assert_eq!(
+        (s, body["error"]["code"].clone()),
+        (StatusCode::BAD_REQUEST, json!("invalid_rules")),
+        "{body}"
+    );
+    let (_, list) = rb.api(Method::GET, "/api/v1/links", None).await;
+    assert_eq!(list["links"], json!([]), "nothing created");
+    // The largest set accepted: 20 rules, 19 of 250 countries, then a split of 10.
     let mut rules: Vec<Value> = (0..19)
         .map(|i| json!({"countries": countries, "target": format!("https://example.com/{i}")}))
         .collect();

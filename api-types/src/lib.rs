@@ -83,14 +83,19 @@ pub struct LinkRule {
     #[schema(max_items = 32)]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub languages: Vec<String>,
-    /// Where the rule sends a visitor it matches; not with `split`.
-    #[schema(min_length = 1, max_length = 2048)]
+    /// Where the rule sends a visitor it matches; not with `split`. A web address (the
+    /// rules of `long_url`), or an app's own scheme the operator allows.
+    #[schema(
+        min_length = 1,
+        max_length = 2048,
+        pattern = r"^[A-Za-z][A-Za-z0-9+.\-]*:[^\s\x00-\x1f\x7f-\x9f]+$"
+    )]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
     /// A weighted split of 2 to 10 targets; not with `target`.
     #[schema(min_items = 2, max_items = 10)]
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub split: Vec<SplitVariant>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<Vec<SplitVariant>>,
 }
 
 /// An operating system family a rule can name.
@@ -120,9 +125,14 @@ pub enum RuleDevice {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SplitVariant {
-    #[schema(min_length = 1, max_length = 2048)]
+    #[schema(
+        min_length = 1,
+        max_length = 2048,
+        pattern = r"^[A-Za-z][A-Za-z0-9+.\-]*:[^\s\x00-\x1f\x7f-\x9f]+$"
+    )]
     pub target: String,
     #[schema(minimum = 1, maximum = 10_000)]
+    #[serde(deserialize_with = "required_whole_number")]
     pub weight: u32,
 }
 
@@ -180,6 +190,15 @@ where
     Option::<T>::deserialize(d).map(Some)
 }
 
+/// [`whole_number`] for a field that must be given.
+pub fn required_whole_number<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: TryFrom<i64>,
+{
+    whole_number(d)?.ok_or_else(|| serde::de::Error::custom("a whole number is required"))
+}
+
 /// A whole JSON number, written `20` or `20.0` (JSON has one number type, and JSON Schema's
 /// `integer` is any number without a fraction), in `T`'s range.
 pub fn whole_number<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
@@ -206,7 +225,7 @@ where
 /// cannot write (utoipa has no `not`, `anyOf` of requirements or `if`). The OpenAPI
 /// document adds each keyword to its schema; the server refuses what they refuse (400), so
 /// a body the document allows is not refused for them.
-pub fn cross_field_rules() -> [(&'static str, serde_json::Value); 3] {
+pub fn cross_field_rules() -> [(&'static str, serde_json::Value); 4] {
     use serde_json::json;
     let given = json!({ "not": { "type": "null" } });
     [
@@ -234,8 +253,17 @@ pub fn cross_field_rules() -> [(&'static str, serde_json::Value); 3] {
                     { "required": ["expires_at"] },
                     { "required": ["ttl_seconds"], "properties": { "ttl_seconds": given } },
                     { "required": ["password"] },
+                    { "required": ["rules"], "properties": { "rules": given } },
                 ],
             }),
+        ),
+        // A rule sends to a `target` or splits (`split`), one of the two (null is not given).
+        (
+            "LinkRule",
+            json!({ "oneOf": [
+                { "required": ["target"], "properties": { "target": given } },
+                { "required": ["split"], "properties": { "split": given } },
+            ] }),
         ),
         // `domains` only on a creator key.
         (
@@ -244,6 +272,27 @@ pub fn cross_field_rules() -> [(&'static str, serde_json::Value); 3] {
                 "if": { "required": ["role"], "properties": { "role": { "const": "operator" } } },
                 "then": { "properties": { "domains": { "type": "null" } } },
             }),
+        ),
+    ]
+}
+
+/// The rules of list items the `#[schema]` attributes cannot write (utoipa puts no pattern
+/// on a `Vec<String>`'s items): each with the path of its property under the schemas. The
+/// OpenAPI document adds each keyword there.
+pub fn item_rules() -> [(&'static str, serde_json::Value); 2] {
+    use serde_json::json;
+    [
+        (
+            "LinkRule/properties/countries",
+            json!({ "items": { "type": "string", "pattern": "^[A-Za-z]{2}$" } }),
+        ),
+        (
+            "LinkRule/properties/languages",
+            json!({ "items": {
+                "type": "string",
+                "maxLength": 35,
+                "pattern": "^[A-Za-z]{1,8}(-[A-Za-z0-9]{1,8})*$",
+            } }),
         ),
     ]
 }
@@ -807,6 +856,7 @@ mod tests {
             let schema = match name {
                 "CreateLinkRequest" => CreateLinkRequest::schema(),
                 "EditLinkRequest" => EditLinkRequest::schema(),
+                "LinkRule" => LinkRule::schema(),
                 "CreateKeyRequest" => CreateKeyRequest::schema(),
                 other => panic!("no schema {other}"),
             };

@@ -86,6 +86,9 @@ def parser() -> argparse.ArgumentParser:
                                          "target/release/rebound; with --no-build, e.g. a build from before a change)")
     p.add_argument("--compare-bin", help="the idle scenario measures this binary too, in turn with the run's own "
                                          "(e.g. a build from before a change)")
+    p.add_argument("--link-rules", type=int, default=0, choices=range(0, 6),
+                   help="rules each imported link carries (0-5; benches/rebound_bench/context.py bench_rules): "
+                        "what a link's rules add to a redirect")
     p.add_argument("--domains", type=int, default=10_000, help="domains in the domains scenario")
     p.add_argument("--servers", help="the callgrind scenario's servers, a comma list of nginx,hyper,hyper_1,rebound "
                                      "(default: all; without nginx there is no 'vs nginx')")

@@ -112,9 +112,13 @@ class Bench:
         """Imports `count` links with generated codes into the control plane on `api_port`
         through `rebound links import`; returns the (code, target) table and the seconds."""
         jsonl = self.path(f"{name}.jsonl")
+        rules = getattr(self.args, "link_rules", 0)
         with open(jsonl, "w") as f:
             for i in range(count):
-                f.write('{"long_url":"https://example.com/page/%d?ref=bench"}\n' % i)
+                link: dict = {"long_url": f"https://example.com/page/{i}?ref=bench"}
+                if rules:
+                    link["rules"] = bench_rules(i)[:rules]
+                f.write(json.dumps(link, separators=(",", ":")) + "\n")
         started = time.time()
         out = self.path(f"{name}.csv")
         env = dict(os.environ, REBOUND_API_URL=f"http://127.0.0.1:{api_port}", REBOUND_API_KEY=KEY)
@@ -240,3 +244,18 @@ def first_paths(request_file: str, count: int) -> list[str]:
     """The first `count` paths of a request list (all of a shorter one)."""
     with open(request_file) as f:
         return [line.strip() for line in itertools.islice(f, count)]
+
+
+def bench_rules(i: int) -> list[dict]:
+    """The rules `--link-rules N` gives each link (the first N; docs/spec.md §14): a
+    country rule, iOS, Android phones, two languages, then a 50/50 split. A desktop browser
+    from loopback without Accept-Language matches none but the split, so every rule is
+    tried: the most a set of five costs."""
+    return [
+        {"countries": ["US", "CA"], "target": f"https://example.com/us/{i}"},
+        {"os": ["ios"], "target": f"https://example.com/ios/{i}"},
+        {"os": ["android"], "devices": ["mobile"], "target": f"https://example.com/android/{i}"},
+        {"languages": ["fr", "de"], "target": f"https://example.com/lang/{i}"},
+        {"split": [{"target": f"https://example.com/a/{i}", "weight": 50},
+                   {"target": f"https://example.com/b/{i}", "weight": 50}]},
+    ]

@@ -2304,7 +2304,7 @@ async fn the_schema_states_the_rules_that_tie_fields_together_and_the_reserved_a
 
     let edit = &schemas["EditLinkRequest"];
     assert_eq!(edit["not"]["required"], json!(["expires_at", "ttl_seconds"]));
-    assert_eq!(edit["anyOf"].as_array().map(Vec::len), Some(6), "one per field: {edit}");
+    assert_eq!(edit["anyOf"].as_array().map(Vec::len), Some(7), "one per field: {edit}");
     for field in [
         "long_url",
         "redirect",
@@ -2312,6 +2312,7 @@ async fn the_schema_states_the_rules_that_tie_fields_together_and_the_reserved_a
         "expires_at",
         "ttl_seconds",
         "password",
+        "rules",
     ] {
         assert!(
             edit["anyOf"]
@@ -2321,6 +2322,22 @@ async fn the_schema_states_the_rules_that_tie_fields_together_and_the_reserved_a
                 .any(|given| given["required"] == json!([field])),
             "{field}"
         );
+    }
+
+    // A rule: a target or a split, one of the two; its lists' items have their shapes.
+    let rule = &schemas["LinkRule"];
+    assert_eq!(rule["oneOf"].as_array().map(Vec::len), Some(2), "{rule}");
+    assert_eq!(rule["properties"]["countries"]["items"]["pattern"], "^[A-Za-z]{2}$");
+    assert_eq!(rule["properties"]["languages"]["items"]["maxLength"], 35);
+    for rules in [
+        json!([{"os": ["ios"]}]),
+        json!([{"os": ["ios"], "target": "https://e.com/a", "split": [
+            {"target": "https://e.com/b", "weight": 1}, {"target": "https://e.com/c", "weight": 1}]}]),
+    ] {
+        let r = h
+            .create(OPERATOR, json!({"long_url": "https://e.com/", "rules": rules}))
+            .await;
+        assert_error(&r, StatusCode::BAD_REQUEST, "invalid_rules");
     }
 
     let key = &schemas["CreateKeyRequest"];

@@ -34,6 +34,8 @@ pub const MAX_LANGUAGES: usize = 32;
 pub const MAX_WEIGHT: u32 = 10_000;
 /// The longest language tag accepted (`zh-Hant-TW` is 10).
 pub const MAX_LANGUAGE_LEN: usize = 35;
+/// The most bytes a link's rules take as JSON (what the record, Redis and L1 hold of them).
+pub const MAX_RULES_BYTES: usize = 32_768;
 /// `Accept-Language` items read at most (a longer header is read to here).
 const MAX_ACCEPT_ITEMS: usize = 32;
 
@@ -211,7 +213,10 @@ pub fn targets(rules: &[Rule]) -> impl Iterator<Item = &str> {
 pub struct RuleError(pub String);
 
 fn refuse(at: usize, field: &str, why: impl fmt::Display) -> RuleError {
-    RuleError(format!("rules[{}].{field}: {why}", at + 1))
+    match field {
+        "" => RuleError(format!("rules[{}]: {why}", at + 1)),
+        field => RuleError(format!("rules[{}].{field}: {why}", at + 1)),
+    }
 }
 
 /// `rules` checked and brought to their canonical form (countries upper case, languages
@@ -288,6 +293,12 @@ pub fn normalize(mut rules: Vec<Rule>) -> Result<Vec<Rule>, RuleError> {
         return Err(RuleError(format!(
             "a link's rules name at most {MAX_LANGUAGES} distinct languages, not {}",
             languages.len()
+        )));
+    }
+    let bytes = serde_json::to_string(&rules).map_or(usize::MAX, |j| j.len());
+    if bytes > MAX_RULES_BYTES {
+        return Err(RuleError(format!(
+            "a link's rules take at most {MAX_RULES_BYTES} bytes as JSON, not {bytes}"
         )));
     }
     if let Some(at) = rules.iter().position(Rule::is_unconditional) {
@@ -840,10 +851,14 @@ mod tests {
             ),
             (
                 r#"[{"target":"https://a/"},{"os":["ios"],"target":"https://b/"}]"#.into(),
-                "rules[2].: can never match: rule 1",
+                "rules[2]: can never match: rule 1",
             ),
             (r#"[{"languages":["fr_FR"],"target":"https://a/"}]"#.into(), "rules[1].languages"),
             (r#"[{"languages":["1fr"],"target":"https://a/"}]"#.into(), "rules[1].languages"),
+            (
+                format!(r#"[{{"os":["ios"],"target":"https://a/{}"}}]"#, "x".repeat(MAX_RULES_BYTES)),
+                "at most 32768 bytes as JSON",
+            ),
         ];
         for (json, want) in cases {
             let rules: Vec<Rule> = serde_json::from_str(&json).unwrap();

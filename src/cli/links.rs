@@ -266,6 +266,7 @@ fn rule_then(rule: &LinkRule) -> String {
         None => rule
             .split
             .iter()
+            .flatten()
             .map(|v| format!("{} {}", v.weight, v.target))
             .collect::<Vec<_>>()
             .join(" | "),

@@ -286,9 +286,9 @@ mod tests {
         // Dimensions switched off are null, never left out: a table's columns stay put.
         let bare: serde_json::Value =
             serde_json::from_slice(&encode_event(&event("abc", true, Dimensions::default()))).unwrap();
-        assert_eq!(bare.as_object().unwrap().len(), 13);
+        assert_eq!(bare.as_object().unwrap().len(), 14);
         assert_eq!(bare["bot"], true);
-        for field in ["country", "referrer", "device", "browser", "os", "utm_source"] {
+        for field in ["country", "referrer", "device", "browser", "os", "utm_source", "rule"] {
             assert!(bare[field].is_null(), "{field}");
         }
     }

@@ -80,7 +80,7 @@ impl utoipa::Modify for BearerAuth {
         links::link_qr, links::link_audit, keys::whoami,
         domains::create_domain, domains::list_domains, domains::get_domain, domains::delete_domain,
         abuse::restore_link, abuse::report, abuse::reports, abuse::threat_lists),
-    components(schemas(CreateLinkRequest, EditLinkRequest, ImportRequest, ImportResults, ImportOutcome, LinkCreated, LinkView, LinkList, TakedownRequest, LinkStats, DayClicks, Breakdown, ValueClicks, StatsSummary, LinkClicks, CreateKeyRequest, KeyCreated, ErrorBody,
+    components(schemas(CreateLinkRequest, EditLinkRequest, LinkRule, SplitVariant, RuleOs, RuleDevice, ImportRequest, ImportResults, ImportOutcome, LinkCreated, LinkView, LinkList, TakedownRequest, LinkStats, DayClicks, Breakdown, ValueClicks, StatsSummary, LinkClicks, CreateKeyRequest, KeyCreated, ErrorBody,
         LinkAudit, AuditEntry, Me, CreateDomainRequest, DomainView, DomainList, DomainRemoved,
         ReportRequest, ReportView, ReportList, ThreatListView, ThreatListsView)),
     modifiers(&BearerAuth, &CommonResponses)
@@ -96,6 +96,7 @@ pub fn openapi_json() -> String {
     };
     let rules = cross_field_rules()
         .into_iter()
+        .chain(item_rules())
         .map(|(name, rule)| (format!("/components/schemas/{name}"), rule))
         .chain([(
             "/components/schemas/CreateLinkRequest/properties/custom_alias".to_owned(),

@@ -330,7 +330,8 @@ impl LinkService {
                     false => format!("rules[{}].split[{}].target", at + 1, v + 1),
                 };
                 if self.names.is_on_served_domain(target).await? {
-                    return Err(crate::names::own_host(Some(&field)));
+                    let e = rebound_core::target::TargetError::OwnHost.to_string();
+                    return Err(ApiError::bad_request("invalid_url", e.replacen("long_url", &field, 1)));
                 }
             }
         }

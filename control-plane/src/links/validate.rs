@@ -191,6 +191,17 @@ pub(super) fn check_rules(
     requested: Vec<LinkRule>,
 ) -> Result<Vec<Rule>, ApiError> {
     let invalid = |message: String| ApiError::bad_request("invalid_rules", message);
+    if let Some(at) = requested
+        .iter()
+        .position(|r| r.split.as_ref().is_some_and(Vec::is_empty))
+    {
+        return Err(invalid(format!(
+            "rules[{}].split: a split has {} to {} variants, not 0",
+            at + 1,
+            rules::MIN_VARIANTS,
+            rules::MAX_VARIANTS
+        )));
+    }
     let rules = requested
         .into_iter()
         .map(|r| Rule {
@@ -201,6 +212,7 @@ pub(super) fn check_rules(
             target: r.target,
             split: r
                 .split
+                .unwrap_or_default()
                 .into_iter()
                 .map(|v| Variant {
                     target: v.target,
@@ -214,13 +226,14 @@ pub(super) fn check_rules(
         let for_apps = rule.only_for_apps();
         let check = |field: String, target: &mut String| -> Result<(), ApiError> {
             if is_web(target) {
+                // The target policy's words, naming the rule's field instead of long_url.
                 *target = targets
                     .validate(target)
-                    .map_err(|e| ApiError::bad_request("invalid_url", format!("{field}: {e}")))?;
+                    .map_err(|e| ApiError::bad_request("invalid_url", e.to_string().replacen("long_url", &field, 1)))?;
                 return links.refuse_threat_in(&field, target);
             }
             check_app_target(&links.settings.app_schemes, for_apps, target)
-                .map_err(|why| ApiError::bad_request("invalid_url", format!("{field}: {why}")))
+                .map_err(|why| ApiError::bad_request("invalid_url", format!("{field} {why}")))
         };
         if let Some(target) = rule.target.as_mut() {
             check(format!("rules[{}].target", at + 1), target)?;
@@ -311,13 +324,14 @@ pub(crate) fn rule_view(rule: &Rule) -> LinkRule {
             .collect(),
         languages: rule.languages.clone(),
         target: rule.target.clone(),
-        split: rule
-            .split
-            .iter()
-            .map(|v| SplitVariant {
-                target: v.target.clone(),
-                weight: v.weight,
-            })
-            .collect(),
+        split: (!rule.split.is_empty()).then(|| {
+            rule.split
+                .iter()
+                .map(|v| SplitVariant {
+                    target: v.target.clone(),
+                    weight: v.weight,
+                })
+                .collect()
+        }),
     }
 }
