@@ -252,6 +252,7 @@ impl DomainService {
             pages,
             certificate_error: None,
             certificate_attempt_at: None,
+            app_links: Default::default(),
         };
         match self.store.insert_domain(&domain).await {
             Ok(()) => {}

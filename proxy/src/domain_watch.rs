@@ -120,6 +120,7 @@ mod tests {
             pages: DomainPages::default(),
             certificate_error: None,
             certificate_attempt_at: None,
+            app_links: Default::default(),
         }
     }
 

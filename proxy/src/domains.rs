@@ -276,6 +276,7 @@ mod tests {
             pages: DomainPages::default(),
             certificate_error: None,
             certificate_attempt_at: None,
+            app_links: Default::default(),
         }
     }
 
