@@ -39,6 +39,8 @@ pub(super) async fn run(client: &Client, command: DomainsCommand) -> Result<Prin
                 not_found_url,
                 expired_url,
                 root_url,
+                apple_app_site_association: None,
+                assetlinks: None,
             };
             let added: DomainView = client.send(Method::POST, "/api/v1/domains", Some(&body), &[]).await?;
             let v = as_json(&added);
