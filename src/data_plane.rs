@@ -675,6 +675,7 @@ mod tests {
             pages: DomainPages::default(),
             certificate_error: None,
             certificate_attempt_at: None,
+            app_links: Default::default(),
         };
         store.insert_domain(&domain).await.unwrap();
         let failed = |detail: &str| {

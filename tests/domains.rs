@@ -620,6 +620,201 @@ async fn a_domain_added_a_moment_ago_answers_its_root_and_every_path_at_once() {
     }
 }
 
+const APPLE: &str = "/.well-known/apple-app-site-association";
+const ANDROID: &str = "/.well-known/assetlinks.json";
+
+/// `method path` on the redirect port of `rb` for `host` (resolved to it), over HTTP/1.1:
+/// the status; `Content-Type`, `Cache-Control`, `Content-Length` and `Location` (empty when
+/// absent); and the body.
+async fn fetch_on(rb: &Rebound, host: &str, path: &str, method: Method) -> (u16, [String; 4], Vec<u8>) {
+    let addr: std::net::SocketAddr = rb.redirect().parse().unwrap();
+    let client = http_builder()
+        .resolve(host, addr)
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let url = format!("http://{host}:{}{path}", addr.port());
+    let res = client.request(method, url).send().await.unwrap();
+    let header = |name: &str| {
+        res.headers()
+            .get(name)
+            .map_or(String::new(), |v| v.to_str().unwrap().to_owned())
+    };
+    let headers = ["content-type", "cache-control", "content-length", "location"].map(header);
+    (res.status().as_u16(), headers, res.bytes().await.unwrap().to_vec())
+}
+
+/// Waits (bounded) until `path` on `host` answers `want` (a body: 200; none: 404): a change
+/// of app links is read by the data plane within its poll (2 s).
+async fn serves(rb: &Rebound, host: &str, path: &str, want: Option<&str>) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, _, body) = fetch_on(rb, host, path, Method::GET).await;
+        let got = (status == 200).then(|| String::from_utf8_lossy(&body).into_owned());
+        if got.as_deref() == want && (status == 200 || status == 404) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{host}{path} answered {status} {got:?}, not {want:?}, for 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// docs/spec.md §14: a domain's app links, set through the API (the default domain's through
+/// the CLI), served on that domain alone with their bytes, `application/json` and a public
+/// `Cache-Control`, never a redirect; 404 on a domain without them; a change served within
+/// the poll; a refused one changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn app_links_are_served_on_their_domain_and_a_change_follows() {
+    let (dir, rb) = start_on_domains();
+    for name in ["apps.test", "bare.test"] {
+        let (status, d) = add_domain(&rb, json!({"name": name, "certificate": "files"})).await;
+        assert_eq!(status, StatusCode::CREATED, "{d}");
+    }
+    let aasa = json!({"applinks": {"details": [{"appIDs": ["ABCDE12345.com.acme.app"], "components": [{"/": "/*", "comment": "every path"}]}]},
+                      "webcredentials": {"apps": ["ABCDE12345.com.acme.app"]}});
+    let statements = json!([{"relation": ["delegate_permission/common.handle_all_urls"],
+        "target": {"namespace": "android_app", "package_name": "com.acme.app",
+                   "sha256_cert_fingerprints": ["14:6D:E9:83:C5:73:06:50:D8:EE:B9:95:2F:34:FC:64:16:A0:83:42:E6:1D:BE:A8:8A:04:96:B2:3F:CF:44:E5"]}}]);
+    let (status, view) = rb
+        .api(
+            Method::PUT,
+            "/api/v1/domains/apps.test/app-links",
+            Some(json!({"apple_app_site_association": aasa, "assetlinks": statements})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{view}");
+    assert_eq!(
+        (&view["apple_app_site_association"], &view["assetlinks"]),
+        (&aasa, &statements)
+    );
+    // The default domain's, through the CLI from a file (pretty-printed: served compact);
+    // its Apple document, not named, stays none.
+    let default_statements = json!([{"relation": ["delegate_permission/common.get_login_creds"],
+        "target": {"namespace": "web", "site": format!("https://{DEFAULT}")}}]);
+    let file = dir.path().join("assetlinks.json");
+    std::fs::write(&file, serde_json::to_string_pretty(&default_statements).unwrap()).unwrap();
+    let (ok, out, err) = cli(
+        &rb.run.api(),
+        Some(OPERATOR_KEY),
+        &["domains", "app-links", DEFAULT, "--assetlinks", file.to_str().unwrap()],
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains("assetlinks:") && out.contains("get_login_creds"), "{out}");
+
+    let (aasa_text, statements_text, default_text) =
+        (aasa.to_string(), statements.to_string(), default_statements.to_string());
+    serves(&rb, "apps.test", APPLE, Some(&aasa_text)).await;
+    serves(&rb, DEFAULT, ANDROID, Some(&default_text)).await;
+    let cases: &[(&str, &str, Option<&str>)] = &[
+        ("apps.test", APPLE, Some(&aasa_text)),
+        ("apps.test", ANDROID, Some(&statements_text)),
+        ("bare.test", APPLE, None),
+        ("bare.test", ANDROID, None),
+        (DEFAULT, APPLE, None),
+        (DEFAULT, ANDROID, Some(&default_text)),
+        // By address: the default domain's.
+        ("127.0.0.1", ANDROID, Some(&default_text)),
+        ("evil.example", APPLE, None),
+        ("evil.example", ANDROID, None),
+    ];
+    for method in [Method::GET, Method::HEAD] {
+        for (host, path, want) in cases {
+            let (status, [kind, cache, length, location], body) = fetch_on(&rb, host, path, method.clone()).await;
+            let what = format!("{method} {host}{path}");
+            match want {
+                Some(want) => {
+                    assert_eq!(status, 200, "{what}");
+                    assert_eq!(
+                        (kind.as_str(), cache.as_str(), location.as_str()),
+                        ("application/json", "public, max-age=3600", ""),
+                        "{what}"
+                    );
+                    assert_eq!(length, want.len().to_string(), "{what}");
+                    let want: &[u8] = if method == Method::HEAD { b"" } else { want.as_bytes() };
+                    assert_eq!(body, want, "{what}: the stored bytes");
+                }
+                None => {
+                    assert_eq!(status, 404, "{what}");
+                    assert!(kind.starts_with("text/html"), "{what}: the usual page, not {kind}");
+                }
+            }
+        }
+    }
+    // Over HTTP/2 as well.
+    let port = rb.redirect().rsplit_once(':').unwrap().1.to_owned();
+    let answer = curl(
+        "%{http_version} %{http_code} %{content_type}",
+        &[
+            "--resolve",
+            &format!("apps.test:{port}:127.0.0.1"),
+            "--http2-prior-knowledge",
+            &format!("http://apps.test:{port}{ANDROID}"),
+        ],
+    );
+    assert_eq!(answer, "2 200 application/json");
+
+    // A change: served within the poll; the document not given goes (404).
+    let changed = json!({"applinks": {"details": []}});
+    let (status, view) = rb
+        .api(
+            Method::PUT,
+            "/api/v1/domains/apps.test/app-links",
+            Some(json!({"apple_app_site_association": changed})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{view}");
+    assert_eq!(view["assetlinks"], Value::Null);
+    serves(&rb, "apps.test", APPLE, Some(&changed.to_string())).await;
+    serves(&rb, "apps.test", ANDROID, None).await;
+    serves(&rb, DEFAULT, ANDROID, Some(&default_text)).await;
+
+    // Refused (the message names the field), and nothing changes.
+    let (status, e) = rb
+        .api(
+            Method::PUT,
+            "/api/v1/domains/apps.test/app-links",
+            Some(json!({"apple_app_site_association": changed, "assetlinks": {"relation": []}})),
+        )
+        .await;
+    assert_eq!(
+        (status, e["error"]["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_app_links"))
+    );
+    assert!(e["error"]["message"].as_str().unwrap().starts_with("assetlinks"), "{e}");
+    let (_, view) = rb.api(Method::GET, "/api/v1/domains/apps.test", None).await;
+    assert_eq!(
+        (&view["apple_app_site_association"], &view["assetlinks"]),
+        (&changed, &Value::Null)
+    );
+    let (status, e) = rb
+        .api(
+            Method::PUT,
+            "/api/v1/domains/bare.test/app-links",
+            Some(json!({"apple_app_site_association": {"k": "x".repeat(70_000)}})),
+        )
+        .await;
+    assert_eq!(
+        (status, e["error"]["code"].as_str()),
+        (StatusCode::PAYLOAD_TOO_LARGE, Some("document_too_large")),
+        "{e}"
+    );
+    let (status, _) = rb
+        .api(Method::PUT, "/api/v1/domains/nope.test/app-links", Some(json!({})))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!(fetch_on(&rb, "bare.test", APPLE, Method::GET).await.0, 404);
+    assert!(
+        rb.metric(r#"rebound_redirect_requests_total{outcome="app_link"}"#)
+            .await
+            >= 10.0
+    );
+}
+
 /// The paragraph of `rebound domains add --help` about `flag`.
 fn help_of(flag: &str) -> String {
     let (ok, help, err) = cli("http://127.0.0.1:9", None, &["domains", "add", "--help"]);

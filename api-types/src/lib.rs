@@ -666,6 +666,75 @@ pub struct CreateDomainRequest {
     )]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root_url: Option<String>,
+    /// Its Apple app-site-association, served at `/.well-known/apple-app-site-association`
+    /// (as for `PUT /api/v1/domains/{name}/app-links`); none when not given.
+    #[schema(schema_with = apple_app_site_association_schema)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apple_app_site_association: Option<serde_json::Value>,
+    /// Its Android Digital Asset Links statements, served at `/.well-known/assetlinks.json`
+    /// (as for `PUT /api/v1/domains/{name}/app-links`); none when not given.
+    #[schema(schema_with = assetlinks_schema)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assetlinks: Option<serde_json::Value>,
+}
+
+/// A domain's app links (docs/spec.md §14): both documents, each replacing the domain's.
+/// The redirect port serves each on the domain with `Content-Type: application/json`, as
+/// the compact JSON of the value given; a document null or absent is not served (404).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AppLinksRequest {
+    /// Served at `/.well-known/apple-app-site-association`: a JSON object, at most 64 KiB
+    /// as compact JSON.
+    #[schema(schema_with = apple_app_site_association_schema)]
+    #[serde(default)]
+    pub apple_app_site_association: Option<serde_json::Value>,
+    /// Served at `/.well-known/assetlinks.json`: a JSON array of statements, each with
+    /// `relation` (strings) and `target` (an object with `namespace`), at most 64 KiB as
+    /// compact JSON.
+    #[schema(schema_with = assetlinks_schema)]
+    #[serde(default)]
+    pub assetlinks: Option<serde_json::Value>,
+}
+
+/// Apple's app-site-association: any JSON object (its keys are Apple's to define), or null.
+pub fn apple_app_site_association_schema() -> utoipa::openapi::Object {
+    use utoipa::openapi::schema::{SchemaType, Type};
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::Object, Type::Null]))
+        .description(Some(
+            "Served at /.well-known/apple-app-site-association: a JSON object, at most 64 KiB as compact JSON; \
+             null: none.",
+        ))
+        .build()
+}
+
+/// Android's Digital Asset Links statement list: an array of statements, each an object
+/// with `relation` (a non-empty array of strings) and `target` (an object with a string
+/// `namespace`), or null.
+pub fn assetlinks_schema() -> utoipa::openapi::Array {
+    use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, SchemaType, Type};
+    let strings = ArrayBuilder::new()
+        .items(ObjectBuilder::new().schema_type(Type::String))
+        .min_items(Some(1));
+    let target = ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .property("namespace", ObjectBuilder::new().schema_type(Type::String))
+        .required("namespace");
+    let statement = ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .property("relation", strings)
+        .property("target", target)
+        .required("relation")
+        .required("target");
+    ArrayBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::Array, Type::Null]))
+        .items(statement)
+        .description(Some(
+            "Served at /.well-known/assetlinks.json: an array of statements, at most 64 KiB as compact JSON; \
+             null: none.",
+        ))
+        .build()
 }
 
 /// Where a domain's certificate comes from.
@@ -714,6 +783,12 @@ pub struct DomainView {
     pub not_found_url: Option<String>,
     pub expired_url: Option<String>,
     pub root_url: Option<String>,
+    /// What `/.well-known/apple-app-site-association` serves on it; null: 404.
+    #[schema(value_type = Option<Object>)]
+    pub apple_app_site_association: Option<serde_json::Value>,
+    /// What `/.well-known/assetlinks.json` serves on it; null: 404.
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub assetlinks: Option<serde_json::Value>,
     /// Null for the default domain.
     pub created_at: Option<String>,
     pub created_by: Option<String>,

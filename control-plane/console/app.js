@@ -659,10 +659,63 @@ function domainPages(d) {
   return h("ul", { class: "plain" }, pages.map(([what, u]) => h("li", {}, `${what}: `, h("span", { class: "target" }, u))));
 }
 
+/** Which app links documents a domain serves. */
+function domainAppLinks(d) {
+  const served = [["Apple", d.apple_app_site_association], ["Android", d.assetlinks]].filter(([, doc]) => doc != null);
+  return served.length ? served.map(([what]) => what).join(", ") : "none";
+}
+
 async function domainsPage() {
   if (!isOperator()) return operatorsOnly("Domains");
   const list = h("div", { "aria-live": "polite" }, h("p", {}, "Loading…"));
   const removed = h("div", { "aria-live": "polite" });
+
+  // App links: the two documents of one domain, edited as JSON (empty: none served).
+  const appleDoc = h("textarea", { name: "apple_app_site_association", rows: 8, spellcheck: "false",
+    placeholder: '{"applinks": {"details": [{"appIDs": ["TEAMID.com.example.app"], "components": [{"/": "/*"}]}]}}' });
+  const androidDoc = h("textarea", { name: "assetlinks", rows: 8, spellcheck: "false",
+    placeholder: '[{"relation": ["delegate_permission/common.handle_all_urls"], "target": {"namespace": "android_app", "package_name": "com.example.app", "sha256_cert_fingerprints": ["…"]}}]' });
+  const appLinksTitle = h("h2", { id: "app-links-title", tabindex: "-1" });
+  const appLinksOut = h("div", { "aria-live": "polite" });
+  let editing = null;
+  const appLinksForm = h("form", { class: "stack", id: "app-links-form", hidden: true,
+    "aria-labelledby": "app-links-title", on: { submit: async (e) => {
+    e.preventDefault();
+    const body = {};
+    for (const [k, el] of [["apple_app_site_association", appleDoc], ["assetlinks", androidDoc]]) {
+      const text = el.value.trim();
+      try {
+        body[k] = text ? JSON.parse(text) : null;
+      } catch (err) {
+        appLinksOut.replaceChildren(errorBox(new Error(`${k} is not JSON: ${err.message}`)));
+        el.focus();
+        return;
+      }
+    }
+    try {
+      const d = await api("PUT", `/api/v1/domains/${encodeURIComponent(editing)}/app-links`, { body });
+      appLinksOut.replaceChildren(notice(`App links of ${d.name} saved (${domainAppLinks(d)}). Every proxy serves them within seconds.`));
+      await drawList();
+    } catch (err) {
+      appLinksOut.replaceChildren(errorBox(err));
+    }
+  } } },
+    appLinksTitle,
+    field("Apple app-site-association (optional)", appleDoc, "A JSON object, served at /.well-known/apple-app-site-association. Empty: none (404)."),
+    field("Android asset links (optional)", androidDoc, "A JSON array of statements, served at /.well-known/assetlinks.json. Empty: none (404)."),
+    h("div", { class: "actions" }, h("button", { type: "submit", class: "primary" }, "Save app links"),
+      h("button", { type: "button", on: { click: () => { appLinksForm.hidden = true; } } }, "Close")),
+    appLinksOut);
+  const editAppLinks = (d) => {
+    editing = d.name;
+    appLinksTitle.textContent = `App links of ${d.name}`;
+    const pretty = (doc) => (doc == null ? "" : JSON.stringify(doc, null, 2));
+    appleDoc.value = pretty(d.apple_app_site_association);
+    androidDoc.value = pretty(d.assetlinks);
+    appLinksOut.replaceChildren();
+    appLinksForm.hidden = false;
+    appLinksTitle.focus();
+  };
 
   // Removing asks first; a domain with active links is removed only when told to take
   // them down too.
@@ -707,15 +760,19 @@ async function domainsPage() {
     try {
       const { domains } = await api("GET", "/api/v1/domains");
       list.replaceChildren(h("div", { class: "scroll" }, h("table", { id: "domains-table" },
-        h("thead", {}, h("tr", {}, ["Name", "Certificate", "State", "Pages", "Added", ""].map((t) =>
+        h("thead", {}, h("tr", {}, ["Name", "Certificate", "State", "Pages", "App links", "Added", ""].map((t) =>
           t ? h("th", { scope: "col" }, t) : h("th", { scope: "col" }, h("span", { class: "visually-hidden" }, "Actions"))))),
         h("tbody", {}, domains.map((d) => h("tr", { "data-domain": d.name },
           h("th", { scope: "row" }, d.name, d.default ? h("span", { class: "hint" }, " (default)") : null),
           h("td", {}, d.certificate),
           h("td", { class: "domain-state" }, domainState(d)),
           h("td", {}, domainPages(d)),
+          h("td", { class: "domain-app-links" }, domainAppLinks(d)),
           h("td", {}, d.created_at ? `${new Date(d.created_at).toLocaleString()} by ${d.created_by}` : "—"),
-          h("td", {}, d.default ? null : h("button", { type: "button", class: "danger", "aria-label": `Remove ${d.name}`,
+          h("td", {}, h("button", { type: "button", "aria-label": `App links of ${d.name}`,
+            on: { click: () => editAppLinks(d) } }, "App links"),
+            d.default ? null : " ",
+            d.default ? null : h("button", { type: "button", class: "danger", "aria-label": `Remove ${d.name}`,
             on: { click: () => askRemove(d.name) } }, "Remove"))))))));
     } catch (err) {
       list.replaceChildren(errorBox(err));
@@ -754,7 +811,7 @@ async function domainsPage() {
     h("div", { class: "actions" }, h("button", { type: "submit", class: "primary" }, "Add domain")));
 
   page("Domains", h("p", {}, "The hosts short links are served on, with the state of each one's certificate."),
-    list, confirmBox, removed, h("h2", {}, "Add a domain"), addForm, added);
+    list, confirmBox, removed, appLinksForm, h("h2", {}, "Add a domain"), addForm, added);
   await drawList();
 }
 

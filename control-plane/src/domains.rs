@@ -1,6 +1,7 @@
 //! The domains resource (docs/spec.md §11): adding a domain (its page URLs checked as
 //! targets, refused while what already targets it would loop), showing it with its
-//! certificate's state, removing it (its active links taken down first when asked). Every
+//! certificate's state, setting its app links (§14; the default domain's too, kept in a
+//! record of their own), removing it (its active links taken down first when asked). Every
 //! change bumps the store's `DOMAINS_CHANGED_COUNTER`, which the data planes poll. The HTTP
 //! handlers are `http::domains`.
 
@@ -9,7 +10,8 @@ use crate::error::ApiError;
 use crate::indexes::LinkIndexes;
 use crate::links::LinkService;
 use crate::names::{own_host, DomainNames};
-use rebound_api_types::{CreateDomainRequest, DomainView};
+use rebound_api_types::{AppLinksRequest, CreateDomainRequest, DomainView};
+use rebound_core::app_links::{document_text, AppLinkDocument, AppLinkError, AppLinks};
 use rebound_core::domain::{
     domain_id, normalize_domain, split_key, CertificateSource, Domain, DomainPages, DOMAINS_CHANGED_COUNTER,
     DOMAIN_ID_COUNTER,
@@ -89,6 +91,21 @@ impl DomainService {
             (None, None, CertificateSource::Acme) => "pending",
         };
         let pages = domain.map(|d| d.pages.clone()).unwrap_or_default();
+        let app_links = match domain {
+            Some(d) => d.app_links.clone(),
+            None => self.store.default_app_links().await?,
+        };
+        let shown =
+            |document| {
+                app_links.get(document).and_then(|text| match serde_json::from_str(text) {
+                Ok(value) => Some(value),
+                Err(e) => {
+                    // Stored checked: only a store written by hand.
+                    tracing::error!(domain = name, error = %e, "an app links document in the store is not JSON");
+                    None
+                }
+            })
+            };
         Ok(DomainView {
             name: name.to_owned(),
             default: domain.is_none(),
@@ -104,6 +121,8 @@ impl DomainService {
             not_found_url: pages.not_found_url,
             expired_url: pages.expired_url,
             root_url: pages.root_url,
+            apple_app_site_association: shown(AppLinkDocument::AppleAppSiteAssociation),
+            assetlinks: shown(AppLinkDocument::Assetlinks),
             created_at: domain.map(|d| to_rfc3339(d.created_at)),
             created_by: domain.map(|d| d.created_by.clone()),
         })
@@ -213,6 +232,10 @@ impl DomainService {
             expired_url: self.page_url(&name, "expired_url", req.expired_url).await?,
             root_url: self.page_url(&name, "root_url", req.root_url).await?,
         };
+        let app_links = app_links_of(AppLinksRequest {
+            apple_app_site_association: req.apple_app_site_association,
+            assetlinks: req.assetlinks,
+        })?;
         if self.store.get_domain(&name).await?.is_some() {
             return Err(ApiError::Conflict {
                 code: "domain_exists",
@@ -252,6 +275,7 @@ impl DomainService {
             pages,
             certificate_error: None,
             certificate_attempt_at: None,
+            app_links,
         };
         match self.store.insert_domain(&domain).await {
             Ok(()) => {}
@@ -334,7 +358,63 @@ impl DomainService {
         Ok(active.len() as u64)
     }
 
+    /// Replaces the app links of the domain `name` (docs/spec.md §14), the default
+    /// domain's included: each document checked first (nothing written when one is
+    /// refused), then written apart from the rest of the domain's record; the data planes
+    /// are told and the audit log records which documents changed, old and new, by length
+    /// and SHA-256.
+    pub(crate) async fn set_app_links(
+        &self,
+        principal: &Principal,
+        name: &str,
+        req: AppLinksRequest,
+    ) -> Result<DomainView, ApiError> {
+        principal.require_operator()?;
+        let links = app_links_of(req)?;
+        let domain = self.names.resolve(name).await.map_err(|e| match e {
+            ApiError::BadRequest { .. } => ApiError::NotFound("no such domain"),
+            other => other,
+        })?;
+        let (old, record) = match &domain.id {
+            None => {
+                let old = self.store.default_app_links().await?;
+                self.store.set_default_app_links(&links).await?;
+                (old, None)
+            }
+            Some(_) => {
+                let no_such = || ApiError::NotFound("no such domain");
+                let record = self.store.get_domain(&domain.name).await?.ok_or_else(no_such)?;
+                match self.store.set_app_links(&domain.name, &links).await {
+                    Ok(()) => {}
+                    Err(StoreError::NotFound) => return Err(no_such()),
+                    Err(e) => return Err(e.into()),
+                }
+                let old = record.app_links.clone();
+                (
+                    old,
+                    Some(Domain {
+                        app_links: links.clone(),
+                        ..record
+                    }),
+                )
+            }
+        };
+        self.domains_changed().await?;
+        let changes = app_links_changes(&old, &links);
+        self.audit_domain_with(principal, "domain_app_links", &domain.name, Some(changes))
+            .await;
+        tracing::info!(domain = %domain.name, by = %principal.id, "domain app links set");
+        match &record {
+            Some(record) => self.domain_view(Some(record)).await,
+            None => self.domain_view(None).await,
+        }
+    }
+
     async fn audit_domain(&self, principal: &Principal, action: &str, name: &str) {
+        self.audit_domain_with(principal, action, name, None).await
+    }
+
+    async fn audit_domain_with(&self, principal: &Principal, action: &str, name: &str, detail: Option<String>) {
         let event = AuditEvent {
             at: self.clock.now_millis(),
             actor: principal.id.clone(),
@@ -342,10 +422,135 @@ impl DomainService {
             code: None,
             reason: Some(name.to_owned()),
             outcome: "ok".to_owned(),
-            detail: None,
+            detail,
         };
         if let Err(e) = self.store.append_audit(&event).await {
             tracing::warn!(error = %rebound_core::Causes(&e), domain = name, action, "domain change not audited");
         }
+    }
+}
+
+/// The app links of a request, each document checked (docs/spec.md §14) and made its
+/// compact text: 400 `invalid_app_links` for one of the wrong shape, 413
+/// `document_too_large` for one over its bound, the message naming it.
+pub(crate) fn app_links_of(req: AppLinksRequest) -> Result<AppLinks, ApiError> {
+    let text = |document, value: Option<serde_json::Value>| {
+        value
+            .map(|v| document_text(document, &v))
+            .transpose()
+            .map_err(|e| match e {
+                AppLinkError::TooLarge { .. } => ApiError::DocumentTooLarge(e.to_string()),
+                _ => ApiError::bad_request("invalid_app_links", e.to_string()),
+            })
+    };
+    Ok(AppLinks {
+        apple_app_site_association: text(AppLinkDocument::AppleAppSiteAssociation, req.apple_app_site_association)?,
+        assetlinks: text(AppLinkDocument::Assetlinks, req.assetlinks)?,
+    })
+}
+
+/// What an app links change did, for the audit log: `{"old": {...}, "new": {...}}` with
+/// each document that changed as `{"bytes", "sha256"}` (null: none), not the documents
+/// themselves (up to 64 KiB each).
+fn app_links_changes(old: &AppLinks, new: &AppLinks) -> String {
+    use sha2::{Digest, Sha256};
+    let summary = |text: Option<&str>| match text {
+        Some(t) => serde_json::json!({"bytes": t.len(), "sha256": hex::encode(Sha256::digest(t.as_bytes()))}),
+        None => serde_json::Value::Null,
+    };
+    let (mut was, mut is) = (serde_json::Map::new(), serde_json::Map::new());
+    for document in AppLinkDocument::ALL {
+        let (before, after) = (old.get(document), new.get(document));
+        if before != after {
+            was.insert(document.field().to_owned(), summary(before));
+            is.insert(document.field().to_owned(), summary(after));
+        }
+    }
+    serde_json::json!({"old": was, "new": is}).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_request_s_documents_are_checked_and_the_refusal_names_the_field() {
+        let statement = json!({"relation": ["delegate_permission/common.handle_all_urls"],
+                               "target": {"namespace": "android_app", "package_name": "com.acme"}});
+        let req = |apple: serde_json::Value, android: serde_json::Value| AppLinksRequest {
+            apple_app_site_association: (!apple.is_null()).then_some(apple),
+            assetlinks: (!android.is_null()).then_some(android),
+        };
+        let big = "x".repeat(rebound_core::app_links::MAX_DOCUMENT_BYTES);
+        // The refusal's status, code and the first word of its message; none: accepted.
+        type Refusal = Option<(u16, &'static str, &'static str)>;
+        let cases: Vec<(AppLinksRequest, Refusal)> = vec![
+            (req(json!({"applinks": {}}), json!([statement])), None),
+            (req(json!(null), json!(null)), None),
+            (req(json!({"applinks": {}}), json!(null)), None),
+            (
+                req(json!([]), json!(null)),
+                Some((400, "invalid_app_links", "apple_app_site_association")),
+            ),
+            (
+                req(json!(null), json!({"relation": []})),
+                Some((400, "invalid_app_links", "assetlinks")),
+            ),
+            (
+                req(json!(null), json!([statement, {"relation": ["x"]}])),
+                Some((400, "invalid_app_links", "assetlinks[1]")),
+            ),
+            (
+                req(json!({"k": big}), json!([statement])),
+                Some((413, "document_too_large", "apple_app_site_association")),
+            ),
+            (
+                req(
+                    json!({}),
+                    json!([{"relation": ["r"], "target": {"namespace": "web", "site": big}}]),
+                ),
+                Some((413, "document_too_large", "assetlinks")),
+            ),
+        ];
+        for (request, want) in cases {
+            let shown = format!("{request:?}").chars().take(120).collect::<String>();
+            match (app_links_of(request), want) {
+                (Ok(links), None) => {
+                    if let Some(text) = &links.assetlinks {
+                        assert_eq!(
+                            serde_json::from_str::<serde_json::Value>(text).unwrap(),
+                            json!([statement])
+                        );
+                    }
+                }
+                (Err(e), Some((status, code, word))) => {
+                    let (s, c) = e.status_and_code();
+                    assert_eq!((s.as_u16(), c), (status, code), "{shown}");
+                    assert!(e.to_string().starts_with(word), "{e}");
+                }
+                (got, want) => panic!("{shown}: {got:?}, wanted {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_audit_names_the_documents_that_changed_by_length_and_digest() {
+        let old = AppLinks {
+            apple_app_site_association: Some("{}".into()),
+            assetlinks: Some("[]".into()),
+        };
+        let new = AppLinks {
+            apple_app_site_association: Some("{}".into()),
+            assetlinks: None,
+        };
+        let detail: serde_json::Value = serde_json::from_str(&app_links_changes(&old, &new)).unwrap();
+        assert_eq!(
+            detail,
+            json!({
+                "old": {"assetlinks": {"bytes": 2, "sha256": "4f53cda18c2baa0c0354bb5f9a3ecbe5ed12ab4d8e11ba873c2f11161202b945"}},
+                "new": {"assetlinks": null},
+            })
+        );
     }
 }

@@ -29,6 +29,10 @@ pub enum ApiError {
     ConflictWith { code: &'static str, message: String },
     #[error("request body is larger than {0} bytes")]
     PayloadTooLarge(usize),
+    /// A document in the body (a domain's app links) over its own bound: the message names
+    /// it.
+    #[error("{0}")]
+    DocumentTooLarge(String),
     #[error("request body must be JSON (Content-Type: application/json)")]
     UnsupportedMediaType,
     #[error("too many links created; retry after {retry_after_secs} s")]
@@ -74,6 +78,7 @@ impl ApiError {
             ApiError::BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
             ApiError::Conflict { code, .. } | ApiError::ConflictWith { code, .. } => (StatusCode::CONFLICT, code),
             ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            ApiError::DocumentTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "document_too_large"),
             ApiError::UnsupportedMediaType => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
             ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             ApiError::InvalidationFailed | ApiError::EditNotPropagated => {

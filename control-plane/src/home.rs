@@ -88,7 +88,10 @@ pub fn answered(method: &Method, route: &str, idempotency_key: bool, body: &[u8]
         | ("DELETE", "/api/v1/keys/{id}")
         // A domain's name is unique, and its id comes from a counter that must be one.
         | ("POST", "/api/v1/domains")
-        | ("DELETE", "/api/v1/domains/{name}") => Where::Home,
+        | ("DELETE", "/api/v1/domains/{name}")
+        // Written at home like the domain itself, so a change never races its removal (or
+        // another change) through two regions' replicas.
+        | ("PUT", "/api/v1/domains/{name}/app-links") => Where::Home,
         ("DELETE", "/api/v1/links/{code}") | ("POST", "/api/v1/links/{code}/takedown") => Where::Change { down: true },
         ("PATCH", "/api/v1/links/{code}") | ("POST", "/api/v1/links/{code}/reinstate") => {
             Where::Change { down: false }
@@ -124,6 +127,7 @@ pub(crate) async fn forward_unique_writes(
     };
     let limit = match route.as_str() {
         "/api/v1/links/import" => f.limits.max_import_body_bytes,
+        "/api/v1/domains/{name}/app-links" => f.limits.app_links(),
         _ => f.limits.max_body_bytes,
     };
     let (parts, body) = request.into_parts();
@@ -253,6 +257,7 @@ mod tests {
             (&delete, "/api/v1/keys/{id}", false, "", Home),
             (&post, "/api/v1/domains", false, r#"{"name":"go.acme.com"}"#, Home),
             (&delete, "/api/v1/domains/{name}", false, "", Home),
+            (&Method::PUT, "/api/v1/domains/{name}/app-links", false, "{}", Home),
             (&get, "/api/v1/domains", false, "", Here),
             (&get, "/api/v1/domains/{name}", false, "", Here),
             // Every change of an existing link is decided at home.

@@ -3456,6 +3456,198 @@ async fn a_domain_that_live_links_or_page_urls_already_target_is_refused_naming_
 }
 
 #[tokio::test]
+async fn app_links_are_set_per_domain_by_operators_checked_and_told_to_the_data_planes() {
+    use rebound_core::domain::DOMAINS_CHANGED_COUNTER;
+    use rebound_store::domains::DomainStore;
+    use rebound_store::LinkReads;
+    let h = harness().await;
+    let aasa = json!({"applinks": {"details": [{"appIDs": ["ABCDE12345.com.acme"], "components": [{"/": "/*"}]}]}});
+    let statements = json!([{"relation": ["delegate_permission/common.handle_all_urls"],
+        "target": {"namespace": "android_app", "package_name": "com.acme", "sha256_cert_fingerprints": ["14:6D"]}}]);
+    // Given when the domain is added.
+    let r = add_domain(
+        &h,
+        json!({"name": "apps.test", "certificate": "files", "apple_app_site_association": aasa}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    assert_eq!(
+        (&r.body["apple_app_site_association"], &r.body["assetlinks"]),
+        (&aasa, &Value::Null)
+    );
+    let put = |name: &str, key: &str, body: Value| {
+        let uri = format!("/api/v1/domains/{name}/app-links");
+        let key = key.to_owned();
+        let h = &h;
+        async move { h.call(Method::PUT, &uri, Some(&key), Some(body)).await }
+    };
+    let changes = || async { h.store.high_water(DOMAINS_CHANGED_COUNTER).await.unwrap() };
+
+    // Set: both replaced, shown, stored apart from the record, the data planes told.
+    let before = changes().await;
+    let r = put("Apps.Test.", OPERATOR, json!({"assetlinks": statements})).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(r.body["name"], "apps.test");
+    assert_eq!(
+        (&r.body["apple_app_site_association"], &r.body["assetlinks"]),
+        (&Value::Null, &statements)
+    );
+    assert!(changes().await > before, "the data planes are told");
+    let stored = h.store.get_domain("apps.test").await.unwrap().unwrap();
+    assert_eq!(stored.app_links.apple_app_site_association, None, "absent: none");
+    assert_eq!(
+        stored.app_links.assetlinks,
+        Some(statements.to_string()),
+        "compact JSON"
+    );
+    let r = h
+        .call(Method::GET, "/api/v1/domains/apps.test", Some(OPERATOR), None)
+        .await;
+    assert_eq!(r.body["assetlinks"], statements);
+
+    // The default domain's, by its name, kept apart from every domain's.
+    let r = put(
+        "sho.rt",
+        OPERATOR,
+        json!({"apple_app_site_association": aasa, "assetlinks": null}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(
+        (r.body["default"].as_bool(), &r.body["apple_app_site_association"]),
+        (Some(true), &aasa)
+    );
+    assert_eq!(
+        h.store.default_app_links().await.unwrap().apple_app_site_association,
+        Some(aasa.to_string())
+    );
+    let r = h.call(Method::GET, "/api/v1/domains", Some(OPERATOR), None).await;
+    let shown: Vec<(&str, bool, bool)> = r.body["domains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["name"].as_str().unwrap(),
+                !d["apple_app_site_association"].is_null(),
+                !d["assetlinks"].is_null(),
+            )
+        })
+        .collect();
+    assert_eq!(shown, [("sho.rt", true, false), ("apps.test", false, true)]);
+
+    // Refused, changing nothing: a wrong shape (400), a document too large (413), both
+    // naming the field; an unknown field; no such domain; not an operator.
+    let big = json!({"k": "x".repeat(rebound_core::app_links::MAX_DOCUMENT_BYTES)});
+    let creator = h.new_key("creator").await;
+    let refused: Vec<(&str, &str, Value, StatusCode, &str, &str)> = vec![
+        (
+            "apps.test",
+            OPERATOR,
+            json!({"apple_app_site_association": [aasa]}),
+            StatusCode::BAD_REQUEST,
+            "invalid_app_links",
+            "apple_app_site_association",
+        ),
+        (
+            "apps.test",
+            OPERATOR,
+            json!({"assetlinks": aasa}),
+            StatusCode::BAD_REQUEST,
+            "invalid_app_links",
+            "assetlinks",
+        ),
+        (
+            "apps.test",
+            OPERATOR,
+            json!({"assetlinks": [{"relation": ["x"], "target": {}}]}),
+            StatusCode::BAD_REQUEST,
+            "invalid_app_links",
+            "assetlinks[0]",
+        ),
+        (
+            "apps.test",
+            OPERATOR,
+            json!({"apple_app_site_association": big}),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "document_too_large",
+            "apple_app_site_association is 65544 bytes",
+        ),
+        (
+            "apps.test",
+            OPERATOR,
+            json!({"apps": {}}),
+            StatusCode::BAD_REQUEST,
+            "invalid_json",
+            "",
+        ),
+        ("nope.test", OPERATOR, json!({}), StatusCode::NOT_FOUND, "not_found", ""),
+        (
+            "not_a_name",
+            OPERATOR,
+            json!({}),
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "",
+        ),
+        (
+            "apps.test",
+            creator.as_str(),
+            json!({}),
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "",
+        ),
+    ];
+    for (name, key, body, status, code, message) in refused {
+        let before = changes().await;
+        let r = put(name, key, body).await;
+        assert_error(&r, status, code);
+        let said = r.body["error"]["message"].as_str().unwrap();
+        assert!(said.starts_with(message), "{said}");
+        assert_eq!(changes().await, before, "{code}: nothing told");
+    }
+    let stored = h.store.get_domain("apps.test").await.unwrap().unwrap();
+    assert_eq!(
+        stored.app_links.assetlinks,
+        Some(statements.to_string()),
+        "nothing changed"
+    );
+    assert!(
+        h.store.get_domain("nope.test").await.unwrap().is_none(),
+        "no domain made"
+    );
+    // A body over 256 KiB is too large as a whole; one of two documents near their bound
+    // each is not.
+    let near = |n: usize| json!({"k": "x".repeat(rebound_core::app_links::MAX_DOCUMENT_BYTES - n)});
+    let r = put("apps.test", OPERATOR, json!({"apple_app_site_association": near(8), "assetlinks": [{"relation": ["r"], "target": {"namespace": "web", "site": "y".repeat(60_000)}}]})).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body["error"]);
+    let r = put(
+        "apps.test",
+        OPERATOR,
+        json!({"apple_app_site_association": {"k": "x".repeat(300 * 1024)}}),
+    )
+    .await;
+    assert_error(&r, StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large");
+    // Removed: both null.
+    let r = put(
+        "apps.test",
+        OPERATOR,
+        json!({"apple_app_site_association": null, "assetlinks": null}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(h
+        .store
+        .get_domain("apps.test")
+        .await
+        .unwrap()
+        .unwrap()
+        .app_links
+        .is_empty());
+}
+
+#[tokio::test]
 async fn the_summary_sums_each_domains_scope_and_only_operators_read_it() {
     use rebound_store::breakdowns::scope_code;
     use rebound_store::domains::DomainStore;

@@ -31,6 +31,7 @@ pub const RESERVED_WORDS: &[&str] = &[
     "reinstate",
     "abuse-reports",
     "threat-lists",
+    "app-links",
     // Pages the console (docs/spec.md §10) may use (`qr`, `v1` or `qr.svg` are no codes anyway).
     "console",
     "audit",

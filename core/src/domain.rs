@@ -9,6 +9,7 @@
 //! redirect path builds no key at all. The longest key, 32 + 1 + [`MAX_ID_LEN`] bytes,
 //! stays well inside what L1 holds.
 
+use crate::app_links::AppLinks;
 use crate::time::UnixMillis;
 use serde::{Deserialize, Serialize};
 
@@ -190,6 +191,11 @@ pub struct Domain {
     /// When its certificate was last ordered or tried.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate_attempt_at: Option<UnixMillis>,
+    /// Its app links (docs/spec.md §14). Not part of the record's JSON: a store keeps them
+    /// beside it, written by `insert_domain` and `set_app_links` alone, so an update of the
+    /// rest (a certificate's state) never undoes them, nor they it.
+    #[serde(skip)]
+    pub app_links: AppLinks,
 }
 
 impl Domain {
@@ -308,9 +314,19 @@ mod tests {
             },
             certificate_error: None,
             certificate_attempt_at: None,
+            app_links: AppLinks::default(),
         };
         let text = serde_json::to_string(&d).unwrap();
         assert_eq!(serde_json::from_str::<Domain>(&text).unwrap(), d);
+        // The app links are kept beside the record, never in it.
+        let with_links = Domain {
+            app_links: AppLinks {
+                apple_app_site_association: Some("{}".into()),
+                assetlinks: None,
+            },
+            ..d.clone()
+        };
+        assert_eq!(serde_json::to_string(&with_links).unwrap(), text);
         let old: Domain =
             serde_json::from_str(r#"{"name":"a.example","id":"1","created_at":1,"created_by":"o"}"#).unwrap();
         assert_eq!(old.certificate, CertificateSource::Acme);

@@ -8,6 +8,8 @@
 //! - `generated`: counter value → generated code (the KGS) and back (the data plane's
 //!   check that a code can have been issued).
 //! - `domain`: domains, their ids, and link keys that carry them.
+//! - `app_links`: a domain's app links (Apple's app-site-association, Android's asset
+//!   links): their paths, shapes and bounds.
 //! - `link`: the stored link record and its redirect kind.
 //! - `cache`: the cache record (Redis `url:{code}` and L1) and how it is judged.
 //! - `decision`: the pure redirect decision of a store read, and response details.
@@ -26,6 +28,7 @@
 //! Nothing here does I/O: no sockets, no files, no runtime.
 #![forbid(unsafe_code)]
 
+pub mod app_links;
 pub mod base62;
 pub mod cache;
 pub mod client;

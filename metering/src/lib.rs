@@ -10,6 +10,7 @@
 
 use async_trait::async_trait;
 use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry};
+use rebound_core::app_links::AppLinks;
 use rebound_core::cache::CacheRecord;
 use rebound_core::domain::Domain;
 use rebound_core::link::Deletion;
@@ -192,6 +193,9 @@ struct StoreOperations {
     list_domains: OperationMetrics,
     update_domain: OperationMetrics,
     delete_domain: OperationMetrics,
+    set_app_links: OperationMetrics,
+    default_app_links: OperationMetrics,
+    set_default_app_links: OperationMetrics,
     put_certificate: OperationMetrics,
     list_certificates: OperationMetrics,
     certificates_changed: OperationMetrics,
@@ -251,6 +255,9 @@ impl MeteredStore {
                 list_domains: op("list_domains"),
                 update_domain: op("update_domain"),
                 delete_domain: op("delete_domain"),
+                set_app_links: op("set_app_links"),
+                default_app_links: op("default_app_links"),
+                set_default_app_links: op("set_default_app_links"),
                 put_certificate: op("put_certificate"),
                 list_certificates: op("list_certificates"),
                 certificates_changed: op("certificates_changed"),
@@ -507,6 +514,24 @@ impl DomainStore for MeteredStore {
     }
     async fn delete_domain(&self, name: &str) -> Result<(), StoreError> {
         self.ops.delete_domain.store_call(self.inner.delete_domain(name)).await
+    }
+    async fn set_app_links(&self, name: &str, app_links: &AppLinks) -> Result<(), StoreError> {
+        self.ops
+            .set_app_links
+            .store_call(self.inner.set_app_links(name, app_links))
+            .await
+    }
+    async fn default_app_links(&self) -> Result<AppLinks, StoreError> {
+        self.ops
+            .default_app_links
+            .store_call(self.inner.default_app_links())
+            .await
+    }
+    async fn set_default_app_links(&self, app_links: &AppLinks) -> Result<(), StoreError> {
+        self.ops
+            .set_default_app_links
+            .store_call(self.inner.set_default_app_links(app_links))
+            .await
     }
 }
 

@@ -1,12 +1,14 @@
 //! The data plane's view of the fleet's domains (docs/spec.md §11): loaded from the store before the
 //! redirect port serves, then reloaded whenever the store's change counter moves (polled
-//! every [`POLL`], one strongly consistent read), into the routes by host and the list of
+//! every [`POLL`], one strongly consistent read), into the routes by host (with each
+//! domain's app links, and the default domain's, read with the list) and the list of
 //! domains ACME orders certificates for (the configured `acme.domains` and every domain
 //! added with `certificate: acme`; never any other name). A request for a host the routes do
 //! not have asks for the same reading at once ([`Resync`]), so a domain added a moment ago
 //! answers its first click.
 
 use crate::domains::{DomainRoutes, Reading, Resync};
+use rebound_core::app_links::AppLinks;
 use rebound_core::domain::{CertificateSource, Domain, DOMAINS_CHANGED_COUNTER};
 use rebound_core::Causes;
 use rebound_store::domains::DomainStore;
@@ -44,13 +46,14 @@ impl DomainWatch {
             return Ok(mark);
         }
         let domains = self.store.list_domains().await?;
-        self.install(&domains);
+        let default_app_links = self.store.default_app_links().await?;
+        self.install(&domains, &default_app_links);
         *installed = Some(mark);
         Ok(mark)
     }
 
-    fn install(&self, domains: &[Domain]) {
-        for name in self.routes.install(domains) {
+    fn install(&self, domains: &[Domain], default_app_links: &AppLinks) {
+        for name in self.routes.install(domains, default_app_links) {
             tracing::error!(domain = %name, "a domain's page URL cannot be a Location header; it gets the built-in pages");
         }
         self.routed.set(domains.len() as i64);
@@ -120,6 +123,7 @@ mod tests {
             pages: DomainPages::default(),
             certificate_error: None,
             certificate_attempt_at: None,
+            app_links: Default::default(),
         }
     }
 
@@ -166,5 +170,44 @@ mod tests {
         watch.sync().await.unwrap();
         assert!(matches!(routes.route(Some("go.acme.com")), Routed::Unknown));
         assert_eq!(*rx.borrow(), ["sho.rt"]);
+
+        // App links, a domain's and the default domain's, follow the counter too.
+        use rebound_core::app_links::AppLinkDocument::{AppleAppSiteAssociation as Apple, Assetlinks};
+        let served = |host: &str| match routes.route(Some(host)) {
+            Routed::Domain(route) => (
+                route.app_links.answer(Apple, false).is_some(),
+                route.app_links.answer(Assetlinks, false).is_some(),
+            ),
+            _ => {
+                let default = routes.default_app_links();
+                (
+                    default.answer(Apple, false).is_some(),
+                    default.answer(Assetlinks, false).is_some(),
+                )
+            }
+        };
+        let links = AppLinks {
+            apple_app_site_association: Some("{}".into()),
+            assetlinks: None,
+        };
+        store.set_app_links("byhand.example", &links).await.unwrap();
+        store
+            .set_default_app_links(&AppLinks {
+                apple_app_site_association: None,
+                assetlinks: Some("[]".into()),
+            })
+            .await
+            .unwrap();
+        watch.sync().await.unwrap();
+        assert_eq!(
+            (served("byhand.example"), served("sho.rt")),
+            ((false, false), (false, false))
+        );
+        store.lease_block(DOMAINS_CHANGED_COUNTER, 1).await.unwrap();
+        watch.sync().await.unwrap();
+        assert_eq!(
+            (served("byhand.example"), served("sho.rt")),
+            ((true, false), (false, true))
+        );
     }
 }

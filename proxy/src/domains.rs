@@ -10,6 +10,10 @@
 //! reader never waits for a writer); a host in no domain is answered 404 with the default
 //! domain's page, or, when configured, served as the default domain.
 //!
+//! Each domain's app links (docs/spec.md §14), the default domain's included, are built into
+//! their answers with the table, so a `/.well-known/` document costs a request no more than
+//! a 404 page.
+//!
 //! A host not in the table may be a domain added a moment ago: before its 404 the table is
 //! brought up to date from the store ([`DomainRoutes::resync`]: one read of the store's
 //! change counter, the list only when it moved), whatever the path (a code, `/`, or a path
@@ -19,10 +23,12 @@
 //! flood of made-up hosts costs the store a few reads a second, and while it lasts a new
 //! domain is routed by the poll instead.
 
+use crate::app_links::AppLinkAnswers;
 use crate::pages::{DeadEndTargets, DeadEnds};
 use arc_swap::ArcSwap;
 use http::header::HOST;
 use http::Request;
+use rebound_core::app_links::AppLinks;
 use rebound_core::domain::{host_of, is_address, link_key, Domain};
 use std::collections::HashMap;
 use std::future::Future;
@@ -55,11 +61,13 @@ pub enum UnknownHost {
     DefaultDomain,
 }
 
-/// A domain besides the default one: its id (what its links' keys end with) and its pages.
+/// A domain besides the default one: its id (what its links' keys end with), its pages and
+/// its app links.
 #[derive(Debug)]
 pub struct Route {
     pub id: Box<str>,
     pub pages: DeadEnds,
+    pub app_links: AppLinkAnswers,
 }
 
 impl Route {
@@ -86,6 +94,8 @@ pub struct DomainRoutes {
     default_host: Box<str>,
     unknown: UnknownHost,
     table: ArcSwap<HashMap<Box<str>, Arc<Route>>>,
+    /// The default domain's app links, replaced with the table.
+    default_app_links: ArcSwap<AppLinkAnswers>,
     /// Where an unknown host sends the routes to be brought up to date, when set.
     source: OnceLock<Arc<dyn Resync>>,
     /// The pacing of reads for unknown hosts; held while one runs.
@@ -108,6 +118,7 @@ impl DomainRoutes {
             default_host: default_host.trim_end_matches('.').to_ascii_lowercase().into(),
             unknown,
             table: ArcSwap::from_pointee(HashMap::new()),
+            default_app_links: ArcSwap::from_pointee(AppLinkAnswers::default()),
             source: OnceLock::new(),
             resyncs: tokio::sync::Mutex::new(Bucket {
                 tokens: RESYNC_BURST,
@@ -155,10 +166,11 @@ impl DomainRoutes {
         .await;
     }
 
-    /// Replaces the table with `domains`; a domain whose page URL cannot be a `Location`
-    /// (the control plane checks them, so only a store written by hand) gets the built-in
-    /// pages, and is returned.
-    pub fn install(&self, domains: &[Domain]) -> Vec<String> {
+    /// Replaces the table with `domains` and the default domain's app links with
+    /// `default_app_links`; a domain whose page URL cannot be a `Location` (the control
+    /// plane checks them, so only a store written by hand) gets the built-in pages, and is
+    /// returned.
+    pub fn install(&self, domains: &[Domain], default_app_links: &AppLinks) -> Vec<String> {
         let mut refused = Vec::new();
         let table = domains
             .iter()
@@ -175,12 +187,20 @@ impl DomainRoutes {
                 let route = Route {
                     id: d.id.as_str().into(),
                     pages,
+                    app_links: AppLinkAnswers::new(&d.app_links),
                 };
                 (d.name.to_ascii_lowercase().into_boxed_str(), Arc::new(route))
             })
             .collect();
         self.table.store(Arc::new(table));
+        self.default_app_links
+            .store(Arc::new(AppLinkAnswers::new(default_app_links)));
         refused
+    }
+
+    /// The default domain's app links.
+    pub fn default_app_links(&self) -> arc_swap::Guard<Arc<AppLinkAnswers>> {
+        self.default_app_links.load()
     }
 
     /// How many domains besides the default one are routed.
@@ -276,6 +296,7 @@ mod tests {
             pages: DomainPages::default(),
             certificate_error: None,
             certificate_attempt_at: None,
+            app_links: Default::default(),
         }
     }
 
@@ -291,7 +312,10 @@ mod tests {
     fn hosts_route_to_their_domain_the_default_or_nowhere() {
         let routes = DomainRoutes::new("sho.rt", UnknownHost::NotFound);
         assert!(routes
-            .install(&[domain("go.acme.com", "1"), domain("acme.link", "2")])
+            .install(
+                &[domain("go.acme.com", "1"), domain("acme.link", "2")],
+                &AppLinks::default()
+            )
             .is_empty());
         let cases: &[(Option<&str>, Option<&str>)] = &[
             (Some("sho.rt"), Some("default")),
@@ -313,7 +337,7 @@ mod tests {
             assert_eq!(id_of(routes.route(*authority)).as_deref(), *want, "{authority:?}");
         }
         // The table is replaced whole: a removed domain is no longer routed.
-        routes.install(&[domain("acme.link", "2")]);
+        routes.install(&[domain("acme.link", "2")], &AppLinks::default());
         assert_eq!(routes.len(), 1);
         assert_eq!(id_of(routes.route(Some("go.acme.com"))), None);
 
@@ -324,7 +348,7 @@ mod tests {
     #[test]
     fn a_route_builds_its_keys_and_the_authority_comes_from_the_uri_or_host() {
         let routes = DomainRoutes::new("sho.rt", UnknownHost::NotFound);
-        routes.install(&[domain("acme.link", "Zz")]);
+        routes.install(&[domain("acme.link", "Zz")], &AppLinks::default());
         let Routed::Domain(route) = routes.route(Some("acme.link")) else {
             panic!("routed")
         };

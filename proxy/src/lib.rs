@@ -27,10 +27,13 @@
 //! - `capture`: what a redirect captures of who clicked: the visitor and, with breakdowns
 //!   on, the click's dimensions (§13).
 //! - `pages`: the prebuilt 404, 410 and `/` answers (static pages, or configured redirects).
+//! - `app_links`: a domain's app links documents (`/.well-known/…`), prebuilt answers
+//!   (docs/spec.md §14).
 // One exception: `server::RedirectService::listener`, adopting the listening socket an
 // upgrade hands over by its descriptor number. `l1` forbids it outright.
 #![deny(unsafe_code)]
 
+pub mod app_links;
 pub mod capture;
 pub mod clicks;
 pub mod config;

@@ -20,6 +20,8 @@ pub struct ProxyMetrics {
     pub unlock_forms: IntCounter,
     pub unlock_attempts: IntCounterVec,
     pub bad_path: IntCounter,
+    /// App links documents served (docs/spec.md §14).
+    pub app_links: IntCounter,
     /// Requests for a host that is no domain of the fleet (404).
     pub unknown_host: IntCounter,
     /// Domains routed besides the default one.
@@ -116,6 +118,7 @@ impl ProxyMetrics {
                 )?,
             )?,
             bad_path: requests.with_label_values(&["bad_path"]),
+            app_links: requests.with_label_values(&["app_link"]),
             unknown_host: requests.with_label_values(&["unknown_host"]),
             domains_routed: registered(
                 registry,

@@ -26,6 +26,7 @@ use hyper::body::Incoming;
 use pingora::server::configuration::{Opt, ServerConf};
 use pingora::server::{ListenFds, RunArgs, Server, ShutdownSignalWatch, ShutdownWatch};
 use pingora::services::Service;
+use rebound_core::app_links::AppLinkDocument;
 use rebound_core::client::{client_of, forwarded_over_tls, TrustedNetworks};
 use rebound_core::code::is_valid_code;
 use rebound_core::decision::{max_age_seconds, push_location, query_is_forwardable};
@@ -326,6 +327,8 @@ enum Refusal {
     /// An HTTP-01 validation this process did not start: its answer is looked up in the
     /// store.
     SharedChallenge(String),
+    /// An app links document (docs/spec.md §14): the domain's, or 404.
+    AppLink(AppLinkDocument),
 }
 
 /// The headers an answer past memory may read, kept for it: the cookies (a
@@ -367,6 +370,12 @@ impl RedirectAnswers {
                 m.bad_path.inc();
                 Err(Refusal::Root)
             }
+            // `AppLinkDocument::path`s: no code (`.` is not a code character), so looked at
+            // only once a path is not one; counted once answered.
+            Some(".well-known/apple-app-site-association") => {
+                Err(Refusal::AppLink(AppLinkDocument::AppleAppSiteAssociation))
+            }
+            Some(".well-known/assetlinks.json") => Err(Refusal::AppLink(AppLinkDocument::Assetlinks)),
             _ if self.acme.is_some() => {
                 let path = req.uri().path();
                 match (
@@ -394,10 +403,24 @@ impl RedirectAnswers {
     }
 
     /// The answer of a path that is no code, or `/`, on the host `routed`: its domain's
-    /// pages (a host of no domain has no root: 404 with the default domain's).
+    /// pages (a host of no domain has no root: 404 with the default domain's), or its app
+    /// links document (404 where it has none, and on a host of no domain).
     fn refuse_routed(&self, routed: &Routed, refusal: Refusal, head: bool) -> Reply {
         let refusal = match (routed, refusal) {
             (Routed::Unknown, Refusal::Root) => Refusal::Status(StatusCode::NOT_FOUND),
+            (_, Refusal::AppLink(document)) => {
+                let answer = match routed {
+                    Routed::Default => self.routes.default_app_links().answer(document, head),
+                    Routed::Domain(route) => route.app_links.answer(document, head),
+                    Routed::Unknown => None,
+                };
+                if let Some(res) = answer {
+                    self.path.metrics.app_links.inc();
+                    return res;
+                }
+                self.path.metrics.bad_path.inc();
+                Refusal::Status(StatusCode::NOT_FOUND)
+            }
             (_, refusal) => refusal,
         };
         self.refuse_with(Pages::of(routed).get(self), refusal, head)
@@ -411,8 +434,8 @@ impl RedirectAnswers {
             Refusal::Status(StatusCode::GONE) => pages.gone(head),
             Refusal::Status(status) => status_reply(status),
             Refusal::Root => pages.root(head),
-            // Looked up by the caller, never answered here.
-            Refusal::SharedChallenge(_) => pages.not_found(head),
+            // Looked up by the caller (`refuse_routed`), never answered here.
+            Refusal::SharedChallenge(_) | Refusal::AppLink(_) => pages.not_found(head),
             Refusal::Challenge(answer) => {
                 let length = HeaderValue::from(answer.len());
                 let mut res = Response::new(match head {
@@ -1164,5 +1187,116 @@ mod tests {
             post[0].starts_with("HTTP/1.1 405 ") && post.contains(&"content-length: 0".to_owned()),
             "{post:?}"
         );
+    }
+
+    /// The whole answer to `request` (status line, headers and body), as text.
+    async fn answer_of(redirects: &Redirects, request: String) -> String {
+        let edge = Edge::plain(EdgeLimits::default(), PortMetrics::detached());
+        let (mut client, server) = tokio::io::duplex(64 * 1024);
+        let (_stop, shutdown) = tokio::sync::watch::channel(false);
+        let served = tokio::spawn({
+            let redirects = redirects.clone();
+            async move { edge.serve(server, redirects, shutdown).await }
+        });
+        client.write_all(request.as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        client.read_to_end(&mut out).await.unwrap();
+        drop(client);
+        served.await.unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[tokio::test]
+    async fn app_links_are_served_on_their_domain_and_404_where_it_has_none() {
+        use rebound_core::app_links::{AppLinkDocument, AppLinks};
+        use rebound_core::domain::{CertificateSource, Domain, DomainPages};
+        let store = Arc::new(MemoryStore::new());
+        let metrics = ProxyMetrics::register(&prometheus::Registry::new()).unwrap();
+        let clock = Arc::new(ManualClock::at(1_000_000));
+        let path = Arc::new(RedirectPath::new(
+            Arc::new(L1::new(1000)),
+            Arc::new(IssuedCodeGate::new(1000)),
+            store.clone(),
+            clock.clone(),
+            metrics.clone(),
+            Duration::from_secs(1),
+        ));
+        let clicks = Arc::new(ClickQueue::new(1024, metrics.clone(), clock));
+        let routes = Arc::new(DomainRoutes::new("sho.rt", UnknownHost::NotFound));
+        let (aasa, assetlinks) = (
+            r#"{"applinks":{"details":[{"appIDs":["T.com.acme"],"components":[{"/":"/*"}]}]}}"#,
+            r#"[{"relation":["delegate_permission/common.handle_all_urls"],"target":{"namespace":"android_app","package_name":"com.acme"}}]"#,
+        );
+        let domain = |name: &str, id: &str, app_links: AppLinks| Domain {
+            name: name.into(),
+            id: id.into(),
+            created_at: 0,
+            created_by: "op".into(),
+            certificate: CertificateSource::Files,
+            pages: DomainPages::default(),
+            certificate_error: None,
+            certificate_attempt_at: None,
+            app_links,
+        };
+        routes.install(
+            &[
+                domain(
+                    "go.acme.test",
+                    "1",
+                    AppLinks {
+                        apple_app_site_association: Some(aasa.into()),
+                        assetlinks: Some(assetlinks.into()),
+                    },
+                ),
+                domain("bare.test", "2", AppLinks::default()),
+            ],
+            &AppLinks {
+                apple_app_site_association: None,
+                assetlinks: Some("[]".into()),
+            },
+        );
+        let redirects = Redirects::answering(path, clicks, 5, DeadEnds::default(), None, routes);
+        let (apple, android) = (
+            AppLinkDocument::AppleAppSiteAssociation.path(),
+            AppLinkDocument::Assetlinks.path(),
+        );
+        let cases: &[(&str, &str, Option<&str>)] = &[
+            ("go.acme.test", apple, Some(aasa)),
+            ("GO.ACME.TEST:8080", android, Some(assetlinks)),
+            (
+                "go.acme.test",
+                "/.well-known/apple-app-site-association?x=1",
+                Some(aasa),
+            ),
+            ("bare.test", apple, None),
+            ("bare.test", android, None),
+            ("sho.rt", apple, None),
+            ("sho.rt", android, Some("[]")),
+            ("127.0.0.1", android, Some("[]")),
+            ("evil.example", apple, None),
+            ("go.acme.test", "/.well-known/apple-app-site-association/", None),
+            ("go.acme.test", "/.well-known/assetlinks", None),
+            ("go.acme.test", "/apple-app-site-association", None),
+        ];
+        for (host, path, want) in cases {
+            let request = |method| format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+            let get = answer_of(&redirects, request("GET")).await;
+            let head = head_of(&redirects, request("HEAD")).await;
+            let status = if want.is_some() { "200" } else { "404" };
+            assert!(get.starts_with(&format!("HTTP/1.1 {status} ")), "{host}{path}: {get}");
+            assert_eq!(head, head_of(&redirects, request("GET")).await, "HEAD {host}{path}");
+            if let Some(body) = want {
+                for header in [
+                    "content-type: application/json".to_owned(),
+                    "cache-control: public, max-age=3600".to_owned(),
+                    format!("content-length: {}", body.len()),
+                ] {
+                    assert!(head.contains(&header), "{host}{path}: {header} in {head:?}");
+                }
+                assert!(get.ends_with(&format!("\r\n\r\n{body}")), "{host}{path}: {get}");
+                assert!(!head.iter().any(|h| h.starts_with("location:")), "never a redirect");
+            }
+        }
+        assert_eq!(metrics.app_links.get(), 3 * 5, "two GETs and a HEAD of each one served");
     }
 }

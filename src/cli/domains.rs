@@ -1,10 +1,10 @@
 //! `rebound domains …`: the domains links are served on (docs/spec.md §11). Operators add and
-//! remove them; any key lists and shows the ones it may use.
+//! remove them and set their app links (§14); any key lists and shows the ones it may use.
 
 use super::client::{api_path, Client, NO_BODY};
 use super::output::{as_json, fields, table, Printed};
 use super::{CliError, DomainsCommand};
-use rebound_api_types::{CreateDomainRequest, DomainList, DomainRemoved, DomainView};
+use rebound_api_types::{AppLinksRequest, CreateDomainRequest, DomainList, DomainRemoved, DomainView};
 use reqwest::Method;
 
 /// The fields `add` and `show` print.
@@ -39,6 +39,8 @@ pub(super) async fn run(client: &Client, command: DomainsCommand) -> Result<Prin
                 not_found_url,
                 expired_url,
                 root_url,
+                apple_app_site_association: None,
+                assetlinks: None,
             };
             let added: DomainView = client.send(Method::POST, "/api/v1/domains", Some(&body), &[]).await?;
             let v = as_json(&added);
@@ -90,8 +92,56 @@ pub(super) async fn run(client: &Client, command: DomainsCommand) -> Result<Prin
             };
             (as_json(&removed), text)
         }
+        DomainsCommand::AppLinks {
+            name,
+            apple_app_site_association,
+            assetlinks,
+            remove_apple_app_site_association,
+            remove_assetlinks,
+        } => {
+            let path = api_path(&["api", "v1", "domains", &name], &[])?;
+            let mut domain: DomainView = client.send(Method::GET, &path, NO_BODY, &[]).await?;
+            let changes = [
+                (&apple_app_site_association, remove_apple_app_site_association),
+                (&assetlinks, remove_assetlinks),
+            ];
+            if changes.iter().any(|(file, remove)| file.is_some() || *remove) {
+                // The documents not named are sent back as they are.
+                let document =
+                    |file: &Option<String>, remove: bool, current: Option<serde_json::Value>| match (file, remove) {
+                        (Some(file), _) => read_json_file(file).map(Some),
+                        (None, true) => Ok(None),
+                        (None, false) => Ok(current),
+                    };
+                let body = AppLinksRequest {
+                    apple_app_site_association: document(
+                        &apple_app_site_association,
+                        remove_apple_app_site_association,
+                        domain.apple_app_site_association.take(),
+                    )?,
+                    assetlinks: document(&assetlinks, remove_assetlinks, domain.assetlinks.take())?,
+                };
+                let path = api_path(&["api", "v1", "domains", &name, "app-links"], &[])?;
+                domain = client.send(Method::PUT, &path, Some(&body), &[]).await?;
+            }
+            let v = as_json(&domain);
+            (v.clone(), fields(&v, APP_LINKS_FIELDS))
+        }
     };
     Ok(Printed::Table { json: value, text })
+}
+
+/// The fields `app-links` prints.
+const APP_LINKS_FIELDS: &[&str] = &["name", "apple_app_site_association", "assetlinks"];
+
+/// The JSON in `file` (`-`: standard input).
+fn read_json_file(file: &str) -> Result<serde_json::Value, CliError> {
+    let text = match file {
+        "-" => std::io::read_to_string(std::io::stdin()),
+        path => std::fs::read_to_string(path),
+    }
+    .map_err(|e| CliError(format!("cannot read {file}: {e}")))?;
+    serde_json::from_str(&text).map_err(|e| CliError(format!("{file} is not JSON: {e}")))
 }
 
 /// What a list row says beside the state: why the last order failed, when the stored

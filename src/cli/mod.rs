@@ -252,6 +252,27 @@ pub enum DomainsCommand {
         #[arg(long)]
         take_down: bool,
     },
+    /// Show a domain's app links, or change them (operators): the documents its redirect
+    /// port serves at /.well-known/apple-app-site-association and
+    /// /.well-known/assetlinks.json. A document not named is kept.
+    AppLinks {
+        /// The domain (the default one included).
+        name: String,
+        /// Serve this JSON file (`-`: standard input) as the Apple app-site-association:
+        /// a JSON object.
+        #[arg(long, value_name = "FILE", conflicts_with = "remove_apple_app_site_association")]
+        apple_app_site_association: Option<String>,
+        /// Serve this JSON file (`-`: standard input) as the Android asset links: an array
+        /// of statements.
+        #[arg(long, value_name = "FILE", conflicts_with = "remove_assetlinks")]
+        assetlinks: Option<String>,
+        /// Serve no Apple app-site-association (404).
+        #[arg(long)]
+        remove_apple_app_site_association: bool,
+        /// Serve no asset links (404).
+        #[arg(long)]
+        remove_assetlinks: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -472,6 +472,18 @@ impl crate::domains::DomainStore for MemoryStore {
         self.check()?;
         self.domains.delete_domain(name).await
     }
+    async fn set_app_links(&self, name: &str, app_links: &rebound_core::app_links::AppLinks) -> Result<(), StoreError> {
+        self.check()?;
+        self.domains.set_app_links(name, app_links).await
+    }
+    async fn default_app_links(&self) -> Result<rebound_core::app_links::AppLinks, StoreError> {
+        self.check()?;
+        self.domains.default_app_links().await
+    }
+    async fn set_default_app_links(&self, app_links: &rebound_core::app_links::AppLinks) -> Result<(), StoreError> {
+        self.check()?;
+        self.domains.set_default_app_links(app_links).await
+    }
 }
 
 /// ACME's account and certificates: the fake of `certs`, failing with the rest.

@@ -6,8 +6,8 @@ audit log), open a password-protected link (the form, a wrong password, the righ
 cookie), create a creator key, take a link down and read the audit log, see a threat list
 take a link down and reinstate it, report a link and read the report on the Abuse page,
 delete the link and see the dead-link page; add a domain (and see one refused in the API's
-words), see it pending, create a link on it from the form and follow it on the redirect
-port by its host, scope a creator key to it, remove it (taking its link down when the API
+words), see it pending, set its app links (one refused first) and fetch them on the
+redirect port by its host, create a link on it from the form and follow it there, scope a creator key to it, remove it (taking its link down when the API
 says it has links); and check that a creator key does not get the operator pages. A
 screenshot of every page goes to the results folder it prints.
 
@@ -432,6 +432,34 @@ def main(binary, results):
             expect(domain_rows.first).to_have_attribute("data-domain", "127.0.0.1")
             expect(page.locator("p.notice")).to_contain_text("Domain go.console.test added (pending)")
             run.shot(page, "domains")
+
+            # Its app links, edited as JSON: a refusal in the API's words, then the Android
+            # document alone saved and served on the domain's host.
+            added.get_by_role("button", name="App links of go.console.test").click()
+            expect(page.get_by_role("heading", name="App links of go.console.test")).to_be_visible()
+            apple = page.get_by_label("Apple app-site-association (optional)")
+            android = page.get_by_label("Android asset links (optional)")
+            expect(apple).to_have_value("")
+            android.fill('[{"relation": ["delegate_permission/common.handle_all_urls"], '
+                         '"target": {"namespace": "android_app", "package_name": "com.console.app"}}]')
+            apple.fill("[1]")
+            page.get_by_role("button", name="Save app links").click()
+            app_links_form = page.locator("#app-links-form")
+            expect(app_links_form.get_by_role("alert")).to_contain_text("(invalid_app_links)")
+            apple.fill("")
+            page.get_by_role("button", name="Save app links").click()
+            expect(app_links_form.locator("p.notice")).to_contain_text("App links of go.console.test saved (Android)")
+            expect(added.locator(".domain-app-links")).to_have_text("Android")
+            run.shot(page, "domain-app-links")
+            deadline = time.time() + 15
+            while True:
+                status, _, body = visit(f"{redirect}/.well-known/assetlinks.json", host="go.console.test")
+                if status == 200:
+                    break
+                run.check(time.time() < deadline, f"the app links served within 15 s (got {status})")
+                time.sleep(0.2)
+            run.check(b"com.console.app" in body, f"the saved document is served: {body[:200]!r}")
+            app_links_form.get_by_role("button", name="Close").click()
 
             # A link on it from the form: the default domain is preselected, another chosen.
             page.get_by_role("link", name="New link").click()

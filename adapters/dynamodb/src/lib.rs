@@ -8,7 +8,7 @@
 //! | --- | --- | --- |
 //! | `links` | `code` | links; GSIs `by_owner` (`created_by`, `sort`), `by_time` (`list`, `sort`) and the sparse `pending` (`prop_shard`, `prop_until`: propagations pending); TTL `purge_at` |
 //! | `idempotency` | `pk` = scope + key | first answers of creates; TTL `purge_at` |
-//! | `keys` | `pk` = `hash#…` or `id#…` | API keys by hash (strongly consistent reads) and an id → hash pointer; also `acme#account`, `cert#<domain>`, `certlease#<domain>` and `acmechallenge#<token>` (ACME's account, certificates, order leases and HTTP-01 answers in flight) |
+//! | `keys` | `pk` = `hash#…` or `id#…` | API keys by hash (strongly consistent reads) and an id → hash pointer; also `acme#account`, `cert#<domain>`, `certlease#<domain>` and `acmechallenge#<token>` (ACME's account, certificates, order leases and HTTP-01 answers in flight), `domain#<name>` (a domain: its record and app links) and `default_app_links` |
 //! | `counters` | `name` | the KGS counter (`ADD`; its value is the high-water mark) and settings |
 //! | `aliases` | `code` | the alias index: every custom alias, recorded before its link |
 //! | `rollups` | `code`, `day` | clicks per day (`ADD`) |

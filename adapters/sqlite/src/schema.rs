@@ -93,8 +93,21 @@ CREATE TABLE IF NOT EXISTS certificate_leases (
     owner TEXT NOT NULL,
     until INTEGER NOT NULL
 ) WITHOUT ROWID;
--- The domains besides the default one (docs/spec.md §11), each record as JSON.
-CREATE TABLE IF NOT EXISTS domains (name TEXT PRIMARY KEY, record TEXT NOT NULL) WITHOUT ROWID;
+-- The domains besides the default one (docs/spec.md §11), each record as JSON, and beside
+-- it its app links (docs/spec.md §14), each document's compact JSON or NULL; the columns
+-- added by `add_missing_columns` to an older file.
+CREATE TABLE IF NOT EXISTS domains (
+    name TEXT PRIMARY KEY,
+    record TEXT NOT NULL,
+    apple_app_site_association TEXT,
+    assetlinks TEXT
+) WITHOUT ROWID;
+-- The default domain's app links (it has no record of its own): one row, once set.
+CREATE TABLE IF NOT EXISTS default_app_links (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    apple_app_site_association TEXT,
+    assetlinks TEXT
+);
 -- HTTP-01 answers in flight, for whichever process the CA asks.
 CREATE TABLE IF NOT EXISTS acme_challenges (
     token TEXT PRIMARY KEY,
@@ -137,6 +150,8 @@ pub(crate) const MAIN_ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("links", "target_host", "TEXT"),
     ("links", "domain_id", "TEXT"),
     ("links", "rules", "TEXT"),
+    ("domains", "apple_app_site_association", "TEXT"),
+    ("domains", "assetlinks", "TEXT"),
 ];
 
 /// The indexes on columns an older file gets from `add_missing_columns`: made after it.

@@ -180,16 +180,25 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("rebound.db");
         drop(SqliteStore::open(&path).unwrap());
-        // A file of a version before the certificates' tables.
+        // A file of a version before the certificates' tables, and before app links (a
+        // domain already in it).
         let conn = Connection::open(&path).unwrap();
         conn.execute_batch(
-            "DROP TABLE acme_account; DROP TABLE certificates; DROP TABLE certificate_leases; DROP TABLE acme_challenges;",
+            "DROP TABLE acme_account; DROP TABLE certificates; DROP TABLE certificate_leases; DROP TABLE acme_challenges;
+             DROP TABLE domains; DROP TABLE default_app_links;
+             CREATE TABLE domains (name TEXT PRIMARY KEY, record TEXT NOT NULL) WITHOUT ROWID;
+             INSERT INTO domains VALUES ('old.example', '{\"name\":\"old.example\",\"id\":\"1\",\"created_at\":1,\"created_by\":\"op\"}');",
         )
             .unwrap();
         drop(conn);
         let store = SqliteStore::open(&path).unwrap();
+        use rebound_store::domains::DomainStore;
+        let old = store.get_domain("old.example").await.unwrap().unwrap();
+        assert_eq!((old.id.as_str(), old.app_links.is_empty()), ("1", true));
+        assert!(store.default_app_links().await.unwrap().is_empty());
         rebound_store::certs::contract(&store).await;
         rebound_store::domains::contract(&store).await;
+        assert_eq!(store.get_domain("old.example").await.unwrap(), Some(old));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

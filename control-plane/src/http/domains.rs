@@ -1,7 +1,7 @@
-//! `POST/GET/DELETE /api/v1/domains`: the domains resource's handlers
-//! ([`crate::domains::DomainService`]).
+//! `POST/GET/DELETE /api/v1/domains` and `PUT /api/v1/domains/{name}/app-links`: the domains
+//! resource's handlers ([`crate::domains::DomainService`]).
 
-use super::extract::{bad_query, ApiJson};
+use super::extract::{bad_query, ApiJson, AppLinksJson};
 use crate::auth::Caller;
 use crate::domains::DomainService;
 use crate::error::{ApiError, ErrorBody};
@@ -9,9 +9,9 @@ use crate::ControlPlane;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
-use rebound_api_types::{CreateDomainRequest, DomainList, DomainRemoved, DomainView};
+use rebound_api_types::{AppLinksRequest, CreateDomainRequest, DomainList, DomainRemoved, DomainView};
 use rebound_core::domain::normalize_domain;
 use serde::Deserialize;
 use std::sync::Arc;
@@ -22,16 +22,17 @@ pub(super) fn routes() -> Router<ControlPlane> {
     Router::new()
         .route("/api/v1/domains", post(create_domain).get(list_domains))
         .route("/api/v1/domains/{name}", get(get_domain).delete(delete_domain))
+        .route("/api/v1/domains/{name}/app-links", put(set_app_links))
 }
 
 #[utoipa::path(post, path = "/api/v1/domains", tag = "domains", request_body = CreateDomainRequest,
     responses(
         (status = 201, description = "Added; every proxy routes it within seconds", body = DomainView),
-        (status = 400, description = "Not a DNS name, a bad page URL (one on a host the fleet serves included) or certificate source, or malformed", body = ErrorBody),
+        (status = 400, description = "Not a DNS name, a bad page URL (one on a host the fleet serves included) or certificate source, an app links document of the wrong shape (`invalid_app_links`), or malformed", body = ErrorBody),
         (status = 401, description = "No valid key", body = ErrorBody),
         (status = 403, description = "Not an operator", body = ErrorBody),
         (status = 409, description = "Already added, or the default domain (`domain_exists`); or links, or other domains' page URLs, already target it and would loop once it is served (`domain_targeted`: the message names them)", body = ErrorBody),
-        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 413, description = "Body too large (`payload_too_large`), or an app links document over 64 KiB as compact JSON (`document_too_large`: the message names it)", body = ErrorBody),
         (status = 408, description = "The body did not arrive within the head timeout of its head", body = ErrorBody),
         (status = 415, description = "Body is not JSON", body = ErrorBody),
     ),
@@ -75,6 +76,31 @@ pub(super) async fn get_domain(
 ) -> Result<Json<DomainView>, ApiError> {
     let principal = caller.principal()?;
     Ok(Json(domains.get(&principal, &name).await?))
+}
+
+#[utoipa::path(put, path = "/api/v1/domains/{name}/app-links", tag = "domains", request_body = AppLinksRequest,
+    params(("name" = String, Path, description = "The domain, the default one included")),
+    responses(
+        (status = 200, description = "Set: both documents replaced (null or absent: none served); every proxy serves them within seconds", body = DomainView),
+        (status = 400, description = "A document of the wrong shape (`invalid_app_links`: the message names it), or malformed; nothing changed", body = ErrorBody),
+        (status = 401, description = "No valid key", body = ErrorBody),
+        (status = 403, description = "Not an operator", body = ErrorBody),
+        (status = 404, description = "No such domain", body = ErrorBody),
+        (status = 413, description = "A document over 64 KiB as compact JSON (`document_too_large`: the message names it), or a body over 256 KiB (`payload_too_large`); nothing changed", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within the head timeout of its head", body = ErrorBody),
+        (status = 415, description = "Body is not JSON", body = ErrorBody),
+    ),
+    security(("api_key" = [])))]
+pub(super) async fn set_app_links(
+    State(domains): Domains,
+    caller: Caller,
+    Path(name): Path<String>,
+    body: Result<AppLinksJson<AppLinksRequest>, ApiError>,
+) -> Result<Json<DomainView>, ApiError> {
+    let principal = caller.principal()?;
+    principal.require_operator()?;
+    let AppLinksJson(req) = body?;
+    Ok(Json(domains.set_app_links(&principal, &name, req).await?))
 }
 
 /// The query of `DELETE /api/v1/domains/{name}`.

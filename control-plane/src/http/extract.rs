@@ -26,6 +26,19 @@ pub(crate) struct BodyLimits {
     pub(crate) body_timeout: std::time::Duration,
 }
 
+/// Least body limit of a domain's app links: both documents at their bound
+/// (`rebound_core::app_links::MAX_DOCUMENT_BYTES` each) with room for the JSON around them
+/// and some indentation, so a document over its bound is refused naming it (413
+/// `document_too_large`) rather than as a body too large.
+pub(crate) const MIN_APP_LINKS_BODY_BYTES: usize = 256 * 1024;
+
+impl BodyLimits {
+    /// The body limit of `PUT /api/v1/domains/{name}/app-links`.
+    pub(crate) fn app_links(&self) -> usize {
+        self.max_body_bytes.max(MIN_APP_LINKS_BODY_BYTES)
+    }
+}
+
 /// A JSON request body of type `T`, with the raw bytes kept for idempotency hashing.
 pub struct ApiJson<T> {
     pub value: T,
@@ -62,6 +75,26 @@ where
         read_json(req, limits.max_import_body_bytes, limits.body_timeout)
             .await
             .map(|b: ApiJson<T>| ImportJson(b.value))
+    }
+}
+
+/// The body of a domain's app links: JSON like [`ApiJson`], with their larger limit
+/// ([`BodyLimits::app_links`]).
+pub struct AppLinksJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for AppLinksJson<T>
+where
+    S: Send + Sync,
+    BodyLimits: FromRef<S>,
+    T: DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let limits = BodyLimits::from_ref(state);
+        read_json(req, limits.app_links(), limits.body_timeout)
+            .await
+            .map(|b: ApiJson<T>| AppLinksJson(b.value))
     }
 }
 

@@ -40,9 +40,15 @@ impl utoipa::Modify for CommonResponses {
             ("503", "The store is unavailable; retry"),
         ];
         for item in doc.paths.paths.values_mut() {
-            for op in [&mut item.get, &mut item.post, &mut item.patch, &mut item.delete]
-                .into_iter()
-                .flatten()
+            for op in [
+                &mut item.get,
+                &mut item.post,
+                &mut item.put,
+                &mut item.patch,
+                &mut item.delete,
+            ]
+            .into_iter()
+            .flatten()
             {
                 if op.security.is_none() {
                     continue;
@@ -78,10 +84,10 @@ impl utoipa::Modify for BearerAuth {
     paths(links::create_link, links::import_links, links::get_link, links::edit_link, links::list_links, links::delete_link, links::take_down_link,
         stats::link_stats, stats::stats_summary, keys::create_key, keys::revoke_key, openapi,
         links::link_qr, links::link_audit, keys::whoami,
-        domains::create_domain, domains::list_domains, domains::get_domain, domains::delete_domain,
+        domains::create_domain, domains::list_domains, domains::get_domain, domains::delete_domain, domains::set_app_links,
         abuse::restore_link, abuse::report, abuse::reports, abuse::threat_lists),
     components(schemas(CreateLinkRequest, EditLinkRequest, LinkRule, SplitVariant, RuleOs, RuleDevice, ImportRequest, ImportResults, ImportOutcome, LinkCreated, LinkView, LinkList, TakedownRequest, LinkStats, DayClicks, Breakdown, ValueClicks, StatsSummary, LinkClicks, CreateKeyRequest, KeyCreated, ErrorBody,
-        LinkAudit, AuditEntry, Me, CreateDomainRequest, DomainView, DomainList, DomainRemoved,
+        LinkAudit, AuditEntry, Me, CreateDomainRequest, AppLinksRequest, DomainView, DomainList, DomainRemoved,
         ReportRequest, ReportView, ReportList, ThreatListView, ThreatListsView)),
     modifiers(&BearerAuth, &CommonResponses)
 )]
