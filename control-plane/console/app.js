@@ -77,10 +77,12 @@ function notice(text) {
   return h("p", { class: "notice", role: "status" }, text);
 }
 
-/** Replaces the page with a heading and content, and moves focus to it. */
+/** Replaces the page with a heading and content (null, undefined and false left out, as
+ *  h() leaves them out), and moves focus to it. */
 function page(title, ...content) {
   document.title = `${title} · Rebound console`;
-  main.replaceChildren(h("h1", { tabindex: "-1", id: "page-title" }, title), ...content);
+  const shown = content.flat().filter((c) => c !== null && c !== undefined && c !== false);
+  main.replaceChildren(h("h1", { tabindex: "-1", id: "page-title" }, title), ...shown);
   document.getElementById("page-title").focus();
 }
 
