@@ -62,7 +62,7 @@ function field(label, control, hint) {
   control.id = id;
   const hintEl = hint ? h("span", { class: "hint", id: `${id}-hint` }, hint) : null;
   if (hintEl) control.setAttribute("aria-describedby", hintEl.id);
-  const isCheck = control.type === "checkbox";
+  const isCheck = control.type === "checkbox" || control.type === "radio";
   return isCheck
     ? h("div", { class: "field check" }, control, h("label", { for: id }, label), hintEl)
     : h("div", { class: "field" }, h("label", { for: id }, label), control, hintEl);
@@ -77,10 +77,12 @@ function notice(text) {
   return h("p", { class: "notice", role: "status" }, text);
 }
 
-/** Replaces the page with a heading and content, and moves focus to it. */
+/** Replaces the page with a heading and content (null, undefined and false left out, as
+ *  h() leaves them out), and moves focus to it. */
 function page(title, ...content) {
   document.title = `${title} · Rebound console`;
-  main.replaceChildren(h("h1", { tabindex: "-1", id: "page-title" }, title), ...content);
+  const shown = content.flat().filter((c) => c !== null && c !== undefined && c !== false);
+  main.replaceChildren(h("h1", { tabindex: "-1", id: "page-title" }, title), ...shown);
   document.getElementById("page-title").focus();
 }
 
@@ -278,10 +280,22 @@ async function newLinkPage() {
     ttlField.hidden = expiry.value !== "ttl";
   };
   expiry.addEventListener("change", showExpiry);
+  const rules = rulesEditor([]);
+  const rulesBox = h("details", { id: "new-rules" }, h("summary", {}, "Rules (optional)"),
+    h("p", { class: "hint" }, "Send visitors elsewhere by their country, operating system, device or language, or split them between targets by weight. The first rule that matches decides; none matching, the target URL. " + RULE_MATCHING),
+    rules.element);
   const out = h("div");
   const form = h("form", { class: "stack", on: { submit: async (e) => {
     e.preventDefault();
+    const checkedRules = rules.collect();
+    if (!checkedRules.rules) {
+      rulesBox.open = true;
+      out.replaceChildren(problemsBox(checkedRules.problems));
+      rules.focusFirst(checkedRules.problems);
+      return;
+    }
     const body = { long_url: longUrl.value.trim(), redirect: Number(redirect.value), forward_query: forward.checked };
+    if (checkedRules.rules.length) body.rules = checkedRules.rules;
     if (alias.value.trim()) body.custom_alias = alias.value.trim();
     if (domain) body.domain = domain.value;
     if (expiry.value === "at" && expiresAt.value) body.expires_at = new Date(expiresAt.value).toISOString();
@@ -293,6 +307,10 @@ async function newLinkPage() {
       location.hash = linkHref(link.code, link.domain);
     } catch (err) {
       out.replaceChildren(errorBox(err));
+      if (/^rules\[/.test(err.message)) {
+        rulesBox.open = true;
+        rules.markServer(err.message);
+      }
     }
   } } },
     field("Target URL", longUrl, "An absolute http or https URL."),
@@ -304,6 +322,7 @@ async function newLinkPage() {
     field("Forward the visitor's query string to the target", forward),
     field("Password (optional)", password, "4 to 128 characters. Visitors must enter it before they are redirected; it is stored hashed and never shown again."),
     field("Idempotency key (optional)", idem, "Sending the same key again returns the first answer instead of a second link."),
+    rulesBox,
     h("div", { class: "actions" }, h("button", { type: "submit", class: "primary" }, "Create link")),
   );
   showExpiry();
@@ -442,7 +461,7 @@ async function summaryPage(params) {
   draw();
 }
 
-async function linkPage(code, domain) {
+async function linkPage(code, domain, saved) {
   page(code, h("p", {}, "Loading…"));
   const base = `/api/v1/links/${encodeURIComponent(code)}`;
   const on = onDomain(domain);
@@ -453,6 +472,7 @@ async function linkPage(code, domain) {
     page(code, errorBox(err), h("p", {}, h("a", { href: "#/links" }, "Back to the links")));
     return;
   }
+  const rules = link.rules || [];
   const copied = h("span", { role: "status", class: "hint" });
   const copy = h("button", { type: "button", on: { click: async () => {
     try {
@@ -470,6 +490,9 @@ async function linkPage(code, domain) {
     h("dt", {}, "Redirect"), h("dd", {}, String(link.redirect)),
     h("dt", {}, "Forwards query"), h("dd", {}, link.forward_query ? "yes" : "no"),
     h("dt", {}, "Password"), h("dd", { id: "link-password" }, link.password_protected ? "yes: visitors enter it first" : "no"),
+    h("dt", {}, "Rules"), h("dd", { id: "link-rules" }, rules.length
+      ? h("ol", { class: "rule-list" }, rules.map((r) => h("li", {}, ruleText(r))))
+      : "none: every visitor goes to the target"),
     h("dt", {}, "Created"), h("dd", {}, `${new Date(link.created_at).toLocaleString()} by ${link.created_by}`),
     h("dt", {}, "Expires"), h("dd", {}, link.expires_at ? new Date(link.expires_at).toLocaleString() : "never"),
     h("dt", {}, "Version"), h("dd", {}, String(link.version)),
@@ -510,7 +533,15 @@ async function linkPage(code, domain) {
   const drawChart = () => drawStats(chart, clicksChart);
   const drawBreakdown = () => drawStats(breakdown, breakdownBars, { by: by.value });
   by.addEventListener("change", drawBreakdown);
-  const range = h("form", { class: "inline", on: { submit: (e) => { e.preventDefault(); drawChart(); drawBreakdown(); } } },
+  // Which rule chose each person's target, for a link with rules.
+  const byRule = h("div", { "aria-live": "polite", id: "rule-breakdown" });
+  const drawByRule = () => (rules.length ? drawStats(byRule, (s) => ruleBars(link, s), { by: "rule" }) : null);
+  const range = h("form", { class: "inline", on: { submit: (e) => {
+    e.preventDefault();
+    drawChart();
+    drawByRule();
+    drawBreakdown();
+  } } },
     field("From (UTC day)", from), field("To (UTC day)", to), h("button", { type: "submit" }, "Show clicks"));
 
   const actions = h("div");
@@ -529,6 +560,11 @@ async function linkPage(code, domain) {
   }
   if (link.is_active) {
     actions.append(h("h2", {}, "Edit"), editForm(link, base, on, () => linkPage(code, domain)));
+    actions.append(h("h2", { id: "rules-heading" }, "Rules"),
+      h("p", {}, "Send visitors elsewhere by their country, operating system, device or language, or split them between targets by weight. The first rule that matches a visitor decides; none matching, the target above."),
+      h("p", { class: "hint" }, RULE_MATCHING));
+    if (saved) actions.append(h("p", { class: "notice", role: "status", tabindex: "-1", id: "rules-saved" }, saved));
+    actions.append(rulesForm(link, base, on, (message) => linkPage(code, domain, message)));
     const out = h("div");
     const confirmRow = h("div", { class: "actions", hidden: true },
       h("span", {}, "Delete this link? Visitors will get the not-found page."),
@@ -570,8 +606,11 @@ async function linkPage(code, domain) {
   page(`Link ${code}`,
     h("div", { class: "grid2" }, props, qr),
     h("h2", {}, "Clicks"), range, chart,
+    rules.length ? h("h3", {}, "By rule") : null, rules.length ? byRule : null,
     h("h3", {}, "Who clicked"), field("Break down by", by), breakdown, actions, audit);
+  document.getElementById("rules-saved")?.focus();
   drawChart();
+  drawByRule();
   drawBreakdown();
 }
 
@@ -630,6 +669,397 @@ function editForm(link, base, on, done) {
     field("Expiry", expiry), ttlField,
     field("Password", passwordChoice), newPasswordField,
     h("div", { class: "actions" }, h("button", { type: "submit", class: "primary" }, "Save changes")), out);
+}
+
+// ---- rules (docs/spec.md §14) ---------------------------------------------------------
+
+/** The bounds the API holds a link's rules to (core/src/rules.rs), checked here first. */
+const RULES_MAX = 20, VARIANTS_MIN = 2, VARIANTS_MAX = 10, WEIGHT_MAX = 10000;
+const COUNTRIES_MAX = 250, LANGUAGES_MAX = 32, LANGUAGE_LEN_MAX = 35, TARGET_LEN_MAX = 2048;
+/** The operating systems and devices a rule can name, as the API names them, with a label each. */
+const RULE_OS = [["ios", "iOS"], ["android", "Android"], ["windows", "Windows"], ["macos", "macOS"],
+  ["linux", "Linux"], ["chromeos", "ChromeOS"], ["other", "Other"]];
+const RULE_DEVICES = [["desktop", "Desktop"], ["mobile", "Mobile"], ["tablet", "Tablet"], ["other", "Other"]];
+const RULE_MATCHING = "A visitor matches a rule when every condition it gives holds (within one, any of its values). A rule without a condition matches everyone, so it can only be the last.";
+
+/** The items of a list typed comma- (or space-) separated, blank ones dropped. */
+const itemsOf = (text) => text.split(/[\s,]+/).filter(Boolean);
+const unique = (list) => list.filter((x, i) => list.indexOf(x) === i);
+const labelOf = (pairs, value) => (pairs.find(([v]) => v === value) || [value, value])[1];
+
+/** A language range as the API takes it: subtags of 1 to 8 letters or digits joined by
+ *  "-", the first of letters only, at most 35 characters. */
+const isLanguageTag = (tag) => tag.length <= LANGUAGE_LEN_MAX && tag.split("-").every((sub, i) =>
+  (i === 0 ? /^[A-Za-z]{1,8}$/ : /^[A-Za-z0-9]{1,8}$/).test(sub));
+
+/** A weight as typed, if it is one (a whole number from 1 to 10,000), else null. */
+function weightOf(text) {
+  const t = String(text).trim();
+  return /^[0-9]{1,5}$/.test(t) && Number(t) >= 1 && Number(t) <= WEIGHT_MAX ? Number(t) : null;
+}
+
+const percent = (fraction) => `${Math.round(fraction * 1000) / 10}%`;
+
+/** Each variant's share of a split (its weight over their sum) as text; "—" for a weight
+ *  that is not one. */
+function shares(split) {
+  const weights = split.map((v) => weightOf(v.weight));
+  const sum = weights.reduce((a, w) => a + (w || 0), 0);
+  return weights.map((w) => (w && sum ? percent(w / sum) : "—"));
+}
+
+/** A rule of the API in words: whom it matches, and where it sends them. */
+function ruleText(rule) {
+  const when = [
+    rule.countries?.length ? `country ${rule.countries.join(" or ")}` : null,
+    rule.os?.length ? `OS ${rule.os.map((o) => labelOf(RULE_OS, o)).join(" or ")}` : null,
+    rule.devices?.length ? `device ${rule.devices.map((d) => labelOf(RULE_DEVICES, d)).join(" or ")}` : null,
+    rule.languages?.length ? `language ${rule.languages.join(" or ")}` : null,
+  ].filter(Boolean);
+  const split = rule.split || [];
+  const share = shares(split);
+  const to = split.length ? `split: ${split.map((v, i) => `${v.target} (${share[i]})`).join(", ")}` : rule.target;
+  return `${when.length ? when.join(" and ") : "every visitor"} → ${to}`;
+}
+
+/** What `by=rule` calls `value` (default, N, N/V), in words, from the link's rules as they
+ *  are now. */
+function ruleLabel(link, value) {
+  if (value === "default") return `default → ${link.long_url}`;
+  const [r, v] = value.split("/").map(Number);
+  const rule = (link.rules || [])[r - 1];
+  if (!rule) return `Rule ${value} (no longer on the link)`;
+  if (v) {
+    const variant = (rule.split || [])[v - 1];
+    return variant ? `Rule ${r} · variant ${v} → ${variant.target}` : `Rule ${r} · variant ${v} (no longer on the link)`;
+  }
+  return rule.target ? `Rule ${r} → ${rule.target}` : `Rule ${r} (a split now)`;
+}
+
+/** Where a `by=rule` value sorts: in the rules' order, variants in theirs, default last. */
+function ruleOrder(value) {
+  if (value === "default") return Number.MAX_SAFE_INTEGER;
+  const [r, v] = value.split("/").map(Number);
+  return (r || 0) * 100 + (v || 0);
+}
+
+/** People's clicks by the rule that chose their target, as bars in the rules' order, each
+ *  labelled from the link's rules as they are now, with its clicks and share. */
+function ruleBars(link, stats) {
+  const values = stats.breakdown.values.slice().sort((a, b) => ruleOrder(a.value) - ruleOrder(b.value));
+  if (values.length === 0) {
+    return h("p", { id: "rule-breakdown-empty", class: "hint" }, "No clicks by people in this range.");
+  }
+  const total = values.reduce((a, v) => a + v.clicks, 0);
+  const max = Math.max(1, ...values.map((v) => v.clicks));
+  return h("div", { class: "breakdown" },
+    h("p", { id: "rule-breakdown-counted", class: "hint" },
+      `${total} clicks by people in this range, by the rule that chose their target (labelled with the rules as they are now)`),
+    h("ol", { id: "rule-breakdown-list", "aria-label": "Clicks by rule" }, values.map((v) => {
+      const label = ruleLabel(link, v.value), share = percent(v.clicks / Math.max(1, total));
+      return h("li", { class: "breakdown-row rule-row", "data-value": v.value, "data-clicks": v.clicks, "data-share": share },
+        h("span", { class: "breakdown-value", title: label }, label),
+        h("meter", { class: "breakdown-bar", min: 0, max, value: v.clicks, "aria-hidden": "true" }),
+        h("span", { class: "breakdown-clicks" }, String(v.clicks), h("span", { class: "visually-hidden" }, " clicks,")),
+        h("span", { class: "breakdown-share" }, share));
+    })));
+}
+
+/** The editor of a link's rules, from `initial` (the API's): a fieldset per rule in order,
+ *  to add, remove and reorder, each with its conditions and one target or a split.
+ *  `collect()` checks them by the API's bounds and marks each problem at its field:
+ *  {rules (to send; null when there are problems), problems}. `markServer(message)` marks
+ *  the field a refusal of the API names (`rules[N].field: …`). */
+function rulesEditor(initial) {
+  const blankSplit = () => [{ target: "", weight: "50" }, { target: "", weight: "50" }];
+  const stateOf = (r = {}) => ({
+    countries: (r.countries || []).join(", "),
+    os: new Set(r.os || []),
+    devices: new Set(r.devices || []),
+    languages: (r.languages || []).join(", "),
+    mode: r.split && r.split.length ? "split" : "target",
+    target: r.target || "",
+    split: r.split && r.split.length ? r.split.map((v) => ({ target: v.target, weight: String(v.weight) })) : blankSplit(),
+  });
+  const states = initial.map(stateOf);
+  let marks = new Map(); // a field's key (its control's id) → {control, error}
+  const list = h("ol", { class: "rules", id: "rules-list", "aria-label": "Rules, in order: the first that matches a visitor decides" });
+  const status = h("p", { class: "visually-hidden", role: "status", id: "rules-status" });
+  const say = (text) => { status.textContent = text; };
+  const addRule = h("button", { type: "button", id: "add-rule", on: { click: () => {
+    states.push(stateOf());
+    draw();
+    say(`Rule ${states.length} added.`);
+    focusId(`rule-${states.length}-countries`);
+  } } }, "Add rule");
+  const count = h("span", { class: "hint", id: "rules-count" });
+  const root = h("div", { class: "rules-editor" }, list, h("div", { class: "actions" }, addRule, count), status);
+  const focusId = (id) => root.querySelector(`#${id}`)?.focus();
+
+  /** A labelled control with a slot for its problem, under its id. */
+  const withError = (label, control, hint) => {
+    const wrap = field(label, control, hint);
+    const error = h("span", { class: "field-error", id: `${control.id}-error`, hidden: true });
+    wrap.append(error);
+    marks.set(control.id, { control, error });
+    return wrap;
+  };
+  const textInput = (id, value, placeholder, set, extra = {}) => h("input", { type: "text", id, value, placeholder,
+    autocomplete: "off", spellcheck: "false", ...extra, on: { input: (e) => set(e.target.value) } });
+
+  const drawSplit = (s, n) => {
+    const id = `rule-${n}`;
+    const outputs = [];
+    const update = () => shares(s.split).forEach((t, j) => { outputs[j].textContent = t; });
+    const rows = s.split.map((v, j) => {
+      const m = j + 1, vid = `${id}-variant-${m}`;
+      const target = textInput(`${vid}-target`, v.target, "https://example.com/a", (t) => { v.target = t; }, { inputmode: "url" });
+      const weight = textInput(`${vid}-weight`, v.weight, "1 to 10000", (t) => { v.weight = t; update(); }, { inputmode: "numeric" });
+      const share = h("output", { id: `${vid}-share`, for: weight.id, class: "share" });
+      outputs.push(share);
+      return h("li", { class: "variant", id: vid },
+        withError(`Variant ${m} target URL`, target),
+        withError(`Variant ${m} weight`, weight),
+        h("div", { class: "field" }, h("span", { class: "label" }, "Share"), share),
+        h("button", { type: "button", id: `${vid}-remove`, on: { click: () => {
+          s.split.splice(j, 1);
+          draw();
+          say(`Variant ${m} of rule ${n} removed.`);
+          focusId(`${id}-add-variant`);
+        } } }, "Remove", h("span", { class: "visually-hidden" }, ` variant ${m} of rule ${n}`)));
+    });
+    update();
+    const error = h("p", { class: "field-error", id: `${id}-split-error`, hidden: true });
+    marks.set(`${id}-split`, { control: null, error });
+    return h("div", { class: "split", id: `${id}-split` },
+      h("ol", { class: "variants", "aria-label": `Split of rule ${n}` }, rows), error,
+      h("div", { class: "actions" },
+        h("button", { type: "button", id: `${id}-add-variant`, disabled: s.split.length >= VARIANTS_MAX, on: { click: () => {
+          s.split.push({ target: "", weight: "50" });
+          draw();
+          say(`Variant ${s.split.length} of rule ${n} added.`);
+          focusId(`${id}-variant-${s.split.length}-target`);
+        } } }, "Add variant", h("span", { class: "visually-hidden" }, ` to rule ${n}`)),
+        h("span", { class: "hint" }, `${VARIANTS_MIN} to ${VARIANTS_MAX} variants, weights 1 to 10,000; a variant's share is its weight over their sum, and a visitor keeps seeing the same one.`)));
+  };
+
+  const drawRule = (s, i) => {
+    const n = i + 1, id = `rule-${n}`;
+    const choices = (name, legend, pairs, set) => h("fieldset", { class: "choices row", id: `${id}-${name}` },
+      h("legend", {}, legend),
+      pairs.map(([value, label]) => field(label, h("input", { type: "checkbox", id: `${id}-${name}-${value}`, value,
+        checked: set.has(value), on: { change: (e) => (e.target.checked ? set.add(value) : set.delete(value)) } }))));
+    const targetBox = h("div", { class: "rule-target" }, withError("Target URL",
+      textInput(`${id}-target`, s.target, "https://example.com/page", (t) => { s.target = t; }, { inputmode: "url" }),
+      "Where the visitors this rule matches go: an http or https URL."));
+    const splitBox = drawSplit(s, n);
+    const showMode = () => {
+      targetBox.hidden = s.mode !== "target";
+      splitBox.hidden = s.mode !== "split";
+    };
+    showMode();
+    const radio = (value, label) => field(label, h("input", { type: "radio", name: `${id}-mode`, id: `${id}-mode-${value}`, value,
+      checked: s.mode === value, on: { change: () => { s.mode = value; showMode(); } } }));
+    const error = h("p", { class: "field-error", id: `${id}-error`, hidden: true });
+    marks.set(id, { control: null, error });
+    const move = (to, word) => () => {
+      const [moved] = states.splice(i, 1);
+      states.splice(to, 0, moved);
+      draw();
+      say(`Rule ${n} moved ${word}: it is rule ${to + 1} now.`);
+      focusId(to === 0 ? `rule-1-down` : `rule-${to + 1}-up`);
+    };
+    return h("li", { class: "rule-item" }, h("fieldset", { class: "rule", id },
+      h("legend", {}, `Rule ${n}`),
+      error,
+      h("div", { class: "rule-when" },
+        withError("Countries", textInput(`${id}-countries`, s.countries, "DE, NL", (t) => { s.countries = t; }),
+          "Two-letter codes (ISO 3166-1), comma-separated."),
+        withError("Languages", textInput(`${id}-languages`, s.languages, "fr, pt-BR", (t) => { s.languages = t; }),
+          "Language tags, comma-separated; fr also matches fr-CA."),
+        choices("os", "Operating systems", RULE_OS, s.os),
+        choices("devices", "Devices", RULE_DEVICES, s.devices)),
+      h("fieldset", { class: "choices row", id: `${id}-mode` }, h("legend", {}, "Sends the visitors it matches to"),
+        radio("target", "One target"), radio("split", "A split by weight")),
+      targetBox, splitBox,
+      h("div", { class: "actions" },
+        h("button", { type: "button", id: `${id}-up`, disabled: i === 0, on: { click: move(i - 1, "up") } },
+          "Move up", h("span", { class: "visually-hidden" }, ` (rule ${n})`)),
+        h("button", { type: "button", id: `${id}-down`, disabled: i === states.length - 1, on: { click: move(i + 1, "down") } },
+          "Move down", h("span", { class: "visually-hidden" }, ` (rule ${n})`)),
+        h("button", { type: "button", class: "danger", id: `${id}-remove`, on: { click: () => {
+          states.splice(i, 1);
+          draw();
+          say(`Rule ${n} removed.`);
+          focusId(states.length ? `rule-${Math.min(n, states.length)}-countries` : "add-rule");
+        } } }, "Remove rule", h("span", { class: "visually-hidden" }, ` ${n}`)))));
+  };
+
+  const draw = () => {
+    marks = new Map();
+    list.replaceChildren(...states.map(drawRule));
+    addRule.disabled = states.length >= RULES_MAX;
+    count.textContent = states.length === 0
+      ? "No rules: every visitor goes to the link's target."
+      : `${states.length} of at most ${RULES_MAX} rules. The first that matches a visitor decides; none matching, the link's target.`;
+  };
+
+  const clear = () => {
+    for (const { control, error } of marks.values()) {
+      error.hidden = true;
+      error.textContent = "";
+      if (control) control.removeAttribute("aria-invalid");
+    }
+  };
+  /** Shows `message` at the field `key`; false when there is no such field. */
+  const mark = (key, message) => {
+    const m = key && marks.get(key);
+    if (!m) return false;
+    m.error.textContent = message;
+    m.error.hidden = false;
+    if (m.control) {
+      m.control.setAttribute("aria-invalid", "true");
+      const described = (m.control.getAttribute("aria-describedby") || "").split(" ").filter(Boolean);
+      if (!described.includes(m.error.id)) m.control.setAttribute("aria-describedby", [...described, m.error.id].join(" "));
+    }
+    return true;
+  };
+  /** Focuses the control of the first problem (or its rule's first field). */
+  const focusFirst = (problems) => {
+    const p = problems.find((x) => x.key);
+    if (!p) return;
+    const m = marks.get(p.key);
+    const rule = p.key.replace(/^(rule-[0-9]+).*$/, "$1");
+    if (m && m.control) m.control.focus();
+    else if (p.key.endsWith("-split")) focusId(`${rule}-add-variant`);
+    else focusId(`${rule}-countries`);
+  };
+
+  const collect = () => {
+    clear();
+    const problems = [];
+    const problem = (key, where, message) => problems.push({ key, where, message });
+    if (states.length > RULES_MAX) problem(null, "", `A link has at most ${RULES_MAX} rules, not ${states.length}.`);
+    const languagesSeen = [];
+    const rules = states.map((s, i) => {
+      const n = i + 1, id = `rule-${n}`, rule = {};
+      const countries = itemsOf(s.countries);
+      const badCountry = countries.find((c) => !/^[A-Za-z]{2}$/.test(c));
+      if (badCountry) {
+        problem(`${id}-countries`, `Rule ${n}, countries`, `“${badCountry}” is not a two-letter country code (ISO 3166-1, like DE).`);
+      } else if (countries.length > COUNTRIES_MAX) {
+        problem(`${id}-countries`, `Rule ${n}, countries`, `At most ${COUNTRIES_MAX} countries, not ${countries.length}.`);
+      }
+      if (countries.length) rule.countries = unique(countries.map((c) => c.toUpperCase()));
+      const os = RULE_OS.map(([v]) => v).filter((v) => s.os.has(v));
+      if (os.length) rule.os = os;
+      const devices = RULE_DEVICES.map(([v]) => v).filter((v) => s.devices.has(v));
+      if (devices.length) rule.devices = devices;
+      const languages = itemsOf(s.languages);
+      const badLanguage = languages.find((l) => !isLanguageTag(l));
+      if (badLanguage) {
+        problem(`${id}-languages`, `Rule ${n}, languages`,
+          `“${badLanguage}” is not a language tag (like fr or pt-BR: subtags of 1 to 8 letters or digits joined by -, the first of letters, at most ${LANGUAGE_LEN_MAX} characters).`);
+      } else if (languages.length > LANGUAGES_MAX) {
+        problem(`${id}-languages`, `Rule ${n}, languages`, `At most ${LANGUAGES_MAX} languages, not ${languages.length}.`);
+      }
+      if (languages.length) rule.languages = unique(languages.map((l) => l.toLowerCase()));
+      for (const l of rule.languages || []) if (!languagesSeen.includes(l)) languagesSeen.push(l);
+      if (s.mode === "target") {
+        rule.target = s.target.trim();
+        if (!rule.target) problem(`${id}-target`, `Rule ${n}, target`, "Give the URL this rule sends its visitors to.");
+        else if (rule.target.length > TARGET_LEN_MAX) problem(`${id}-target`, `Rule ${n}, target`, `At most ${TARGET_LEN_MAX} characters.`);
+      } else {
+        const k = s.split.length;
+        if (k < VARIANTS_MIN || k > VARIANTS_MAX) {
+          problem(`${id}-split`, `Rule ${n}, split`, `A split has ${VARIANTS_MIN} to ${VARIANTS_MAX} variants, not ${k}: ` +
+            (k < VARIANTS_MIN ? "add a variant, or send to one target instead." : "remove some."));
+        }
+        rule.split = s.split.map((v, j) => {
+          const vid = `${id}-variant-${j + 1}`, where = `Rule ${n}, variant ${j + 1}`;
+          const target = v.target.trim(), weight = weightOf(v.weight);
+          if (!target) problem(`${vid}-target`, where, "Give the variant's target URL.");
+          else if (target.length > TARGET_LEN_MAX) problem(`${vid}-target`, where, `At most ${TARGET_LEN_MAX} characters.`);
+          if (weight === null) {
+            const typed = String(v.weight).trim();
+            problem(`${vid}-weight`, where, `A weight is a whole number from 1 to 10,000${typed ? `, not ${typed}` : ""}.`);
+          }
+          return { target, weight };
+        });
+      }
+      if (!rule.countries && !rule.os && !rule.devices && !rule.languages && i < states.length - 1) {
+        problem(id, `Rule ${n}`, `It has no condition, so it matches every visitor and the rules after it could never match: give it a condition, or move it last.`);
+      }
+      return rule;
+    });
+    if (languagesSeen.length > LANGUAGES_MAX) {
+      problem(null, "", `The rules name at most ${LANGUAGES_MAX} different languages, not ${languagesSeen.length}.`);
+    }
+    for (const p of problems) mark(p.key, p.message);
+    return { rules: problems.length ? null : rules, problems };
+  };
+
+  /** Marks the field an API refusal names (`rules[2].split[1].weight: …`), and focuses it. */
+  const markServer = (message) => {
+    const m = /^rules\[([0-9]+)\]\.([^:\s]*):\s*(.*)$/.exec(message || "");
+    if (!m) return;
+    const id = `rule-${m[1]}`;
+    const key = m[2] ? `${id}-${m[2].replace(/^split\[([0-9]+)\]\./, "variant-$1-")}` : id;
+    const at = marks.has(key) ? key : id;
+    mark(at, m[3]);
+    focusFirst([{ key: at }]);
+  };
+
+  draw();
+  return { element: root, collect, markServer, focusFirst };
+}
+
+/** What went wrong with rules before anything was sent, each where it is. */
+function problemsBox(problems) {
+  return h("div", { class: "error", role: "alert", id: "rules-problems" },
+    h("p", {}, problems.length === 1 ? "1 problem with the rules; nothing was sent:" : `${problems.length} problems with the rules; nothing was sent:`),
+    h("ul", {}, problems.map((p) => h("li", {}, p.where ? `${p.where}: ${p.message}` : p.message))));
+}
+
+/** The rules of an active link, edited and saved at the version shown (If-Match): a change
+ *  made meanwhile elsewhere is refused (412) and said so, never overwritten. Checked here
+ *  before anything is sent; a refusal of the API is shown in its words, at its field. */
+function rulesForm(link, base, on, done) {
+  const editor = rulesEditor(link.rules || []);
+  const out = h("div", { id: "rules-out", "aria-live": "polite" });
+  const saveButton = h("button", { type: "submit", class: "primary" }, "Save rules");
+  return h("form", { class: "rules-form", id: "rules-form", novalidate: true, on: { submit: async (e) => {
+    e.preventDefault();
+    const { rules, problems } = editor.collect();
+    if (!rules) {
+      out.replaceChildren(problemsBox(problems));
+      editor.focusFirst(problems);
+      return;
+    }
+    if (JSON.stringify(rules) === JSON.stringify(link.rules || [])) {
+      out.replaceChildren(notice("Nothing to change."));
+      return;
+    }
+    out.replaceChildren(h("p", { class: "hint" }, "Saving…"));
+    saveButton.disabled = true;
+    try {
+      const saved = await api("PATCH", `${base}${on}`, { body: { rules }, headers: { "If-Match": `"${link.version}"` } });
+      const n = rules.length === 1 ? "1 rule" : `${rules.length} rules`;
+      done(rules.length ? `Rules saved: ${n}, version ${saved.version}. Every proxy answers by them now.` : "Rules removed.");
+    } catch (err) {
+      saveButton.disabled = false;
+      if (err.status === 412) {
+        out.replaceChildren(errorBox(new ApiError(412, err.code,
+          `Someone changed this link since you opened it (${err.message}). Nothing was saved: reload to see the change, then edit the rules again.`)),
+        h("button", { type: "button", id: "rules-reload", on: { click: () => done() } }, "Reload the link"));
+      } else {
+        out.replaceChildren(errorBox(err));
+        editor.markServer(err.message);
+      }
+    }
+  } } },
+    editor.element,
+    h("div", { class: "actions" }, saveButton), out);
 }
 
 /** What an edit changed, as `field: old → new` lines. */

@@ -1,19 +1,24 @@
 """The console in real headless Chromium (Debian's /usr/bin/chromium, driven by Playwright),
 against the real all-in-one binary on free loopback ports: sign in, create a link, find it,
-click it on the redirect port, see the clicks on its chart, download its QR code and decode
-it back to the short URL (zbarimg), edit its target (a stale edit refused, the edit in the
-audit log), open a password-protected link (the form, a wrong password, the right one, the
-cookie), create a creator key, take a link down and read the audit log, see a threat list
-take a link down and reinstate it, report a link and read the report on the Abuse page,
-delete the link and see the dead-link page; add a domain (and see one refused in the API's
-words), see it pending, set its app links (one refused first) and fetch them on the
-redirect port by its host, create a link on it from the form and follow it there, scope a creator key to it, remove it (taking its link down when the API
-says it has links); and check that a creator key does not get the operator pages. A
+click it on the redirect port, see the clicks on its chart, download its QR code and decode it
+back to the short URL (zbarimg), edit its target (a stale edit refused, the edit in the audit
+log), open a password-protected link (the form, a wrong password, the right one, the cookie),
+give a link rules in the rules editor (a rule on create; a country rule and a split added, bad
+input refused in the page with nothing sent, a refusal of the API shown at its field, a stale
+save refused, the saved rules exactly what the API then returns) and see visitors' clicks per
+rule and split variant beside them, create a creator key, take a link down and read the audit
+log, see a threat list take a link down and reinstate it, report a link and read the report on
+the Abuse page, delete the link and see the dead-link page; add a domain (and see one refused
+in the API's words), see it pending, set its app links (one refused first) and fetch them on
+the redirect port by its host, create a link on it from the form and follow it there, scope a
+creator key to it, remove it (taking its link down when the API says it has links); and check
+that a creator key does not get the operator pages. A
 screenshot of every page goes to the results folder it prints.
 
 Usage: python3 tests/browser/console.py BINARY RESULTS_DIR
 """
 
+import json
 import os
 import re
 import shutil
@@ -44,13 +49,15 @@ class NoRedirect(urllib.request.HTTPRedirectHandler):
 
 # A person's browser: urllib's own agent (Python-urllib) is counted as a bot's.
 BROWSER = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"
+IPHONE = ("Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 "
+          "(KHTML, like Gecko) Version/17.5 Mobile/15E148 Safari/604.1")
 
 
-def visit(url, host=None, agent=BROWSER, method="GET"):
-    """`method` (GET) without following redirects, with `host` as Host when given and
-    `agent` as User-Agent: (status, Location, body)."""
+def visit(url, host=None, agent=BROWSER, method="GET", headers=None):
+    """`method` (GET) without following redirects, with `host` as Host when given, `agent`
+    as User-Agent and `headers` besides: (status, Location, body)."""
     opener = urllib.request.build_opener(NoRedirect)
-    headers = {"User-Agent": agent}
+    headers = {"User-Agent": agent, **(headers or {})}
     if host:
         headers["Host"] = host
     req = urllib.request.Request(url, headers=headers, method=method)
@@ -75,6 +82,10 @@ def start_rebound(binary, data_dir):
         # A local threat list, loaded every second; the test adds a host to it.
         "REBOUND_THREAT_LISTS": f"local=domains:{os.path.join(data_dir, 'blocked-hosts.txt')}",
         "REBOUND_THREAT_REFRESH_SECS": "1",
+        # The test stands for a CDN in front: from loopback, X-Forwarded-For names the
+        # visitor and CF-IPCountry their country (the rules test's visitors).
+        "REBOUND_TRUSTED_NETWORKS": "127.0.0.1",
+        "REBOUND_COUNTRY_HEADER": "cloudflare",
     }
     with open(os.path.join(data_dir, "blocked-hosts.txt"), "w") as f:
         f.write("# the browser test's list\nnever-used.example\n")
@@ -105,6 +116,203 @@ class Run:
         self.checks += 1
         if not ok:
             raise AssertionError(what)
+
+
+def api_call(console, method, path, body=None, headers=None):
+    """A call of the API with the operator key: (status, the JSON answer or None)."""
+    headers = {"Authorization": f"Bearer {OPERATOR_KEY}", **(headers or {})}
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers["Content-Type"] = "application/json"
+    req = urllib.request.Request(console + path, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as res:
+            return res.status, json.loads(res.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+def share(clicks, total):
+    """A share as the console writes it: 25%, 12.5%."""
+    return f"{round(1000 * clicks / total) / 10:g}%"
+
+
+def rules_editor(run, page, console, redirect):
+    """Rules on a link (docs/spec.md §14) through the console, as a person sets them up:
+    one on create, then a country rule and a split added on the link's page; bad input
+    refused in the page with nothing sent; a refusal of the API in its words at its field;
+    a stale save refused; the saved rules exactly what the API returns; then visitors sent
+    by each rule, and their clicks per rule and variant beside the rules."""
+    rule = lambda n: page.locator(f"#rule-{n}")
+    os_of = lambda n: rule(n).get_by_role("group", name="Operating systems")
+
+    # A link with a language rule, from the New link form.
+    page.get_by_role("link", name="New link").click()
+    page.get_by_label("Target URL").fill("https://example.com/web")
+    page.get_by_label("Custom alias (optional)").fill("console-rules")
+    page.locator("#new-rules > summary").click()
+    page.get_by_role("button", name="Add rule").click()
+    expect(rule(1).get_by_label("Countries")).to_be_focused()
+    rule(1).get_by_label("Languages").fill("fr")
+    rule(1).get_by_label("Target URL", exact=True).fill("https://example.com/fr")
+    run.shot(page, "new-link-with-a-rule")
+    page.get_by_role("button", name="Create link").click()
+    expect(page.get_by_role("heading", name="Link console-rules")).to_be_visible()
+    expect(page.locator("#link-rules li")).to_have_text(["language fr → https://example.com/fr"])
+    expect(rule(1).get_by_label("Languages")).to_have_value("fr")
+    run.check(api_call(console, "GET", "/api/v1/links/console-rules")[1]["rules"]
+              == [{"languages": ["fr"], "target": "https://example.com/fr"}], "the rule made on create")
+
+    # Changed elsewhere meanwhile: the page's save is refused, says so, offers a reload.
+    status, link = api_call(console, "PATCH", "/api/v1/links/console-rules", {"forward_query": True},
+                            {"If-Match": '"1"'})
+    run.check(status == 200, f"the API edit went through: {status} {link}")
+    rule(1).get_by_label("Languages").fill("fr, it")
+    page.get_by_role("button", name="Save rules").click()
+    expect(page.locator("#rules-out").get_by_role("alert")).to_contain_text(
+        "Someone changed this link since you opened it")
+    run.shot(page, "rules-stale")
+    page.get_by_role("button", name="Reload the link").click()
+    expect(rule(1).get_by_label("Languages")).to_have_value("fr")
+    run.check(api_call(console, "GET", "/api/v1/links/console-rules")[1]["rules"]
+              == [{"languages": ["fr"], "target": "https://example.com/fr"}], "the stale save changed nothing")
+
+    # Add a country rule and a split rule, with mistakes: refused in the page, each at its
+    # field, and nothing sent.
+    patches = []
+    on_request = lambda r: r.method == "PATCH" and patches.append(r.url)
+    page.on("request", on_request)
+    page.get_by_role("button", name="Add rule").click()
+    rule(2).get_by_label("Countries").fill("Germany")
+    rule(2).get_by_label("Target URL", exact=True).fill("https://example.com/eu")
+    page.get_by_role("button", name="Add rule").click()
+    os_of(3).get_by_label("Windows").check()
+    os_of(3).get_by_label("Linux").check()
+    rule(3).get_by_label("A split by weight").check()
+    expect(rule(3).get_by_label("Target URL", exact=True)).to_be_hidden()
+    expect(page.locator("#rule-3-variant-1-share")).to_have_text("50%")
+    rule(3).get_by_label("Variant 1 target URL").fill("https://example.com/a")
+    rule(3).get_by_role("button", name="Remove variant 2 of rule 3").click()
+    expect(page.locator("#rule-3-variant-1-share")).to_have_text("100%")
+    page.get_by_role("button", name="Save rules").click()
+    problems = page.locator("#rules-problems")
+    expect(problems).to_contain_text("2 problems with the rules; nothing was sent")
+    expect(problems.locator("li")).to_have_text([
+        "Rule 2, countries: “Germany” is not a two-letter country code (ISO 3166-1, like DE).",
+        "Rule 3, split: A split has 2 to 10 variants, not 1: add a variant, or send to one target instead.",
+    ])
+    expect(page.locator("#rule-2-countries-error")).to_have_text(
+        "“Germany” is not a two-letter country code (ISO 3166-1, like DE).")
+    expect(rule(2).get_by_label("Countries")).to_have_attribute("aria-invalid", "true")
+    expect(rule(2).get_by_label("Countries")).to_be_focused()
+    expect(page.locator("#rule-3-split-error")).to_contain_text("not 1")
+    run.shot(page, "rules-refused-in-the-page")
+    # A weight out of bounds too.
+    rule(2).get_by_label("Countries").fill("de, nl")
+    rule(3).get_by_role("button", name="Add variant to rule 3").click()
+    expect(rule(3).get_by_label("Variant 2 target URL")).to_be_focused()
+    rule(3).get_by_label("Variant 2 target URL").fill("ftp://example.com/b")
+    rule(3).get_by_label("Variant 1 weight").fill("3")
+    rule(3).get_by_label("Variant 2 weight").fill("0")
+    expect(page.locator("#rule-3-variant-2-share")).to_have_text("—")
+    page.get_by_role("button", name="Save rules").click()
+    expect(problems.locator("li")).to_have_text(
+        ["Rule 3, variant 2: A weight is a whole number from 1 to 10,000, not 0."])
+    expect(page.locator("#rule-2-countries-error")).to_be_hidden()
+    expect(rule(3).get_by_label("Variant 2 weight")).to_be_focused()
+    rule(3).get_by_label("Variant 2 weight").fill("1")
+    expect(page.locator("#rule-3-variant-1-share")).to_have_text("75%")
+    expect(page.locator("#rule-3-variant-2-share")).to_have_text("25%")
+    run.check(patches == [], f"nothing sent while the page refuses: {patches}")
+
+    # Reorder: the country rule first.
+    rule(2).get_by_role("button", name="Move up (rule 2)").click()
+    expect(rule(1).get_by_label("Countries")).to_have_value("de, nl")
+    expect(rule(2).get_by_label("Languages")).to_have_value("fr")
+    expect(page.get_by_role("button", name="Move down (rule 1)")).to_be_focused()
+    # The API refuses the ftp target: its words, at the field it names.
+    page.get_by_role("button", name="Save rules").click()
+    out = page.locator("#rules-out").get_by_role("alert")
+    expect(out).to_contain_text("rules[3].split[2].target")
+    expect(out).to_contain_text("(invalid_url)")
+    expect(page.locator("#rule-3-variant-2-target-error")).to_be_visible()
+    expect(rule(3).get_by_label("Variant 2 target URL")).to_have_attribute("aria-invalid", "true")
+    run.shot(page, "rules-refused-by-the-api")
+    run.check(len(patches) == 1, f"one save sent: {patches}")
+
+    # Saved: exactly these rules, in this order, as the API gives them back.
+    rule(3).get_by_label("Variant 2 target URL").fill("https://example.com/b")
+    page.get_by_role("button", name="Save rules").click()
+    expect(page.locator("#rules-saved")).to_contain_text("Rules saved: 3 rules")
+    page.remove_listener("request", on_request)
+    want = [
+        {"countries": ["DE", "NL"], "target": "https://example.com/eu"},
+        {"languages": ["fr"], "target": "https://example.com/fr"},
+        {"os": ["windows", "linux"], "split": [{"target": "https://example.com/a", "weight": 3},
+                                               {"target": "https://example.com/b", "weight": 1}]},
+    ]
+    got = api_call(console, "GET", "/api/v1/links/console-rules")[1]["rules"]
+    run.check(got == want, f"the API returns the rules saved: {got}")
+    expect(page.locator("#link-rules li")).to_have_text([
+        "country DE or NL → https://example.com/eu",
+        "language fr → https://example.com/fr",
+        "OS Windows or Linux → split: https://example.com/a (75%), https://example.com/b (25%)",
+    ])
+    expect(rule(3).get_by_label("A split by weight")).to_be_checked()
+    expect(rule(3).get_by_label("Variant 2 weight")).to_have_value("1")
+    run.shot(page, "rules-saved")
+
+    # Visitors, each by the rule meant for them (the test is the CDN: X-Forwarded-For and
+    # CF-IPCountry): two from Germany, an iPhone in French, eight Linux desktops split (the
+    # split is a fixed hash of the visitor: these eight land on both variants), and an
+    # iPhone in English that no rule matches.
+    short = f"{redirect}/console-rules"
+    want_clicks = {}
+
+    def send(headers, agent, targets, value):
+        status, location, _ = visit(short, agent=agent, headers=headers)
+        run.check(status == 302 and location in targets, f"{headers} {agent}: {status} {location}")
+        value = value if isinstance(value, str) else value[targets.index(location)]
+        want_clicks[value] = want_clicks.get(value, 0) + 1
+
+    for i in range(2):
+        send({"X-Forwarded-For": f"198.51.100.{i + 1}", "CF-IPCountry": "DE"}, BROWSER,
+             ["https://example.com/eu"], "1")
+    send({"X-Forwarded-For": "198.51.100.20", "Accept-Language": "fr-FR,fr;q=0.9"}, IPHONE,
+         ["https://example.com/fr"], "2")
+    for i in range(8):
+        send({"X-Forwarded-For": f"203.0.113.{i + 1}"}, BROWSER,
+             ["https://example.com/a", "https://example.com/b"], ["3/1", "3/2"])
+    run.check("3/1" in want_clicks and "3/2" in want_clicks, f"both variants answered: {want_clicks}")
+    send({"X-Forwarded-For": "198.51.100.30", "Accept-Language": "en-US"}, IPHONE,
+         ["https://example.com/web"], "default")
+
+    # Their clicks per rule and variant beside the rules, labelled from them.
+    total = sum(want_clicks.values())
+    deadline = time.time() + 30
+    while not page.locator("#rule-breakdown").inner_text().startswith(f"{total} clicks by people"):
+        run.check(time.time() < deadline, f"the {total} clicks by rule within 30 s")
+        page.get_by_role("button", name="Show clicks").click()
+        page.wait_for_timeout(300)
+    labels = {
+        "1": "Rule 1 → https://example.com/eu",
+        "2": "Rule 2 → https://example.com/fr",
+        "3/1": "Rule 3 · variant 1 → https://example.com/a",
+        "3/2": "Rule 3 · variant 2 → https://example.com/b",
+        "default": "default → https://example.com/web",
+    }
+    order = [v for v in labels if v in want_clicks]
+    rows = page.locator("#rule-breakdown-list li")
+    expect(rows).to_have_count(len(order))
+    run.check([rows.nth(i).get_attribute("data-value") for i in range(len(order))] == order,
+              "the rows in the rules' order, default last")
+    for value in order:
+        row = page.locator(f"#rule-breakdown-list li[data-value='{value}']")
+        expect(row).to_have_attribute("data-clicks", str(want_clicks[value]))
+        expect(row.locator(".breakdown-value")).to_have_text(labels[value])
+        expect(row.locator(".breakdown-share")).to_have_text(share(want_clicks[value], total))
+    run.shot(page, "rules-clicks")
 
 
 def sign_in(page, console, key):
@@ -323,6 +531,8 @@ def main(binary, results):
             run.check(again.headers.get("location") == "https://example.com/behind-a-password",
                       again.headers.get("location"))
             visitor.close()
+
+            rules_editor(run, page, console, redirect)
 
             # Keys: create a creator key (shown once).
             page.get_by_role("link", name="API keys").click()
