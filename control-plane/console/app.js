@@ -999,9 +999,10 @@ function rulesEditor(initial) {
     return { rules: problems.length ? null : rules, problems };
   };
 
-  /** Marks the field an API refusal names (`rules[2].split[1].weight: …`), and focuses it. */
+  /** Marks the field an API refusal names (`rules[2].countries: …`,
+   *  `rules[3].split[2].target must be …`, `rules[2]: …`), and focuses it. */
   const markServer = (message) => {
-    const m = /^rules\[([0-9]+)\]\.([^:\s]*):\s*(.*)$/.exec(message || "");
+    const m = /^rules\[([0-9]+)\](?:\.([^:\s]+))?:?\s+(.*)$/.exec(message || "");
     if (!m) return;
     const id = `rule-${m[1]}`;
     const key = m[2] ? `${id}-${m[2].replace(/^split\[([0-9]+)\]\./, "variant-$1-")}` : id;
