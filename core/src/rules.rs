@@ -16,6 +16,7 @@
 //!
 //! [SipHash-1-3]: https://docs.rs/siphasher
 
+pub use crate::dimensions::Decided;
 use crate::dimensions::{Country, DeviceClass};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -338,42 +339,6 @@ fn is_language_range(tag: &str) -> bool {
                     _ => sub.bytes().all(|b| b.is_ascii_alphanumeric()),
                 }
         })
-}
-
-/// Which rule decided an answer, as `by=rule` counts it: `default` (no rule matched, the
-/// link's own target), `N` (rule N, 1-based) or `N/V` (variant V of rule N's split).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Decided {
-    /// 0: no rule; else the rule's position, 1-based.
-    pub rule: u8,
-    /// 0: not a split; else the variant's position, 1-based.
-    pub variant: u8,
-}
-
-impl Decided {
-    pub const DEFAULT: Decided = Decided { rule: 0, variant: 0 };
-
-    /// As `by=rule` shows it. Inline: no allocation.
-    pub fn label(&self) -> crate::dimensions::Label<8> {
-        let mut buf = [0u8; 8];
-        let text: &str = match (self.rule, self.variant) {
-            (0, _) => "default",
-            (r, 0) => write_num(&mut buf, r, None),
-            (r, v) => write_num(&mut buf, r, Some(v)),
-        };
-        crate::dimensions::Label::truncated(text)
-    }
-}
-
-fn write_num(buf: &mut [u8; 8], rule: u8, variant: Option<u8>) -> &str {
-    use std::io::Write;
-    let mut cursor = std::io::Cursor::new(&mut buf[..]);
-    let _ = match variant {
-        None => write!(cursor, "{rule}"),
-        Some(v) => write!(cursor, "{rule}/{v}"),
-    };
-    let len = cursor.position() as usize;
-    std::str::from_utf8(&buf[..len]).expect("digits")
 }
 
 /// What a rule set asks of a visitor, each only when some rule needs it.

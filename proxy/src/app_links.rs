@@ -4,7 +4,6 @@
 //! redirect (Apple does not follow one). Built once per document when the domains are
 //! loaded: an answer clones a `Bytes` and three header values.
 
-use crate::server::Reply;
 use bytes::Bytes;
 use http::header::{HeaderValue, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
 use http::Response;
@@ -52,7 +51,7 @@ impl AppLinkAnswers {
 
     /// The answer of `document` (to a HEAD without its body), or `None` when this domain
     /// has none.
-    pub fn answer(&self, document: AppLinkDocument, head: bool) -> Option<Reply> {
+    pub fn answer(&self, document: AppLinkDocument, head: bool) -> Option<Response<Full<Bytes>>> {
         let doc = match document {
             AppLinkDocument::AppleAppSiteAssociation => self.apple_app_site_association.as_ref()?,
             AppLinkDocument::Assetlinks => self.assetlinks.as_ref()?,

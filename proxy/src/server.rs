@@ -525,28 +525,66 @@ impl RedirectAnswers {
         entry: &L1Entry,
         status: u16,
         asked: Asked<'_>,
+        click: Click,
+        is_get: bool,
+        query: Option<&str>,
+        now: UnixMillis,
+    ) -> Reply {
+        // A link with rules answers off this path; a link without reads nothing more of
+        // the request than before rules (one bit tested).
+        if entry.has_rules() {
+            return self.redirect_by_rules(entry, status, asked, click, is_get, query, now);
+        }
+        let target = (entry.long_url(), entry.forward_query(), false);
+        self.respond(entry, target, status, click, is_get, query, now)
+    }
+
+    /// [`RedirectAnswers::redirect`] of a link with rules (docs/spec.md §14): the first rule
+    /// that matches who clicks decides the target (the link's own when none does), the
+    /// click counts which rule chose it, and the answer is private to the visitor.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn redirect_by_rules(
+        &self,
+        entry: &L1Entry,
+        status: u16,
+        asked: Asked<'_>,
         mut click: Click,
         is_get: bool,
         query: Option<&str>,
         now: UnixMillis,
     ) -> Reply {
-        // A link with rules: the first that matches who clicks decides the target
-        // (docs/spec.md §14); a link without reads nothing more of the request.
-        let rules = match entry.has_rules() {
-            true => self.path.l1.rules(entry),
-            false => None,
+        let Some(rules) = self.path.l1.rules(entry) else {
+            // Written by this build's serializer: never unreadable. Refused rather than
+            // answered with a target no rule chose.
+            self.path.metrics.unavailable.inc();
+            return status_reply(StatusCode::SERVICE_UNAVAILABLE);
         };
-        let (target, forward_query) = match &rules {
-            None => (entry.long_url(), entry.forward_query()),
-            Some(rules) => {
-                let (target, decided) = self.choose(rules, asked, entry.long_url());
-                if let Some(dimensions) = click.dimensions.as_mut() {
-                    dimensions.rule = Some(decided);
-                }
-                // An app's own scheme (`intent:`) takes no query of the web's.
-                (target, entry.forward_query() && is_web(target))
-            }
-        };
+        let (target, decided) = self.choose(&rules, asked, entry.long_url());
+        if let Some(dimensions) = click.dimensions.as_mut() {
+            dimensions.rule = Some(decided);
+        }
+        // An app's own scheme (`intent:`) takes no query of the web's.
+        let target = (target, entry.forward_query() && is_web(target), true);
+        self.respond(entry, target, status, click, is_get, query, now)
+    }
+
+    /// The redirect of `entry` to `target` (the location, whether the query is forwarded,
+    /// whether the answer is private to the visitor) with `status`, its click counted.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn respond(
+        &self,
+        entry: &L1Entry,
+        target: (&str, bool, bool),
+        status: u16,
+        click: Click,
+        is_get: bool,
+        query: Option<&str>,
+        now: UnixMillis,
+    ) -> Reply {
+        let (target, forward_query, private) = target;
         let query = query.filter(|q| query_is_forwardable(q));
         let mut location = Vec::with_capacity(target.len() + query.map_or(0, |q| q.len() + 1));
         push_location(&mut location, target, forward_query, query);
@@ -565,7 +603,7 @@ impl RedirectAnswers {
         headers.insert(LOCATION, location);
         headers.insert(
             CACHE_CONTROL,
-            match (entry.is_protected(), rules.is_some()) {
+            match (entry.is_protected(), private) {
                 // Never kept by a shared cache: it would let everyone through.
                 (true, _) => NO_STORE,
                 (false, false) => self.cache_control[max_age as usize].clone(),
