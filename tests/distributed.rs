@@ -7,6 +7,7 @@ use rebound_test_support as common;
 
 use common::fleet::*;
 use common::services::*;
+use common::visitors::AGENTS;
 use common::*;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -178,6 +179,132 @@ async fn i1_an_edit_reaches_both_proxies_and_no_one_answers_the_old_target() {
         "every edit waited for both proxies' acknowledgements"
     );
     assert_eq!(metric(&cp, "rebound_invalidation_waited_out_total").await, 0.0);
+}
+
+/// A desktop's User-Agent (Chrome on Windows) and an iPhone's.
+const DESKTOP: &str = AGENTS[0].0;
+const IPHONE: &str = AGENTS[1].0;
+/// Lookups answered by L1 and by L2.
+const L1_HITS: &str = r#"rebound_lookups_total{result="hit",tier="l1"}"#;
+const L2_HITS: &str = r#"rebound_lookups_total{result="hit",tier="l2"}"#;
+
+/// What `proxy` answers for `code` to a visitor sending the User-Agent `agent`: the status,
+/// the `Location`, and whether only the visitor's own cache may keep it (`Cache-Control:
+/// private`: the link has rules, so the answer depends on who asks, docs/spec.md §14).
+async fn answer_as(proxy: &Running, code: &str, agent: &str) -> (u16, Option<String>, bool) {
+    let res = http()
+        .get(format!("{}/{code}", proxy.addr("redirect")))
+        .header("user-agent", agent)
+        .send()
+        .await
+        .unwrap();
+    let header = |name: &str| res.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let private = header("cache-control").is_some_and(|c| c.starts_with("private"));
+    (res.status().as_u16(), header("location"), private)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs REBOUND_TEST_REDIS_URL and REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
+async fn i1_an_edit_of_the_rules_reaches_both_proxies_and_l2_carries_the_new_rules() {
+    // docs/spec.md §12 and §14: an edit of a link's rules is an edit like any other. Each
+    // link's rule sends iPhones to a target of its own. Before each edit both proxies hold
+    // the link in L1 (an iPhone's second answer comes from there); the rule's target is
+    // replaced twice, then, on every other link, the rule removed. The moment each PATCH
+    // returned, both proxies send an iPhone by the new rules, never to the old target, and
+    // a desktop to long_url. Then a proxy started after the edits, its L1 empty, answers
+    // every link by its latest rules from L2 with no store read: the record the edit wrote
+    // into Redis carries the rules.
+    let d = Deployment::new(&shared_aws_url(), Some(&shared_redis_url()));
+    let dir = temp_dir();
+    let cp = d.control_plane(dir.path(), &[]);
+    let proxies = [d.proxy(dir.path(), &[]).await, d.proxy(dir.path(), &[]).await];
+    let mut latest = Vec::new();
+    for i in 0..12 {
+        let web = format!("https://example.com/rules/{i}");
+        let ios = |version: u64| format!("{web}/ios-{version}");
+        let rule = |version: u64| json!([{"os": ["ios"], "target": ios(version)}]);
+        let code = create(&cp, json!({"long_url": web, "rules": rule(1)})).await;
+        // The iPhones' answer at each version: the rule's target, none once it is removed.
+        let at = |version: u64| (version <= 3).then(|| ios(version));
+        let edits = if i % 2 == 0 { 3 } else { 2 };
+        for version in 1..=edits {
+            let iphone = (302, Some(ios(version)), true);
+            // Asked until the answer came from L1 (a proxy just started uses its L1 only once
+            // its invalidation channel is heard).
+            for (n, p) in proxies.iter().enumerate() {
+                let mut tries = 0;
+                loop {
+                    let hits = metric(p, L1_HITS).await;
+                    assert_eq!(
+                        answer_as(p, &code, IPHONE).await,
+                        iphone,
+                        "link {i} v{version}: proxy {n}"
+                    );
+                    if metric(p, L1_HITS).await > hits {
+                        break;
+                    }
+                    tries += 1;
+                    assert!(tries < 100, "link {i} v{version}: proxy {n} never answered from L1");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            let body = match version {
+                3 => json!({"rules": []}),
+                _ => json!({"rules": rule(version + 1)}),
+            };
+            let (s, v) = edit_link(&cp, &code, version, body).await;
+            assert_eq!(s, StatusCode::OK, "{v}");
+            let now = at(version + 1);
+            for (n, p) in proxies.iter().enumerate() {
+                let (status, location, private) = answer_as(p, &code, IPHONE).await;
+                assert_ne!(
+                    location.as_deref(),
+                    Some(ios(version).as_str()),
+                    "link {i}: proxy {n} sent an iPhone to the old rule's target after the edit returned"
+                );
+                let want = now.clone().unwrap_or_else(|| web.clone());
+                assert_eq!(
+                    (status, location, private),
+                    (302, Some(want), now.is_some()),
+                    "link {i}: proxy {n}, an iPhone right after the edit to v{}",
+                    version + 1
+                );
+                assert_eq!(
+                    answer_as(p, &code, DESKTOP).await,
+                    (302, Some(web.clone()), now.is_some()),
+                    "link {i}: proxy {n}, a desktop (no rule matches it)"
+                );
+            }
+        }
+        latest.push((code, web.clone(), at(edits + 1)));
+    }
+    assert_eq!(metric(&cp, "rebound_invalidation_waited_out_total").await, 0.0);
+
+    // A proxy that knew nothing before: every link from L2, by its latest rules.
+    let fresh = d.proxy(dir.path(), &[]).await;
+    let (reads, l2_hits) = (metric(&fresh, STORE_READS).await, metric(&fresh, L2_HITS).await);
+    for (code, web, ios) in &latest {
+        let want = (302, Some(ios.clone().unwrap_or_else(|| web.clone())), ios.is_some());
+        assert_eq!(
+            answer_as(&fresh, code, IPHONE).await,
+            want,
+            "{code}: an iPhone on a new proxy"
+        );
+        assert_eq!(
+            answer_as(&fresh, code, DESKTOP).await,
+            (302, Some(web.clone()), ios.is_some()),
+            "{code}: a desktop on a new proxy"
+        );
+    }
+    assert_eq!(
+        metric(&fresh, STORE_READS).await,
+        reads,
+        "the new proxy read the store: L2 did not answer"
+    );
+    assert!(
+        metric(&fresh, L2_HITS).await >= l2_hits + latest.len() as f64,
+        "every link from L2"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,10 +8,16 @@ use rebound_test_support as common;
 use common::fleet::*;
 use common::history::*;
 use common::services::*;
+use common::visitors::AGENTS;
 use common::*;
-use serde_json::json;
+use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// A desktop's User-Agent (Chrome on Windows): no rule of the schedule's matches it.
+const DESKTOP: &str = AGENTS[0].0;
+/// An iPhone's: the schedule's rules send it elsewhere (docs/spec.md §14).
+const IPHONE: &str = AGENTS[1].0;
 
 /// Kills every pub/sub connection of the Redis on `port` (what a failover, a restart or a
 /// middlebox's idle cut does to subscribers).
@@ -121,12 +127,28 @@ fn the_checker_finds_a_redirect_after_a_delete_or_to_an_edited_away_target_and_a
         proxy: "p".into(),
         status,
         location: (status == 302).then(|| format!("https://{code}.example/")),
+        agent: None,
     };
     let to = |code: &str, target: &str| Op::Probe {
         code: code.into(),
         proxy: "p".into(),
         status: 302,
         location: Some(target.into()),
+        agent: None,
+    };
+    // A probe as the visitor `agent`, sent to `target`.
+    let as_visitor = |code: &str, agent: &str, target: &str| Op::Probe {
+        code: code.into(),
+        proxy: "p".into(),
+        status: 302,
+        location: Some(target.into()),
+        agent: Some(agent.into()),
+    };
+    let rules_edit = |code: &str, from: &str, ok: bool| Op::Edit {
+        code: code.into(),
+        from: from.into(),
+        agent: Some(IPHONE.into()),
+        ok,
     };
     h.record(
         Op::Create {
@@ -171,6 +193,7 @@ fn the_checker_finds_a_redirect_after_a_delete_or_to_an_edited_away_target_and_a
         Op::Edit {
             code: "d".into(),
             from: "https://d.example/".into(),
+            agent: None,
             ok: true,
         },
         at(30),
@@ -184,23 +207,43 @@ fn the_checker_finds_a_redirect_after_a_delete_or_to_an_edited_away_target_and_a
         Op::Edit {
             code: "e".into(),
             from: "https://e.example/".into(),
+            agent: None,
             ok: false,
         },
         at(0),
         at(10),
     );
     h.record(to("e", "https://e.example/"), at(20), at(21));
+    // An edit of f's rules replaced the target its rule sends iPhones to: the first only
+    // before the edit returned (or overlapping it), the second after; a desktop, which no
+    // rule matches, keeps f's long_url.
+    h.record(rules_edit("f", "https://f.example/ios-1", true), at(30), at(40));
+    h.record(as_visitor("f", IPHONE, "https://f.example/ios-1"), at(20), at(21));
+    h.record(as_visitor("f", IPHONE, "https://f.example/ios-1"), at(35), at(41));
+    h.record(as_visitor("f", IPHONE, "https://f.example/ios-2"), at(50), at(51));
+    h.record(as_visitor("f", DESKTOP, "https://f.example/"), at(50), at(51));
+    // An edit gave g a rule for iPhones: an iPhone leaves g's long_url, a desktop keeps it.
+    h.record(rules_edit("g", "https://g.example/", true), at(30), at(40));
+    h.record(as_visitor("g", DESKTOP, "https://g.example/"), at(50), at(51));
+    h.record(as_visitor("g", IPHONE, "https://g.example/ios"), at(50), at(51));
+    // A failed edit of the rules promises nothing.
+    h.record(rules_edit("h", "https://h.example/ios-1", false), at(0), at(10));
+    h.record(as_visitor("h", IPHONE, "https://h.example/ios-1"), at(20), at(21));
     assert!(h.violations().is_empty(), "{:?}", h.violations());
     h.record(probe("a", 302), at(50), at(51));
     h.record(probe("b", 404), at(50), at(51));
     h.record(to("d", "https://d.example/"), at(60), at(61));
+    h.record(as_visitor("f", IPHONE, "https://f.example/ios-1"), at(60), at(61));
+    h.record(as_visitor("g", IPHONE, "https://g.example/"), at(60), at(61));
     let found: Vec<&str> = h.violations().iter().map(|v| v.what).collect();
     assert_eq!(
         found,
         [
             "I1: redirected after a successful delete",
             "I2: 404 after a successful create",
-            "I1: redirected to the old target after a successful edit"
+            "I1: redirected to the old target after a successful edit",
+            "I1: redirected a visitor to its old target after a successful edit of the rules",
+            "I1: redirected a visitor to its old target after a successful edit of the rules",
         ]
     );
     let _: Vec<Event> = h.events();
@@ -497,14 +540,21 @@ struct Fleet<'a> {
 }
 
 impl Fleet<'_> {
-    /// Probes `code` on every proxy until `settled(status, location)` holds there (status 0:
-    /// no answer), each probe recorded; panics with the proxy's metrics when one has not
-    /// settled 20 s after `started`. `wanted` names the settled answer in that message.
-    async fn settles(&self, code: &str, started: Instant, wanted: &str, settled: impl Fn(u16, Option<&str>) -> bool) {
+    /// Probes `code` on every proxy, as the visitor `agent`, until `settled(status,
+    /// location)` holds there (status 0: no answer), each probe recorded; panics with the
+    /// proxy's metrics when one has not settled 20 s after `started`. `wanted` names the
+    /// settled answer in that message.
+    async fn settles(
+        &self,
+        (code, agent): (&str, &str),
+        started: Instant,
+        wanted: &str,
+        settled: impl Fn(u16, Option<&str>) -> bool,
+    ) {
         let limit = Duration::from_secs(20);
         for ((name, addr), proxy) in self.addrs.iter().zip(self.proxies) {
             loop {
-                let (status, location) = probe_answer(self.history, self.client, addr, name, code).await;
+                let (status, location) = probe_as(self.history, self.client, addr, name, code, Some(agent)).await;
                 if settled(status, location.as_deref()) {
                     break;
                 }
@@ -531,6 +581,11 @@ impl Fleet<'_> {
             }
         }
     }
+}
+
+/// Rules sending iPhones to `target` (docs/spec.md §14).
+fn ios_rule(target: &str) -> Value {
+    json!([{"os": ["ios"], "target": target}])
 }
 
 /// A small generator from a seed (xorshift), so a schedule replays from its seed.
@@ -587,8 +642,10 @@ async fn a_randomized_schedule_of_faults_breaks_neither_i1_nor_i2() {
     let pids: Vec<u32> = proxies.iter().map(|p| p.pid()).collect();
     let history = Arc::new(History::default());
     let pending = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    // Edits that answered 503: each code with the target it was edited away from.
-    let pending_edits = Arc::new(std::sync::Mutex::new(Vec::<(String, String)>::new()));
+    // Edits that answered 503: each code with the target it was edited away from, and for
+    // whom (`None`: every visitor; an iPhone for an edit of the rules).
+    type Away = (String, Option<&'static str>);
+    let pending_edits = Arc::new(std::sync::Mutex::new(Vec::<(String, Away)>::new()));
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let client = http_builder()
         .redirect(reqwest::redirect::Policy::none())
@@ -610,31 +667,71 @@ async fn a_randomized_schedule_of_faults_breaks_neither_i1_nor_i2() {
             let mut i = 0usize;
             while Instant::now() < deadline {
                 i += 1;
+                // The link's long_url and, on one link in two, a rule sending iPhones to a
+                // target of its own (docs/spec.md §14); every target names its link and, once
+                // an edit set it, the version (`/v2`, `/ios/v2`), so none is ever set twice.
+                let base = format!("https://example.com/fault/{}", w as usize * 1_000_000 + i);
+                let mut long = base.clone();
+                let mut ios = (rng.below(2) == 0).then(|| format!("{base}/ios"));
+                let mut body = json!({"long_url": long});
+                if let Some(target) = &ios {
+                    body["rules"] = ios_rule(target);
+                }
                 let api = apis[rng.below(2) as usize].lock().unwrap().clone();
-                let Some(code) = create_at(&history, &client, &api, w as usize * 1_000_000 + i).await else {
+                let Some(code) = create_body_at(&history, &client, &api, &body).await else {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
                 for (name, addr) in &addrs {
-                    for _ in 0..2 {
-                        probe_with(&history, &client, addr, name, &code).await;
+                    for agent in [IPHONE, DESKTOP] {
+                        probe_as(&history, &client, addr, name, &code, Some(agent)).await;
                     }
                 }
                 // Two links in three are edited, once or twice (docs/spec.md §12: the old target
-                // is never served once an edit returned), each edit probed on every proxy.
-                let mut target = format!("https://example.com/fault/{}", w as usize * 1_000_000 + i);
+                // is never served once an edit returned), each edit probed on every proxy as an
+                // iPhone and as a desktop. An edit sets a new long_url; or the rules, to one
+                // sending iPhones to a new target (the link's first rule, or its rule's target
+                // replaced: an iPhone leaves its old target, a desktop keeps long_url); or
+                // removes the rule with a new long_url (an iPhone is never sent back to a
+                // target an edit took it away from).
                 for version in 1..=rng.below(3) {
                     let api = apis[rng.below(2) as usize].lock().unwrap().clone();
-                    let next = format!("{target}/v{}", version + 1);
-                    match edit_at(&history, &client, &api, &code, (version, &target, &next)).await {
+                    let (next, next_ios) = (
+                        format!("{base}/v{}", version + 1),
+                        format!("{base}/ios/v{}", version + 1),
+                    );
+                    let (body, away, after): (Value, Vec<Away>, _) = match (rng.below(3), &ios) {
+                        (0, _) => (
+                            json!({"long_url": next}),
+                            vec![(long.clone(), None)],
+                            (next, ios.clone()),
+                        ),
+                        (2, Some(old)) => (
+                            json!({"long_url": next, "rules": []}),
+                            vec![(old.clone(), Some(IPHONE)), (long.clone(), None)],
+                            (next, None),
+                        ),
+                        (_, old) => (
+                            json!({"rules": ios_rule(&next_ios)}),
+                            vec![(old.clone().unwrap_or_else(|| long.clone()), Some(IPHONE))],
+                            (long.clone(), Some(next_ios)),
+                        ),
+                    };
+                    let from: Vec<(&str, Option<&str>)> = away.iter().map(|(t, a)| (t.as_str(), *a)).collect();
+                    match patch_at(&history, &client, &api, &code, version, &body, &from).await {
                         Changed::Ok => {}
-                        Changed::Pending => pending_edits.lock().unwrap().push((code.clone(), target.clone())),
+                        Changed::Pending => pending_edits
+                            .lock()
+                            .unwrap()
+                            .extend(away.into_iter().map(|away| (code.clone(), away))),
                         // Maybe made, maybe not (a killed control plane): the version is unknown.
                         Changed::Unknown => break,
                     }
-                    target = next;
+                    (long, ios) = after;
                     for (name, addr) in &addrs {
-                        probe_with(&history, &client, addr, name, &code).await;
+                        for agent in [IPHONE, DESKTOP] {
+                            probe_as(&history, &client, addr, name, &code, Some(agent)).await;
+                        }
                     }
                 }
                 if rng.below(3) > 0 {
@@ -643,9 +740,9 @@ async fn a_randomized_schedule_of_faults_breaks_neither_i1_nor_i2() {
                         pending.lock().unwrap().push(code.clone());
                     }
                 }
-                for _ in 0..3 {
+                for agent in [IPHONE, DESKTOP, IPHONE] {
                     for (name, addr) in &addrs {
-                        probe_with(&history, &client, addr, name, &code).await;
+                        probe_as(&history, &client, addr, name, &code, Some(agent)).await;
                     }
                 }
             }
@@ -716,25 +813,64 @@ async fn a_randomized_schedule_of_faults_breaks_neither_i1_nor_i2() {
         .count();
     let edits = events
         .iter()
-        .filter(|e| matches!(e.op, Op::Edit { ok: true, .. }))
+        .filter(|e| {
+            matches!(
+                e.op,
+                Op::Edit {
+                    agent: None,
+                    ok: true,
+                    ..
+                }
+            )
+        })
+        .count();
+    let rule_edits = events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e.op,
+                Op::Edit {
+                    agent: Some(_),
+                    ok: true,
+                    ..
+                }
+            )
+        })
         .count();
     eprintln!(
-        "fault schedule seed {seed}: {} faults, {deletes} deletes, {edits} edits, {} events; faults: {injected:?}",
+        "fault schedule seed {seed}: {} faults, {deletes} deletes, {edits} edits of long_url, {rule_edits} of the rules, {} events; faults: {injected:?}",
         injected.len(),
         events.len()
     );
     history.assert_clean(&format!("seed {seed} (faults: {injected:?})"));
     assert!(
-        deletes >= 10 && edits >= 5 && injected.len() >= 5,
+        deletes >= 10 && edits >= 5 && rule_edits >= 5 && injected.len() >= 5,
         "too little happened to judge"
     );
     // The checker compares locations with the targets edited away from: the proxies must
-    // have answered with the edited targets too, or it compared nothing.
-    let served_edited = events
-        .iter()
-        .filter(|e| matches!(&e.op, Op::Probe { location: Some(l), .. } if l.ends_with("/v2")))
-        .count();
+    // have answered with the edited targets too, long_url's to a desktop and the rule's to
+    // an iPhone, or it compared nothing. No rule matches a desktop: it is never sent to a
+    // rule's target.
+    let answered = |agent: &str, to: &dyn Fn(&str) -> bool| {
+        events
+            .iter()
+            .filter(|e| matches!(&e.op, Op::Probe { location: Some(l), agent: Some(a), .. } if a == agent && to(l)))
+            .count()
+    };
+    let by_rule = |l: &str| l.contains("/ios");
+    let edited = |l: &str| l.rsplit('/').next().is_some_and(|last| last.starts_with('v'));
+    let served_edited = answered(DESKTOP, &|l| edited(l) && !by_rule(l));
+    let served_rule = answered(IPHONE, &by_rule);
+    let served_edited_rule = answered(IPHONE, &|l| edited(l) && by_rule(l));
+    eprintln!(
+        "fault schedule seed {seed}: desktops sent to an edited long_url {served_edited} times; iPhones to a rule's target {served_rule} times, to one an edit set {served_edited_rule}"
+    );
     assert!(served_edited > 0, "no probe was answered with an edited target");
+    assert!(
+        served_edited_rule > 0,
+        "no iPhone was sent to a target an edit of the rules set"
+    );
+    assert_eq!(answered(DESKTOP, &by_rule), 0, "a desktop was sent to a rule's target");
     // Deletes that answered 503 were durable: the reconcilers finish them, with no retry.
     let fleet = Fleet {
         history: &history,
@@ -746,7 +882,9 @@ async fn a_randomized_schedule_of_faults_breaks_neither_i1_nor_i2() {
     let pending = pending.lock().unwrap().clone();
     let started = Instant::now();
     for code in &pending {
-        fleet.settles(code, started, "404", |status, _| status == 404).await;
+        fleet
+            .settles((code, DESKTOP), started, "404", |status, _| status == 404)
+            .await;
     }
     eprintln!(
         "fault schedule seed {seed}: {} deletes answered 503, all 404 everywhere {:?} after the schedule ended",
@@ -754,18 +892,25 @@ async fn a_randomized_schedule_of_faults_breaks_neither_i1_nor_i2() {
         started.elapsed()
     );
     // Edits that answered 503 were durable too: the reconcilers tell every proxy, and the
-    // old target goes (the link may have been deleted since: a 404 is gone too). Only an
-    // answer counts: one without the old target in its `Location`.
+    // old target goes (the link may have been deleted since: a 404 is gone too), asked as
+    // the visitor it was edited away for (a desktop for long_url's). Only an answer counts:
+    // one without the old target in its `Location`.
     let pending_edits = pending_edits.lock().unwrap().clone();
     let started = Instant::now();
-    for (code, old) in &pending_edits {
+    for (code, (old, agent)) in &pending_edits {
         let gone = |status, location: Option<&str>| status != 0 && location != Some(old.as_str());
+        let visitor = agent.unwrap_or(DESKTOP);
         fleet
-            .settles(code, started, &format!("no redirect to {old}"), gone)
+            .settles(
+                (code, visitor),
+                started,
+                &format!("no redirect to {old} for {visitor}"),
+                gone,
+            )
             .await;
     }
     eprintln!(
-        "fault schedule seed {seed}: {} edits answered 503, the old target gone everywhere {:?} after",
+        "fault schedule seed {seed}: {} old targets of edits that answered 503, gone everywhere {:?} after",
         pending_edits.len(),
         started.elapsed()
     );

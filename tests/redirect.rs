@@ -372,6 +372,7 @@ async fn an_edit_is_served_on_the_next_request_over_http1_and_h2_while_clicks_ra
             common::history::Op::Edit {
                 code: "moving".into(),
                 from,
+                agent: None,
                 ok: true,
             },
             start,

@@ -837,6 +837,7 @@ async fn a_link_changed_in_two_regions_at_once_is_changed_once_and_a_deletion_is
             Op::Edit {
                 code: code.clone(),
                 from,
+                agent: None,
                 ok: status == 200,
             },
             start,

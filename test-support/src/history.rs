@@ -1,10 +1,12 @@
 //! The history of a fault test: every operation (create, delete, edit) and every probe of a
 //! proxy, with when it started and ended on this process's monotonic clock and what it
 //! answered; and the checker that decides from the history alone whether docs/spec.md §4's I1 (for
-//! a deleted link, and for an edited link's old target, docs/spec.md §12) or I2 broke.
+//! a deleted link, and for an edited link's old target, docs/spec.md §12, also where the
+//! link's rules chose it, §14) or I2 broke.
 
 use crate::{http, Running, OPERATOR_KEY};
-use serde_json::json;
+use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -15,15 +17,25 @@ pub enum Op {
     Create { code: String, ok: bool },
     /// A delete or takedown of `code`; `ok` when it answered success.
     Delete { code: String, ok: bool },
-    /// An edit of `code` away from the target `from`; `ok` when it answered success.
-    Edit { code: String, from: String, ok: bool },
-    /// A request of `code` on proxy `proxy`, answered `status` (0: no answer) and, for a
-    /// redirect, `location`.
+    /// An edit of `code` away from the target `from`; `ok` when it answered success. With
+    /// `agent` `None` (an edit of `long_url`) no visitor may be sent to `from` once it
+    /// returned; with a User-Agent (an edit of the rules) a visitor sending it may not, and
+    /// others still may (a rule for iOS added to a link takes an iPhone away from
+    /// `long_url`; a desktop keeps it).
+    Edit {
+        code: String,
+        from: String,
+        agent: Option<String>,
+        ok: bool,
+    },
+    /// A request of `code` on proxy `proxy`, with the User-Agent `agent` (`None`: none
+    /// sent), answered `status` (0: no answer) and, for a redirect, `location`.
     Probe {
         code: String,
         proxy: String,
         status: u16,
         location: Option<String>,
+        agent: Option<String>,
     },
     /// A fault the test injected, from its start to its end.
     Fault { what: String },
@@ -64,45 +76,67 @@ impl History {
 
     /// Every redirect that began after a delete of its code had returned success (I1),
     /// every redirect to a target that began after an edit of its code away from that
-    /// target had returned success (I1 for the old target), and every 404 that began after
-    /// a create of its code had returned success, with no delete of that code begun before
-    /// the probe ended (I2).
+    /// target had returned success (I1 for the old target; for an edit of the rules, only
+    /// a probe sent as the visitor the edit names), and every 404 that began after a create
+    /// of its code had returned success, with no delete of that code begun before the
+    /// probe ended (I2).
     pub fn violations(&self) -> Vec<Violation> {
         let events = self.events();
+        // What may break a promise, per code, in the order recorded.
+        let mut causes: HashMap<&str, Vec<&Event>> = HashMap::new();
+        for event in &events {
+            let code = match &event.op {
+                Op::Create { code, .. } | Op::Delete { code, .. } | Op::Edit { code, .. } => code,
+                Op::Probe { .. } | Op::Fault { .. } => continue,
+            };
+            causes.entry(code.as_str()).or_default().push(event);
+        }
         let mut found = Vec::new();
         for probe in &events {
             let Op::Probe {
-                code, status, location, ..
+                code,
+                status,
+                location,
+                agent: sent_as,
+                ..
             } = &probe.op
             else {
                 continue;
             };
-            for cause in &events {
+            for &cause in causes.get(code.as_str()).into_iter().flatten() {
+                if cause.end >= probe.start {
+                    continue;
+                }
                 match &cause.op {
-                    Op::Delete { code: c, ok: true }
-                        if c == code && cause.end < probe.start && is_redirect(*status) =>
-                    {
-                        found.push(Violation {
-                            what: "I1: redirected after a successful delete",
-                            cause: cause.clone(),
-                            probe: probe.clone(),
-                        })
-                    }
+                    Op::Delete { ok: true, .. } if is_redirect(*status) => found.push(Violation {
+                        what: "I1: redirected after a successful delete",
+                        cause: cause.clone(),
+                        probe: probe.clone(),
+                    }),
                     Op::Edit {
-                        code: c,
                         from,
+                        agent: None,
                         ok: true,
-                    } if c == code && cause.end < probe.start && location.as_ref() == Some(from) => {
-                        found.push(Violation {
-                            what: "I1: redirected to the old target after a successful edit",
-                            cause: cause.clone(),
-                            probe: probe.clone(),
-                        })
-                    }
-                    Op::Create { code: c, ok: true } if c == code && cause.end < probe.start && *status == 404 => {
-                        let deleted = events
+                        ..
+                    } if location.as_ref() == Some(from) => found.push(Violation {
+                        what: "I1: redirected to the old target after a successful edit",
+                        cause: cause.clone(),
+                        probe: probe.clone(),
+                    }),
+                    Op::Edit {
+                        from,
+                        agent: Some(agent),
+                        ok: true,
+                        ..
+                    } if location.as_ref() == Some(from) && sent_as.as_ref() == Some(agent) => found.push(Violation {
+                        what: "I1: redirected a visitor to its old target after a successful edit of the rules",
+                        cause: cause.clone(),
+                        probe: probe.clone(),
+                    }),
+                    Op::Create { ok: true, .. } if *status == 404 => {
+                        let deleted = causes[code.as_str()]
                             .iter()
-                            .any(|d| matches!(&d.op, Op::Delete { code: dc, .. } if dc == code) && d.start < probe.end);
+                            .any(|d| matches!(d.op, Op::Delete { .. }) && d.start < probe.end);
                         if !deleted {
                             found.push(Violation {
                                 what: "I2: 404 after a successful create",
@@ -185,8 +219,26 @@ pub async fn probe_answer(
     name: &str,
     code: &str,
 ) -> (u16, Option<String>) {
+    probe_as(history, client, proxy, name, code, None).await
+}
+
+/// [`probe_answer`] as a visitor sending the User-Agent `agent` (`None`: none but the
+/// client's own, if any), recorded with it: the answer a link's rules choose for that
+/// visitor (docs/spec.md §14).
+pub async fn probe_as(
+    history: &History,
+    client: &reqwest::Client,
+    proxy: &str,
+    name: &str,
+    code: &str,
+    agent: Option<&str>,
+) -> (u16, Option<String>) {
     let start = Instant::now();
-    let (answer, location) = match client.get(format!("{proxy}/{code}")).send().await {
+    let mut req = client.get(format!("{proxy}/{code}"));
+    if let Some(agent) = agent {
+        req = req.header("user-agent", agent);
+    }
+    let (answer, location) = match req.send().await {
         Ok(r) => {
             let location = r
                 .headers()
@@ -202,6 +254,7 @@ pub async fn probe_answer(
         proxy: name.to_owned(),
         status: answer,
         location: location.clone(),
+        agent: agent.map(str::to_owned),
     };
     history.record(op, start, Instant::now());
     (answer, location)
@@ -225,18 +278,24 @@ pub async fn delete_recorded(history: &History, cp: &Running, code: &str, takedo
 /// Creates a link through the API at `api` and records it; `None` when the control plane
 /// did not answer success (killed by the schedule, say).
 pub async fn create_at(history: &History, client: &reqwest::Client, api: &str, i: usize) -> Option<String> {
+    let body = json!({"long_url": format!("https://example.com/fault/{i}")});
+    create_body_at(history, client, api, &body).await
+}
+
+/// [`create_at`] with the request's whole body (`long_url`, `rules`, ...).
+pub async fn create_body_at(history: &History, client: &reqwest::Client, api: &str, body: &Value) -> Option<String> {
     let start = Instant::now();
     let res = client
         .post(format!("{api}/api/v1/links"))
         .bearer_auth(OPERATOR_KEY)
-        .json(&json!({"long_url": format!("https://example.com/fault/{i}")}))
+        .json(body)
         .send()
         .await
         .ok()?;
     if !res.status().is_success() {
         return None;
     }
-    let code = res.json::<serde_json::Value>().await.ok()?["code"].as_str()?.to_owned();
+    let code = res.json::<Value>().await.ok()?["code"].as_str()?.to_owned();
     history.record(
         Op::Create {
             code: code.clone(),
@@ -308,18 +367,39 @@ pub async fn edit_at(
     code: &str,
     (version, from, to): (u64, &str, &str),
 ) -> Changed {
+    let body = json!({"long_url": to});
+    patch_at(history, client, api, code, version, &body, &[(from, None)]).await
+}
+
+/// Edits `code` through the API at `api` at `version` (`If-Match`) with the PATCH body
+/// `body` (`long_url`, `rules`, ...), and records, for each `(from, agent)` of `away`, an
+/// edit away from the target `from` for the visitor `agent` (`None`: every visitor; see
+/// [`Op::Edit`]), with whether it answered success.
+pub async fn patch_at(
+    history: &History,
+    client: &reqwest::Client,
+    api: &str,
+    code: &str,
+    version: u64,
+    body: &Value,
+    away: &[(&str, Option<&str>)],
+) -> Changed {
     let start = Instant::now();
     let req = client
         .patch(format!("{api}/api/v1/links/{code}"))
         .bearer_auth(OPERATOR_KEY)
         .header("if-match", format!("\"{version}\""))
-        .json(&json!({"long_url": to}));
+        .json(body);
     let answer = Changed::of(req.send().await).await;
-    let op = Op::Edit {
-        code: code.to_owned(),
-        from: from.to_owned(),
-        ok: answer == Changed::Ok,
-    };
-    history.record(op, start, Instant::now());
+    let end = Instant::now();
+    for (from, agent) in away {
+        let op = Op::Edit {
+            code: code.to_owned(),
+            from: (*from).to_owned(),
+            agent: agent.map(str::to_owned),
+            ok: answer == Changed::Ok,
+        };
+        history.record(op, start, end);
+    }
     answer
 }
