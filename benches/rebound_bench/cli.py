@@ -117,7 +117,8 @@ def options(argv: Sequence[str]) -> Options:
                    rebound_env=list(args.rebound_env), cap=args.cap, no_cap=args.no_cap, no_oha=args.no_oha,
                    out=args.out, domains=args.domains, rebound_bin=args.rebound_bin,
                    compare_bin=args.compare_bin, servers=args.servers,
-                   user_agent=args.user_agent, referer=args.referer, workloads=args.workloads)
+                   user_agent=args.user_agent, referer=args.referer, workloads=args.workloads,
+                   link_rules=args.link_rules)
     if opts.quick:
         opts.links, opts.runs, opts.duration, opts.list_size = 100_000, 3, 5, 200_000
         opts.redis_links = min(opts.redis_links, 5_000)

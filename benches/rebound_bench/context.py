@@ -47,6 +47,7 @@ class Options:
     user_agent: str | None = None
     referer: str | None = None
     workloads: str | None = None
+    link_rules: int = 0
 
 
 class Bench:
@@ -112,7 +113,7 @@ class Bench:
         """Imports `count` links with generated codes into the control plane on `api_port`
         through `rebound links import`; returns the (code, target) table and the seconds."""
         jsonl = self.path(f"{name}.jsonl")
-        rules = getattr(self.args, "link_rules", 0)
+        rules = self.args.link_rules
         with open(jsonl, "w") as f:
             for i in range(count):
                 link: dict = {"long_url": f"https://example.com/page/{i}?ref=bench"}
