@@ -116,7 +116,7 @@ class Bench:
         rules = self.args.link_rules
         with open(jsonl, "w") as f:
             for i in range(count):
-                link: dict = {"long_url": f"https://example.com/page/{i}?ref=bench"}
+                link: dict[str, Any] = {"long_url": f"https://example.com/page/{i}?ref=bench"}
                 if rules:
                     link["rules"] = bench_rules(i)[:rules]
                 f.write(json.dumps(link, separators=(",", ":")) + "\n")
@@ -247,7 +247,7 @@ def first_paths(request_file: str, count: int) -> list[str]:
         return [line.strip() for line in itertools.islice(f, count)]
 
 
-def bench_rules(i: int) -> list[dict]:
+def bench_rules(i: int) -> list[dict[str, Any]]:
     """The rules `--link-rules N` gives each link (the first N; docs/spec.md §14): a
     country rule, iOS, Android phones, two languages, then a 50/50 split. A desktop browser
     from loopback without Accept-Language matches none but the split, so every rule is
