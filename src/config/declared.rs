@@ -52,6 +52,7 @@ impl Choice for BreakdownWord {
             ("utm_source", On(UtmSource)),
             ("utm_medium", On(UtmMedium)),
             ("utm_campaign", On(UtmCampaign)),
+            ("rule", On(Rule)),
             ("none", BreakdownWord::None),
         ]
     };
@@ -732,7 +733,8 @@ pub const BREAKDOWNS: Setting<Vec<BreakdownWord>> = Setting::new("redirect.break
 .var("REBOUND_BREAKDOWNS")
 .doc(
     "the dimensions a person's click is broken down by (`country`, `referrer`, `device`, `browser`, `os`, \
-             `utm_source`, `utm_medium`, `utm_campaign`; docs/analytics.md), where the clicks are written to a store \
+             `utm_source`, `utm_medium`, `utm_campaign`, and `rule`: which of a link's rules chose the target; \
+             docs/analytics.md), where the clicks are written to a store \
              that keeps breakdowns (the embedded one). `country` needs `geoip_database` or `country_header`. \
              `[\"none\"]` (or empty in the file): none, and a redirect costs what it did before them. The variable \
              is comma-separated",
