@@ -383,6 +383,15 @@ pub struct RuleSet {
 /// variant a visitor sees is no secret from that visitor).
 const SPLIT_KEYS: (u64, u64) = (0x7265_626f_756e_6421, 0x7370_6c69_7421_0001);
 
+/// The digest of a User-Agent a split is sticky on (SipHash-1-3, fixed keys): a data plane
+/// remembers it per agent, so a split hashes the link, the address and these 8 bytes, not
+/// the whole header.
+pub fn agent_digest(agent: &[u8]) -> u64 {
+    let mut hasher = siphasher::sip::SipHasher13::new_with_keys(SPLIT_KEYS.1, SPLIT_KEYS.0);
+    hasher.write(agent);
+    hasher.finish()
+}
+
 impl RuleSet {
     /// The form of `rules` (already [`normalize`]d) a proxy evaluates.
     pub fn compile(rules: &[Rule]) -> RuleSet {

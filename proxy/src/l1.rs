@@ -236,6 +236,13 @@ impl L1Entry {
         triomphe::Arc::ptr_eq(&self.0, &other.0)
     }
 
+    /// Where its allocation is: a slot number for [`L1::rules`]'s per-thread memory,
+    /// never dereferenced.
+    #[inline]
+    fn address(&self) -> usize {
+        triomphe::Arc::as_ptr(&self.0).cast::<u8>() as usize
+    }
+
     /// The code as bytes: what sorting and searching by code compare (no UTF-8 boundary
     /// check per comparison; it cost the click shipper's sort most of its time).
     #[inline]
@@ -360,6 +367,16 @@ impl std::fmt::Debug for L1Entry {
             .field("clicks", &self.clicks())
             .finish_non_exhaustive()
     }
+}
+
+/// Compiled rule sets each thread remembers (see [`L1::rules`]).
+const RECENT_RULES: usize = 64;
+
+thread_local! {
+    /// The entries with rules this thread was last given the rules of, by the address of
+    /// their allocation, with those rules.
+    static RECENT: std::cell::RefCell<Vec<Option<(L1Entry, Arc<RuleSet>)>>> =
+        std::cell::RefCell::new(vec![None; RECENT_RULES]);
 }
 
 /// Shards of the table at most: enough that the two redirect threads and the fills rarely
@@ -492,8 +509,30 @@ impl L1 {
     /// The compiled rules of `entry` (one that [`L1Entry::has_rules`]): compiled from its
     /// JSON the first time, then kept beside it while the cache holds it. `None` for an
     /// entry without rules, or with rules no longer readable (never: they were written by
-    /// this build's serializer).
+    /// this build's serializer). Each thread remembers the last few it was given, by the
+    /// entry itself (a clone of the handle, so another entry can never take its place):
+    /// a hot link with rules costs no lock and no hash.
     pub fn rules(&self, entry: &L1Entry) -> Option<Arc<RuleSet>> {
+        if !entry.has_rules() {
+            return None;
+        }
+        let slot = (entry.address() >> 4) % RECENT_RULES;
+        let recent = RECENT.with(|recent| {
+            recent.borrow()[slot]
+                .as_ref()
+                .filter(|(e, _)| e.is_same(entry))
+                .map(|(_, rules)| rules.clone())
+        });
+        if recent.is_some() {
+            return recent;
+        }
+        let rules = self.shared_rules(entry)?;
+        RECENT.with(|recent| recent.borrow_mut()[slot] = Some((entry.clone(), rules.clone())));
+        Some(rules)
+    }
+
+    /// [`L1::rules`] from the shard's compiled sets, compiling them the first time.
+    fn shared_rules(&self, entry: &L1Entry) -> Option<Arc<RuleSet>> {
         let json = entry.rules_json()?;
         let code = entry.code();
         let hash = self.hash(code.as_bytes());

@@ -1,15 +1,16 @@
 //! What a link's rules ask of who clicks (docs/spec.md §14), from a request: the country
 //! (a trusted CDN's header, else the country database by the client's address), the OS
 //! family and device class of the User-Agent (remembered per thread with the bot verdict,
-//! [`crate::visitor`]), `Accept-Language`, and the bytes a split is sticky on (the client's
-//! address and its User-Agent). Each is read only when a rule of the link needs it, and
+//! [`crate::visitor`]), `Accept-Language`, and what a split is sticky on (the client's
+//! address and its User-Agent's digest, remembered with the verdict). What the click's
+//! capture found already (breakdowns on) is not looked up again. Each is read only when a rule of the link needs it, and
 //! only for a link with rules: a link without rules reads none of it.
 
 use crate::geoip::CountryDb;
 use crate::visitor::{AgentParser, BotPatterns};
-use http::header::{ACCEPT_LANGUAGE, USER_AGENT};
+use http::header::ACCEPT_LANGUAGE;
 use http::{HeaderMap, HeaderName, Method};
-use rebound_core::dimensions::{cdn_country, Country};
+use rebound_core::dimensions::{cdn_country, AgentFamilies, Country, Dimensions};
 use rebound_core::rules::{Device, Os, Visitor};
 use std::hash::Hasher;
 use std::net::IpAddr;
@@ -49,6 +50,9 @@ pub struct RequestVisitor<'a, C: FnMut() -> (Option<IpAddr>, bool)> {
     pub client: C,
     /// The client, once asked.
     known: Option<(Option<IpAddr>, bool)>,
+    /// What the click's capture found already (breakdowns on): not looked up again.
+    country: Option<Country>,
+    families: Option<AgentFamilies>,
 }
 
 impl<'a, C: FnMut() -> (Option<IpAddr>, bool)> RequestVisitor<'a, C> {
@@ -59,7 +63,19 @@ impl<'a, C: FnMut() -> (Option<IpAddr>, bool)> RequestVisitor<'a, C> {
             headers,
             client,
             known: None,
+            country: None,
+            families: None,
         }
+    }
+
+    /// Uses what the click's capture found (its country, its agent's families) instead of
+    /// looking them up again.
+    pub fn knowing(mut self, dimensions: Option<&Dimensions>) -> Self {
+        if let Some(d) = dimensions {
+            self.country = d.country;
+            self.families = d.agent;
+        }
+        self
     }
 
     fn client(&mut self) -> (Option<IpAddr>, bool) {
@@ -72,6 +88,9 @@ impl<'a, C: FnMut() -> (Option<IpAddr>, bool)> RequestVisitor<'a, C> {
 
 impl<C: FnMut() -> (Option<IpAddr>, bool)> Visitor for RequestVisitor<'_, C> {
     fn country(&mut self) -> Country {
+        if let Some(country) = self.country {
+            return country;
+        }
         let (address, trusted) = self.client();
         if let (Some(name), true) = (&self.targeting.country_header, trusted) {
             if let Some(value) = self.headers.get(name) {
@@ -85,17 +104,23 @@ impl<C: FnMut() -> (Option<IpAddr>, bool)> Visitor for RequestVisitor<'_, C> {
     }
 
     fn agent(&mut self) -> (Os, Device) {
-        let verdict = self
-            .bots
-            .classify_with_families(&Method::GET, self.headers, &AgentParser::shared());
-        (
-            Os::of_family(verdict.families.os.as_str()),
-            Device::of_class(verdict.families.device),
-        )
+        let families = match self.families {
+            Some(families) => families,
+            None => {
+                self.bots
+                    .classify_with_families(&Method::GET, self.headers, &AgentParser::shared())
+                    .families
+            }
+        };
+        (Os::of_family(families.os.as_str()), Device::of_class(families.device))
     }
 
     fn accept_language(&self) -> Option<&[u8]> {
-        self.headers.get(ACCEPT_LANGUAGE).map(|v| v.as_bytes())
+        // The few headers walked: cheaper than hashing the name.
+        self.headers
+            .iter()
+            .find(|(name, _)| **name == ACCEPT_LANGUAGE)
+            .map(|(_, v)| v.as_bytes())
     }
 
     fn stickiness(&mut self, hasher: &mut siphasher::sip::SipHasher13) {
@@ -104,9 +129,6 @@ impl<C: FnMut() -> (Option<IpAddr>, bool)> Visitor for RequestVisitor<'_, C> {
             Some(IpAddr::V6(a)) => hasher.write(&a.octets()),
             None => hasher.write_u8(0),
         }
-        hasher.write_u8(0xff);
-        if let Some(agent) = self.headers.get(USER_AGENT) {
-            hasher.write(agent.as_bytes());
-        }
+        hasher.write_u64(self.bots.agent_digest(self.headers));
     }
 }

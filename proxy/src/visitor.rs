@@ -135,6 +135,25 @@ impl BotPatterns {
         })
     }
 
+    /// The digest a split is sticky on of the request's User-Agent (none: of no bytes),
+    /// remembered per thread with the agent's verdict.
+    pub fn agent_digest(&self, headers: &HeaderMap) -> u64 {
+        let agent = match headers.iter().find(|(name, _)| **name == USER_AGENT) {
+            Some((_, agent)) => agent.as_bytes(),
+            None => b"",
+        };
+        if agent.len() > LONGEST_REMEMBERED {
+            return rebound_core::rules::agent_digest(agent);
+        }
+        SEEN.with(|seen| {
+            let mut seen = seen.borrow_mut();
+            let slot = self.slot(&mut seen, agent);
+            *slot
+                .digest
+                .get_or_insert_with(|| rebound_core::rules::agent_digest(agent))
+        })
+    }
+
     /// The slot that remembers `agent`: classified again, its families forgotten, when it
     /// held another agent.
     #[inline]
@@ -147,6 +166,7 @@ impl BotPatterns {
                 agent: agent.into(),
                 visitor: self.verdict(agent),
                 families: None,
+                digest: None,
             });
         }
         slot.as_mut().expect("filled above")
@@ -167,6 +187,9 @@ struct Seen {
     visitor: Visitor,
     /// Parsed the first time they are asked for.
     families: Option<AgentFamilies>,
+    /// What a split is sticky on ([`rebound_core::rules::agent_digest`]), made the first
+    /// time a split asks.
+    digest: Option<u64>,
 }
 
 struct SeenAgents {
