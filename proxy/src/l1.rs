@@ -372,10 +372,13 @@ impl std::fmt::Debug for L1Entry {
 /// Compiled rule sets each thread remembers (see [`L1::rules`]).
 const RECENT_RULES: usize = 64;
 
+/// An entry with rules, and its rules compiled.
+type Compiled = (L1Entry, Arc<RuleSet>);
+
 thread_local! {
     /// The entries with rules this thread was last given the rules of, by the address of
     /// their allocation, with those rules.
-    static RECENT: std::cell::RefCell<Vec<Option<(L1Entry, Arc<RuleSet>)>>> =
+    static RECENT: std::cell::RefCell<Vec<Option<Compiled>>> =
         std::cell::RefCell::new(vec![None; RECENT_RULES]);
 }
 
