@@ -216,6 +216,7 @@ async fn each_click_is_one_event_in_the_stream_with_its_dimensions_and_no_addres
         "utm_source",
         "utm_medium",
         "utm_campaign",
+        "rule",
     ];
     // The events as they should be, without their time: compared as sorted lists, for the
     // stream is read back shard by shard, not in the order of the clicks.
@@ -237,6 +238,8 @@ async fn each_click_is_one_event_in_the_stream_with_its_dimensions_and_no_addres
                 "utm_source": utm_source,
                 "utm_medium": utm_medium,
                 "utm_campaign": utm_campaign,
+                // Links without rules.
+                "rule": null,
             })
             .to_string()
         })
@@ -366,7 +369,7 @@ async fn a_proxy_on_sqs_sends_its_clicks_to_the_stream_with_their_dimensions() {
             "code": code, "domain": "s.example", "version": 1, "bot": bot,
             "country": "BR", "referrer": REFERRERS[1].1,
             "device": device, "browser": browser, "os": os,
-            "utm_source": null, "utm_medium": null, "utm_campaign": "launch",
+            "utm_source": null, "utm_medium": null, "utm_campaign": "launch", "rule": null,
         })
     };
     assert_eq!(got, vec![event(1), event(3)]);
