@@ -203,6 +203,12 @@ pub fn is_web(target: &str) -> bool {
     starts(b"http://") || starts(b"https://")
 }
 
+/// The JSON a store, and L1, keep a link's rules as; `None` for a link without rules (most),
+/// which keeps none.
+pub fn stored_json(rules: &[Rule]) -> Option<String> {
+    (!rules.is_empty()).then(|| serde_json::to_string(rules).expect("rules serialize"))
+}
+
 /// Every target of `rules`.
 pub fn targets(rules: &[Rule]) -> impl Iterator<Item = &str> {
     rules.iter().flat_map(Rule::targets)

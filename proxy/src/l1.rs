@@ -144,11 +144,11 @@ impl L1Entry {
         if protected {
             stamp |= PROTECTED_BIT;
         }
-        let rules = match rules.is_empty() {
-            true => String::new(),
-            false => {
+        let rules = match rebound_core::rules::stored_json(&rules) {
+            None => String::new(),
+            Some(json) => {
                 stamp |= RULES_BIT;
-                serde_json::to_string(&rules).expect("rules serialize")
+                json
             }
         };
         let base = stamp >> STAMP_SHIFT;

@@ -1094,19 +1094,7 @@ mod tests {
     /// The status line and the headers but `Date` of the one answer to `request`, served by
     /// the edge as on the redirect port, sorted.
     async fn head_of(redirects: &Redirects, request: String) -> Vec<String> {
-        let edge = Edge::plain(EdgeLimits::default(), PortMetrics::detached());
-        let (mut client, server) = tokio::io::duplex(64 * 1024);
-        let (_stop, shutdown) = tokio::sync::watch::channel(false);
-        let served = tokio::spawn({
-            let redirects = redirects.clone();
-            async move { edge.serve(server, redirects, shutdown).await }
-        });
-        client.write_all(request.as_bytes()).await.unwrap();
-        let mut out = Vec::new();
-        client.read_to_end(&mut out).await.unwrap();
-        drop(client);
-        served.await.unwrap();
-        let text = String::from_utf8_lossy(&out);
+        let text = answer_of(redirects, request).await;
         let mut lines = text.split("\r\n\r\n").next().unwrap_or_default().split("\r\n");
         let status = lines.next().unwrap_or_default().to_owned();
         let mut fields: Vec<String> = lines.filter(|l| !l.starts_with("date:")).map(str::to_owned).collect();

@@ -87,7 +87,7 @@ pub(crate) fn link_item(link: &Link) -> Item {
     opt("purge_at", link.purge_at.map(|p| n(p / 1000)));
     opt("purge_at_ms", link.purge_at.map(n));
     opt("password_hash", link.password_hash.as_ref().map(s));
-    opt("rules", rules_json(&link.rules).map(s));
+    opt("rules", rebound_core::rules::stored_json(&link.rules).map(s));
     for (k, v) in index_attributes(link) {
         item.insert(k.to_owned(), v);
     }
@@ -163,11 +163,6 @@ pub(crate) fn link_from_item(item: &Item) -> Result<Link, StoreError> {
             }
         },
     })
-}
-
-/// The `rules` attribute: absent for a link without rules (most), else their JSON.
-pub(crate) fn rules_json(rules: &[rebound_core::rules::Rule]) -> Option<String> {
-    (!rules.is_empty()).then(|| serde_json::to_string(rules).expect("rules serialize"))
 }
 
 pub(crate) fn key_item(key: &ApiKeyRecord) -> Item {

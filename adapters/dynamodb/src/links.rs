@@ -371,7 +371,7 @@ impl LinkStore for DynamoStore {
             }
             None => remove.push("#pw".into()),
         }
-        match crate::item::rules_json(&next.rules) {
+        match rebound_core::rules::stored_json(&next.rules) {
             Some(json) => {
                 set.push_str(", #rules = :rules");
                 req = req.expression_attribute_values(":rules", s(json));

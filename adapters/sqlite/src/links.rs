@@ -6,6 +6,7 @@ use crate::schema::{domain_id, target_host};
 use crate::SqliteStore;
 use async_trait::async_trait;
 use rebound_core::link::Deletion;
+use rebound_core::rules::stored_json;
 use rebound_core::RedirectKind;
 use rebound_core::{Link, LinkEdit, UnixMillis};
 use rebound_store::{
@@ -71,11 +72,6 @@ fn record_pending(conn: &Connection, link: &Link, lease: &PropagationLease) -> R
     Ok(())
 }
 
-/// The `rules` column: NULL for a link without rules (most), else their JSON.
-fn rules_json(rules: &[rebound_core::rules::Rule]) -> Option<String> {
-    (!rules.is_empty()).then(|| serde_json::to_string(rules).expect("rules serialize"))
-}
-
 /// Inserts a link unless its code is taken; true when inserted.
 fn insert_link_in(conn: &Connection, link: &Link) -> Result<bool, StoreError> {
     let n = conn
@@ -100,7 +96,7 @@ fn insert_link_in(conn: &Connection, link: &Link) -> Result<bool, StoreError> {
             link.delete_reason,
             link.purge_at,
             link.password_hash,
-            rules_json(&link.rules),
+            stored_json(&link.rules),
             target_host(&link.long_url),
             domain_id(&link.code),
         ])
@@ -198,7 +194,7 @@ impl SqliteStore {
                         expected_version as i64,
                         was_active,
                         target_host(&next.long_url),
-                        rules_json(&next.rules),
+                        stored_json(&next.rules),
                     ],
                 )
                 .map_err(sql_err)?;
