@@ -8,12 +8,11 @@
 //! dropped.
 
 use crate::geoip::CountryDb;
+use crate::targeting::Targeting;
 use crate::visitor::{AgentParser, BotPatterns, Visitor};
 use http::header::REFERER;
 use http::{HeaderMap, HeaderName, Method};
-use rebound_core::dimensions::{
-    campaign, cdn_country, referrer_authority, referrer_of_authority, Country, Dimensions, Referrer,
-};
+use rebound_core::dimensions::{campaign, referrer_authority, referrer_of_authority, Country, Dimensions, Referrer};
 use rebound_store::Dimension;
 use std::cell::RefCell;
 use std::hash::BuildHasher;
@@ -48,10 +47,9 @@ pub struct Capture {
     /// Which of a link's rules chose the target (set by the redirect, for a link with rules).
     rule: bool,
     parser: Arc<AgentParser>,
-    /// The country database, if one is configured.
-    countries: Option<Arc<CountryDb>>,
-    /// The CDN header that names the country, believed from trusted peers only.
-    country_header: Option<HeaderName>,
+    /// Where the country comes from: the database, if one is configured, and the CDN
+    /// header that names it, believed from trusted peers only (what a link's rules read too).
+    countries: Targeting,
     /// A bot's click has its dimensions too (for the click stream, which carries bots'
     /// clicks; the breakdowns count people's only).
     bots: bool,
@@ -66,15 +64,15 @@ impl Capture {
         country_header: Option<HeaderName>,
     ) -> Option<Capture> {
         let on = |d: Dimension| dimensions.contains(&d);
+        let countries = Targeting::new(countries, country_header);
         let capture = Capture {
-            country: on(Dimension::Country) && (countries.is_some() || country_header.is_some()),
+            country: on(Dimension::Country) && countries.knows_countries(),
             referrer: on(Dimension::Referrer),
             agent: on(Dimension::Device) || on(Dimension::Browser) || on(Dimension::Os),
             utm: [Dimension::UtmSource, Dimension::UtmMedium, Dimension::UtmCampaign].map(on),
             rule: on(Dimension::Rule),
             parser: AgentParser::shared(),
             countries,
-            country_header,
             bots: false,
         };
         let any = capture.country || capture.referrer || capture.agent || capture.utm.contains(&true) || capture.rule;
@@ -153,15 +151,7 @@ impl Capture {
     /// entry for the client's address, else unknown.
     fn country_of(&self, headers: &HeaderMap, client: impl FnOnce() -> (Option<IpAddr>, bool)) -> Country {
         let (address, trusted) = client();
-        if let (Some(name), true) = (&self.country_header, trusted) {
-            if let Some(value) = headers.get(name) {
-                return cdn_country(value.as_bytes());
-            }
-        }
-        match (&self.countries, address) {
-            (Some(countries), Some(address)) => countries.country_of(address),
-            _ => Country::UNKNOWN,
-        }
+        self.countries.country_of(headers, address, trusted)
     }
 }
 

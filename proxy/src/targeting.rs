@@ -33,6 +33,20 @@ impl Targeting {
         }
     }
 
+    /// The country of a request with `headers` from `address`: the CDN's header when the
+    /// peer is `trusted`, else the database's entry for the address, else unknown.
+    pub fn country_of(&self, headers: &HeaderMap, address: Option<IpAddr>, trusted: bool) -> Country {
+        if let (Some(name), true) = (&self.country_header, trusted) {
+            if let Some(value) = headers.get(name) {
+                return cdn_country(value.as_bytes());
+            }
+        }
+        match (&self.countries, address) {
+            (Some(countries), Some(address)) => countries.country_of(address),
+            _ => Country::UNKNOWN,
+        }
+    }
+
     /// Whether a country can be known at all (a database or a header): without either,
     /// a rule on countries never matches.
     pub fn knows_countries(&self) -> bool {
@@ -92,15 +106,7 @@ impl<C: FnMut() -> (Option<IpAddr>, bool)> Visitor for RequestVisitor<'_, C> {
             return country;
         }
         let (address, trusted) = self.client();
-        if let (Some(name), true) = (&self.targeting.country_header, trusted) {
-            if let Some(value) = self.headers.get(name) {
-                return cdn_country(value.as_bytes());
-            }
-        }
-        match (&self.targeting.countries, address) {
-            (Some(countries), Some(address)) => countries.country_of(address),
-            _ => Country::UNKNOWN,
-        }
+        self.targeting.country_of(self.headers, address, trusted)
     }
 
     fn agent(&mut self) -> (Os, Device) {
