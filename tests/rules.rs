@@ -239,21 +239,7 @@ async fn an_edit_of_the_rules_answers_at_once_and_is_audited() {
         async move { http.get(url).header("User-Agent", IPHONE).send().await.unwrap() }
     };
     assert_eq!(location(&ios(&rb).await), "https://example.com/ios-1");
-    let patch = |version: u64, body: Value| {
-        let rb = &rb;
-        async move {
-            let res = rb
-                .http
-                .patch(format!("{}/api/v1/links/edited", rb.run.api()))
-                .bearer_auth(OPERATOR_KEY)
-                .header("If-Match", format!("\"{version}\""))
-                .json(&body)
-                .send()
-                .await
-                .unwrap();
-            (res.status(), res.json::<Value>().await.unwrap_or(Value::Null))
-        }
-    };
+    let patch = |version: u64, body: Value| fleet::edit_link(&rb.run, "edited", version, body);
     let new_rules = json!([
         {"os": ["android"], "target": "https://example.com/android"},
         {"os": ["ios"], "target": "https://example.com/ios-2"},
