@@ -91,6 +91,15 @@ impl Country {
         }
     }
 
+    /// The two letters of a known country's code, without a UTF-8 check.
+    #[inline]
+    pub fn letters(&self) -> Option<[u8; 2]> {
+        match *self {
+            Country::UNKNOWN | Country::TOR => None,
+            _ => Some(self.0),
+        }
+    }
+
     /// As a breakdown shows it: the code, `tor` or `unknown`.
     pub fn as_str(&self) -> &str {
         match *self {

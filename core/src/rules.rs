@@ -4,9 +4,11 @@
 //! A rule matches on any of the visitor's country, OS family, device class and preferred
 //! language (every condition it names must hold; within one, any value), and sends the
 //! visitor to one target or splits visitors across 2–10 weighted targets. A split is
-//! sticky: the variant is chosen by a keyed hash ([SipHash-1-3], fixed keys, so every proxy
-//! of every version agrees) of the link's key, the client's address and its User-Agent, so
-//! one person on one device and network sees one variant on every proxy.
+//! sticky: the variant is chosen by a hash of the link's key, the client's address and its
+//! User-Agent, so one person on one device and network sees one variant on every proxy. The
+//! key and the agent are digested by [SipHash-1-3] with fixed keys (the key once per cache
+//! fill, the agent once per agent and thread), and mixed with the address by [`mix`]: every
+//! proxy of every version computes the same (a table test pins the values).
 //!
 //! [`Rule`] is the record's form (the store, Redis and the API carry it as JSON);
 //! [`RuleSet`] is the form a proxy evaluates, built once per cache fill: countries and
@@ -85,17 +87,16 @@ impl Os {
     /// The family a User-Agent parser names (uap-core's `os.family`): `iOS` and `iPadOS`
     /// are iOS, `Mac OS X` and `macOS` macOS, `Windows` (not `Windows Phone`) Windows, the
     /// Linux distributions Linux.
-    pub fn of_family(family: &str) -> Os {
+    pub fn of_family(family: &[u8]) -> Os {
         match family {
-            "iOS" | "iPadOS" => Os::Ios,
-            "Android" => Os::Android,
-            "Mac OS X" | "macOS" | "Mac OS" => Os::Macos,
-            "Chrome OS" | "ChromeOS" => Os::Chromeos,
-            "Linux" | "Ubuntu" | "Debian" | "Fedora" | "Red Hat" | "SUSE" | "openSUSE" | "Arch Linux"
-            | "Linux Mint" | "Gentoo" | "Mandriva" | "Slackware" | "CentOS" | "Kubuntu" | "Xubuntu" | "Mageia" => {
-                Os::Linux
-            }
-            f if f.starts_with("Windows") && f != "Windows Phone" && f != "Windows Mobile" => Os::Windows,
+            b"iOS" | b"iPadOS" => Os::Ios,
+            b"Android" => Os::Android,
+            b"Mac OS X" | b"macOS" | b"Mac OS" => Os::Macos,
+            b"Chrome OS" | b"ChromeOS" => Os::Chromeos,
+            b"Linux" | b"Ubuntu" | b"Debian" | b"Fedora" | b"Red Hat" | b"SUSE" | b"openSUSE" | b"Arch Linux"
+            | b"Linux Mint" | b"Gentoo" | b"Mandriva" | b"Slackware" | b"CentOS" | b"Kubuntu" | b"Xubuntu"
+            | b"Mageia" => Os::Linux,
+            f if f.starts_with(b"Windows") && f != b"Windows Phone" && f != b"Windows Mobile" => Os::Windows,
             _ => Os::Other,
         }
     }
@@ -355,9 +356,9 @@ pub trait Visitor {
     fn agent(&mut self) -> (Os, Device);
     /// The `Accept-Language` header, if any.
     fn accept_language(&self) -> Option<&[u8]>;
-    /// The bytes a split is sticky on, fed to `hasher`: the client's address and its
-    /// User-Agent.
-    fn stickiness(&mut self, hasher: &mut siphasher::sip::SipHasher13);
+    /// What a split is sticky on: [`visitor_digest`] of the client's address and its
+    /// User-Agent's [`agent_digest`].
+    fn stickiness(&mut self) -> u64;
 }
 
 /// One rule as a proxy evaluates it.
@@ -378,6 +379,9 @@ struct Compiled {
 /// A link's rules as a proxy evaluates them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleSet {
+    /// SipHash-1-3 (`SPLIT_KEYS`) of the link's key: what a split mixes with the visitor's
+    /// digest, so that another link splits the same visitors anew.
+    key: u64,
     rules: Box<[Compiled]>,
     /// Every language the rules name (index = bit).
     languages: Box<[Box<str>]>,
@@ -398,9 +402,38 @@ pub fn agent_digest(agent: &[u8]) -> u64 {
     hasher.finish()
 }
 
+/// The digest of a visitor a split is sticky on: the client's `address` (none: a fixed
+/// value) and its User-Agent's [`agent_digest`], mixed by [`mix`]. Every proxy of every
+/// version computes the same.
+pub fn visitor_digest(address: Option<std::net::IpAddr>, agent: u64) -> u64 {
+    let address = match address {
+        None => 0,
+        Some(std::net::IpAddr::V4(a)) => u64::from(u32::from(a)) | 1 << 32,
+        Some(std::net::IpAddr::V6(a)) => {
+            let a = u128::from(a);
+            mix((a >> 64) as u64 ^ 2 << 32) ^ a as u64
+        }
+    };
+    mix(address ^ mix(agent))
+}
+
+/// MurmurHash3's 64-bit finalizer (`fmix64`): a bijection in which every input bit flips
+/// each output bit with probability about one half. A split's point is `mix` of the link's
+/// key digest and the visitor's: the choice of a split rose by under 30 instructions a
+/// redirect under callgrind, where SipHash-1-3 of the key, the address and the agent's
+/// digest took about 210 (benches/results/2026-12-06k-callgrind-rules-costs.md).
+pub fn mix(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ x >> 33
+}
+
 impl RuleSet {
-    /// The form of `rules` (already [`normalize`]d) a proxy evaluates.
-    pub fn compile(rules: &[Rule]) -> RuleSet {
+    /// The form of `rules` (already [`normalize`]d) a proxy evaluates, for the link whose
+    /// key is `key`.
+    pub fn compile(key: &str, rules: &[Rule]) -> RuleSet {
         let mut languages: Vec<Box<str>> = Vec::new();
         for l in rules.iter().flat_map(|r| &r.languages) {
             if !languages.iter().any(|x| **x == **l) {
@@ -444,7 +477,10 @@ impl RuleSet {
                 }
             })
             .collect::<Vec<_>>();
+        let mut hasher = siphasher::sip::SipHasher13::new_with_keys(SPLIT_KEYS.0, SPLIT_KEYS.1);
+        hasher.write(key.as_bytes());
         RuleSet {
+            key: hasher.finish(),
             needs_country: compiled.iter().any(|r| !r.countries.is_empty()),
             needs_agent: compiled.iter().any(|r| r.os != 0 || r.devices != 0),
             rules: compiled.into(),
@@ -467,9 +503,9 @@ impl RuleSet {
                 .sum::<usize>()
     }
 
-    /// The target for `visitor` of the link whose key is `key`, and which rule chose it;
-    /// `None`: no rule matched (the link's own target answers).
-    pub fn choose(&self, key: &str, visitor: &mut impl Visitor) -> Option<(&str, Decided)> {
+    /// The target for `visitor` of the link, and which rule chose it; `None`: no rule
+    /// matched (the link's own target answers).
+    pub fn choose(&self, visitor: &mut impl Visitor) -> Option<(&str, Decided)> {
         let country = match self.needs_country {
             true => Some(visitor.country()),
             false => None,
@@ -487,7 +523,7 @@ impl RuleSet {
         };
         for (at, rule) in self.rules.iter().enumerate() {
             if !rule.countries.is_empty() {
-                let Some(code) = country.and_then(|c| c.code().map(|c| [c.as_bytes()[0], c.as_bytes()[1]])) else {
+                let Some(code) = country.and_then(|c| c.letters()) else {
                     continue;
                 };
                 if rule.countries.binary_search(&code).is_err() {
@@ -514,11 +550,7 @@ impl RuleSet {
                 ));
             }
             let total = rule.targets.last().map_or(1, |t| t.0).max(1);
-            let mut hasher = siphasher::sip::SipHasher13::new_with_keys(SPLIT_KEYS.0, SPLIT_KEYS.1);
-            hasher.write(key.as_bytes());
-            hasher.write_u8(0xff);
-            visitor.stickiness(&mut hasher);
-            let point = (hasher.finish() % u64::from(total)) as u32;
+            let point = (mix(self.key ^ visitor.stickiness()) % u64::from(total)) as u32;
             let v = rule.targets.partition_point(|t| t.0 <= point);
             let v = v.min(rule.targets.len() - 1);
             return Some((
@@ -634,14 +666,22 @@ mod tests {
         fn accept_language(&self) -> Option<&[u8]> {
             self.language.map(str::as_bytes)
         }
-        fn stickiness(&mut self, hasher: &mut siphasher::sip::SipHasher13) {
+        fn stickiness(&mut self) -> u64 {
             self.asked.push("stickiness");
-            hasher.write_u32(self.id);
+            let [_, a, b, c] = self.id.to_be_bytes();
+            visitor_digest(
+                Some(std::net::IpAddr::from([10, a, b, c])),
+                agent_digest(b"Mozilla/5.0"),
+            )
         }
     }
 
     fn set(rules: &[&str]) -> RuleSet {
-        RuleSet::compile(&normalize(rules.iter().map(|r| rule(r)).collect()).unwrap())
+        keyed("abc", rules)
+    }
+
+    fn keyed(key: &str, rules: &[&str]) -> RuleSet {
+        RuleSet::compile(key, &normalize(rules.iter().map(|r| rule(r)).collect()).unwrap())
     }
 
     #[test]
@@ -716,7 +756,7 @@ mod tests {
                 language,
                 ..Fake::new()
             };
-            let got = rules.choose("abc", &mut v).map(|(t, d)| (t, d.label()));
+            let got = rules.choose(&mut v).map(|(t, d)| (t, d.label()));
             let want = want.map(|(t, l)| (t, crate::dimensions::Label::truncated(l)));
             assert_eq!(
                 got,
@@ -753,7 +793,7 @@ mod tests {
                 language: Some(header),
                 ..Fake::new()
             };
-            assert_eq!(rules.choose("abc", &mut v).map(|(t, _)| t), want, "{header:?}");
+            assert_eq!(rules.choose(&mut v).map(|(t, _)| t), want, "{header:?}");
         }
     }
 
@@ -761,11 +801,27 @@ mod tests {
     fn a_visitor_is_asked_only_what_some_rule_needs() {
         let rules = set(&[r#"{"languages":["fr"],"target":"https://fr.example/"}"#]);
         let mut v = Fake::new();
-        rules.choose("abc", &mut v);
+        rules.choose(&mut v);
         assert!(v.asked.is_empty(), "{:?}", v.asked);
         let rules = set(&[r#"{"devices":["mobile"],"target":"https://m.example/"}"#]);
-        rules.choose("abc", &mut v);
+        rules.choose(&mut v);
         assert_eq!(v.asked, ["agent"]);
+    }
+
+    #[test]
+    fn the_split_digests_never_change_between_versions() {
+        // Every proxy of every version must put one visitor in one variant: these values
+        // are the formula's, and a change of them is a change of every running split.
+        let agent = agent_digest(b"Mozilla/5.0 (iPhone)");
+        let cases: &[(Option<std::net::IpAddr>, u64)] = &[
+            (None, 0x0f4a_ca70_79d4_099f),
+            (Some([192, 0, 2, 1].into()), 0xd432_083b_e789_93fa),
+            (Some("2001:db8::1".parse().unwrap()), 0xcafd_d6e0_d876_922c),
+        ];
+        for &(address, want) in cases {
+            assert_eq!(visitor_digest(address, agent), want, "{address:?}");
+        }
+        assert_eq!(keyed("abc", &[]).key, 0xfce2_a2d0_8bdf_781e);
     }
 
     #[test]
@@ -776,12 +832,12 @@ mod tests {
         let mut counts = [0u32; 3];
         for id in 0..30_000 {
             let mut v = Fake { id, ..Fake::new() };
-            let (target, decided) = rules.choose("abc", &mut v).unwrap();
+            let (target, decided) = rules.choose(&mut v).unwrap();
             assert_eq!(decided.rule, 1);
             counts[decided.variant as usize - 1] += 1;
             for _ in 0..2 {
                 let mut again = Fake { id, ..Fake::new() };
-                assert_eq!(rules.choose("abc", &mut again).unwrap().0, target, "sticky for {id}");
+                assert_eq!(rules.choose(&mut again).unwrap().0, target, "sticky for {id}");
             }
         }
         for (count, weight) in counts.iter().zip([70.0, 20.0, 10.0]) {
@@ -789,10 +845,16 @@ mod tests {
             assert!((share - weight).abs() < 1.5, "{counts:?}");
         }
         // Another link splits the same visitors anew.
+        let other = keyed(
+            "xyz",
+            &[
+                r#"{"split":[{"target":"https://a.example/","weight":70},{"target":"https://b.example/","weight":20},{"target":"https://c.example/","weight":10}]}"#,
+            ],
+        );
         let moved = (0..1_000)
             .filter(|&id| {
-                let a = rules.choose("abc", &mut Fake { id, ..Fake::new() }).unwrap().0;
-                let b = rules.choose("xyz", &mut Fake { id, ..Fake::new() }).unwrap().0;
+                let a = rules.choose(&mut Fake { id, ..Fake::new() }).unwrap().0;
+                let b = other.choose(&mut Fake { id, ..Fake::new() }).unwrap().0;
                 a != b
             })
             .count();
@@ -876,7 +938,7 @@ mod tests {
             ("Linux", Os::Linux),
             ("Other", Os::Other),
         ] {
-            assert_eq!(Os::of_family(family), os, "{family}");
+            assert_eq!(Os::of_family(family.as_bytes()), os, "{family}");
         }
     }
 }

@@ -59,7 +59,7 @@ fn report(name: &str, rules: Vec<Rule>) {
         chunk(asked),
         text - 7 - "https://example.com/page/1?ref=bench".len()
     );
-    let _ = RuleSet::compile(&rules);
+    let _ = RuleSet::compile("abcdefg", &rules);
 }
 
 fn main() {

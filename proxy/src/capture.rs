@@ -3,16 +3,18 @@
 //! [`Dimensions`]: country (a trusted CDN's header, else the country database by the
 //! client's address), the referrer's host, the agent's device class and families, and the
 //! campaign of the query. Each dimension can be off; with all off nothing here runs but
-//! the bot verdict, as before breakdowns. Nothing that identifies a person leaves this
-//! module: the address, the whole User-Agent, the referrer's path and query are read and
-//! dropped.
+//! the bot verdict, as before breakdowns. Nothing that identifies a person is counted,
+//! streamed or kept: the whole User-Agent, the referrer's path and query are read and
+//! dropped here; the client's address goes on with the request ([`Known`], for a link's
+//! rules) and is dropped with it.
 
 use crate::geoip::CountryDb;
 use crate::targeting::Targeting;
 use crate::visitor::{AgentParser, BotPatterns, Visitor};
 use http::header::REFERER;
 use http::{HeaderMap, HeaderName, Method};
-use rebound_core::dimensions::{campaign, referrer_authority, referrer_of_authority, Country, Dimensions, Referrer};
+use rebound_core::dimensions::{campaign, referrer_authority, referrer_of_authority, Dimensions, Referrer};
+use rebound_core::rules::Os;
 use rebound_store::Dimension;
 use std::cell::RefCell;
 use std::hash::BuildHasher;
@@ -24,6 +26,22 @@ use std::sync::Arc;
 pub struct Click {
     pub visitor: Visitor,
     pub dimensions: Option<Dimensions>,
+    /// What the capture learned on the way that a link's rules ask again: never counted,
+    /// streamed or kept past the request.
+    pub known: Known,
+}
+
+/// What a capture learned of one request beyond its dimensions, for the link's rules
+/// ([`crate::targeting::RequestVisitor::knowing`]) so that they do not look it up again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Known {
+    /// The User-Agent's digest a split is sticky on, when this thread had made it before.
+    pub agent_digest: Option<u64>,
+    /// The OS family as a rule names it, when the agent's families were captured.
+    pub os: Option<Os>,
+    /// The client's address (when known), and whether the peer is a trusted proxy: asked
+    /// when the country was captured.
+    pub client: Option<(Option<IpAddr>, bool)>,
 }
 
 impl Click {
@@ -32,6 +50,7 @@ impl Click {
         Click {
             visitor,
             dimensions: None,
+            known: Known::default(),
         }
     }
 }
@@ -103,9 +122,12 @@ impl Capture {
         query: Option<&str>,
         client: impl FnOnce() -> (Option<IpAddr>, bool),
     ) -> Click {
+        let mut known = Known::default();
         let (visitor, families) = match self.agent {
             true => {
                 let verdict = bots.classify_with_families(method, headers, &self.parser);
+                known.agent_digest = verdict.digest;
+                known.os = Some(verdict.os);
                 (verdict.visitor, Some(verdict.families))
             }
             false => (bots.classify(method, headers), None),
@@ -115,7 +137,9 @@ impl Capture {
         }
         let mut dimensions = Dimensions::default();
         if self.country {
-            dimensions.country = Some(self.country_of(headers, client));
+            let (address, trusted) = client();
+            known.client = Some((address, trusted));
+            dimensions.country = Some(self.countries.country_of(headers, address, trusted));
         }
         if self.referrer {
             // The few headers walked, as for the agent: cheaper than hashing the name.
@@ -144,14 +168,8 @@ impl Capture {
         Click {
             visitor,
             dimensions: Some(dimensions),
+            known,
         }
-    }
-
-    /// The country of a click: the CDN's header from a trusted peer, else the database's
-    /// entry for the client's address, else unknown.
-    fn country_of(&self, headers: &HeaderMap, client: impl FnOnce() -> (Option<IpAddr>, bool)) -> Country {
-        let (address, trusted) = client();
-        self.countries.country_of(headers, address, trusted)
     }
 }
 
@@ -228,5 +246,39 @@ mod tests {
         }
         let long = format!("https://{}.example/", "a".repeat(100));
         assert_eq!(referrer_of(Some(long.as_bytes())), Referrer::Unknown);
+    }
+
+    #[test]
+    fn a_capture_hands_a_links_rules_what_it_learned_and_the_same_as_a_fresh_look() {
+        use crate::targeting::RequestVisitor;
+        use rebound_core::rules::{agent_digest, visitor_digest, Visitor as _};
+        let bots = BotPatterns::shared();
+        let country = HeaderName::from_static("cf-ipcountry");
+        let capture = Capture::new(&[Dimension::Country, Dimension::Device], None, Some(country)).unwrap();
+        let agent = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) Mobile/15E148 capture-test";
+        let mut headers = HeaderMap::new();
+        headers.insert(http::header::USER_AGENT, agent.parse().unwrap());
+        let address: IpAddr = [198, 51, 100, 7].into();
+        let want = visitor_digest(Some(address), agent_digest(agent.as_bytes()));
+        // The first click of an agent on a thread carries no digest (none made yet); a
+        // split makes it, and the next click carries it.
+        let first = capture.click(&bots, &Method::GET, &headers, None, || (Some(address), false));
+        assert_eq!(first.known.client, Some((Some(address), false)));
+        assert_eq!(first.known.agent_digest, None);
+        let targeting = Targeting::default();
+        let mut asked = 0;
+        let mut fresh = RequestVisitor::new(&targeting, &bots, &headers, || {
+            asked += 1;
+            (Some(address), false)
+        })
+        .knowing(&first);
+        assert_eq!(fresh.stickiness(), want);
+        let next = capture.click(&bots, &Method::GET, &headers, None, || (Some(address), false));
+        assert_eq!(next.known.agent_digest, Some(agent_digest(agent.as_bytes())));
+        // What the capture learned is used, not asked again: a client closure that lies
+        // is never called.
+        let mut known = RequestVisitor::new(&targeting, &bots, &headers, || (None, true)).knowing(&next);
+        assert_eq!(known.stickiness(), want);
+        assert_eq!(asked, 0, "the capture's client was used");
     }
 }

@@ -236,13 +236,6 @@ impl L1Entry {
         triomphe::Arc::ptr_eq(&self.0, &other.0)
     }
 
-    /// Where its allocation is: a slot number for [`L1::rules`]'s per-thread memory,
-    /// never dereferenced.
-    #[inline]
-    fn address(&self) -> usize {
-        triomphe::Arc::as_ptr(&self.0).cast::<u8>() as usize
-    }
-
     /// The code as bytes: what sorting and searching by code compare (no UTF-8 boundary
     /// check per comparison; it cost the click shipper's sort most of its time).
     #[inline]
@@ -367,19 +360,6 @@ impl std::fmt::Debug for L1Entry {
             .field("clicks", &self.clicks())
             .finish_non_exhaustive()
     }
-}
-
-/// Compiled rule sets each thread remembers (see [`L1::rules`]).
-const RECENT_RULES: usize = 64;
-
-/// An entry with rules, and its rules compiled.
-type Compiled = (L1Entry, Arc<RuleSet>);
-
-thread_local! {
-    /// The entries with rules this thread was last given the rules of, by the address of
-    /// their allocation, with those rules.
-    static RECENT: std::cell::RefCell<Vec<Option<Compiled>>> =
-        std::cell::RefCell::new(vec![None; RECENT_RULES]);
 }
 
 /// Shards of the table at most: enough that the two redirect threads and the fills rarely
@@ -510,33 +490,16 @@ impl L1 {
     }
 
     /// The compiled rules of `entry` (one that [`L1Entry::has_rules`]): compiled from its
-    /// JSON the first time, then kept beside it while the cache holds it. `None` for an
-    /// entry without rules, or with rules no longer readable (never: they were written by
-    /// this build's serializer). Each thread remembers the last few it was given, by the
-    /// entry itself (a clone of the handle, so another entry can never take its place):
-    /// a hot link with rules costs no lock and no hash.
+    /// JSON the first time, then kept beside it in its shard while the cache holds it: one
+    /// more hash and read lock a redirect, 115 instructions under callgrind, where a
+    /// per-thread memory of the last 64 sets (gone) missed on the bench's 10,000 links with
+    /// rules and cost 365 (benches/results/2026-12-06k-callgrind-rules-costs.md). `None` for an entry without
+    /// rules, or with rules no longer readable (never: they were written by this build's
+    /// serializer).
     pub fn rules(&self, entry: &L1Entry) -> Option<Arc<RuleSet>> {
         if !entry.has_rules() {
             return None;
         }
-        let slot = (entry.address() >> 4) % RECENT_RULES;
-        let recent = RECENT.with(|recent| {
-            recent.borrow()[slot]
-                .as_ref()
-                .filter(|(e, _)| e.is_same(entry))
-                .map(|(_, rules)| rules.clone())
-        });
-        if recent.is_some() {
-            return recent;
-        }
-        let rules = self.shared_rules(entry)?;
-        RECENT.with(|recent| recent.borrow_mut()[slot] = Some((entry.clone(), rules.clone())));
-        Some(rules)
-    }
-
-    /// [`L1::rules`] from the shard's compiled sets, compiling them the first time.
-    fn shared_rules(&self, entry: &L1Entry) -> Option<Arc<RuleSet>> {
-        let json = entry.rules_json()?;
         let code = entry.code();
         let hash = self.hash(code.as_bytes());
         {
@@ -545,11 +508,18 @@ impl L1 {
                 return Some(rules.clone());
             }
         }
-        let rules: Vec<Rule> = serde_json::from_str(json).ok()?;
-        let rules = Arc::new(RuleSet::compile(&rules));
+        self.compile(entry, hash)
+    }
+
+    /// [`L1::rules`] the first time: compiles them, and keeps them while the table holds
+    /// `entry` (not for an entry that answers one flight only, nor for one replaced
+    /// meanwhile).
+    #[cold]
+    fn compile(&self, entry: &L1Entry, hash: u64) -> Option<Arc<RuleSet>> {
+        let code = entry.code();
+        let rules: Vec<Rule> = serde_json::from_str(entry.rules_json()?).ok()?;
+        let rules = Arc::new(RuleSet::compile(code, &rules));
         let mut shard = write(self.shard(hash));
-        // Kept only while the table holds this entry (not for an entry that answers one
-        // flight only, nor for one replaced meanwhile).
         if shard.table.find(hash, |e| e.is_same(entry)).is_some() {
             shard.forget_rules(hash, code);
             let hasher = &self.hasher;
@@ -1120,12 +1090,14 @@ mod tests {
         fn accept_language(&self) -> Option<&[u8]> {
             None
         }
-        fn stickiness(&mut self, _: &mut siphasher::sip::SipHasher13) {}
+        fn stickiness(&mut self) -> u64 {
+            0
+        }
     }
 
     fn chosen(l1: &L1, entry: &L1Entry) -> String {
         let rules = l1.rules(entry).expect("rules");
-        rules.choose(entry.code(), &mut Ios).map(|(t, _)| t.to_owned()).unwrap()
+        rules.choose(&mut Ios).map(|(t, _)| t.to_owned()).unwrap()
     }
 
     #[test]

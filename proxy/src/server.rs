@@ -30,7 +30,6 @@ use rebound_core::app_links::AppLinkDocument;
 use rebound_core::client::{client_of, forwarded_over_tls, TrustedNetworks};
 use rebound_core::code::is_valid_code;
 use rebound_core::decision::{max_age_seconds, push_location, query_is_forwardable};
-use rebound_core::dimensions::Dimensions;
 use rebound_core::rules::{is_web, Decided, RuleSet};
 use rebound_core::UnixMillis;
 use rebound_edge::acme::{http01_token, Http01Answers};
@@ -562,7 +561,10 @@ impl RedirectAnswers {
             self.path.metrics.unavailable.inc();
             return status_reply(StatusCode::SERVICE_UNAVAILABLE);
         };
-        let (target, decided) = self.choose(&rules, asked, click.dimensions.as_ref(), entry.long_url());
+        let (target, decided) = match self.choose(&rules, asked, &click) {
+            Some(chosen) => chosen,
+            None => (entry.long_url(), Decided::DEFAULT),
+        };
         if let Some(dimensions) = click.dimensions.as_mut() {
             dimensions.rule = Some(decided);
         }
@@ -622,6 +624,7 @@ impl RedirectAnswers {
                 Click {
                     visitor: Visitor::Person,
                     dimensions: Some(dimensions),
+                    ..
                 } => self.clicks.record_with(entry, dimensions),
                 Click { visitor, .. } => self.clicks.record(entry, visitor),
             },
@@ -649,25 +652,16 @@ impl RedirectAnswers {
         }
     }
 
-    /// The target `rules` choose for the request `asked` (the link's own, `long_url`, when
-    /// none matches), and which rule chose it.
-    fn choose<'r>(
-        &self,
-        rules: &'r RuleSet,
-        asked: Asked<'_>,
-        captured: Option<&Dimensions>,
-        long_url: &'r str,
-    ) -> (&'r str, Decided) {
+    /// The target `rules` choose for the request `asked` and which rule chose it; `None`:
+    /// none matched (the link's own target answers).
+    fn choose<'r>(&self, rules: &'r RuleSet, asked: Asked<'_>, captured: &Click) -> Option<(&'r str, Decided)> {
         let connection = asked.connection;
         let mut visitor = RequestVisitor::new(&self.targeting, &self.bots, asked.headers, || {
             let trusted = connection.forwards && connection.peer.is_some_and(|p| self.trusted.contains(p));
             (self.client(connection, asked.headers).address, trusted)
         })
         .knowing(captured);
-        match rules.choose(asked.key, &mut visitor) {
-            Some((target, decided)) => (target, decided),
-            None => (long_url, Decided::DEFAULT),
-        }
+        rules.choose(&mut visitor)
     }
 
     /// The answer of a password-protected link to GET or HEAD: its redirect when the

@@ -6,13 +6,13 @@
 //! capture found already (breakdowns on) is not looked up again. Each is read only when a rule of the link needs it, and
 //! only for a link with rules: a link without rules reads none of it.
 
+use crate::capture::Click;
 use crate::geoip::CountryDb;
 use crate::visitor::{AgentParser, BotPatterns};
 use http::header::ACCEPT_LANGUAGE;
-use http::{HeaderMap, HeaderName, Method};
-use rebound_core::dimensions::{cdn_country, AgentFamilies, Country, Dimensions};
-use rebound_core::rules::{Device, Os, Visitor};
-use std::hash::Hasher;
+use http::{HeaderMap, HeaderName, HeaderValue, Method};
+use rebound_core::dimensions::{cdn_country, AgentFamilies, Country};
+use rebound_core::rules::{visitor_digest, Device, Os, Visitor};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -67,6 +67,8 @@ pub struct RequestVisitor<'a, C: FnMut() -> (Option<IpAddr>, bool)> {
     /// What the click's capture found already (breakdowns on): not looked up again.
     country: Option<Country>,
     families: Option<AgentFamilies>,
+    os: Option<Os>,
+    agent_digest: Option<u64>,
 }
 
 impl<'a, C: FnMut() -> (Option<IpAddr>, bool)> RequestVisitor<'a, C> {
@@ -79,16 +81,21 @@ impl<'a, C: FnMut() -> (Option<IpAddr>, bool)> RequestVisitor<'a, C> {
             known: None,
             country: None,
             families: None,
+            os: None,
+            agent_digest: None,
         }
     }
 
-    /// Uses what the click's capture found (its country, its agent's families) instead of
-    /// looking them up again.
-    pub fn knowing(mut self, dimensions: Option<&Dimensions>) -> Self {
-        if let Some(d) = dimensions {
+    /// Uses what the click's capture found (its country, its agent's families and digest,
+    /// the client) instead of looking them up again.
+    pub fn knowing(mut self, click: &Click) -> Self {
+        if let Some(d) = &click.dimensions {
             self.country = d.country;
             self.families = d.agent;
         }
+        self.agent_digest = click.known.agent_digest;
+        self.os = click.known.os;
+        self.known = click.known.client;
         self
     }
 
@@ -110,31 +117,28 @@ impl<C: FnMut() -> (Option<IpAddr>, bool)> Visitor for RequestVisitor<'_, C> {
     }
 
     fn agent(&mut self) -> (Os, Device) {
-        let families = match self.families {
-            Some(families) => families,
-            None => {
-                self.bots
-                    .classify_with_families(&Method::GET, self.headers, &AgentParser::shared())
-                    .families
+        let (families, os) = match (self.families, self.os) {
+            (Some(families), Some(os)) => (families, os),
+            _ => {
+                let verdict = self
+                    .bots
+                    .classify_with_families(&Method::GET, self.headers, &AgentParser::shared());
+                (verdict.families, verdict.os)
             }
         };
-        (Os::of_family(families.os.as_str()), Device::of_class(families.device))
+        (os, Device::of_class(families.device))
     }
 
     fn accept_language(&self) -> Option<&[u8]> {
-        // The few headers walked: cheaper than hashing the name.
-        self.headers
-            .iter()
-            .find(|(name, _)| **name == ACCEPT_LANGUAGE)
-            .map(|(_, v)| v.as_bytes())
+        self.headers.get(ACCEPT_LANGUAGE).map(HeaderValue::as_bytes)
     }
 
-    fn stickiness(&mut self, hasher: &mut siphasher::sip::SipHasher13) {
-        match self.client().0 {
-            Some(IpAddr::V4(a)) => hasher.write(&a.octets()),
-            Some(IpAddr::V6(a)) => hasher.write(&a.octets()),
-            None => hasher.write_u8(0),
-        }
-        hasher.write_u64(self.bots.agent_digest(self.headers));
+    fn stickiness(&mut self) -> u64 {
+        let address = self.client().0;
+        let agent = match self.agent_digest {
+            Some(digest) => digest,
+            None => self.bots.agent_digest(self.headers),
+        };
+        visitor_digest(address, agent)
     }
 }

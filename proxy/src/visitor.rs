@@ -20,6 +20,7 @@
 use http::header::USER_AGENT;
 use http::{HeaderMap, Method};
 use rebound_core::dimensions::{AgentFamilies, DeviceClass, Family};
+use rebound_core::rules::Os;
 use std::cell::RefCell;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,6 +38,11 @@ pub enum Visitor {
 pub struct AgentVerdict {
     pub visitor: Visitor,
     pub families: AgentFamilies,
+    /// The agent's digest a split is sticky on ([`BotPatterns::agent_digest`]), when this
+    /// thread has made it before: a link with rules then does not look the agent up again.
+    pub digest: Option<u64>,
+    /// The OS family as a link's rules name it ([`Os::of_family`] of `families.os`).
+    pub os: Os,
 }
 
 /// Verdicts remembered per redirect thread (a direct-mapped table: an agent's slot is its
@@ -104,6 +110,8 @@ impl BotPatterns {
             None => AgentVerdict {
                 visitor: Visitor::Person,
                 families: AgentFamilies::other(),
+                digest: None,
+                os: Os::Other,
             },
             Some((_, agent)) => self.classify_agent_with_families(agent.as_bytes(), parser),
         };
@@ -120,17 +128,26 @@ impl BotPatterns {
     #[inline]
     pub fn classify_agent_with_families(&self, agent: &[u8], parser: &AgentParser) -> AgentVerdict {
         if agent.len() > LONGEST_REMEMBERED {
+            let families = parser.families(agent);
             return AgentVerdict {
                 visitor: self.verdict(agent),
-                families: parser.families(agent),
+                families,
+                digest: None,
+                os: Os::of_family(families.os.as_bytes()),
             };
         }
         SEEN.with(|seen| {
             let mut seen = seen.borrow_mut();
             let slot = self.slot(&mut seen, agent);
+            let (families, os) = *slot.families.get_or_insert_with(|| {
+                let families = parser.families(agent);
+                (families, Os::of_family(families.os.as_bytes()))
+            });
             AgentVerdict {
                 visitor: slot.visitor,
-                families: *slot.families.get_or_insert_with(|| parser.families(agent)),
+                families,
+                digest: slot.digest,
+                os,
             }
         })
     }
@@ -146,8 +163,14 @@ impl BotPatterns {
             return rebound_core::rules::agent_digest(agent);
         }
         SEEN.with(|seen| {
-            let mut seen = seen.borrow_mut();
-            let slot = self.slot(&mut seen, agent);
+            let seen = &mut *seen.borrow_mut();
+            // Most often the agent this request's click was just classified by: its slot,
+            // compared and not hashed again.
+            let last = seen.last;
+            let slot = match &mut seen.slots[last] {
+                Some(slot) if *slot.agent == *agent => slot,
+                _ => self.slot(seen, agent),
+            };
             *slot
                 .digest
                 .get_or_insert_with(|| rebound_core::rules::agent_digest(agent))
@@ -159,7 +182,8 @@ impl BotPatterns {
     #[inline]
     fn slot<'s>(&self, seen: &'s mut SeenAgents, agent: &[u8]) -> &'s mut Seen {
         let hash = seen.hasher.hash_one(agent);
-        let slot = &mut seen.slots[(hash as usize) % SLOTS];
+        seen.last = (hash as usize) % SLOTS;
+        let slot = &mut seen.slots[seen.last];
         if !matches!(slot, Some(s) if s.hash == hash && *s.agent == *agent) {
             *slot = Some(Seen {
                 hash,
@@ -185,8 +209,8 @@ struct Seen {
     hash: u64,
     agent: Box<[u8]>,
     visitor: Visitor,
-    /// Parsed the first time they are asked for.
-    families: Option<AgentFamilies>,
+    /// Parsed the first time they are asked for, with the OS family a rule names.
+    families: Option<(AgentFamilies, Os)>,
     /// What a split is sticky on ([`rebound_core::rules::agent_digest`]), made the first
     /// time a split asks.
     digest: Option<u64>,
@@ -198,12 +222,15 @@ struct SeenAgents {
     /// 144 (benches/results/2026-12-05-callgrind-domains-bots.md).
     hasher: hashbrown::DefaultHashBuilder,
     slots: Box<[Option<Seen>]>,
+    /// The slot of the agent classified last.
+    last: usize,
 }
 
 thread_local! {
     static SEEN: RefCell<SeenAgents> = RefCell::new(SeenAgents {
         hasher: hashbrown::DefaultHashBuilder::default(),
         slots: (0..SLOTS).map(|_| None).collect(),
+        last: 0,
     });
 }
 

@@ -69,7 +69,10 @@ impl ClickStream {
     /// the event and counts it. Never waits.
     #[inline]
     pub fn record(&self, clicks: &ClickQueue, entry: &L1Entry, click: Click, at: UnixMillis) {
-        let Click { visitor, dimensions } = click;
+        // What the capture `known` of the request (its address) is never streamed.
+        let Click {
+            visitor, dimensions, ..
+        } = click;
         let dimensions = match (visitor, dimensions) {
             (Visitor::Person, Some(dimensions)) if self.breakdowns => {
                 clicks.record_with(entry, dimensions.clone());
@@ -212,6 +215,7 @@ async fn put(stream: Arc<ClickStream>, sink: Arc<dyn ClickStreamSink>, events: V
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capture::Known;
     use crate::clicks::test_util::{clock_at, entry, metrics};
     use crate::domains::UnknownHost;
     use rebound_core::dimensions::{Country, Referrer};
@@ -225,6 +229,13 @@ mod tests {
                 referrer: Some(Referrer::Direct),
                 ..Dimensions::default()
             }),
+            // The address a capture learned stays with the request: the event has no
+            // field for it.
+            known: Known {
+                agent_digest: Some(7),
+                os: None,
+                client: Some((Some([203, 0, 113, 9].into()), false)),
+            },
         }
     }
 
