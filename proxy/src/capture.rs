@@ -9,12 +9,11 @@
 //! rules) and is dropped with it.
 
 use crate::geoip::CountryDb;
-use crate::targeting::Targeting;
+use crate::targeting::{Known, Targeting};
 use crate::visitor::{AgentParser, BotPatterns, Visitor};
 use http::header::REFERER;
 use http::{HeaderMap, HeaderName, Method};
 use rebound_core::dimensions::{campaign, referrer_authority, referrer_of_authority, Dimensions, Referrer};
-use rebound_core::rules::Os;
 use rebound_store::Dimension;
 use std::cell::RefCell;
 use std::hash::BuildHasher;
@@ -29,19 +28,6 @@ pub struct Click {
     /// What the capture learned on the way that a link's rules ask again: never counted,
     /// streamed or kept past the request.
     pub known: Known,
-}
-
-/// What a capture learned of one request beyond its dimensions, for the link's rules
-/// ([`crate::targeting::RequestVisitor::knowing`]) so that they do not look it up again.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Known {
-    /// The User-Agent's digest a split is sticky on, when this thread had made it before.
-    pub agent_digest: Option<u64>,
-    /// The OS family as a rule names it, when the agent's families were captured.
-    pub os: Option<Os>,
-    /// The client's address (when known), and whether the peer is a trusted proxy: asked
-    /// when the country was captured.
-    pub client: Option<(Option<IpAddr>, bool)>,
 }
 
 impl Click {
@@ -271,13 +257,14 @@ mod tests {
             asked += 1;
             (Some(address), false)
         })
-        .knowing(&first);
+        .knowing(first.dimensions.as_ref(), &first.known);
         assert_eq!(fresh.stickiness(), want);
         let next = capture.click(&bots, &Method::GET, &headers, None, || (Some(address), false));
         assert_eq!(next.known.agent_digest, Some(agent_digest(agent.as_bytes())));
         // What the capture learned is used, not asked again: a client closure that lies
         // is never called.
-        let mut known = RequestVisitor::new(&targeting, &bots, &headers, || (None, true)).knowing(&next);
+        let mut known = RequestVisitor::new(&targeting, &bots, &headers, || (None, true))
+            .knowing(next.dimensions.as_ref(), &next.known);
         assert_eq!(known.stickiness(), want);
         assert_eq!(asked, 0, "the capture's client was used");
     }

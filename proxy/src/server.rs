@@ -660,7 +660,7 @@ impl RedirectAnswers {
             let trusted = connection.forwards && connection.peer.is_some_and(|p| self.trusted.contains(p));
             (self.client(connection, asked.headers).address, trusted)
         })
-        .knowing(captured);
+        .knowing(captured.dimensions.as_ref(), &captured.known);
         rules.choose(&mut visitor)
     }
 

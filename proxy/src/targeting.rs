@@ -6,12 +6,11 @@
 //! capture found already (breakdowns on) is not looked up again. Each is read only when a rule of the link needs it, and
 //! only for a link with rules: a link without rules reads none of it.
 
-use crate::capture::Click;
 use crate::geoip::CountryDb;
 use crate::visitor::{AgentParser, BotPatterns};
 use http::header::ACCEPT_LANGUAGE;
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
-use rebound_core::dimensions::{cdn_country, AgentFamilies, Country};
+use rebound_core::dimensions::{cdn_country, AgentFamilies, Country, Dimensions};
 use rebound_core::rules::{visitor_digest, Device, Os, Visitor};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -54,6 +53,20 @@ impl Targeting {
     }
 }
 
+/// What a click's capture ([`crate::capture::Capture::click`]) learned of one request beyond
+/// its dimensions, for the link's rules ([`RequestVisitor::knowing`]) so that they do not
+/// look it up again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Known {
+    /// The User-Agent's digest a split is sticky on, when this thread had made it before.
+    pub agent_digest: Option<u64>,
+    /// The OS family as a rule names it, when the agent's families were captured.
+    pub os: Option<Os>,
+    /// The client's address (when known), and whether the peer is a trusted proxy: asked
+    /// when the country was captured.
+    pub client: Option<(Option<IpAddr>, bool)>,
+}
+
 /// One request as a link's rules see it. `client` gives the client's address (when known)
 /// and whether the peer is a trusted proxy, whose country header is believed; it is asked
 /// at most once.
@@ -88,14 +101,14 @@ impl<'a, C: FnMut() -> (Option<IpAddr>, bool)> RequestVisitor<'a, C> {
 
     /// Uses what the click's capture found (its country, its agent's families and digest,
     /// the client) instead of looking them up again.
-    pub fn knowing(mut self, click: &Click) -> Self {
-        if let Some(d) = &click.dimensions {
+    pub fn knowing(mut self, dimensions: Option<&Dimensions>, known: &Known) -> Self {
+        if let Some(d) = dimensions {
             self.country = d.country;
             self.families = d.agent;
         }
-        self.agent_digest = click.known.agent_digest;
-        self.os = click.known.os;
-        self.known = click.known.client;
+        self.agent_digest = known.agent_digest;
+        self.os = known.os;
+        self.known = known.client;
         self
     }
 

@@ -215,9 +215,9 @@ async fn put(stream: Arc<ClickStream>, sink: Arc<dyn ClickStreamSink>, events: V
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capture::Known;
     use crate::clicks::test_util::{clock_at, entry, metrics};
     use crate::domains::UnknownHost;
+    use crate::targeting::Known;
     use rebound_core::dimensions::{Country, Referrer};
     use rebound_store::click_stream::MemoryClickStream;
 
