@@ -1096,6 +1096,23 @@ mod tests {
         [vec![status], fields].concat()
     }
 
+    /// A redirect path over `store` on a clock standing still, its click queue and its
+    /// metrics.
+    fn path_over(store: Arc<MemoryStore>) -> (Arc<RedirectPath>, Arc<ClickQueue>, ProxyMetrics) {
+        let metrics = ProxyMetrics::register(&prometheus::Registry::new()).unwrap();
+        let clock = Arc::new(ManualClock::at(1_000_000));
+        let path = Arc::new(RedirectPath::new(
+            Arc::new(L1::new(1000)),
+            Arc::new(IssuedCodeGate::new(1000)),
+            store,
+            clock.clone(),
+            metrics.clone(),
+            Duration::from_secs(1),
+        ));
+        let clicks = Arc::new(ClickQueue::new(1024, metrics.clone(), clock));
+        (path, clicks, metrics)
+    }
+
     #[tokio::test]
     async fn a_head_gets_the_status_and_headers_of_its_get_on_every_answer() {
         let store = Arc::new(MemoryStore::new());
@@ -1117,17 +1134,7 @@ mod tests {
             );
             store.insert_link(&link, None).await.unwrap();
         }
-        let metrics = ProxyMetrics::register(&prometheus::Registry::new()).unwrap();
-        let clock = Arc::new(ManualClock::at(1_000_000));
-        let path = Arc::new(RedirectPath::new(
-            Arc::new(L1::new(1000)),
-            Arc::new(IssuedCodeGate::new(1000)),
-            store.clone(),
-            clock.clone(),
-            metrics.clone(),
-            Duration::from_secs(1),
-        ));
-        let clicks = Arc::new(ClickQueue::new(1024, metrics, clock));
+        let (path, clicks, _) = path_over(store.clone());
         let pages = Redirects::new(path.clone(), clicks.clone(), 5);
         let elsewhere = DeadEnds::new(&DeadEndTargets {
             not_found_url: Some("https://example.com/404".into()),
@@ -1239,17 +1246,7 @@ mod tests {
         use rebound_core::app_links::{AppLinkDocument, AppLinks};
         use rebound_core::domain::{CertificateSource, Domain, DomainPages};
         let store = Arc::new(MemoryStore::new());
-        let metrics = ProxyMetrics::register(&prometheus::Registry::new()).unwrap();
-        let clock = Arc::new(ManualClock::at(1_000_000));
-        let path = Arc::new(RedirectPath::new(
-            Arc::new(L1::new(1000)),
-            Arc::new(IssuedCodeGate::new(1000)),
-            store.clone(),
-            clock.clone(),
-            metrics.clone(),
-            Duration::from_secs(1),
-        ));
-        let clicks = Arc::new(ClickQueue::new(1024, metrics.clone(), clock));
+        let (path, clicks, metrics) = path_over(store);
         let routes = Arc::new(DomainRoutes::new("sho.rt", UnknownHost::NotFound));
         let (aasa, assetlinks) = (
             r#"{"applinks":{"details":[{"appIDs":["T.com.acme"],"components":[{"/":"/*"}]}]}}"#,
