@@ -14,6 +14,7 @@ use crate::visitor::{AgentParser, BotPatterns, Visitor};
 use http::header::REFERER;
 use http::{HeaderMap, HeaderName, Method};
 use rebound_core::dimensions::{campaign, referrer_authority, referrer_of_authority, Dimensions, Referrer};
+use rebound_core::rules::Device;
 use rebound_store::Dimension;
 use std::cell::RefCell;
 use std::hash::BuildHasher;
@@ -113,7 +114,7 @@ impl Capture {
             true => {
                 let verdict = bots.classify_with_families(method, headers, &self.parser);
                 known.agent_digest = verdict.digest;
-                known.os = Some(verdict.os);
+                known.agent = Some((verdict.os, Device::of_class(verdict.families.device)));
                 (verdict.visitor, Some(verdict.families))
             }
             false => (bots.classify(method, headers), None),
@@ -261,6 +262,7 @@ mod tests {
         assert_eq!(fresh.stickiness(), want);
         let next = capture.click(&bots, &Method::GET, &headers, None, || (Some(address), false));
         assert_eq!(next.known.agent_digest, Some(agent_digest(agent.as_bytes())));
+        assert_eq!(next.known.agent, Some((rebound_core::rules::Os::Ios, Device::Mobile)));
         // What the capture learned is used, not asked again: a client closure that lies
         // is never called.
         let mut known = RequestVisitor::new(&targeting, &bots, &headers, || (None, true))

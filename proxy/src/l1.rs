@@ -493,9 +493,9 @@ impl L1 {
     /// JSON the first time, then kept beside it in its shard while the cache holds it: one
     /// more hash and read lock a redirect, 115 instructions under callgrind, where a
     /// per-thread memory of the last 64 sets (gone) missed on the bench's 10,000 links with
-    /// rules and cost 365 (benches/results/2026-12-06k-callgrind-rules-costs.md). `None` for an entry without
-    /// rules, or with rules no longer readable (never: they were written by this build's
-    /// serializer).
+    /// rules and cost 365 (benches/results/2026-12-06k-callgrind-rules-costs.md). `None`
+    /// for an entry without rules, or with rules no longer readable (never: they were
+    /// written by this build's serializer).
     pub fn rules(&self, entry: &L1Entry) -> Option<Arc<RuleSet>> {
         if !entry.has_rules() {
             return None;

@@ -3,14 +3,15 @@
 //! family and device class of the User-Agent (remembered per thread with the bot verdict,
 //! [`crate::visitor`]), `Accept-Language`, and what a split is sticky on (the client's
 //! address and its User-Agent's digest, remembered with the verdict). What the click's
-//! capture found already (breakdowns on) is not looked up again. Each is read only when a rule of the link needs it, and
-//! only for a link with rules: a link without rules reads none of it.
+//! capture found already (breakdowns on, [`Known`]) is not looked up again. Each is read
+//! only when a rule of the link needs it, and only for a link with rules: a link without
+//! rules reads none of it.
 
 use crate::geoip::CountryDb;
 use crate::visitor::{AgentParser, BotPatterns};
 use http::header::ACCEPT_LANGUAGE;
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
-use rebound_core::dimensions::{cdn_country, AgentFamilies, Country, Dimensions};
+use rebound_core::dimensions::{cdn_country, Country, Dimensions};
 use rebound_core::rules::{visitor_digest, Device, Os, Visitor};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -60,8 +61,9 @@ impl Targeting {
 pub struct Known {
     /// The User-Agent's digest a split is sticky on, when this thread had made it before.
     pub agent_digest: Option<u64>,
-    /// The OS family as a rule names it, when the agent's families were captured.
-    pub os: Option<Os>,
+    /// The OS family and device class as a rule names them, when the agent's families were
+    /// captured.
+    pub agent: Option<(Os, Device)>,
     /// The client's address (when known), and whether the peer is a trusted proxy: asked
     /// when the country was captured.
     pub client: Option<(Option<IpAddr>, bool)>,
@@ -75,12 +77,11 @@ pub struct RequestVisitor<'a, C: FnMut() -> (Option<IpAddr>, bool)> {
     pub bots: &'a BotPatterns,
     pub headers: &'a HeaderMap,
     pub client: C,
-    /// The client, once asked.
-    known: Option<(Option<IpAddr>, bool)>,
+    /// The client, once asked (or as the capture found it).
+    asked_client: Option<(Option<IpAddr>, bool)>,
     /// What the click's capture found already (breakdowns on): not looked up again.
     country: Option<Country>,
-    families: Option<AgentFamilies>,
-    os: Option<Os>,
+    agent: Option<(Os, Device)>,
     agent_digest: Option<u64>,
 }
 
@@ -91,31 +92,27 @@ impl<'a, C: FnMut() -> (Option<IpAddr>, bool)> RequestVisitor<'a, C> {
             bots,
             headers,
             client,
-            known: None,
+            asked_client: None,
             country: None,
-            families: None,
-            os: None,
+            agent: None,
             agent_digest: None,
         }
     }
 
-    /// Uses what the click's capture found (its country, its agent's families and digest,
+    /// Uses what the click's capture found (its country; its agent's OS, device and digest;
     /// the client) instead of looking them up again.
     pub fn knowing(mut self, dimensions: Option<&Dimensions>, known: &Known) -> Self {
-        if let Some(d) = dimensions {
-            self.country = d.country;
-            self.families = d.agent;
-        }
+        self.country = dimensions.and_then(|d| d.country);
+        self.agent = known.agent;
         self.agent_digest = known.agent_digest;
-        self.os = known.os;
-        self.known = known.client;
+        self.asked_client = known.client;
         self
     }
 
     fn client(&mut self) -> (Option<IpAddr>, bool) {
-        match self.known {
-            Some(known) => known,
-            None => *self.known.insert((self.client)()),
+        match self.asked_client {
+            Some(client) => client,
+            None => *self.asked_client.insert((self.client)()),
         }
     }
 }
@@ -130,16 +127,15 @@ impl<C: FnMut() -> (Option<IpAddr>, bool)> Visitor for RequestVisitor<'_, C> {
     }
 
     fn agent(&mut self) -> (Os, Device) {
-        let (families, os) = match (self.families, self.os) {
-            (Some(families), Some(os)) => (families, os),
-            _ => {
+        match self.agent {
+            Some(agent) => agent,
+            None => {
                 let verdict = self
                     .bots
                     .classify_with_families(&Method::GET, self.headers, &AgentParser::shared());
-                (verdict.families, verdict.os)
+                (verdict.os, Device::of_class(verdict.families.device))
             }
-        };
-        (os, Device::of_class(families.device))
+        }
     }
 
     fn accept_language(&self) -> Option<&[u8]> {

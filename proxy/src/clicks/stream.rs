@@ -233,7 +233,7 @@ mod tests {
             // field for it.
             known: Known {
                 agent_digest: Some(7),
-                os: None,
+                agent: None,
                 client: Some((Some([203, 0, 113, 9].into()), false)),
             },
         }
