@@ -76,14 +76,16 @@ impl OwnServer {
         Self::redis_with(&[])
     }
 
-    /// A Redis of this test's own, started with `args` too (e.g. `--requirepass`).
+    /// A Redis of this test's own, started with `args` too (e.g. `--requirepass`), on a free
+    /// port: another if the one `free_port` gave was taken before it started.
     pub fn redis_with(args: &[&str]) -> OwnServer {
-        Self::redis_on(free_port(), args)
-    }
-
-    fn redis_on(port: u16, args: &[&str]) -> OwnServer {
         let dir = crate::temp_dir();
-        let child = Self::spawn_redis(port, dir.path(), args);
+        let (child, port) = (0..PORT_TRIES)
+            .find_map(|_| {
+                let port = free_port();
+                Self::try_spawn_redis(port, dir.path(), args).map(|child| (child, port))
+            })
+            .unwrap_or_else(|| panic!("no free port for a Redis in {PORT_TRIES} tries"));
         OwnServer {
             child: Some(child),
             port,
@@ -92,8 +94,17 @@ impl OwnServer {
         }
     }
 
+    /// A Redis on `port`, which must be free: this test's own that stopped.
     fn spawn_redis(port: u16, dir: &std::path::Path, args: &[&str]) -> Child {
-        let child = Command::new("redis-server")
+        Self::try_spawn_redis(port, dir, args)
+            .unwrap_or_else(|| panic!("port {port} is answered by another Redis than the one started on it"))
+    }
+
+    /// A Redis on `port`, if it is the one that answers there once the port accepts: `None`
+    /// when another took the port first (`free_port` releases a port before the spawn, and
+    /// the tests start their servers in parallel), ours then having exited.
+    fn try_spawn_redis(port: u16, dir: &std::path::Path, args: &[&str]) -> Option<Child> {
+        let mut child = Command::new("redis-server")
             .args([
                 "--port",
                 &port.to_string(),
@@ -112,7 +123,13 @@ impl OwnServer {
             .spawn()
             .expect("redis-server on PATH (scripts/test installs it)");
         wait_for_port(port, "redis-server");
-        child
+        let password = args.iter().position(|a| *a == "--requirepass").map(|i| args[i + 1]);
+        if answers_from(port, dir, password) {
+            return Some(child);
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
     }
 
     /// Saves this Redis's data set (`SAVE`) and returns a copy of the snapshot file.
@@ -201,7 +218,17 @@ struct ClusterNode {
 }
 
 impl ClusterNode {
+    /// Starts the node on its ports, which must be free (its own, after a stop).
     fn spawn(&mut self) {
+        assert!(
+            self.try_spawn(),
+            "port {} is answered by another Redis than this node",
+            self.port
+        );
+    }
+
+    /// Starts the node on its ports: false when another Redis answers on them.
+    fn try_spawn(&mut self) -> bool {
         let conf = self.dir.path().join("nodes.conf");
         let args = [
             "--cluster-enabled",
@@ -211,7 +238,19 @@ impl ClusterNode {
             "--cluster-config-file",
             conf.to_str().expect("a UTF-8 temporary path"),
         ];
-        self.child = Some(OwnServer::spawn_redis(self.port, self.dir.path(), &args));
+        self.child = OwnServer::try_spawn_redis(self.port, self.dir.path(), &args);
+        self.child.is_some()
+    }
+
+    /// Starts the node on free ports: others if the ones `free_port` gave were taken first.
+    fn spawn_on_free_ports(&mut self) {
+        for _ in 0..PORT_TRIES {
+            (self.port, self.bus_port) = (free_port(), free_port());
+            if self.try_spawn() {
+                return;
+            }
+        }
+        panic!("no free ports for a cluster node in {PORT_TRIES} tries");
     }
 
     fn stop(&mut self) {
@@ -220,6 +259,28 @@ impl ClusterNode {
             let _ = c.wait();
         }
     }
+}
+
+/// Ports tried for a server of a test's own before giving up.
+const PORT_TRIES: usize = 5;
+
+/// Whether the Redis that answers on `port` runs in `dir` (`CONFIG GET dir`), so is the one
+/// started there.
+fn answers_from(port: u16, dir: &std::path::Path, password: Option<&str>) -> bool {
+    let mut cli = Command::new("redis-cli");
+    cli.arg("-p").arg(port.to_string());
+    if let Some(password) = password {
+        cli.args(["--no-auth-warning", "-a", password]);
+    }
+    let out = cli.args(["CONFIG", "GET", "dir"]).output().expect("redis-cli");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let Some(answered) = stdout.lines().nth(1) else {
+        return false;
+    };
+    matches!(
+        (std::fs::canonicalize(answered), std::fs::canonicalize(dir)),
+        (Ok(a), Ok(b)) if a == b
+    )
 }
 
 /// `redis-cli -p port args…`, its output.
@@ -239,13 +300,13 @@ impl OwnCluster {
         let mut nodes: Vec<ClusterNode> = (0..3)
             .map(|_| ClusterNode {
                 child: None,
-                port: free_port(),
-                bus_port: free_port(),
+                port: 0,
+                bus_port: 0,
                 dir: tempfile::tempdir().unwrap(),
             })
             .collect();
         for node in &mut nodes {
-            node.spawn();
+            node.spawn_on_free_ports();
         }
         let cluster = OwnCluster { nodes };
         let addresses: Vec<String> = cluster.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
@@ -474,5 +535,36 @@ async fn pump(
         if to.write_all(&buf[..n]).await.is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[ignore = "needs redis-server (the test services): scripts/test installs it and runs it"]
+    fn a_redis_started_on_a_port_another_redis_holds_is_noticed_and_given_another() {
+        let first = OwnServer::redis();
+        let dir = crate::temp_dir();
+        // Ours exits (the port is taken); the first answers the check from its own dir.
+        assert!(OwnServer::try_spawn_redis(first.port, dir.path(), &[]).is_none());
+        let mut node = ClusterNode {
+            child: None,
+            port: first.port,
+            bus_port: free_port(),
+            dir: tempfile::tempdir().unwrap(),
+        };
+        assert!(!node.try_spawn(), "a node on the first's port");
+        node.spawn_on_free_ports();
+        assert_ne!(node.port, first.port);
+        assert!(answers_from(node.port, node.dir.path(), None));
+        node.stop();
+        let guarded = OwnServer::redis_with(&["--requirepass", "right"]);
+        assert!(answers_from(
+            guarded.port,
+            guarded.dir.as_ref().unwrap().path(),
+            Some("right")
+        ));
     }
 }
