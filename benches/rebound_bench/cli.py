@@ -96,6 +96,9 @@ def parser() -> argparse.ArgumentParser:
                                         "count the bot check in; default: none, as wrk sends)")
     p.add_argument("--referer", help="a Referer on every request of the callgrind scenario (with --user-agent, a "
                                      "browser's click as the breakdowns read it; default: none)")
+    p.add_argument("--accept-language", help="an Accept-Language on every request of the callgrind scenario (a "
+                                             "browser's, e.g. Chrome's en-US,en;q=0.9: what a language rule "
+                                             "reads; default: none)")
     p.add_argument("--cap", default="2500/10000",
                    help="the CPU share of each server in the tls scenario's capped rows: QUOTA/PERIOD in "
                         "microseconds of cgroup v1's cpu.cfs_quota_us/cpu.cfs_period_us (default: a quarter of "
@@ -117,7 +120,7 @@ def options(argv: Sequence[str]) -> Options:
                    rebound_env=list(args.rebound_env), cap=args.cap, no_cap=args.no_cap, no_oha=args.no_oha,
                    out=args.out, domains=args.domains, rebound_bin=args.rebound_bin,
                    compare_bin=args.compare_bin, servers=args.servers,
-                   user_agent=args.user_agent, referer=args.referer, workloads=args.workloads,
+                   user_agent=args.user_agent, referer=args.referer, accept_language=args.accept_language, workloads=args.workloads,
                    link_rules=args.link_rules)
     if opts.quick:
         opts.links, opts.runs, opts.duration, opts.list_size = 100_000, 3, 5, 200_000

@@ -46,6 +46,7 @@ class Options:
     servers: str | None = None
     user_agent: str | None = None
     referer: str | None = None
+    accept_language: str | None = None
     workloads: str | None = None
     link_rules: int = 0
 
@@ -250,8 +251,9 @@ def first_paths(request_file: str, count: int) -> list[str]:
 def bench_rules(i: int) -> list[dict[str, Any]]:
     """The rules `--link-rules N` gives each link (the first N; docs/spec.md §14): a
     country rule, iOS, Android phones, two languages, then a 50/50 split. A desktop browser
-    from loopback without Accept-Language matches none but the split, so every rule is
-    tried: the most a set of five costs."""
+    from loopback matches none but the split, with or without Accept-Language
+    (`--accept-language`; Chrome's `en-US,en;q=0.9` matches neither language), so every
+    rule is tried."""
     return [
         {"countries": ["US", "CA"], "target": f"https://example.com/us/{i}"},
         {"os": ["ios"], "target": f"https://example.com/ios/{i}"},

@@ -47,6 +47,7 @@ def measure(b: Bench, data_dir: str, usable: Table) -> None:
     workloads = set(b.args.workloads.split(",")) if b.args.workloads else None
     headers = [f"User-Agent: {b.args.user_agent}"] if b.args.user_agent else []
     headers += [f"Referer: {b.args.referer}"] if b.args.referer else []
+    headers += [f"Accept-Language: {b.args.accept_language}"] if b.args.accept_language else []
     for key, title, n_codes, connections, seconds, all_names, settings in WORKLOADS:
         if workloads is not None and key not in workloads:
             continue
@@ -111,6 +112,7 @@ def measure(b: Bench, data_dir: str, usable: Table) -> None:
         b.results[key] = out
         agent = f" -H 'User-Agent: {b.args.user_agent}'" if b.args.user_agent else ""
         agent += f" -H 'Referer: {b.args.referer}'" if b.args.referer else ""
+        agent += f" -H 'Accept-Language: {b.args.accept_language}'" if b.args.accept_language else ""
         b.commands.append(f"valgrind --tool=callgrind SERVER; wrk 20 s warm-up; callgrind_control -z PID; "
                           f"wrk -t 1 -c {connections} -d {seconds}s{agent} ({n_codes:,} codes of a 100,000-link table); "
                           f"callgrind_control -d PID  # {title}")
