@@ -617,15 +617,27 @@ impl RuleSet {
         best
     }
 
-    /// One `Accept-Language` item (`tag;q=0.5`): the bits of the languages its tag matches,
-    /// and its `q` in thousandths (1000 when it states none). Out of [`RuleSet::preferred`]'s
-    /// loop: only an item whose primary subtag some language has is read.
+    /// One `Accept-Language` item (`tag;q=0.5`) whose primary subtag some language of the
+    /// set has: the bits of the languages its tag matches (RFC 4647 basic filtering: `fr`
+    /// matches `fr-CA`), and its `q` in thousandths (1000 when it states none). Out of
+    /// [`RuleSet::preferred`]'s loop: only such an item is read.
     #[cold]
     #[inline(never)]
     fn item(&self, item: &[u8]) -> (u32, u16) {
         let mut parts = item.split(|&b| b == b';');
         let tag = parts.next().unwrap_or_default().trim_ascii();
-        let bits = self.matching(tag);
+        let mut bits = 0u32;
+        if tag.len() <= MAX_LANGUAGE_LEN {
+            for (i, range) in self.languages.iter().enumerate() {
+                let r = range.as_bytes();
+                if tag.len() >= r.len()
+                    && tag[..r.len()].eq_ignore_ascii_case(r)
+                    && (tag.len() == r.len() || tag[r.len()] == b'-')
+                {
+                    bits |= 1 << i;
+                }
+            }
+        }
         let mut q = 1000u16;
         for param in parts {
             let param = param.trim_ascii();
@@ -635,34 +647,13 @@ impl RuleSet {
         }
         (bits, q)
     }
-
-    /// The bits of the set's languages whose range matches the language tag `tag` (RFC
-    /// 4647 basic filtering: `fr` matches `fr-CA`); `*` and an empty tag match none.
-    #[inline]
-    fn matching(&self, tag: &[u8]) -> u32 {
-        match primary_word(tag) {
-            Some(primary) if self.primaries.contains(&primary) && tag.len() <= MAX_LANGUAGE_LEN => {}
-            _ => return 0,
-        }
-        let mut bits = 0u32;
-        for (i, range) in self.languages.iter().enumerate() {
-            let r = range.as_bytes();
-            if tag.len() >= r.len()
-                && tag[..r.len()].eq_ignore_ascii_case(r)
-                && (tag.len() == r.len() || tag[r.len()] == b'-')
-            {
-                bits |= 1 << i;
-            }
-        }
-        bits
-    }
 }
 
-/// The primary subtag of a language tag or range (up to its first `-`) as one word, each
-/// byte with 0x20 set: equal for two subtags of letters exactly when they are equal in
-/// any case (a byte with the bit set is a lower-case letter only if it was a letter).
-/// `None` for an empty subtag or one longer than 8 bytes, which no range has.
-#[inline]
+/// The primary subtag of a language range (up to its first `-`) as one word, each byte
+/// with 0x20 set, as [`RuleSet::preferred`] reads a tag's letters: equal for two subtags of
+/// letters exactly when they are equal in any case (a byte with the bit set is a
+/// lower-case letter only if it was a letter). `None` for an empty subtag or one longer
+/// than 8 bytes, which no range has.
 fn primary_word(tag: &[u8]) -> Option<u64> {
     let len = tag.iter().position(|&b| b == b'-').unwrap_or(tag.len());
     if !(1..=8).contains(&len) {

@@ -267,13 +267,12 @@ const PORT_TRIES: usize = 5;
 /// Whether the Redis that answers on `port` runs in `dir` (`CONFIG GET dir`), so is the one
 /// started there.
 fn answers_from(port: u16, dir: &std::path::Path, password: Option<&str>) -> bool {
-    let mut cli = Command::new("redis-cli");
-    cli.arg("-p").arg(port.to_string());
-    if let Some(password) = password {
-        cli.args(["--no-auth-warning", "-a", password]);
-    }
-    let out = cli.args(["CONFIG", "GET", "dir"]).output().expect("redis-cli");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut args = match password {
+        Some(password) => vec!["--no-auth-warning", "-a", password],
+        None => Vec::new(),
+    };
+    args.extend(["CONFIG", "GET", "dir"]);
+    let stdout = redis_cli(port, &args);
     let Some(answered) = stdout.lines().nth(1) else {
         return false;
     };

@@ -69,7 +69,7 @@ impl ClickStream {
     /// the event and counts it. Never waits.
     #[inline]
     pub fn record(&self, clicks: &ClickQueue, entry: &L1Entry, click: Click, at: UnixMillis) {
-        // What the capture `known` of the request (its address) is never streamed.
+        // What the capture knew of the request (`known`: its address) is never streamed.
         let Click {
             visitor, dimensions, ..
         } = click;
