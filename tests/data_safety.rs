@@ -133,6 +133,10 @@ async fn an_upgrade_starts_beside_the_holder_and_holds_the_directory_once_it_exi
     let env = as_pairs(&env);
     let mut old = start(&[], &data, &env, ALL_PORTS);
     let code = generated_link(&old).await;
+    // The old process serves its redirect port before it is upgraded: its listener is in
+    // the hand-over table only once its redirect service has started (on a loaded machine
+    // the API can answer before that, and a QUIT then hands over nothing).
+    assert_eq!(redirect_status(&old, &code).await, StatusCode::FOUND);
 
     let new = upgrade(&mut old, &data, &env).await;
     assert_eq!(redirect_status(&new, &code).await, StatusCode::FOUND);
