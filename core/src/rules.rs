@@ -354,8 +354,11 @@ pub trait Visitor {
     fn country(&mut self) -> Country;
     /// The OS family and device class of the User-Agent.
     fn agent(&mut self) -> (Os, Device);
-    /// The `Accept-Language` header, if any.
-    fn accept_language(&self) -> Option<&[u8]>;
+    /// The bits of `rules`' languages that the visitor's preferred language matches
+    /// ([`RuleSet::preferred`] of its `Accept-Language`; 0 without one). A data plane may
+    /// remember each header's [`AcceptLanguage`] reading and answer with
+    /// [`RuleSet::preferred_in`].
+    fn language(&mut self, rules: &RuleSet) -> u32;
     /// What a split is sticky on: [`visitor_digest`] of the client's address and its
     /// User-Agent's [`agent_digest`].
     fn stickiness(&mut self) -> u64;
@@ -527,7 +530,7 @@ impl RuleSet {
         };
         let language = match self.languages.is_empty() {
             true => 0,
-            false => visitor.accept_language().map_or(0, |header| self.preferred(header)),
+            false => visitor.language(self),
         };
         for (at, rule) in self.rules.iter().enumerate() {
             if !rule.countries.is_empty() {
@@ -572,17 +575,82 @@ impl RuleSet {
         None
     }
 
+    /// The target `decided` names ([`RuleSet::choose`]'s); `None` for the link's own
+    /// ([`Decided::DEFAULT`]) or a rule or variant the set does not have.
+    pub fn target(&self, decided: Decided) -> Option<&str> {
+        let rule = self.rules.get(usize::from(decided.rule).checked_sub(1)?)?;
+        let variant = usize::from(decided.variant).saturating_sub(1);
+        rule.targets.get(variant).map(|(_, t)| &**t)
+    }
+
     /// The bits of the set's languages that the visitor's preferred language matches: the
     /// `Accept-Language` item of the highest `q` (the first, among equals) that some
     /// rule's language range matches (RFC 4647 basic filtering: `fr` matches `fr-CA`).
-    fn preferred(&self, header: &[u8]) -> u32 {
-        let (mut best_q, mut best) = (0u16, 0u32);
+    pub fn preferred(&self, header: &[u8]) -> u32 {
+        self.preferred_in(header, &AcceptLanguage::read(header))
+    }
+
+    /// [`RuleSet::preferred`] of `header`, already `read`: its items in order of preference,
+    /// each whose primary subtag none of the set's languages has passed over with one
+    /// comparison of words. A data plane remembers each header's reading, so a redirect by
+    /// a language rule compares the header with the one remembered instead of reading it:
+    /// Chrome's `en-US,en;q=0.9` read on every redirect cost 265 instructions under callgrind
+    /// (benches/results/2026-12-06x-callgrind-rules-language-memo.md).
+    pub fn preferred_in(&self, header: &[u8], read: &AcceptLanguage) -> u32 {
+        for item in &read.items {
+            if self.primaries.contains(&item.primary) {
+                let bits = self.bits_of(&header[item.tag.0 as usize..item.tag.1 as usize]);
+                if bits != 0 {
+                    return bits;
+                }
+            }
+        }
+        0
+    }
+
+    /// The bits of the set's languages that `tag` matches (RFC 4647 basic filtering).
+    #[cold]
+    #[inline(never)]
+    fn bits_of(&self, tag: &[u8]) -> u32 {
+        let mut bits = 0u32;
+        if tag.len() <= MAX_LANGUAGE_LEN {
+            for (i, range) in self.languages.iter().enumerate() {
+                let r = range.as_bytes();
+                if tag.len() >= r.len()
+                    && tag[..r.len()].eq_ignore_ascii_case(r)
+                    && (tag.len() == r.len() || tag[r.len()] == b'-')
+                {
+                    bits |= 1 << i;
+                }
+            }
+        }
+        bits
+    }
+}
+
+/// An `Accept-Language` header read for language rules, independent of any rule set: its
+/// items (of the first [`MAX_ACCEPT_ITEMS`]) whose primary subtag is 1-8 letters and whose
+/// `q` is above 0, highest `q` first (header order among equals), each with its primary
+/// subtag as a word ([`primary_word`]) and where its tag lies in the header.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AcceptLanguage {
+    items: Vec<PreferredItem>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PreferredItem {
+    primary: u64,
+    /// The tag (the item before any `;`, trimmed): `header[tag.0..tag.1]`.
+    tag: (u32, u32),
+    /// In thousandths.
+    q: u16,
+}
+
+impl AcceptLanguage {
+    /// Reads `header` in one pass.
+    pub fn read(header: &[u8]) -> AcceptLanguage {
+        let mut items = Vec::new();
         let (n, mut at) = (header.len(), 0);
-        // One pass over the header, each item's primary subtag read as it goes: an item
-        // whose primary subtag no language of the set has is passed over to the next `,`
-        // without being parsed. Chrome's header (`en-US,en;q=0.9`) read with slice
-        // splitters, each item compared with each language, cost 548 instructions under
-        // callgrind; read so, about 270 (benches/results/2026-12-06o-callgrind-rules-language.md).
         for _ in 0..MAX_ACCEPT_ITEMS {
             while at < n && header[at].is_ascii_whitespace() {
                 at += 1;
@@ -599,14 +667,26 @@ impl RuleSet {
             while at < n && header[at] != b',' {
                 at += 1;
             }
-            if (1..=8).contains(&letters) && self.primaries.contains(&primary) {
-                let (bits, q) = self.item(&header[start..at]);
-                if bits != 0 && q > best_q {
-                    best_q = q;
-                    best = bits;
-                    if q == 1000 {
-                        break;
+            if (1..=8).contains(&letters) {
+                let item = &header[start..at];
+                let mut parts = item.split(|&b| b == b';');
+                let tag = parts.next().unwrap_or_default();
+                // The tag trimmed: it starts at `start` (no leading space), ends before
+                // its trailing spaces.
+                let end = start + tag.trim_ascii_end().len();
+                let mut q = 1000u16;
+                for param in parts {
+                    let param = param.trim_ascii();
+                    if let Some(value) = param.strip_prefix(b"q=").or_else(|| param.strip_prefix(b"Q=")) {
+                        q = quality(value);
                     }
+                }
+                if q > 0 {
+                    items.push(PreferredItem {
+                        primary,
+                        tag: (start as u32, end as u32),
+                        q,
+                    });
                 }
             }
             if at >= n {
@@ -614,38 +694,14 @@ impl RuleSet {
             }
             at += 1;
         }
-        best
+        // Stable: among equal `q`, header order.
+        items.sort_by_key(|item| std::cmp::Reverse(item.q));
+        AcceptLanguage { items }
     }
 
-    /// One `Accept-Language` item (`tag;q=0.5`) whose primary subtag some language of the
-    /// set has: the bits of the languages its tag matches (RFC 4647 basic filtering: `fr`
-    /// matches `fr-CA`), and its `q` in thousandths (1000 when it states none). Out of
-    /// [`RuleSet::preferred`]'s loop: only such an item is read.
-    #[cold]
-    #[inline(never)]
-    fn item(&self, item: &[u8]) -> (u32, u16) {
-        let mut parts = item.split(|&b| b == b';');
-        let tag = parts.next().unwrap_or_default().trim_ascii();
-        let mut bits = 0u32;
-        if tag.len() <= MAX_LANGUAGE_LEN {
-            for (i, range) in self.languages.iter().enumerate() {
-                let r = range.as_bytes();
-                if tag.len() >= r.len()
-                    && tag[..r.len()].eq_ignore_ascii_case(r)
-                    && (tag.len() == r.len() || tag[r.len()] == b'-')
-                {
-                    bits |= 1 << i;
-                }
-            }
-        }
-        let mut q = 1000u16;
-        for param in parts {
-            let param = param.trim_ascii();
-            if let Some(value) = param.strip_prefix(b"q=").or_else(|| param.strip_prefix(b"Q=")) {
-                q = quality(value);
-            }
-        }
-        (bits, q)
+    /// Bytes it holds on the heap (for a data plane's memory of readings).
+    pub fn heap_bytes(&self) -> usize {
+        self.items.capacity() * std::mem::size_of::<PreferredItem>()
     }
 }
 
@@ -721,8 +777,8 @@ mod tests {
             self.asked.push("agent");
             (self.os, self.device)
         }
-        fn accept_language(&self) -> Option<&[u8]> {
-            self.language.map(str::as_bytes)
+        fn language(&mut self, rules: &RuleSet) -> u32 {
+            self.language.map_or(0, |header| rules.preferred(header.as_bytes()))
         }
         fn stickiness(&mut self) -> u64 {
             self.asked.push("stickiness");
@@ -1032,6 +1088,31 @@ mod tests {
             })
             .count();
         assert!(moved > 300, "{moved}");
+    }
+
+    #[test]
+    fn a_decision_names_the_target_choose_gave() {
+        let rules = set(&[
+            r#"{"os":["ios"],"target":"https://ios.example/"}"#,
+            r#"{"split":[{"target":"https://a.example/","weight":1},{"target":"https://b.example/","weight":1}]}"#,
+        ]);
+        for id in 0..200 {
+            let mut v = Fake::new();
+            v.id = id;
+            v.os = if id % 3 == 0 { Os::Ios } else { Os::Android };
+            let (target, decided) = rules.choose(&mut v).expect("the split takes the rest");
+            assert_eq!(rules.target(decided), Some(target), "{decided:?}");
+        }
+        let none = set(&[r#"{"os":["ios"],"target":"https://ios.example/"}"#]);
+        assert_eq!(none.choose(&mut Fake::new()), None);
+        for (rule, variant) in [(0, 0), (0, 1), (2, 0), (1, 2), (3, 1), (255, 255)] {
+            assert_eq!(none.target(Decided { rule, variant }), None, "{rule}/{variant}");
+        }
+        assert_eq!(rules.target(Decided { rule: 2, variant: 3 }), None);
+        assert_eq!(
+            rules.target(Decided { rule: 2, variant: 2 }),
+            Some("https://b.example/")
+        );
     }
 
     #[test]

@@ -1087,8 +1087,8 @@ mod tests {
         fn agent(&mut self) -> (rebound_core::rules::Os, rebound_core::rules::Device) {
             (rebound_core::rules::Os::Ios, rebound_core::rules::Device::Mobile)
         }
-        fn accept_language(&self) -> Option<&[u8]> {
-            None
+        fn language(&mut self, _: &RuleSet) -> u32 {
+            0
         }
         fn stickiness(&mut self) -> u64 {
             0

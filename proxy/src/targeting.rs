@@ -12,7 +12,9 @@ use crate::visitor::{AgentParser, BotPatterns};
 use http::header::ACCEPT_LANGUAGE;
 use http::{HeaderMap, HeaderName, Method};
 use rebound_core::dimensions::{cdn_country, Country, Dimensions};
-use rebound_core::rules::{visitor_digest, Device, Os, Visitor};
+use rebound_core::rules::{visitor_digest, AcceptLanguage, Device, Os, RuleSet, Visitor};
+use std::cell::RefCell;
+use std::hash::BuildHasher;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -138,11 +140,11 @@ impl<C: FnMut() -> (Option<IpAddr>, bool)> Visitor for RequestVisitor<'_, C> {
         }
     }
 
-    fn accept_language(&self) -> Option<&[u8]> {
+    fn language(&mut self, rules: &RuleSet) -> u32 {
         // The few headers walked, as for the agent: `HeaderMap::get` hashed the name, 113
         // instructions a redirect under callgrind.
         let found = self.headers.iter().find(|(name, _)| **name == ACCEPT_LANGUAGE);
-        found.map(|(_, value)| value.as_bytes())
+        found.map_or(0, |(_, value)| language_bits(value.as_bytes(), rules))
     }
 
     fn stickiness(&mut self) -> u64 {
@@ -152,5 +154,107 @@ impl<C: FnMut() -> (Option<IpAddr>, bool)> Visitor for RequestVisitor<'_, C> {
             None => self.bots.agent_digest(self.headers),
         };
         visitor_digest(address, agent)
+    }
+}
+
+/// `Accept-Language` readings remembered per redirect thread, by the header's bytes (a
+/// direct-mapped table; the slot found last is compared first): a browser population sends
+/// few distinct headers, and a redirect by a language rule then compares its header with
+/// the one remembered instead of reading it.
+const READING_SLOTS: usize = 16;
+/// Headers longer than this are read every time (the slots' memory stays bounded: at most
+/// 16 headers of 128 bytes and their readings a thread).
+const LONGEST_REMEMBERED_HEADER: usize = 128;
+
+/// A remembered header and its reading.
+type Reading = (Box<[u8]>, AcceptLanguage);
+
+struct Readings {
+    hasher: hashbrown::DefaultHashBuilder,
+    last: usize,
+    slots: Box<[Option<Reading>]>,
+}
+
+thread_local! {
+    static READINGS: RefCell<Readings> = RefCell::new(Readings {
+        hasher: hashbrown::DefaultHashBuilder::default(),
+        last: 0,
+        slots: (0..READING_SLOTS).map(|_| None).collect(),
+    });
+}
+
+/// [`RuleSet::preferred`] of `header` for `rules`, the header's reading remembered.
+fn language_bits(header: &[u8], rules: &RuleSet) -> u32 {
+    if header.len() > LONGEST_REMEMBERED_HEADER {
+        return rules.preferred(header);
+    }
+    READINGS.with(|readings| {
+        let readings = &mut *readings.borrow_mut();
+        let last = readings.last;
+        let at = match &readings.slots[last] {
+            Some((held, _)) if **held == *header => last,
+            _ => {
+                let at = (readings.hasher.hash_one(header) as usize) % READING_SLOTS;
+                if !matches!(&readings.slots[at], Some((held, _)) if **held == *header) {
+                    readings.slots[at] = Some((header.into(), AcceptLanguage::read(header)));
+                }
+                readings.last = at;
+                at
+            }
+        };
+        let (held, read) = readings.slots[at].as_ref().expect("filled above");
+        rules.preferred_in(held, read)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(languages: &[&[&str]]) -> RuleSet {
+        let rules: Vec<rebound_core::rules::Rule> = languages
+            .iter()
+            .map(|l| {
+                serde_json::from_value(serde_json::json!({"languages": l, "target": "https://a.example/"})).unwrap()
+            })
+            .collect();
+        RuleSet::compile("k", &rebound_core::rules::normalize(rules).unwrap())
+    }
+
+    #[test]
+    fn remembered_readings_answer_as_reading_the_header() {
+        let sets = [
+            set(&[&["fr", "de"]]),
+            set(&[&["en-gb"], &["en"]]),
+            set(&[&["pt-br", "pt"], &["es"]]),
+        ];
+        // More distinct headers than slots, some longer than what is remembered, asked in
+        // an order that revisits each after others took its slot.
+        let mut headers: Vec<String> = vec![
+            "en-US,en;q=0.9".into(),
+            "fr-CH, fr;q=0.9, en;q=0.8, de;q=0.7, *;q=0.5".into(),
+            "de".into(),
+            "pt-BR,pt;q=0.9,en-US;q=0.8,en;q=0.7".into(),
+            "es-419,es;q=0.9".into(),
+            "en-GB;q=0.2,fr;q=0.2".into(),
+            "".into(),
+            format!("{}fr", "xx;q=0.1,".repeat(20)),
+        ];
+        headers.extend((0..30).map(|i| format!("x{i};q=0.{i},en-gb;q=0.05,pt")));
+        for round in 0..3 {
+            for (i, header) in headers.iter().enumerate() {
+                for rules in &sets {
+                    let header = header.as_bytes();
+                    assert_eq!(
+                        language_bits(header, rules),
+                        rules.preferred(header),
+                        "round {round}, header {i}: {:?}",
+                        String::from_utf8_lossy(header)
+                    );
+                }
+            }
+        }
+        let held = READINGS.with(|r| r.borrow().slots.iter().flatten().count());
+        assert!(held <= READING_SLOTS);
     }
 }
