@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Where a link's rules spend a redirect's instructions: per-redirect inclusive costs of the
-functions (and of the code inlined into `by_rules`) a rule set runs, for callgrind
+functions (and of the code inlined into `redirect_by_rules`) a rule set runs, for callgrind
 outputs side by side.
 
     benches/callgrind-rules.py OUT_A REDIRECTS_A [OUT_B REDIRECTS_B ...]
@@ -15,15 +15,15 @@ import subprocess
 import sys
 
 ROWS = [
-    ("by_rules, inclusive (the target chosen)", "server.rs:rebound_proxy::server::RedirectAnswers::by_rules"),
+    ("redirect_by_rules, inclusive", "server.rs:rebound_proxy::server::RedirectAnswers::redirect_by_rules"),
     ("L1::rules", "l1.rs:rebound_proxy::l1::L1::rules"),
     ("the agent's digest (BotPatterns::agent_digest)", "visitor.rs:rebound_proxy::visitor::BotPatterns::agent_digest"),
-    ("SipHash of the split (inlined)", "sip.rs:rebound_proxy::server::RedirectAnswers::by_rules (inlined)"),
+    ("SipHash of the split (inlined)", "sip.rs:rebound_proxy::server::RedirectAnswers::redirect_by_rules (inlined)"),
     ("SipHash write (called)", "sip.rs:<siphasher::sip::Hasher<S> as core::hash::Hasher>::write"),
-    ("targeting.rs inlined (the visitor)", "targeting.rs:rebound_proxy::server::RedirectAnswers::by_rules (inlined)"),
-    ("rules.rs inlined (RuleSet::choose)", "rules.rs:rebound_proxy::server::RedirectAnswers::by_rules (inlined)"),
-    ("dimensions.rs inlined (UTF-8 checks of the country and OS)", "dimensions.rs:rebound_proxy::server::RedirectAnswers::by_rules (inlined)"),
-    ("the link's own target found (memchr)", "memchr.rs:rebound_proxy::server::RedirectAnswers::by_rules (inlined)"),
+    ("targeting.rs inlined (the visitor)", "targeting.rs:rebound_proxy::server::RedirectAnswers::redirect_by_rules (inlined)"),
+    ("rules.rs inlined (RuleSet::choose)", "rules.rs:rebound_proxy::server::RedirectAnswers::redirect_by_rules (inlined)"),
+    ("dimensions.rs inlined (UTF-8 checks of the country and OS)", "dimensions.rs:rebound_proxy::server::RedirectAnswers::redirect_by_rules (inlined)"),
+    ("the link's own target found (memchr)", "memchr.rs:rebound_proxy::server::RedirectAnswers::redirect_by_rules (inlined)"),
     ("the client's address (RedirectAnswers::client, every caller)", "server.rs:rebound_proxy::server::RedirectAnswers::client"),
     ("RuleSet::choose (called)", "rules.rs:rebound_core::rules::RuleSet::choose"),
     ("RuleSet::preferred_in (the languages)", "rules.rs:rebound_core::rules::RuleSet::preferred_in"),

@@ -575,14 +575,6 @@ impl RuleSet {
         None
     }
 
-    /// The target `decided` names ([`RuleSet::choose`]'s); `None` for the link's own
-    /// ([`Decided::DEFAULT`]) or a rule or variant the set does not have.
-    pub fn target(&self, decided: Decided) -> Option<&str> {
-        let rule = self.rules.get(usize::from(decided.rule).checked_sub(1)?)?;
-        let variant = usize::from(decided.variant).saturating_sub(1);
-        rule.targets.get(variant).map(|(_, t)| &**t)
-    }
-
     /// The bits of the set's languages that the visitor's preferred language matches: the
     /// `Accept-Language` item of the highest `q` (the first, among equals) that some
     /// rule's language range matches (RFC 4647 basic filtering: `fr` matches `fr-CA`).
@@ -1088,31 +1080,6 @@ mod tests {
             })
             .count();
         assert!(moved > 300, "{moved}");
-    }
-
-    #[test]
-    fn a_decision_names_the_target_choose_gave() {
-        let rules = set(&[
-            r#"{"os":["ios"],"target":"https://ios.example/"}"#,
-            r#"{"split":[{"target":"https://a.example/","weight":1},{"target":"https://b.example/","weight":1}]}"#,
-        ]);
-        for id in 0..200 {
-            let mut v = Fake::new();
-            v.id = id;
-            v.os = if id % 3 == 0 { Os::Ios } else { Os::Android };
-            let (target, decided) = rules.choose(&mut v).expect("the split takes the rest");
-            assert_eq!(rules.target(decided), Some(target), "{decided:?}");
-        }
-        let none = set(&[r#"{"os":["ios"],"target":"https://ios.example/"}"#]);
-        assert_eq!(none.choose(&mut Fake::new()), None);
-        for (rule, variant) in [(0, 0), (0, 1), (2, 0), (1, 2), (3, 1), (255, 255)] {
-            assert_eq!(none.target(Decided { rule, variant }), None, "{rule}/{variant}");
-        }
-        assert_eq!(rules.target(Decided { rule: 2, variant: 3 }), None);
-        assert_eq!(
-            rules.target(Decided { rule: 2, variant: 2 }),
-            Some("https://b.example/")
-        );
     }
 
     #[test]

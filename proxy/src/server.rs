@@ -525,51 +525,52 @@ impl RedirectAnswers {
         entry: &L1Entry,
         status: u16,
         asked: Asked<'_>,
+        click: Click,
+        is_get: bool,
+        query: Option<&str>,
+        now: UnixMillis,
+    ) -> Reply {
+        // A link with rules answers off this path; a link without reads nothing more of
+        // the request than before rules (one bit tested).
+        if entry.has_rules() {
+            return self.redirect_by_rules(entry, status, asked, click, is_get, query, now);
+        }
+        let target = (entry.long_url(), entry.forward_query(), false);
+        self.respond(entry, target, status, click, is_get, query, now)
+    }
+
+    /// [`RedirectAnswers::redirect`] of a link with rules (docs/spec.md §14): the first rule
+    /// that matches who clicks decides the target (the link's own when none does), the
+    /// click counts which rule chose it, and the answer is private to the visitor.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn redirect_by_rules(
+        &self,
+        entry: &L1Entry,
+        status: u16,
+        asked: Asked<'_>,
         mut click: Click,
         is_get: bool,
         query: Option<&str>,
         now: UnixMillis,
     ) -> Reply {
-        // A link with rules chooses off this path; a link without reads nothing more of
-        // the request than before rules (one bit tested). Either answers through the one
-        // `respond` below: a second copy of it in the rules' function, the click moved
-        // into it, cost the rules about 100 instructions a redirect under callgrind
-        // (benches/results/2026-12-06x-callgrind-rules-language-memo.md).
-        let chosen = match entry.has_rules() {
-            false => None,
-            true => match self.by_rules(entry, asked, &mut click) {
-                Some(chosen) => Some(chosen),
-                None => {
-                    // Written by this build's serializer: never unreadable. Refused rather
-                    // than answered with a target no rule chose.
-                    self.path.metrics.unavailable.inc();
-                    return status_reply(StatusCode::SERVICE_UNAVAILABLE);
-                }
-            },
+        let Some(rules) = self.path.l1.rules(entry) else {
+            // Written by this build's serializer: never unreadable. Refused rather than
+            // answered with a target no rule chose.
+            self.path.metrics.unavailable.inc();
+            return status_reply(StatusCode::SERVICE_UNAVAILABLE);
         };
-        let target = match &chosen {
-            None => (entry.long_url(), entry.forward_query(), false),
-            Some((rules, decided)) => {
-                let target = rules.target(*decided).unwrap_or_else(|| entry.long_url());
-                // An app's own scheme (`intent:`) takes no query of the web's.
-                (target, entry.forward_query() && is_web(target), true)
-            }
+        let (target, decided) = match self.choose(&rules, asked, &click) {
+            Some(chosen) => chosen,
+            None => (entry.long_url(), Decided::DEFAULT),
         };
-        self.respond(entry, target, status, click, is_get, query, now)
-    }
-
-    /// What the rules of `entry` (docs/spec.md §14) decide for the request: the first rule
-    /// that matches who clicks (none: the link's own target), counted on the click; with
-    /// the compiled rules, which hold the target. `None`: the rules cannot be read.
-    #[cold]
-    #[inline(never)]
-    fn by_rules(&self, entry: &L1Entry, asked: Asked<'_>, click: &mut Click) -> Option<(Arc<RuleSet>, Decided)> {
-        let rules = self.path.l1.rules(entry)?;
-        let decided = self.choose(&rules, asked, click).map_or(Decided::DEFAULT, |(_, d)| d);
         if let Some(dimensions) = click.dimensions.as_mut() {
             dimensions.rule = Some(decided);
         }
-        Some((rules, decided))
+        // An app's own scheme (`intent:`) takes no query of the web's.
+        let target = (target, entry.forward_query() && is_web(target), true);
+        self.respond(entry, target, status, click, is_get, query, now)
     }
 
     /// The redirect of `entry` to `target` (the location, whether the query is forwarded,

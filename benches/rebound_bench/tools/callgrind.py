@@ -33,7 +33,7 @@ PARTS: list[tuple[str, list[str]]] = [
     ("- - - the click's capture (the bot verdict, the breakdowns)", ["rebound_proxy::server::RedirectAnswers::click ["]),
     ("- - - the clock", ["<rebound_core::time::SystemClock as rebound_core::time::Clock>::now_millis ["]),
     ("- - - the answer (its headers)", ["rebound_proxy::server::RedirectAnswers::reply ["]),
-    ("- - - - a link's rules (the target chosen)", ["rebound_proxy::server::RedirectAnswers::by_rules ["]),
+    ("- - - - a link's rules (the target chosen, the answer built)", ["rebound_proxy::server::RedirectAnswers::redirect_by_rules ["]),
     ("- writing the head (hyper)", ["hyper::proto::h1::conn::Conn<I,B,T>::write_head ["]),
     ("- flushing it to the socket", ["hyper::proto::h1::io::Buffered<T,B>::poll_flush ["]),
     ("- dropping the request (its header map)", ["core::ptr::drop_in_place<http::request::Parts> ["]),
