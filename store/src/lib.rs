@@ -387,11 +387,8 @@ pub trait LinkReads: Send + Sync {
 #[async_trait]
 pub trait LinkStore: LinkReads {
     /// Conditional insert of a new link, with the idempotency record in the same
-    /// transaction when given. `AlreadyExists` when the code is taken by another link,
+    /// transaction when given. `AlreadyExists` when the code is taken,
     /// `IdempotencyKeyExists` when the key is recorded (and unexpired); nothing is written then.
-    /// Without an idempotency record, an insert of the very link the store holds under the
-    /// code (equal field for field) succeeds and writes nothing: it is a repeat of a write
-    /// that landed (a client library's retry after a timed-out attempt), not a taken code.
     async fn insert_link(&self, link: &Link, idempotency: Option<&IdempotencyRecord>) -> Result<(), StoreError>;
     /// Records `alias` in the alias index (idempotent). Called before the alias's link is
     /// inserted, so an alias that exists is always indexed; an entry whose insert then

@@ -151,11 +151,8 @@ impl LinkStore for MemoryStore {
                 return Err(StoreError::IdempotencyKeyExists);
             }
         }
-        if let Some(held) = s.links.get(&link.code) {
-            return match idempotency.is_none() && held == link {
-                true => Ok(()),
-                false => Err(StoreError::AlreadyExists),
-            };
+        if s.links.contains_key(&link.code) {
+            return Err(StoreError::AlreadyExists);
         }
         if let Some(rec) = idempotency {
             s.idempotency.insert((rec.scope.clone(), rec.key.clone()), rec.clone());

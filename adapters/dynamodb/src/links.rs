@@ -213,14 +213,7 @@ impl LinkStore for DynamoStore {
             {
                 Ok(_) => Ok(()),
                 Err(e) => match condition_refused(e) {
-                    // The SDK retries an attempt that timed out (`operation_attempt_timeout`):
-                    // when the first attempt had landed, the retry finds this very link. It
-                    // is this write, not a taken code (an alias raced in two regions was
-                    // refused in both when the winner's put was retried so).
-                    StoreError::ConditionFailed => match self.get_link(&link.code).await?.as_ref() == Some(link) {
-                        true => Ok(()),
-                        false => Err(StoreError::AlreadyExists),
-                    },
+                    StoreError::ConditionFailed => Err(StoreError::AlreadyExists),
                     e => Err(e),
                 },
             };

@@ -231,11 +231,7 @@ impl LinkStore for SqliteStore {
             }
             let inserted = insert_link_in(&tx, &link)?;
             if !inserted {
-                // The very link again (the store's contract): nothing to write.
-                return match idem.is_none() && get_link_in(&tx, &link.code)?.as_ref() == Some(&link) {
-                    true => Ok(()),
-                    false => Err(StoreError::AlreadyExists),
-                };
+                return Err(StoreError::AlreadyExists);
             }
             if let Some(rec) = &idem {
                 tx.execute(
