@@ -201,11 +201,19 @@ impl LinkStore for DynamoStore {
             .build()
             .map_err(unbuilt)?;
         let Some(rec) = idempotency else {
+            // The SDK retries an attempt whose answer did not come in time
+            // (`operation_attempt_timeout`): when the first attempt had landed, the retry
+            // finds the code taken by this very write. Each insert carries a token of its
+            // own, so that a failed condition tells this write from a rival's (a rival may
+            // build an equal link: one alias, one target, the same millisecond).
+            let token = insert_token();
+            let mut item = link_item(link);
+            item.insert(INSERT_TOKEN.to_owned(), n(token));
             return match self
                 .client
                 .put_item()
                 .table_name(self.table("links"))
-                .set_item(Some(link_item(link)))
+                .set_item(Some(item))
                 .condition_expression("attribute_not_exists(#code)")
                 .expression_attribute_names("#code", "code")
                 .send()
@@ -213,7 +221,10 @@ impl LinkStore for DynamoStore {
             {
                 Ok(_) => Ok(()),
                 Err(e) => match condition_refused(e) {
-                    StoreError::ConditionFailed => Err(StoreError::AlreadyExists),
+                    StoreError::ConditionFailed => match self.inserted_by(&link.code, token).await? {
+                        true => Ok(()),
+                        false => Err(StoreError::AlreadyExists),
+                    },
                     e => Err(e),
                 },
             };
@@ -689,5 +700,43 @@ impl LinkStore for DynamoStore {
             expires_at: get_n(item, "expires_at")?,
         };
         Ok((rec.expires_at > now).then_some(rec))
+    }
+}
+
+/// The attribute a link item keeps the token of the insert that wrote it in.
+const INSERT_TOKEN: &str = "insert_token";
+
+/// A token no other insert of any process is given: this process's random hash keys over a
+/// counter.
+fn insert_token() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+    static KEYS: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = KEYS.get_or_init(Default::default).build_hasher();
+    hasher.write_u64(NEXT.fetch_add(1, Ordering::Relaxed));
+    hasher.finish()
+}
+
+impl DynamoStore {
+    /// Whether the link stored under `code` was written by the insert given `token`
+    /// (a consistent read).
+    async fn inserted_by(&self, code: &str, token: u64) -> Result<bool, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(self.table("links"))
+            .key("code", s(code))
+            .projection_expression("#token")
+            .expression_attribute_names("#token", INSERT_TOKEN)
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(sdk_err)?;
+        Ok(out
+            .item()
+            .and_then(|item| item.get(INSERT_TOKEN))
+            .is_some_and(|held| *held == n(token)))
     }
 }

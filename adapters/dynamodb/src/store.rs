@@ -147,6 +147,59 @@ mod tests {
         rebound_store::conformance::breakdowns_apply_once_and_stay_bounded(&store).await;
     }
 
+    /// Loses the first answer that comes back: a 500 in its place, which the SDK retries.
+    #[derive(Debug, Default)]
+    struct LoseFirstAnswer(std::sync::atomic::AtomicBool);
+
+    impl aws_sdk_dynamodb::config::Intercept for LoseFirstAnswer {
+        fn name(&self) -> &'static str {
+            "LoseFirstAnswer"
+        }
+
+        fn modify_before_deserialization(
+            &self,
+            context: &mut aws_sdk_dynamodb::config::interceptors::BeforeDeserializationInterceptorContextMut<'_>,
+            _: &aws_sdk_dynamodb::config::RuntimeComponents,
+            _: &mut aws_sdk_dynamodb::config::ConfigBag,
+        ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+            if !self.0.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                *context.response_mut().status_mut() = 500.try_into()?;
+            }
+            Ok(())
+        }
+    }
+
+    /// An insert whose write landed but whose answer was lost is retried by the SDK; the
+    /// retry finds the code taken by that very write: the insert succeeds. A rival's equal
+    /// link is still refused.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
+    async fn an_insert_retried_after_its_write_landed_succeeds() {
+        use rebound_store::{LinkReads, LinkStore};
+        let plain = fresh_store().await;
+        let conf = rebound_store::testing::local_aws_config(&crate::tables::tests::endpoint()).await;
+        let losing = aws_sdk_dynamodb::config::Builder::from(&conf)
+            .interceptor(LoseFirstAnswer::default())
+            .build();
+        let store = DynamoStore::new(Client::from_conf(losing), plain.table(""));
+        let link = rebound_core::Link::new_active(
+            format!("retried{}", plain.table("")),
+            "https://example.com/retried".into(),
+            rebound_core::RedirectKind::Found,
+            false,
+            1_000,
+            "owner".into(),
+            None,
+        );
+        store.insert_link(&link, None).await.unwrap();
+        assert_eq!(plain.get_link(&link.code).await.unwrap(), Some(link.clone()));
+        // Another insert of an equal link is a rival's, not a retry.
+        assert!(matches!(
+            plain.insert_link(&link, None).await,
+            Err(StoreError::AlreadyExists)
+        ));
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     #[ignore = "needs REBOUND_TEST_DYNAMODB_URL (the test services): scripts/test starts them and runs it"]
     async fn dynamodb_store_keeps_the_certificates_contract() {

@@ -299,7 +299,7 @@ pub(crate) mod tests {
     use rebound_store::{LinkReads, LinkStore};
 
     /// The DynamoDB-API endpoint the test scripts started (moto), or none.
-    fn endpoint() -> String {
+    pub(crate) fn endpoint() -> String {
         rebound_store::testing::endpoint("REBOUND_TEST_DYNAMODB_URL")
     }
 
