@@ -117,7 +117,21 @@ impl Replicated {
 }
 
 impl Side {
+    /// [`Side::forward`] in a task of its own: a client that gives up on its answer (the
+    /// SDK's attempt timeout) drops this future, not the write, which may have landed and
+    /// must then be copied like any other (a global table replicates every write that
+    /// landed, whoever waited for its answer).
     async fn relay(self, request: axum::extract::Request) -> axum::response::Response {
+        match tokio::spawn(self.forward(request)).await {
+            Ok(response) => response,
+            Err(e) => axum::response::Response::builder()
+                .status(502)
+                .body(axum::body::Body::from(e.to_string()))
+                .unwrap(),
+        }
+    }
+
+    async fn forward(self, request: axum::extract::Request) -> axum::response::Response {
         let (parts, body) = request.into_parts();
         let body = axum::body::to_bytes(body, 64 << 20).await.unwrap_or_default();
         let target = parts
