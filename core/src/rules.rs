@@ -621,9 +621,9 @@ impl RuleSet {
 }
 
 /// An `Accept-Language` header read for language rules, independent of any rule set: its
-/// items (of the first [`MAX_ACCEPT_ITEMS`]) whose primary subtag is 1-8 letters and whose
+/// items (of the first 32) whose primary subtag is 1-8 letters and whose
 /// `q` is above 0, highest `q` first (header order among equals), each with its primary
-/// subtag as a word ([`primary_word`]) and where its tag lies in the header.
+/// subtag as a word (as `primary_word` makes it) and where its tag lies in the header.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AcceptLanguage {
     items: Vec<PreferredItem>,
