@@ -706,8 +706,8 @@ impl LinkStore for DynamoStore {
 /// The attribute a link item keeps the token of the insert that wrote it in.
 const INSERT_TOKEN: &str = "insert_token";
 
-/// A token no other insert of any process is given: this process's random hash keys over a
-/// counter.
+/// A token of one insert: this process's random hash keys over a counter (two inserts, of
+/// this process or another, share one with odds of 2^-64).
 fn insert_token() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     use std::sync::atomic::{AtomicU64, Ordering};
