@@ -690,11 +690,6 @@ impl AcceptLanguage {
         items.sort_by_key(|item| std::cmp::Reverse(item.q));
         AcceptLanguage { items }
     }
-
-    /// Bytes it holds on the heap (for a data plane's memory of readings).
-    pub fn heap_bytes(&self) -> usize {
-        self.items.capacity() * std::mem::size_of::<PreferredItem>()
-    }
 }
 
 /// The primary subtag of a language range (up to its first `-`) as one word, each byte
