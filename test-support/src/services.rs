@@ -62,6 +62,20 @@ pub fn wait_for_port(port: u16, what: &str) {
     }
 }
 
+/// Waits until something accepts connections on `port`, which `child` was just started on,
+/// at most 30 s: false as soon as `child` has exited (another process took a port it needs).
+fn wait_for_port_of(child: &mut Child, port: u16) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if child.try_wait().expect("a child's status").is_some() {
+            return false;
+        }
+        assert!(Instant::now() < deadline, "redis-server did not start on port {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    true
+}
+
 /// A server process of a test's own, killed when dropped.
 pub struct OwnServer {
     child: Option<Child>,
@@ -122,7 +136,10 @@ impl OwnServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server on PATH (scripts/test installs it)");
-        wait_for_port(port, "redis-server");
+        if !wait_for_port_of(&mut child, port) {
+            // It exited: a port it needs (the cluster bus too) was taken before it started.
+            return None;
+        }
         let password = args.iter().position(|a| *a == "--requirepass").map(|i| args[i + 1]);
         if answers_from(port, dir, password) {
             return Some(child);
@@ -555,6 +572,12 @@ mod tests {
             dir: tempfile::tempdir().unwrap(),
         };
         assert!(!node.try_spawn(), "a node on the first's port");
+        // A node whose cluster bus port is taken exits at once: that is seen (a wait for its
+        // port until the deadline would panic).
+        let bus = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        (node.port, node.bus_port) = (free_port(), bus.local_addr().unwrap().port());
+        assert!(!node.try_spawn(), "a node on a taken bus port");
+        drop(bus);
         node.spawn_on_free_ports();
         assert_ne!(node.port, first.port);
         assert!(answers_from(node.port, node.dir.path(), None));
