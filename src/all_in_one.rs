@@ -94,6 +94,7 @@ impl AllInOne {
         let adapters = DataPlaneAdapters {
             store: store.clone(),
             clicks: ClickWriter {
+                counting: runtime.handle().clone(),
                 runtime: click_writes,
                 sink: Arc::new(StoreClickSink(store.clone())),
                 breakdowns: StoreBreakdownSink::of(store.clone()),

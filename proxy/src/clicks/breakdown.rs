@@ -159,6 +159,59 @@ impl BreakdownCounts {
     }
 }
 
+/// People's clicks by dimension off the breakdowns' queue, not yet handed to a write:
+/// counted by their counter ([`super::ClickQueue::count_breakdowns`], on
+/// [`super::ClickWriter::counting`]) a chunk at a time, behind a lock of their own.
+#[derive(Debug)]
+pub(super) struct Tally {
+    counts: BreakdownCounts,
+    /// The UTC day `counts` are for.
+    day: rebound_core::Day,
+    /// Earlier days' counts, taken when the day changed: their adds and the clicks they count.
+    ready: Vec<(Vec<DimensionAdd>, u64)>,
+}
+
+impl Default for Tally {
+    fn default() -> Self {
+        Tally {
+            counts: BreakdownCounts::default(),
+            day: rebound_core::Day(0),
+            ready: Vec::new(),
+        }
+    }
+}
+
+impl Tally {
+    /// Counts one click of `code`, made on `today`: the counts of an earlier day are set
+    /// aside whole first, so that each click counts for the day it was counted on.
+    pub(super) fn add(
+        &mut self,
+        today: rebound_core::Day,
+        code: &str,
+        dimensions: &Dimensions,
+        counted: &[bool; Dimension::ALL.len()],
+    ) {
+        if self.day != today {
+            if !self.counts.is_empty() {
+                self.ready.push(self.counts.take(self.day));
+            }
+            self.day = today;
+        }
+        self.counts.add(code, dimensions, counted);
+    }
+
+    /// Every day's adds, and the people's clicks they count; the tally is then empty.
+    pub(super) fn take(&mut self) -> (Vec<DimensionAdd>, u64) {
+        let today = self.counts.take(self.day);
+        let (mut all, mut clicks) = (Vec::new(), 0);
+        for (adds, n) in self.ready.drain(..).chain(std::iter::once(today)) {
+            all.extend(adds);
+            clicks += n;
+        }
+        (all, clicks)
+    }
+}
+
 /// The index of `value` among the values counted since the last take, added if new.
 fn intern(values: &mut HashMap<Box<[u8]>, u32>, by_index: &mut Vec<Box<[u8]>>, value: &[u8]) -> u32 {
     if let Some(&index) = values.get(value) {
@@ -224,6 +277,31 @@ mod tests {
         let mut none = Vec::new();
         each_bytes(&Dimensions::default(), |d, _| none.push(d));
         assert!(none.is_empty(), "every dimension off: nothing counted");
+    }
+
+    #[test]
+    fn a_tally_counts_each_click_for_the_day_it_was_counted_on() {
+        use rebound_core::Day;
+        let every = [true; Dimension::ALL.len()];
+        let mut tally = Tally::default();
+        tally.add(Day(7), "abc", &click(b"DE", "x.example", "Safari"), &every);
+        tally.add(Day(7), "abc", &click(b"DE", "x.example", "Safari"), &every);
+        // Past midnight: day 7's counts are set aside whole, day 8's start empty.
+        tally.add(Day(8), "abc", &click(b"FR", "x.example", "Safari"), &every);
+        let (adds, clicks) = tally.take();
+        assert_eq!(clicks, 3);
+        let countries: Vec<_> = adds
+            .iter()
+            .filter(|a| a.dimension == Dimension::Country)
+            .map(|a| (a.day, a.value.as_str(), a.clicks))
+            .collect();
+        assert_eq!(countries, vec![(Day(7), "DE", 2), (Day(8), "FR", 1)]);
+        assert_eq!(
+            adds.iter().filter(|a| a.day == Day(7)).count(),
+            5,
+            "one add per dimension"
+        );
+        assert_eq!(tally.take(), (Vec::new(), 0), "taken whole");
     }
 
     #[test]

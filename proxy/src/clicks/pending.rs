@@ -1,11 +1,10 @@
 //! The counts taken off the queue and not yet written: the dirty entries, whose counts still
 //! live on them, and the takes being written, with what a stats read needs to stay exact.
 
-use super::breakdown::BreakdownCounts;
 use crate::l1::L1Entry;
 use crate::metrics::ProxyMetrics;
 use rebound_core::Day;
-use rebound_store::{Clicks, DimensionAdd};
+use rebound_store::Clicks;
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
 use tokio::sync::Notify;
@@ -37,8 +36,6 @@ pub(super) struct Pending {
     /// word holds people's count and the CLOCK bit) but here, off the queue of bots'
     /// clicks, an entry's run of clicks in one row.
     pub(super) bots: Vec<(L1Entry, u64)>,
-    /// People's clicks by code, dimension and value since the last take.
-    pub(super) breakdown: BreakdownCounts,
     /// The UTC day the dirty counts are for.
     pub(super) day: Day,
     /// When the oldest dirty count came off the queue.
@@ -53,7 +50,6 @@ impl Default for Pending {
         Pending {
             dirty: DirtyEntries::default(),
             bots: Vec::new(),
-            breakdown: BreakdownCounts::default(),
             day: Day(0),
             oldest: None,
             takes: VecDeque::new(),
@@ -120,10 +116,6 @@ pub(super) struct Take {
     /// When its oldest count came off the queue.
     oldest: Instant,
     pub(super) rows: Vec<Row>,
-    /// The breakdowns' adds, written after the rows (handed to the writer whole).
-    pub(super) breakdown: Vec<DimensionAdd>,
-    /// The people's clicks those adds count.
-    pub(super) breakdown_clicks: u64,
     /// `rows[..done]` are written (or failed); `rows[done..writing]` are being written.
     pub(super) done: usize,
     pub(super) writing: usize,
@@ -161,7 +153,7 @@ impl Pending {
 
     /// Whether nothing was counted since the last take.
     pub(super) fn is_clean(&self) -> bool {
-        self.dirty.is_empty() && self.bots.is_empty() && self.breakdown.is_empty()
+        self.dirty.is_empty() && self.bots.is_empty()
     }
 
     /// The codes (at most) counted since the last take: the rows a take would make.
@@ -211,8 +203,9 @@ impl Pending {
 
     /// Takes the counts of the dirty entries (each at most once: an entry is queued again
     /// only after its count was taken) and the bots' counts, one row per code in code
-    /// order.
-    pub(super) fn take(&mut self, metrics: &ProxyMetrics, now: Instant) -> Option<u64> {
+    /// order: none when there are none, unless `breakdowns` (their counts, which the take's
+    /// write hands over, are pending).
+    pub(super) fn take(&mut self, metrics: &ProxyMetrics, now: Instant, breakdowns: bool) -> Option<u64> {
         let mut clicks = 0;
         let mut rows: Vec<Row> = std::mem::take(&mut self.dirty)
             .into_entries()
@@ -236,8 +229,7 @@ impl Pending {
         let oldest = self.oldest.take().unwrap_or(now);
         metrics.clicks_queued.inc_by(clicks);
         metrics.bot_clicks_queued.inc_by(bot_clicks);
-        let (breakdown, breakdown_clicks) = self.breakdown.take(self.day);
-        if rows.is_empty() && breakdown.is_empty() {
+        if rows.is_empty() && !breakdowns {
             return None;
         }
         // Code order: in SQLite each transaction then touches a few neighbouring B-tree
@@ -259,8 +251,6 @@ impl Pending {
             day: self.day,
             oldest,
             rows,
-            breakdown,
-            breakdown_clicks,
             done: 0,
             writing: 0,
         });

@@ -4,6 +4,7 @@
 //! click (a link unfurler, a crawler, a `HEAD`) pushes the entry on a queue of its own
 //! each time: rarer, and kept off the entry's one word of counts.
 
+use super::breakdown::Tally;
 use super::pending::{Pending, Unpersisted};
 use crate::l1::L1Entry;
 use crate::metrics::ProxyMetrics;
@@ -11,11 +12,18 @@ use crate::visitor::Visitor;
 use crossbeam_queue::ArrayQueue;
 use rebound_core::dimensions::Dimensions;
 use rebound_core::{Clock, Day};
-use rebound_store::Dimension;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use rebound_store::{Dimension, DimensionAdd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use tokio::time::Instant;
+
+/// Clicks the breakdowns' counter counts between two yields of its thread (about 0.1 ms
+/// of work). Counted in one stretch (a drain's worth, up to 100 ms of clicks: 5 ms at
+/// 90,000 a second), a redirect thread on a busy machine waited up to a scheduler tick (4 ms)
+/// for the CPU, which doubled the all-in-one's p99
+/// (`benches/results/2026-12-07a-side-breakdowns.md`).
+const COUNT_CHUNK: usize = 256;
 
 /// The bounded queue between the request path and the shipper (entries with clicks counted
 /// since the last take), and what the shipper has taken off it and not yet written. Its
@@ -26,9 +34,17 @@ pub struct ClickQueue {
     /// milliseconds, and bots are the fewer).
     pub(super) bots: ArrayQueue<L1Entry>,
     /// Each person's click with its dimensions, when breakdowns are on
-    /// ([`ClickQueue::record_with`]): one push a click, drained with the rest. A quarter of
-    /// the people's capacity: a slot is about 330 bytes (the values are inline).
+    /// ([`ClickQueue::record_with`]): one push a click, counted into `tally` apart from the
+    /// rest ([`ClickQueue::count_breakdowns`]). A quarter of the people's capacity: a slot is
+    /// about 330 bytes (the values are inline).
     pub(super) breakdowns: ArrayQueue<(L1Entry, Dimensions)>,
+    /// The breakdowns' counts not yet handed to a write. Locked by their counter and by the
+    /// writes, never by the shipper's drains or a stats read.
+    pub(super) tally: Mutex<Tally>,
+    /// The people's clicks counted in `tally`, for the shipper to see without its lock.
+    pub(super) tallied: AtomicU64,
+    /// Wakes the breakdowns' counter: the shipper found clicks on their queue.
+    pub(super) count_wake: Notify,
     /// The dimensions counted, by [`rebound_store::Dimension`] (a click's values of the
     /// others are left out).
     pub(super) counted: [bool; Dimension::ALL.len()],
@@ -48,6 +64,9 @@ impl ClickQueue {
             queue: ArrayQueue::new(capacity),
             bots: ArrayQueue::new((capacity / 4).max(1)),
             breakdowns: ArrayQueue::new((capacity / 4).max(1)),
+            tally: Mutex::default(),
+            tallied: AtomicU64::new(0),
+            count_wake: Notify::new(),
             counted: [true; Dimension::ALL.len()],
             unpersisted: Unpersisted::default(),
             metrics,
@@ -118,18 +137,71 @@ impl ClickQueue {
     }
 
     /// The shipper, with nothing counted and nothing pending, may sleep until a push wakes
-    /// it: true when it may (`idle` is then set), false when something was queued meanwhile.
+    /// it: true when it may (`idle` is then set), false when something was queued meanwhile
+    /// or the breakdowns hold clicks not yet written.
     pub(super) fn sleep_if_idle(&self) -> bool {
         self.idle.store(true, Ordering::SeqCst);
-        if self.queue.is_empty() && self.bots.is_empty() && self.breakdowns.is_empty() {
+        if self.queue.is_empty() && self.bots.is_empty() && !self.breakdowns_pending() {
             return true;
         }
         self.idle.store(false, Ordering::SeqCst);
         false
     }
 
+    /// Whether the breakdowns hold people's clicks not yet handed to a write: queued or
+    /// counted.
+    pub(super) fn breakdowns_pending(&self) -> bool {
+        !self.breakdowns.is_empty() || self.tallied.load(Ordering::SeqCst) > 0
+    }
+
+    /// Counts the clicks queued for the breakdowns into the tally, each for today's UTC day,
+    /// [`COUNT_CHUNK`] at a time, yielding the thread between chunks; how many. The
+    /// breakdowns' counter calls it.
+    pub(super) fn count_breakdowns(&self) -> usize {
+        let mut counted = 0;
+        loop {
+            let n = {
+                let mut tally = self.tally.lock().unwrap_or_else(|e| e.into_inner());
+                self.count_into(&mut tally, COUNT_CHUNK)
+            };
+            counted += n;
+            if n < COUNT_CHUNK {
+                return counted;
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Counts at most `limit` of the clicks queued for the breakdowns into `tally`.
+    fn count_into(&self, tally: &mut Tally, limit: usize) -> usize {
+        let today = Day::of_millis(self.clock.now_millis());
+        let mut counted: usize = 0;
+        while counted < limit {
+            let Some((entry, dimensions)) = self.breakdowns.pop() else {
+                break;
+            };
+            tally.add(today, entry.code(), &dimensions, &self.counted);
+            counted += 1;
+        }
+        self.tallied.fetch_add(counted as u64, Ordering::SeqCst);
+        counted
+    }
+
+    /// The breakdowns' adds counted so far, every day's, and the people's clicks they count;
+    /// with `count_queue`, the clicks still queued for them are counted first (the last
+    /// write, at shutdown).
+    pub(super) fn take_breakdowns(&self, count_queue: bool) -> (Vec<DimensionAdd>, u64) {
+        let mut tally = self.tally.lock().unwrap_or_else(|e| e.into_inner());
+        if count_queue {
+            self.count_into(&mut tally, usize::MAX);
+        }
+        self.tallied.store(0, Ordering::SeqCst);
+        tally.take()
+    }
+
     /// Moves the queued entries into the pending set; while it is empty, the pending set
-    /// is for today. How many entries it moved.
+    /// is for today. How many entries it moved (the breakdowns' clicks are left to their
+    /// counter).
     pub(super) fn drain_into(&self, pending: &mut Pending) -> usize {
         if pending.is_clean() {
             pending.day = Day::of_millis(self.clock.now_millis());
@@ -141,10 +213,6 @@ impl ClickQueue {
         }
         while let Some(entry) = self.bots.pop() {
             pending.add_bot(entry);
-            moved += 1;
-        }
-        while let Some((entry, dimensions)) = self.breakdowns.pop() {
-            pending.breakdown.add(entry.code(), &dimensions, &self.counted);
             moved += 1;
         }
         if !pending.is_clean() && pending.oldest.is_none() {
@@ -178,7 +246,7 @@ mod tests {
         let mut pending = Pending::default();
         pending.day = Day(3);
         q.drain_into(&mut pending);
-        pending.take(&metrics, Instant::now());
+        pending.take(&metrics, Instant::now(), false);
         let rows = &pending.takes[0].rows;
         let counts: Vec<_> = rows.iter().map(|r| (r.entry.code(), r.clicks.clicks)).collect();
         assert_eq!(counts, vec![("aaa", 5), ("bbb", 1)]);
@@ -209,7 +277,7 @@ mod tests {
         q.drain_into(&mut pending);
         assert_eq!(pending.bots.len(), 3, "aaa's run in one row, bbb, the other aaa");
         assert_eq!(pending.dirty_codes(), 4);
-        pending.take(&metrics, Instant::now());
+        pending.take(&metrics, Instant::now(), false);
         assert!(pending.is_clean());
         let rows: Vec<_> = pending.takes[0]
             .rows

@@ -99,6 +99,13 @@ impl BatchIds {
 pub struct ClickWriter {
     /// The runtime the writes run on.
     pub runtime: tokio::runtime::Handle,
+    /// The runtime the breakdowns' clicks are counted on, apart from the shipper's drains
+    /// and the stats reads' lock: the shipper's own in both modes. Not the writes'
+    /// `SCHED_IDLE` thread: on a busy machine an idle-class thread still gets a scheduler
+    /// tick now and then, and a redirect thread then waited up to 4 ms for the CPU, as with
+    /// the counting done in one stretch (`benches/results/2026-12-07a-side-breakdowns.md`);
+    /// it also dropped 4.5 % of the clicks it could not count in time.
+    pub counting: tokio::runtime::Handle,
     pub sink: Arc<dyn ClickSink>,
     /// Where the breakdowns go: the embedded store's breakdowns, or the click queue; none
     /// when the store keeps none (the redirect path then captures nothing for them).
@@ -118,6 +125,7 @@ pub async fn run_click_shipper(
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let ids = Arc::new(BatchIds::new());
+    let counter = writer.counting.spawn(count_breakdowns(queue.clone()));
     let capacity = queue.queue.capacity().min(queue.bots.capacity());
     let (mut last_take, mut last_drain) = (Instant::now(), Instant::now());
     let mut next_drain = Some(last_drain + DRAIN_SHORTEST);
@@ -134,6 +142,10 @@ pub async fn run_click_shipper(
         let now = Instant::now();
         let today = Day::of_millis(queue.clock.now_millis());
         let writer_idle = writing.as_ref().is_none_or(|w| w.is_finished());
+        if !queue.breakdowns.is_empty() {
+            queue.count_wake.notify_one();
+        }
+        let breakdowns = queue.breakdowns_pending();
         let taken = {
             let mut s = queue.unpersisted.lock();
             let moved = queue.drain_into(&mut s);
@@ -141,9 +153,9 @@ pub async fn run_click_shipper(
             let wrote = Duration::from_nanos(last_write.load(Ordering::Relaxed));
             let due_in = pacing.due_in(s.dirty_codes(), now - last_take, wrote, held);
             let due = writer_idle && due_in.is_zero();
-            let taken = if !s.is_clean() && (stopping || today != s.day || due) {
+            let taken = if (!s.is_clean() || breakdowns) && (stopping || today != s.day || due) {
                 last_take = now;
-                s.take(&queue.metrics, now)
+                s.take(&queue.metrics, now, breakdowns)
             } else {
                 None
             };
@@ -162,7 +174,15 @@ pub async fn run_click_shipper(
                 // The last counts are written here, at this runtime's priority: the writer's
                 // may get no CPU at all on a busy machine. Adds commute, so this write need
                 // not wait for one still in flight.
-                write(&queue, writer.sink.as_ref(), writer.breakdowns.as_deref(), &ids, take).await;
+                write(
+                    &queue,
+                    writer.sink.as_ref(),
+                    writer.breakdowns.as_deref(),
+                    &ids,
+                    take,
+                    true,
+                )
+                .await;
             } else {
                 let (previous, queue, sink, ids) = (writing.take(), queue.clone(), writer.sink.clone(), ids.clone());
                 let breakdowns = writer.breakdowns.clone();
@@ -173,18 +193,28 @@ pub async fn run_click_shipper(
                         let _ = previous.await;
                     }
                     let started = Instant::now();
-                    write(&queue, sink.as_ref(), breakdowns.as_deref(), &ids, take).await;
+                    write(&queue, sink.as_ref(), breakdowns.as_deref(), &ids, take, false).await;
                     took.store(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
                 }));
             }
         }
         if stopping {
+            counter.abort();
             if let Some(in_flight) = writing {
                 let _ = in_flight.await;
             }
             queue.unpersisted.lock().report(&queue.metrics, Instant::now());
             return;
         }
+    }
+}
+
+/// The breakdowns' counter: counts their queue's clicks into the tally each time the
+/// shipper finds some there (it drains every 10 to 100 ms while clicks come).
+async fn count_breakdowns(queue: Arc<ClickQueue>) {
+    loop {
+        queue.count_wake.notified().await;
+        queue.count_breakdowns();
     }
 }
 
@@ -196,7 +226,8 @@ async fn sleep_until_some(deadline: Option<Instant>) {
     }
 }
 
-/// Writes take `id`: its rows to the sink ([`write_rows`]), then its breakdowns' adds; where
+/// Writes take `id`: its rows to the sink ([`write_rows`]), then the breakdowns' adds
+/// counted so far (with `last`, the clicks still queued for them counted first); where
 /// breakdowns are kept, then the summaries of the domains it clicked ([`write_summary`]).
 async fn write(
     queue: &ClickQueue,
@@ -204,13 +235,12 @@ async fn write(
     breakdowns: Option<&dyn BreakdownSink>,
     ids: &BatchIds,
     id: u64,
+    last: bool,
 ) {
-    let (adds, clicks, rows, day) = {
-        let mut s = queue.unpersisted.lock();
-        match s.takes.iter_mut().find(|t| t.id == id) {
+    let (rows, day) = {
+        let s = queue.unpersisted.lock();
+        match s.takes.iter().find(|t| t.id == id) {
             Some(t) => (
-                std::mem::take(&mut t.breakdown),
-                t.breakdown_clicks,
                 // Handles (a reference count each), for the summary once the lock is let go.
                 match breakdowns {
                     Some(_) => t.rows.iter().map(|r| (r.entry.clone(), r.clicks)).collect(),
@@ -218,9 +248,10 @@ async fn write(
                 },
                 t.day,
             ),
-            None => (Vec::new(), 0, Vec::new(), Day(0)),
+            None => (Vec::new(), Day(0)),
         }
     };
+    let (adds, clicks) = queue.take_breakdowns(last);
     let summary = match breakdowns {
         Some(_) => summary_adds(day, rows.iter().map(|(e, n)| (e.code(), *n)), &adds),
         None => SummaryAdds::default(),
@@ -426,6 +457,7 @@ mod tests {
         let store = Arc::new(MemoryStore::new());
         let writer = ClickWriter {
             runtime: tokio::runtime::Handle::current(),
+            counting: tokio::runtime::Handle::current(),
             sink: Arc::new(StoreClickSink(store.clone())),
             breakdowns: StoreBreakdownSink::of(store.clone()),
         };
@@ -459,6 +491,72 @@ mod tests {
         );
         assert_eq!(read("aaa", Dimension::Os).await, vec![("iOS".to_owned(), 3)]);
         assert_eq!(read("bbb", Dimension::Device).await, vec![("mobile".to_owned(), 1)]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn breakdowns_are_counted_on_their_runtime_alone_and_written_when_counted() {
+        use rebound_core::dimensions::{cdn_country, Dimensions};
+        use rebound_store::{BreakdownStore, Dimension};
+        let q = Arc::new(ClickQueue::new(100, metrics(), clock_at(5 * 86_400_000 + 1)));
+        let store = Arc::new(MemoryStore::new());
+        // The counting runtime runs nothing until it is driven below: an idle-class thread
+        // on a machine kept busy.
+        let counting = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let writer = ClickWriter {
+            runtime: tokio::runtime::Handle::current(),
+            counting: counting.handle().clone(),
+            sink: Arc::new(StoreClickSink(store.clone())),
+            breakdowns: StoreBreakdownSink::of(store.clone()),
+        };
+        let shipper = Shipper::writing(&q, writer, pacing(20, 1_000_000, 3_600_000));
+        let from_de = Dimensions {
+            country: Some(cdn_country(b"DE")),
+            ..Dimensions::default()
+        };
+        let a = entry("aaa");
+        q.record_with(&a, from_de.clone());
+        q.record_with(&a, from_de);
+        let countries = || async {
+            store
+                .read_breakdown("aaa", Dimension::Country, Day(5), Day(5))
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|v| (v.value, v.clicks))
+                .collect::<Vec<_>>()
+        };
+        let waited = async {
+            while store.read_clicks("aaa", Day(5), Day(5)).await.unwrap().is_empty() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), waited)
+            .await
+            .expect("the totals written");
+        assert_eq!(
+            countries().await,
+            vec![],
+            "the shipper left the breakdowns to their counter"
+        );
+        assert_eq!(q.breakdowns.len(), 2);
+        // The counter runs: its counts are written by a take of their own (no rows).
+        let (stop_counting, stopped) = tokio::sync::oneshot::channel::<()>();
+        let driver = std::thread::spawn(move || counting.block_on(stopped));
+        let waited = async {
+            while countries().await.is_empty() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), waited)
+            .await
+            .expect("the breakdowns written once counted");
+        assert_eq!(countries().await, vec![("DE".to_owned(), 2)]);
+        shipper.stop().await;
+        stop_counting.send(()).unwrap();
+        driver.join().unwrap().unwrap();
     }
 
     #[tokio::test]

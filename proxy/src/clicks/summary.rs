@@ -18,13 +18,13 @@ const SUMMED: [Dimension; 2] = [Dimension::Country, Dimension::Referrer];
 pub(super) struct SummaryAdds {
     /// One per domain clicked: its people's and bots' clicks of the day.
     pub(super) totals: Vec<ClickAdd>,
-    /// Its people's clicks by link code, then its countries and referrers, in (scope,
+    /// Its people's clicks by link code, then its countries and referrers, in (scope, day,
     /// dimension, value) order.
     pub(super) adds: Vec<DimensionAdd>,
 }
 
 /// The summary adds of a take of `day`: `rows` are its (link key, clicks), one per key;
-/// `breakdown`, its links' breakdown adds.
+/// `breakdown`, the links' breakdown adds written with it, each of its own day.
 pub(super) fn summary_adds<'a>(
     day: Day,
     rows: impl IntoIterator<Item = (&'a str, Clicks)>,
@@ -46,20 +46,25 @@ pub(super) fn summary_adds<'a>(
             });
         }
     }
-    let mut summed: HashMap<(Option<&str>, Dimension, &str), u64> = HashMap::new();
+    // Each add's own day: the breakdowns' counts of a take can span midnight.
+    let mut summed: HashMap<(Option<&str>, Day, Dimension, &str), u64> = HashMap::new();
     for add in breakdown.iter().filter(|a| SUMMED.contains(&a.dimension)) {
         *summed
-            .entry((split_key(&add.code).1, add.dimension, add.value.as_str()))
+            .entry((split_key(&add.code).1, add.day, add.dimension, add.value.as_str()))
             .or_default() += add.clicks;
     }
-    adds.extend(summed.into_iter().map(|((id, dimension, value), clicks)| DimensionAdd {
-        code: scope_code(id),
-        day,
-        dimension,
-        value: value.to_owned(),
-        clicks,
-    }));
-    adds.sort_unstable_by(|a, b| (&a.code, a.dimension, &a.value).cmp(&(&b.code, b.dimension, &b.value)));
+    adds.extend(
+        summed
+            .into_iter()
+            .map(|((id, day, dimension, value), clicks)| DimensionAdd {
+                code: scope_code(id),
+                day,
+                dimension,
+                value: value.to_owned(),
+                clicks,
+            }),
+    );
+    adds.sort_unstable_by(|a, b| (&a.code, a.day, a.dimension, &a.value).cmp(&(&b.code, b.day, b.dimension, &b.value)));
     let mut totals: Vec<ClickAdd> = totals
         .into_iter()
         .map(|(id, n)| ClickAdd {
@@ -144,6 +149,31 @@ mod tests {
         );
     }
 
+    #[test]
+    fn breakdown_adds_of_two_days_sum_into_each_days_summary() {
+        use Dimension::*;
+        // The breakdowns a take's write hands over were counted across midnight.
+        let breakdown = [
+            add("abc", Country, "DE", 2),
+            DimensionAdd {
+                day: Day(5),
+                ..add("abc", Country, "DE", 1)
+            },
+            DimensionAdd {
+                day: Day(5),
+                ..add("xyz", Country, "DE", 4)
+            },
+        ];
+        let got = summary_adds(Day(5), [("abc", Clicks::people(1))], &breakdown);
+        let countries: Vec<_> = got
+            .adds
+            .iter()
+            .filter(|a| a.dimension == Country)
+            .map(|a| (a.day, a.clicks))
+            .collect();
+        assert_eq!(countries, vec![(Day(4), 2), (Day(5), 5)]);
+    }
+
     #[tokio::test]
     async fn the_shipper_keeps_each_domains_summary_where_breakdowns_are_kept() {
         use crate::clicks::test_util::{clock_at, entry, metrics, pacing, Recorded, Shipper};
@@ -167,6 +197,7 @@ mod tests {
         let store = Arc::new(MemoryStore::new());
         let writer = ClickWriter {
             runtime: tokio::runtime::Handle::current(),
+            counting: tokio::runtime::Handle::current(),
             sink: Arc::new(StoreClickSink(store.clone())),
             breakdowns: crate::clicks::StoreBreakdownSink::of(store.clone()),
         };

@@ -101,6 +101,7 @@ impl Shipper {
         Shipper::writing(
             q,
             ClickWriter {
+                counting: runtime.clone(),
                 runtime,
                 sink,
                 breakdowns: None,
