@@ -167,8 +167,8 @@ pub(super) struct Tally {
     counts: BreakdownCounts,
     /// The UTC day `counts` are for.
     day: rebound_core::Day,
-    /// Earlier days' counts, taken when the day changed: their adds and the clicks they count.
-    ready: Vec<(Vec<DimensionAdd>, u64)>,
+    /// Earlier days' counts, set aside whole when the day changed.
+    ready: Vec<(BreakdownCounts, rebound_core::Day)>,
 }
 
 impl Default for Tally {
@@ -178,6 +178,23 @@ impl Default for Tally {
             day: rebound_core::Day(0),
             ready: Vec::new(),
         }
+    }
+}
+
+/// A tally's counts, taken whole: made into adds once the tally's lock is let go.
+pub(super) struct Taken(Vec<(BreakdownCounts, rebound_core::Day)>);
+
+impl Taken {
+    /// Every day's adds, each day's in (code, dimension, value) order, and the people's
+    /// clicks they count.
+    pub(super) fn into_adds(self) -> (Vec<DimensionAdd>, u64) {
+        let (mut all, mut clicks) = (Vec::new(), 0);
+        for (mut counts, day) in self.0 {
+            let (adds, n) = counts.take(day);
+            all.extend(adds);
+            clicks += n;
+        }
+        (all, clicks)
     }
 }
 
@@ -193,22 +210,22 @@ impl Tally {
     ) {
         if self.day != today {
             if !self.counts.is_empty() {
-                self.ready.push(self.counts.take(self.day));
+                self.ready.push((std::mem::take(&mut self.counts), self.day));
             }
             self.day = today;
         }
         self.counts.add(code, dimensions, counted);
     }
 
-    /// Every day's adds, and the people's clicks they count; the tally is then empty.
-    pub(super) fn take(&mut self) -> (Vec<DimensionAdd>, u64) {
-        let today = self.counts.take(self.day);
-        let (mut all, mut clicks) = (Vec::new(), 0);
-        for (adds, n) in self.ready.drain(..).chain(std::iter::once(today)) {
-            all.extend(adds);
-            clicks += n;
+    /// Every day's counts, moved out (the tables, not their adds: a write that takes them
+    /// holds the lock only that long, and the counter never waits on a write made at the
+    /// lowest CPU priority); the tally is then empty.
+    pub(super) fn take(&mut self) -> Taken {
+        let mut days = std::mem::take(&mut self.ready);
+        if !self.counts.is_empty() {
+            days.push((std::mem::take(&mut self.counts), self.day));
         }
-        (all, clicks)
+        Taken(days)
     }
 }
 
@@ -288,7 +305,7 @@ mod tests {
         tally.add(Day(7), "abc", &click(b"DE", "x.example", "Safari"), &every);
         // Past midnight: day 7's counts are set aside whole, day 8's start empty.
         tally.add(Day(8), "abc", &click(b"FR", "x.example", "Safari"), &every);
-        let (adds, clicks) = tally.take();
+        let (adds, clicks) = tally.take().into_adds();
         assert_eq!(clicks, 3);
         let countries: Vec<_> = adds
             .iter()
@@ -301,7 +318,7 @@ mod tests {
             5,
             "one add per dimension"
         );
-        assert_eq!(tally.take(), (Vec::new(), 0), "taken whole");
+        assert_eq!(tally.take().into_adds(), (Vec::new(), 0), "taken whole");
     }
 
     #[test]

@@ -191,12 +191,15 @@ impl ClickQueue {
     /// with `count_queue`, the clicks still queued for them are counted first (the last
     /// write, at shutdown).
     pub(super) fn take_breakdowns(&self, count_queue: bool) -> (Vec<DimensionAdd>, u64) {
-        let mut tally = self.tally.lock().unwrap_or_else(|e| e.into_inner());
-        if count_queue {
-            self.count_into(&mut tally, usize::MAX);
-        }
-        self.tallied.store(0, Ordering::SeqCst);
-        tally.take()
+        let taken = {
+            let mut tally = self.tally.lock().unwrap_or_else(|e| e.into_inner());
+            if count_queue {
+                self.count_into(&mut tally, usize::MAX);
+            }
+            self.tallied.store(0, Ordering::SeqCst);
+            tally.take()
+        };
+        taken.into_adds()
     }
 
     /// Moves the queued entries into the pending set; while it is empty, the pending set
