@@ -155,9 +155,10 @@ impl ClickQueue {
     }
 
     /// Counts the clicks queued for the breakdowns into the tally, each for today's UTC day,
-    /// [`COUNT_CHUNK`] at a time, yielding the thread between chunks; how many. The
-    /// breakdowns' counter calls it.
-    pub(super) fn count_breakdowns(&self) -> usize {
+    /// [`COUNT_CHUNK`] at a time, yielding between chunks both the thread (to a redirect
+    /// thread waiting for the CPU) and the runtime (to its other tasks); how many. The
+    /// breakdowns' counter runs it.
+    pub(super) async fn count_breakdowns(&self) -> usize {
         let mut counted = 0;
         loop {
             let n = {
@@ -169,6 +170,7 @@ impl ClickQueue {
                 return counted;
             }
             std::thread::yield_now();
+            tokio::task::yield_now().await;
         }
     }
 

@@ -214,7 +214,7 @@ pub async fn run_click_shipper(
 async fn count_breakdowns(queue: Arc<ClickQueue>) {
     loop {
         queue.count_wake.notified().await;
-        queue.count_breakdowns();
+        queue.count_breakdowns().await;
     }
 }
 
