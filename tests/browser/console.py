@@ -138,6 +138,14 @@ def share(clicks, total):
     return f"{round(1000 * clicks / total) / 10:g}%"
 
 
+def open_new_link(page):
+    """Opens the New link form from the navigation and waits for it: a field filled before
+    the form is drawn can be the page's before it (a link's page has a Target URL too)."""
+    page.get_by_role("link", name="New link").click()
+    expect(page.get_by_role("heading", name="New link")).to_be_visible()
+    expect(page.get_by_role("button", name="Create link")).to_be_visible()
+
+
 def rules_editor(run, page, console, redirect):
     """Rules on a link (docs/spec.md §14) through the console, as a person sets them up:
     one on create, then a country rule and a split added on the link's page; bad input
@@ -148,7 +156,7 @@ def rules_editor(run, page, console, redirect):
     os_of = lambda n: rule(n).get_by_role("group", name="Operating systems")
 
     # A link with a language rule, from the New link form.
-    page.get_by_role("link", name="New link").click()
+    open_new_link(page)
     page.get_by_label("Target URL").fill("https://example.com/web")
     page.get_by_label("Custom alias (optional)").fill("console-rules")
     page.locator("#new-rules > summary").click()
@@ -358,8 +366,7 @@ def main(binary, results):
             run.check(stored == OPERATOR_KEY, "the key is kept in sessionStorage")
 
             # Create a link with options, by keyboard-reachable labelled controls.
-            page.get_by_role("link", name="New link").click()
-            expect(page.get_by_role("heading", name="New link")).to_be_visible()
+            open_new_link(page)
             page.get_by_label("Target URL").fill("https://example.com/landing?from=console")
             page.get_by_label("Custom alias (optional)").fill("console-e2e")
             page.get_by_label("Redirect status").select_option("301")
@@ -373,7 +380,7 @@ def main(binary, results):
             expect(page.locator("#short-url")).to_have_text(short_url)
 
             # The API's own words for a refused create.
-            page.get_by_role("link", name="New link").click()
+            open_new_link(page)
             page.get_by_label("Target URL").fill("https://example.com/again")
             page.get_by_label("Custom alias (optional)").fill("console-e2e")
             page.get_by_role("button", name="Create link").click()
@@ -501,7 +508,7 @@ def main(binary, results):
 
             # A password-protected link: created from the form; its short URL shows the
             # password form in Chromium, a wrong password says so, the right one redirects.
-            page.get_by_role("link", name="New link").click()
+            open_new_link(page)
             page.get_by_label("Target URL").fill("https://example.com/behind-a-password")
             page.get_by_label("Custom alias (optional)").fill("console-locked")
             page.get_by_label("Password (optional)").fill("browser secret")
@@ -548,7 +555,7 @@ def main(binary, results):
             expect(page.get_by_role("alert")).to_have_text("no such key (not_found)")
 
             # Take a second link down with a reason; read the audit log.
-            page.get_by_role("link", name="New link").click()
+            open_new_link(page)
             page.get_by_label("Target URL").fill("https://example.com/phish")
             page.get_by_label("Custom alias (optional)").fill("console-takedown")
             page.get_by_role("button", name="Create link").click()
@@ -565,7 +572,7 @@ def main(binary, results):
             run.shot(page, "audit")
 
             # A threat list takes a link down on its next load; an operator reinstates it.
-            page.get_by_role("link", name="New link").click()
+            open_new_link(page)
             page.get_by_label("Target URL").fill("https://listed-later.example/download")
             page.get_by_label("Custom alias (optional)").fill("console-listed")
             page.get_by_role("button", name="Create link").click()
