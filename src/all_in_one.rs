@@ -94,7 +94,6 @@ impl AllInOne {
         let adapters = DataPlaneAdapters {
             store: store.clone(),
             clicks: ClickWriter {
-                counting: runtime.handle().clone(),
                 runtime: click_writes,
                 sink: Arc::new(StoreClickSink(store.clone())),
                 breakdowns: StoreBreakdownSink::of(store.clone()),

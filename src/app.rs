@@ -125,7 +125,6 @@ pub fn run_proxy(settings: Settings, options: RunOptions, runtime: &tokio::runti
         store: store.clone(),
         clicks: ClickWriter {
             runtime: runtime.handle().clone(),
-            counting: runtime.handle().clone(),
             sink,
             breakdowns,
         },

@@ -160,8 +160,8 @@ impl BreakdownCounts {
 }
 
 /// People's clicks by dimension off the breakdowns' queue, not yet handed to a write:
-/// counted by their counter ([`super::ClickQueue::count_breakdowns`], on
-/// [`super::ClickWriter::counting`]) a chunk at a time, behind a lock of their own.
+/// counted by their counter ([`super::ClickQueue::count_breakdowns`], on the shipper's
+/// runtime) a chunk at a time, behind a lock of their own.
 #[derive(Debug)]
 pub(super) struct Tally {
     counts: BreakdownCounts,

@@ -262,6 +262,29 @@ mod tests {
         assert_eq!(c.take_clicks(), 1);
     }
 
+    #[tokio::test]
+    async fn a_drain_leaves_the_breakdowns_to_their_counter() {
+        use rebound_core::dimensions::cdn_country;
+        let q = ClickQueue::new(100, metrics(), clock_at(0));
+        let from_de = Dimensions {
+            country: Some(cdn_country(b"DE")),
+            ..Dimensions::default()
+        };
+        let a = entry("aaa");
+        q.record_with(&a, from_de.clone());
+        q.record_with(&a, from_de);
+        let mut pending = Pending::default();
+        assert_eq!(q.drain_into(&mut pending), 1, "the entry, once");
+        assert_eq!(q.breakdowns.len(), 2, "the drain counted no breakdown");
+        assert!(q.breakdowns_pending());
+        assert_eq!(q.count_breakdowns().await, 2);
+        assert!(q.breakdowns.is_empty());
+        assert!(q.breakdowns_pending(), "counted, not yet written");
+        let (adds, clicks) = q.take_breakdowns(false);
+        assert_eq!((adds.len(), clicks), (1, 2));
+        assert!(!q.breakdowns_pending());
+    }
+
     #[test]
     fn bots_clicks_are_counted_apart_merged_per_code_and_dropped_when_full() {
         let metrics = metrics();

@@ -99,13 +99,6 @@ impl BatchIds {
 pub struct ClickWriter {
     /// The runtime the writes run on.
     pub runtime: tokio::runtime::Handle,
-    /// The runtime the breakdowns' clicks are counted on, apart from the shipper's drains
-    /// and the stats reads' lock: the shipper's own in both modes. Not the writes'
-    /// `SCHED_IDLE` thread: on a busy machine an idle-class thread still gets a scheduler
-    /// tick now and then, and a redirect thread then waited up to 4 ms for the CPU, as with
-    /// the counting done in one stretch (`benches/results/2026-12-07a-side-breakdowns.md`);
-    /// it also dropped 4.5 % of the clicks it could not count in time.
-    pub counting: tokio::runtime::Handle,
     pub sink: Arc<dyn ClickSink>,
     /// Where the breakdowns go: the embedded store's breakdowns, or the click queue; none
     /// when the store keeps none (the redirect path then captures nothing for them).
@@ -125,7 +118,11 @@ pub async fn run_click_shipper(
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let ids = Arc::new(BatchIds::new());
-    let counter = writer.counting.spawn(count_breakdowns(queue.clone()));
+    // On the shipper's runtime, not the writes' `SCHED_IDLE` thread: on a busy machine an
+    // idle-class thread still gets a scheduler tick now and then, and a redirect thread then
+    // waited up to 4 ms for the CPU; it also dropped 4.5 % of the clicks it could not count
+    // in time (`benches/results/2026-12-07a-side-breakdowns.md`).
+    let counter = tokio::spawn(count_breakdowns(queue.clone()));
     let capacity = queue.queue.capacity().min(queue.bots.capacity());
     let (mut last_take, mut last_drain) = (Instant::now(), Instant::now());
     let mut next_drain = Some(last_drain + DRAIN_SHORTEST);
@@ -457,7 +454,6 @@ mod tests {
         let store = Arc::new(MemoryStore::new());
         let writer = ClickWriter {
             runtime: tokio::runtime::Handle::current(),
-            counting: tokio::runtime::Handle::current(),
             sink: Arc::new(StoreClickSink(store.clone())),
             breakdowns: StoreBreakdownSink::of(store.clone()),
         };
@@ -493,32 +489,27 @@ mod tests {
         assert_eq!(read("bbb", Dimension::Device).await, vec![("mobile".to_owned(), 1)]);
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn breakdowns_are_counted_on_their_runtime_alone_and_written_when_counted() {
+    #[tokio::test]
+    async fn breakdowns_counted_with_no_row_pending_are_written_by_a_take_of_their_own() {
         use rebound_core::dimensions::{cdn_country, Dimensions};
         use rebound_store::{BreakdownStore, Dimension};
         let q = Arc::new(ClickQueue::new(100, metrics(), clock_at(5 * 86_400_000 + 1)));
         let store = Arc::new(MemoryStore::new());
-        // The counting runtime runs nothing until it is driven below: an idle-class thread
-        // on a machine kept busy.
-        let counting = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
         let writer = ClickWriter {
             runtime: tokio::runtime::Handle::current(),
-            counting: counting.handle().clone(),
             sink: Arc::new(StoreClickSink(store.clone())),
             breakdowns: StoreBreakdownSink::of(store.clone()),
         };
         let shipper = Shipper::writing(&q, writer, pacing(20, 1_000_000, 3_600_000));
+        // Breakdowns' clicks whose rows are not pending (as when their counter lagged the
+        // take that wrote the rows): queued on the breakdowns' queue alone.
         let from_de = Dimensions {
             country: Some(cdn_country(b"DE")),
             ..Dimensions::default()
         };
-        let a = entry("aaa");
-        q.record_with(&a, from_de.clone());
-        q.record_with(&a, from_de);
+        for _ in 0..2 {
+            assert!(q.breakdowns.push((entry("aaa"), from_de.clone())).is_ok());
+        }
         let countries = || async {
             store
                 .read_breakdown("aaa", Dimension::Country, Day(5), Day(5))
@@ -529,23 +520,6 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         let waited = async {
-            while store.read_clicks("aaa", Day(5), Day(5)).await.unwrap().is_empty() {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(10), waited)
-            .await
-            .expect("the totals written");
-        assert_eq!(
-            countries().await,
-            vec![],
-            "the shipper left the breakdowns to their counter"
-        );
-        assert_eq!(q.breakdowns.len(), 2);
-        // The counter runs: its counts are written by a take of their own (no rows).
-        let (stop_counting, stopped) = tokio::sync::oneshot::channel::<()>();
-        let driver = std::thread::spawn(move || counting.block_on(stopped));
-        let waited = async {
             while countries().await.is_empty() {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
@@ -554,9 +528,12 @@ mod tests {
             .await
             .expect("the breakdowns written once counted");
         assert_eq!(countries().await, vec![("DE".to_owned(), 2)]);
+        assert_eq!(
+            store.read_clicks("aaa", Day(5), Day(5)).await.unwrap(),
+            vec![],
+            "no row"
+        );
         shipper.stop().await;
-        stop_counting.send(()).unwrap();
-        driver.join().unwrap().unwrap();
     }
 
     #[tokio::test]

@@ -197,7 +197,6 @@ mod tests {
         let store = Arc::new(MemoryStore::new());
         let writer = ClickWriter {
             runtime: tokio::runtime::Handle::current(),
-            counting: tokio::runtime::Handle::current(),
             sink: Arc::new(StoreClickSink(store.clone())),
             breakdowns: crate::clicks::StoreBreakdownSink::of(store.clone()),
         };

@@ -101,7 +101,6 @@ impl Shipper {
         Shipper::writing(
             q,
             ClickWriter {
-                counting: runtime.clone(),
                 runtime,
                 sink,
                 breakdowns: None,
