@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where a link's rules spend a redirect's instructions: per-redirect inclusive costs of the
-functions (and of the code inlined into `redirect_by_rules`) a rule set runs, for callgrind
-outputs side by side.
+functions (and of the code inlined into them) a rule set runs, for callgrind outputs side by
+side.
 
     benches/callgrind-rules.py OUT_A REDIRECTS_A [OUT_B REDIRECTS_B ...]
 
@@ -9,33 +9,47 @@ OUT is a callgrind output of the bench's callgrind scenario run with `--link-rul
 (benches/results/raw/*/callgrind.out.rebound*.1), REDIRECTS the redirects of its measured
 stretch (the bench's table). A row whose key ends in "(inlined)" sums the lines of that
 source file inlined into the function, callees included (callgrind_annotate --inclusive=yes).
+Trees before 2026-12-07d chose the target and built the answer in `redirect_by_rules`; later
+ones choose it in `rules_decide` and build the answer with a link's own (`redirect`).
 """
+import os
 import re
 import subprocess
 import sys
 
+# Each row sums the keys it lists: a function's whole cost, `fn:NAME` (wherever callgrind
+# files the function), or the lines of a source file inlined into a function,
+# `FILE:NAME (inlined)`.
+DECIDE = ["rebound_proxy::server::RedirectAnswers::redirect_by_rules", "rebound_proxy::server::RedirectAnswers::rules_decide"]
 ROWS = [
-    ("redirect_by_rules, inclusive", "server.rs:rebound_proxy::server::RedirectAnswers::redirect_by_rules"),
-    ("L1::rules", "l1.rs:rebound_proxy::l1::L1::rules"),
-    ("the agent's digest (BotPatterns::agent_digest)", "visitor.rs:rebound_proxy::visitor::BotPatterns::agent_digest"),
-    ("SipHash of the split (inlined)", "sip.rs:rebound_proxy::server::RedirectAnswers::redirect_by_rules (inlined)"),
-    ("SipHash write (called)", "sip.rs:<siphasher::sip::Hasher<S> as core::hash::Hasher>::write"),
-    ("targeting.rs inlined (the visitor)", "targeting.rs:rebound_proxy::server::RedirectAnswers::redirect_by_rules (inlined)"),
-    ("rules.rs inlined (RuleSet::choose)", "rules.rs:rebound_proxy::server::RedirectAnswers::redirect_by_rules (inlined)"),
-    ("dimensions.rs inlined (UTF-8 checks of the country and OS)", "dimensions.rs:rebound_proxy::server::RedirectAnswers::redirect_by_rules (inlined)"),
-    ("the link's own target found (memchr)", "memchr.rs:rebound_proxy::server::RedirectAnswers::redirect_by_rules (inlined)"),
-    ("the client's address (RedirectAnswers::client, every caller)", "server.rs:rebound_proxy::server::RedirectAnswers::client"),
-    ("RuleSet::choose (called)", "rules.rs:rebound_core::rules::RuleSet::choose"),
-    ("RuleSet::preferred_in (the languages)", "rules.rs:rebound_core::rules::RuleSet::preferred_in"),
-    ("the Accept-Language reading remembered (targeting::language_bits)", "targeting.rs:rebound_proxy::targeting::language_bits"),
-    ("the capture (RedirectAnswers::click)", "server.rs:rebound_proxy::server::RedirectAnswers::click"),
+    ("redirect_by_rules (older trees, the answer included) or rules_decide, inclusive", [f"fn:{f}" for f in DECIDE]),
+    ("L1::rules (the compiled rules found)", ["fn:rebound_proxy::l1::L1::rules"]),
+    ("RuleSet::choose, when called", ["fn:rebound_core::rules::RuleSet::choose"]),
+    ("targeting.rs inlined (the visitor, the Accept-Language reading remembered)", [f"targeting.rs:{f} (inlined)" for f in DECIDE]),
+    ("rules.rs inlined (RuleSet::choose)", [f"rules.rs:{f} (inlined)" for f in DECIDE]),
+    ("the Accept-Language reading remembered, when called (targeting::language_bits)", ["fn:rebound_proxy::targeting::language_bits"]),
+    ("RuleSet::preferred_in, when called", ["fn:rebound_core::rules::RuleSet::preferred_in"]),
+    ("the location built (push_location)", ["fn:rebound_core::decision::push_location"]),
+    ("the location checked (HeaderValue::from_maybe_shared, when called)", ["fn:http::header::value::HeaderValue::from_maybe_shared"]),
+    ("the client's address (RedirectAnswers::client, every caller)", ["fn:rebound_proxy::server::RedirectAnswers::client"]),
+    ("the capture (RedirectAnswers::click)", ["fn:rebound_proxy::server::RedirectAnswers::click"]),
+    ("the answer (RedirectAnswers::reply)", ["fn:rebound_proxy::server::RedirectAnswers::reply"]),
+    ("the breakdowns' label of the rule (dimensions::write_num, the counter)", ["fn:rebound_core::dimensions::write_num"]),
 ]
+
+
+def matches(key: str, wanted: str) -> bool:
+    if wanted.startswith("fn:"):
+        return not key.endswith(" (inlined)") and key.endswith(":" + wanted[3:])
+    return key.endswith(wanted)
 
 LINE = re.compile(r"\s*([\d,]+) \(\s*[\d.]+%\)\s+(\S.*?)( \[.*\])?$")
 
 
 def load(path: str) -> dict[str, int]:
-    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", path],
+    # From /: run in a checkout, callgrind_annotate files part of a function under the
+    # relative source path it finds there, and splits its total.
+    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--auto=no", "--threshold=100", os.path.abspath(path)], cwd="/",
                          capture_output=True, text=True, check=True).stdout
     costs: dict[str, int] = {}
     for line in out.splitlines():
@@ -53,8 +67,9 @@ def main() -> None:
     loaded = [load(p) for p in paths]
     print("| part | " + " | ".join(paths) + " |")
     print("| --- |" + " --- |" * len(paths))
-    for name, key in ROWS:
-        cells = [f"{sum(c for k, c in d.items() if k.endswith(key)) / n:,.0f}" for d, n in zip(loaded, counts)]
+    for name, keys in ROWS:
+        cells = [f"{sum(c for k, c in d.items() if any(matches(k, key) for key in keys)) / n:,.0f}"
+                 for d, n in zip(loaded, counts)]
         print(f"| {name} | " + " | ".join(cells) + " |")
 
 
