@@ -377,6 +377,8 @@ struct Compiled {
     languages: u32,
     /// A target (one entry, weight 0) or a split: `(cumulative weight, target)`.
     targets: Box<[(u32, Box<str>)]>,
+    /// Where its targets start in [`RuleSet::all_targets`].
+    first: u16,
 }
 
 /// A link's rules as a proxy evaluates them.
@@ -391,6 +393,9 @@ pub struct RuleSet {
     /// Their primary subtags ([`primary_word`]), each once: an `Accept-Language` item with
     /// none of these is passed over without comparing it with each language.
     primaries: Box<[u64]>,
+    /// [`primary_bit`] of each of `primaries`: a header none of whose items' bits is here
+    /// names none of the set's languages, which one AND tells.
+    primary_bits: u64,
     needs_country: bool,
     needs_agent: bool,
 }
@@ -446,7 +451,7 @@ impl RuleSet {
                 languages.push(l.as_str().into());
             }
         }
-        let compiled = rules
+        let mut compiled = rules
             .iter()
             .map(|r| {
                 let mut countries: Vec<[u8; 2]> = r
@@ -456,7 +461,7 @@ impl RuleSet {
                     .map(|c| c.map(|b| b.to_ascii_uppercase()))
                     .collect();
                 countries.sort_unstable();
-                let targets = match &r.target {
+                let targets: Vec<(u32, Box<str>)> = match &r.target {
                     Some(t) => vec![(0, t.as_str().into())],
                     None => {
                         let mut sum = 0u32;
@@ -479,16 +484,23 @@ impl RuleSet {
                         .filter_map(|l| languages.iter().position(|x| **x == **l))
                         .take(32)
                         .fold(0, |b, i| b | 1 << i),
+                    first: 0,
                     targets: targets.into(),
                 }
             })
             .collect::<Vec<_>>();
+        let mut first = 0u16;
+        for rule in compiled.iter_mut() {
+            rule.first = first;
+            first = first.saturating_add(rule.targets.len() as u16);
+        }
         let mut hasher = siphasher::sip::SipHasher13::new_with_keys(SPLIT_KEYS.0, SPLIT_KEYS.1);
         hasher.write(key.as_bytes());
         let mut primaries: Vec<u64> = languages.iter().filter_map(|l| primary_word(l.as_bytes())).collect();
         primaries.sort_unstable();
         primaries.dedup();
         RuleSet {
+            primary_bits: primaries.iter().fold(0, |bits, &p| bits | primary_bit(p)),
             primaries: primaries.into(),
             key: hasher.finish(),
             needs_country: compiled.iter().any(|r| !r.countries.is_empty()),
@@ -515,7 +527,9 @@ impl RuleSet {
     }
 
     /// The target for `visitor` of the link, and which rule chose it; `None`: no rule
-    /// matched (the link's own target answers).
+    /// matched (the link's own target answers). Inlined into the data plane's caller, with
+    /// its visitor's methods.
+    #[inline(always)]
     pub fn choose(&self, visitor: &mut impl Visitor) -> Option<(&str, Decided)> {
         let country = match self.needs_country {
             true => Some(visitor.country()),
@@ -575,6 +589,21 @@ impl RuleSet {
         None
     }
 
+    /// Every rule's targets, rule by rule and variant by variant: what a data plane prepares
+    /// an answer for once per set ([`RuleSet::target_index`] finds one).
+    pub fn all_targets(&self) -> impl Iterator<Item = &str> {
+        self.rules.iter().flat_map(|r| r.targets.iter().map(|(_, t)| &**t))
+    }
+
+    /// Where the target that `decided` (what [`RuleSet::choose`] returned) is in
+    /// [`RuleSet::all_targets`]; `None` for the link's own target (no rule decided).
+    #[inline]
+    pub fn target_index(&self, decided: Decided) -> Option<usize> {
+        let rule = self.rules.get(usize::from(decided.rule).checked_sub(1)?)?;
+        let v = usize::from(decided.variant.saturating_sub(1));
+        (v < rule.targets.len()).then(|| usize::from(rule.first) + v)
+    }
+
     /// The bits of the set's languages that the visitor's preferred language matches: the
     /// `Accept-Language` item of the highest `q` (the first, among equals) that some
     /// rule's language range matches (RFC 4647 basic filtering: `fr` matches `fr-CA`).
@@ -588,7 +617,20 @@ impl RuleSet {
     /// a language rule compares the header with the one remembered instead of reading it:
     /// Chrome's `en-US,en;q=0.9` read on every redirect cost 265 instructions under callgrind
     /// (benches/results/2026-12-06x-callgrind-rules-language-memo.md).
+    #[inline]
     pub fn preferred_in(&self, header: &[u8], read: &AcceptLanguage) -> u32 {
+        // Most headers name none of a set's languages: one AND passes them over (71
+        // instructions a redirect under callgrind for Chrome's two items, called and
+        // compared item by item; benches/results/2026-12-07d-callgrind-rules-margin.md).
+        if read.primary_bits & self.primary_bits == 0 {
+            return 0;
+        }
+        self.preferred_among(header, read)
+    }
+
+    /// [`RuleSet::preferred_in`] past its filter: item by item.
+    #[inline(never)]
+    fn preferred_among(&self, header: &[u8], read: &AcceptLanguage) -> u32 {
         for item in &read.items {
             if self.primaries.contains(&item.primary) {
                 let bits = self.bits_of(&header[item.tag.0 as usize..item.tag.1 as usize]);
@@ -627,6 +669,8 @@ impl RuleSet {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AcceptLanguage {
     items: Vec<PreferredItem>,
+    /// [`primary_bit`] of each item's primary subtag.
+    primary_bits: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -688,7 +732,8 @@ impl AcceptLanguage {
         }
         // Stable: among equal `q`, header order.
         items.sort_by_key(|item| std::cmp::Reverse(item.q));
-        AcceptLanguage { items }
+        let primary_bits = items.iter().fold(0, |bits, item| bits | primary_bit(item.primary));
+        AcceptLanguage { items, primary_bits }
     }
 }
 
@@ -707,6 +752,13 @@ fn primary_word(tag: &[u8]) -> Option<u64> {
         *to = from | 0x20;
     }
     Some(u64::from_le_bytes(bytes))
+}
+
+/// One of 64 bits for a [`primary_word`] (Fibonacci hashing: the multiplied word's top 6
+/// bits): two equal words have the same bit, so a header and a rule set whose bits do not
+/// meet share no primary subtag.
+fn primary_bit(word: u64) -> u64 {
+    1 << (word.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58)
 }
 
 /// A `q` value in thousandths (`0`, `0.5`, `1.000`); malformed: 0 (the item is ignored).
@@ -866,6 +918,41 @@ mod tests {
                 String::from_utf8_lossy(country)
             );
         }
+    }
+
+    #[test]
+    fn the_target_a_decision_names_is_the_one_chosen() {
+        let rules = set(&[
+            r#"{"os":["ios"],"target":"myapp://open/1"}"#,
+            r#"{"os":["android"],"target":"intent://open/1#Intent;scheme=myapp;end"}"#,
+            r#"{"countries":["US"],"target":"https://us.example/"}"#,
+            r#"{"split":[{"target":"HTTPS://a.example/","weight":1},{"target":"myapp://b","weight":1},{"target":"http://c.example/","weight":1}]}"#,
+        ]);
+        let mut seen = std::collections::BTreeSet::new();
+        for (country, os) in [
+            (&b"US"[..], Os::Ios),
+            (b"US", Os::Android),
+            (b"US", Os::Windows),
+            (b"FR", Os::Windows),
+        ] {
+            for id in 0..200 {
+                let mut v = Fake {
+                    country,
+                    os,
+                    id,
+                    ..Fake::new()
+                };
+                let (want, decided) = rules.choose(&mut v).unwrap();
+                let at = rules.target_index(decided).unwrap();
+                assert_eq!(rules.all_targets().nth(at), Some(want), "{decided:?}");
+                seen.insert((decided.rule, decided.variant));
+            }
+        }
+        assert_eq!(seen.len(), 6, "{seen:?}");
+        assert_eq!(rules.all_targets().count(), 6);
+        assert_eq!(rules.target_index(Decided::DEFAULT), None);
+        assert_eq!(rules.target_index(Decided { rule: 5, variant: 0 }), None);
+        assert_eq!(rules.target_index(Decided { rule: 4, variant: 4 }), None);
     }
 
     #[test]
@@ -1085,6 +1172,16 @@ mod tests {
             (Decided { rule: 20, variant: 10 }, "20/10"),
         ] {
             assert_eq!(d.label().as_str(), want);
+        }
+        // Every value a label can hold, against the formatter's.
+        for rule in 1..=u8::MAX {
+            for variant in 0..=u8::MAX {
+                let want = match variant {
+                    0 => format!("{rule}"),
+                    v => format!("{rule}/{v}"),
+                };
+                assert_eq!(Decided { rule, variant }.label().as_str(), want);
+            }
         }
     }
 

@@ -8,6 +8,7 @@
 // an `allow`.
 #![forbid(unsafe_code)]
 
+use crate::targeting::Ruled;
 use rebound_core::cache::judge;
 use rebound_core::rules::{Rule, RuleSet};
 use rebound_core::{CacheRecord, CacheState, CachedVerdict, RedirectKind, UnixMillis};
@@ -236,6 +237,13 @@ impl L1Entry {
         triomphe::Arc::ptr_eq(&self.0, &other.0)
     }
 
+    /// A hash of where the entry lives (what [`L1Entry::is_same`] compares): equal for
+    /// clones, and unequal for two entries alive at once but by chance.
+    #[inline]
+    fn address_hash(&self) -> u64 {
+        rebound_core::rules::mix(triomphe::Arc::as_ptr(&self.0) as *const u8 as u64)
+    }
+
     /// The code as bytes: what sorting and searching by code compare (no UTF-8 boundary
     /// check per comparison; it cost the click shipper's sort most of its time).
     #[inline]
@@ -373,18 +381,22 @@ const PER_SHARD: usize = 28_672;
 /// The bits of the hash that choose a shard (above bit 32).
 const SHARD_BITS: u64 = (1 << 25) - 1;
 
-/// One shard: the entries, and where the CLOCK hand is (a bucket index); and the rules of
-/// the entries in `table` that have rules and were asked for, compiled (a cache of
-/// [`RuleSet::compile`] of each one's JSON, dropped with its entry).
+/// One shard: the entries, and where the CLOCK hand is (a bucket index).
 struct Shard {
     table: hashbrown::HashTable<L1Entry>,
     hand: usize,
-    compiled: hashbrown::HashTable<(L1Entry, Arc<RuleSet>)>,
 }
+
+/// The rules of entries in the table that have rules and were asked for, compiled (a cache
+/// of [`RuleSet::compile`] of each one's JSON, dropped with its entry), by entry: found by
+/// the entry's address, without hashing its code again.
+type Compiled = hashbrown::HashTable<(L1Entry, Arc<Ruled>)>;
 
 /// The cache.
 pub struct L1 {
     shards: Box<[RwLock<Shard>]>,
+    /// As many as `shards`, chosen by [`L1Entry::address_hash`].
+    compiled: Box<[RwLock<Compiled>]>,
     /// Codes one shard holds at most.
     per_shard: usize,
     hasher: ahash::RandomState,
@@ -403,10 +415,10 @@ impl L1 {
                         // the redirect path waits on its lock.
                         table: hashbrown::HashTable::with_capacity(per_shard),
                         hand: 0,
-                        compiled: hashbrown::HashTable::new(),
                     })
                 })
                 .collect(),
+            compiled: (0..shards).map(|_| RwLock::new(Compiled::new())).collect(),
             per_shard,
             hasher: ahash::RandomState::new(),
         }
@@ -461,17 +473,15 @@ impl L1 {
                 return existing.clone();
             }
             let entry = make();
-            let had_rules = existing.has_rules();
-            *existing = entry.clone();
-            if had_rules {
-                shard.forget_rules(hash, code);
-            }
+            let old = std::mem::replace(existing, entry.clone());
+            self.forget_rules(&old);
             return entry;
         }
         let entry = make();
         if shard.table.len() >= self.per_shard {
-            let hasher = &self.hasher;
-            shard.evict_one(|e| hasher.hash_one(e.code_bytes()));
+            if let Some(gone) = shard.evict_one() {
+                self.forget_rules(&gone);
+            }
         }
         shard
             .table
@@ -484,57 +494,80 @@ impl L1 {
         let hash = self.hash(code.as_bytes());
         let mut shard = write(self.shard(hash));
         if let Ok(found) = shard.table.find_entry(hash, |e| e.is_for(code)) {
-            found.remove();
-            shard.forget_rules(hash, code);
+            let (gone, _) = found.remove();
+            self.forget_rules(&gone);
         }
     }
 
     /// The compiled rules of `entry` (one that [`L1Entry::has_rules`]): compiled from its
-    /// JSON the first time, then kept beside it in its shard while the cache holds it: one
-    /// more hash and read lock a redirect, 115 instructions under callgrind, where a
-    /// per-thread memory of the last 64 sets (gone) missed on the bench's 10,000 links with
-    /// rules and cost 365 (benches/results/2026-12-06k-callgrind-rules-costs.md). `None`
-    /// for an entry without rules, or with rules no longer readable (never: they were
-    /// written by this build's serializer).
-    pub fn rules(&self, entry: &L1Entry) -> Option<Arc<RuleSet>> {
+    /// JSON the first time, then kept while the cache holds the entry, found by the entry's
+    /// address: one more read lock a redirect. Found by the code's hash in its shard, they
+    /// cost 115 instructions under callgrind; a per-thread memory of the last 64 sets
+    /// (gone) missed on the bench's 10,000 links with rules and cost 365
+    /// (benches/results/2026-12-06k-callgrind-rules-costs.md,
+    /// benches/results/2026-12-07d-callgrind-rules-margin.md). `None` for an entry without
+    /// rules, or with rules no longer readable (never: they were written by this build's
+    /// serializer).
+    pub fn rules(&self, entry: &L1Entry) -> Option<Arc<Ruled>> {
         if !entry.has_rules() {
             return None;
         }
-        let code = entry.code();
-        let hash = self.hash(code.as_bytes());
+        let by_address = entry.address_hash();
         {
-            let shard = read(self.shard(hash));
-            if let Some((_, rules)) = shard.compiled.find(hash, |(e, _)| e.is_same(entry)) {
+            let compiled = read(self.compiled_of(by_address));
+            if let Some((_, rules)) = compiled.find(by_address, |(e, _)| e.is_same(entry)) {
                 return Some(rules.clone());
             }
         }
-        self.compile(entry, hash)
+        self.compile(entry, by_address)
     }
 
     /// [`L1::rules`] the first time: compiles them, and keeps them while the table holds
     /// `entry` (not for an entry that answers one flight only, nor for one replaced
     /// meanwhile).
     #[cold]
-    fn compile(&self, entry: &L1Entry, hash: u64) -> Option<Arc<RuleSet>> {
+    fn compile(&self, entry: &L1Entry, by_address: u64) -> Option<Arc<Ruled>> {
         let code = entry.code();
         let rules: Vec<Rule> = serde_json::from_str(entry.rules_json()?).ok()?;
-        let rules = Arc::new(RuleSet::compile(code, &rules));
-        let mut shard = write(self.shard(hash));
+        let rules = Arc::new(Ruled::new(RuleSet::compile(code, &rules))?);
+        let hash = self.hash(code.as_bytes());
+        // Under the shard's lock, as a replacement forgets them: never kept for an entry
+        // the table no longer holds.
+        let shard = write(self.shard(hash));
         if shard.table.find(hash, |e| e.is_same(entry)).is_some() {
-            shard.forget_rules(hash, code);
-            let hasher = &self.hasher;
-            shard
-                .compiled
-                .insert_unique(hash, (entry.clone(), rules.clone()), |(e, _)| {
-                    hasher.hash_one(e.code_bytes())
-                });
+            let mut compiled = write(self.compiled_of(by_address));
+            match compiled.find(by_address, |(e, _)| e.is_same(entry)) {
+                // Compiled meanwhile by another thread.
+                Some((_, kept)) => return Some(kept.clone()),
+                None => {
+                    compiled.insert_unique(by_address, (entry.clone(), rules.clone()), |(e, _)| e.address_hash());
+                }
+            }
         }
         Some(rules)
     }
 
+    /// The compiled rules' table of an entry whose [`L1Entry::address_hash`] is `hash`.
+    #[inline]
+    fn compiled_of(&self, hash: u64) -> &RwLock<Compiled> {
+        &self.compiled[(((hash >> 32) * self.compiled.len() as u64) >> 32) as usize]
+    }
+
+    /// Drops the compiled rules of `gone` (an entry the table no longer holds), if any.
+    fn forget_rules(&self, gone: &L1Entry) {
+        if !gone.has_rules() {
+            return;
+        }
+        let by_address = gone.address_hash();
+        let mut compiled = write(self.compiled_of(by_address));
+        if let Ok(found) = compiled.find_entry(by_address, |(e, _)| e.is_same(gone)) {
+            found.remove();
+        }
+    }
+
     /// Compiled rule sets held (for the memory figures and tests).
     pub fn compiled_rules(&self) -> usize {
-        self.shards.iter().map(|s| read(s).compiled.len()).sum()
+        self.compiled.iter().map(|c| read(c).len()).sum()
     }
 
     /// Empties the cache.
@@ -542,8 +575,12 @@ impl L1 {
         for shard in self.shards.iter() {
             let mut shard = write(shard);
             shard.table.clear();
-            shard.compiled.clear();
             shard.hand = 0;
+        }
+        // After every shard: a compile that found its entry before the shard was cleared
+        // has kept its rules by now.
+        for compiled in self.compiled.iter() {
+            write(compiled).clear();
         }
     }
 
@@ -566,40 +603,31 @@ impl L1 {
 
 /// A shard to read. A poisoned lock is used as is: nothing done under these locks can
 /// panic between two changes to a table (an entry is made before the table is touched).
-fn read(shard: &RwLock<Shard>) -> RwLockReadGuard<'_, Shard> {
+fn read<T>(shard: &RwLock<T>) -> RwLockReadGuard<'_, T> {
     shard.read().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A shard to change (see [`read`] on poisoning).
-fn write(shard: &RwLock<Shard>) -> RwLockWriteGuard<'_, Shard> {
+fn write<T>(shard: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     shard.write().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Shard {
-    /// Moves the hand until it finds an entry not used since its last pass, and evicts it;
-    /// the entries it passes lose their bit. At most two turns: the first clears every bit.
-    fn evict_one(&mut self, hash: impl Fn(&L1Entry) -> u64) {
+    /// Moves the hand until it finds an entry not used since its last pass, and evicts it
+    /// (returned); the entries it passes lose their bit. At most two turns: the first clears
+    /// every bit.
+    fn evict_one(&mut self) -> Option<L1Entry> {
         let buckets = self.table.num_buckets();
         for _ in 0..2 * buckets {
             let at = self.hand;
             self.hand = (at + 1) % buckets;
             if let Ok(found) = self.table.get_bucket_entry(at) {
                 if !found.get().take_referenced() {
-                    let (gone, _) = found.remove();
-                    if gone.has_rules() {
-                        self.forget_rules(hash(&gone), gone.code());
-                    }
-                    return;
+                    return Some(found.remove().0);
                 }
             }
         }
-    }
-
-    /// Drops the compiled rules of `code`'s entry, if any.
-    fn forget_rules(&mut self, hash: u64, code: &str) {
-        if let Ok(found) = self.compiled.find_entry(hash, |(e, _)| e.is_for(code)) {
-            found.remove();
-        }
+        None
     }
 }
 
@@ -1097,7 +1125,7 @@ mod tests {
 
     fn chosen(l1: &L1, entry: &L1Entry) -> String {
         let rules = l1.rules(entry).expect("rules");
-        rules.choose(&mut Ios).map(|(t, _)| t.to_owned()).unwrap()
+        rules.set.choose(&mut Ios).map(|(t, _)| t.to_owned()).unwrap()
     }
 
     #[test]
