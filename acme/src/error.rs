@@ -52,6 +52,12 @@ impl AcmeError {
         match self {
             AcmeError::Store(_) => FailureKind::Store,
             AcmeError::Account(_) => FailureKind::Account,
+            // A CA that validates before it answers the challenge (pebble, now and then)
+            // answers with the validation's problem: a failed validation, not a refusal.
+            AcmeError::Acme {
+                step: ANSWERING_THE_CHALLENGE,
+                source: instant_acme::Error::Api(problem),
+            } if is_validation_problem(problem) => FailureKind::Validation,
             AcmeError::Acme {
                 source: instant_acme::Error::Api(_),
                 ..
@@ -67,6 +73,19 @@ impl AcmeError {
             AcmeError::Key(_) | AcmeError::Internal(_) => FailureKind::Internal,
         }
     }
+}
+
+/// The step of an order that answers a challenge (`AcmeError::Acme::step`).
+pub const ANSWERING_THE_CHALLENGE: &str = "answering the challenge";
+
+/// Whether `problem` is one a CA gives a domain it could not validate (RFC 8555 §6.7).
+fn is_validation_problem(problem: &instant_acme::Problem) -> bool {
+    const TYPES: [&str; 6] = ["connection", "dns", "incorrectResponse", "tls", "unauthorized", "caa"];
+    problem
+        .r#type
+        .as_deref()
+        .and_then(|t| t.strip_prefix("urn:ietf:params:acme:error:"))
+        .is_some_and(|t| TYPES.contains(&t))
 }
 
 /// What kind of failure an order met: the label of the failure counter.
@@ -113,6 +132,39 @@ impl FailureKind {
             FailureKind::Timeout => "timeout",
             FailureKind::Certificate => "certificate",
             FailureKind::Internal => "internal",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(step: &'static str, kind: &str) -> AcmeError {
+        let problem: instant_acme::Problem = serde_json::from_value(serde_json::json!({
+            "type": format!("urn:ietf:params:acme:error:{kind}"),
+            "detail": "...",
+            "status": 403,
+        }))
+        .unwrap();
+        AcmeError::Acme {
+            step,
+            source: instant_acme::Error::Api(problem),
+        }
+    }
+
+    #[test]
+    fn a_problem_is_a_failed_validation_only_where_a_challenge_is_answered() {
+        for (step, kind, want) in [
+            (ANSWERING_THE_CHALLENGE, "unauthorized", FailureKind::Validation),
+            (ANSWERING_THE_CHALLENGE, "incorrectResponse", FailureKind::Validation),
+            (ANSWERING_THE_CHALLENGE, "connection", FailureKind::Validation),
+            (ANSWERING_THE_CHALLENGE, "rateLimited", FailureKind::Refused),
+            (ANSWERING_THE_CHALLENGE, "malformed", FailureKind::Refused),
+            ("creating the order", "unauthorized", FailureKind::Refused),
+            ("finalizing the order", "badCSR", FailureKind::Refused),
+        ] {
+            assert_eq!(api(step, kind).kind(), want, "{step}: {kind}");
         }
     }
 }

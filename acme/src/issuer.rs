@@ -537,7 +537,7 @@ impl Issuer {
             challenge
                 .set_ready()
                 .await
-                .map_err(AcmeError::acme("answering the challenge"))?;
+                .map_err(AcmeError::acme(crate::error::ANSWERING_THE_CHALLENGE))?;
         }
         Ok(())
     }
