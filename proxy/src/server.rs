@@ -10,8 +10,7 @@ use crate::domains::{request_authority, DomainRoutes, Route, Routed, UnknownHost
 use crate::l1::L1Entry;
 use crate::pages::DeadEnds;
 use crate::path::{RedirectPath, Resolution};
-use crate::targeting::Ruled;
-use crate::targeting::{RequestVisitor, Targeting};
+use crate::targeting::{RequestVisitor, Ruled, Targeting};
 use crate::unlock::{Attempt, Client, Unlocks};
 use crate::visitor::{BotPatterns, Visitor};
 use async_trait::async_trait;
