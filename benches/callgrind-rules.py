@@ -14,8 +14,11 @@ ones choose it in `rules_decide` and build the answer with a link's own (`redire
 """
 import os
 import re
-import subprocess
 import sys
+
+# The bench's reading of a dump (from `/`, so that no function's count is split).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rebound_bench.tools.callgrind import annotate  # noqa: E402
 
 # Each row sums the keys it lists: a function's whole cost, `fn:NAME` (wherever callgrind
 # files the function), or the lines of a source file inlined into a function,
@@ -43,16 +46,13 @@ def matches(key: str, wanted: str) -> bool:
         return not key.endswith(" (inlined)") and key.endswith(":" + wanted[3:])
     return key.endswith(wanted)
 
+
 LINE = re.compile(r"\s*([\d,]+) \(\s*[\d.]+%\)\s+(\S.*?)( \[.*\])?$")
 
 
 def load(path: str) -> dict[str, int]:
-    # From /: run in a checkout, callgrind_annotate files part of a function under the
-    # relative source path it finds there, and splits its total.
-    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--auto=no", "--threshold=100", os.path.abspath(path)], cwd="/",
-                         capture_output=True, text=True, check=True).stdout
     costs: dict[str, int] = {}
-    for line in out.splitlines():
+    for line in annotate(path).splitlines():
         m = LINE.match(line)
         if m:
             key = m.group(2) + ("" if m.group(3) else " (inlined)")

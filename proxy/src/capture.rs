@@ -254,19 +254,26 @@ mod tests {
         assert_eq!(first.known.agent_digest, None);
         let targeting = Targeting::default();
         let mut asked = 0;
-        let mut fresh = RequestVisitor::new(&targeting, &bots, &headers, || {
+        let client = || {
             asked += 1;
             (Some(address), false)
-        })
-        .knowing(first.dimensions.as_ref(), &first.known);
+        };
+        let mut fresh = RequestVisitor::new(
+            &targeting,
+            &bots,
+            &headers,
+            client,
+            first.dimensions.as_ref(),
+            &first.known,
+        );
         assert_eq!(fresh.stickiness(), want);
         let next = capture.click(&bots, &Method::GET, &headers, None, || (Some(address), false));
         assert_eq!(next.known.agent_digest, Some(agent_digest(agent.as_bytes())));
         assert_eq!(next.known.agent, Some((rebound_core::rules::Os::Ios, Device::Mobile)));
         // What the capture learned is used, not asked again: a client closure that lies
         // is never called.
-        let mut known = RequestVisitor::new(&targeting, &bots, &headers, || (None, true))
-            .knowing(next.dimensions.as_ref(), &next.known);
+        let lies = || (None, true);
+        let mut known = RequestVisitor::new(&targeting, &bots, &headers, lies, next.dimensions.as_ref(), &next.known);
         assert_eq!(known.stickiness(), want);
         assert_eq!(asked, 0, "the capture's client was used");
     }

@@ -678,7 +678,7 @@ impl RedirectAnswers {
             (self.client(connection, asked.headers).address, trusted)
         };
         let (dimensions, known) = (captured.dimensions.as_ref(), &captured.known);
-        let mut visitor = RequestVisitor::known(&self.targeting, &self.bots, asked.headers, client, dimensions, known);
+        let mut visitor = RequestVisitor::new(&self.targeting, &self.bots, asked.headers, client, dimensions, known);
         rules.choose(&mut visitor)
     }
 

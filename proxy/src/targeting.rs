@@ -98,7 +98,7 @@ impl Ruled {
 }
 
 /// What a click's capture ([`crate::capture::Capture::click`]) learned of one request beyond
-/// its dimensions, for the link's rules ([`RequestVisitor::knowing`]) so that they do not
+/// its dimensions, for the link's rules ([`RequestVisitor::new`]) so that they do not
 /// look it up again.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Known {
@@ -129,36 +129,11 @@ pub struct RequestVisitor<'a, C: FnMut() -> (Option<IpAddr>, bool)> {
 }
 
 impl<'a, C: FnMut() -> (Option<IpAddr>, bool)> RequestVisitor<'a, C> {
-    pub fn new(targeting: &'a Targeting, bots: &'a BotPatterns, headers: &'a HeaderMap, client: C) -> Self {
-        RequestVisitor {
-            targeting,
-            bots,
-            headers,
-            client,
-            asked_client: None,
-            country: None,
-            agent: None,
-            agent_digest: None,
-        }
-    }
-
-    /// Uses what the click's capture found (its country; its agent's OS, device and digest;
-    /// the client) instead of looking them up again.
-    pub fn knowing(self, dimensions: Option<&Dimensions>, known: &Known) -> Self {
-        let RequestVisitor {
-            targeting,
-            bots,
-            headers,
-            client,
-            ..
-        } = self;
-        RequestVisitor::known(targeting, bots, headers, client, dimensions, known)
-    }
-
-    /// [`RequestVisitor::new`] and [`RequestVisitor::knowing`] at once: built in place, as
-    /// a redirect by rules builds it.
+    /// The request `headers`, with what the click's capture found (`dimensions`' country; in
+    /// `known`, its agent's OS, device and digest, and the client) used instead of looking it
+    /// up again.
     #[inline]
-    pub fn known(
+    pub fn new(
         targeting: &'a Targeting,
         bots: &'a BotPatterns,
         headers: &'a HeaderMap,
