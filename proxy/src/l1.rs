@@ -240,7 +240,7 @@ impl L1Entry {
     /// A hash of where the entry lives (what [`L1Entry::is_same`] compares): equal for
     /// clones, and unequal for two entries alive at once but by chance.
     #[inline]
-    fn address_hash(&self) -> u64 {
+    pub(crate) fn address_hash(&self) -> u64 {
         rebound_core::rules::mix(triomphe::Arc::as_ptr(&self.0) as *const u8 as u64)
     }
 

@@ -21,6 +21,11 @@ struct Inner {
     clicks_writer: Mutex<Connection>,
     readers: Vec<Mutex<Connection>>,
     next_reader: AtomicUsize,
+    /// One per reader: a read waits for one here, off the blocking pool, so that the pool
+    /// runs at most [`READERS`] reads. Waiting for a reader on the pool instead, a cold
+    /// fill of 100,000 codes under 64 connections held up to 150 threads, each with its
+    /// stack and allocator cache.
+    reads: Arc<tokio::sync::Semaphore>,
 }
 
 /// The SQLite adapter.
@@ -96,6 +101,7 @@ impl SqliteStore {
                 clicks_writer: Mutex::new(clicks_writer),
                 readers,
                 next_reader: AtomicUsize::new(0),
+                reads: Arc::new(tokio::sync::Semaphore::new(READERS)),
             }),
         })
     }
@@ -143,9 +149,17 @@ impl SqliteStore {
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
         let inner = self.inner.clone();
+        let permit = inner
+            .reads
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| StoreError::Internal(format!("store readers closed: {e}")))?;
         tokio::task::spawn_blocking(move || {
+            let _permit = permit;
             let start = inner.next_reader.fetch_add(1, Ordering::Relaxed);
-            // Take the first idle reader, else wait for the one whose turn it is.
+            // Take the first idle reader (with a permit, one is), else wait for the one whose
+            // turn it is.
             for i in 0..inner.readers.len() {
                 if let Ok(conn) = inner.readers[(start + i) % inner.readers.len()].try_lock() {
                     return f(&conn);
@@ -173,6 +187,33 @@ mod tests {
         let store = SqliteStore::open(dir.path().join("rebound.db")).unwrap();
         rebound_store::conformance::run_all(&store).await;
         rebound_store::conformance::breakdowns_apply_once_and_stay_bounded(&store).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reads_wait_for_a_reader_off_the_blocking_pool() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("rebound.db")).unwrap();
+        // The threads the reads ran on: the pool starts one for each read it is handed while
+        // none is idle, so reads that waited for a reader on the pool ran on about as many
+        // threads as there were reads (64).
+        let threads = Arc::new(Mutex::new(std::collections::HashSet::new()));
+        let reads = (0..64).map(|_| {
+            let (store, threads) = (store.clone(), threads.clone());
+            tokio::spawn(async move {
+                store
+                    .read(move |conn| {
+                        threads.lock().unwrap().insert(std::thread::current().id());
+                        std::thread::sleep(std::time::Duration::from_millis(5));
+                        conn.query_row("SELECT 1", [], |r| r.get::<_, i64>(0)).map_err(sql_err)
+                    })
+                    .await
+            })
+        });
+        for read in reads.collect::<Vec<_>>() {
+            assert_eq!(read.await.unwrap().unwrap(), 1);
+        }
+        let threads = threads.lock().unwrap().len();
+        assert!(threads <= 4 * READERS, "64 reads ran on {threads} threads");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

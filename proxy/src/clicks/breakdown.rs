@@ -7,7 +7,8 @@
 
 /// foldhash (hashbrown's default): std's SipHash made the counting about 1,500
 /// instructions a click under callgrind (benches/results/2026-12-06e-callgrind-breakdowns.md).
-use hashbrown::HashMap;
+use crate::l1::L1Entry;
+use hashbrown::{HashMap, HashTable};
 use rebound_core::dimensions::{Dimensions, Referrer};
 use rebound_store::breakdowns::OTHER;
 use rebound_store::{Dimension, DimensionAdd};
@@ -45,29 +46,83 @@ fn each_bytes(click: &Dimensions, mut each: impl FnMut(Dimension, &[u8])) {
     }
 }
 
-/// One count of a code: its [`key`] (the dimension and the value) and the clicks.
+/// No value of a dimension in a [`Profile`]: the click has none, or it is not counted.
+const NONE: u32 = u32::MAX;
+
+/// A click's values, one per dimension (in [`Dimension::ALL`]'s order), each as its index in
+/// [`BreakdownCounts::by_index`], or [`NONE`].
+type Profile = [u32; Dimension::ALL.len()];
+
+/// The clicks on one entry with one profile since the last take.
+#[derive(Debug)]
+struct Slot {
+    /// Held until the take (an evicted entry's memory with it): its address is the slot's
+    /// key, its code is read once, at the take.
+    entry: L1Entry,
+    profile: u32,
+    /// Saturates: 4,294,967,295 clicks of one entry and profile between two takes (at most
+    /// `clicks.max_hold_ms` apart) is 71 million a second for a minute.
+    clicks: u32,
+}
+
+/// Slots a tally holds at most: a click that would need another is not counted in the
+/// breakdowns (`rebound_breakdown_clicks_dropped_total`; the totals count it). 7/8 of 2^22,
+/// so that the table never grows past 4,194,304 buckets (17 bytes each: 68 MiB). A table of
+/// 1,000,000 codes clicked with three profiles each between two takes fits.
+const MAX_SLOTS: usize = 3_670_016;
+
+/// Profiles a tally holds at most (36 bytes and an index each): beyond, as [`MAX_SLOTS`].
+const MAX_PROFILES: usize = 1 << 20;
+
+/// Values a tally holds at most (their bytes, up to 64, and two indices each); a click's
+/// value beyond counts as [`OTHER`].
+const MAX_VALUES: usize = 1 << 18;
+
+/// What a tally holds at most: [`MAX_SLOTS`], [`MAX_PROFILES`], [`MAX_VALUES`] (smaller in
+/// tests).
 #[derive(Debug, Clone, Copy)]
-struct Count {
-    key: u64,
-    clicks: u64,
+struct Limits {
+    slots: usize,
+    profiles: usize,
+    values: usize,
 }
 
-/// A count's key: the dimension (its index in [`Dimension::ALL`]) above the value (its index
-/// in [`BreakdownCounts::values`]), so that a code's sorted counts are grouped by dimension
-/// and a click finds each of its counts with one binary search.
-fn key(dimension: u8, value: u32) -> u64 {
-    u64::from(dimension) << 32 | u64::from(value)
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            slots: MAX_SLOTS,
+            profiles: MAX_PROFILES,
+            values: MAX_VALUES,
+        }
+    }
 }
 
-/// People's clicks by code, dimension and value since the last take.
+fn slot_hash(entry: &L1Entry, profile: u32) -> u64 {
+    entry.address_hash() ^ rebound_core::rules::mix(u64::from(profile))
+}
+
+fn profile_hash(profile: &Profile) -> u64 {
+    let mut h = 0u64;
+    for v in profile {
+        h = rebound_core::rules::mix(h ^ u64::from(*v));
+    }
+    h
+}
+
+/// People's clicks by entry and profile since the last take; made into clicks by code,
+/// dimension and value at the take.
 ///
-/// Each code holds its counts in one vector sorted by dimension and value, and each value's
-/// bytes are held once for all codes. A map of values per dimension per code (nine maps a
-/// code, up to a minute between takes) made the all-in-one's RSS 115 MB larger after 5 s of
-/// wrk over 100,000 codes than with breakdowns off (`heap_bytes` and its test).
+/// A click is counted once, in the slot of its entry and its profile (the values of all its
+/// dimensions, interned), not once per dimension: a code's clicks between two takes mostly
+/// share one or a few profiles, and a slot is 16 bytes. Counted per code and dimension (a
+/// map of codes to a sorted vector of counts), the all-in-one held 344 MiB after every code
+/// of 1,000,000 was requested, against 239 MiB so (`benches/results/2026-12-07h-breakdown-memory.md`).
 #[derive(Debug, Default)]
 pub(super) struct BreakdownCounts {
-    counts: HashMap<Box<str>, Vec<Count>>,
+    slots: HashTable<Slot>,
+    /// The profiles counted since the last take, each once, as their index in `by_profile`.
+    profiles: HashTable<u32>,
+    by_profile: Vec<Profile>,
     /// The values counted since the last take, each once, by its bytes.
     values: HashMap<Box<[u8]>, u32>,
     /// The same, by index.
@@ -78,98 +133,184 @@ pub(super) struct BreakdownCounts {
     /// under callgrind, benches/results/2026-12-07f-callgrind-breakdown-last-values.md).
     /// Only a hint: a value is reused only where its bytes are equal.
     last: [Option<u32>; Dimension::ALL.len()],
-    /// Clicks added (a click adds to one count per dimension it has).
+    /// The profile counted last: the same kind of hint.
+    last_profile: Option<u32>,
+    /// People's clicks counted (one with no dimension counted fills no slot).
     clicks: u64,
+    limits: Limits,
 }
 
 impl BreakdownCounts {
-    /// Adds one click of `code`. Looked up by reference: most clicks repeat a code and
-    /// values already counted, and allocate nothing.
-    pub(super) fn add(&mut self, code: &str, dimensions: &Dimensions, counted: &[bool; Dimension::ALL.len()]) {
-        self.clicks += 1;
-        let counts = match self.counts.get_mut(code) {
-            Some(counts) => counts,
-            None => self.counts.entry(code.into()).or_default(),
-        };
+    /// Adds one click of `entry`'s code; false when the tally is full and it was not
+    /// counted ([`MAX_SLOTS`]). Most clicks repeat values, a profile and a slot already
+    /// counted, and allocate nothing.
+    pub(super) fn add(
+        &mut self,
+        entry: L1Entry,
+        dimensions: &Dimensions,
+        counted: &[bool; Dimension::ALL.len()],
+    ) -> bool {
         let (values, by_index, last) = (&mut self.values, &mut self.by_index, &mut self.last);
+        let most_values = self.limits.values;
+        let mut profile = [NONE; Dimension::ALL.len()];
         each_bytes(dimensions, |dimension, value| {
-            if !counted[dimension as usize] {
+            let d = dimension as usize;
+            if !counted[d] {
                 return;
             }
-            let d = dimension as u8;
-            let index = match last[d as usize] {
+            profile[d] = match last[d] {
                 Some(at) if by_index.get(at as usize).is_some_and(|held| **held == *value) => at,
                 _ => {
-                    let at = intern(values, by_index, value);
-                    last[d as usize] = Some(at);
+                    let at = intern(values, by_index, value, most_values);
+                    last[d] = Some(at);
                     at
                 }
             };
-            let this = key(d, index);
-            if let Ok(at) = counts.binary_search_by_key(&this, |c| c.key) {
-                counts[at].clicks += 1;
-                return;
+        });
+        if profile == [NONE; Dimension::ALL.len()] {
+            self.clicks += 1;
+            return true;
+        }
+        let full = self.slots.len() >= self.limits.slots;
+        let id = match self.last_profile {
+            Some(at) if self.by_profile[at as usize] == profile => at,
+            _ => {
+                let hash = profile_hash(&profile);
+                let by_profile = &self.by_profile;
+                match self.profiles.find(hash, |&at| by_profile[at as usize] == profile) {
+                    Some(&at) => at,
+                    None if full || self.by_profile.len() >= self.limits.profiles => return false,
+                    None => {
+                        let at = self.by_profile.len() as u32;
+                        self.by_profile.push(profile);
+                        let by_profile = &self.by_profile;
+                        self.profiles
+                            .insert_unique(hash, at, |&p| profile_hash(&by_profile[p as usize]));
+                        at
+                    }
+                }
             }
-            // Bounded as the store bounds a link's day: a code's values beyond those it
-            // keeps would count under `(other)` there anyway, and memory stays bounded
-            // however many values (hosts, campaigns) a take sees.
-            let held =
-                counts.partition_point(|c| c.key < key(d + 1, 0)) - counts.partition_point(|c| c.key < key(d, 0));
-            let counted = match held >= dimension.values_per_day() {
-                true => key(d, intern(values, by_index, OTHER.as_bytes())),
-                false => this,
-            };
-            match counts.binary_search_by_key(&counted, |c| c.key) {
-                Ok(at) => counts[at].clicks += 1,
-                Err(at) => counts.insert(
-                    at,
-                    Count {
-                        key: counted,
+        };
+        self.last_profile = Some(id);
+        let hash = slot_hash(&entry, id);
+        match self
+            .slots
+            .find_mut(hash, |s| s.profile == id && s.entry.is_same(&entry))
+        {
+            Some(slot) => slot.clicks = slot.clicks.saturating_add(1),
+            None if full => return false,
+            None => {
+                self.slots.insert_unique(
+                    hash,
+                    Slot {
+                        entry,
+                        profile: id,
                         clicks: 1,
                     },
-                ),
+                    |s| slot_hash(&s.entry, s.profile),
+                );
             }
-        });
+        }
+        self.clicks += 1;
+        true
     }
 
     pub(super) fn is_empty(&self) -> bool {
         self.clicks == 0
     }
 
+    /// Empty counts with these' limits.
+    fn emptied(&self) -> BreakdownCounts {
+        BreakdownCounts {
+            limits: self.limits,
+            ..BreakdownCounts::default()
+        }
+    }
+
     /// Bytes held on the heap (tables, keys, vectors), as allocated: what pending
-    /// breakdowns cost between two takes.
+    /// breakdowns cost between two takes (the entries they hold are the L1's).
     #[cfg(test)]
     fn heap_bytes(&self) -> usize {
-        let count = std::mem::size_of::<Count>();
         let table = |buckets: usize, entry: usize| buckets * (entry + 1);
-        table(self.counts.capacity(), std::mem::size_of::<(Box<str>, Vec<Count>)>())
-            + self
-                .counts
-                .iter()
-                .map(|(code, counts)| code.len() + counts.capacity() * count)
-                .sum::<usize>()
+        table(self.slots.capacity(), std::mem::size_of::<Slot>())
+            + table(self.profiles.capacity(), std::mem::size_of::<u32>())
+            + self.by_profile.capacity() * std::mem::size_of::<Profile>()
             + table(self.values.capacity(), std::mem::size_of::<(Box<[u8]>, u32)>())
             + self.by_index.capacity() * std::mem::size_of::<Box<[u8]>>()
             + self.by_index.iter().map(|v| 2 * v.len()).sum::<usize>()
     }
 
-    /// The adds of `day`, in (code, dimension, value) order, and the clicks they count.
+    /// The adds of `day`, in (code, dimension, value) order, and the clicks they count. A
+    /// code's values of a dimension beyond the store's bound for a link's day count as
+    /// [`OTHER`] (memory is bounded by the tally's own bounds): those it keeps are the first
+    /// counted since the last take, as the store keeps a day's first.
     pub(super) fn take(&mut self, day: rebound_core::Day) -> (Vec<DimensionAdd>, u64) {
         let clicks = std::mem::take(&mut self.clicks);
         let by_index = std::mem::take(&mut self.by_index);
+        let by_profile = std::mem::take(&mut self.by_profile);
+        let slots = std::mem::take(&mut self.slots);
         self.values.clear();
+        self.profiles.clear();
         self.last = Default::default();
-        let mut adds = Vec::new();
-        for (code, counts) in std::mem::take(&mut self.counts) {
-            adds.extend(counts.into_iter().map(|c| DimensionAdd {
-                code: code.clone().into(),
-                day,
-                dimension: Dimension::ALL[(c.key >> 32) as usize],
-                value: String::from_utf8_lossy(&by_index[c.key as u32 as usize]).into_owned(),
-                clicks: c.clicks,
-            }));
+        self.last_profile = None;
+        // (code, dimension, value index, clicks): a slot's profile, one per value.
+        let mut counts: Vec<(&[u8], u8, u32, u64)> = Vec::with_capacity(slots.len());
+        for slot in &slots {
+            for (d, &value) in by_profile[slot.profile as usize].iter().enumerate() {
+                if value != NONE {
+                    counts.push((slot.entry.code_bytes(), d as u8, value, u64::from(slot.clicks)));
+                }
+            }
+        }
+        counts.sort_unstable_by(|a, b| (a.0, a.1, a.2).cmp(&(b.0, b.1, b.2)));
+        let mut adds: Vec<DimensionAdd> = Vec::new();
+        let mut at = 0;
+        while at < counts.len() {
+            // One code's values of one dimension, in the order they were first counted.
+            let (code, d) = (counts[at].0, counts[at].1);
+            let dimension = Dimension::ALL[d as usize];
+            let mut kept = 0;
+            let mut other = 0;
+            while at < counts.len() && counts[at].0 == code && counts[at].1 == d {
+                let value = counts[at].2;
+                let mut n = 0;
+                while at < counts.len() && counts[at].0 == code && counts[at].1 == d && counts[at].2 == value {
+                    n += counts[at].3;
+                    at += 1;
+                }
+                match kept < dimension.values_per_day() {
+                    true => {
+                        kept += 1;
+                        adds.push(DimensionAdd {
+                            code: String::from_utf8_lossy(code).into_owned(),
+                            day,
+                            dimension,
+                            value: String::from_utf8_lossy(&by_index[value as usize]).into_owned(),
+                            clicks: n,
+                        });
+                    }
+                    false => other += n,
+                }
+            }
+            if other > 0 {
+                adds.push(DimensionAdd {
+                    code: String::from_utf8_lossy(code).into_owned(),
+                    day,
+                    dimension,
+                    value: OTHER.to_owned(),
+                    clicks: other,
+                });
+            }
         }
         adds.sort_unstable_by(|a, b| (&a.code, a.dimension, &a.value).cmp(&(&b.code, b.dimension, &b.value)));
+        // A kept value spelled as the bound's own (a campaign named "(other)"): one add.
+        adds.dedup_by(|later, first| {
+            let same = later.code == first.code && later.dimension == first.dimension && later.value == first.value;
+            if same {
+                first.clicks += later.clicks;
+            }
+            same
+        });
         (adds, clicks)
     }
 }
@@ -214,22 +355,32 @@ impl Taken {
 }
 
 impl Tally {
-    /// Counts one click of `code`, made on `today`: the counts of an earlier day are set
-    /// aside whole first, so that each click counts for the day it was counted on.
+    /// A tally that holds at most `slots` slots (tests of a full one).
+    #[cfg(test)]
+    pub(super) fn limited(slots: usize) -> Tally {
+        let mut tally = Tally::default();
+        tally.counts.limits.slots = slots;
+        tally
+    }
+    /// Counts one click of `entry`'s code, made on `today`: the counts of an earlier day are
+    /// set aside whole first, so that each click counts for the day it was counted on. False
+    /// when the tally is full and the click was not counted.
     pub(super) fn add(
         &mut self,
         today: rebound_core::Day,
-        code: &str,
+        entry: L1Entry,
         dimensions: &Dimensions,
         counted: &[bool; Dimension::ALL.len()],
-    ) {
+    ) -> bool {
         if self.day != today {
             if !self.counts.is_empty() {
-                self.ready.push((std::mem::take(&mut self.counts), self.day));
+                let empty = self.counts.emptied();
+                let counts = std::mem::replace(&mut self.counts, empty);
+                self.ready.push((counts, self.day));
             }
             self.day = today;
         }
-        self.counts.add(code, dimensions, counted);
+        self.counts.add(entry, dimensions, counted)
     }
 
     /// Every day's counts, moved out (the tables, not their adds: a write that takes them
@@ -238,16 +389,21 @@ impl Tally {
     pub(super) fn take(&mut self) -> Taken {
         let mut days = std::mem::take(&mut self.ready);
         if !self.counts.is_empty() {
-            days.push((std::mem::take(&mut self.counts), self.day));
+            let empty = self.counts.emptied();
+            days.push((std::mem::replace(&mut self.counts, empty), self.day));
         }
         Taken(days)
     }
 }
 
-/// The index of `value` among the values counted since the last take, added if new.
-fn intern(values: &mut HashMap<Box<[u8]>, u32>, by_index: &mut Vec<Box<[u8]>>, value: &[u8]) -> u32 {
+/// The index of `value` among the values counted since the last take, added if new (once
+/// `most` are held, a new value is counted as [`OTHER`]).
+fn intern(values: &mut HashMap<Box<[u8]>, u32>, by_index: &mut Vec<Box<[u8]>>, value: &[u8], most: usize) -> u32 {
     if let Some(&index) = values.get(value) {
         return index;
+    }
+    if by_index.len() >= most && value != OTHER.as_bytes() {
+        return intern(values, by_index, OTHER.as_bytes(), most);
     }
     let index = by_index.len() as u32;
     by_index.push(value.into());
@@ -261,6 +417,26 @@ mod tests {
     use rebound_core::dimensions::{
         cdn_country, AgentFamilies, Campaign, CampaignValue, Country, DeviceClass, Family, Label, Referrer,
     };
+
+    /// `code`'s entry: the same one for each call on this thread, as the L1 would hand out.
+    fn e(code: &str) -> L1Entry {
+        thread_local! {
+            static ENTRIES: std::cell::RefCell<std::collections::HashMap<String, L1Entry>> = Default::default();
+        }
+        ENTRIES.with(|m| {
+            m.borrow_mut()
+                .entry(code.to_owned())
+                .or_insert_with(|| crate::clicks::test_util::entry(code))
+                .clone()
+        })
+    }
+
+    /// The adds as (code, dimension, value, clicks).
+    fn rows(adds: &[DimensionAdd]) -> Vec<(&str, Dimension, &str, u64)> {
+        adds.iter()
+            .map(|a| (a.code.as_str(), a.dimension, a.value.as_str(), a.clicks))
+            .collect()
+    }
 
     fn click(country: &[u8], referrer: &str, browser: &str) -> Dimensions {
         Dimensions {
@@ -316,10 +492,10 @@ mod tests {
         use rebound_core::Day;
         let every = [true; Dimension::ALL.len()];
         let mut tally = Tally::default();
-        tally.add(Day(7), "abc", &click(b"DE", "x.example", "Safari"), &every);
-        tally.add(Day(7), "abc", &click(b"DE", "x.example", "Safari"), &every);
+        tally.add(Day(7), e("abc"), &click(b"DE", "x.example", "Safari"), &every);
+        tally.add(Day(7), e("abc"), &click(b"DE", "x.example", "Safari"), &every);
         // Past midnight: day 7's counts are set aside whole, day 8's start empty.
-        tally.add(Day(8), "abc", &click(b"FR", "x.example", "Safari"), &every);
+        tally.add(Day(8), e("abc"), &click(b"FR", "x.example", "Safari"), &every);
         let (adds, clicks) = tally.take().into_adds();
         assert_eq!(clicks, 3);
         let countries: Vec<_> = adds
@@ -342,14 +518,14 @@ mod tests {
         let bound = Dimension::Referrer.values_per_day();
         for i in 0..bound + 30 {
             counts.add(
-                "abc",
+                e("abc"),
                 &click(b"DE", &format!("h{i}.example"), "Chrome"),
                 &[true; Dimension::ALL.len()],
             );
         }
         // A value held already still counts as itself.
         counts.add(
-            "abc",
+            e("abc"),
             &click(b"DE", "h3.example", "Chrome"),
             &[true; Dimension::ALL.len()],
         );
@@ -370,21 +546,119 @@ mod tests {
     fn pending_breakdowns_hold_little_per_code() {
         let mut counts = BreakdownCounts::default();
         let codes = 20_000;
+        let every = [true; Dimension::ALL.len()];
+        let c = Dimensions {
+            country: None,
+            referrer: Some(Referrer::Direct),
+            ..click(b"DE", "x", "Chrome")
+        };
+        // Another visitor of every tenth code: a second profile.
+        let other = click(b"FR", "news.example", "Firefox");
         for i in 0..codes {
-            let c = Dimensions {
-                country: None,
-                referrer: Some(Referrer::Direct),
-                ..click(b"DE", "x", "Chrome")
-            };
-            counts.add(&format!("c{i:06}"), &c, &[true; Dimension::ALL.len()]);
+            let code = format!("c{i:06}");
+            counts.add(e(&code), &c, &every);
+            counts.add(e(&code), &c, &every);
+            if i % 10 == 0 {
+                counts.add(e(&code), &other, &every);
+            }
         }
-        // Four counts a code (referrer, device, browser, OS); nine maps a code held about
-        // 1 KiB (288 bytes of empty maps alone).
+        // Four counts a code (referrer, device, browser, OS) in one slot of 16 bytes; counted
+        // per code and dimension (a vector of counts a code) they held 160 and more, and in
+        // nine maps a code about 1 KiB (288 bytes of empty maps alone).
         let per_code = counts.heap_bytes() / codes;
-        assert!(per_code < 160, "{per_code} bytes a code");
+        assert!(per_code < 40, "{per_code} bytes a code");
         let (adds, clicks) = counts.take(rebound_core::Day(1));
-        assert_eq!((adds.len(), clicks), (4 * codes, codes as u64));
+        // The second profile's country, referrer and browser are values of their own; its
+        // device and OS add to the first's.
+        assert_eq!(adds.len(), 4 * codes + 3 * codes / 10);
+        assert_eq!(clicks, 2 * codes as u64 + codes as u64 / 10);
+        assert_eq!(adds[0].code, "c000000");
+        assert_eq!(adds[0].dimension, Dimension::Country);
+        assert_eq!((adds[0].value.as_str(), adds[0].clicks), ("FR", 1));
+        let referrers: Vec<_> = adds
+            .iter()
+            .filter(|a| a.code == "c000000" && a.dimension == Dimension::Referrer)
+            .map(|a| (a.value.as_str(), a.clicks))
+            .collect();
+        assert_eq!(referrers, vec![("direct", 2), ("news.example", 1)]);
         assert!(counts.heap_bytes() < 1024, "a take empties them");
+    }
+
+    #[test]
+    fn two_fills_of_one_code_add_up_as_one() {
+        // An edit or an eviction then a miss fills the code again: another entry.
+        let (first, second) = (
+            crate::clicks::test_util::entry("dup"),
+            crate::clicks::test_util::entry("dup"),
+        );
+        assert!(!first.is_same(&second));
+        let every = [true; Dimension::ALL.len()];
+        let mut counts = BreakdownCounts::default();
+        for entry in [&first, &second, &second] {
+            assert!(counts.add(entry.clone(), &click(b"DE", "a.example", "Chrome"), &every));
+        }
+        counts.add(first.clone(), &click(b"JP", "a.example", "Chrome"), &every);
+        let (adds, clicks) = counts.take(rebound_core::Day(2));
+        assert_eq!(clicks, 4);
+        assert_eq!(
+            rows(&adds),
+            vec![
+                ("dup", Dimension::Country, "DE", 3),
+                ("dup", Dimension::Country, "JP", 1),
+                ("dup", Dimension::Referrer, "a.example", 4),
+                ("dup", Dimension::Device, "mobile", 4),
+                ("dup", Dimension::Browser, "Chrome", 4),
+                ("dup", Dimension::Os, "iOS", 4),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_full_tally_counts_into_what_it_holds_and_drops_the_rest() {
+        let every = [true; Dimension::ALL.len()];
+        let mut counts = BreakdownCounts {
+            limits: Limits {
+                slots: 2,
+                profiles: 2,
+                values: 6,
+            },
+            ..BreakdownCounts::default()
+        };
+        let de = click(b"DE", "a.example", "Chrome");
+        assert!(counts.add(e("a"), &de, &every));
+        assert!(counts.add(e("b"), &de, &every));
+        // Two slots held: a third code is not counted, the two held still are.
+        assert!(!counts.add(e("c"), &de, &every));
+        assert!(counts.add(e("a"), &de, &every));
+        // A new profile on a held code needs a slot too.
+        assert!(!counts.add(e("a"), &click(b"JP", "a.example", "Chrome"), &every));
+        let (adds, clicks) = counts.take(rebound_core::Day(2));
+        assert_eq!(clicks, 3);
+        let countries: Vec<_> = adds
+            .iter()
+            .filter(|a| a.dimension == Dimension::Country)
+            .map(|a| (a.code.as_str(), a.value.as_str(), a.clicks))
+            .collect();
+        assert_eq!(countries, vec![("a", "DE", 2), ("b", "DE", 1)]);
+        // Room for six values: a seventh counts as `(other)`.
+        let mut counts = BreakdownCounts {
+            limits: Limits {
+                slots: 10,
+                profiles: 10,
+                values: 6,
+            },
+            ..BreakdownCounts::default()
+        };
+        for referrer in ["a.example", "b.example", "c.example", "b.example"] {
+            assert!(counts.add(e("c"), &click(b"DE", referrer, "Chrome"), &every));
+        }
+        let (adds, _) = counts.take(rebound_core::Day(2));
+        let referrers: Vec<_> = adds
+            .iter()
+            .filter(|a| a.dimension == Dimension::Referrer)
+            .map(|a| (a.value.as_str(), a.clicks))
+            .collect();
+        assert_eq!(referrers, vec![(OTHER, 1), ("a.example", 1), ("b.example", 2)]);
     }
 
     #[test]
@@ -392,7 +666,7 @@ mod tests {
         let mut counts = BreakdownCounts::default();
         for (code, country) in [("abc", b"DE"), ("abc", b"DE"), ("abc", b"JP"), ("xyz", b"DE")] {
             counts.add(
-                code,
+                e(code),
                 &click(country, "news.example", "Chrome"),
                 &[true; Dimension::ALL.len()],
             );
@@ -400,16 +674,12 @@ mod tests {
         // The OS off: left out.
         let mut no_os = [true; Dimension::ALL.len()];
         no_os[Dimension::Os as usize] = false;
-        counts.add("xyz", &click(b"DE", "news.example", "Chrome"), &no_os);
+        counts.add(e("xyz"), &click(b"DE", "news.example", "Chrome"), &no_os);
         let (adds, clicks) = counts.take(rebound_core::Day(9));
         assert_eq!(clicks, 5);
         assert!(counts.is_empty());
-        let got: Vec<(&str, Dimension, &str, u64)> = adds
-            .iter()
-            .map(|a| (a.code.as_str(), a.dimension, a.value.as_str(), a.clicks))
-            .collect();
         assert_eq!(
-            got,
+            rows(&adds),
             vec![
                 ("abc", Dimension::Country, "DE", 2),
                 ("abc", Dimension::Country, "JP", 1),
@@ -450,7 +720,7 @@ mod tests {
                     1 => (["r", "s"][i % 2], referrers[(i * 5) % 6], browsers[(i + 3) % 6]),
                     _ => (["r", "s", "t"][i % 3], referrers[i % 6], browsers[(i / 2) % 6]),
                 };
-                counts.add(code, &click(b"DE", referrer, browser), &every);
+                counts.add(e(code), &click(b"DE", referrer, browser), &every);
                 for (dimension, value) in [
                     (Dimension::Country, "DE"),
                     (Dimension::Referrer, referrer),

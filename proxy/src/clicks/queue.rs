@@ -36,7 +36,7 @@ pub struct ClickQueue {
     /// Each person's click with its dimensions, when breakdowns are on
     /// ([`ClickQueue::record_with`]): one push a click, counted into `tally` apart from the
     /// rest ([`ClickQueue::count_breakdowns`]). A quarter of the people's capacity: a slot is
-    /// about 330 bytes (the values are inline).
+    /// 160 bytes (the values are inline); one slot when no dimension is counted.
     pub(super) breakdowns: ArrayQueue<(L1Entry, Dimensions)>,
     /// The breakdowns' counts not yet handed to a write. Locked by their counter and by the
     /// writes, never by the shipper's drains or a stats read.
@@ -76,9 +76,13 @@ impl ClickQueue {
         }
     }
 
-    /// Counts only `dimensions` in the breakdowns (every one by default).
+    /// Counts only `dimensions` in the breakdowns (every one by default); with none, their
+    /// queue holds one slot (its 16,384 slots by default are 2.6 MB, all touched when made).
     pub fn breaking_down(mut self, dimensions: &[Dimension]) -> ClickQueue {
         self.counted = Dimension::ALL.map(|d| dimensions.contains(&d));
+        if dimensions.is_empty() {
+            self.breakdowns = ArrayQueue::new(1);
+        }
         self
     }
 
@@ -174,18 +178,24 @@ impl ClickQueue {
         }
     }
 
-    /// Counts at most `limit` of the clicks queued for the breakdowns into `tally`.
+    /// Counts at most `limit` of the clicks queued for the breakdowns into `tally` (those a
+    /// full tally cannot hold are counted as the breakdowns' drops).
     fn count_into(&self, tally: &mut Tally, limit: usize) -> usize {
         let today = Day::of_millis(self.clock.now_millis());
-        let mut counted: usize = 0;
+        let (mut counted, mut full): (usize, u64) = (0, 0);
         while counted < limit {
             let Some((entry, dimensions)) = self.breakdowns.pop() else {
                 break;
             };
-            tally.add(today, entry.code(), &dimensions, &self.counted);
+            if !tally.add(today, entry, &dimensions, &self.counted) {
+                full += 1;
+            }
             counted += 1;
         }
-        self.tallied.fetch_add(counted as u64, Ordering::SeqCst);
+        if full > 0 {
+            self.metrics.breakdown_clicks_dropped.inc_by(full);
+        }
+        self.tallied.fetch_add(counted as u64 - full, Ordering::SeqCst);
         counted
     }
 
@@ -283,6 +293,49 @@ mod tests {
         let (adds, clicks) = q.take_breakdowns(false);
         assert_eq!((adds.len(), clicks), (1, 2));
         assert!(!q.breakdowns_pending());
+    }
+
+    #[test]
+    fn the_breakdowns_queue_takes_memory_only_when_a_dimension_is_counted() {
+        let q = |dimensions: &[Dimension]| ClickQueue::new(65_536, metrics(), clock_at(0)).breaking_down(dimensions);
+        assert_eq!(q(&[]).breakdowns.capacity(), 1);
+        assert_eq!(q(&[Dimension::Referrer]).breakdowns.capacity(), 16_384);
+        assert_eq!(q(&Dimension::ALL).breakdowns.capacity(), 16_384);
+    }
+
+    #[tokio::test]
+    async fn clicks_a_full_tally_cannot_hold_are_counted_as_the_breakdowns_drops() {
+        use rebound_core::dimensions::cdn_country;
+        let metrics = metrics();
+        let q = ClickQueue::new(100, metrics.clone(), clock_at(0));
+        *q.tally.lock().unwrap() = Tally::limited(2);
+        let from = |c: &[u8]| Dimensions {
+            country: Some(cdn_country(c)),
+            ..Dimensions::default()
+        };
+        let (a, b, c) = (entry("aaa"), entry("bbb"), entry("ccc"));
+        q.record_with(&a, from(b"DE"));
+        q.record_with(&b, from(b"DE"));
+        q.record_with(&c, from(b"DE"));
+        q.record_with(&a, from(b"DE"));
+        q.record_with(&a, from(b"JP"));
+        assert_eq!(q.count_breakdowns().await, 5);
+        assert_eq!(
+            metrics.breakdown_clicks_dropped.get(),
+            2,
+            "ccc, and aaa's second profile"
+        );
+        let (adds, clicks) = q.take_breakdowns(false);
+        assert_eq!(clicks, 3);
+        let got: Vec<_> = adds
+            .iter()
+            .map(|a| (a.code.as_str(), a.value.as_str(), a.clicks))
+            .collect();
+        assert_eq!(got, vec![("aaa", "DE", 2), ("bbb", "DE", 1)]);
+        // The take leaves the tally as limited as it was, and empty.
+        q.record_with(&c, from(b"DE"));
+        assert_eq!(q.count_breakdowns().await, 1);
+        assert_eq!(q.take_breakdowns(false).1, 1);
     }
 
     #[test]
