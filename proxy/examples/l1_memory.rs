@@ -6,12 +6,13 @@
 //! - `quick_cache`: the L1 before the hashbrown tables: quick_cache keyed by a 64-bit hash of
 //!   the code, entries behind a two-word `triomphe::Arc<HeaderSlice<_, str>>`;
 //! - `tables+arc`: the L1's tables (shards sized as `L1::new` sizes them, hashbrown keyed by
-//!   the code) with that same two-word handle: what `rebound_proxy::l1` is;
+//!   the code) with that same two-word handle: what `rebound_proxy::l1` was until 2026-12-07;
 //! - `tables+thinarc`: the tables with a one-pointer `triomphe::ThinArc` (its allocation holds
 //!   the text's length too, and its text is bytes: each `&str` of it is checked as UTF-8);
 //! - `tables+hand-rolled`: the tables with the one-pointer handle whose count the L1 wrote by
 //!   hand (`unsafe`) until the triomphe handle replaced it;
-//! - `l1`: `rebound_proxy::l1::L1` as built, to show `tables+arc` measures the same thing.
+//! - `l1`: `rebound_proxy::l1::L1` as built: the tables with a one-word `ThinText`
+//!   (`proxy/src/thin_text.rs`: the `ThinArc`, its text read back without a check).
 //!
 //! Each variant runs in a fresh process (this program again, with `--variant`), under glibc's
 //! malloc and under jemalloc (the `rebound` binary's allocator, `src/main.rs`): the handles
@@ -378,7 +379,7 @@ const VARIANTS: [(&str, &str); 5] = [
     ("tables+arc", "L1 tables + triomphe::Arc (two words)"),
     ("tables+thinarc", "L1 tables + triomphe::ThinArc (one pointer)"),
     ("tables+hand-rolled", "L1 tables + hand-rolled count (one pointer)"),
-    ("l1", "rebound_proxy::l1::L1 as built (triomphe::Arc)"),
+    ("l1", "rebound_proxy::l1::L1 as built (ThinText)"),
 ];
 
 impl Variant {

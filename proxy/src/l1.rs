@@ -4,28 +4,29 @@
 //! its shard's write lock. How it is laid out for 1,000,000 links in little memory, and what
 //! that costs a link: docs/architecture.md ("L1").
 
-// The entry's reference count is triomphe's: nothing here may be `unsafe`, not even with
-// an `allow`.
+// The entry's reference count is triomphe's, its text `thin_text`'s: nothing here may be
+// `unsafe`, not even with an `allow`.
 #![forbid(unsafe_code)]
 
 use crate::targeting::Ruled;
+use crate::thin_text::ThinText;
 use rebound_core::cache::judge;
 use rebound_core::rules::{Rule, RuleSet};
 use rebound_core::{CacheRecord, CacheState, CachedVerdict, RedirectKind, UnixMillis};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use triomphe::HeaderSlice;
 
 /// One cached code: what a redirect needs, and the clicks counted on it since the click
-/// shipper last took them. A handle (`triomphe::Arc`, a pointer and the text's length):
-/// clones share one allocation holding the count, the [`Fields`] and, after them, the code
-/// and the destination.
+/// shipper last took them. A one-word handle ([`ThinText`], triomphe's `ThinArc`): clones
+/// share one allocation holding the count, the [`Fields`], the text's length and, after
+/// them, the code and the destination.
 ///
 /// Size, with 1,000,000 bench-shaped links cached (7-character codes,
-/// `https://example.com/page/N?ref=bench`): an 8-byte count, 32 bytes of fields and ~48 of
-/// text, 88 bytes asked for: a 96-byte chunk with glibc's malloc and with jemalloc.
+/// `https://example.com/page/N?ref=bench`): an 8-byte count, 32 bytes of fields, the text's
+/// 8-byte length and up to 48 of text, 96 bytes asked for: a 96-byte chunk with glibc's
+/// malloc and with jemalloc.
 #[derive(Clone)]
-pub struct L1Entry(triomphe::Arc<HeaderSlice<Fields, str>>);
+pub struct L1Entry(ThinText<Fields>);
 
 /// What an entry holds before its text, packed into 32 bytes (a size test keeps it
 /// there): the times are 32-bit offsets from `filled_at`, and the code's length, the
@@ -168,7 +169,7 @@ impl L1Entry {
             text.push('\n');
             text.push_str(&rules);
         }
-        L1Entry(triomphe::Arc::from_header_and_str(fields, &text))
+        L1Entry(ThinText::new(fields, &text))
     }
 
     /// What an edit leaves of `code` until the new version is read: no destination, no
@@ -186,7 +187,7 @@ impl L1Entry {
             stale: i32::MIN,
             expires: FAR,
         };
-        L1Entry(triomphe::Arc::from_header_and_str(fields, code))
+        L1Entry(ThinText::new(fields, code))
     }
 
     /// True for an entry an edit left (see [`L1Entry::superseded`]).
@@ -197,13 +198,13 @@ impl L1Entry {
 
     #[inline]
     fn fields(&self) -> &Fields {
-        &self.0.header
+        self.0.header()
     }
 
     /// The code, then the destination.
     #[inline]
     fn text(&self) -> &str {
-        &self.0.slice
+        self.0.text()
     }
 
     #[inline]
@@ -234,14 +235,14 @@ impl L1Entry {
     /// Whether both are the one entry (not two fills of a code).
     #[inline]
     pub fn is_same(&self, other: &L1Entry) -> bool {
-        triomphe::Arc::ptr_eq(&self.0, &other.0)
+        self.0.ptr_eq(&other.0)
     }
 
     /// A hash of where the entry lives (what [`L1Entry::is_same`] compares): equal for
     /// clones, and unequal for two entries alive at once but by chance.
     #[inline]
     pub(crate) fn address_hash(&self) -> u64 {
-        rebound_core::rules::mix(triomphe::Arc::as_ptr(&self.0) as *const u8 as u64)
+        rebound_core::rules::mix(self.0.address() as u64)
     }
 
     /// The code as bytes: what sorting and searching by code compare (no UTF-8 boundary
@@ -681,12 +682,14 @@ mod tests {
     const T: UnixMillis = 1_796_000_000_000;
 
     #[test]
-    fn an_entry_is_two_words_and_its_fields_stay_32_bytes() {
-        // With the bench's ~48 bytes of text an entry is an 88-byte allocation (the 8-byte
-        // count, the fields, the text), a 96-byte chunk; 8 more bytes here would make it 112.
+    fn an_entry_is_one_word_and_its_fields_stay_32_bytes() {
+        // With the bench's up to 48 bytes of text an entry is a 96-byte allocation (the 8-byte
+        // count, the fields, the text's 8-byte length, the text), a 96-byte chunk; 8 more
+        // bytes here would make it 112. The handle is one word in every table that holds it.
         assert_eq!(std::mem::size_of::<Fields>(), 32);
-        assert_eq!(std::mem::size_of::<L1Entry>(), 16);
-        assert_eq!(std::mem::size_of::<Option<L1Entry>>(), 16);
+        assert_eq!(std::mem::size_of::<triomphe::HeaderWithLength<Fields>>(), 40);
+        assert_eq!(std::mem::size_of::<L1Entry>(), 8);
+        assert_eq!(std::mem::size_of::<Option<L1Entry>>(), 8);
     }
 
     #[test]
@@ -979,16 +982,16 @@ mod tests {
         let l1 = L1::new(1);
         let held = l1.fill("abc", active(1), 0);
         let again = l1.get("abc").unwrap();
-        assert!(triomphe::Arc::ptr_eq(&held.0, &again.0), "one allocation");
+        assert!(held.0.ptr_eq(&again.0), "one allocation");
         l1.fill("abd", active(1), 0);
         assert!(l1.get("abc").is_none(), "a one-code cache holds the newest");
         assert_eq!(
             (held.code(), held.long_url(), again.version()),
             ("abc", "https://e.com/", 1)
         );
-        assert_eq!(triomphe::Arc::strong_count(&held.0), 2);
+        assert_eq!(held.0.strong_count(), 2);
         drop(again);
-        assert_eq!(triomphe::Arc::strong_count(&held.0), 1);
+        assert_eq!(held.0.strong_count(), 1);
     }
 
     #[test]
@@ -1014,7 +1017,7 @@ mod tests {
         let kept: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
         let e = l1.get("abc").unwrap();
         assert_eq!(kept, 4 * 2858);
-        assert_eq!(triomphe::Arc::strong_count(&e.0), 2, "the table's and this one");
+        assert_eq!(e.0.strong_count(), 2, "the table's and this one");
         assert_eq!(e.take_clicks(), 80_000);
     }
 

@@ -29,8 +29,9 @@
 //! - `pages`: the prebuilt 404, 410 and `/` answers (static pages, or configured redirects).
 //! - `app_links`: a domain's app links documents (`/.well-known/…`), prebuilt answers
 //!   (docs/spec.md §14).
-// One exception: `server::RedirectService::listener`, adopting the listening socket an
-// upgrade hands over by its descriptor number. `l1` forbids it outright.
+// Two exceptions: `server::RedirectService::listener`, adopting the listening socket an
+// upgrade hands over by its descriptor number, and `thin_text`, reading back as text the
+// bytes it was made from a `&str`. `l1` forbids it outright.
 #![deny(unsafe_code)]
 
 pub mod app_links;
@@ -50,6 +51,7 @@ pub mod pages;
 pub mod path;
 pub mod server;
 pub mod targeting;
+mod thin_text;
 pub mod trust;
 pub mod unlock;
 pub mod visitor;

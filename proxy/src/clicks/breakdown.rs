@@ -66,10 +66,10 @@ struct Slot {
 }
 
 /// Slots a tally holds at most: a click that would need another is not counted in the
-/// breakdowns (`rebound_breakdown_clicks_dropped_total`; the totals count it). 7/8 of 2^22,
-/// so that the table never grows past 4,194,304 buckets (17 bytes each: 68 MiB). A table of
-/// 1,000,000 codes clicked with three profiles each between two takes fits.
-const MAX_SLOTS: usize = 3_670_016;
+/// breakdowns (`rebound_breakdown_clicks_dropped_total`; the totals count it). 7/8 of 2^21,
+/// so that the table never grows past 2,097,152 buckets (17 bytes each: 34 MiB). A table of
+/// 1,000,000 codes clicked with one profile each between two takes and 800,000 more fits.
+const MAX_SLOTS: usize = 1_835_008;
 
 /// Profiles a tally holds at most (36 bytes and an index each): beyond, as [`MAX_SLOTS`].
 const MAX_PROFILES: usize = 1 << 20;
@@ -231,7 +231,12 @@ impl BreakdownCounts {
     /// breakdowns cost between two takes (the entries they hold are the L1's).
     #[cfg(test)]
     fn heap_bytes(&self) -> usize {
-        let table = |buckets: usize, entry: usize| buckets * (entry + 1);
+        // A table's buckets: a power of two, at most 7/8 of them full (hashbrown).
+        let table = |capacity: usize, entry: usize| match capacity {
+            0 => 0,
+            c if c < 8 => (c + 1).next_power_of_two() * (entry + 1),
+            c => (c * 8 / 7).next_power_of_two() * (entry + 1),
+        };
         table(self.slots.capacity(), std::mem::size_of::<Slot>())
             + table(self.profiles.capacity(), std::mem::size_of::<u32>())
             + self.by_profile.capacity() * std::mem::size_of::<Profile>()
@@ -562,11 +567,12 @@ mod tests {
                 counts.add(e(&code), &other, &every);
             }
         }
-        // Four counts a code (referrer, device, browser, OS) in one slot of 16 bytes; counted
-        // per code and dimension (a vector of counts a code) they held 160 and more, and in
-        // nine maps a code about 1 KiB (288 bytes of empty maps alone).
+        // Four counts a code (referrer, device, browser, OS) in one slot of 16 bytes, in a
+        // table of 32,768 buckets (28 bytes a code); counted per code and dimension (a vector
+        // of counts a code) this test allowed 160 (reckoning the table by its capacity, not
+        // its buckets), and in nine maps a code they held about 1 KiB.
         let per_code = counts.heap_bytes() / codes;
-        assert!(per_code < 40, "{per_code} bytes a code");
+        assert!(per_code < 32, "{per_code} bytes a code");
         let (adds, clicks) = counts.take(rebound_core::Day(1));
         // The second profile's country, referrer and browser are values of their own; its
         // device and OS add to the first's.
@@ -592,6 +598,7 @@ mod tests {
             crate::clicks::test_util::entry("dup"),
         );
         assert!(!first.is_same(&second));
+        assert_eq!(std::mem::size_of::<Slot>(), 16);
         let every = [true; Dimension::ALL.len()];
         let mut counts = BreakdownCounts::default();
         for entry in [&first, &second, &second] {
