@@ -247,8 +247,9 @@ impl BreakdownCounts {
 
     /// The adds of `day`, in (code, dimension, value) order, and the clicks they count. A
     /// code's values of a dimension beyond the store's bound for a link's day count as
-    /// [`OTHER`] (memory is bounded by the tally's own bounds): those it keeps are the first
-    /// counted since the last take, as the store keeps a day's first.
+    /// [`OTHER`] (memory is bounded by the tally's own bounds): those it keeps are the ones
+    /// first counted since the last take by any code (the values' interned order), as the
+    /// store keeps a day's first; for a code alone, its own first.
     pub(super) fn take(&mut self, day: rebound_core::Day) -> (Vec<DimensionAdd>, u64) {
         let clicks = std::mem::take(&mut self.clicks);
         let by_index = std::mem::take(&mut self.by_index);
