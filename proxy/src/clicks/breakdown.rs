@@ -8,10 +8,11 @@
 /// foldhash (hashbrown's default): std's SipHash made the counting about 1,500
 /// instructions a click under callgrind (benches/results/2026-12-06e-callgrind-breakdowns.md).
 use crate::l1::L1Entry;
-use hashbrown::{HashMap, HashTable};
+use hashbrown::{DefaultHashBuilder, HashTable};
 use rebound_core::dimensions::{Dimensions, Referrer};
 use rebound_store::breakdowns::OTHER;
 use rebound_store::{Dimension, DimensionAdd};
+use std::hash::BuildHasher;
 
 /// Calls `each` with every dimension `click` has a value of, and the value as the
 /// breakdowns name it, as bytes: no UTF-8 check of each value on each click (the values
@@ -109,6 +110,56 @@ fn profile_hash(profile: &Profile) -> u64 {
     h
 }
 
+/// Items held once each, by index (what a slot and a profile name), and found again by a
+/// hash: the values and the profiles counted since the last take.
+#[derive(Debug)]
+struct Interned<T> {
+    by_index: Vec<T>,
+    /// Indices into `by_index`, by the item's hash.
+    index: HashTable<u32>,
+}
+
+impl<T> Default for Interned<T> {
+    fn default() -> Self {
+        Interned {
+            by_index: Vec::new(),
+            index: HashTable::new(),
+        }
+    }
+}
+
+impl<T> Interned<T> {
+    #[inline]
+    fn get(&self, at: u32) -> &T {
+        &self.by_index[at as usize]
+    }
+
+    /// The index of the item `is` recognises, whose hash is `hash`; if none, `make`'s, added
+    /// when fewer than `most` are held, else `None`. `hash_of` hashes a held item.
+    fn find_or_add(
+        &mut self,
+        hash: u64,
+        is: impl Fn(&T) -> bool,
+        make: impl FnOnce() -> T,
+        hash_of: impl Fn(&T) -> u64,
+        most: usize,
+    ) -> Option<u32> {
+        let by_index = &self.by_index;
+        if let Some(&at) = self.index.find(hash, |&at| is(&by_index[at as usize])) {
+            return Some(at);
+        }
+        if self.by_index.len() >= most {
+            return None;
+        }
+        let at = self.by_index.len() as u32;
+        self.by_index.push(make());
+        let by_index = &self.by_index;
+        self.index
+            .insert_unique(hash, at, |&held| hash_of(&by_index[held as usize]));
+        Some(at)
+    }
+}
+
 /// People's clicks by entry and profile since the last take; made into clicks by code,
 /// dimension and value at the take.
 ///
@@ -116,17 +167,17 @@ fn profile_hash(profile: &Profile) -> u64 {
 /// dimensions, interned), not once per dimension: a code's clicks between two takes mostly
 /// share one or a few profiles, and a slot is 16 bytes. Counted per code and dimension (a
 /// map of codes to a sorted vector of counts), the all-in-one held 344 MiB after every code
-/// of 1,000,000 was requested, against 239 MiB so (`benches/results/2026-12-07h-breakdown-memory.md`).
+/// of 1,000,000 was requested, against 239 MiB so and 207 with the one-word L1 handle
+/// (`benches/results/2026-12-07h-breakdown-memory.md`).
 #[derive(Debug, Default)]
 pub(super) struct BreakdownCounts {
     slots: HashTable<Slot>,
-    /// The profiles counted since the last take, each once, as their index in `by_profile`.
-    profiles: HashTable<u32>,
-    by_profile: Vec<Profile>,
+    /// The profiles counted since the last take, each once.
+    profiles: Interned<Profile>,
     /// The values counted since the last take, each once, by its bytes.
-    values: HashMap<Box<[u8]>, u32>,
-    /// The same, by index.
-    by_index: Vec<Box<[u8]>>,
+    values: Interned<Box<[u8]>>,
+    /// Hashes the values (foldhash, hashbrown's default).
+    hasher: DefaultHashBuilder,
     /// Per dimension, the index of the value it counted last: a click's values mostly
     /// repeat the last click's (one browser, one referrer), and comparing the bytes is
     /// cheaper than hashing them (`intern`: 541 of the counter's 1,242 instructions a click
@@ -150,7 +201,7 @@ impl BreakdownCounts {
         dimensions: &Dimensions,
         counted: &[bool; Dimension::ALL.len()],
     ) -> bool {
-        let (values, by_index, last) = (&mut self.values, &mut self.by_index, &mut self.last);
+        let (values, hasher, last) = (&mut self.values, &self.hasher, &mut self.last);
         let most_values = self.limits.values;
         let mut profile = [NONE; Dimension::ALL.len()];
         each_bytes(dimensions, |dimension, value| {
@@ -159,9 +210,9 @@ impl BreakdownCounts {
                 return;
             }
             profile[d] = match last[d] {
-                Some(at) if by_index.get(at as usize).is_some_and(|held| **held == *value) => at,
+                Some(at) if values.by_index.get(at as usize).is_some_and(|held| **held == *value) => at,
                 _ => {
-                    let at = intern(values, by_index, value, most_values);
+                    let at = intern(values, hasher, value, most_values);
                     last[d] = Some(at);
                     at
                 }
@@ -173,21 +224,20 @@ impl BreakdownCounts {
         }
         let full = self.slots.len() >= self.limits.slots;
         let id = match self.last_profile {
-            Some(at) if self.by_profile[at as usize] == profile => at,
+            Some(at) if *self.profiles.get(at) == profile => at,
             _ => {
-                let hash = profile_hash(&profile);
-                let by_profile = &self.by_profile;
-                match self.profiles.find(hash, |&at| by_profile[at as usize] == profile) {
-                    Some(&at) => at,
-                    None if full || self.by_profile.len() >= self.limits.profiles => return false,
-                    None => {
-                        let at = self.by_profile.len() as u32;
-                        self.by_profile.push(profile);
-                        let by_profile = &self.by_profile;
-                        self.profiles
-                            .insert_unique(hash, at, |&p| profile_hash(&by_profile[p as usize]));
-                        at
-                    }
+                // A full tally adds no profile: one would need a slot too.
+                let most = if full { 0 } else { self.limits.profiles };
+                let found = self.profiles.find_or_add(
+                    profile_hash(&profile),
+                    |held| *held == profile,
+                    || profile,
+                    profile_hash,
+                    most,
+                );
+                match found {
+                    Some(at) => at,
+                    None => return false,
                 }
             }
         };
@@ -237,12 +287,19 @@ impl BreakdownCounts {
             c if c < 8 => (c + 1).next_power_of_two() * (entry + 1),
             c => (c * 8 / 7).next_power_of_two() * (entry + 1),
         };
+        let interned = |i_capacity: usize, held: usize, item: usize| table(i_capacity, 4) + held * item;
         table(self.slots.capacity(), std::mem::size_of::<Slot>())
-            + table(self.profiles.capacity(), std::mem::size_of::<u32>())
-            + self.by_profile.capacity() * std::mem::size_of::<Profile>()
-            + table(self.values.capacity(), std::mem::size_of::<(Box<[u8]>, u32)>())
-            + self.by_index.capacity() * std::mem::size_of::<Box<[u8]>>()
-            + self.by_index.iter().map(|v| 2 * v.len()).sum::<usize>()
+            + interned(
+                self.profiles.index.capacity(),
+                self.profiles.by_index.capacity(),
+                std::mem::size_of::<Profile>(),
+            )
+            + interned(
+                self.values.index.capacity(),
+                self.values.by_index.capacity(),
+                std::mem::size_of::<Box<[u8]>>(),
+            )
+            + self.values.by_index.iter().map(|v| v.len()).sum::<usize>()
     }
 
     /// The adds of `day`, in (code, dimension, value) order, and the clicks they count. A
@@ -251,61 +308,45 @@ impl BreakdownCounts {
     /// first counted since the last take by any code (the values' interned order), as the
     /// store keeps a day's first; for a code alone, its own first.
     pub(super) fn take(&mut self, day: rebound_core::Day) -> (Vec<DimensionAdd>, u64) {
-        let clicks = std::mem::take(&mut self.clicks);
-        let by_index = std::mem::take(&mut self.by_index);
-        let by_profile = std::mem::take(&mut self.by_profile);
-        let slots = std::mem::take(&mut self.slots);
-        self.values.clear();
-        self.profiles.clear();
-        self.last = Default::default();
-        self.last_profile = None;
+        let empty = self.emptied();
+        let BreakdownCounts {
+            slots,
+            profiles,
+            values,
+            clicks,
+            ..
+        } = std::mem::replace(self, empty);
         // (code, dimension, value index, clicks): a slot's profile, one per value.
-        let mut counts: Vec<(&[u8], u8, u32, u64)> = Vec::with_capacity(slots.len());
+        let mut counts: Vec<(&str, u8, u32, u64)> = Vec::with_capacity(slots.len());
         for slot in &slots {
-            for (d, &value) in by_profile[slot.profile as usize].iter().enumerate() {
+            for (d, &value) in profiles.get(slot.profile).iter().enumerate() {
                 if value != NONE {
-                    counts.push((slot.entry.code_bytes(), d as u8, value, u64::from(slot.clicks)));
+                    counts.push((slot.entry.code(), d as u8, value, u64::from(slot.clicks)));
                 }
             }
         }
         counts.sort_unstable_by(|a, b| (a.0, a.1, a.2).cmp(&(b.0, b.1, b.2)));
         let mut adds: Vec<DimensionAdd> = Vec::new();
-        let mut at = 0;
-        while at < counts.len() {
-            // One code's values of one dimension, in the order they were first counted.
-            let (code, d) = (counts[at].0, counts[at].1);
-            let dimension = Dimension::ALL[d as usize];
-            let mut kept = 0;
+        // One code's values of one dimension, in the order they were first counted.
+        for group in counts.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
+            let (code, dimension) = (group[0].0, Dimension::ALL[group[0].1 as usize]);
+            let add = |value: String, clicks: u64| DimensionAdd {
+                code: code.to_owned(),
+                day,
+                dimension,
+                value,
+                clicks,
+            };
             let mut other = 0;
-            while at < counts.len() && counts[at].0 == code && counts[at].1 == d {
-                let value = counts[at].2;
-                let mut n = 0;
-                while at < counts.len() && counts[at].0 == code && counts[at].1 == d && counts[at].2 == value {
-                    n += counts[at].3;
-                    at += 1;
-                }
+            for (kept, run) in group.chunk_by(|a, b| a.2 == b.2).enumerate() {
+                let n = run.iter().map(|c| c.3).sum();
                 match kept < dimension.values_per_day() {
-                    true => {
-                        kept += 1;
-                        adds.push(DimensionAdd {
-                            code: String::from_utf8_lossy(code).into_owned(),
-                            day,
-                            dimension,
-                            value: String::from_utf8_lossy(&by_index[value as usize]).into_owned(),
-                            clicks: n,
-                        });
-                    }
+                    true => adds.push(add(String::from_utf8_lossy(values.get(run[0].2)).into_owned(), n)),
                     false => other += n,
                 }
             }
             if other > 0 {
-                adds.push(DimensionAdd {
-                    code: String::from_utf8_lossy(code).into_owned(),
-                    day,
-                    dimension,
-                    value: OTHER.to_owned(),
-                    clicks: other,
-                });
+                adds.push(add(OTHER.to_owned(), other));
             }
         }
         adds.sort_unstable_by(|a, b| (&a.code, a.dimension, &a.value).cmp(&(&b.code, b.dimension, &b.value)));
@@ -404,17 +445,19 @@ impl Tally {
 
 /// The index of `value` among the values counted since the last take, added if new (once
 /// `most` are held, a new value is counted as [`OTHER`]).
-fn intern(values: &mut HashMap<Box<[u8]>, u32>, by_index: &mut Vec<Box<[u8]>>, value: &[u8], most: usize) -> u32 {
-    if let Some(&index) = values.get(value) {
-        return index;
-    }
-    if by_index.len() >= most && value != OTHER.as_bytes() {
-        return intern(values, by_index, OTHER.as_bytes(), most);
-    }
-    let index = by_index.len() as u32;
-    by_index.push(value.into());
-    values.insert(value.into(), index);
-    index
+fn intern(values: &mut Interned<Box<[u8]>>, hasher: &DefaultHashBuilder, value: &[u8], most: usize) -> u32 {
+    let add = |values: &mut Interned<Box<[u8]>>, value: &[u8], most: usize| {
+        values.find_or_add(
+            hasher.hash_one(value),
+            |held| **held == *value,
+            || value.into(),
+            |held| hasher.hash_one(&**held),
+            most,
+        )
+    };
+    add(values, value, most)
+        .or_else(|| add(values, OTHER.as_bytes(), usize::MAX))
+        .expect("no bound on (other)")
 }
 
 #[cfg(test)]
