@@ -188,7 +188,22 @@ async fn threat_lists_refuse_targets_take_links_down_on_refresh_and_operators_re
         s == StatusCode::BAD_REQUEST
     })
     .await;
-    let (_, lists) = rb.api(Method::GET, "/api/v1/threat-lists", None).await;
+    // The loader puts a changed list in force, then rescans: the refusal above can come
+    // before the rescan that follows the file's load has ended. That rescan's outcome is
+    // the one whose start is at or after the file's load.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let lists = loop {
+        let (_, lists) = rb.api(Method::GET, "/api/v1/threat-lists", None).await;
+        let loaded = lists["lists"][1]["loaded_at"].as_str().unwrap_or_default().to_owned();
+        if lists["last_rescan_at"].as_str().is_some_and(|at| at >= loaded.as_str()) {
+            break lists;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the rescan after the file's load within 20 s: {lists}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     assert_eq!(lists["lists"][0]["entries"], 3, "{lists}");
     assert_eq!(lists["lists"][1]["entries"], 2, "{lists}");
     assert!(lists["last_rescan_scanned"].as_u64().unwrap() >= 2, "{lists}");
