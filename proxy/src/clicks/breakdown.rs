@@ -302,12 +302,13 @@ impl BreakdownCounts {
             + self.values.by_index.iter().map(|v| v.len()).sum::<usize>()
     }
 
-    /// The adds of `day`, in (code, dimension, value) order, and the clicks they count. A
-    /// code's values of a dimension beyond the store's bound for a link's day count as
-    /// [`OTHER`] (memory is bounded by the tally's own bounds): those it keeps are the ones
-    /// first counted since the last take by any code (the values' interned order), as the
-    /// store keeps a day's first; for a code alone, its own first.
-    pub(super) fn take(&mut self, day: rebound_core::Day) -> (Vec<DimensionAdd>, u64) {
+    /// The counts of `day`, moved out and sorted by code, to be made into adds a few codes
+    /// at a time ([`SortedCounts::adds_into`]), and the people's clicks they count; these
+    /// are then empty. The sort is of the slots (16 bytes each), not of their adds: made
+    /// whole, the adds of every code of 1,000,000 clicked (a `DimensionAdd` of two strings
+    /// for each of a code's values) took the all-in-one from 200 MiB to 556 at the take
+    /// (`benches/results/2026-12-07i-breakdown-take-memory.md`).
+    fn take_sorted(&mut self, day: rebound_core::Day) -> (SortedCounts, u64) {
         let empty = self.emptied();
         let BreakdownCounts {
             slots,
@@ -316,20 +317,90 @@ impl BreakdownCounts {
             clicks,
             ..
         } = std::mem::replace(self, empty);
-        // (code, dimension, value index, clicks): a slot's profile, one per value.
-        let mut counts: Vec<(&str, u8, u32, u64)> = Vec::with_capacity(slots.len());
-        for slot in &slots {
-            for (d, &value) in profiles.get(slot.profile).iter().enumerate() {
-                if value != NONE {
-                    counts.push((slot.entry.code(), d as u8, value, u64::from(slot.clicks)));
+        let mut slots: Vec<Slot> = slots.into_iter().collect();
+        slots.sort_unstable_by(|a, b| a.entry.code().cmp(b.entry.code()));
+        let sorted = SortedCounts {
+            day,
+            slots,
+            next: 0,
+            profiles,
+            values,
+            held: Vec::new(),
+            scratch: Vec::new(),
+        };
+        (sorted, clicks)
+    }
+
+    /// Every add of `day` at once, in (code, dimension, value) order, and the clicks they
+    /// count (the tests' view of a take).
+    #[cfg(test)]
+    pub(super) fn take(&mut self, day: rebound_core::Day) -> (Vec<DimensionAdd>, u64) {
+        let (mut sorted, clicks) = self.take_sorted(day);
+        let mut adds = Vec::new();
+        sorted.adds_into(&mut adds, usize::MAX);
+        (adds, clicks)
+    }
+}
+
+/// One day's counts of a take, their slots sorted by code: made into adds a few codes at a
+/// time, so that a take's adds are never all held at once.
+#[derive(Debug)]
+struct SortedCounts {
+    day: rebound_core::Day,
+    slots: Vec<Slot>,
+    /// `slots[..next]` were made into adds.
+    next: usize,
+    profiles: Interned<Profile>,
+    values: Interned<Box<[u8]>>,
+    /// A code's adds made and not yet handed out: they did not fit the last call's room.
+    held: Vec<DimensionAdd>,
+    /// One dimension's (value, clicks) of a code.
+    scratch: Vec<(u32, u64)>,
+}
+
+impl SortedCounts {
+    /// Appends the adds of the next codes, in (code, dimension, value) order, while `adds`
+    /// has room for all of a code's within `most` (one code's at least: a code's adds are
+    /// never split). False when none were left.
+    ///
+    /// A code's values of a dimension beyond the store's bound for a link's day count as
+    /// [`OTHER`] (memory is bounded by the tally's own bounds): those it keeps are the ones
+    /// first counted since the last take by any code (the values' interned order), as the
+    /// store keeps a day's first; for a code alone, its own first.
+    fn adds_into(&mut self, adds: &mut Vec<DimensionAdd>, most: usize) -> bool {
+        let before = adds.len();
+        loop {
+            if self.held.is_empty() {
+                if self.next == self.slots.len() {
+                    break;
                 }
+                self.make_next_code();
             }
+            if adds.len() > before && adds.len() + self.held.len() > most {
+                break;
+            }
+            adds.append(&mut self.held);
         }
-        counts.sort_unstable_by(|a, b| (a.0, a.1, a.2).cmp(&(b.0, b.1, b.2)));
-        let mut adds: Vec<DimensionAdd> = Vec::new();
-        // One code's values of one dimension, in the order they were first counted.
-        for group in counts.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
-            let (code, dimension) = (group[0].0, Dimension::ALL[group[0].1 as usize]);
+        adds.len() > before
+    }
+
+    /// Makes the adds of the code of `slots[next]` (of every entry it had: two fills of a
+    /// code add up) into `held`.
+    fn make_next_code(&mut self) {
+        let code = self.slots[self.next].entry.code();
+        let end = self.next + self.slots[self.next..].partition_point(|s| s.entry.code() == code);
+        let (slots, day) = (&self.slots[self.next..end], self.day);
+        let (profiles, values, scratch, held) = (&self.profiles, &self.values, &mut self.scratch, &mut self.held);
+        for (d, &dimension) in Dimension::ALL.iter().enumerate() {
+            scratch.clear();
+            scratch.extend(slots.iter().filter_map(|s| {
+                let value = profiles.get(s.profile)[d];
+                (value != NONE).then_some((value, u64::from(s.clicks)))
+            }));
+            if scratch.is_empty() {
+                continue;
+            }
+            scratch.sort_unstable_by_key(|&(value, _)| value);
             let add = |value: String, clicks: u64| DimensionAdd {
                 code: code.to_owned(),
                 day,
@@ -338,27 +409,28 @@ impl BreakdownCounts {
                 clicks,
             };
             let mut other = 0;
-            for (kept, run) in group.chunk_by(|a, b| a.2 == b.2).enumerate() {
-                let n = run.iter().map(|c| c.3).sum();
+            // In the order the values were first counted.
+            for (kept, run) in scratch.chunk_by(|a, b| a.0 == b.0).enumerate() {
+                let n = run.iter().map(|c| c.1).sum();
                 match kept < dimension.values_per_day() {
-                    true => adds.push(add(String::from_utf8_lossy(values.get(run[0].2)).into_owned(), n)),
+                    true => held.push(add(String::from_utf8_lossy(values.get(run[0].0)).into_owned(), n)),
                     false => other += n,
                 }
             }
             if other > 0 {
-                adds.push(add(OTHER.to_owned(), other));
+                held.push(add(OTHER.to_owned(), other));
             }
         }
-        adds.sort_unstable_by(|a, b| (&a.code, a.dimension, &a.value).cmp(&(&b.code, b.dimension, &b.value)));
+        held.sort_unstable_by(|a, b| (a.dimension, &a.value).cmp(&(b.dimension, &b.value)));
         // A kept value spelled as the bound's own (a campaign named "(other)"): one add.
-        adds.dedup_by(|later, first| {
-            let same = later.code == first.code && later.dimension == first.dimension && later.value == first.value;
+        held.dedup_by(|later, first| {
+            let same = later.dimension == first.dimension && later.value == first.value;
             if same {
                 first.clicks += later.clicks;
             }
             same
         });
-        (adds, clicks)
+        self.next = end;
     }
 }
 
@@ -384,20 +456,72 @@ impl Default for Tally {
     }
 }
 
-/// A tally's counts, taken whole: made into adds once the tally's lock is let go.
+/// A tally's counts, taken whole: sorted once the tally's lock is let go
+/// ([`Taken::into_adds`]).
 pub(super) struct Taken(Vec<(BreakdownCounts, rebound_core::Day)>);
 
 impl Taken {
-    /// Every day's adds, each day's in (code, dimension, value) order, and the people's
-    /// clicks they count.
-    pub(super) fn into_adds(self) -> (Vec<DimensionAdd>, u64) {
-        let (mut all, mut clicks) = (Vec::new(), 0);
+    /// Every day's counts as adds to be made a group at a time, and the people's clicks
+    /// they count.
+    pub(super) fn into_adds(self) -> BreakdownAdds {
+        let mut adds = BreakdownAdds {
+            days: std::collections::VecDeque::new(),
+            clicks: 0,
+        };
         for (mut counts, day) in self.0 {
-            let (adds, n) = counts.take(day);
-            all.extend(adds);
-            clicks += n;
+            let (sorted, n) = counts.take_sorted(day);
+            adds.days.push_back(sorted);
+            adds.clicks += n;
         }
-        (all, clicks)
+        adds
+    }
+}
+
+/// A take's breakdowns, made into adds a group of codes at a time
+/// ([`BreakdownAdds::next_group`]): each day's in (code, dimension, value) order, the
+/// earlier day first.
+#[derive(Debug)]
+pub(super) struct BreakdownAdds {
+    days: std::collections::VecDeque<SortedCounts>,
+    clicks: u64,
+}
+
+impl BreakdownAdds {
+    /// The people's clicks the adds count.
+    pub(super) fn clicks(&self) -> u64 {
+        self.clicks
+    }
+
+    /// Whether there is an add to make (clicks with no dimension counted make none).
+    pub(super) fn has_adds(&self) -> bool {
+        self.days.iter().any(|d| !d.slots.is_empty())
+    }
+
+    /// The adds of the next codes: at most `most` unless one code alone has more (a code's
+    /// adds are never split), and empty only once every add was handed out.
+    pub(super) fn next_group(&mut self, most: usize) -> Vec<DimensionAdd> {
+        let mut adds = Vec::new();
+        while let Some(day) = self.days.front_mut() {
+            if !day.adds_into(&mut adds, most) {
+                self.days.pop_front();
+                continue;
+            }
+            break;
+        }
+        adds
+    }
+
+    /// Every add at once, and the clicks they count (the tests' view of a take).
+    #[cfg(test)]
+    pub(super) fn all(mut self) -> (Vec<DimensionAdd>, u64) {
+        let mut all = Vec::new();
+        loop {
+            let group = self.next_group(usize::MAX);
+            if group.is_empty() {
+                return (all, self.clicks);
+            }
+            all.extend(group);
+        }
     }
 }
 
@@ -545,7 +669,7 @@ mod tests {
         tally.add(Day(7), e("abc"), &click(b"DE", "x.example", "Safari"), &every);
         // Past midnight: day 7's counts are set aside whole, day 8's start empty.
         tally.add(Day(8), e("abc"), &click(b"FR", "x.example", "Safari"), &every);
-        let (adds, clicks) = tally.take().into_adds();
+        let (adds, clicks) = tally.take().into_adds().all();
         assert_eq!(clicks, 3);
         let countries: Vec<_> = adds
             .iter()
@@ -558,7 +682,66 @@ mod tests {
             5,
             "one add per dimension"
         );
-        assert_eq!(tally.take().into_adds(), (Vec::new(), 0), "taken whole");
+        assert_eq!(tally.take().into_adds().all(), (Vec::new(), 0), "taken whole");
+    }
+
+    #[test]
+    fn a_takes_adds_are_made_a_few_whole_codes_at_a_time_in_order() {
+        use rebound_core::Day;
+        let every = [true; Dimension::ALL.len()];
+        // 200 codes on day 3, each with one to three profiles (5 to 9 adds), and 30 on
+        // day 4; each filled in another order than its code's.
+        let fill = || {
+            let mut tally = Tally::default();
+            for (day, codes) in [(Day(3), 200), (Day(4), 30)] {
+                for i in (0..codes).rev() {
+                    let code = format!("g{:03}", (i * 7) % codes);
+                    for p in 0..1 + i % 3 {
+                        let referrer = format!("r{p}.example");
+                        tally.add(
+                            day,
+                            e(&code),
+                            &click(b"DE", &referrer, ["Chrome", "Safari"][p % 2]),
+                            &every,
+                        );
+                    }
+                }
+            }
+            tally.take().into_adds()
+        };
+        let (all, clicks) = fill().all();
+        let want: usize = [200, 30]
+            .iter()
+            .map(|&n| (0..n).map(|i| 1 + i % 3).sum::<usize>())
+            .sum();
+        assert_eq!(clicks, want as u64);
+        let mut adds = fill();
+        let mut groups = Vec::new();
+        loop {
+            let group = adds.next_group(40);
+            if group.is_empty() {
+                break;
+            }
+            assert!(group.len() <= 40, "{}", group.len());
+            groups.push(group);
+        }
+        for pair in groups.windows(2) {
+            let (last, first) = (pair[0].last().unwrap(), &pair[1][0]);
+            assert!(
+                (last.day, &last.code) != (first.day, &first.code),
+                "{} split",
+                first.code
+            );
+        }
+        assert_eq!(groups.concat(), all, "the same adds as made at once");
+        let mut sorted = all.clone();
+        sorted.sort_by(|a, b| (a.day, &a.code, a.dimension, &a.value).cmp(&(b.day, &b.code, b.dimension, &b.value)));
+        assert_eq!(all, sorted, "in (day, code, dimension, value) order");
+        // One code's adds alone past the room asked for: handed out whole.
+        let mut adds = fill();
+        let first = adds.next_group(1);
+        assert_eq!(first.len(), 5);
+        assert!(first.iter().all(|a| a.code == "g000"));
     }
 
     #[test]

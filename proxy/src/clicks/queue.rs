@@ -4,7 +4,7 @@
 //! click (a link unfurler, a crawler, a `HEAD`) pushes the entry on a queue of its own
 //! each time: rarer, and kept off the entry's one word of counts.
 
-use super::breakdown::Tally;
+use super::breakdown::{BreakdownAdds, Tally};
 use super::pending::{Pending, Unpersisted};
 use crate::l1::L1Entry;
 use crate::metrics::ProxyMetrics;
@@ -12,7 +12,7 @@ use crate::visitor::Visitor;
 use crossbeam_queue::ArrayQueue;
 use rebound_core::dimensions::Dimensions;
 use rebound_core::{Clock, Day};
-use rebound_store::{Dimension, DimensionAdd};
+use rebound_store::Dimension;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
@@ -199,10 +199,10 @@ impl ClickQueue {
         counted
     }
 
-    /// The breakdowns' adds counted so far, every day's, and the people's clicks they count;
+    /// The breakdowns counted so far, every day's, as adds to be made a group at a time;
     /// with `count_queue`, the clicks still queued for them are counted first (the last
     /// write, at shutdown).
-    pub(super) fn take_breakdowns(&self, count_queue: bool) -> (Vec<DimensionAdd>, u64) {
+    pub(super) fn take_breakdowns(&self, count_queue: bool) -> BreakdownAdds {
         let taken = {
             let mut tally = self.tally.lock().unwrap_or_else(|e| e.into_inner());
             if count_queue {
@@ -290,7 +290,7 @@ mod tests {
         assert_eq!(q.count_breakdowns().await, 2);
         assert!(q.breakdowns.is_empty());
         assert!(q.breakdowns_pending(), "counted, not yet written");
-        let (adds, clicks) = q.take_breakdowns(false);
+        let (adds, clicks) = q.take_breakdowns(false).all();
         assert_eq!((adds.len(), clicks), (1, 2));
         assert!(!q.breakdowns_pending());
     }
@@ -325,7 +325,7 @@ mod tests {
             2,
             "ccc, and aaa's second profile"
         );
-        let (adds, clicks) = q.take_breakdowns(false);
+        let (adds, clicks) = q.take_breakdowns(false).all();
         assert_eq!(clicks, 3);
         let got: Vec<_> = adds
             .iter()
@@ -335,7 +335,7 @@ mod tests {
         // The take leaves the tally as limited as it was, and empty.
         q.record_with(&c, from(b"DE"));
         assert_eq!(q.count_breakdowns().await, 1);
-        assert_eq!(q.take_breakdowns(false).1, 1);
+        assert_eq!(q.take_breakdowns(false).clicks(), 1);
     }
 
     #[test]

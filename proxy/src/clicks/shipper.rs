@@ -5,7 +5,8 @@
 
 use super::pacing::ClickPacing;
 use super::queue::ClickQueue;
-use super::summary::{summary_adds, SummaryAdds};
+use super::summary::{link_adds, Summary};
+use crate::l1::L1Entry;
 use async_trait::async_trait;
 use rebound_core::Day;
 use rebound_store::{
@@ -226,6 +227,7 @@ async fn sleep_until_some(deadline: Option<Instant>) {
 /// Writes take `id`: its rows to the sink ([`write_rows`]), then the breakdowns' adds
 /// counted so far (with `last`, the clicks still queued for them counted first); where
 /// breakdowns are kept, then the summaries of the domains it clicked ([`write_summary`]).
+/// The adds are made a group at a time as they are written, never all held at once.
 async fn write(
     queue: &ClickQueue,
     sink: &dyn ClickSink,
@@ -234,44 +236,62 @@ async fn write(
     id: u64,
     last: bool,
 ) {
-    let (rows, day) = {
+    // First, so that the tally's table is gone before the links' handles are gathered (at a
+    // take of 1,000,000 codes, 34 MiB of table while its 16 MiB of sorted slots are made).
+    let mut adds = queue.take_breakdowns(last);
+    // Where breakdowns are kept: the domains' totals, and the links with people's clicks
+    // (a handle each, for their codes once the rows are written and the take is gone).
+    let summary = breakdowns.map(|_| {
         let s = queue.unpersisted.lock();
         match s.takes.iter().find(|t| t.id == id) {
-            Some(t) => (
-                // Handles (a reference count each), for the summary once the lock is let go.
-                match breakdowns {
-                    Some(_) => t.rows.iter().map(|r| (r.entry.clone(), r.clicks)).collect(),
-                    None => Vec::new(),
-                },
-                t.day,
-            ),
-            None => (Vec::new(), Day(0)),
+            Some(t) => {
+                let summary = Summary::new(t.day, t.rows.iter().map(|r| (r.entry.code(), r.clicks)));
+                let mut links: Vec<(L1Entry, u64)> = Vec::with_capacity(t.rows.len());
+                links.extend(
+                    t.rows
+                        .iter()
+                        .filter(|r| r.clicks.clicks > 0)
+                        .map(|r| (r.entry.clone(), r.clicks.clicks)),
+                );
+                (summary, links, t.day)
+            }
+            None => (Summary::default(), Vec::new(), Day(0)),
         }
-    };
-    let (adds, clicks) = queue.take_breakdowns(last);
-    let summary = match breakdowns {
-        Some(_) => summary_adds(day, rows.iter().map(|(e, n)| (e.code(), *n)), &adds),
-        None => SummaryAdds::default(),
-    };
-    drop(rows);
+    });
     write_rows(queue, sink, ids, id).await;
-    if !adds.is_empty() {
-        write_breakdowns(queue, breakdowns, ids, adds, clicks).await;
+    let Some((mut summary, links, day)) = summary else {
+        if adds.has_adds() {
+            // No sink: the clicks are counted as the breakdowns' drops.
+            write_breakdowns(queue, None, ids, Vec::new, adds.clicks()).await;
+        }
+        return;
+    };
+    if adds.has_adds() {
+        let clicks = adds.clicks();
+        let next = || {
+            let group = adds.next_group(BREAKDOWN_BATCH_ADDS * SHIP_GROUP);
+            summary.observe(&group);
+            group
+        };
+        write_breakdowns(queue, breakdowns, ids, next, clicks).await;
     }
-    write_summary(queue, sink, breakdowns, ids, summary).await;
+    write_summary(queue, sink, breakdowns, ids, summary, day, links).await;
 }
 
-/// Ships a take's summary adds: the domains' daily totals to the sink as one more batch,
-/// their links, countries and referrers to the breakdowns' sink. A failure is counted and
-/// logged as the rows' and breakdowns' are; the summary then misses those clicks.
+/// Ships a take's summary: the domains' daily totals to the sink as one more batch, their
+/// links (`links`, the take's of `day` with people's clicks), countries and referrers to
+/// the breakdowns' sink. A failure is counted and logged as the rows' and breakdowns' are;
+/// the summary then misses those clicks.
 async fn write_summary(
     queue: &ClickQueue,
     sink: &dyn ClickSink,
     breakdowns: Option<&dyn BreakdownSink>,
     ids: &BatchIds,
-    summary: SummaryAdds,
+    summary: Summary,
+    day: Day,
+    links: Vec<(L1Entry, u64)>,
 ) {
-    for chunk in summary.totals.chunks(MAX_BATCH_ADDS) {
+    for chunk in summary.totals().chunks(MAX_BATCH_ADDS) {
         let batch = ClickBatch {
             id: ids.next(),
             adds: chunk.to_vec(),
@@ -281,37 +301,50 @@ async fn write_summary(
             tracing::warn!(error = %rebound_core::Causes(&e), "a summary batch was not shipped; the domains' daily totals miss its clicks");
         }
     }
-    if !summary.adds.is_empty() {
-        write_breakdowns(queue, breakdowns, ids, summary.adds, 0).await;
-    }
+    let mut groups = links.chunks(BREAKDOWN_BATCH_ADDS * SHIP_GROUP);
+    let next = || {
+        groups
+            .next()
+            .map_or_else(Vec::new, |g| link_adds(day, g.iter().map(|(e, n)| (e.code(), *n))))
+    };
+    write_breakdowns(queue, breakdowns, ids, next, 0).await;
+    let mut summed = summary.into_summed().into_iter();
+    let next = || summed.by_ref().take(BREAKDOWN_BATCH_ADDS * SHIP_GROUP).collect();
+    write_breakdowns(queue, breakdowns, ids, next, 0).await;
 }
 
-/// Hands the breakdowns' `adds` (counting `clicks` people's clicks) to their sink, in
-/// batches of [`BREAKDOWN_BATCH_ADDS`], [`SHIP_GROUP`] batches at a time; a group that fails
-/// is counted and its adds are lost; with no sink, the clicks are counted as the
-/// breakdowns' drops.
+/// Hands the breakdowns' adds that `next` makes a group at a time (counting `clicks`
+/// people's clicks) to their sink, until it makes none, in batches of
+/// [`BREAKDOWN_BATCH_ADDS`], a group's batches at once; a group that fails is counted and
+/// its adds are lost; with no sink, the clicks are counted as the breakdowns' drops.
 async fn write_breakdowns(
     queue: &ClickQueue,
     breakdowns: Option<&dyn BreakdownSink>,
     ids: &BatchIds,
-    adds: Vec<DimensionAdd>,
+    mut next: impl FnMut() -> Vec<DimensionAdd> + Send,
     clicks: u64,
 ) {
     let Some(sink) = breakdowns else {
         queue.metrics.breakdown_clicks_dropped.inc_by(clicks);
         return;
     };
-    for group in adds.chunks(BREAKDOWN_BATCH_ADDS * SHIP_GROUP) {
-        let batches: Vec<DimensionBatch> = group
-            .chunks(BREAKDOWN_BATCH_ADDS)
-            .map(|chunk| DimensionBatch {
+    loop {
+        let group = next();
+        if group.is_empty() {
+            return;
+        }
+        let len = group.len();
+        let mut adds = group.into_iter().peekable();
+        let mut batches = Vec::with_capacity(len.div_ceil(BREAKDOWN_BATCH_ADDS));
+        while adds.peek().is_some() {
+            batches.push(DimensionBatch {
                 id: ids.next(),
-                adds: chunk.to_vec(),
-            })
-            .collect();
+                adds: adds.by_ref().take(BREAKDOWN_BATCH_ADDS).collect(),
+            });
+        }
         if let Err(e) = sink.ship_breakdowns(&batches).await {
             queue.metrics.breakdown_batches_failed.inc_by(batches.len() as u64);
-            tracing::warn!(error = %rebound_core::Causes(&e), adds = group.len(), "breakdown batches not written; the breakdowns miss their clicks");
+            tracing::warn!(error = %rebound_core::Causes(&e), adds = len, "breakdown batches not written; the breakdowns miss their clicks");
         }
     }
 }
@@ -397,6 +430,7 @@ mod tests {
     use crate::visitor::Visitor;
     use rebound_core::ManualClock;
     use rebound_store::MemoryStore;
+    use std::sync::Mutex;
 
     /// Ships what `q` holds at shutdown (the interval never passes).
     async fn run_until_stopped(q: Arc<ClickQueue>, sink: Arc<dyn ClickSink>) {
@@ -487,6 +521,93 @@ mod tests {
         );
         assert_eq!(read("aaa", Dimension::Os).await, vec![("iOS".to_owned(), 3)]);
         assert_eq!(read("bbb", Dimension::Device).await, vec![("mobile".to_owned(), 1)]);
+    }
+
+    /// A breakdowns' sink that keeps each call's batches, and ships them on to a store.
+    struct Calls(Mutex<Vec<Vec<DimensionBatch>>>, StoreBreakdownSink);
+
+    #[async_trait]
+    impl BreakdownSink for Calls {
+        async fn ship_breakdowns(&self, batches: &[DimensionBatch]) -> Result<(), StoreError> {
+            self.0.lock().unwrap().push(batches.to_vec());
+            self.1.ship_breakdowns(batches).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_takes_breakdowns_are_written_a_group_of_codes_at_a_time() {
+        use rebound_core::dimensions::{cdn_country, Dimensions, Referrer};
+        use rebound_store::{BreakdownStore, Dimension};
+        // 3,000 codes, each with a country and a referrer of its own and a second country
+        // on every third: 7,000 adds of the links, more than one call's ten batches of 500.
+        let codes = 3_000;
+        let q = Arc::new(ClickQueue::new(16_384, metrics(), clock_at(5 * 86_400_000 + 1)));
+        let countries = [b"DE", b"FR"];
+        let entries: Vec<_> = (0..codes).map(|i| entry(&format!("c{i:05}"))).collect();
+        for (i, e) in entries.iter().enumerate() {
+            for country in &countries[..1 + usize::from(i % 3 == 0)] {
+                let dims = Dimensions {
+                    country: Some(cdn_country(*country)),
+                    referrer: Some(Referrer::Host(rebound_core::dimensions::Label::truncated(&format!(
+                        "r{i}.example"
+                    )))),
+                    ..Dimensions::default()
+                };
+                q.record_with(e, dims);
+            }
+        }
+        let store = Arc::new(MemoryStore::new());
+        let calls = Arc::new(Calls(Mutex::default(), StoreBreakdownSink(store.clone())));
+        let writer = ClickWriter {
+            runtime: tokio::runtime::Handle::current(),
+            sink: Arc::new(StoreClickSink(store.clone())),
+            breakdowns: Some(calls.clone()),
+        };
+        Shipper::writing(&q, writer, pacing(3_600_000, 1_000_000, 3_600_000))
+            .stop()
+            .await;
+        let calls = calls.0.lock().unwrap().clone();
+        let links: Vec<Vec<&DimensionAdd>> = calls
+            .iter()
+            .map(|call| call.iter().flat_map(|b| &b.adds).filter(|a| a.code != "*").collect())
+            .filter(|adds: &Vec<_>| !adds.is_empty())
+            .collect();
+        assert_eq!(links.iter().map(Vec::len).sum::<usize>(), 7_000);
+        assert!(links.len() >= 2, "{} calls", links.len());
+        for (n, call) in calls.iter().enumerate() {
+            assert!(call.len() <= SHIP_GROUP, "call {n}: {} batches", call.len());
+            assert!(call.iter().all(|b| b.adds.len() <= BREAKDOWN_BATCH_ADDS));
+        }
+        // A code's adds are never split between two calls.
+        for pair in links.windows(2) {
+            let (last, first) = (pair[0].last().unwrap(), pair[1][0]);
+            assert_ne!(last.code, first.code);
+        }
+        let day = Day(5);
+        let read = |code: String, d: Dimension| {
+            let store = store.clone();
+            async move {
+                let values = store.read_breakdown(&code, d, day, day).await.unwrap();
+                values.into_iter().map(|v| (v.value, v.clicks)).collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(
+            read("c00003".into(), Dimension::Country).await,
+            vec![("DE".to_owned(), 1), ("FR".to_owned(), 1)]
+        );
+        assert_eq!(
+            read("c02999".into(), Dimension::Referrer).await,
+            vec![("r2999.example".to_owned(), 1)]
+        );
+        // The default domain's summary: every link (its first 1,000 by code, the rest as
+        // `(other)`), every country.
+        let links = read("*".into(), Dimension::Link).await;
+        assert_eq!(links.len(), rebound_store::breakdowns::LINKS_PER_SCOPE_DAY + 1);
+        assert_eq!(links.iter().map(|l| l.1).sum::<u64>(), 4_000);
+        assert_eq!(
+            read("*".into(), Dimension::Country).await,
+            vec![("DE".to_owned(), 3_000), ("FR".to_owned(), 1_000)]
+        );
     }
 
     #[tokio::test]

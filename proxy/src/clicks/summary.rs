@@ -4,77 +4,164 @@
 //! link code, and its countries and referrers summed over its links. Nothing on the
 //! redirect path: one pass over the take's rows and one over its breakdown adds.
 
-use hashbrown::HashMap;
+use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 use rebound_core::domain::split_key;
 use rebound_core::Day;
 use rebound_store::breakdowns::scope_code;
 use rebound_store::{ClickAdd, Clicks, Dimension, DimensionAdd};
+use std::hash::BuildHasher;
 
 /// The breakdowns a domain's summary sums over its links (the others stay per link).
 const SUMMED: [Dimension; 2] = [Dimension::Country, Dimension::Referrer];
 
-/// What a take adds to the summaries of the domains it clicked.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub(super) struct SummaryAdds {
+/// What a take adds to the summaries of the domains it clicked, made as its write goes: the
+/// domains' totals from the take's rows at the start, the links' adds a group of rows at a
+/// time ([`link_adds`]), the countries and referrers summed over each group of breakdown
+/// adds written ([`Summary::observe`]). Nothing of a take is held whole as adds: made at
+/// once, the adds of a take of 1,000,000 codes held hundreds of MiB
+/// (`benches/results/2026-12-07i-breakdown-take-memory.md`).
+#[derive(Debug, Default)]
+pub(super) struct Summary {
     /// One per domain clicked: its people's and bots' clicks of the day.
-    pub(super) totals: Vec<ClickAdd>,
-    /// Its people's clicks by link code, then its countries and referrers, in (scope, day,
-    /// dimension, value) order.
-    pub(super) adds: Vec<DimensionAdd>,
+    totals: Vec<ClickAdd>,
+    /// The domains' countries and referrers so far, each (domain, day, dimension, value)
+    /// once.
+    summed: HashTable<Summed>,
+    hasher: DefaultHashBuilder,
 }
 
-/// The summary adds of a take of `day`: `rows` are its (link key, clicks), one per key;
-/// `breakdown`, the links' breakdown adds written with it, each of its own day.
-pub(super) fn summary_adds<'a>(
+#[derive(Debug)]
+struct Summed {
+    /// The domain's id; `None`, the default domain.
+    id: Option<Box<str>>,
     day: Day,
-    rows: impl IntoIterator<Item = (&'a str, Clicks)>,
-    breakdown: &[DimensionAdd],
-) -> SummaryAdds {
-    // By domain id (None: the default domain); a take clicks few domains.
-    let mut totals: HashMap<Option<&str>, Clicks> = HashMap::new();
-    let mut adds = Vec::new();
-    for (key, clicks) in rows {
-        let (code, id) = split_key(key);
-        *totals.entry(id).or_default() += clicks;
-        if clicks.clicks > 0 {
-            adds.push(DimensionAdd {
+    dimension: Dimension,
+    value: Box<str>,
+    clicks: u64,
+}
+
+impl Summary {
+    /// The summary of a take of `day` whose rows are `rows`, (link key, clicks), one per
+    /// key: the domains' totals.
+    pub(super) fn new<'a>(day: Day, rows: impl IntoIterator<Item = (&'a str, Clicks)>) -> Summary {
+        // By domain id (None: the default domain); a take clicks few domains.
+        let mut totals: HashMap<Option<&str>, Clicks> = HashMap::new();
+        for (key, clicks) in rows {
+            *totals.entry(split_key(key).1).or_default() += clicks;
+        }
+        let mut totals: Vec<ClickAdd> = totals
+            .into_iter()
+            .map(|(id, n)| ClickAdd {
+                code: scope_code(id),
+                day,
+                clicks: n.clicks,
+                bot_clicks: n.bot_clicks,
+            })
+            .collect();
+        totals.sort_unstable_by(|a, b| a.code.cmp(&b.code));
+        Summary {
+            totals,
+            ..Summary::default()
+        }
+    }
+
+    /// The domains' daily totals, one add per domain clicked.
+    pub(super) fn totals(&self) -> &[ClickAdd] {
+        &self.totals
+    }
+
+    /// Sums the countries and referrers of links' breakdown adds into their domains', each
+    /// add of its own day (a take's breakdowns can span midnight).
+    pub(super) fn observe(&mut self, breakdown: &[DimensionAdd]) {
+        let (summed, hasher) = (&mut self.summed, &self.hasher);
+        for add in breakdown.iter().filter(|a| SUMMED.contains(&a.dimension)) {
+            let id = split_key(&add.code).1;
+            let hash = hasher.hash_one((id, add.day, add.dimension, add.value.as_str()));
+            let same = |s: &Summed| {
+                s.id.as_deref() == id && s.day == add.day && s.dimension == add.dimension && *s.value == *add.value
+            };
+            match summed.find_mut(hash, same) {
+                Some(s) => s.clicks += add.clicks,
+                None => {
+                    summed.insert_unique(
+                        hash,
+                        Summed {
+                            id: id.map(Into::into),
+                            day: add.day,
+                            dimension: add.dimension,
+                            value: add.value.as_str().into(),
+                            clicks: add.clicks,
+                        },
+                        |s| hasher.hash_one((s.id.as_deref(), s.day, s.dimension, &*s.value)),
+                    );
+                }
+            }
+        }
+    }
+
+    /// The domains' countries and referrers summed, in (scope, day, dimension, value) order.
+    pub(super) fn into_summed(self) -> Vec<DimensionAdd> {
+        let mut adds: Vec<DimensionAdd> = self
+            .summed
+            .into_iter()
+            .map(|s| DimensionAdd {
+                code: scope_code(s.id.as_deref()),
+                day: s.day,
+                dimension: s.dimension,
+                value: s.value.into(),
+                clicks: s.clicks,
+            })
+            .collect();
+        adds.sort_unstable_by(|a, b| {
+            (&a.code, a.day, a.dimension, &a.value).cmp(&(&b.code, b.day, b.dimension, &b.value))
+        });
+        adds
+    }
+}
+
+/// The adds of `rows` (link key, people's clicks) of a take of `day` to their domains'
+/// people's clicks by link code, in (scope, value) order; none for a row without people's
+/// clicks (bots' count in no link).
+pub(super) fn link_adds<'a>(day: Day, rows: impl IntoIterator<Item = (&'a str, u64)>) -> Vec<DimensionAdd> {
+    let mut adds: Vec<DimensionAdd> = rows
+        .into_iter()
+        .filter(|&(_, clicks)| clicks > 0)
+        .map(|(key, clicks)| {
+            let (code, id) = split_key(key);
+            DimensionAdd {
                 code: scope_code(id),
                 day,
                 dimension: Dimension::Link,
                 value: code.to_owned(),
-                clicks: clicks.clicks,
-            });
-        }
-    }
-    // Each add's own day: the breakdowns' counts of a take can span midnight.
-    let mut summed: HashMap<(Option<&str>, Day, Dimension, &str), u64> = HashMap::new();
-    for add in breakdown.iter().filter(|a| SUMMED.contains(&a.dimension)) {
-        *summed
-            .entry((split_key(&add.code).1, add.day, add.dimension, add.value.as_str()))
-            .or_default() += add.clicks;
-    }
-    adds.extend(
-        summed
-            .into_iter()
-            .map(|((id, day, dimension, value), clicks)| DimensionAdd {
-                code: scope_code(id),
-                day,
-                dimension,
-                value: value.to_owned(),
                 clicks,
-            }),
-    );
-    adds.sort_unstable_by(|a, b| (&a.code, a.day, a.dimension, &a.value).cmp(&(&b.code, b.day, b.dimension, &b.value)));
-    let mut totals: Vec<ClickAdd> = totals
-        .into_iter()
-        .map(|(id, n)| ClickAdd {
-            code: scope_code(id),
-            day,
-            clicks: n.clicks,
-            bot_clicks: n.bot_clicks,
+            }
         })
         .collect();
-    totals.sort_unstable_by(|a, b| a.code.cmp(&b.code));
+    adds.sort_unstable_by(|a, b| (&a.code, &a.value).cmp(&(&b.code, &b.value)));
+    adds
+}
+
+/// Every summary add of a take at once, in (scope, day, dimension, value) order: the tests'
+/// view of what [`Summary`] and [`link_adds`] make.
+#[cfg(test)]
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct SummaryAdds {
+    totals: Vec<ClickAdd>,
+    adds: Vec<DimensionAdd>,
+}
+
+#[cfg(test)]
+fn summary_adds<'a>(
+    day: Day,
+    rows: impl IntoIterator<Item = (&'a str, Clicks)> + Clone,
+    breakdown: &[DimensionAdd],
+) -> SummaryAdds {
+    let mut summary = Summary::new(day, rows.clone());
+    summary.observe(breakdown);
+    let totals = summary.totals().to_vec();
+    let mut adds = link_adds(day, rows.into_iter().map(|(key, clicks)| (key, clicks.clicks)));
+    adds.extend(summary.into_summed());
+    adds.sort_unstable_by(|a, b| (&a.code, a.day, a.dimension, &a.value).cmp(&(&b.code, b.day, b.dimension, &b.value)));
     SummaryAdds { totals, adds }
 }
 
