@@ -7,6 +7,8 @@ Rebound through its bulk import, and runs every scenario, the servers taking tur
   warm      random known codes over the whole table, L1 warm          (rps, p99, CPU)
             (wrk, then oha with one worker thread: a second client's figures)
   unknown   the same with 10 % unknown codes                          (rps, p99, store reads)
+            each wrk run of both also again with each server held to the same CPU share
+            (--cap), so that the server and not wrk is the bound                (rps)
             then one run per server on the warm list: where a request's CPU goes, on the
             server and on wrk (user, system, syscalls by kind with perf if installed,
             how often the server slept, TCP segments and bytes): whether the client or the server is the bound
@@ -16,7 +18,8 @@ Rebound through its bulk import, and runs every scenario, the servers taking tur
   create    creation through the API with generated codes             (links/s)
   startup   start to ready with the whole table, and with 1,000 links  (seconds)
   rss       process RSS with the whole table cached                   (MiB)
-  callgrind user-space instructions per L1-hit redirect, 100,000 links (repeatable)
+  callgrind user-space instructions per L1-hit redirect, 100,000 links (repeatable),
+            over cleartext HTTP/1.1 (wrk) and over HTTP/2 with TLS (h2load, callgrind_h2)
   tls       the same certificate (ECDSA P-256) on Rebound's TLS port and nginx's
             `listen ssl http2`: HTTPS keep-alive (wrk), HTTP/2 (h2load), TLS handshakes
             (wrk with `Connection: close`)                             (req/s, handshakes/s)
@@ -100,7 +103,7 @@ def parser() -> argparse.ArgumentParser:
                                              "browser's, e.g. Chrome's en-US,en;q=0.9: what a language rule "
                                              "reads; default: none)")
     p.add_argument("--cap", default="2500/10000",
-                   help="the CPU share of each server in the tls scenario's capped rows: QUOTA/PERIOD in "
+                   help="the CPU share of each server in the capped rows (side and tls scenarios): QUOTA/PERIOD in "
                         "microseconds of cgroup v1's cpu.cfs_quota_us/cpu.cfs_period_us (default: a quarter of "
                         "a core; with half a core a wrk that shares 2 busy cores could not always keep the "
                         "server busy)")

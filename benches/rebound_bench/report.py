@@ -48,6 +48,25 @@ def render(b: Bench) -> str:
                          f"{s['rps']['median'] / sc['nginx']['rps']['median']:.2f}x | "
                          f"{s['rps']['median'] / sc['hyper']['rps']['median']:.2f}x |")
         lines += ["", f"Rebound store reads during the runs: {sc['rebound_store_reads']:.0f}.", ""]
+        if f"{scenario}_capped" in r:
+            cc, cap = r[f"{scenario}_capped"], r["side_capped"]
+            lines += [f"The same wrk runs with every process of each server in a cgroup of its own held to "
+                      f"{cap['cores']:.2f} of a core (cgroup v1, `cpu.cfs_quota_us` {cap['quota_us']} per "
+                      f"`cpu.cfs_period_us` {cap['period_us']}, `cpu.shares` {cap['shares']}; wrk in one with no "
+                      "quota): the server is the bound, so the figure is what each server does with the same "
+                      "CPU time. The p99 of a capped run is the quota's (a throttled server waits out the "
+                      "period) and is left out.", "",
+                      "| server, capped | req/s | vs nginx | vs hyper | server's share of a core | "
+                      "wrk's share of a core | periods throttled |", "| --- | --- | --- | --- | --- | --- | --- |"]
+            for name in ["rebound", "nginx", "hyper"]:
+                c = cc[name]
+                lines.append(f"| {name} | {fmt(c['rps'])} | "
+                             f"{c['rps']['median'] / cc['nginx']['rps']['median']:.2f}x | "
+                             f"{c['rps']['median'] / cc['hyper']['rps']['median']:.2f}x | "
+                             f"{100 * c['server_core_share']['median']:.0f} % | "
+                             f"{100 * c['client_core_share']['median']:.0f} % | "
+                             f"{100 * c['throttled_share']['median']:.0f} % |")
+            lines.append("")
     if "warm_oha" in r:
         sc = r["warm_oha"]
         lines += ["## Random codes, warm L1, oha (HTTP/1.1 keep-alive)", "",

@@ -46,7 +46,6 @@ from ..tools.hosts import HostsEntries
 from ..tools.proc import pin, proc_cpu_seconds, proc_rss_mib
 from ..tools.wrk import wrk
 from ..util import KEY, free_port, log, summary
-from .tls import client_seconds
 
 # The default domain: the host of REBOUND_PUBLIC_BASE_URL (context.rebound_base_env).
 DEFAULT_HOST = "sho.rt"
@@ -452,26 +451,18 @@ def measure(s: Server, metrics_url: str, cap: tuple[int, int] | None, go: Callab
     pin(s.pids(), "0")
     try:
         if cap is not None:
-            with cgroup.CpuCap("rebound-bench-domains", *cap, shares=cgroup.MAX_SHARES) as group, \
-                    cgroup.CpuCap("rebound-bench-client", None, cap[1], shares=cgroup.MAX_SHARES) as client:
-                group.add(s.pids())
-                client.add([os.getpid()])
-                cpu0, client0 = proc_cpu_seconds(s.pids()), client_seconds()
-                rate, count = go()
-                server_s, client_s = proc_cpu_seconds(s.pids()) - cpu0, client_seconds() - client0
-                st = group.stat()
-            throttled = st.get("nr_throttled", 0) / max(st.get("nr_periods", 0), 1)
+            (rate, count), where = cgroup.run_capped(cap, "domains", s.pids(), duration, go)
         else:
-            cpu0, client0 = proc_cpu_seconds(s.pids()), client_seconds()
+            cpu0, client0 = proc_cpu_seconds(s.pids()), cgroup.children_seconds()
             rate, count = go()
-            server_s, client_s = proc_cpu_seconds(s.pids()) - cpu0, client_seconds() - client0
-            throttled = 0.0
+            where = {"server_core_share": (proc_cpu_seconds(s.pids()) - cpu0) / duration,
+                     "client_core_share": (cgroup.children_seconds() - client0) / duration,
+                     "throttled_share": 0.0}
     finally:
         pin(s.pids(), f"0-{(os.cpu_count() or 1) - 1}")
     hs1 = handshake_counts(metrics_url)
     full, resumed = hs1["full"] - hs0["full"], hs1["resumed"] - hs0["resumed"]
-    return {"rate": rate, "per_cpu_s": count / max(server_s, 1e-9), "server_core_share": server_s / duration,
-            "client_core_share": client_s / duration, "throttled_share": throttled,
+    return {"rate": rate, "per_cpu_s": count / max(where["server_core_share"] * duration, 1e-9), **where,
             "resumed_share": resumed / max(full + resumed, 1), "failed": hs1["failed"] - hs0["failed"]}
 
 

@@ -1,5 +1,12 @@
 """side: Rebound, nginx and hyper-ref side by side on random codes with a warm L1, then with
-10 % unknown codes (wrk), the warm list again with oha, and where the CPU goes."""
+10 % unknown codes (wrk), the warm list again with oha, and where the CPU goes.
+
+Free-running, wrk's one thread is often the bound on 2 cores (it uses a whole core while the
+servers use less of the other), so its requests per second say as much about wrk as about
+the server. Each wrk run is then made again with every process of the server held to the
+same CPU share (a cgroup v1 quota, --cap, as the tls scenario's capped rows): the server is
+the bound, and the figure is what each does with that share (`warm_capped`,
+`unknown_capped`)."""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ from typing import Any
 from ..context import Bench, Table, first_paths
 from ..probes import ClickWatch, StatsFreshness
 from ..servers import Server
+from ..tools import cgroup
 from ..tools.metrics import metric
 from ..tools.oha import OhaResult, oha, write_url_file
 from ..tools.proc import proc_cpu_seconds, proc_rss_mib
@@ -29,6 +37,7 @@ def run(b: Bench, data_dir: str, usable: Table) -> None:
         "hyper": b.hyper_server("main"),
         "rebound": b.rebound_server(data_dir),
     }
+    cap = cgroup.asked_cap(a.cap, a.no_cap)
     for name, s in servers.items():
         s.start(b.path(f"{name}.log"))
     try:
@@ -54,6 +63,7 @@ def run(b: Bench, data_dir: str, usable: Table) -> None:
         store_reads = 'rebound_lookups_total{result="read",tier="store"}'
         for scenario, request_file in lists.items():
             runs: dict[str, list[dict[str, Any]]] = {name: [] for name in servers}
+            capped: dict[str, list[dict[str, Any]]] = {name: [] for name in servers}
             reads_before = metric(metrics_url, store_reads)
             clicks = ClickWatch(metrics_url).__enter__()
             fresh = StatsFreshness(rb.port, rb.api_port, usable[0][0]).__enter__()
@@ -70,6 +80,14 @@ def run(b: Bench, data_dir: str, usable: Table) -> None:
                     runs[name].append(r)
                     log(f"{scenario} round {round_ + 1} {name}: {r['rps']:.0f} req/s, p99 {r['p99_ms']:.2f} ms, "
                         f"CPU {r['cpu_s']:.1f} s")
+                    if cap:
+                        out = b.path(f"wrk-{scenario}-capped.txt")
+                        c, where = cgroup.run_capped(cap, name, s.pids(), a.duration, lambda: wrk(
+                            f"http://127.0.0.1:{s.port}", [request_file], a.duration, a.connections, out))
+                        capped[name].append({"rps": c["rps"], **where})
+                        log(f"{scenario} round {round_ + 1} {name} capped to {cap[0] / cap[1]:.2f} core: "
+                            f"{c['rps']:.0f} req/s (server {100 * where['server_core_share']:.0f} % of a core, "
+                            f"throttled in {100 * where['throttled_share']:.0f} % of periods)")
             clicks.__exit__(None, None, None)
             fresh.__exit__(None, None, None)
             clicks.result["stats_freshness_s"] = fresh.result
@@ -85,9 +103,21 @@ def run(b: Bench, data_dir: str, usable: Table) -> None:
                 for name, rs in runs.items()
             }
             b.results[scenario]["rebound_store_reads"] = reads
+            if cap:
+                b.results[f"{scenario}_capped"] = {
+                    name: {k: summary([r[k] for r in rs]) for k in rs[0]} for name, rs in capped.items()}
             b.commands.append(
                 f"wrk -t 1 -c {a.connections} -d {a.duration}s --latency -s benches/wrk/replay.lua URL -- "
-                f"requests-{scenario}.txt  # x{a.runs} per server, alternating")
+                f"requests-{scenario}.txt  # x{a.runs} per server, alternating" +
+                (", each run then again capped" if cap else ""))
+        if cap:
+            b.results["side_capped"] = {"quota_us": cap[0], "period_us": cap[1], "cores": cap[0] / cap[1],
+                                        "shares": cgroup.MAX_SHARES}
+            b.commands.append(
+                f"mkdir /sys/fs/cgroup/cpu/rebound-bench-SERVER; echo {cap[1]} > cpu.cfs_period_us; "
+                f"echo {cap[0]} > cpu.cfs_quota_us; echo {cgroup.MAX_SHARES} > cpu.shares; echo PID > cgroup.procs "
+                f"(every process of the server); the bench (so wrk) in rebound-bench-client, cpu.shares "
+                f"{cgroup.MAX_SHARES}, no quota; then the same wrk run; back to their cgroups after it")
         request_anatomy(b, {n: (s, f"http://127.0.0.1:{s.port}") for n, s in servers.items()}, lists["warm"],
                         "anatomy", a.duration)
         if b.oha:

@@ -9,7 +9,6 @@ to a CPU share (cgroup v1 quota, --cap), where the server and not wrk is the bou
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 from typing import Any, Callable
 
@@ -37,12 +36,6 @@ ROWS = [
 ]
 
 
-def client_seconds() -> float:
-    """CPU seconds of the children reaped so far (the load generators, once each ends)."""
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
-
 def run(b: Bench, data_dir: str, usable: Table) -> None:
     a = b.args
     cert, key = b.path("tls.crt"), b.path("tls.key")
@@ -54,12 +47,7 @@ def run(b: Bench, data_dir: str, usable: Table) -> None:
     rebound = b.rebound_server(data_dir, extra={"REBOUND_TLS_ADDR": f"127.0.0.1:{tls_port}",
                                                "REBOUND_TLS_CERT": cert, "REBOUND_TLS_KEY": key})
     servers: dict[str, tuple[Server, int]] = {"rebound": (rebound, tls_port), "nginx": (nginx, nginx.port)}
-    cap: tuple[int, int] | None = None
-    if not a.no_cap:
-        if cgroup.available():
-            cap = cgroup.parse_cap(a.cap)
-        else:
-            log("no cgroup v1 cpu controller to write to (/sys/fs/cgroup/cpu): the capped rows are left out")
+    cap = cgroup.asked_cap(a.cap, a.no_cap)
     for name, (s, _) in servers.items():
         s.start(b.path(f"tls-{name}.log"))
     try:
@@ -95,22 +83,11 @@ def run(b: Bench, data_dir: str, usable: Table) -> None:
             return rate
 
         def capped(key: str, name: str, s: Server, go: Callable[[], tuple[float, int]]) -> float:
-            """`measure` with every process of the server in a cgroup held to the cap, and
-            this process (so the load generator it starts) in one without a cap; both
-            weigh the most against the machine's other work (cpu.shares)."""
+            """`measure` with the server held to the cap (`cgroup.run_capped`)."""
             assert cap is not None
-            with cgroup.CpuCap(f"rebound-bench-{name}", *cap, shares=cgroup.MAX_SHARES) as cg, \
-                    cgroup.CpuCap("rebound-bench-client", None, cap[1], shares=cgroup.MAX_SHARES) as client:
-                cg.add(s.pids())
-                client.add([os.getpid()])
-                cpu0, client0 = proc_cpu_seconds(s.pids()), client_seconds()
-                rate = measure(key, name, s, go)
-                server_s, client_s = proc_cpu_seconds(s.pids()) - cpu0, client_seconds() - client0
-                st = cg.stat()
-            b_ = bound[(key, name)]
-            b_["server_core_share"].append(server_s / a.duration)
-            b_["client_core_share"].append(client_s / a.duration)
-            b_["throttled_share"].append(st.get("nr_throttled", 0) / max(st.get("nr_periods", 0), 1))
+            rate, where = cgroup.run_capped(cap, name, s.pids(), a.duration, lambda: measure(key, name, s, go))
+            for m, v in where.items():
+                bound[(key, name)][m].append(v)
             return rate
 
         for round_ in range(a.runs):

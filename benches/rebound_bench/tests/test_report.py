@@ -92,6 +92,32 @@ def test_new_rows(tmp_path: object) -> None:
     assert "oha" not in text and "capped" not in text
 
 
+def test_side_capped_rows(tmp_path: object) -> None:
+    """The side scenario's capped runs: a table under each scenario's, a row per server, the
+    ratios against nginx's and hyper's capped medians; none without them."""
+    results = json.loads(fixture("report-new.results.json"))
+    b = Bench(options(["--no-build", "--quick", "--only", "side"]), [], raw=str(tmp_path))
+    b.results = results
+    assert "capped" not in report.render(b).split("## TLS")[0]
+
+    def s(median: float) -> dict[str, float]:
+        return {"median": median, "min": median * 0.9, "max": median * 1.1}
+    for scenario, rps in [("warm", {"rebound": 30_000.0, "nginx": 25_000.0, "hyper": 24_000.0}),
+                          ("unknown", {"rebound": 27_000.0, "nginx": 30_000.0, "hyper": 20_000.0})]:
+        results[f"{scenario}_capped"] = {
+            name: {"rps": s(v), "server_core_share": s(0.25), "client_core_share": s(0.31),
+                   "throttled_share": s(0.93)} for name, v in rps.items()}
+    results["side_capped"] = {"quota_us": 2500, "period_us": 10000, "cores": 0.25, "shares": 262144}
+    lines = report.render(b).splitlines()
+    rows = [line for line in lines if line.startswith(("| rebound | 30,000", "| rebound | 27,000"))]
+    assert rows == ["| rebound | 30,000 (27,000-33,000) | 1.20x | 1.25x | 25 % | 31 % | 93 % |",
+                    "| rebound | 27,000 (24,300-29,700) | 0.90x | 1.35x | 25 % | 31 % | 93 % |"]
+    warm = lines.index("## Random codes, warm L1")
+    assert lines.index(rows[0]) < lines.index("## 10 % unknown codes") < lines.index(rows[1])
+    assert warm < lines.index("| server, capped | req/s | vs nginx | vs hyper | server's share of a core | "
+                              "wrk's share of a core | periods throttled |")
+
+
 def test_idle_rows(tmp_path: object) -> None:
     """The idle scenario's table: a row per process and binary, in that order."""
     row = {"cpu_s_per_min": 0.01234, "wakeups_per_min": 1234.0}

@@ -14,11 +14,15 @@ the machine's other tasks, 1024 each) gives both precedence, the server within i
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 from types import TracebackType
-from typing import Iterable
+from typing import Callable, Iterable, TypeVar
 
-from ..util import sudo
+from ..util import log, sudo
+from .proc import proc_cpu_seconds
+
+T = TypeVar("T")
 
 CPU_ROOT = "/sys/fs/cgroup/cpu"
 # The largest weight cgroup v1 takes: 256 times a task's.
@@ -53,6 +57,17 @@ def parse_cap(text: str) -> tuple[int, int]:
     if q <= 0 or p <= 0:
         raise ValueError(f"not a CPU cap: {text!r} (QUOTA/PERIOD in microseconds, e.g. 5000/10000)")
     return q, p
+
+
+def asked_cap(cap: str, no_cap: bool) -> tuple[int, int] | None:
+    """The share of --cap (`cap`) for a scenario's capped rows; None with --no-cap, or where
+    no cgroup can hold it (said in the log: the capped rows are then left out)."""
+    if no_cap:
+        return None
+    if not available():
+        log("no cgroup v1 cpu controller to write to (/sys/fs/cgroup/cpu): the capped rows are left out")
+        return None
+    return parse_cap(cap)
 
 
 def available(root: str = CPU_ROOT) -> bool:
@@ -144,3 +159,30 @@ class CpuCap:
                 subprocess.run(sudo() + ["rmdir", self.dir], check=False)
         except OSError:
             pass
+
+
+def children_seconds() -> float:
+    """CPU seconds of this process's children reaped so far (the load generators, once each
+    ends)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run_capped(cap: tuple[int, int], name: str, pids: list[int], duration: float,
+               go: Callable[[], T]) -> tuple[T, dict[str, float]]:
+    """Runs `go` with every process of a server (`pids`) in a cgroup of its own
+    (rebound-bench-NAME) held to `cap` (QUOTA, PERIOD in microseconds), and this process (so
+    the load generator `go` starts) in one without a quota; both weigh the most against the
+    machine's other work (cpu.shares). What `go` returns, and where the bound was over the
+    run's `duration` seconds: the server's and the load generator's shares of a core, and
+    the share of the cap's periods in which the server was throttled."""
+    with CpuCap(f"rebound-bench-{name}", *cap, shares=MAX_SHARES) as cg, \
+            CpuCap("rebound-bench-client", None, cap[1], shares=MAX_SHARES) as client:
+        cg.add(pids)
+        client.add([os.getpid()])
+        cpu0, client0 = proc_cpu_seconds(pids), children_seconds()
+        out = go()
+        server_s, client_s = proc_cpu_seconds(pids) - cpu0, children_seconds() - client0
+        st = cg.stat()
+    return out, {"server_core_share": server_s / duration, "client_core_share": client_s / duration,
+                 "throttled_share": st.get("nr_throttled", 0) / max(st.get("nr_periods", 0), 1)}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-from typing import TypedDict
+from typing import Sequence, TypedDict
 
 
 class H2loadResult(TypedDict):
@@ -21,11 +21,14 @@ def parse_h2load(out: str) -> H2loadResult:
     return {"rps": float(rps.group(1)), "done": int(done.group(1))}
 
 
-def h2load(uri_file: str, duration: int, connections: int, streams: int, raw_path: str) -> H2loadResult:
+def h2load(uri_file: str, duration: int, connections: int, streams: int, raw_path: str,
+           headers: Sequence[str] = ()) -> H2loadResult:
     """h2load with `connections` connections and `streams` streams each on the URIs of
-    `uri_file` for `duration` seconds; its report is appended to `raw_path`."""
-    out = subprocess.run(["h2load", "-c", str(connections), "-m", str(streams), "-D", str(duration), "-i", uri_file],
-                         capture_output=True, text=True, timeout=duration + 120).stdout
+    `uri_file` for `duration` seconds, each request with `headers` ("Name: value"); its
+    report is appended to `raw_path`."""
+    extra = [arg for h in headers for arg in ("-H", h)]
+    out = subprocess.run(["h2load", "-c", str(connections), "-m", str(streams), "-D", str(duration), *extra,
+                          "-i", uri_file], capture_output=True, text=True, timeout=duration + 120).stdout
     with open(raw_path, "a") as f:
         f.write(out)
     return parse_h2load(out)
