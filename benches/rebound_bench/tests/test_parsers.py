@@ -128,6 +128,9 @@ def test_callgrind_annotate_request_path() -> None:
     after = before.replace("Edge::serve::{{closure}}", "Edge::serve_guarded::{{closure}}")
     assert after != before and callgrind.request_path(after) == 155069403
     assert callgrind.parse_annotate_inclusive(before, "no::such::function") == 0
+    # A function that ran nothing in the stretch (the click writes of an 8 s one).
+    idle = "          .           tokio-1.54.1/src/runtime/blocking/pool.rs:tokio::runtime::blocking::pool::Inner::run [x]\n"
+    assert callgrind.parse_annotate_inclusive(before + idle, "blocking::pool::Inner::run [") == 0
 
 
 def test_callgrind_dump_files(tmp_path: object) -> None:
