@@ -160,6 +160,14 @@ impl<T> Interned<T> {
     }
 }
 
+/// What a click's values make: a profile, none (no dimension counted), or none for a tally
+/// that holds as many profiles as it may.
+enum Profiled {
+    Id(u32),
+    Nothing,
+    Full,
+}
+
 /// People's clicks by entry and profile since the last take; made into clicks by code,
 /// dimension and value at the take.
 ///
@@ -186,6 +194,12 @@ pub(super) struct BreakdownCounts {
     last: [Option<u32>; Dimension::ALL.len()],
     /// The profile counted last: the same kind of hint.
     last_profile: Option<u32>,
+    /// The click counted last into a profile, the dimensions counted then, and that
+    /// profile: a click equal to it (most repeat the last one's values: one visitor, or one
+    /// kind of visitor), counted by the same dimensions, takes the profile without naming
+    /// each value again. Exact, not a hint: the values and profiles it named stay as they
+    /// are until the take, which empties it with them.
+    last_click: Option<(Dimensions, [bool; Dimension::ALL.len()], u32)>,
     /// People's clicks counted (one with no dimension counted fills no slot).
     clicks: u64,
     limits: Limits,
@@ -201,47 +215,21 @@ impl BreakdownCounts {
         dimensions: &Dimensions,
         counted: &[bool; Dimension::ALL.len()],
     ) -> bool {
-        let (values, hasher, last) = (&mut self.values, &self.hasher, &mut self.last);
-        let most_values = self.limits.values;
-        let mut profile = [NONE; Dimension::ALL.len()];
-        each_bytes(dimensions, |dimension, value| {
-            let d = dimension as usize;
-            if !counted[d] {
-                return;
-            }
-            profile[d] = match last[d] {
-                Some(at) if values.by_index.get(at as usize).is_some_and(|held| **held == *value) => at,
-                _ => {
-                    let at = intern(values, hasher, value, most_values);
-                    last[d] = Some(at);
-                    at
+        let id = match &self.last_click {
+            Some((last, by, id)) if by == counted && last == dimensions => *id,
+            _ => match self.profile_of(dimensions, counted) {
+                Profiled::Id(id) => {
+                    self.last_click = Some((dimensions.clone(), *counted, id));
+                    id
                 }
-            };
-        });
-        if profile == [NONE; Dimension::ALL.len()] {
-            self.clicks += 1;
-            return true;
-        }
-        let full = self.slots.len() >= self.limits.slots;
-        let id = match self.last_profile {
-            Some(at) if *self.profiles.get(at) == profile => at,
-            _ => {
-                // A full tally adds no profile: one would need a slot too.
-                let most = if full { 0 } else { self.limits.profiles };
-                let found = self.profiles.find_or_add(
-                    profile_hash(&profile),
-                    |held| *held == profile,
-                    || profile,
-                    profile_hash,
-                    most,
-                );
-                match found {
-                    Some(at) => at,
-                    None => return false,
+                Profiled::Nothing => {
+                    self.clicks += 1;
+                    return true;
                 }
-            }
+                Profiled::Full => return false,
+            },
         };
-        self.last_profile = Some(id);
+        let full = self.slots.len() >= self.limits.slots;
         let hash = slot_hash(&entry, id);
         match self
             .slots
@@ -263,6 +251,51 @@ impl BreakdownCounts {
         }
         self.clicks += 1;
         true
+    }
+
+    /// The profile of a click's `dimensions` (those `counted`), interned.
+    fn profile_of(&mut self, dimensions: &Dimensions, counted: &[bool; Dimension::ALL.len()]) -> Profiled {
+        let (values, hasher, last) = (&mut self.values, &self.hasher, &mut self.last);
+        let most_values = self.limits.values;
+        let mut profile = [NONE; Dimension::ALL.len()];
+        each_bytes(dimensions, |dimension, value| {
+            let d = dimension as usize;
+            if !counted[d] {
+                return;
+            }
+            profile[d] = match last[d] {
+                Some(at) if values.by_index.get(at as usize).is_some_and(|held| **held == *value) => at,
+                _ => {
+                    let at = intern(values, hasher, value, most_values);
+                    last[d] = Some(at);
+                    at
+                }
+            };
+        });
+        if profile == [NONE; Dimension::ALL.len()] {
+            return Profiled::Nothing;
+        }
+        let id = match self.last_profile {
+            Some(at) if *self.profiles.get(at) == profile => at,
+            _ => {
+                // A full tally adds no profile: one would need a slot too.
+                let full = self.slots.len() >= self.limits.slots;
+                let most = if full { 0 } else { self.limits.profiles };
+                let found = self.profiles.find_or_add(
+                    profile_hash(&profile),
+                    |held| *held == profile,
+                    || profile,
+                    profile_hash,
+                    most,
+                );
+                match found {
+                    Some(at) => at,
+                    None => return Profiled::Full,
+                }
+            }
+        };
+        self.last_profile = Some(id);
+        Profiled::Id(id)
     }
 
     pub(super) fn is_empty(&self) -> bool {
@@ -742,6 +775,40 @@ mod tests {
         let first = adds.next_group(1);
         assert_eq!(first.len(), 5);
         assert!(first.iter().all(|a| a.code == "g000"));
+    }
+
+    #[test]
+    fn a_click_like_the_last_takes_its_profile_until_the_take_only() {
+        let every = [true; Dimension::ALL.len()];
+        let (a, c) = (click(b"DE", "a.example", "Chrome"), click(b"JP", "c.example", "Safari"));
+        let mut counts = BreakdownCounts::default();
+        // `c` is profile 0, `a` profile 1; `a` again is counted from the last click.
+        for (code, dims) in [("x", &c), ("x", &a), ("y", &a), ("y", &a)] {
+            assert!(counts.add(e(code), dims, &every));
+        }
+        let (adds, clicks) = counts.take(rebound_core::Day(1));
+        assert_eq!(clicks, 4);
+        let countries: Vec<_> = adds
+            .iter()
+            .filter(|a| a.dimension == Dimension::Country)
+            .map(|a| (a.code.as_str(), a.value.as_str(), a.clicks))
+            .collect();
+        assert_eq!(countries, vec![("x", "DE", 1), ("x", "JP", 1), ("y", "DE", 2)]);
+        // After the take `a` is the first profile again: the last click's index (1) is the
+        // emptied tally's no more.
+        counts.add(e("z"), &a, &every);
+        let (adds, clicks) = counts.take(rebound_core::Day(2));
+        assert_eq!(clicks, 1);
+        assert_eq!(
+            rows(&adds),
+            vec![
+                ("z", Dimension::Country, "DE", 1),
+                ("z", Dimension::Referrer, "a.example", 1),
+                ("z", Dimension::Device, "mobile", 1),
+                ("z", Dimension::Browser, "Chrome", 1),
+                ("z", Dimension::Os, "iOS", 1),
+            ]
+        );
     }
 
     #[test]
