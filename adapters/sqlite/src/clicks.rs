@@ -111,11 +111,11 @@ impl RollupStore for SqliteStore {
 
 #[async_trait]
 impl BreakdownStore for SqliteStore {
-    /// One transaction: the batch's mark; the values each of its links' days holds already
-    /// (one read per day and 100 links, an index seek per link: the table's key starts with
-    /// the code and the day); each add's
-    /// value bounded against them in memory, new ones counted as they come; then the adds
-    /// in a few statements of many rows. A statement per add (a bound check and an upsert)
+    /// One transaction: the batch's mark; how many values each of its links' days holds
+    /// already, per dimension (one read per day and 100 links, an index seek per link: the
+    /// table's key starts with the code and the day); the values themselves only where the
+    /// batch's adds could reach the bound, each add's value bounded against them in memory,
+    /// new ones counted as they come; then the adds in a few statements of many rows. A statement per add (a bound check and an upsert)
     /// cost about 30,000 instructions an add under callgrind
     /// (benches/results/2026-12-06e-callgrind-breakdowns.md).
     async fn apply_dimensions(&self, batch: &DimensionBatch) -> Result<BatchOutcome, StoreError> {
@@ -131,59 +131,82 @@ impl BreakdownStore for SqliteStore {
             if marked == 0 {
                 return Ok(BatchOutcome::AlreadyApplied);
             }
-            // What each (code, day) of the batch holds: its values, and how many per dimension.
-            #[derive(Default)]
-            struct Held {
-                values: HashSet<(&'static str, String)>,
-                per_dimension: HashMap<&'static str, usize>,
-            }
-            let mut held: HashMap<(&str, i32), Held> = HashMap::new();
+            // The adds of each (code, day, dimension) of the batch.
+            type Key<'b> = (&'b str, i32, Dimension);
+            let mut adds_of: HashMap<Key, usize> = HashMap::new();
             for a in &batch.adds {
-                held.entry((a.code.as_str(), a.day.0)).or_default();
+                *adds_of.entry((a.code.as_str(), a.day.0, a.dimension)).or_default() += 1;
             }
-            let dimension_named = Dimension::parse;
-            let keys: Vec<(&str, i32)> = held.keys().copied().collect();
-            // One read per day and 100 codes: an index seek per code.
-            let mut days: Vec<i32> = keys.iter().map(|(_, d)| *d).collect();
+            // How many values each holds already: one read per day and 100 codes, an index
+            // seek per code, counts only (no value read back: most keys are far from their
+            // bound, and reading every value held made the batch's read its largest part).
+            let mut held: HashMap<Key, usize> = HashMap::new();
+            let mut days: Vec<i32> = adds_of.keys().map(|k| k.1).collect();
             days.sort_unstable();
             days.dedup();
             for day in days {
-                let codes: Vec<&str> = keys.iter().filter(|(_, d)| *d == day).map(|(c, _)| *c).collect();
+                let mut codes: Vec<&str> = adds_of.keys().filter(|k| k.1 == day).map(|k| k.0).collect();
+                codes.sort_unstable();
+                codes.dedup();
                 for chunk in codes.chunks(100) {
                     let marks = vec!["?"; chunk.len()].join(", ");
                     let mut read = tx
                         .prepare_cached(&format!(
-                            "SELECT code, dimension, value FROM breakdowns WHERE day = ? AND code IN ({marks})"
+                            "SELECT code, dimension, count(*) FROM breakdowns WHERE day = ? AND code IN ({marks}) \
+                             GROUP BY code, dimension"
                         ))
                         .map_err(sql_err)?;
                     let mut args: Vec<&dyn rusqlite::ToSql> = vec![&day];
                     args.extend(chunk.iter().map(|c| c as &dyn rusqlite::ToSql));
                     let mut rows = read.query(args.as_slice()).map_err(sql_err)?;
                     while let Some(row) = rows.next().map_err(sql_err)? {
-                        let (code, dimension, value): (String, String, String) =
-                            (row.get(0).map_err(sql_err)?, row.get(1).map_err(sql_err)?, row.get(2).map_err(sql_err)?);
-                        let (Some(dimension), Some(group)) = (
-                            dimension_named(&dimension),
-                            chunk.iter().find(|c| **c == code).and_then(|c| held.get_mut(&(*c, day))),
-                        ) else {
+                        let (code, dimension) = (
+                            row.get_ref(0).and_then(|v| Ok(v.as_str()?)).map_err(sql_err)?,
+                            row.get_ref(1).and_then(|v| Ok(v.as_str()?)).map_err(sql_err)?,
+                        );
+                        let count: i64 = row.get(2).map_err(sql_err)?;
+                        let (Some(dimension), Some(code)) =
+                            (Dimension::parse(dimension), chunk.iter().find(|c| **c == code))
+                        else {
                             continue;
                         };
-                        if group.values.insert((dimension.as_str(), value)) {
-                            *group.per_dimension.entry(dimension.as_str()).or_default() += 1;
-                        }
+                        held.insert((code, day, dimension), count as usize);
                     }
                 }
+            }
+            // The values held by each key whose adds could reach its bound: read whole, and
+            // each add bounded against them as it comes (a key that cannot reach it keeps
+            // every value, and needs none).
+            let mut values: HashMap<Key, HashSet<String>> = HashMap::new();
+            for (&key, &n) in &adds_of {
+                if held.get(&key).copied().unwrap_or(0) + n < key.2.values_per_day() {
+                    continue;
+                }
+                let mut read = tx
+                    .prepare_cached("SELECT value FROM breakdowns WHERE code = ?1 AND day = ?2 AND dimension = ?3")
+                    .map_err(sql_err)?;
+                let held_values = read
+                    .query_map(params![key.0, key.1, key.2.as_str()], |row| row.get::<_, String>(0))
+                    .and_then(|rows| rows.collect::<Result<HashSet<String>, _>>())
+                    .map_err(sql_err)?;
+                values.insert(key, held_values);
             }
             let mut rows: Vec<(&str, i32, &str, String, i64)> = Vec::with_capacity(batch.adds.len());
             // The `(other)` row of each (code, day, dimension): the adds bounded to it merge
             // into one row (a domain's day past its 1,000 links sends hundreds a batch).
             let mut other_row: HashMap<(&str, i32, &str), usize> = HashMap::new();
             for a in &batch.adds {
-                let group = held.get_mut(&(a.code.as_str(), a.day.0)).expect("entered above");
                 let dimension = a.dimension.as_str();
-                let known = group.values.contains(&(dimension, a.value.clone()));
-                let count = group.per_dimension.get(dimension).copied().unwrap_or(0);
-                let value = bounded_value(a.dimension, &a.value, known, count);
+                let value = match values.get_mut(&(a.code.as_str(), a.day.0, a.dimension)) {
+                    None => a.value.as_str(),
+                    Some(held) => {
+                        let value = bounded_value(a.dimension, &a.value, held.contains(&a.value), held.len());
+                        if !held.contains(value) {
+                            held.insert(value.to_owned());
+                        }
+                        value
+                    }
+                };
                 if value == OTHER {
                     if let Some(&at) = other_row.get(&(a.code.as_str(), a.day.0, dimension)) {
                         rows[at].4 += a.clicks as i64;
@@ -191,11 +214,7 @@ impl BreakdownStore for SqliteStore {
                     }
                     other_row.insert((a.code.as_str(), a.day.0, dimension), rows.len());
                 }
-                let value = value.to_owned();
-                if group.values.insert((dimension, value.clone())) {
-                    *group.per_dimension.entry(dimension).or_default() += 1;
-                }
-                rows.push((a.code.as_str(), a.day.0, dimension, value, a.clicks as i64));
+                rows.push((a.code.as_str(), a.day.0, dimension, value.to_owned(), a.clicks as i64));
             }
             // 200 rows of 5 values: well under SQLite's 32,766 parameters a statement.
             for chunk in rows.chunks(200) {
