@@ -115,9 +115,11 @@ impl BreakdownStore for SqliteStore {
     /// already, per dimension (one read per day and 100 links, an index seek per link: the
     /// table's key starts with the code and the day); the values themselves only where the
     /// batch's adds could reach the bound, each add's value bounded against them in memory,
-    /// new ones counted as they come; then the adds in a few statements of many rows. A statement per add (a bound check and an upsert)
-    /// cost about 30,000 instructions an add under callgrind
-    /// (benches/results/2026-12-06e-callgrind-breakdowns.md).
+    /// new ones counted as they come; then the adds in a few statements of many rows.
+    /// A statement per add (a bound check and an upsert) cost about 30,000 instructions an
+    /// add under callgrind (benches/results/2026-12-06e-callgrind-breakdowns.md); reading
+    /// every value held, rather than counts, about 35,000 a rollup row more where the day's
+    /// rows are held (benches/results/2026-12-07n-sqlite-held-counts.md).
     async fn apply_dimensions(&self, batch: &DimensionBatch) -> Result<BatchOutcome, StoreError> {
         let batch = batch.clone();
         self.write_clicks(move |conn| {
@@ -170,7 +172,7 @@ impl BreakdownStore for SqliteStore {
                         else {
                             continue;
                         };
-                        held.insert((code, day, dimension), count as usize);
+                        held.insert((*code, day, dimension), count as usize);
                     }
                 }
             }
