@@ -535,11 +535,10 @@ impl BreakdownAdds {
     pub(super) fn next_group(&mut self, most: usize) -> Vec<DimensionAdd> {
         let mut adds = Vec::new();
         while let Some(day) = self.days.front_mut() {
-            if !day.adds_into(&mut adds, most) {
-                self.days.pop_front();
-                continue;
+            if day.adds_into(&mut adds, most) {
+                break;
             }
-            break;
+            self.days.pop_front();
         }
         adds
     }
