@@ -62,6 +62,12 @@ def http_status(url: str, timeout: float = 2.0) -> int | None:
         return None
 
 
+def curl_answers(url: str, timeout: float = 5.0) -> bool:
+    """Whether anything answers `url` (curl, any status; over TLS a self-signed certificate
+    passes): a server's port, cleartext or TLS, is up."""
+    return subprocess.run(["curl", "-sk", "-o", "/dev/null", url], timeout=timeout).returncode == 0
+
+
 def wait_for(predicate: Callable[[], bool], limit: float, what: str) -> None:
     deadline = time.time() + limit
     while time.time() < deadline:

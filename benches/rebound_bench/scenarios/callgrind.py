@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from typing import Any
 
@@ -13,7 +12,7 @@ from ..tools import callgrind as cg
 from ..tools import nginx, oha, openssl
 from ..tools.h2load import h2load
 from ..tools.wrk import wrk
-from ..util import free_port, log, wait_for
+from ..util import curl_answers, free_port, log, wait_for
 
 # The workloads: (key, title, codes, connections, seconds, servers, Rebound's settings,
 # protocol: "h1" for cleartext HTTP/1.1 with wrk, "h2" for HTTP/2 over TLS with h2load).
@@ -117,8 +116,8 @@ def measure(b: Bench, data_dir: str, usable: Table) -> None:
                     if rebound:
                         s.wait_ready("/readyz", 900)
                     tls_url = f"https://127.0.0.1:{port}"
-                    wait_for(lambda: subprocess.run(["curl", "-sk", "-o", "/dev/null", tls_url + "/"],
-                                                    timeout=30).returncode == 0, 900, f"{name} TLS ready")
+                    # Under valgrind a handshake takes seconds.
+                    wait_for(lambda: curl_answers(tls_url + "/", 30), 900, f"{name} TLS ready")
                     uris = oha.write_url_file(b.path(f"{key}-uris-{name}.txt"), tls_url,
                                               ["/" + c for c, _ in codes])
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import time
 from typing import Any
 
@@ -11,7 +10,7 @@ from ..servers import Server
 from ..tools import openssl
 from ..tools.proc import proc_rss_mib
 from ..tools.wrk import wrk
-from ..util import free_port, log, wait_for
+from ..util import curl_answers, free_port, log, wait_for
 
 
 def run(b: Bench, data_dir: str, count: int = 100_000) -> None:
@@ -40,8 +39,7 @@ def run(b: Bench, data_dir: str, count: int = 100_000) -> None:
                 s.wait_ready("/readyz", 300)
             else:
                 scheme = "https" if "TLS" in name else "http"
-                wait_for(lambda: subprocess.run(["curl", "-sk", "-o", "/dev/null", f"{scheme}://127.0.0.1:{s.port}/"],
-                                                timeout=5).returncode == 0, 300, f"{name} ready")
+                wait_for(lambda: curl_answers(f"{scheme}://127.0.0.1:{s.port}/"), 300, f"{name} ready")
             for port, url, path in targets:
                 with open(b.path("conns-path.txt"), "w") as f:
                     f.write(path + "\n")

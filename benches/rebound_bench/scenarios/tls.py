@@ -9,7 +9,6 @@ to a CPU share (cgroup v1 quota, --cap), where the server and not wrk is the bou
 from __future__ import annotations
 
 import os
-import subprocess
 from typing import Any, Callable
 
 from ..context import Bench, Table, first_paths
@@ -18,7 +17,7 @@ from ..tools import cgroup, oha, openssl
 from ..tools.h2load import h2load
 from ..tools.proc import pin, proc_cpu_seconds
 from ..tools.wrk import wrk
-from ..util import free_port, log, summary, wait_for
+from ..util import curl_answers, free_port, log, summary, wait_for
 from .anatomy import request_anatomy
 
 URIS = 20_000  # URIs in h2load's and oha's files
@@ -51,8 +50,7 @@ def run(b: Bench, data_dir: str, usable: Table) -> None:
     for name, (s, _) in servers.items():
         s.start(b.path(f"tls-{name}.log"))
     try:
-        wait_for(lambda: subprocess.run(["curl", "-sk", "-o", "/dev/null", f"https://127.0.0.1:{nginx.port}/"],
-                                        timeout=5).returncode == 0, 300, "nginx TLS ready")
+        wait_for(lambda: curl_answers(f"https://127.0.0.1:{nginx.port}/"), 300, "nginx TLS ready")
         rebound.wait_ready("/readyz", 300)
         b.sweep(rebound.port, usable, "rebound-tls")
         # What each server negotiates with an OpenSSL client of wrk's kind (AES-256 first).
