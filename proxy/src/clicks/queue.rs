@@ -38,8 +38,8 @@ pub struct ClickQueue {
     /// rest ([`ClickQueue::count_breakdowns`]). A quarter of the people's capacity: a slot is
     /// 160 bytes (the values are inline); one slot when no dimension is counted.
     pub(super) breakdowns: ArrayQueue<(L1Entry, Dimensions)>,
-    /// The breakdowns' counts not yet handed to a write. Locked by their counter and by the
-    /// writes, never by the shipper's drains or a stats read.
+    /// The breakdowns' counts not yet handed to a write. Locked by their counter, by the
+    /// writes and by the shipper before it sleeps, never by its drains or a stats read.
     pub(super) tally: Mutex<Tally>,
     /// The people's clicks counted in `tally`, for the shipper to see without its lock.
     pub(super) tallied: AtomicU64,
@@ -110,8 +110,12 @@ impl ClickQueue {
     #[inline]
     pub fn record_with(&self, entry: &L1Entry, dimensions: Dimensions) {
         self.record(entry, Visitor::Person);
-        if self.breakdowns.push((entry.clone(), dimensions)).is_err() {
-            self.metrics.breakdown_clicks_dropped.inc();
+        // This push wakes the shipper too: the first push's wake may have run it, and it
+        // may have written its take and gone to sleep before this one (the browser test's
+        // last click then stayed out of the breakdowns until the next one came).
+        match self.breakdowns.push((entry.clone(), dimensions)) {
+            Ok(()) => self.wake_if_idle(),
+            Err(_) => self.metrics.breakdown_clicks_dropped.inc(),
         }
     }
 
@@ -145,7 +149,13 @@ impl ClickQueue {
     /// or the breakdowns hold clicks not yet written.
     pub(super) fn sleep_if_idle(&self) -> bool {
         self.idle.store(true, Ordering::SeqCst);
-        if self.queue.is_empty() && self.bots.is_empty() && !self.breakdowns_pending() {
+        // Under the tally's lock: the counter pops clicks off their queue and adds them to
+        // `tallied` under it, and between the two neither shows them.
+        let breakdowns = {
+            let _counting = self.tally.lock().unwrap_or_else(|e| e.into_inner());
+            self.breakdowns_pending()
+        };
+        if self.queue.is_empty() && self.bots.is_empty() && !breakdowns {
             return true;
         }
         self.idle.store(false, Ordering::SeqCst);
@@ -293,6 +303,49 @@ mod tests {
         let (adds, clicks) = q.take_breakdowns(false).all();
         assert_eq!((adds.len(), clicks), (1, 2));
         assert!(!q.breakdowns_pending());
+    }
+
+    fn from_de() -> Dimensions {
+        Dimensions {
+            country: Some(rebound_core::dimensions::cdn_country(b"DE")),
+            ..Dimensions::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_click_queued_for_the_breakdowns_wakes_a_sleeping_shipper() {
+        let q = ClickQueue::new(100, metrics(), clock_at(0));
+        let a = entry("aaa");
+        // Another redirect thread's click on `a`, counted and not yet pushed: this one
+        // pushes only for the breakdowns. The shipper sleeps with nothing queued.
+        assert!(a.count_click());
+        assert!(q.sleep_if_idle());
+        q.record_with(&a, from_de());
+        assert!(q.queue.is_empty(), "the entry was counted already");
+        assert!(!q.idle.load(Ordering::SeqCst), "woken");
+        let woken = tokio::time::timeout(std::time::Duration::ZERO, q.wake.notified()).await;
+        assert!(woken.is_ok(), "the shipper's wake-up is pending");
+    }
+
+    #[test]
+    fn the_shipper_does_not_sleep_on_clicks_popped_and_not_yet_counted() {
+        let q = Arc::new(ClickQueue::new(100, metrics(), clock_at(0)));
+        assert!(q.breakdowns.push((entry("aaa"), from_de())).is_ok());
+        // The counter, between its pop off the queue and its count in `tallied`.
+        let mut tally = q.tally.lock().unwrap();
+        let (entry, dimensions) = q.breakdowns.pop().unwrap();
+        let shipper = std::thread::spawn({
+            let q = q.clone();
+            move || q.sleep_if_idle()
+        });
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(tally.add(Day(0), entry, &dimensions, &q.counted));
+        q.tallied.fetch_add(1, Ordering::SeqCst);
+        drop(tally);
+        assert!(
+            !shipper.join().unwrap(),
+            "a click counted and not written keeps it awake"
+        );
     }
 
     #[test]

@@ -130,6 +130,10 @@ pub async fn run_click_shipper(
     let mut writing: Option<JoinHandle<()>> = None;
     // How long the last take's write took, in nanoseconds (its task records it).
     let last_write = Arc::new(AtomicU64::new(0));
+    // Since when the breakdowns have held clicks no take handed over, as first seen: their
+    // rows' own age does not cover them once the rows were taken without them (their
+    // counter lagged the take), and they would otherwise wait for the budget alone.
+    let mut breakdowns_since: Option<Instant> = None;
     loop {
         let stopping = tokio::select! {
             _ = sleep_until_some(next_drain) => false,
@@ -144,15 +148,23 @@ pub async fn run_click_shipper(
             queue.count_wake.notify_one();
         }
         let breakdowns = queue.breakdowns_pending();
+        breakdowns_since = breakdowns.then(|| breakdowns_since.unwrap_or(now));
         let taken = {
             let mut s = queue.unpersisted.lock();
             let moved = queue.drain_into(&mut s);
-            let held = s.oldest.map_or(Duration::ZERO, |o| now - o);
+            let held = s
+                .oldest
+                .into_iter()
+                .chain(breakdowns_since)
+                .map(|o| now - o)
+                .max()
+                .unwrap_or(Duration::ZERO);
             let wrote = Duration::from_nanos(last_write.load(Ordering::Relaxed));
             let due_in = pacing.due_in(s.dirty_codes(), now - last_take, wrote, held);
             let due = writer_idle && due_in.is_zero();
             let taken = if (!s.is_clean() || breakdowns) && (stopping || today != s.day || due) {
                 last_take = now;
+                breakdowns_since = None;
                 s.take(&queue.metrics, now, breakdowns)
             } else {
                 None
@@ -432,6 +444,13 @@ mod tests {
     use rebound_store::MemoryStore;
     use std::sync::Mutex;
 
+    /// `code`'s clicks by country on `day` in `store`, as (value, clicks).
+    async fn countries_of(store: &MemoryStore, code: &str, day: Day) -> Vec<(String, u64)> {
+        use rebound_store::{BreakdownStore, Dimension};
+        let values = store.read_breakdown(code, Dimension::Country, day, day).await.unwrap();
+        values.into_iter().map(|v| (v.value, v.clicks)).collect()
+    }
+
     /// Ships what `q` holds at shutdown (the interval never passes).
     async fn run_until_stopped(q: Arc<ClickQueue>, sink: Arc<dyn ClickSink>) {
         let runtime = tokio::runtime::Handle::current();
@@ -613,7 +632,6 @@ mod tests {
     #[tokio::test]
     async fn breakdowns_counted_with_no_row_pending_are_written_by_a_take_of_their_own() {
         use rebound_core::dimensions::{cdn_country, Dimensions};
-        use rebound_store::{BreakdownStore, Dimension};
         let q = Arc::new(ClickQueue::new(100, metrics(), clock_at(5 * 86_400_000 + 1)));
         let store = Arc::new(MemoryStore::new());
         let writer = ClickWriter {
@@ -631,15 +649,7 @@ mod tests {
         for _ in 0..2 {
             assert!(q.breakdowns.push((entry("aaa"), from_de.clone())).is_ok());
         }
-        let countries = || async {
-            store
-                .read_breakdown("aaa", Dimension::Country, Day(5), Day(5))
-                .await
-                .unwrap()
-                .into_iter()
-                .map(|v| (v.value, v.clicks))
-                .collect::<Vec<_>>()
-        };
+        let countries = || countries_of(&store, "aaa", Day(5));
         let waited = async {
             while countries().await.is_empty() {
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -840,6 +850,50 @@ mod tests {
         );
         // Writing took 1 s of about 6.1 s: within 10 % plus the write in progress.
         assert!(metrics.click_write_seconds.get() <= 1.0 + 1e-9);
+        shipper.stop().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn breakdowns_left_out_of_a_take_wait_no_longer_than_the_longest_hold() {
+        use rebound_core::dimensions::{cdn_country, Dimensions};
+        let q = Arc::new(ClickQueue::new(1_000, metrics(), clock_at(86_400_000)));
+        let store = Arc::new(MemoryStore::new());
+        // A 500 ms write at 1 % of the time: the next one is due 50 s after it began by the
+        // time budget, and the longest hold is 2 s.
+        let writer = ClickWriter {
+            runtime: tokio::runtime::Handle::current(),
+            sink: Arc::new(Slow {
+                took: Duration::from_millis(500),
+                kept: Recorded::default(),
+            }),
+            breakdowns: StoreBreakdownSink::of(store.clone()),
+        };
+        let pacing = ClickPacing {
+            write_share: 0.01,
+            ..pacing(1_000, 1_000_000, 2_000)
+        };
+        let shipper = Shipper::writing(&q, writer, pacing);
+        let from_de = Dimensions {
+            country: Some(cdn_country(b"DE")),
+            ..Dimensions::default()
+        };
+        let e = entry("abc");
+        q.record_with(&e, from_de.clone());
+        tokio::time::sleep(Duration::from_millis(2_000)).await;
+        let countries = || countries_of(&store, "abc", Day(1));
+        assert_eq!(countries().await, vec![("DE".to_owned(), 1)], "the first write's");
+        // A click its counter counted after the take that wrote its row (its row is gone:
+        // on the breakdowns' queue alone), as when the counter lags the take.
+        assert!(q.breakdowns.push((e.clone(), from_de)).is_ok());
+        q.wake_if_idle();
+        tokio::time::sleep(Duration::from_millis(1_800)).await;
+        assert_eq!(countries().await, vec![("DE".to_owned(), 1)], "held");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(
+            countries().await,
+            vec![("DE".to_owned(), 2)],
+            "written within the longest hold, 48 s before the time budget"
+        );
         shipper.stop().await;
     }
 
