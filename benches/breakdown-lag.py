@@ -38,7 +38,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--busy", type=int, default=0)
     parser.add_argument("env", nargs="*")
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()
     api, redirect, metrics = (f"127.0.0.1:{free_port()}" for _ in range(3))
     data = tempfile.mkdtemp(prefix="breakdown-lag.")
     env = {
