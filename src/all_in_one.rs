@@ -12,7 +12,7 @@ use crate::process_metrics::ProcessRegistry;
 use crate::settings::Settings;
 use anyhow::Context;
 use rebound_core::Clock;
-use rebound_proxy::clicks::{ClickWriter, StoreBreakdownSink, StoreClickSink};
+use rebound_proxy::clicks::{ClickWriter, LowPriority, StoreBreakdownSink, StoreClickSink};
 use rebound_proxy::server::Shutdown;
 use rebound_store::click_stream::ClickStreamSink;
 use rebound_store::Store;
@@ -71,7 +71,7 @@ impl AllInOne {
     pub fn run(
         self,
         listeners: AllInOneListeners,
-        click_writes: tokio::runtime::Handle,
+        click_writes: LowPriority,
         shutdown: impl Future<Output = Shutdown> + Send + 'static,
         runtime: &tokio::runtime::Runtime,
     ) -> anyhow::Result<()> {
@@ -94,7 +94,8 @@ impl AllInOne {
         let adapters = DataPlaneAdapters {
             store: store.clone(),
             clicks: ClickWriter {
-                runtime: click_writes,
+                runtime: click_writes.runtime,
+                cpu: click_writes.cpu,
                 sink: Arc::new(StoreClickSink(store.clone())),
                 breakdowns: StoreBreakdownSink::of(store.clone()),
             },

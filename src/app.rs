@@ -125,6 +125,8 @@ pub fn run_proxy(settings: Settings, options: RunOptions, runtime: &tokio::runti
         store: store.clone(),
         clicks: ClickWriter {
             runtime: runtime.handle().clone(),
+            // The proxy's writes share its runtime (and send to SQS): their wall time.
+            cpu: None,
             sink,
             breakdowns,
         },

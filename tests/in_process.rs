@@ -11,6 +11,7 @@ use rebound::listen::RouterPort;
 use rebound::process_metrics::ProcessRegistry;
 use rebound::settings::Settings;
 use rebound_core::{Clock, Day, ManualClock};
+use rebound_proxy::clicks::LowPriority;
 use rebound_proxy::server::{RedirectListener, Shutdown};
 use rebound_store::{MemoryStore, RollupStore, Store};
 use serde_json::{json, Value};
@@ -87,7 +88,11 @@ impl InProcess {
                 let _ = stopped.await;
                 Shutdown::Drain
             };
-            all_in_one.run(listeners, runtime.handle().clone(), shutdown, &runtime)
+            let click_writes = LowPriority {
+                runtime: runtime.handle().clone(),
+                cpu: None,
+            };
+            all_in_one.run(listeners, click_writes, shutdown, &runtime)
         });
         let rb = InProcess {
             redirect,

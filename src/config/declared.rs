@@ -663,7 +663,8 @@ pub const CLICK_WRITE_SHARE: Setting<f64> = Setting::new("redirect.click_write_s
     .check(Fraction)
     .doc(
         "the other cost bound: the most of the time spent writing clicks; after a write the next starts no \
-             sooner than its duration divided by this after it began (a 50 ms write at 1 %: 5 s)",
+             sooner than its duration divided by this after it began (a 50 ms write at 1 %: 5 s); in the \
+             all-in-one a write's duration is the CPU time of its writer's threads, not its waits for the CPU",
     );
 pub const CLICK_MAX_HOLD_MS: Setting<Option<u64>> =
     Setting::new("redirect.click_max_hold_ms", || redirect().click_max_hold_ms)

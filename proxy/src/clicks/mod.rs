@@ -24,7 +24,7 @@ mod summary;
 #[cfg(test)]
 mod test_util;
 
-pub use low_priority::low_priority_runtime;
+pub use low_priority::{low_priority_runtime, LowPriority, ThreadsCpu};
 pub use pacing::ClickPacing;
 pub use pending::Unpersisted;
 pub use queue::ClickQueue;

@@ -3,6 +3,7 @@
 //! at a time; with nothing counted it sleeps until a click comes; and the sink of the
 //! embedded mode, the store's rollups.
 
+use super::low_priority::ThreadsCpu;
 use super::pacing::ClickPacing;
 use super::queue::ClickQueue;
 use super::summary::{link_adds, Summary};
@@ -100,6 +101,9 @@ impl BatchIds {
 pub struct ClickWriter {
     /// The runtime the writes run on.
     pub runtime: tokio::runtime::Handle,
+    /// The CPU time its threads spend, when it is theirs alone: a write's then paces the
+    /// next (`click_write_share`) rather than its wall time, which counts waits for the CPU.
+    pub cpu: Option<ThreadsCpu>,
     pub sink: Arc<dyn ClickSink>,
     /// Where the breakdowns go: the embedded store's breakdowns, or the click queue; none
     /// when the store keeps none (the redirect path then captures nothing for them).
@@ -195,16 +199,20 @@ pub async fn run_click_shipper(
                 .await;
             } else {
                 let (previous, queue, sink, ids) = (writing.take(), queue.clone(), writer.sink.clone(), ids.clone());
-                let breakdowns = writer.breakdowns.clone();
+                let (breakdowns, cpu) = (writer.breakdowns.clone(), writer.cpu.clone());
                 let took = last_write.clone();
                 writing = Some(writer.runtime.spawn(async move {
                     // One write at a time, in order.
                     if let Some(previous) = previous {
                         let _ = previous.await;
                     }
-                    let started = Instant::now();
+                    let started = (Instant::now(), cpu.as_ref().and_then(ThreadsCpu::spent));
                     write(&queue, sink.as_ref(), breakdowns.as_deref(), &ids, take, false).await;
-                    took.store(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                    let spent = match (started.1, cpu.as_ref().and_then(ThreadsCpu::spent)) {
+                        (Some(before), Some(after)) => after.saturating_sub(before),
+                        _ => started.0.elapsed(),
+                    };
+                    took.store(spent.as_nanos() as u64, Ordering::Relaxed);
                 }));
             }
         }
@@ -507,6 +515,7 @@ mod tests {
         let store = Arc::new(MemoryStore::new());
         let writer = ClickWriter {
             runtime: tokio::runtime::Handle::current(),
+            cpu: None,
             sink: Arc::new(StoreClickSink(store.clone())),
             breakdowns: StoreBreakdownSink::of(store.clone()),
         };
@@ -579,6 +588,7 @@ mod tests {
         let calls = Arc::new(Calls(Mutex::default(), StoreBreakdownSink(store.clone())));
         let writer = ClickWriter {
             runtime: tokio::runtime::Handle::current(),
+            cpu: None,
             sink: Arc::new(StoreClickSink(store.clone())),
             breakdowns: Some(calls.clone()),
         };
@@ -636,6 +646,7 @@ mod tests {
         let store = Arc::new(MemoryStore::new());
         let writer = ClickWriter {
             runtime: tokio::runtime::Handle::current(),
+            cpu: None,
             sink: Arc::new(StoreClickSink(store.clone())),
             breakdowns: StoreBreakdownSink::of(store.clone()),
         };
@@ -862,6 +873,7 @@ mod tests {
         // time budget, and the longest hold is 2 s.
         let writer = ClickWriter {
             runtime: tokio::runtime::Handle::current(),
+            cpu: None,
             sink: Arc::new(Slow {
                 took: Duration::from_millis(500),
                 kept: Recorded::default(),
@@ -894,6 +906,39 @@ mod tests {
             vec![("DE".to_owned(), 2)],
             "written within the longest hold, 48 s before the time budget"
         );
+        shipper.stop().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_that_waited_without_working_does_not_hold_the_next_off() {
+        let metrics = metrics();
+        let q = Arc::new(ClickQueue::new(1_000, metrics.clone(), clock_at(86_400_000)));
+        // 500 ms a write, asleep (as a write waiting for the CPU is): at 1 % of the time
+        // by its wall time the next would wait 50 s; by its threads' CPU time, the interval.
+        let sink = Arc::new(Slow {
+            took: Duration::from_millis(500),
+            kept: Recorded::default(),
+        });
+        let cpu = ThreadsCpu::default();
+        cpu.enter();
+        let writer = ClickWriter {
+            runtime: tokio::runtime::Handle::current(),
+            cpu: Some(cpu),
+            sink: sink.clone(),
+            breakdowns: None,
+        };
+        let pacing = ClickPacing {
+            write_share: 0.01,
+            ..pacing(1_000, 1_000_000, 60_000)
+        };
+        let shipper = Shipper::writing(&q, writer, pacing);
+        let e = entry("abc");
+        q.record(&e, Visitor::Person);
+        tokio::time::sleep(Duration::from_millis(1_600)).await;
+        assert_eq!(sink.kept.adds().len(), 1, "the first write, after the interval");
+        q.record(&e, Visitor::Person);
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        assert_eq!(sink.kept.adds().len(), 2, "the next, an interval after the first began");
         shipper.stop().await;
     }
 

@@ -284,6 +284,7 @@ mod tests {
         let store = Arc::new(MemoryStore::new());
         let writer = ClickWriter {
             runtime: tokio::runtime::Handle::current(),
+            cpu: None,
             sink: Arc::new(StoreClickSink(store.clone())),
             breakdowns: crate::clicks::StoreBreakdownSink::of(store.clone()),
         };

@@ -102,6 +102,7 @@ impl Shipper {
             q,
             ClickWriter {
                 runtime,
+                cpu: None,
                 sink,
                 breakdowns: None,
             },
