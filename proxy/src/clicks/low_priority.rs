@@ -63,13 +63,21 @@ struct Threads {
     running: Vec<u32>,
     /// The CPU time of those that left.
     left: Duration,
+    /// A thread whose time could not be read entered or left: the sum would miss it.
+    unknown: bool,
 }
 
 impl ThreadsCpu {
     /// Counts the calling thread in from now on (all it spent before counts too).
     pub fn enter(&self) {
-        if let Some(tid) = this_thread_id() {
-            self.threads().running.push(tid);
+        self.entered(this_thread_id());
+    }
+
+    fn entered(&self, tid: Option<u32>) {
+        let mut threads = self.threads();
+        match tid {
+            Some(tid) => threads.running.push(tid),
+            None => threads.unknown = true,
         }
     }
 
@@ -78,12 +86,19 @@ impl ThreadsCpu {
         let (tid, spent) = (this_thread_id(), cpu_of("/proc/thread-self/schedstat"));
         let mut threads = self.threads();
         threads.running.retain(|&t| Some(t) != tid);
-        threads.left += spent.unwrap_or_default();
+        match spent {
+            Some(spent) => threads.left += spent,
+            None => threads.unknown = true,
+        }
     }
 
-    /// The CPU time spent so far; none where Linux does not say (another OS, no `/proc`).
+    /// The CPU time spent so far; none where Linux does not say (another OS, no `/proc`):
+    /// the writes are then paced by their wall time.
     pub fn spent(&self) -> Option<Duration> {
         let threads = self.threads();
+        if threads.unknown {
+            return None;
+        }
         let mut spent = threads.left;
         for tid in &threads.running {
             spent += cpu_of(&format!("/proc/self/task/{tid}/schedstat"))?;
@@ -197,5 +212,14 @@ mod tests {
         }
         let after = cpu.spent().unwrap() - before - asleep - worked;
         assert!(after < Duration::from_millis(25), "{after:?}");
+    }
+
+    #[test]
+    fn a_thread_whose_time_cannot_be_read_leaves_the_sum_unknown() {
+        let cpu = ThreadsCpu::default();
+        cpu.enter();
+        assert!(cpu.spent().is_some());
+        cpu.entered(None);
+        assert_eq!(cpu.spent(), None, "a sum that misses a thread paces by wall time");
     }
 }
