@@ -17,7 +17,6 @@ import argparse
 import http.client
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,8 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rebound_bench.util import free_port  # noqa: E402
+from rebound_bench.tools.metrics import metric  # noqa: E402
+from rebound_bench.util import free_port, http_status, wait_for  # noqa: E402
 
 KEY = "breakdown-lag-operator-key-000000"
 CHROME = ("Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
@@ -68,21 +68,8 @@ def main():
             headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
         return json.loads(urllib.request.urlopen(request, timeout=30).read())
 
-    def write_seconds():
-        text = urllib.request.urlopen(f"http://{metrics}/metrics", timeout=30).read().decode()
-        found = re.search(r"^rebound_click_write_seconds_total (\S+)$", text, re.M)
-        return float(found.group(1)) if found else None
-
     try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"http://{api}/api/v1/openapi.json", timeout=1)
-                break
-            except OSError:
-                if time.time() > deadline:
-                    raise SystemExit("rebound did not start")
-                time.sleep(0.1)
+        wait_for(lambda: http_status(f"http://{api}/api/v1/openapi.json") == 200, 60, "rebound's start")
         for round_ in range(args.rounds):
             code = f"lag{round_}"
             call("POST", "/api/v1/links", {"long_url": "https://example.com/x", "custom_alias": code})
@@ -99,7 +86,7 @@ def main():
                 time.sleep(0.3)
             lag = "not within 90 s" if shown is None else f"{shown:.1f} s"
             print(f"round {round_}: breakdown counted the 3 clicks after {lag}; "
-                  f"click writes so far {write_seconds():.3f} s", flush=True)
+                  f"click writes so far {metric(f'http://{metrics}/metrics', 'rebound_click_write_seconds_total'):.3f} s", flush=True)
     finally:
         for p in busy:
             p.kill()
