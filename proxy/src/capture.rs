@@ -136,11 +136,7 @@ impl Capture {
         // Device, browser and OS travel together; the queue leaves out those that are off
         // (`ClickQueue::breaking_down`).
         dimensions.agent = families;
-        // `campaign` answers an empty campaign for a query without `utm`, but makes and
-        // returns it whole (three inline values): about 55 instructions a click with none
-        // under callgrind (benches/results/2026-12-07s-callgrind-campaign-guard.md).
-        if self.utm.contains(&true) && query.is_some_and(|q| q.contains("utm")) {
-            let mut found = campaign(query);
+        if let Some(mut found) = self.utm.contains(&true).then(|| campaign(query)).flatten() {
             let [source, medium, name] = self.utm;
             if !source {
                 found.source = None;
