@@ -89,6 +89,10 @@ def parser() -> argparse.ArgumentParser:
                                          "target/release/rebound; with --no-build, e.g. a build from before a change)")
     p.add_argument("--compare-bin", help="the idle scenario measures this binary too, in turn with the run's own "
                                          "(e.g. a build from before a change)")
+    p.add_argument("--compare-env", action="append", default=[],
+                   help="NAME=VALUE for the compared Rebound process of the callgrind scenario alone (with or "
+                        "without --compare-bin; without, the run's own binary): what a setting costs, e.g. "
+                        "REBOUND_BREAKDOWNS=none for the breakdowns' share")
     p.add_argument("--link-rules", type=int, default=0, choices=range(0, 6),
                    help="rules each imported link carries (0-5; benches/rebound_bench/context.py bench_rules): "
                         "what a link's rules add to a redirect")
@@ -122,7 +126,7 @@ def options(argv: Sequence[str]) -> Options:
                    redis_links=args.redis_links, no_build=args.no_build, rebound_threads=args.rebound_threads,
                    rebound_env=list(args.rebound_env), cap=args.cap, no_cap=args.no_cap, no_oha=args.no_oha,
                    out=args.out, domains=args.domains, rebound_bin=args.rebound_bin,
-                   compare_bin=args.compare_bin, servers=args.servers,
+                   compare_bin=args.compare_bin, compare_env=list(args.compare_env), servers=args.servers,
                    user_agent=args.user_agent, referer=args.referer, accept_language=args.accept_language, workloads=args.workloads,
                    link_rules=args.link_rules)
     if opts.quick:

@@ -43,6 +43,7 @@ class Options:
     domains: int = 10_000
     rebound_bin: str | None = None
     compare_bin: str | None = None
+    compare_env: list[str] = field(default_factory=list)
     servers: str | None = None
     user_agent: str | None = None
     referer: str | None = None

@@ -121,7 +121,8 @@ def render(b: Bench) -> str:
                   "| --- | --- | --- | --- |"]
         def vs_nginx(n: float) -> str:
             return f"{n / cg['nginx']['per_request']:.2f}x" if "nginx" in cg else "-"
-        compared = f"rebound, compared (`{b.args.compare_bin}`)" if b.args.compare_bin else "rebound, compared"
+        compared = "rebound, compared (" + ", ".join(
+            [f"`{b.args.compare_bin}`"] * bool(b.args.compare_bin) + [f"`{kv}`" for kv in b.args.compare_env]) + ")"
         for name, label in [("rebound", "rebound"), ("rebound_compared", compared), ("nginx", "nginx"),
                             ("hyper", "hyper"), ("hyper_1", "hyper, one thread (`current_thread` runtime)")]:
             if name in cg:

@@ -73,8 +73,9 @@ def measure(b: Bench, data_dir: str, usable: Table) -> None:
         if workloads is not None and key not in workloads:
             continue
         names = [n for n in all_names if wanted is None or n in wanted]
-        if b.args.compare_bin and "rebound" in names:
-            # The tree before a change, measured in the same run right after this one's.
+        if (b.args.compare_bin or b.args.compare_env) and "rebound" in names:
+            # The tree before a change (or this one with other settings), measured in the
+            # same run right after this one's.
             names.insert(names.index("rebound") + 1, "rebound_compared")
         codes = usable[:n_codes]
         request_file = b.path(f"requests-{key}.txt")
@@ -98,6 +99,8 @@ def measure(b: Bench, data_dir: str, usable: Table) -> None:
             else:
                 binary = os.path.abspath(b.args.compare_bin) if name == "rebound_compared" and b.args.compare_bin else None
                 extra = dict(settings)
+                if name == "rebound_compared":
+                    extra.update(dict(kv.split("=", 1) for kv in b.args.compare_env))
                 if tls is not None:
                     port = free_port()
                     extra.update({"REBOUND_TLS_ADDR": f"127.0.0.1:{port}", "REBOUND_TLS_CERT": tls[0],

@@ -40,11 +40,13 @@ def test_every_option() -> None:
     o = options(["--links", "5000", "--runs", "2", "--duration", "3", "--connections", "16", "--list-size", "900",
                  "--redis-links", "70", "--rebound-threads", "0", "--rebound-env", "A=1", "--rebound-env", "B=2",
                  "--cap", "2500/10000", "--no-oha", "--out", "/tmp/x.md", "--servers", "rebound",
-                 "--user-agent", "Mozilla/5.0 (X11)"])
+                 "--user-agent", "Mozilla/5.0 (X11)", "--compare-env", "REBOUND_BREAKDOWNS=none"])
     assert (o.links, o.runs, o.duration, o.connections, o.list_size, o.redis_links, o.rebound_threads) == (
         5000, 2, 3, 16, 900, 70, 0)
     assert (o.rebound_env, o.cap, o.no_oha, o.out) == (["A=1", "B=2"], "2500/10000", True, "/tmp/x.md")
     assert (o.servers, o.user_agent) == ("rebound", "Mozilla/5.0 (X11)")
+    # The compared process alone gets it; without --compare-bin it runs the run's own binary.
+    assert (o.compare_env, o.compare_bin) == (["REBOUND_BREAKDOWNS=none"], None)
 
 
 def test_scripts_bench_help() -> None:
@@ -54,5 +56,5 @@ def test_scripts_bench_help() -> None:
     for scenario in SCENARIOS.split(","):
         assert scenario in out
     for flag in ["--no-build", "--quick", "--only", "--cap", "--no-oha", "--rebound-bin", "--domains", "--servers",
-                 "--user-agent"]:
+                 "--user-agent", "--compare-env"]:
         assert flag in out
