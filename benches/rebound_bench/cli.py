@@ -120,7 +120,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def options(argv: Sequence[str]) -> Options:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    for flag, settings in [("--rebound-env", args.rebound_env), ("--compare-env", args.compare_env)]:
+        for kv in settings:
+            if "=" not in kv or not kv.split("=", 1)[0]:
+                p.error(f"{flag} {kv!r}: expected NAME=VALUE")
     opts = Options(quick=args.quick, links=args.links, runs=args.runs, duration=args.duration,
                    connections=args.connections, list_size=args.list_size, only=args.only,
                    redis_links=args.redis_links, no_build=args.no_build, rebound_threads=args.rebound_threads,

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from rebound_bench.cli import SCENARIOS, options
 from rebound_bench.context import Bench
 
@@ -47,6 +49,15 @@ def test_every_option() -> None:
     assert (o.servers, o.user_agent) == ("rebound", "Mozilla/5.0 (X11)")
     # The compared process alone gets it; without --compare-bin it runs the run's own binary.
     assert (o.compare_env, o.compare_bin) == (["REBOUND_BREAKDOWNS=none"], None)
+
+
+def test_a_setting_without_its_value_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    for flag in ["--rebound-env", "--compare-env"]:
+        for bad in ["REBOUND_BREAKDOWNS", "=none"]:
+            with pytest.raises(SystemExit) as exit:
+                options([flag, bad])
+            assert exit.value.code == 2
+            assert f"{flag} '{bad}': expected NAME=VALUE" in capsys.readouterr().err
 
 
 def test_scripts_bench_help() -> None:
