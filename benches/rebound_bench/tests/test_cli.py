@@ -54,9 +54,9 @@ def test_every_option() -> None:
 def test_a_setting_without_its_value_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     for flag in ["--rebound-env", "--compare-env"]:
         for bad in ["REBOUND_BREAKDOWNS", "=none"]:
-            with pytest.raises(SystemExit) as exit:
+            with pytest.raises(SystemExit) as refused:
                 options([flag, bad])
-            assert exit.value.code == 2
+            assert refused.value.code == 2
             assert f"{flag} '{bad}': expected NAME=VALUE" in capsys.readouterr().err
 
 
