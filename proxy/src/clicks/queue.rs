@@ -253,7 +253,7 @@ impl ClickQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clicks::test_util::{clock_at, entry, metrics};
+    use crate::clicks::test_util::{clock_at, entry, from_de, metrics};
     use crate::visitor::Visitor;
     use rebound_store::Clicks;
 
@@ -287,15 +287,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_drain_leaves_the_breakdowns_to_their_counter() {
-        use rebound_core::dimensions::cdn_country;
         let q = ClickQueue::new(100, metrics(), clock_at(0));
-        let from_de = Dimensions {
-            country: Some(cdn_country(b"DE")),
-            ..Dimensions::default()
-        };
         let a = entry("aaa");
-        q.record_with(&a, from_de.clone());
-        q.record_with(&a, from_de);
+        q.record_with(&a, from_de());
+        q.record_with(&a, from_de());
         let mut pending = Pending::default();
         assert_eq!(q.drain_into(&mut pending), 1, "the entry, once");
         assert_eq!(q.breakdowns.len(), 2, "the drain counted no breakdown");
@@ -306,13 +301,6 @@ mod tests {
         let (adds, clicks) = q.take_breakdowns(false).all();
         assert_eq!((adds.len(), clicks), (1, 2));
         assert!(!q.breakdowns_pending());
-    }
-
-    fn from_de() -> Dimensions {
-        Dimensions {
-            country: Some(rebound_core::dimensions::cdn_country(b"DE")),
-            ..Dimensions::default()
-        }
     }
 
     #[tokio::test]

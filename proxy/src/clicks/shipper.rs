@@ -446,7 +446,7 @@ async fn write_rows(queue: &ClickQueue, sink: &dyn ClickSink, ids: &BatchIds, id
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clicks::test_util::{clock_at, entry, metrics, pacing, Recorded, Shipper};
+    use crate::clicks::test_util::{clock_at, entry, from_de, metrics, pacing, Recorded, Shipper};
     use crate::visitor::Visitor;
     use rebound_core::ManualClock;
     use rebound_store::MemoryStore;
@@ -641,7 +641,6 @@ mod tests {
 
     #[tokio::test]
     async fn breakdowns_counted_with_no_row_pending_are_written_by_a_take_of_their_own() {
-        use rebound_core::dimensions::{cdn_country, Dimensions};
         let q = Arc::new(ClickQueue::new(100, metrics(), clock_at(5 * 86_400_000 + 1)));
         let store = Arc::new(MemoryStore::new());
         let writer = ClickWriter {
@@ -653,12 +652,8 @@ mod tests {
         let shipper = Shipper::writing(&q, writer, pacing(20, 1_000_000, 3_600_000));
         // Breakdowns' clicks whose rows are not pending (as when their counter lagged the
         // take that wrote the rows): queued on the breakdowns' queue alone.
-        let from_de = Dimensions {
-            country: Some(cdn_country(b"DE")),
-            ..Dimensions::default()
-        };
         for _ in 0..2 {
-            assert!(q.breakdowns.push((entry("aaa"), from_de.clone())).is_ok());
+            assert!(q.breakdowns.push((entry("aaa"), from_de())).is_ok());
         }
         let countries = || countries_of(&store, "aaa", Day(5));
         let waited = async {
@@ -866,7 +861,6 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn breakdowns_left_out_of_a_take_wait_no_longer_than_the_longest_hold() {
-        use rebound_core::dimensions::{cdn_country, Dimensions};
         let q = Arc::new(ClickQueue::new(1_000, metrics(), clock_at(86_400_000)));
         let store = Arc::new(MemoryStore::new());
         // A 500 ms write at 1 % of the time: the next one is due 50 s after it began by the
@@ -885,18 +879,14 @@ mod tests {
             ..pacing(1_000, 1_000_000, 2_000)
         };
         let shipper = Shipper::writing(&q, writer, pacing);
-        let from_de = Dimensions {
-            country: Some(cdn_country(b"DE")),
-            ..Dimensions::default()
-        };
         let e = entry("abc");
-        q.record_with(&e, from_de.clone());
+        q.record_with(&e, from_de());
         tokio::time::sleep(Duration::from_millis(2_000)).await;
         let countries = || countries_of(&store, "abc", Day(1));
         assert_eq!(countries().await, vec![("DE".to_owned(), 1)], "the first write's");
         // A click its counter counted after the take that wrote its row (its row is gone:
         // on the breakdowns' queue alone), as when the counter lags the take.
-        assert!(q.breakdowns.push((e.clone(), from_de)).is_ok());
+        assert!(q.breakdowns.push((e.clone(), from_de())).is_ok());
         q.wake_if_idle();
         tokio::time::sleep(Duration::from_millis(1_800)).await;
         assert_eq!(countries().await, vec![("DE".to_owned(), 1)], "held");

@@ -1,4 +1,4 @@
-//! What the click tests share: entries, a clock, metrics, a sink that keeps what it is
+//! What the click tests share: entries, a German click's dimensions, a clock, metrics, a sink that keeps what it is
 //! given, pacing without the time share, and a shipper to start and stop.
 
 use super::{run_click_shipper, ClickPacing, ClickQueue, ClickSink, ClickWriter};
@@ -23,6 +23,14 @@ pub(super) fn entry(code: &str) -> L1Entry {
         None,
     );
     L1Entry::new(code, CacheRecord::active(&link, 0, &CachePolicy::default()), 0)
+}
+
+/// A person's click from Germany, with no other dimension.
+pub(super) fn from_de() -> rebound_core::dimensions::Dimensions {
+    rebound_core::dimensions::Dimensions {
+        country: Some(rebound_core::dimensions::cdn_country(b"DE")),
+        ..Default::default()
+    }
 }
 
 pub(super) fn clock_at(millis: i64) -> Arc<dyn Clock> {
