@@ -44,8 +44,34 @@ pub fn distributed_env(aws_url: &str, redis_url: Option<&str>, prefix: &str, que
     env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
 }
 
-/// A port nothing listens on now (for a process whose port must be known before it starts).
+/// A port nothing listens on now (for a process whose port must be known before it starts),
+/// below the kernel's ephemeral range where there is room. A port from `bind(0)` is one of
+/// that range, which every outgoing connection and every `bind(0)` of the tests running
+/// beside draws from: one of them could take it before the process bound it (tests/acme.rs
+/// once failed so, "Address already in use"). Below the range only another `free_port` can,
+/// so each process walks it from a start of its own.
 pub fn free_port() -> u16 {
+    const LOWEST: u32 = 10_000;
+    static NEXT: std::sync::OnceLock<std::sync::atomic::AtomicU32> = std::sync::OnceLock::new();
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    let span = ephemeral.saturating_sub(LOWEST);
+    if span >= 1_000 {
+        let next = NEXT.get_or_init(|| {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            std::sync::atomic::AtomicU32::new(std::process::id().wrapping_mul(7_919).wrapping_add(nanos))
+        });
+        for _ in 0..span {
+            let port = LOWEST + next.fetch_add(1, Ordering::Relaxed) % span;
+            if std::net::TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
+                return port as u16;
+            }
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -588,5 +614,29 @@ mod tests {
             guarded.dir.as_ref().unwrap().path(),
             Some("right")
         ));
+    }
+
+    #[test]
+    fn a_free_port_is_below_the_ephemeral_range_and_not_handed_out_twice() {
+        let ephemeral: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        // One the process holds is skipped; none is handed out twice in a walk.
+        let held = std::net::TcpListener::bind(("127.0.0.1", free_port())).unwrap();
+        let held_port = held.local_addr().unwrap().port();
+        let ports: Vec<u16> = (0..50).map(|_| free_port()).collect();
+        for &port in &ports {
+            assert!((10_000..ephemeral).contains(&port), "{port}");
+            assert_ne!(port, held_port);
+            std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+        }
+        let mut distinct = ports.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), ports.len());
     }
 }
